@@ -1,0 +1,186 @@
+//! The command line: clap definitions, and the one place where raw
+//! arguments become validated options.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{ArgAction, ArgMatches, Args, Parser, Subcommand};
+
+use crate::error::{Error, Result};
+use crate::plan::{self, ProxySpec};
+
+const AFTER_HELP: &str = "\
+Exit codes: 0 success; 2 bad usage or an invalid profile (nothing was started);
+1 a failure at run time (a busy port, a missing privilege, an unreachable kernel feature).
+
+Examples:
+  netchaos demo
+  netchaos proxy --listen 127.0.0.1:26379 --upstream 127.0.0.1:6379 --fault latency:delay=100ms
+  netchaos proxy -p http-503 --listen 8080 --upstream 127.0.0.1:80
+  netchaos check my-profile.toml
+  netchaos profiles";
+
+/// Network-level fault injection for real, unmodified clients: a transparent
+/// TCP relay that misbehaves on purpose.
+#[derive(Debug, Parser)]
+#[command(name = "netchaos", version, after_help = AFTER_HELP, max_term_width = 100)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: Global,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Args)]
+pub struct Global {
+    /// More log output (-v debug, -vv trace).
+    #[arg(short, long, action = ArgAction::Count, global = true)]
+    pub verbose: u8,
+    /// Less log output (-q warnings only, -qq errors only).
+    #[arg(short, long, action = ArgAction::Count, global = true)]
+    pub quiet: u8,
+    /// Write one JSON line per connection open/close and per injected fault.
+    #[arg(long, value_name = "FILE", global = true)]
+    pub events: Option<PathBuf>,
+    /// Seed for every random choice; printed at start, so a run can be replayed.
+    #[arg(long, value_name = "N", global = true)]
+    pub seed: Option<u64>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Relay explicit listen → upstream pairs through the faults.
+    Proxy(ProxyArgs),
+    /// Validate profiles (and --fault flags) and print the resolved plan.
+    Check(CheckArgs),
+    /// List the built-in profiles with their descriptions.
+    Profiles,
+    /// Show the faults hitting a real client, against a built-in server.
+    Demo(DemoArgs),
+}
+
+/// Where faults come from: profiles and `--fault` flags.
+#[derive(Debug, Args, Clone, Default)]
+pub struct FaultArgs {
+    /// A profile: a built-in name (see `netchaos profiles`) or a TOML file. Repeatable.
+    #[arg(short = 'p', long = "profile", value_name = "NAME|PATH")]
+    pub profiles: Vec<String>,
+    /// Add a fault to a catch-all rule: TYPE:key=value,... (e.g.
+    /// latency:delay=100ms,jitter=20ms). Repeatable.
+    #[arg(long = "fault", value_name = "SPEC")]
+    pub faults: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ProxyArgs {
+    #[command(flatten)]
+    pub faults: FaultArgs,
+    /// Accept clients on ADDR (127.0.0.1:8080, [::1]:8080, or a port meaning
+    /// 127.0.0.1). Repeatable: each --listen starts a new proxy, completed by
+    /// an --upstream (and optionally a --name).
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Vec<String>,
+    /// Relay that proxy's connections to HOST:PORT.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub upstream: Vec<String>,
+    /// Name the proxy (rules can match it with match.proxy).
+    #[arg(long, value_name = "NAME")]
+    pub name: Vec<String>,
+    /// How long to wait for the upstream to accept before resetting the client.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration_arg)]
+    pub dial_timeout: Duration,
+    /// On Ctrl-C or SIGTERM, how long open connections may finish before they are closed.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = duration_arg)]
+    pub drain: Duration,
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// Profiles to check: files or built-in names.
+    #[arg(value_name = "FILE|NAME")]
+    pub files: Vec<String>,
+    /// Also check these --fault specs.
+    #[arg(long = "fault", value_name = "SPEC")]
+    pub faults: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Run only the scenarios whose names contain this text. Repeatable.
+    #[arg(long, value_name = "TEXT")]
+    pub only: Vec<String>,
+}
+
+fn duration_arg(s: &str) -> std::result::Result<Duration, String> {
+    crate::units::parse_duration(s).map_err(|e| format!("expected {e}"))
+}
+
+/// Groups `--listen`, `--upstream` and `--name` into proxies by their
+/// position on the command line: a flag that repeats within the current
+/// group starts the next one.
+pub fn proxy_pairs(m: &ArgMatches) -> Result<Vec<ProxySpec>> {
+    let mut flags: Vec<(usize, &'static str, String)> = Vec::new();
+    for id in ["listen", "upstream", "name"] {
+        if let (Some(idx), Some(vals)) = (m.indices_of(id), m.get_many::<String>(id)) {
+            flags.extend(idx.zip(vals).map(|(i, v)| (i, id, v.clone())));
+        }
+    }
+    flags.sort_by_key(|f| f.0);
+    let mut groups: Vec<Vec<(&str, String)>> = Vec::new();
+    for (_, id, v) in flags {
+        match groups.last_mut() {
+            Some(g) if !g.iter().any(|(k, _)| *k == id) => g.push((id, v)),
+            _ => groups.push(vec![(id, v)]),
+        }
+    }
+    groups
+        .into_iter()
+        .enumerate()
+        .map(|(i, g)| {
+            let get = |k: &str| g.iter().find(|(id, _)| *id == k).map(|(_, v)| v.clone());
+            let (Some(listen), Some(upstream)) = (get("listen"), get("upstream")) else {
+                return Err(Error::Usage(format!(
+                    "proxy #{} needs both --listen ADDR and --upstream HOST:PORT (got {})",
+                    i + 1,
+                    g.iter().map(|(k, v)| format!("--{k} {v}")).collect::<Vec<_>>().join(" ")
+                )));
+            };
+            let listen_addr = plan::parse_listen(&listen).map_err(|e| Error::Usage(format!("--listen {listen}: expected {e}")))?;
+            let upstream = plan::parse_upstream(&upstream).map_err(|e| Error::Usage(format!("--upstream {upstream}: expected {e}")))?;
+            Ok(ProxySpec {
+                name: get("name").unwrap_or_else(|| format!("proxy-{}", i + 1)),
+                listen: listen_addr,
+                upstream,
+                loc: format!("--listen {listen}"),
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_cli_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    fn pairs(args: &[&str]) -> Result<Vec<ProxySpec>> {
+        let mut full = vec!["netchaos", "proxy"];
+        full.extend_from_slice(args);
+        let m = Cli::command().try_get_matches_from(full).unwrap();
+        proxy_pairs(m.subcommand_matches("proxy").unwrap())
+    }
+
+    #[test]
+    fn pairs_follow_the_order_of_flags() {
+        let p = pairs(&["--name", "a", "--listen", "1000", "--upstream", "h:1", "--listen", "2000", "--upstream", "h:2", "--name", "b"]).unwrap();
+        assert_eq!((p[0].name.as_str(), p[0].listen.port(), p[0].upstream.as_str()), ("a", 1000, "h:1"));
+        assert_eq!((p[1].name.as_str(), p[1].listen.port(), p[1].upstream.as_str()), ("b", 2000, "h:2"));
+        let e = pairs(&["--listen", "1000"]).unwrap_err();
+        assert!(e.to_string().contains("needs both --listen"), "{e}");
+        assert!(pairs(&["--listen", "nope", "--upstream", "h:1"]).is_err());
+    }
+}

@@ -1,0 +1,199 @@
+//! `netchaos demo`: the faults hitting a real client, with nothing to
+//! install. A small HTTP server runs inside this process; for each scenario
+//! a real TCP client fetches a 64 KiB page from it through the relay with
+//! one fault switched on, and a table shows what the client saw: time to
+//! connect, to the first byte, in all, the bytes received and the outcome.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::time::Instant;
+
+use crate::cli::{DemoArgs, Global};
+use crate::commands::{announce_seed, open_events, runtime};
+use crate::error::{Error, Result};
+use crate::plan::Flow;
+use crate::profile::build_plan;
+use crate::relay::{self, Endpoint, Relay, RelayOptions};
+
+/// The page the built-in server sends.
+const BODY_LEN: usize = 64 * 1024;
+/// The client's read timeout: a read that waits this long gives up.
+const READ_TIMEOUT: Duration = Duration::from_secs(2);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+struct Scenario {
+    name: &'static str,
+    fault: Option<&'static str>,
+}
+
+const SCENARIOS: &[Scenario] = &[
+    Scenario { name: "healthy", fault: None },
+    Scenario { name: "latency", fault: Some("latency:delay=300ms") },
+    Scenario { name: "slow stream", fault: Some("bandwidth:rate=64KB/s") },
+    Scenario { name: "mid-stream reset", fault: Some("reset:after_bytes=16KiB") },
+    Scenario { name: "truncated", fault: Some("close:after_bytes=20000") },
+    Scenario { name: "stall (read timeout)", fault: Some("stall:after_bytes=0") },
+    Scenario { name: "canned 503", fault: Some("respond:status=503") },
+];
+
+/// What the client saw.
+struct Seen {
+    connect: Option<Duration>,
+    first_byte: Option<Duration>,
+    total: Duration,
+    bytes: usize,
+    outcome: String,
+}
+
+pub fn run(g: &Global, args: &DemoArgs) -> Result<u8> {
+    let chosen: Vec<&Scenario> = SCENARIOS
+        .iter()
+        .filter(|s| args.only.is_empty() || args.only.iter().any(|o| s.name.contains(o.as_str())))
+        .collect();
+    if chosen.is_empty() {
+        let names: Vec<&str> = SCENARIOS.iter().map(|s| s.name).collect();
+        return Err(Error::Usage(format!("no scenario matches --only; scenarios are: {}", names.join(", "))));
+    }
+    let rt = runtime()?;
+    rt.block_on(async {
+        let server = start_server().await.map_err(|e| Error::runtime(format!("cannot start the demo server: {e}")))?;
+        let events = open_events(g)?;
+        let seed = g.seed.unwrap_or_else(rand::random);
+        announce_seed(seed);
+        events.start(seed, "demo");
+        println!("netchaos demo: a real TCP client fetches a {} KiB page from a built-in HTTP server", BODY_LEN / 1024);
+        println!("on {server} through netchaos, once per fault. Client timeouts: connect {}s, read {}s.\n", CONNECT_TIMEOUT.as_secs(), READ_TIMEOUT.as_secs());
+        println!(
+            "{:<22} {:<26} {:>9} {:>11} {:>9} {:>7}  outcome",
+            "scenario", "fault", "connect", "first byte", "total", "bytes"
+        );
+        println!("{}", "-".repeat(110));
+        for s in chosen {
+            let faults: Vec<String> = s.fault.iter().map(|f| f.to_string()).collect();
+            let plan = Arc::new(build_plan(&[], &faults, Some(seed))?);
+            let relay = Relay::new(plan, events.clone(), RelayOptions::default());
+            let listener = relay::bind("127.0.0.1:0".parse().expect("literal")).map_err(|e| Error::Runtime(e.into()))?;
+            let addr = listener.local_addr().map_err(|e| Error::Runtime(e.into()))?;
+            relay.serve(listener, Endpoint { name: "demo".into(), upstream: server.to_string(), flow: Flow::Outbound });
+            let seen = fetch(addr).await;
+            relay.shutdown(Duration::from_millis(100)).await;
+            println!(
+                "{:<22} {:<26} {:>9} {:>11} {:>9} {:>7}  {}",
+                s.name,
+                s.fault.unwrap_or("-"),
+                ms(seen.connect),
+                ms(seen.first_byte),
+                ms(Some(seen.total)),
+                seen.bytes,
+                seen.outcome
+            );
+        }
+        println!();
+        eprint!("{}", events.summary(seed));
+        Ok(0)
+    })
+}
+
+fn ms(d: Option<Duration>) -> String {
+    d.map_or("-".into(), |d| format!("{:.0} ms", d.as_secs_f64() * 1000.0))
+}
+
+/// The built-in upstream: answers every request with a 64 KiB page.
+async fn start_server() -> std::io::Result<SocketAddr> {
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(async move {
+        while let Ok((mut sock, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut req = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !req.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match sock.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => req.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let mut reply = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {BODY_LEN}\r\nConnection: close\r\n\r\n"
+                )
+                .into_bytes();
+                reply.extend((0..BODY_LEN).map(|i| b'a' + (i % 26) as u8));
+                if sock.write_all(&reply).await.is_ok() {
+                    let _ = sock.shutdown().await;
+                    // Wait for the client's close so that our close is clean.
+                    let _ = tokio::time::timeout(Duration::from_secs(5), sock.read(&mut buf)).await;
+                }
+            });
+        }
+    });
+    Ok(addr)
+}
+
+/// A plain HTTP/1.1 GET with connect and read timeouts, timing each phase.
+async fn fetch(addr: SocketAddr) -> Seen {
+    let t0 = Instant::now();
+    let mut seen = Seen { connect: None, first_byte: None, total: Duration::ZERO, bytes: 0, outcome: String::new() };
+    let mut sock = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            seen.total = t0.elapsed();
+            seen.outcome = format!("connect failed: {e}");
+            return seen;
+        }
+        Err(_) => {
+            seen.total = t0.elapsed();
+            seen.outcome = format!("connect timeout ({}s)", CONNECT_TIMEOUT.as_secs());
+            return seen;
+        }
+    };
+    seen.connect = Some(t0.elapsed());
+    let _ = sock.set_nodelay(true);
+    if let Err(e) = sock.write_all(b"GET /demo HTTP/1.1\r\nHost: demo\r\nConnection: close\r\n\r\n").await {
+        seen.total = t0.elapsed();
+        seen.outcome = format!("write failed: {e}");
+        return seen;
+    }
+    let mut data = Vec::new();
+    let mut buf = vec![0u8; 16 * 1024];
+    let ending = loop {
+        match tokio::time::timeout(READ_TIMEOUT, sock.read(&mut buf)).await {
+            Err(_) => break format!("read timeout: no data for {}s", READ_TIMEOUT.as_secs()),
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionReset => break "reset (ECONNRESET)".to_string(),
+            Ok(Err(e)) => break format!("read error: {e}"),
+            Ok(Ok(0)) => break String::new(),
+            Ok(Ok(n)) => {
+                seen.first_byte.get_or_insert(t0.elapsed());
+                data.extend_from_slice(&buf[..n]);
+            }
+        }
+    };
+    seen.total = t0.elapsed();
+    seen.bytes = data.len();
+    seen.outcome = classify(&data, ending);
+    seen
+}
+
+/// Names the outcome from the bytes received and how reading ended.
+fn classify(data: &[u8], ending: String) -> String {
+    let head_end = data.windows(4).position(|w| w == b"\r\n\r\n").map(|p| p + 4);
+    let Some(head_end) = head_end else {
+        return if ending.is_empty() { "closed before a reply".into() } else { format!("{ending} before a reply") };
+    };
+    let head = String::from_utf8_lossy(&data[..head_end]);
+    let status = head.split_whitespace().nth(1).unwrap_or("?").to_string();
+    let length: Option<usize> = head
+        .lines()
+        .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse().ok()))
+        .flatten();
+    let body = data.len() - head_end;
+    match (ending.is_empty(), length) {
+        (false, _) => format!("{ending} after {body} body bytes"),
+        (true, Some(n)) if body < n => format!("truncated: {body} of {n} body bytes, then a clean FIN"),
+        (true, _) if status == "200" => "ok (HTTP 200, complete)".into(),
+        (true, _) => format!("HTTP {status} from netchaos (upstream never contacted)"),
+    }
+}

@@ -1,0 +1,271 @@
+//! The record of what happened: the JSON-lines event log (`--events`), the
+//! counters behind the exit summary and `/metrics`, and [`FaultHit`], the
+//! handle a fault stage uses to say "I acted on this connection".
+//!
+//! Every injected fault is recorded once per connection and direction, at
+//! the moment it first takes effect (a stall that never triggers is not
+//! counted), with time, connection id, client, destination, rule and
+//! parameters — DESIGN.md's fidelity rule 5.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{self, BufWriter, Write};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use serde_json::{Map, Value, json};
+
+use crate::fault::{Direction, FaultSpec};
+
+/// Who a connection is: what the event lines and logs name.
+#[derive(Debug, Clone)]
+pub struct ConnInfo {
+    pub id: u64,
+    pub client: SocketAddr,
+    /// The destination as dialled (`ip:port`), or as configured before it
+    /// resolved.
+    pub dst: String,
+    /// The name the destination was known by, when there is one.
+    pub host: Option<String>,
+    /// The proxy (or rule set) the connection came through.
+    pub proxy: Option<Arc<str>>,
+}
+
+/// Counters shared by the summary and `/metrics`.
+#[derive(Default)]
+pub struct Stats {
+    pub conns_total: AtomicU64,
+    pub conns_open: AtomicU64,
+    /// Bytes delivered, indexed by [`Direction::index`].
+    pub bytes: [AtomicU64; 2],
+    /// Faults injected, by (rule, kind).
+    pub faults: Mutex<BTreeMap<(String, &'static str), u64>>,
+    /// Relay errors by kind (`dial_refused`, `dial_timeout`, …).
+    pub errors: Mutex<BTreeMap<&'static str, u64>>,
+}
+
+impl Stats {
+    pub fn add_bytes(&self, dir: Direction, n: u64) {
+        self.bytes[dir.index()].fetch_add(n, Ordering::Relaxed);
+    }
+}
+
+/// The event log and the counters.
+pub struct Events {
+    started: Instant,
+    log: Option<Mutex<BufWriter<File>>>,
+    pub stats: Stats,
+}
+
+impl Events {
+    /// Opens (truncating) the event log at `path`, if one is wanted.
+    pub fn open(path: Option<&Path>) -> io::Result<Events> {
+        let log = match path {
+            Some(p) => Some(Mutex::new(BufWriter::new(File::create(p)?))),
+            None => None,
+        };
+        Ok(Events {
+            started: Instant::now(),
+            log,
+            stats: Stats::default(),
+        })
+    }
+
+    /// Events with no log file (the demo, tests).
+    pub fn in_memory() -> Events {
+        Events {
+            started: Instant::now(),
+            log: None,
+            stats: Stats::default(),
+        }
+    }
+
+    /// Writes one event line; the log is flushed per line so that a reader
+    /// (or a test) sees events as they happen, and a crash loses none.
+    fn write(&self, event: &str, mut fields: Map<String, Value>) {
+        let Some(log) = &self.log else { return };
+        let t = self.started.elapsed().as_secs_f64();
+        let mut line = Map::new();
+        line.insert(
+            "time".into(),
+            humantime::format_rfc3339_millis(SystemTime::now()).to_string().into(),
+        );
+        line.insert("t".into(), json!((t * 1e6).round() / 1e6));
+        line.insert("event".into(), event.into());
+        line.append(&mut fields);
+        let mut w = log.lock().expect("event log lock");
+        // A failing event log must not take the relay down; say it once.
+        if serde_json::to_writer(&mut *w, &line).is_ok() && w.write_all(b"\n").is_ok() {
+            let _ = w.flush();
+        }
+    }
+
+    pub fn start(&self, seed: u64, what: &str) {
+        self.write(
+            "start",
+            obj(json!({"seed": seed, "version": env!("CARGO_PKG_VERSION"), "mode": what})),
+        );
+    }
+
+    pub fn conn_open(&self, c: &ConnInfo) {
+        self.stats.conns_total.fetch_add(1, Ordering::Relaxed);
+        self.stats.conns_open.fetch_add(1, Ordering::Relaxed);
+        self.write("open", conn_fields(c));
+    }
+
+    pub fn conn_close(&self, c: &ConnInfo, outcome: &str, bytes: [u64; 2], lived: Duration) {
+        self.stats.conns_open.fetch_sub(1, Ordering::Relaxed);
+        let mut f = conn_fields(c);
+        f.insert("outcome".into(), outcome.into());
+        f.insert("bytes_upstream".into(), bytes[0].into());
+        f.insert("bytes_downstream".into(), bytes[1].into());
+        f.insert("duration_ms".into(), json!(lived.as_millis() as u64));
+        self.write("close", f);
+    }
+
+    /// A fault took effect.
+    pub fn fault(&self, c: &ConnInfo, rule: &str, spec: &FaultSpec, dir: Option<Direction>) {
+        *self
+            .stats
+            .faults
+            .lock()
+            .expect("stats lock")
+            .entry((rule.to_string(), spec.name()))
+            .or_default() += 1;
+        let params: Map<String, Value> = spec
+            .all_params()
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), Value::String(v)))
+            .collect();
+        tracing::info!(
+            conn = c.id,
+            client = %c.client,
+            dst = %c.dst,
+            rule,
+            direction = dir.map_or("connection", |d| d.as_str()),
+            "fault {spec}"
+        );
+        let mut f = conn_fields(c);
+        f.insert("rule".into(), rule.into());
+        f.insert("fault".into(), spec.name().into());
+        if let Some(d) = dir {
+            f.insert("direction".into(), d.as_str().into());
+        }
+        f.insert("params".into(), Value::Object(params));
+        self.write("fault", f);
+    }
+
+    /// Something went wrong in the relay itself (not an injected fault).
+    pub fn relay_error(&self, c: &ConnInfo, kind: &'static str, detail: &str) {
+        *self.stats.errors.lock().expect("stats lock").entry(kind).or_default() += 1;
+        tracing::warn!(conn = c.id, client = %c.client, dst = %c.dst, "{kind}: {detail}");
+        let mut f = conn_fields(c);
+        f.insert("kind".into(), kind.into());
+        f.insert("detail".into(), detail.into());
+        self.write("error", f);
+    }
+
+    /// The exit summary: connections, bytes each way, faults by rule and
+    /// kind, relay errors.
+    pub fn summary(&self, seed: u64) -> String {
+        let s = &self.stats;
+        let mut out = format!(
+            "netchaos summary (seed {seed}, ran {:.1}s)\n  connections: {} ({} still open)\n  bytes: {} upstream (client→server), {} downstream (server→client)\n",
+            self.started.elapsed().as_secs_f64(),
+            s.conns_total.load(Ordering::Relaxed),
+            s.conns_open.load(Ordering::Relaxed),
+            s.bytes[0].load(Ordering::Relaxed),
+            s.bytes[1].load(Ordering::Relaxed),
+        );
+        let faults = s.faults.lock().expect("stats lock");
+        if faults.is_empty() {
+            out.push_str("  faults injected: none\n");
+        } else {
+            let w = faults.keys().map(|(r, _)| r.len()).max().unwrap_or(4).max(4);
+            out.push_str(&format!("  faults injected:\n    {:<w$}  {:<12}  {:>8}\n", "rule", "fault", "count"));
+            for ((rule, kind), n) in faults.iter() {
+                out.push_str(&format!("    {rule:<w$}  {kind:<12}  {n:>8}\n"));
+            }
+        }
+        let errors = s.errors.lock().expect("stats lock");
+        if !errors.is_empty() {
+            let list: Vec<String> = errors.iter().map(|(k, n)| format!("{k} {n}")).collect();
+            out.push_str(&format!("  relay errors: {}\n", list.join(", ")));
+        }
+        out
+    }
+}
+
+fn obj(v: Value) -> Map<String, Value> {
+    match v {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    }
+}
+
+fn conn_fields(c: &ConnInfo) -> Map<String, Value> {
+    let mut f = Map::new();
+    f.insert("conn".into(), c.id.into());
+    f.insert("client".into(), c.client.to_string().into());
+    f.insert("dst".into(), c.dst.clone().into());
+    if let Some(h) = &c.host {
+        f.insert("host".into(), h.clone().into());
+    }
+    if let Some(p) = &c.proxy {
+        f.insert("proxy".into(), p.to_string().into());
+    }
+    f
+}
+
+/// Where a hit is recorded: the log, the connection, the rule, the fault.
+type HitSink = (Arc<Events>, Arc<ConnInfo>, Arc<str>, Arc<FaultSpec>);
+
+/// What a fault stage holds to record its effect: once per connection and
+/// direction, however many bytes it touches.
+pub struct FaultHit {
+    sink: Option<HitSink>,
+    dir: Option<Direction>,
+    fired: bool,
+}
+
+impl FaultHit {
+    pub fn new(
+        events: Arc<Events>,
+        conn: Arc<ConnInfo>,
+        rule: Arc<str>,
+        spec: Arc<FaultSpec>,
+        dir: Option<Direction>,
+    ) -> FaultHit {
+        FaultHit {
+            sink: Some((events, conn, rule, spec)),
+            dir,
+            fired: false,
+        }
+    }
+
+    /// A hit that records nowhere (unit tests).
+    pub fn detached() -> FaultHit {
+        FaultHit {
+            sink: None,
+            dir: None,
+            fired: false,
+        }
+    }
+
+    /// Records the fault's effect, the first time only.
+    pub fn fire(&mut self) {
+        if std::mem::replace(&mut self.fired, true) {
+            return;
+        }
+        if let Some((events, conn, rule, spec)) = &self.sink {
+            events.fault(conn, rule, spec, self.dir);
+        }
+    }
+
+    pub fn fired(&self) -> bool {
+        self.fired
+    }
+}

@@ -1,0 +1,206 @@
+//! `bandwidth`: a token bucket. Bytes leave at `rate` with bursts of at most
+//! `burst`; `shared = true` makes one bucket (per direction) for every
+//! connection of the rule. A rate of 0 holds the stream without spinning.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::{Item, ItemKind, StageCtx, StageIo};
+use crate::profile::node::{Fields, ProfileError};
+use crate::units::format_rate;
+
+#[derive(Debug, Clone)]
+pub struct Bandwidth {
+    /// Bytes per second.
+    pub rate: u64,
+    pub burst: u64,
+    /// One bucket per direction, shared by every connection of the rule.
+    pub shared: Option<Arc<[Mutex<TokenBucket>; 2]>>,
+}
+
+impl Bandwidth {
+    pub fn parse(f: &mut Fields) -> Result<Self, ProfileError> {
+        let rate = f
+            .rate("rate")?
+            .ok_or_else(|| f.table_error("missing \"rate\" (a rate like \"1mbit\" or \"500KB/s\")"))?;
+        let burst = match f.size("burst")? {
+            Some(0) => return Err(f.table_error("burst must be at least 1 byte")),
+            Some(b) => b,
+            None => default_burst(rate),
+        };
+        let shared = f.boolean("shared")?.unwrap_or(false);
+        Ok(Bandwidth {
+            rate,
+            burst,
+            shared: shared.then(|| {
+                Arc::new([
+                    Mutex::new(TokenBucket::new(rate, burst)),
+                    Mutex::new(TokenBucket::new(rate, burst)),
+                ])
+            }),
+        })
+    }
+
+    pub fn params(&self) -> Vec<(&'static str, String)> {
+        let mut p = vec![("rate", format_rate(self.rate)), ("burst", self.burst.to_string())];
+        if self.shared.is_some() {
+            p.push(("shared", "true".into()));
+        }
+        p
+    }
+
+    pub async fn run(self, mut ctx: StageCtx, mut io: StageIo) {
+        let mut own = TokenBucket::new(self.rate, self.burst);
+        while let Some(item) = io.recv().await {
+            let ItemKind::Data(mut bytes) = item.kind else {
+                if io.send(item).await.is_err() {
+                    return;
+                }
+                continue;
+            };
+            while !bytes.is_empty() {
+                let now = Instant::now();
+                if !ctx.active_at(now) {
+                    let rest = bytes.split_off(0);
+                    if io.send(Item::data(item.at, rest)).await.is_err() {
+                        return;
+                    }
+                    break;
+                }
+                ctx.hit.fire();
+                if self.rate == 0 {
+                    // A stall: wait for the window to close (or forever).
+                    ctx.until_window_end().await;
+                    continue;
+                }
+                let grant = match &self.shared {
+                    Some(b) => b[ctx.dir.index()].lock().expect("bucket lock").take(bytes.len(), now),
+                    None => own.take(bytes.len(), now),
+                };
+                match grant {
+                    Ok(n) => {
+                        let piece = bytes.split_to(n);
+                        if io.send(Item::data(item.at, piece)).await.is_err() {
+                            return;
+                        }
+                    }
+                    Err(wait) => {
+                        let wake = now + wait;
+                        let wake = ctx.window_end().map_or(wake, |e| wake.min(e));
+                        tokio::time::sleep_until(wake).await;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Bursts of 10 ms at the rate, at least one full-size Ethernet frame.
+fn default_burst(rate: u64) -> u64 {
+    (rate / 100).max(1500)
+}
+
+/// A token bucket measured in bytes.
+#[derive(Debug)]
+pub struct TokenBucket {
+    rate: f64,
+    burst: f64,
+    tokens: f64,
+    last: Option<Instant>,
+}
+
+impl TokenBucket {
+    pub fn new(rate: u64, burst: u64) -> Self {
+        TokenBucket {
+            rate: rate as f64,
+            burst: burst as f64,
+            tokens: burst as f64,
+            last: None,
+        }
+    }
+
+    /// Grants up to `want` bytes now, or says how long to wait. A grant is
+    /// made once enough tokens exist for the whole request or a full burst,
+    /// so writes are not shredded into tiny pieces.
+    pub fn take(&mut self, want: usize, now: Instant) -> Result<usize, Duration> {
+        if let Some(last) = self.last {
+            let dt = now.saturating_duration_since(last).as_secs_f64();
+            self.tokens = (self.tokens + dt * self.rate).min(self.burst);
+        }
+        self.last = Some(now);
+        let need = (want as f64).min(self.burst);
+        if self.tokens + 1e-9 >= need {
+            let n = (want as f64).min(self.tokens.floor()).max(1.0) as usize;
+            self.tokens -= n as f64;
+            Ok(n.min(want))
+        } else {
+            Err(Duration::from_secs_f64((need - self.tokens) / self.rate))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::*;
+    use super::*;
+    use crate::fault::FaultKind;
+    use crate::units::Window;
+
+    fn bw(pairs: &[(&str, &str)]) -> Bandwidth {
+        match spec("bandwidth", pairs).unwrap().kind {
+            FaultKind::Bandwidth(b) => b,
+            _ => unreachable!(),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn paces_to_the_rate() {
+        let (tx, mut rx, io) = channels();
+        tokio::spawn(bw(&[("rate", "100KB/s"), ("burst", "1000")]).run(ctx(Window::ALWAYS), io));
+        let t0 = Instant::now();
+        tokio::spawn(async move {
+            for _ in 0..10 {
+                tx.send(data(10_000)).await.unwrap();
+            }
+        });
+        let mut got = 0;
+        while got < 100_000 {
+            let item = rx.recv().await.unwrap();
+            assert!(item.len() <= 1000);
+            got += item.len();
+        }
+        // 100 kB at 100 kB/s, less the initial burst of 1000 bytes.
+        let secs = t0.elapsed().as_secs_f64();
+        assert!((0.98..=1.01).contains(&secs), "{secs}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn zero_rate_holds_until_the_window_closes() {
+        let (tx, mut rx, io) = channels();
+        tokio::spawn(bw(&[("rate", "0")]).run(ctx(Window::parse("..5s").unwrap()), io));
+        let t0 = Instant::now();
+        tx.send(data(10)).await.unwrap();
+        rx.recv().await.unwrap();
+        assert_eq!(t0.elapsed(), Duration::from_secs(5));
+    }
+
+    #[test]
+    fn bucket_grants_and_waits() {
+        let t = Instant::now();
+        let mut b = TokenBucket::new(1000, 100);
+        assert_eq!(b.take(60, t), Ok(60));
+        assert_eq!(b.take(60, t), Err(Duration::from_millis(20)));
+        assert_eq!(b.take(60, t + Duration::from_millis(20)), Ok(60));
+        assert_eq!(b.take(500, t + Duration::from_secs(10)), Ok(100));
+    }
+
+    #[test]
+    fn rate_is_required_and_checked() {
+        assert!(spec("bandwidth", &[]).unwrap_err().message.contains("missing \"rate\""));
+        let e = spec("bandwidth", &[("rate", "fast")]).unwrap_err();
+        assert_eq!(e.message, "bandwidth.rate: expected a rate like \"1mbit\" or \"500KB/s\", got \"fast\"");
+        assert!(spec("bandwidth", &[("rate", "1mbit"), ("burst", "0")]).is_err());
+    }
+}

@@ -1,0 +1,181 @@
+//! `latency`: a delay line. Each chunk leaves `delay ± jitter` after it
+//! arrived while later chunks keep being read, so throughput is kept (not
+//! stop-and-wait). The line holds at most `buffer` bytes; beyond that the
+//! stage stops reading and backpressure reaches the sender.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use rand::Rng;
+use tokio::time::{Instant, sleep_until};
+
+use super::{Item, StageCtx, StageIo};
+use crate::profile::node::{Fields, ProfileError};
+use crate::units::format_duration;
+
+/// Default cap on bytes held in the line: 8 MiB keeps 100 ms of delay at
+/// ~670 Mbit/s and bounds memory per direction.
+pub const DEFAULT_BUFFER: u64 = 8 << 20;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Latency {
+    pub delay: Duration,
+    pub jitter: Duration,
+    pub buffer: u64,
+}
+
+impl Latency {
+    pub fn parse(f: &mut Fields) -> Result<Self, ProfileError> {
+        let delay = f
+            .duration("delay")?
+            .ok_or_else(|| f.table_error("missing \"delay\" (a duration like \"100ms\")"))?;
+        let jitter = f.duration("jitter")?.unwrap_or_default();
+        let buffer = f.size("buffer")?.unwrap_or(DEFAULT_BUFFER);
+        if buffer == 0 {
+            return Err(f.table_error("buffer must be more than 0 bytes"));
+        }
+        Ok(Latency {
+            delay,
+            jitter,
+            buffer,
+        })
+    }
+
+    pub fn params(&self) -> Vec<(&'static str, String)> {
+        let mut p = vec![("delay", format_duration(self.delay))];
+        if !self.jitter.is_zero() {
+            p.push(("jitter", format_duration(self.jitter)));
+        }
+        if self.buffer != DEFAULT_BUFFER {
+            p.push(("buffer", self.buffer.to_string()));
+        }
+        p
+    }
+
+    /// This chunk's delay: `delay` plus a uniform draw in `±jitter`.
+    fn sample(&self, ctx: &mut StageCtx) -> Duration {
+        if self.jitter.is_zero() {
+            return self.delay;
+        }
+        let j = self.jitter.as_secs_f64();
+        let d = self.delay.as_secs_f64() + ctx.rng.random_range(-j..=j);
+        Duration::from_secs_f64(d.max(0.0))
+    }
+
+    pub async fn run(self, mut ctx: StageCtx, mut io: StageIo) {
+        let mut line: VecDeque<(Instant, Item)> = VecDeque::new();
+        let mut held = 0u64;
+        // Releases never go backwards: jitter may not reorder bytes.
+        let mut last_release = ctx.opened;
+        let mut input_open = true;
+        loop {
+            if !input_open && line.is_empty() {
+                return;
+            }
+            let head = line.front().map(|(t, _)| *t);
+            tokio::select! {
+                biased;
+                _ = sleep_until(head.unwrap_or_else(Instant::now)), if head.is_some() => {
+                    let now = Instant::now();
+                    while line.front().is_some_and(|(t, _)| *t <= now) {
+                        let (_, item) = line.pop_front().expect("front exists");
+                        held -= item.len() as u64;
+                        if io.send(item).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+                item = io.recv(), if input_open && held < self.buffer => {
+                    let Some(item) = item else {
+                        input_open = false;
+                        continue;
+                    };
+                    let delay = if ctx.active_at(item.at) { self.sample(&mut ctx) } else { Duration::ZERO };
+                    if !delay.is_zero() {
+                        ctx.hit.fire();
+                    }
+                    let release = (item.at + delay).max(last_release);
+                    last_release = release;
+                    if line.is_empty() && release <= Instant::now() {
+                        if io.send(item).await.is_err() {
+                            return;
+                        }
+                    } else {
+                        held += item.len() as u64;
+                        line.push_back((release, item));
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::*;
+    use super::*;
+    use crate::fault::FaultKind;
+    use crate::units::Window;
+
+    fn latency(pairs: &[(&str, &str)]) -> Latency {
+        match spec("latency", pairs).unwrap().kind {
+            FaultKind::Latency(l) => l,
+            _ => unreachable!(),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn delays_each_chunk_from_its_arrival_and_keeps_throughput() {
+        let (tx, mut rx, io) = channels();
+        let l = latency(&[("delay", "100ms")]);
+        tokio::spawn(l.run(ctx(Window::ALWAYS), io));
+        let t0 = Instant::now();
+        tx.send(data(10)).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        tx.send(data(10)).await.unwrap();
+        rx.recv().await.unwrap();
+        assert_eq!(t0.elapsed(), Duration::from_millis(100));
+        rx.recv().await.unwrap();
+        // The second chunk was read while the first waited: 130 ms, not 200.
+        assert_eq!(t0.elapsed(), Duration::from_millis(130));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn jitter_stays_in_bounds_and_never_reorders() {
+        let (tx, mut rx, io) = channels();
+        let l = latency(&[("delay", "50ms"), ("jitter", "20ms")]);
+        tokio::spawn(l.run(ctx(Window::ALWAYS), io));
+        let sender = tokio::spawn(async move {
+            for i in 0..50u8 {
+                let item = Item::data(Instant::now(), bytes::Bytes::from(vec![i]));
+                tx.send(item).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        });
+        for i in 0..50u8 {
+            let item = rx.recv().await.unwrap();
+            let waited = item.at.elapsed();
+            assert!(waited >= Duration::from_millis(30) - Duration::from_millis(1), "{waited:?}");
+            assert!(waited <= Duration::from_millis(75), "{waited:?}");
+            assert_eq!(item.kind, crate::fault::ItemKind::Data(bytes::Bytes::from(vec![i])));
+        }
+        sender.await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn inactive_window_passes_at_once() {
+        let (tx, mut rx, io) = channels();
+        let l = latency(&[("delay", "1s")]);
+        tokio::spawn(l.run(ctx(Window::parse("10s..").unwrap()), io));
+        let t0 = Instant::now();
+        tx.send(data(1)).await.unwrap();
+        rx.recv().await.unwrap();
+        assert_eq!(t0.elapsed(), Duration::ZERO);
+    }
+
+    #[test]
+    fn delay_is_required() {
+        assert!(spec("latency", &[]).unwrap_err().message.contains("missing \"delay\""));
+        assert!(spec("latency", &[("delay", "10")]).is_err());
+    }
+}

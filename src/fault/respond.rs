@@ -1,0 +1,190 @@
+//! `respond`: the upstream is never contacted. The client gets canned bytes —
+//! `data`, the contents of `file`, or an HTTP reply built from `status`,
+//! `body` and `retry_after` — and then the connection is closed cleanly,
+//! reset, or left open and silent (`then = "close" | "reset" | "stall"`).
+//!
+//! The relay feeds [`Respond::script`] into the downstream pipeline in place
+//! of an upstream socket, so other downstream faults (latency, slicer, …)
+//! still apply to the canned reply.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use super::ItemKind;
+use crate::profile::node::{Fields, ProfileError};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Then {
+    Close,
+    Reset,
+    Stall,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Respond {
+    pub data: Bytes,
+    pub then: Then,
+    /// Wait for the client's first bytes (its request) before replying.
+    pub wait_request: bool,
+    /// How the data was given, for display.
+    summary: String,
+}
+
+impl Respond {
+    pub fn parse(f: &mut Fields) -> Result<Self, ProfileError> {
+        let data = f.string("data")?;
+        let file = f.string("file")?;
+        let status = f.integer_in("status", 100, 599)?;
+        let body = f.string("body")?;
+        let retry_after = f.duration("retry_after")?;
+        let headers = f.strings("headers")?;
+        let given = [data.is_some(), file.is_some(), status.is_some()];
+        if given.iter().filter(|g| **g).count() != 1 {
+            return Err(f.table_error(
+                "give exactly one of data (the bytes to send), file (a path) or status (an HTTP status code)",
+            ));
+        }
+        if status.is_none() && (body.is_some() || retry_after.is_some() || headers.is_some()) {
+            return Err(f.table_error("body, retry_after and headers go with status"));
+        }
+        let (data, summary) = if let Some(d) = data {
+            let summary = format!("{} bytes of data", d.len());
+            (Bytes::from(d.into_bytes()), summary)
+        } else if let Some(path) = file {
+            let full = f.resolve_path(&path);
+            let bytes = std::fs::read(&full).map_err(|e| {
+                f.table_error(format!("cannot read file {}: {e}", full.display()))
+            })?;
+            let summary = format!("file {}", full.display());
+            (Bytes::from(bytes), summary)
+        } else {
+            let status = status.expect("checked above") as u16;
+            let mut extra: Vec<String> = Vec::new();
+            if let Some(r) = retry_after {
+                extra.push(format!("Retry-After: {}", r.as_secs().max(1)));
+            }
+            for h in headers.unwrap_or_default() {
+                let text = crate::profile::node::node_text(&h);
+                if !text.contains(':') || text.contains('\n') || text.contains('\r') {
+                    return Err(f.error("headers", &h.loc, format!("expected \"Name: value\", got {text:?}")));
+                }
+                extra.push(text);
+            }
+            let body = body.unwrap_or_else(|| format!("{status} {}\n", reason(status)));
+            (http_reply(status, &extra, &body), format!("HTTP {status}"))
+        };
+        let then = match f.choice("then", &["close", "reset", "stall"])? {
+            Some("reset") => Then::Reset,
+            Some("stall") => Then::Stall,
+            _ => Then::Close,
+        };
+        let wait_request = f.boolean("wait_request")?.unwrap_or(true);
+        Ok(Respond {
+            data,
+            then,
+            wait_request,
+            summary,
+        })
+    }
+
+    pub fn params(&self) -> Vec<(&'static str, String)> {
+        let then = match self.then {
+            Then::Close => "close",
+            Then::Reset => "reset",
+            Then::Stall => "stall",
+        };
+        vec![
+            ("reply", self.summary.clone()),
+            ("then", then.into()),
+            ("wait_request", self.wait_request.to_string()),
+        ]
+    }
+
+    /// What the client receives, in order; `stall` ends the script without
+    /// an end, so the pipeline stays open and silent.
+    pub fn script(&self) -> Vec<ItemKind> {
+        let mut items = vec![ItemKind::Data(self.data.clone())];
+        match self.then {
+            Then::Close => items.push(ItemKind::Close),
+            Then::Reset => items.push(ItemKind::Reset),
+            Then::Stall => {}
+        }
+        items
+    }
+
+    /// How long to wait for a request before replying anyway.
+    pub const REQUEST_WAIT: Duration = Duration::from_secs(10);
+}
+
+fn http_reply(status: u16, headers: &[String], body: &str) -> Bytes {
+    let mut head = format!(
+        "HTTP/1.1 {status} {}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n",
+        reason(status),
+        body.len()
+    );
+    for h in headers {
+        head.push_str(h);
+        head.push_str("\r\n");
+    }
+    head.push_str("\r\n");
+    head.push_str(body);
+    Bytes::from(head.into_bytes())
+}
+
+fn reason(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "Not Found",
+        408 => "Request Timeout",
+        429 => "Too Many Requests",
+        500 => "Internal Server Error",
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        504 => "Gateway Timeout",
+        529 => "Site Overloaded",
+        _ => "Status",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::*;
+    use super::*;
+    use crate::fault::FaultKind;
+
+    fn respond(pairs: &[(&str, &str)]) -> Result<Respond, ProfileError> {
+        spec("respond", pairs).map(|s| match s.kind {
+            FaultKind::Respond(r) => r,
+            _ => unreachable!(),
+        })
+    }
+
+    #[test]
+    fn builds_an_http_reply() {
+        let r = respond(&[("status", "429"), ("retry_after", "5s")]).unwrap();
+        let text = String::from_utf8(r.data.to_vec()).unwrap();
+        assert!(text.starts_with("HTTP/1.1 429 Too Many Requests\r\n"), "{text}");
+        assert!(text.contains("\r\nRetry-After: 5\r\n"), "{text}");
+        assert!(text.ends_with("\r\n\r\n429 Too Many Requests\n"), "{text}");
+        assert_eq!(r.script().last(), Some(&ItemKind::Close));
+    }
+
+    #[test]
+    fn exactly_one_source() {
+        assert!(respond(&[]).is_err());
+        assert!(respond(&[("data", "x"), ("status", "503")]).is_err());
+        assert!(respond(&[("data", "x"), ("body", "y")]).is_err());
+        let r = respond(&[("data", "hello"), ("then", "stall")]).unwrap();
+        assert_eq!(r.script(), vec![ItemKind::Data(Bytes::from_static(b"hello"))]);
+    }
+
+    #[test]
+    fn missing_file_is_a_clear_error() {
+        let e = respond(&[("file", "/nonexistent/reply.bin")]).unwrap_err();
+        assert!(e.message.contains("cannot read file /nonexistent/reply.bin"), "{e}");
+    }
+}

@@ -1,0 +1,114 @@
+//! `slicer`: each chunk is cut into segments of `size ± size_variation`
+//! bytes with `delay` between them, so data trickles in small pieces (as
+//! from a slow or fragmenting peer). Every byte is delivered.
+
+use std::time::Duration;
+
+use rand::Rng;
+use tokio::time::Instant;
+
+use super::{Item, ItemKind, StageCtx, StageIo};
+use crate::profile::node::{Fields, ProfileError};
+use crate::units::format_duration;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Slicer {
+    pub size: u64,
+    pub size_variation: u64,
+    pub delay: Duration,
+}
+
+impl Slicer {
+    pub fn parse(f: &mut Fields) -> Result<Self, ProfileError> {
+        let size = f
+            .size("size")?
+            .ok_or_else(|| f.table_error("missing \"size\" (bytes per segment, like 64)"))?;
+        if size == 0 {
+            return Err(f.table_error("size must be at least 1 byte"));
+        }
+        let size_variation = f.size("size_variation")?.unwrap_or(0);
+        if size_variation >= size {
+            return Err(f.table_error(format!(
+                "size_variation ({size_variation}) must be smaller than size ({size}), or segments could be empty"
+            )));
+        }
+        let delay = f.duration("delay")?.unwrap_or_default();
+        Ok(Slicer {
+            size,
+            size_variation,
+            delay,
+        })
+    }
+
+    pub fn params(&self) -> Vec<(&'static str, String)> {
+        let mut p = vec![("size", self.size.to_string())];
+        if self.size_variation > 0 {
+            p.push(("size_variation", self.size_variation.to_string()));
+        }
+        p.push(("delay", format_duration(self.delay)));
+        p
+    }
+
+    pub async fn run(self, mut ctx: StageCtx, mut io: StageIo) {
+        while let Some(item) = io.recv().await {
+            let ItemKind::Data(mut bytes) = item.kind else {
+                if io.send(item).await.is_err() {
+                    return;
+                }
+                continue;
+            };
+            while !bytes.is_empty() {
+                if !ctx.active_at(Instant::now()) {
+                    let rest = bytes.split_off(0);
+                    if io.send(Item::data(item.at, rest)).await.is_err() {
+                        return;
+                    }
+                    break;
+                }
+                ctx.hit.fire();
+                let v = self.size_variation as i64;
+                let n = (self.size as i64 + ctx.rng.random_range(-v..=v)) as usize;
+                let piece = bytes.split_to(n.min(bytes.len()));
+                if io.send(Item::data(item.at, piece)).await.is_err() {
+                    return;
+                }
+                if !bytes.is_empty() && !self.delay.is_zero() {
+                    tokio::time::sleep(self.delay).await;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::*;
+    use crate::fault::FaultKind;
+    use crate::units::Window;
+
+    #[tokio::test(start_paused = true)]
+    async fn slices_with_pauses_and_delivers_every_byte() {
+        let FaultKind::Slicer(s) = spec("slicer", &[("size", "10"), ("size_variation", "3"), ("delay", "1ms")]).unwrap().kind else {
+            unreachable!()
+        };
+        let (tx, mut rx, io) = channels();
+        tokio::spawn(s.run(ctx(Window::ALWAYS), io));
+        tx.send(data(1000)).await.unwrap();
+        drop(tx);
+        let (mut total, mut pieces) = (0, 0);
+        while let Some(item) = rx.recv().await {
+            assert!((7..=13).contains(&item.len()) || total + item.len() == 1000, "{}", item.len());
+            total += item.len();
+            pieces += 1;
+        }
+        assert_eq!(total, 1000);
+        assert!(pieces >= 1000 / 13);
+    }
+
+    #[test]
+    fn variation_must_be_below_size() {
+        let e = spec("slicer", &[("size", "10"), ("size_variation", "10")]).unwrap_err();
+        assert!(e.message.contains("size_variation (10) must be smaller than size (10)"), "{e}");
+        assert!(spec("slicer", &[("size", "0")]).is_err());
+    }
+}

@@ -1,0 +1,63 @@
+//! `slow_close`: the FIN (or a truncating close) is delivered `delay` after
+//! it arrived; bytes before it flow normally.
+
+use std::time::Duration;
+
+use super::{ItemKind, StageCtx, StageIo};
+use crate::profile::node::{Fields, ProfileError};
+use crate::units::format_duration;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct SlowClose {
+    pub delay: Duration,
+}
+
+impl SlowClose {
+    pub fn parse(f: &mut Fields) -> Result<Self, ProfileError> {
+        let delay = f
+            .duration("delay")?
+            .ok_or_else(|| f.table_error("missing \"delay\" (a duration like \"2s\")"))?;
+        Ok(SlowClose { delay })
+    }
+
+    pub fn params(&self) -> Vec<(&'static str, String)> {
+        vec![("delay", format_duration(self.delay))]
+    }
+
+    pub async fn run(self, mut ctx: StageCtx, mut io: StageIo) {
+        while let Some(item) = io.recv().await {
+            if matches!(item.kind, ItemKind::Fin | ItemKind::Close) && ctx.active_at(item.at) {
+                ctx.hit.fire();
+                tokio::time::sleep_until(item.at + self.delay).await;
+            }
+            if io.send(item).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::*;
+    use super::*;
+    use crate::fault::{FaultKind, Item};
+    use crate::units::Window;
+    use tokio::time::Instant;
+
+    #[tokio::test(start_paused = true)]
+    async fn delays_only_the_fin() {
+        let FaultKind::SlowClose(s) = spec("slow_close", &[("delay", "3s")]).unwrap().kind else {
+            unreachable!()
+        };
+        let (tx, mut rx, io) = channels();
+        tokio::spawn(s.run(ctx(Window::ALWAYS), io));
+        let t0 = Instant::now();
+        tx.send(data(10)).await.unwrap();
+        tx.send(Item { at: Instant::now(), kind: ItemKind::Fin }).await.unwrap();
+        rx.recv().await.unwrap();
+        assert_eq!(t0.elapsed(), Duration::ZERO);
+        assert_eq!(rx.recv().await.unwrap().kind, ItemKind::Fin);
+        assert_eq!(t0.elapsed(), Duration::from_secs(3));
+    }
+}

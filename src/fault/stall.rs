@@ -1,0 +1,104 @@
+//! `stall`: after `after_bytes` (or `after` a time) nothing more flows for
+//! `duration`, or forever. The connection stays open and the stage stops
+//! reading, so the sender's window fills as behind a hung peer; held bytes
+//! are delivered when the stall ends.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::{StageCtx, StageIo, Trigger, Until, parse_trigger, pass_until};
+use crate::profile::node::{Fields, ProfileError};
+use crate::units::format_duration;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stall {
+    pub trigger: Trigger,
+    /// `None`: forever.
+    pub duration: Option<Duration>,
+}
+
+impl Stall {
+    pub fn parse(f: &mut Fields) -> Result<Self, ProfileError> {
+        let trigger = parse_trigger(f)?;
+        let duration = f.duration_or_forever("duration")?.unwrap_or(None);
+        if duration == Some(Duration::ZERO) {
+            return Err(f.table_error("duration must be more than 0 (or \"forever\")"));
+        }
+        Ok(Stall { trigger, duration })
+    }
+
+    pub fn params(&self) -> Vec<(&'static str, String)> {
+        let d = self.duration.map_or("forever".into(), format_duration);
+        vec![self.trigger.param(), ("duration", d)]
+    }
+
+    pub async fn run(self, mut ctx: StageCtx, mut io: StageIo) {
+        let held = match pass_until(self.trigger, &ctx, &mut io).await {
+            Ok(Until::Fired(held)) => held,
+            Ok(Until::Ended) | Err(_) => return,
+        };
+        ctx.hit.fire();
+        let end = self.duration.map(|d| Instant::now() + d);
+        let end = match (end, ctx.window_end()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        match end {
+            Some(t) => tokio::time::sleep_until(t).await,
+            None => std::future::pending().await,
+        }
+        if let Some(item) = held {
+            if io.send(item).await.is_err() {
+                return;
+            }
+        }
+        io.pass_rest().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::*;
+    use super::*;
+    use crate::fault::FaultKind;
+    use crate::units::Window;
+
+    fn stall(pairs: &[(&str, &str)]) -> Stall {
+        match spec("stall", pairs).unwrap().kind {
+            FaultKind::Stall(s) => s,
+            _ => unreachable!(),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn holds_after_the_mark_then_releases_everything() {
+        let (tx, mut rx, io) = channels();
+        tokio::spawn(stall(&[("after_bytes", "5"), ("duration", "2s")]).run(ctx(Window::ALWAYS), io));
+        let t0 = Instant::now();
+        tx.send(data(8)).await.unwrap();
+        assert_eq!(rx.recv().await.unwrap().len(), 5);
+        assert_eq!(rx.recv().await.unwrap().len(), 3);
+        assert_eq!(t0.elapsed(), Duration::from_secs(2));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn forever_means_nothing_more_flows() {
+        let (tx, mut rx, io) = channels();
+        tokio::spawn(stall(&[]).run(ctx(Window::ALWAYS), io));
+        tx.send(data(8)).await.unwrap();
+        let r = tokio::time::timeout(Duration::from_secs(3600), rx.recv()).await;
+        assert!(r.is_err(), "a byte escaped the stall");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn time_trigger_fires_without_traffic() {
+        let (tx, mut rx, io) = channels();
+        tokio::spawn(stall(&[("after", "1s"), ("duration", "1s")]).run(ctx(Window::ALWAYS), io));
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        let t0 = Instant::now();
+        tx.send(data(1)).await.unwrap();
+        rx.recv().await.unwrap();
+        assert_eq!(t0.elapsed(), Duration::from_millis(500));
+    }
+}

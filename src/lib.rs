@@ -1,0 +1,33 @@
+//! netchaos — network-level fault injection for real, unmodified clients.
+//!
+//! # Layout
+//!
+//! Data flows in one direction through the modules, in this order:
+//!
+//! * [`cli`] — clap definitions; raw arguments become validated options.
+//! * [`profile`] — the TOML profile format, built-in profiles, `--fault`
+//!   strings, with located errors ([`profile::node`]); human units in
+//!   [`units`].
+//! * [`plan`] — validated rules and per-connection, seeded fault decisions;
+//!   pure, no I/O.
+//! * [`fault`] — the fault interface and one file per fault kind; each stream
+//!   fault is a pipeline stage that knows nothing of sockets.
+//! * [`relay`] — listeners and the accept loop ([`relay`]), one task per
+//!   connection ([`relay::conn`]), a `splice(2)` fast path for fault-free
+//!   directions ([`relay::splice`]) and fault pipelines
+//!   ([`relay::pipeline`]).
+//! * [`events`] — the event log, counters and the exit summary.
+//! * [`demo`] — the built-in demonstration.
+//! * [`commands`] — each subcommand wiring the above together; [`error`]
+//!   maps failures to exit codes.
+
+pub mod cli;
+pub mod commands;
+pub mod demo;
+pub mod error;
+pub mod events;
+pub mod fault;
+pub mod plan;
+pub mod profile;
+pub mod relay;
+pub mod units;

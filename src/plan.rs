@@ -1,0 +1,435 @@
+//! The validated plan — rules, their matches and faults, explicit proxies,
+//! the seed — and the per-connection fault decisions. Pure: no I/O and no
+//! clock of its own, so decisions unit-test directly.
+//!
+//! Every matching rule applies, in profile order; a connection's faults are
+//! the union of its matching rules' faults, each kept or dropped by its own
+//! `probability` draw. A draw depends only on (seed, rule index, fault
+//! index, connection sequence number), so adding a rule never changes the
+//! decisions of another, and a run can be replayed with its seed.
+
+use std::fmt;
+use std::net::{IpAddr, SocketAddr};
+use std::ops::RangeInclusive;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ipnet::IpNet;
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+
+use crate::fault::{Direction, FaultSpec};
+use crate::profile::node::ProfileError;
+
+/// Whether a connection leaves the wrapped program or arrives to it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flow {
+    Outbound,
+    Inbound,
+}
+
+/// One destination criterion.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DstPattern {
+    Net(IpNet),
+    /// A lower-case host name; `*.example.com` matches its subdomains.
+    Host(String),
+}
+
+impl DstPattern {
+    pub fn parse(s: &str) -> Result<DstPattern, &'static str> {
+        const FORM: &str = "an address, a CIDR like \"10.0.0.0/8\", or a host name like \"api.example.com\"";
+        let s = s.trim();
+        if let Ok(net) = s.parse::<IpNet>() {
+            return Ok(DstPattern::Net(net.trunc()));
+        }
+        if let Ok(ip) = s.parse::<IpAddr>() {
+            return Ok(DstPattern::Net(IpNet::from(ip)));
+        }
+        let name = s.strip_prefix("*.").unwrap_or(s);
+        let valid = !name.is_empty()
+            && name.len() <= 253
+            && name.split('.').all(|l| {
+                !l.is_empty() && l.len() <= 63 && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+            });
+        if valid { Ok(DstPattern::Host(s.to_ascii_lowercase())) } else { Err(FORM) }
+    }
+
+    fn matches(&self, ip: Option<IpAddr>, names: &[String]) -> bool {
+        match self {
+            DstPattern::Net(net) => ip.is_some_and(|ip| net.contains(&canonical(ip))),
+            DstPattern::Host(pat) => names.iter().any(|n| host_matches(pat, n)),
+        }
+    }
+}
+
+/// IPv4-mapped IPv6 addresses match IPv4 rules.
+fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+fn host_matches(pattern: &str, name: &str) -> bool {
+    let name = name.trim_end_matches('.').to_ascii_lowercase();
+    match pattern.strip_prefix("*.") {
+        Some(suffix) => name.len() > suffix.len() && name.ends_with(suffix) && name[..name.len() - suffix.len()].ends_with('.'),
+        None => name == pattern,
+    }
+}
+
+impl fmt::Display for DstPattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DstPattern::Net(n) if n.prefix_len() == n.max_prefix_len() => write!(f, "{}", n.addr()),
+            DstPattern::Net(n) => write!(f, "{n}"),
+            DstPattern::Host(h) => f.write_str(h),
+        }
+    }
+}
+
+/// Parses `443` or `8000-8100`.
+pub fn parse_ports(s: &str) -> Result<RangeInclusive<u16>, &'static str> {
+    const FORM: &str = "a port like \"443\" or a range like \"8000-8100\"";
+    let s = s.trim();
+    let (a, b) = s.split_once('-').unwrap_or((s, s));
+    let a: u16 = a.trim().parse().map_err(|_| FORM)?;
+    let b: u16 = b.trim().parse().map_err(|_| FORM)?;
+    if a == 0 || b < a {
+        return Err(FORM);
+    }
+    Ok(a..=b)
+}
+
+/// Which connections a rule applies to. Each given criterion must hold; an
+/// empty criterion matches everything.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Match {
+    pub dst: Vec<DstPattern>,
+    pub ports: Vec<RangeInclusive<u16>>,
+    /// `None`: either direction.
+    pub flow: Option<Flow>,
+    /// Names of explicit proxies (`netchaos proxy`).
+    pub proxies: Vec<String>,
+}
+
+/// What the relay knows about a connection when it decides its faults.
+#[derive(Clone, Debug)]
+pub struct ConnMeta<'a> {
+    pub flow: Flow,
+    pub proxy: Option<&'a str>,
+    pub ip: Option<IpAddr>,
+    /// Names the destination is known by (a proxy's upstream host, or names
+    /// that resolved to the address).
+    pub names: &'a [String],
+    pub port: u16,
+}
+
+impl Match {
+    pub fn matches(&self, m: &ConnMeta<'_>) -> bool {
+        (self.dst.is_empty() || self.dst.iter().any(|d| d.matches(m.ip, m.names)))
+            && (self.ports.is_empty() || self.ports.iter().any(|r| r.contains(&m.port)))
+            && self.flow.is_none_or(|f| f == m.flow)
+            && (self.proxies.is_empty() || m.proxy.is_some_and(|p| self.proxies.iter().any(|x| x == p)))
+    }
+
+    pub fn is_catch_all(&self) -> bool {
+        *self == Match::default()
+    }
+}
+
+impl fmt::Display for Match {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut parts = Vec::new();
+        if !self.dst.is_empty() {
+            let d: Vec<String> = self.dst.iter().map(|d| d.to_string()).collect();
+            parts.push(format!("dst {}", d.join(", ")));
+        }
+        if !self.ports.is_empty() {
+            let p: Vec<String> = self
+                .ports
+                .iter()
+                .map(|r| if r.start() == r.end() { r.start().to_string() } else { format!("{}-{}", r.start(), r.end()) })
+                .collect();
+            parts.push(format!("ports {}", p.join(", ")));
+        }
+        if let Some(flow) = self.flow {
+            parts.push(format!("direction {}", if flow == Flow::Outbound { "outbound" } else { "inbound" }));
+        }
+        if !self.proxies.is_empty() {
+            parts.push(format!("proxy {}", self.proxies.join(", ")));
+        }
+        if parts.is_empty() { f.write_str("every connection") } else { f.write_str(&parts.join("; ")) }
+    }
+}
+
+/// A named rule: a match and the faults for the connections it matches.
+#[derive(Clone, Debug)]
+pub struct Rule {
+    pub name: Arc<str>,
+    pub matcher: Match,
+    pub faults: Vec<Arc<FaultSpec>>,
+    /// Where the rule was defined, for duplicate-name errors.
+    pub loc: String,
+}
+
+/// An explicit listen → upstream relay.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProxySpec {
+    pub name: String,
+    pub listen: SocketAddr,
+    /// `host:port` as written; resolved per connection.
+    pub upstream: String,
+    pub loc: String,
+}
+
+/// Checks an upstream `host:port` (`[v6]:port` for IPv6 literals).
+pub fn parse_upstream(s: &str) -> Result<String, &'static str> {
+    const FORM: &str = "an upstream like \"127.0.0.1:6379\", \"db.internal:5432\" or \"[::1]:80\"";
+    let s = s.trim();
+    if s.parse::<SocketAddr>().is_ok() {
+        return Ok(s.to_string());
+    }
+    let (host, port) = s.rsplit_once(':').ok_or(FORM)?;
+    let port: u16 = port.parse().map_err(|_| FORM)?;
+    if port == 0 || host.is_empty() || host.contains(':') || DstPattern::parse(host).is_err() {
+        return Err(FORM);
+    }
+    Ok(s.to_string())
+}
+
+/// Parses a listen address: `127.0.0.1:8080`, `[::1]:8080`, or a bare port
+/// (meaning 127.0.0.1, never every interface by accident).
+pub fn parse_listen(s: &str) -> Result<SocketAddr, &'static str> {
+    const FORM: &str = "a listen address like \"127.0.0.1:8080\", \"[::1]:8080\" or a port";
+    let s = s.trim();
+    if let Ok(port) = s.trim_start_matches(':').parse::<u16>() {
+        return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    s.parse().map_err(|_| FORM)
+}
+
+/// A fault chosen for one connection.
+#[derive(Clone, Debug)]
+pub struct Chosen {
+    pub rule: Arc<str>,
+    pub spec: Arc<FaultSpec>,
+    /// Seed for the fault's own random choices on this connection (jitter,
+    /// slice sizes), split per direction by [`Chosen::rng`].
+    pub seed: u64,
+}
+
+impl Chosen {
+    /// The random source for one direction of this fault.
+    pub fn rng(&self, dir: Direction) -> ChaCha8Rng {
+        let mut rng = ChaCha8Rng::seed_from_u64(self.seed);
+        rng.set_stream(dir.index() as u64);
+        rng
+    }
+}
+
+/// Everything netchaos was told to do, validated.
+#[derive(Clone, Debug, Default)]
+pub struct Plan {
+    pub seed: u64,
+    /// `(source, description)` of each profile.
+    pub descriptions: Vec<(String, String)>,
+    pub rules: Vec<Arc<Rule>>,
+    pub proxies: Vec<ProxySpec>,
+}
+
+impl Plan {
+    /// The faults for connection number `seq`, given what is known of it and
+    /// how long netchaos has run (faults whose window is over are skipped).
+    pub fn decide(&self, meta: &ConnMeta<'_>, seq: u64, elapsed: Duration) -> Vec<Chosen> {
+        let mut chosen = Vec::new();
+        for (ri, rule) in self.rules.iter().enumerate() {
+            if !rule.matcher.matches(meta) {
+                continue;
+            }
+            for (fi, spec) in rule.faults.iter().enumerate() {
+                let mut rng = ChaCha8Rng::seed_from_u64(mix(self.seed, ri as u64, fi as u64));
+                rng.set_stream(seq);
+                let draw: f64 = rng.random();
+                let seed: u64 = rng.random();
+                if draw < spec.probability && !spec.active.is_over(elapsed) {
+                    chosen.push(Chosen {
+                        rule: rule.name.clone(),
+                        spec: spec.clone(),
+                        seed,
+                    });
+                }
+            }
+        }
+        chosen
+    }
+
+    /// Checks names for clashes: rule names and proxy names must be unique,
+    /// and no two proxies may listen on the same address.
+    pub fn validate(&self) -> Result<(), ProfileError> {
+        for (i, r) in self.rules.iter().enumerate() {
+            if let Some(first) = self.rules[..i].iter().find(|o| o.name == r.name) {
+                return Err(ProfileError::new(
+                    &r.loc,
+                    format!("rule name {:?} is already used at {}; rule names must be unique", r.name, first.loc),
+                ));
+            }
+        }
+        for (i, p) in self.proxies.iter().enumerate() {
+            for o in &self.proxies[..i] {
+                if o.name == p.name {
+                    return Err(ProfileError::new(
+                        &p.loc,
+                        format!("proxy name {:?} is already used at {}; proxy names must be unique", p.name, o.loc),
+                    ));
+                }
+                if o.listen == p.listen && p.listen.port() != 0 {
+                    return Err(ProfileError::new(
+                        &p.loc,
+                        format!("proxy {:?} listens on {}, as proxy {:?} does", p.name, p.listen, o.name),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The plan as `netchaos check` prints it.
+    pub fn render(&self) -> String {
+        let mut out = format!("seed: {}\n", self.seed);
+        for (src, d) in &self.descriptions {
+            out.push_str(&format!("profile {src}: {d}\n"));
+        }
+        if self.proxies.is_empty() {
+            out.push_str("proxies: none (transparent interception, or --listen/--upstream)\n");
+        }
+        for p in &self.proxies {
+            out.push_str(&format!("proxy {:?}: listen {} -> upstream {}\n", p.name, p.listen, p.upstream));
+        }
+        if self.rules.is_empty() {
+            out.push_str("rules: none (traffic passes unharmed)\n");
+        }
+        for r in &self.rules {
+            out.push_str(&format!("rule {:?}: {}\n", r.name, r.matcher));
+            if r.faults.is_empty() {
+                out.push_str("  (no faults)\n");
+            }
+            for f in &r.faults {
+                out.push_str(&format!("  - {f}\n"));
+            }
+        }
+        out
+    }
+}
+
+/// SplitMix64 over (seed, rule, fault): independent streams per fault.
+fn mix(seed: u64, a: u64, b: u64) -> u64 {
+    let mut z = seed ^ a.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ b.wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fault::testing::spec;
+
+    fn rule(name: &str, matcher: Match, faults: &[(&str, &[(&str, &str)])]) -> Arc<Rule> {
+        Arc::new(Rule {
+            name: name.into(),
+            matcher,
+            faults: faults.iter().map(|(k, p)| Arc::new(spec(k, p).unwrap())).collect(),
+            loc: "test".into(),
+        })
+    }
+
+    fn meta<'a>(ip: &str, port: u16, names: &'a [String]) -> ConnMeta<'a> {
+        ConnMeta {
+            flow: Flow::Outbound,
+            proxy: None,
+            ip: Some(ip.parse().unwrap()),
+            names,
+            port,
+        }
+    }
+
+    #[test]
+    fn matching_criteria() {
+        let m = Match {
+            dst: vec![DstPattern::parse("10.0.0.0/8").unwrap(), DstPattern::parse("*.example.com").unwrap()],
+            ports: vec![parse_ports("443").unwrap(), parse_ports("8000-8100").unwrap()],
+            flow: Some(Flow::Outbound),
+            proxies: vec![],
+        };
+        assert!(m.matches(&meta("10.1.2.3", 443, &[])));
+        assert!(m.matches(&meta("10.1.2.3", 8050, &[])));
+        assert!(!m.matches(&meta("10.1.2.3", 80, &[])));
+        assert!(!m.matches(&meta("192.168.1.1", 443, &[])));
+        let names = vec!["API.example.com.".to_string()];
+        assert!(m.matches(&meta("192.168.1.1", 443, &names)));
+        let bare = vec!["example.com".to_string()];
+        assert!(!m.matches(&meta("192.168.1.1", 443, &bare)), "*.x does not match x itself");
+        assert!(Match::default().matches(&meta("1.2.3.4", 1, &[])));
+        let mapped = Match { dst: vec![DstPattern::parse("127.0.0.1").unwrap()], ..Match::default() };
+        assert!(mapped.matches(&meta("::ffff:127.0.0.1", 1, &[])));
+    }
+
+    #[test]
+    fn bad_patterns() {
+        assert!(DstPattern::parse("10.0.0.0/33").is_err());
+        assert!(DstPattern::parse("exa mple.com").is_err());
+        assert!(parse_ports("0").is_err());
+        assert!(parse_ports("90-80").is_err());
+        assert!(parse_ports("http").is_err());
+        assert!(parse_upstream("localhost").is_err());
+        assert!(parse_upstream("localhost:6379").is_ok());
+        assert!(parse_upstream("[::1]:80").is_ok());
+        assert_eq!(parse_listen("8080").unwrap(), "127.0.0.1:8080".parse().unwrap());
+    }
+
+    #[test]
+    fn probability_splits_and_replays() {
+        let plan = Plan {
+            seed: 42,
+            rules: vec![rule("r", Match::default(), &[("reset", &[("probability", "0.3")])])],
+            ..Plan::default()
+        };
+        let pick = |p: &Plan| -> Vec<bool> {
+            (0..2000).map(|seq| !p.decide(&meta("1.1.1.1", 1, &[]), seq, Duration::ZERO).is_empty()).collect()
+        };
+        let a = pick(&plan);
+        let hits = a.iter().filter(|x| **x).count();
+        assert!((500..700).contains(&hits), "{hits} of 2000 at p=0.3");
+        assert_eq!(a, pick(&plan), "same seed, same decisions");
+        let other = Plan { seed: 43, ..plan.clone() };
+        assert_ne!(a, pick(&other), "another seed, other decisions");
+    }
+
+    #[test]
+    fn decisions_of_one_rule_ignore_other_rules() {
+        let one = rule("a", Match::default(), &[("reset", &[("probability", "0.5")])]);
+        let plan1 = Plan { seed: 7, rules: vec![one.clone()], ..Plan::default() };
+        let decide = |p: &Plan, seq| p.decide(&meta("1.1.1.1", 1, &[]), seq, Duration::ZERO).iter().any(|c| &*c.rule == "a");
+        let ports = Match { ports: vec![parse_ports("9").unwrap()], ..Match::default() };
+        let plan2 = Plan {
+            seed: 7,
+            rules: vec![one, rule("b", ports, &[("latency", &[("delay", "1ms"), ("probability", "0.5")])])],
+            ..Plan::default()
+        };
+        for seq in 0..200 {
+            assert_eq!(decide(&plan1, seq), decide(&plan2, seq));
+        }
+    }
+
+    #[test]
+    fn expired_windows_are_skipped() {
+        let plan = Plan {
+            rules: vec![rule("r", Match::default(), &[("latency", &[("delay", "1ms"), ("active", "..10s")])])],
+            ..Plan::default()
+        };
+        assert_eq!(plan.decide(&meta("1.1.1.1", 1, &[]), 0, Duration::from_secs(5)).len(), 1);
+        assert!(plan.decide(&meta("1.1.1.1", 1, &[]), 0, Duration::from_secs(10)).is_empty());
+    }
+}

@@ -1,0 +1,323 @@
+//! Profiles: the TOML format, the built-in profiles, and `--fault` strings.
+//!
+//! A profile is read into a located tree ([`node`]) and walked table by
+//! table; every key is checked, so a typo is an error with its file, line
+//! and column rather than a silently ignored setting. The result feeds
+//! [`crate::plan::Plan`].
+
+pub mod builtin;
+pub mod node;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use node::{Fields, Node, ProfileError, Value, node_text};
+
+use crate::fault::{self, FaultSpec};
+use crate::plan::{self, DstPattern, Flow, Match, Plan, ProxySpec, Rule};
+
+/// One profile, read and validated on its own.
+#[derive(Debug, Clone)]
+pub struct ProfileDoc {
+    /// The file path, or `builtin:NAME`.
+    pub source: String,
+    pub description: Option<String>,
+    pub seed: Option<u64>,
+    pub rules: Vec<Rule>,
+    pub proxies: Vec<ProxySpec>,
+}
+
+/// Reads a profile given as a built-in name or a path.
+pub fn load(arg: &str) -> Result<ProfileDoc, ProfileError> {
+    let looks_like_path = arg.contains('/') || arg.ends_with(".toml") || Path::new(arg).is_file();
+    if !looks_like_path {
+        if let Some(text) = builtin::get(arg) {
+            return parse(&format!("builtin:{arg}"), text, None);
+        }
+        let names = builtin::names();
+        let hint = node::closest(arg, &names).map_or(String::new(), |n| format!(" (did you mean {n:?}?)"));
+        return Err(ProfileError::new(
+            format!("-p {arg}"),
+            format!(
+                "no built-in profile named {arg:?}{hint} and no file of that name; built-ins are: {} (see `netchaos profiles`)",
+                names.join(", ")
+            ),
+        ));
+    }
+    let text = std::fs::read_to_string(arg)
+        .map_err(|e| ProfileError::new(format!("-p {arg}"), format!("cannot read profile {arg}: {e}")))?;
+    let dir = Path::new(arg).parent().map(PathBuf::from);
+    parse(arg, &text, dir)
+}
+
+/// Parses profile text; `name` appears in error locations, `dir` resolves
+/// relative paths inside it.
+pub fn parse(name: &str, text: &str, dir: Option<PathBuf>) -> Result<ProfileDoc, ProfileError> {
+    let mut top = Fields::new("profile", node::parse_toml(name, text)?)?;
+    let description = top.string("description")?;
+    let seed = top.integer_in("seed", 0, u64::MAX)?;
+    let mut rules = Vec::new();
+    for (i, node) in top.tables("rules")?.into_iter().enumerate() {
+        rules.push(parse_rule(i, node, &dir)?);
+    }
+    let mut proxies = Vec::new();
+    for (i, node) in top.tables("proxies")?.into_iter().enumerate() {
+        proxies.push(parse_proxy(i, node)?);
+    }
+    top.finish()?;
+    Ok(ProfileDoc {
+        source: name.to_string(),
+        description,
+        seed,
+        rules,
+        proxies,
+    })
+}
+
+fn parse_rule(i: usize, node: Node, dir: &Option<PathBuf>) -> Result<Rule, ProfileError> {
+    let loc = node.loc.clone();
+    let mut f = Fields::new(format!("rules[{i}]"), node)?;
+    let name = f.string("name")?.unwrap_or_else(|| format!("rule-{}", i + 1));
+    if name.trim().is_empty() {
+        return Err(f.table_error("name must not be empty"));
+    }
+    let matcher = match f.take("match") {
+        Some(m) => parse_match(&format!("rules[{i}].match"), m)?,
+        None => Match::default(),
+    };
+    let mut faults = Vec::new();
+    for (j, fnode) in f.tables("faults")?.into_iter().enumerate() {
+        let ff = Fields::new(format!("rules[{i}].faults[{j}]"), fnode)?.with_base(dir.clone());
+        faults.push(Arc::new(fault::parse_fault(ff)?));
+    }
+    f.finish()?;
+    Ok(Rule {
+        name: name.into(),
+        matcher,
+        faults,
+        loc,
+    })
+}
+
+fn parse_match(path: &str, node: Node) -> Result<Match, ProfileError> {
+    let mut f = Fields::new(path, node)?;
+    let mut m = Match::default();
+    for n in f.strings("dst")?.unwrap_or_default() {
+        let text = node_text(&n);
+        m.dst.push(DstPattern::parse(&text).map_err(|e| f.error("dst", &n.loc, format!("expected {e}, got {text:?}")))?);
+    }
+    for n in f.strings("ports")?.unwrap_or_default() {
+        let text = node_text(&n);
+        m.ports.push(plan::parse_ports(&text).map_err(|e| f.error("ports", &n.loc, format!("expected {e}, got {text:?}")))?);
+    }
+    m.flow = match f.choice("direction", &["outbound", "inbound", "any"])? {
+        Some("outbound") => Some(Flow::Outbound),
+        Some("inbound") => Some(Flow::Inbound),
+        _ => None,
+    };
+    for n in f.strings("proxy")?.unwrap_or_default() {
+        m.proxies.push(node_text(&n));
+    }
+    f.finish()?;
+    Ok(m)
+}
+
+fn parse_proxy(i: usize, node: Node) -> Result<ProxySpec, ProfileError> {
+    let loc = node.loc.clone();
+    let mut f = Fields::new(format!("proxies[{i}]"), node)?;
+    let name = f.string("name")?.unwrap_or_else(|| format!("proxy-{}", i + 1));
+    let listen_node = f.take("listen").ok_or_else(|| f.table_error("missing \"listen\" (like \"127.0.0.1:26379\")"))?;
+    let listen_text = node_text(&listen_node);
+    let listen = plan::parse_listen(&listen_text)
+        .map_err(|e| f.error("listen", &listen_node.loc, format!("expected {e}, got {listen_text:?}")))?;
+    let up_node = f.take("upstream").ok_or_else(|| f.table_error("missing \"upstream\" (like \"127.0.0.1:6379\")"))?;
+    let up_text = node_text(&up_node);
+    let upstream = plan::parse_upstream(&up_text)
+        .map_err(|e| f.error("upstream", &up_node.loc, format!("expected {e}, got {up_text:?}")))?;
+    if !matches!(listen_node.value, Value::Str(_) | Value::Int(_)) {
+        return Err(f.error("listen", &listen_node.loc, "expected a string"));
+    }
+    f.finish()?;
+    Ok(ProxySpec {
+        name,
+        listen,
+        upstream,
+        loc,
+    })
+}
+
+/// Parses `TYPE:key=value,key=value` (values may be double-quoted to hold
+/// commas; `\n`, `\r`, `\"` and `\\` escapes work inside quotes).
+pub fn parse_fault_flag(spec: &str) -> Result<FaultSpec, ProfileError> {
+    let loc = format!("--fault {spec:?}");
+    let (kind, rest) = spec.split_once(':').unwrap_or((spec, ""));
+    let mut pairs = vec![("type".to_string(), kind.trim().to_string())];
+    for item in split_pairs(rest).map_err(|m| ProfileError::new(&loc, m))? {
+        let (k, v) = item
+            .split_once('=')
+            .ok_or_else(|| ProfileError::new(&loc, format!("{kind}: expected key=value, got {item:?}")))?;
+        pairs.push((k.trim().to_string(), unquote(v.trim()).map_err(|m| ProfileError::new(&loc, m))?));
+    }
+    fault::parse_fault(Fields::from_pairs("fault", &loc, pairs))
+}
+
+/// Splits on commas outside double quotes.
+fn split_pairs(s: &str) -> Result<Vec<String>, String> {
+    let mut out = Vec::new();
+    let (mut cur, mut quoted, mut escaped) = (String::new(), false, false);
+    for c in s.chars() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' if quoted => escaped = true,
+            '"' => quoted = !quoted,
+            ',' if !quoted => {
+                out.push(std::mem::take(&mut cur));
+                continue;
+            }
+            _ => {}
+        }
+        cur.push(c);
+    }
+    if quoted {
+        return Err("unterminated double quote".into());
+    }
+    out.push(cur);
+    Ok(out.into_iter().filter(|p| !p.trim().is_empty()).collect())
+}
+
+fn unquote(v: &str) -> Result<String, String> {
+    let Some(inner) = v.strip_prefix('"').and_then(|x| x.strip_suffix('"')) else {
+        return Ok(v.to_string());
+    };
+    let mut out = String::new();
+    let mut chars = inner.chars();
+    while let Some(c) = chars.next() {
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        match chars.next() {
+            Some('n') => out.push('\n'),
+            Some('r') => out.push('\r'),
+            Some('t') => out.push('\t'),
+            Some(c @ ('"' | '\\')) => out.push(c),
+            other => return Err(format!("unknown escape \\{}", other.map_or(String::new(), String::from))),
+        }
+    }
+    Ok(out)
+}
+
+/// The rule that `--fault` flags add to: it matches every connection.
+pub const CLI_RULE: &str = "cli";
+
+/// Builds the plan from profiles (in order), `--fault` flags and `--seed`.
+/// Without a seed anywhere, one is drawn and reported, so any run can be
+/// replayed.
+pub fn build_plan(profiles: &[String], faults: &[String], seed: Option<u64>) -> Result<Plan, ProfileError> {
+    let mut plan = Plan::default();
+    let mut profile_seed = None;
+    for p in profiles {
+        let doc = load(p)?;
+        profile_seed = profile_seed.or(doc.seed);
+        if let Some(d) = doc.description {
+            plan.descriptions.push((doc.source.clone(), d));
+        }
+        plan.rules.extend(doc.rules.into_iter().map(Arc::new));
+        plan.proxies.extend(doc.proxies);
+    }
+    if !faults.is_empty() {
+        let specs = faults.iter().map(|f| parse_fault_flag(f).map(Arc::new)).collect::<Result<Vec<_>, _>>()?;
+        plan.rules.push(Arc::new(Rule {
+            name: CLI_RULE.into(),
+            matcher: Match::default(),
+            faults: specs,
+            loc: "--fault".into(),
+        }));
+    }
+    plan.seed = seed.or(profile_seed).unwrap_or_else(rand::random);
+    plan.validate()?;
+    Ok(plan)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SKETCH: &str = r#"
+description = "Replies stop after the headers: a read timeout"
+seed = 7
+
+[[rules]]
+name = "api"
+match = { dst = ["10.0.0.0/8", "api.internal"], ports = ["443", "8000-8100"], direction = "outbound" }
+
+  [[rules.faults]]
+  type = "stall"
+  stream = "downstream"
+  after_bytes = 512
+  duration = "forever"
+  probability = 0.5
+
+[[proxies]]
+name = "redis"
+listen = "127.0.0.1:26379"
+upstream = "127.0.0.1:6379"
+"#;
+
+    #[test]
+    fn the_design_sketch_parses() {
+        let doc = parse("sketch.toml", SKETCH, None).unwrap();
+        assert_eq!(doc.seed, Some(7));
+        assert_eq!(doc.rules.len(), 1);
+        assert_eq!(&*doc.rules[0].name, "api");
+        assert_eq!(doc.rules[0].matcher.dst.len(), 2);
+        assert_eq!(doc.rules[0].faults[0].probability, 0.5);
+        assert_eq!(doc.proxies[0].listen, "127.0.0.1:26379".parse().unwrap());
+    }
+
+    #[test]
+    fn errors_name_file_line_column_and_form() {
+        let text = "[[rules]]\n[[rules.faults]]\ntype = \"bandwidth\"\nrate = \"fast\"\n";
+        let e = parse("p.toml", text, None).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "p.toml:4:8: bandwidth.rate: expected a rate like \"1mbit\" or \"500KB/s\", got \"fast\""
+        );
+        let e = parse("p.toml", "sed = 1\n", None).unwrap_err();
+        assert!(e.to_string().starts_with("p.toml:1:1: profile: unknown key \"sed\" (did you mean \"seed\"?)"), "{e}");
+        let e = parse("p.toml", "[[rules]]\nmatch = { ports = [\"http\"] }\n", None).unwrap_err();
+        assert!(e.to_string().contains("rules[0].match.ports: expected a port like"), "{e}");
+        let e = parse("p.toml", "[[proxies]]\nlisten = \"x\"\nupstream = \"a:1\"\n", None).unwrap_err();
+        assert!(e.to_string().starts_with("p.toml:2:10: proxies[0].listen:"), "{e}");
+    }
+
+    #[test]
+    fn fault_flags() {
+        let f = parse_fault_flag("reset:after_bytes=4096").unwrap();
+        assert_eq!(f.to_string(), "reset:after_bytes=4096,stream=downstream");
+        let f = parse_fault_flag("respond:data=\"a,b\\r\\n\",then=reset").unwrap();
+        assert!(f.to_string().contains("5 bytes of data"), "{f}");
+        let e = parse_fault_flag("latency:delay").unwrap_err();
+        assert!(e.to_string().contains("expected key=value"), "{e}");
+        let e = parse_fault_flag("bandwidth:rate=fast").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "--fault \"bandwidth:rate=fast\": bandwidth.rate: expected a rate like \"1mbit\" or \"500KB/s\", got \"fast\""
+        );
+        assert!(parse_fault_flag("latency:delay=1s,bogus=2").unwrap_err().message.contains("unknown key \"bogus\""));
+    }
+
+    #[test]
+    fn unknown_builtin_suggests() {
+        let e = load("flakey").unwrap_err();
+        assert!(e.message.contains("did you mean \"flaky\""), "{e}");
+    }
+
+    #[test]
+    fn duplicate_rule_names_are_rejected() {
+        let doc = "[[rules]]\nname = \"a\"\n[[rules]]\nname = \"a\"\n";
+        let d = parse("d.toml", doc, None).unwrap();
+        let plan = Plan { rules: d.rules.into_iter().map(Arc::new).collect(), ..Plan::default() };
+        assert!(plan.validate().unwrap_err().message.contains("already used"));
+    }
+}

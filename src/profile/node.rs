@@ -1,0 +1,536 @@
+//! A located value tree and a reader that turns it into typed settings.
+//!
+//! Profiles (TOML), `--fault` strings and API bodies (JSON) all arrive here as
+//! [`Node`]s that remember where each value was written. [`Fields`] reads a
+//! table key by key with the human units, and reports every mistake — a wrong
+//! type, a bad unit, an unknown key — as a [`ProfileError`] naming the place,
+//! the key path and the expected form.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::units;
+
+/// A mistake in a profile, a `--fault` string or an API body.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{loc}: {message}")]
+pub struct ProfileError {
+    /// `file:line:column`, or the flag or request the value came from.
+    pub loc: String,
+    /// What is wrong and what was expected.
+    pub message: String,
+}
+
+impl ProfileError {
+    pub fn new(loc: impl Into<String>, message: impl Into<String>) -> Self {
+        ProfileError {
+            loc: loc.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// A value with the place it was written.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Node {
+    pub value: Value,
+    pub loc: String,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value {
+    Str(String),
+    Int(i64),
+    Float(f64),
+    Bool(bool),
+    Array(Vec<Node>),
+    /// Key, the key's own location, and the value.
+    Table(Vec<(String, String, Node)>),
+    /// A TOML date or time: never valid here, kept to say so.
+    Other(&'static str),
+}
+
+impl Value {
+    fn type_name(&self) -> &'static str {
+        match self {
+            Value::Str(_) => "a string",
+            Value::Int(_) => "an integer",
+            Value::Float(_) => "a number",
+            Value::Bool(_) => "a boolean",
+            Value::Array(_) => "an array",
+            Value::Table(_) => "a table",
+            Value::Other(t) => t,
+        }
+    }
+}
+
+impl fmt::Display for Value {
+    /// The value as the user wrote it, for "got …" in messages.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Value::Str(s) => write!(f, "{s:?}"),
+            Value::Int(i) => write!(f, "{i}"),
+            Value::Float(x) => write!(f, "{x}"),
+            Value::Bool(b) => write!(f, "{b}"),
+            other => f.write_str(other.type_name()),
+        }
+    }
+}
+
+/// Converts byte offsets into `file:line:column`.
+pub struct SourceMap<'a> {
+    name: &'a str,
+    line_starts: Vec<usize>,
+    text: &'a str,
+}
+
+impl<'a> SourceMap<'a> {
+    pub fn new(name: &'a str, text: &'a str) -> Self {
+        let mut line_starts = vec![0];
+        line_starts.extend(text.match_indices('\n').map(|(i, _)| i + 1));
+        SourceMap {
+            name,
+            line_starts,
+            text,
+        }
+    }
+
+    pub fn loc(&self, offset: usize) -> String {
+        let line = self.line_starts.partition_point(|&s| s <= offset).max(1);
+        let start = self.line_starts[line - 1];
+        let col = self.text[start..offset.min(self.text.len())].chars().count() + 1;
+        format!("{}:{}:{}", self.name, line, col)
+    }
+}
+
+/// Parses TOML text into a located tree.
+pub fn parse_toml(name: &str, text: &str) -> Result<Node, ProfileError> {
+    use toml::de::DeTable;
+    let map = SourceMap::new(name, text);
+    let doc = DeTable::parse(text).map_err(|e| {
+        let at = e.span().map_or_else(|| name.to_string(), |s| map.loc(s.start));
+        ProfileError::new(at, format!("invalid TOML: {}", e.message().trim()))
+    })?;
+    let span = doc.span();
+    Ok(table_node(&map, doc.get_ref(), span.start))
+}
+
+fn table_node(map: &SourceMap<'_>, t: &toml::de::DeTable<'_>, at: usize) -> Node {
+    let entries = t
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.get_ref().to_string(),
+                map.loc(k.span().start),
+                value_node(map, v),
+            )
+        })
+        .collect();
+    Node {
+        value: Value::Table(entries),
+        loc: map.loc(at),
+    }
+}
+
+fn value_node(map: &SourceMap<'_>, v: &toml::Spanned<toml::de::DeValue<'_>>) -> Node {
+    use toml::de::DeValue;
+    let loc = map.loc(v.span().start);
+    let value = match v.get_ref() {
+        DeValue::String(s) => Value::Str(s.to_string()),
+        DeValue::Integer(i) => match i64::from_str_radix(&i.as_str().replace('_', ""), i.radix()) {
+            Ok(n) => Value::Int(n),
+            Err(_) => Value::Other("an integer too large"),
+        },
+        DeValue::Float(x) => match x.as_str().replace('_', "").parse::<f64>() {
+            Ok(n) => Value::Float(n),
+            Err(_) => Value::Other("an unreadable number"),
+        },
+        DeValue::Boolean(b) => Value::Bool(*b),
+        DeValue::Datetime(_) => Value::Other("a date or time"),
+        DeValue::Array(a) => Value::Array(a.iter().map(|e| value_node(map, e)).collect()),
+        DeValue::Table(t) => return table_node(map, t, v.span().start),
+    };
+    Node { value, loc }
+}
+
+/// Reads the keys of one table, remembering which were read so that
+/// [`Fields::finish`] can reject the rest as unknown.
+pub struct Fields {
+    /// Dotted prefix for messages: `bandwidth`, `rules[0].match`.
+    path: String,
+    loc: String,
+    entries: Vec<(String, String, Node)>,
+    known: Vec<&'static str>,
+    /// Directory that relative paths in this table are resolved against.
+    base_dir: Option<std::path::PathBuf>,
+}
+
+impl Fields {
+    /// Starts reading `node`, which must be a table.
+    pub fn new(path: impl Into<String>, node: Node) -> Result<Fields, ProfileError> {
+        let path = path.into();
+        match node.value {
+            Value::Table(entries) => Ok(Fields {
+                path,
+                loc: node.loc,
+                entries,
+                known: Vec::new(),
+                base_dir: None,
+            }),
+            other => Err(ProfileError::new(
+                node.loc,
+                format!("{path}: expected a table, got {}", other.type_name()),
+            )),
+        }
+    }
+
+    /// A table built from `key=value` strings (`--fault`), located at `loc`.
+    pub fn from_pairs(path: &str, loc: &str, pairs: Vec<(String, String)>) -> Fields {
+        let entries = pairs
+            .into_iter()
+            .map(|(k, v)| {
+                let node = Node {
+                    value: Value::Str(v),
+                    loc: loc.to_string(),
+                };
+                (k, loc.to_string(), node)
+            })
+            .collect();
+        Fields {
+            path: path.to_string(),
+            loc: loc.to_string(),
+            entries,
+            known: Vec::new(),
+            base_dir: None,
+        }
+    }
+
+    pub fn loc(&self) -> &str {
+        &self.loc
+    }
+
+    /// Resolves relative paths in this table against `dir` (the profile's
+    /// own directory).
+    pub fn with_base(mut self, dir: Option<std::path::PathBuf>) -> Fields {
+        self.base_dir = dir;
+        self
+    }
+
+    /// A path as written, made absolute against the profile's directory.
+    pub fn resolve_path(&self, path: &str) -> std::path::PathBuf {
+        match &self.base_dir {
+            Some(dir) if std::path::Path::new(path).is_relative() => dir.join(path),
+            _ => path.into(),
+        }
+    }
+
+    /// The same table, reported under another path (a fault's type name).
+    pub fn renamed(mut self, path: &str) -> Fields {
+        self.path = path.to_string();
+        self
+    }
+
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// Whether the key is present (and marks it known).
+    pub fn has(&mut self, key: &'static str) -> bool {
+        self.known.push(key);
+        self.entries.iter().any(|(k, _, _)| k == key)
+    }
+
+    /// Removes and returns the raw node for `key`.
+    pub fn take(&mut self, key: &'static str) -> Option<Node> {
+        self.known.push(key);
+        let i = self.entries.iter().position(|(k, _, _)| k == key)?;
+        Some(self.entries.remove(i).2)
+    }
+
+    /// An error about `key` at `node`'s place.
+    pub fn error(&self, key: &str, loc: &str, message: impl fmt::Display) -> ProfileError {
+        ProfileError::new(loc, format!("{}.{key}: {message}", self.path))
+    }
+
+    /// An error about this table as a whole.
+    pub fn table_error(&self, message: impl fmt::Display) -> ProfileError {
+        ProfileError::new(&self.loc, format!("{}: {message}", self.path))
+    }
+
+    fn expected(&self, key: &str, node: &Node, form: &str) -> ProfileError {
+        self.error(key, &node.loc, format!("expected {form}, got {}", node.value))
+    }
+
+    /// Reads a string-like value through `parse`; numbers are accepted where
+    /// `parse` accepts their text (so `--fault` strings and TOML agree).
+    fn with_text<T>(
+        &mut self,
+        key: &'static str,
+        form: &str,
+        parse: impl Fn(&str) -> Result<T, &'static str>,
+    ) -> Result<Option<T>, ProfileError> {
+        let Some(node) = self.take(key) else {
+            return Ok(None);
+        };
+        let text = match &node.value {
+            Value::Str(s) => s.clone(),
+            Value::Int(i) => i.to_string(),
+            Value::Float(x) => x.to_string(),
+            _ => return Err(self.expected(key, &node, form)),
+        };
+        parse(&text).map(Some).map_err(|e| {
+            // The parser's phrase is more specific than `form` when it differs.
+            self.expected(key, &node, if e.is_empty() { form } else { e })
+        })
+    }
+
+    pub fn string(&mut self, key: &'static str) -> Result<Option<String>, ProfileError> {
+        let Some(node) = self.take(key) else {
+            return Ok(None);
+        };
+        match node.value {
+            Value::Str(s) => Ok(Some(s)),
+            _ => Err(self.expected(key, &node, "a string")),
+        }
+    }
+
+    pub fn duration(&mut self, key: &'static str) -> Result<Option<Duration>, ProfileError> {
+        self.with_text(key, units::DURATION_FORM, units::parse_duration)
+    }
+
+    /// A duration, or `"forever"` (returned as `Some(None)`).
+    pub fn duration_or_forever(
+        &mut self,
+        key: &'static str,
+    ) -> Result<Option<Option<Duration>>, ProfileError> {
+        const FORM: &str = "a duration like \"5s\" or \"forever\"";
+        self.with_text(key, FORM, |s| {
+            if s.trim() == "forever" {
+                Ok(None)
+            } else {
+                units::parse_duration(s).map(Some).map_err(|_| FORM)
+            }
+        })
+    }
+
+    pub fn rate(&mut self, key: &'static str) -> Result<Option<u64>, ProfileError> {
+        self.with_text(key, units::RATE_FORM, units::parse_rate)
+    }
+
+    pub fn size(&mut self, key: &'static str) -> Result<Option<u64>, ProfileError> {
+        self.with_text(key, units::SIZE_FORM, units::parse_size)
+    }
+
+    pub fn percent(&mut self, key: &'static str) -> Result<Option<f64>, ProfileError> {
+        self.with_text(key, "", units::parse_percent)
+    }
+
+    pub fn window(&mut self, key: &'static str) -> Result<Option<units::Window>, ProfileError> {
+        self.with_text(key, units::WINDOW_FORM, units::Window::parse)
+    }
+
+    /// A number in `lo..=hi`.
+    pub fn number_in(
+        &mut self,
+        key: &'static str,
+        lo: f64,
+        hi: f64,
+    ) -> Result<Option<f64>, ProfileError> {
+        let form = format!("a number from {lo} to {hi}");
+        self.with_text(key, &form, |s| {
+            let x: f64 = s.trim().parse().map_err(|_| "")?;
+            if (lo..=hi).contains(&x) { Ok(x) } else { Err("") }
+        })
+    }
+
+    /// A whole number in `lo..=hi`.
+    pub fn integer_in(
+        &mut self,
+        key: &'static str,
+        lo: u64,
+        hi: u64,
+    ) -> Result<Option<u64>, ProfileError> {
+        let form = format!("a whole number from {lo} to {hi}");
+        self.with_text(key, &form, |s| {
+            let x: u64 = s.trim().parse().map_err(|_| "")?;
+            if (lo..=hi).contains(&x) { Ok(x) } else { Err("") }
+        })
+    }
+
+    pub fn boolean(&mut self, key: &'static str) -> Result<Option<bool>, ProfileError> {
+        let Some(node) = self.take(key) else {
+            return Ok(None);
+        };
+        match &node.value {
+            Value::Bool(b) => Ok(Some(*b)),
+            Value::Str(s) if matches!(s.trim(), "true" | "yes" | "1") => Ok(Some(true)),
+            Value::Str(s) if matches!(s.trim(), "false" | "no" | "0") => Ok(Some(false)),
+            _ => Err(self.expected(key, &node, "true or false")),
+        }
+    }
+
+    /// One of the listed words.
+    pub fn choice(
+        &mut self,
+        key: &'static str,
+        choices: &[&'static str],
+    ) -> Result<Option<&'static str>, ProfileError> {
+        let form = format!("one of {}", quoted_list(choices));
+        let Some(node) = self.take(key) else {
+            return Ok(None);
+        };
+        match &node.value {
+            Value::Str(s) => match choices.iter().find(|c| **c == s.trim()) {
+                Some(c) => Ok(Some(c)),
+                None => Err(self.expected(key, &node, &form)),
+            },
+            _ => Err(self.expected(key, &node, &form)),
+        }
+    }
+
+    /// An array of strings; a single string is taken as a one-element array.
+    pub fn strings(&mut self, key: &'static str) -> Result<Option<Vec<Node>>, ProfileError> {
+        let Some(node) = self.take(key) else {
+            return Ok(None);
+        };
+        let items = match node.value {
+            Value::Array(items) => items,
+            Value::Str(_) | Value::Int(_) => vec![node],
+            _ => return Err(self.expected(key, &node, "a string or an array of strings")),
+        };
+        for item in &items {
+            if !matches!(item.value, Value::Str(_) | Value::Int(_)) {
+                return Err(self.expected(key, item, "a string"));
+            }
+        }
+        Ok(Some(items))
+    }
+
+    /// An array of tables (`[[rules]]`).
+    pub fn tables(&mut self, key: &'static str) -> Result<Vec<Node>, ProfileError> {
+        let Some(node) = self.take(key) else {
+            return Ok(Vec::new());
+        };
+        match node.value {
+            Value::Array(items) => Ok(items),
+            _ => Err(self.expected(key, &node, "an array of tables, like [[rules]]")),
+        }
+    }
+
+    /// Rejects any key that no reader asked for.
+    pub fn finish(self) -> Result<(), ProfileError> {
+        if let Some((key, loc, _)) = self.entries.first() {
+            let mut known = self.known.clone();
+            known.sort_unstable();
+            known.dedup();
+            let hint = match closest(key, &known) {
+                Some(k) => format!(" (did you mean {k:?}?)"),
+                None => String::new(),
+            };
+            return Err(ProfileError::new(
+                loc,
+                format!(
+                    "{}: unknown key {key:?}{hint}; expected one of: {}",
+                    self.path,
+                    known.join(", ")
+                ),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The text of a string node (or an integer's digits).
+pub fn node_text(node: &Node) -> String {
+    match &node.value {
+        Value::Str(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+/// `"a", "b" or "c"`.
+pub fn quoted_list(items: &[&str]) -> String {
+    let q: Vec<String> = items.iter().map(|s| format!("{s:?}")).collect();
+    match q.len() {
+        0 => String::new(),
+        1 => q[0].clone(),
+        n => format!("{} or {}", q[..n - 1].join(", "), q[n - 1]),
+    }
+}
+
+/// The known word nearest to a misspelt one, if it is close.
+pub fn closest<'a>(word: &str, known: &[&'a str]) -> Option<&'a str> {
+    known
+        .iter()
+        .map(|k| (edit_distance(word, k), *k))
+        .filter(|(d, k)| *d <= 2.max(k.len() / 4))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, k)| k)
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1];
+        for (j, cb) in b.iter().enumerate() {
+            let cost = usize::from(ca != *cb);
+            cur.push((prev[j] + cost).min(prev[j + 1] + 1).min(cur[j] + 1));
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fields(text: &str) -> Fields {
+        Fields::new("t", parse_toml("x.toml", text).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn locations_point_at_the_value() {
+        let mut f = fields("a = 1\nrate = \"fast\"\n");
+        f.take("a");
+        let e = f.rate("rate").unwrap_err();
+        assert_eq!(e.loc, "x.toml:2:8");
+        assert_eq!(
+            e.message,
+            "t.rate: expected a rate like \"1mbit\" or \"500KB/s\", got \"fast\""
+        );
+    }
+
+    #[test]
+    fn unknown_keys_are_errors_with_a_hint() {
+        let mut f = fields("delay = \"1s\"\njiter = \"1ms\"\n");
+        f.duration("delay").unwrap();
+        f.duration("jitter").unwrap();
+        let e = f.finish().unwrap_err();
+        assert_eq!(e.loc, "x.toml:2:1");
+        assert!(e.message.contains("unknown key \"jiter\""), "{e}");
+        assert!(e.message.contains("did you mean \"jitter\""), "{e}");
+    }
+
+    #[test]
+    fn syntax_errors_are_located() {
+        let e = parse_toml("bad.toml", "a = 1\nb = \n").unwrap_err();
+        assert!(e.loc.starts_with("bad.toml:2:"), "{e}");
+        assert!(e.message.starts_with("invalid TOML"), "{e}");
+    }
+
+    #[test]
+    fn numbers_and_ranges() {
+        let mut f = fields("p = 1.5\nq = 0.25\nn = \"7\"\n");
+        assert!(f.number_in("p", 0.0, 1.0).is_err());
+        assert_eq!(f.number_in("q", 0.0, 1.0).unwrap(), Some(0.25));
+        assert_eq!(f.integer_in("n", 0, 10).unwrap(), Some(7));
+    }
+
+    #[test]
+    fn closest_words() {
+        assert_eq!(closest("latncy", &["latency", "bandwidth"]), Some("latency"));
+        assert_eq!(closest("zzz", &["latency", "bandwidth"]), None);
+    }
+}

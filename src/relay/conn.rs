@@ -1,0 +1,322 @@
+//! One relayed connection, from accept to teardown: find the destination,
+//! decide the faults (seeded), dial the upstream (or answer in its place for
+//! `respond`), run the two directions, and end the way the peers or the
+//! faults say — FIN, RST, or a clean close.
+//!
+//! Errors stay in this task: they are recorded and never reach the accept
+//! loop.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::Interest;
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+use super::{DirEnd, Endpoint, Relay, pipeline, sockopt, splice};
+use crate::events::{ConnInfo, FaultHit};
+use crate::fault::{Direction, FaultKind, StageCtx};
+use crate::plan::{Chosen, ConnMeta};
+
+/// How a connection ended, as the event log and summary say it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    /// Both sides sent FIN.
+    Fin,
+    /// RST (from a peer, or a fault) delivered to both sides.
+    Reset,
+    /// A fault closed the connection cleanly.
+    Closed,
+    /// The upstream could not be reached; the client was reset.
+    DialFailed,
+    /// netchaos shut down while the connection was open.
+    Aborted,
+}
+
+impl Outcome {
+    fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Fin => "fin",
+            Outcome::Reset => "reset",
+            Outcome::Closed => "closed",
+            Outcome::DialFailed => "dial_failed",
+            Outcome::Aborted => "aborted",
+        }
+    }
+}
+
+/// Serves one accepted client until the connection ends or netchaos stops.
+pub async fn serve(relay: Arc<Relay>, client: TcpStream, peer: SocketAddr, ep: Arc<Endpoint>, seq: u64) {
+    let opened = Instant::now();
+    sockopt::tune(&client);
+    let resolved = resolve(&ep.upstream).await;
+    let (host, addrs) = match &resolved {
+        Ok((host, addrs)) => (host.clone(), addrs.clone()),
+        Err(_) => (None, Vec::new()),
+    };
+    let info = Arc::new(ConnInfo {
+        id: seq,
+        client: peer,
+        dst: addrs.first().map_or_else(|| ep.upstream.clone(), |a| a.to_string()),
+        host: host.clone(),
+        proxy: Some(ep.name.clone()),
+    });
+    let names: Vec<String> = host.into_iter().collect();
+    let meta = ConnMeta {
+        flow: ep.flow,
+        proxy: Some(&ep.name),
+        ip: addrs.first().map(|a| a.ip()),
+        names: &names,
+        port: addrs.first().map_or(0, |a| a.port()),
+    };
+    let chosen = relay.plan.decide(&meta, seq, relay.epoch.elapsed());
+    relay.events.conn_open(&info);
+
+    let conn = Conn {
+        relay: &relay,
+        info: &info,
+        chosen,
+        opened,
+    };
+    let work = conn.run(&client, &addrs, resolved.err());
+    let (outcome, bytes) = tokio::select! {
+        r = work => r,
+        _ = relay.abort.cancelled() => (Outcome::Aborted, [0, 0]),
+    };
+    relay.events.conn_close(&info, outcome.as_str(), bytes, opened.elapsed());
+}
+
+/// Resolves `host:port`: the host's name (when it is not a literal) and its
+/// addresses.
+async fn resolve(upstream: &str) -> Result<(Option<String>, Vec<SocketAddr>), String> {
+    if let Ok(a) = upstream.parse::<SocketAddr>() {
+        return Ok((None, vec![a]));
+    }
+    let host = upstream.rsplit_once(':').map(|(h, _)| h.to_string());
+    match tokio::net::lookup_host(upstream).await {
+        Ok(addrs) => {
+            let addrs: Vec<SocketAddr> = addrs.collect();
+            if addrs.is_empty() {
+                Err(format!("{upstream} resolved to no address"))
+            } else {
+                Ok((host, addrs))
+            }
+        }
+        Err(e) => Err(format!("cannot resolve {upstream}: {e}")),
+    }
+}
+
+struct Conn<'a> {
+    relay: &'a Arc<Relay>,
+    info: &'a Arc<ConnInfo>,
+    chosen: Vec<Chosen>,
+    opened: Instant,
+}
+
+impl Conn<'_> {
+    async fn run(self, client: &TcpStream, addrs: &[SocketAddr], resolve_err: Option<String>) -> (Outcome, [u64; 2]) {
+        let respond = self.chosen.iter().find_map(|c| match &c.spec.kind {
+            FaultKind::Respond(r) => Some((c, r.clone())),
+            _ => None,
+        });
+        if let Some((chosen, r)) = respond {
+            self.hit(chosen, None).fire();
+            return self.respond(client, r).await;
+        }
+        if let Some(e) = resolve_err {
+            self.relay.events.relay_error(self.info, "resolve_failed", &e);
+            return reset_client(client);
+        }
+        // The seam for connect-phase truth: today a failed dial resets the
+        // client, which has already connected to us.
+        let upstream = match self.dial(addrs).await {
+            Ok(s) => s,
+            Err((kind, e)) => {
+                self.relay.events.relay_error(self.info, kind, &e);
+                sockopt::set_linger_zero(client);
+                return (Outcome::DialFailed, [0, 0]);
+            }
+        };
+        sockopt::tune(&upstream);
+        let up = self.direction(client, &upstream, Direction::Upstream);
+        let down = self.direction(&upstream, client, Direction::Downstream);
+        let (outcome, bytes) = run_pair(up, down, client, Some(&upstream)).await;
+        teardown(outcome, client, Some(&upstream)).await;
+        (outcome, bytes)
+    }
+
+    async fn dial(&self, addrs: &[SocketAddr]) -> Result<TcpStream, (&'static str, String)> {
+        let mut last = (
+            "dial_failed",
+            "no address to dial".to_string(),
+        );
+        for addr in addrs {
+            match tokio::time::timeout(self.relay.opts.dial_timeout, TcpStream::connect(addr)).await {
+                Ok(Ok(s)) => return Ok(s),
+                Ok(Err(e)) => {
+                    let kind = if e.kind() == std::io::ErrorKind::ConnectionRefused { "dial_refused" } else { "dial_failed" };
+                    last = (kind, format!("connect to {addr}: {e}"));
+                }
+                Err(_) => last = ("dial_timeout", format!("connect to {addr}: no answer within {:?}", self.relay.opts.dial_timeout)),
+            }
+        }
+        Err(last)
+    }
+
+    fn hit(&self, c: &Chosen, dir: Option<Direction>) -> FaultHit {
+        FaultHit::new(self.relay.events.clone(), self.info.clone(), c.rule.clone(), c.spec.clone(), dir)
+    }
+
+    /// The stages for one direction, in rule and fault order.
+    fn stages(&self, dir: Direction) -> Vec<(FaultKind, StageCtx)> {
+        self.chosen
+            .iter()
+            .filter(|c| c.spec.stream.includes(dir) && !matches!(c.spec.kind, FaultKind::Respond(_)))
+            .map(|c| {
+                let ctx = StageCtx {
+                    dir,
+                    rng: c.rng(dir),
+                    window: c.spec.active,
+                    epoch: self.relay.epoch,
+                    opened: self.opened,
+                    hit: self.hit(c, Some(dir)),
+                };
+                (c.spec.kind.clone(), ctx)
+            })
+            .collect()
+    }
+
+    /// A fault-free direction splices; one with faults runs the pipeline.
+    async fn direction(&self, src: &TcpStream, dst: &TcpStream, dir: Direction) -> (DirEnd, u64) {
+        let stages = self.stages(dir);
+        let stats = &self.relay.events.stats;
+        if stages.is_empty() {
+            splice::run(src, dst, dir, stats).await
+        } else {
+            pipeline::run(pipeline::Source::Socket(src), dst, dir, stages, stats).await
+        }
+    }
+
+    /// `respond`: the canned reply flows down the downstream pipeline (so
+    /// other downstream faults still apply); what the client sends is read
+    /// and discarded.
+    async fn respond(&self, client: &TcpStream, r: crate::fault::respond::Respond) -> (Outcome, [u64; 2]) {
+        if r.wait_request {
+            let _ = tokio::time::timeout(crate::fault::respond::Respond::REQUEST_WAIT, client.readable()).await;
+        }
+        let stats = &self.relay.events.stats;
+        let down = pipeline::run(
+            pipeline::Source::Script(r.script()),
+            client,
+            Direction::Downstream,
+            self.stages(Direction::Downstream),
+            stats,
+        );
+        let up = discard(client);
+        let (outcome, bytes) = run_pair(up, down, client, None).await;
+        teardown(outcome, client, None).await;
+        (outcome, bytes)
+    }
+}
+
+fn reset_client(client: &TcpStream) -> (Outcome, [u64; 2]) {
+    sockopt::set_linger_zero(client);
+    (Outcome::DialFailed, [0, 0])
+}
+
+/// Reads and drops what the client sends (nobody upstream wants it).
+async fn discard(client: &TcpStream) -> (DirEnd, u64) {
+    let mut buf = vec![0u8; 16 * 1024];
+    let mut total = 0u64;
+    loop {
+        if client.readable().await.is_err() {
+            return (DirEnd::Reset, total);
+        }
+        match client.try_read(&mut buf) {
+            Ok(0) => return (DirEnd::Fin, total),
+            Ok(n) => total += n as u64,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(_) => return (DirEnd::Reset, total),
+        }
+    }
+}
+
+/// Runs both directions to their end. A RST or a close in either ends the
+/// connection at once; after one direction delivered its FIN, an error on
+/// its source socket (the peer's RST, noticed even while the other direction
+/// is held by a stall) ends it too.
+async fn run_pair(
+    up: impl Future<Output = (DirEnd, u64)>,
+    down: impl Future<Output = (DirEnd, u64)>,
+    client: &TcpStream,
+    upstream: Option<&TcpStream>,
+) -> (Outcome, [u64; 2]) {
+    tokio::pin!(up, down);
+    let mut bytes = [0u64; 2];
+    let (mut up_done, mut down_done) = (false, false);
+    let verdict = |end: DirEnd| match end {
+        DirEnd::Fin => None,
+        DirEnd::Reset => Some(Outcome::Reset),
+        DirEnd::Close => Some(Outcome::Closed),
+    };
+    loop {
+        tokio::select! {
+            (end, n) = &mut up, if !up_done => {
+                bytes[0] = n;
+                up_done = true;
+                if let Some(o) = verdict(end) { return (o, bytes); }
+            }
+            (end, n) = &mut down, if !down_done => {
+                bytes[1] = n;
+                down_done = true;
+                if let Some(o) = verdict(end) { return (o, bytes); }
+            }
+            _ = socket_error(Some(client)), if up_done => return (Outcome::Reset, bytes),
+            _ = socket_error(upstream), if down_done && upstream.is_some() => return (Outcome::Reset, bytes),
+        }
+        if up_done && down_done {
+            return (Outcome::Fin, bytes);
+        }
+    }
+}
+
+/// Completes when the socket reports an error (an RST arrived).
+async fn socket_error(s: Option<&TcpStream>) {
+    match s {
+        Some(s) => {
+            let _ = s.ready(Interest::ERROR).await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// How long a clean close waits for the peers' own FIN before closing.
+const CLOSE_LINGER: Duration = Duration::from_secs(2);
+
+async fn teardown(outcome: Outcome, client: &TcpStream, upstream: Option<&TcpStream>) {
+    let socks = [Some(client), upstream];
+    match outcome {
+        Outcome::Reset | Outcome::DialFailed | Outcome::Aborted => {
+            for s in socks.into_iter().flatten() {
+                sockopt::set_linger_zero(s);
+            }
+        }
+        Outcome::Closed => {
+            // FIN to both, then read (and drop) until each peer closes too,
+            // so that unread bytes do not turn the close into an RST.
+            for s in socks.into_iter().flatten() {
+                sockopt::shutdown_write(s);
+            }
+            let _ = tokio::time::timeout(CLOSE_LINGER, async {
+                futures_util::join!(discard(client), async {
+                    if let Some(u) = upstream {
+                        discard(u).await;
+                    }
+                });
+            })
+            .await;
+        }
+        Outcome::Fin => {}
+    }
+}

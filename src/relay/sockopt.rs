@@ -1,0 +1,79 @@
+//! Socket options and queries the relay needs beyond what tokio offers.
+//! Each `unsafe` call sits in its own small function with the invariant it
+//! relies on.
+
+use std::io;
+use std::os::fd::{AsRawFd, RawFd};
+use std::time::Duration;
+
+use socket2::{SockRef, TcpKeepalive};
+use tokio::net::TcpStream;
+
+/// Makes the next close send RST instead of FIN (SO_LINGER with a zero
+/// timeout), which is how an abort is mirrored to a peer.
+pub fn set_linger_zero(s: &TcpStream) {
+    let _ = SockRef::from(s).set_linger(Some(Duration::ZERO));
+}
+
+/// Sends FIN (half-close); errors mean the socket is already gone.
+pub fn shutdown_write(s: &TcpStream) {
+    let _ = SockRef::from(s).shutdown(std::net::Shutdown::Write);
+}
+
+/// Relay sockets: no Nagle delay (the relay mirrors the sender's timing,
+/// whose own Nagle already applied), and keepalive so that a peer that
+/// vanished during a long stall is eventually noticed.
+pub fn tune(s: &TcpStream) {
+    let _ = s.set_nodelay(true);
+    let ka = TcpKeepalive::new()
+        .with_time(Duration::from_secs(30))
+        .with_interval(Duration::from_secs(10))
+        .with_retries(3);
+    let _ = SockRef::from(s).set_tcp_keepalive(&ka);
+}
+
+/// Bytes written to the socket that the peer has not yet acknowledged
+/// (`TIOCOUTQ`, a.k.a. `SIOCOUTQ`).
+pub fn unacked_bytes(s: &TcpStream) -> io::Result<usize> {
+    ioctl_outq(s.as_raw_fd())
+}
+
+fn ioctl_outq(fd: RawFd) -> io::Result<usize> {
+    let mut n: libc::c_int = 0;
+    // SAFETY: `fd` is an open socket borrowed from a live TcpStream for the
+    // duration of the call, and TIOCOUTQ writes exactly one c_int through
+    // the pointer, which points at a local c_int.
+    let r = unsafe { libc::ioctl(fd, libc::TIOCOUTQ, &mut n as *mut libc::c_int) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n.max(0) as usize)
+    }
+}
+
+/// Waits (up to `limit`) until everything written to `s` has been
+/// acknowledged, so that an RST sent next cannot overtake it: the kernel
+/// discards unsent data when it aborts a connection.
+pub async fn drain(s: &TcpStream, limit: Duration) {
+    let deadline = tokio::time::Instant::now() + limit;
+    while matches!(unacked_bytes(s), Ok(n) if n > 0) && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// Whether an I/O error means the peer is gone (RST, timeout), rather than
+/// a fault of ours.
+pub fn is_peer_gone(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(
+            libc::ECONNRESET
+                | libc::EPIPE
+                | libc::ECONNABORTED
+                | libc::ETIMEDOUT
+                | libc::EHOSTUNREACH
+                | libc::ENETUNREACH
+                | libc::ENOTCONN
+        )
+    )
+}
