@@ -12,11 +12,18 @@ fn main() {
         .filter(|p| p.extension().is_some_and(|x| x == "toml"))
         .collect();
     files.sort();
-    let mut code = String::from("/// Built-in profiles: (name, TOML text), sorted by name.\npub static BUILTIN: &[(&str, &str)] = &[\n");
+    let mut code = String::from(
+        "/// Built-in profiles: (name, TOML text), sorted by name.\npub static BUILTIN: &[(&str, &str)] = &[\n",
+    );
     for f in &files {
         println!("cargo:rerun-if-changed={}", f.display());
         let name = f.file_stem().unwrap().to_str().expect("UTF-8 profile name");
-        writeln!(code, "    ({name:?}, include_str!({:?})),", f.display().to_string()).unwrap();
+        writeln!(
+            code,
+            "    ({name:?}, include_str!({:?})),",
+            f.display().to_string()
+        )
+        .unwrap();
     }
     code.push_str("];\n");
     let out = Path::new(&std::env::var("OUT_DIR").unwrap()).join("builtin_profiles.rs");

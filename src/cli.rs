@@ -142,11 +142,16 @@ pub fn proxy_pairs(m: &ArgMatches) -> Result<Vec<ProxySpec>> {
                 return Err(Error::Usage(format!(
                     "proxy #{} needs both --listen ADDR and --upstream HOST:PORT (got {})",
                     i + 1,
-                    g.iter().map(|(k, v)| format!("--{k} {v}")).collect::<Vec<_>>().join(" ")
+                    g.iter()
+                        .map(|(k, v)| format!("--{k} {v}"))
+                        .collect::<Vec<_>>()
+                        .join(" ")
                 )));
             };
-            let listen_addr = plan::parse_listen(&listen).map_err(|e| Error::Usage(format!("--listen {listen}: expected {e}")))?;
-            let upstream = plan::parse_upstream(&upstream).map_err(|e| Error::Usage(format!("--upstream {upstream}: expected {e}")))?;
+            let listen_addr = plan::parse_listen(&listen)
+                .map_err(|e| Error::Usage(format!("--listen {listen}: expected {e}")))?;
+            let upstream = plan::parse_upstream(&upstream)
+                .map_err(|e| Error::Usage(format!("--upstream {upstream}: expected {e}")))?;
             Ok(ProxySpec {
                 name: get("name").unwrap_or_else(|| format!("proxy-{}", i + 1)),
                 listen: listen_addr,
@@ -176,9 +181,37 @@ mod tests {
 
     #[test]
     fn pairs_follow_the_order_of_flags() {
-        let p = pairs(&["--name", "a", "--listen", "1000", "--upstream", "h:1", "--listen", "2000", "--upstream", "h:2", "--name", "b"]).unwrap();
-        assert_eq!((p[0].name.as_str(), p[0].listen.port(), p[0].upstream.as_str()), ("a", 1000, "h:1"));
-        assert_eq!((p[1].name.as_str(), p[1].listen.port(), p[1].upstream.as_str()), ("b", 2000, "h:2"));
+        let p = pairs(&[
+            "--name",
+            "a",
+            "--listen",
+            "1000",
+            "--upstream",
+            "h:1",
+            "--listen",
+            "2000",
+            "--upstream",
+            "h:2",
+            "--name",
+            "b",
+        ])
+        .unwrap();
+        assert_eq!(
+            (
+                p[0].name.as_str(),
+                p[0].listen.port(),
+                p[0].upstream.as_str()
+            ),
+            ("a", 1000, "h:1")
+        );
+        assert_eq!(
+            (
+                p[1].name.as_str(),
+                p[1].listen.port(),
+                p[1].upstream.as_str()
+            ),
+            ("b", 2000, "h:2")
+        );
         let e = pairs(&["--listen", "1000"]).unwrap_err();
         assert!(e.to_string().contains("needs both --listen"), "{e}");
         assert!(pairs(&["--listen", "nope", "--upstream", "h:1"]).is_err());

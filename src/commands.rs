@@ -54,7 +54,14 @@ pub fn raise_nofile_limit() {
 pub fn open_events(g: &Global) -> Result<Arc<Events>> {
     Events::open(g.events.as_deref())
         .map(Arc::new)
-        .with_context(|| format!("cannot write the event log {}", g.events.as_ref().map_or(String::new(), |p| p.display().to_string())))
+        .with_context(|| {
+            format!(
+                "cannot write the event log {}",
+                g.events
+                    .as_ref()
+                    .map_or(String::new(), |p| p.display().to_string())
+            )
+        })
         .map_err(Error::Runtime)
 }
 
@@ -107,7 +114,10 @@ fn proxy(g: &Global, args: &ProxyArgs, m: &ArgMatches) -> Result<u8> {
         );
         for (p, l) in plan.proxies.iter().zip(listeners) {
             let addr = l.local_addr().map_err(|e| Error::Runtime(e.into()))?;
-            eprintln!("netchaos: proxy {:?} listening on {addr} -> {}", p.name, p.upstream);
+            eprintln!(
+                "netchaos: proxy {:?} listening on {addr} -> {}",
+                p.name, p.upstream
+            );
             relay.serve(
                 l,
                 Endpoint {
@@ -119,7 +129,10 @@ fn proxy(g: &Global, args: &ProxyArgs, m: &ArgMatches) -> Result<u8> {
         }
         eprintln!("netchaos: ready");
         let sig = shutdown_signal().await;
-        eprintln!("netchaos: {sig}: shutting down (open connections get {})", crate::units::format_duration(args.drain));
+        eprintln!(
+            "netchaos: {sig}: shutting down (open connections get {})",
+            crate::units::format_duration(args.drain)
+        );
         relay.shutdown(args.drain).await;
         eprint!("{}", events.summary(plan.seed));
         Ok(0)
@@ -128,7 +141,9 @@ fn proxy(g: &Global, args: &ProxyArgs, m: &ArgMatches) -> Result<u8> {
 
 fn check(g: &Global, args: &CheckArgs) -> Result<u8> {
     if args.files.is_empty() && args.faults.is_empty() {
-        return Err(Error::Usage("nothing to check: give profile files or built-in names, or --fault specs".into()));
+        return Err(Error::Usage(
+            "nothing to check: give profile files or built-in names, or --fault specs".into(),
+        ));
     }
     for f in &args.files {
         // Each profile on its own first, so a clash between two is reported
@@ -139,7 +154,11 @@ fn check(g: &Global, args: &CheckArgs) -> Result<u8> {
     let plan = profile::build_plan(&args.files, &args.faults, g.seed.or(Some(0)))?;
     let mut text = plan.render();
     if g.seed.is_none() {
-        text = text.replacen("seed: 0\n", "seed: (drawn at start unless a profile or --seed sets one)\n", 1);
+        text = text.replacen(
+            "seed: 0\n",
+            "seed: (drawn at start unless a profile or --seed sets one)\n",
+            1,
+        );
     }
     print!("{text}");
     Ok(0)

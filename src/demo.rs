@@ -31,13 +31,34 @@ struct Scenario {
 }
 
 const SCENARIOS: &[Scenario] = &[
-    Scenario { name: "healthy", fault: None },
-    Scenario { name: "latency", fault: Some("latency:delay=300ms") },
-    Scenario { name: "slow stream", fault: Some("bandwidth:rate=64KB/s") },
-    Scenario { name: "mid-stream reset", fault: Some("reset:after_bytes=16KiB") },
-    Scenario { name: "truncated", fault: Some("close:after_bytes=20000") },
-    Scenario { name: "stall (read timeout)", fault: Some("stall:after_bytes=0") },
-    Scenario { name: "canned 503", fault: Some("respond:status=503") },
+    Scenario {
+        name: "healthy",
+        fault: None,
+    },
+    Scenario {
+        name: "latency",
+        fault: Some("latency:delay=300ms"),
+    },
+    Scenario {
+        name: "slow stream",
+        fault: Some("bandwidth:rate=64KB/s"),
+    },
+    Scenario {
+        name: "mid-stream reset",
+        fault: Some("reset:after_bytes=16KiB"),
+    },
+    Scenario {
+        name: "truncated",
+        fault: Some("close:after_bytes=20000"),
+    },
+    Scenario {
+        name: "stall (read timeout)",
+        fault: Some("stall:after_bytes=0"),
+    },
+    Scenario {
+        name: "canned 503",
+        fault: Some("respond:status=503"),
+    },
 ];
 
 /// What the client saw.
@@ -56,7 +77,10 @@ pub fn run(g: &Global, args: &DemoArgs) -> Result<u8> {
         .collect();
     if chosen.is_empty() {
         let names: Vec<&str> = SCENARIOS.iter().map(|s| s.name).collect();
-        return Err(Error::Usage(format!("no scenario matches --only; scenarios are: {}", names.join(", "))));
+        return Err(Error::Usage(format!(
+            "no scenario matches --only; scenarios are: {}",
+            names.join(", ")
+        )));
     }
     let rt = runtime()?;
     rt.block_on(async {
@@ -99,7 +123,9 @@ pub fn run(g: &Global, args: &DemoArgs) -> Result<u8> {
 }
 
 fn ms(d: Option<Duration>) -> String {
-    d.map_or("-".into(), |d| format!("{:.0} ms", d.as_secs_f64() * 1000.0))
+    d.map_or("-".into(), |d| {
+        format!("{:.0} ms", d.as_secs_f64() * 1000.0)
+    })
 }
 
 /// The built-in upstream: answers every request with a 64 KiB page.
@@ -136,7 +162,13 @@ async fn start_server() -> std::io::Result<SocketAddr> {
 /// A plain HTTP/1.1 GET with connect and read timeouts, timing each phase.
 async fn fetch(addr: SocketAddr) -> Seen {
     let t0 = Instant::now();
-    let mut seen = Seen { connect: None, first_byte: None, total: Duration::ZERO, bytes: 0, outcome: String::new() };
+    let mut seen = Seen {
+        connect: None,
+        first_byte: None,
+        total: Duration::ZERO,
+        bytes: 0,
+        outcome: String::new(),
+    };
     let mut sock = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
@@ -152,7 +184,10 @@ async fn fetch(addr: SocketAddr) -> Seen {
     };
     seen.connect = Some(t0.elapsed());
     let _ = sock.set_nodelay(true);
-    if let Err(e) = sock.write_all(b"GET /demo HTTP/1.1\r\nHost: demo\r\nConnection: close\r\n\r\n").await {
+    if let Err(e) = sock
+        .write_all(b"GET /demo HTTP/1.1\r\nHost: demo\r\nConnection: close\r\n\r\n")
+        .await
+    {
         seen.total = t0.elapsed();
         seen.outcome = format!("write failed: {e}");
         return seen;
@@ -162,7 +197,9 @@ async fn fetch(addr: SocketAddr) -> Seen {
     let ending = loop {
         match tokio::time::timeout(READ_TIMEOUT, sock.read(&mut buf)).await {
             Err(_) => break format!("read timeout: no data for {}s", READ_TIMEOUT.as_secs()),
-            Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionReset => break "reset (ECONNRESET)".to_string(),
+            Ok(Err(e)) if e.kind() == std::io::ErrorKind::ConnectionReset => {
+                break "reset (ECONNRESET)".to_string();
+            }
             Ok(Err(e)) => break format!("read error: {e}"),
             Ok(Ok(0)) => break String::new(),
             Ok(Ok(n)) => {
@@ -179,20 +216,33 @@ async fn fetch(addr: SocketAddr) -> Seen {
 
 /// Names the outcome from the bytes received and how reading ended.
 fn classify(data: &[u8], ending: String) -> String {
-    let head_end = data.windows(4).position(|w| w == b"\r\n\r\n").map(|p| p + 4);
+    let head_end = data
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .map(|p| p + 4);
     let Some(head_end) = head_end else {
-        return if ending.is_empty() { "closed before a reply".into() } else { format!("{ending} before a reply") };
+        return if ending.is_empty() {
+            "closed before a reply".into()
+        } else {
+            format!("{ending} before a reply")
+        };
     };
     let head = String::from_utf8_lossy(&data[..head_end]);
     let status = head.split_whitespace().nth(1).unwrap_or("?").to_string();
     let length: Option<usize> = head
         .lines()
-        .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse().ok()))
+        .find_map(|l| {
+            l.to_ascii_lowercase()
+                .strip_prefix("content-length:")
+                .map(|v| v.trim().parse().ok())
+        })
         .flatten();
     let body = data.len() - head_end;
     match (ending.is_empty(), length) {
         (false, _) => format!("{ending} after {body} body bytes"),
-        (true, Some(n)) if body < n => format!("truncated: {body} of {n} body bytes, then a clean FIN"),
+        (true, Some(n)) if body < n => {
+            format!("truncated: {body} of {n} body bytes, then a clean FIN")
+        }
         (true, _) if status == "200" => "ok (HTTP 200, complete)".into(),
         (true, _) => format!("HTTP {status} from netchaos (upstream never contacted)"),
     }

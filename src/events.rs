@@ -91,7 +91,9 @@ impl Events {
         let mut line = Map::new();
         line.insert(
             "time".into(),
-            humantime::format_rfc3339_millis(SystemTime::now()).to_string().into(),
+            humantime::format_rfc3339_millis(SystemTime::now())
+                .to_string()
+                .into(),
         );
         line.insert("t".into(), json!((t * 1e6).round() / 1e6));
         line.insert("event".into(), event.into());
@@ -160,7 +162,13 @@ impl Events {
 
     /// Something went wrong in the relay itself (not an injected fault).
     pub fn relay_error(&self, c: &ConnInfo, kind: &'static str, detail: &str) {
-        *self.stats.errors.lock().expect("stats lock").entry(kind).or_default() += 1;
+        *self
+            .stats
+            .errors
+            .lock()
+            .expect("stats lock")
+            .entry(kind)
+            .or_default() += 1;
         tracing::warn!(conn = c.id, client = %c.client, dst = %c.dst, "{kind}: {detail}");
         let mut f = conn_fields(c);
         f.insert("kind".into(), kind.into());
@@ -184,8 +192,16 @@ impl Events {
         if faults.is_empty() {
             out.push_str("  faults injected: none\n");
         } else {
-            let w = faults.keys().map(|(r, _)| r.len()).max().unwrap_or(4).max(4);
-            out.push_str(&format!("  faults injected:\n    {:<w$}  {:<12}  {:>8}\n", "rule", "fault", "count"));
+            let w = faults
+                .keys()
+                .map(|(r, _)| r.len())
+                .max()
+                .unwrap_or(4)
+                .max(4);
+            out.push_str(&format!(
+                "  faults injected:\n    {:<w$}  {:<12}  {:>8}\n",
+                "rule", "fault", "count"
+            ));
             for ((rule, kind), n) in faults.iter() {
                 out.push_str(&format!("    {rule:<w$}  {kind:<12}  {n:>8}\n"));
             }

@@ -32,7 +32,8 @@ fn init_logging(verbose: u8, quiet: u8) {
         _ => "trace",
     };
     // NETCHAOS_LOG overrides, in tracing's filter syntax.
-    let filter = EnvFilter::try_from_env("NETCHAOS_LOG").unwrap_or_else(|_| EnvFilter::new(format!("netchaos={level},warn")));
+    let filter = EnvFilter::try_from_env("NETCHAOS_LOG")
+        .unwrap_or_else(|_| EnvFilter::new(format!("netchaos={level},warn")));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -38,7 +38,8 @@ pub enum DstPattern {
 
 impl DstPattern {
     pub fn parse(s: &str) -> Result<DstPattern, &'static str> {
-        const FORM: &str = "an address, a CIDR like \"10.0.0.0/8\", or a host name like \"api.example.com\"";
+        const FORM: &str =
+            "an address, a CIDR like \"10.0.0.0/8\", or a host name like \"api.example.com\"";
         let s = s.trim();
         if let Ok(net) = s.parse::<IpNet>() {
             return Ok(DstPattern::Net(net.trunc()));
@@ -50,9 +51,16 @@ impl DstPattern {
         let valid = !name.is_empty()
             && name.len() <= 253
             && name.split('.').all(|l| {
-                !l.is_empty() && l.len() <= 63 && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+                !l.is_empty()
+                    && l.len() <= 63
+                    && l.chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
             });
-        if valid { Ok(DstPattern::Host(s.to_ascii_lowercase())) } else { Err(FORM) }
+        if valid {
+            Ok(DstPattern::Host(s.to_ascii_lowercase()))
+        } else {
+            Err(FORM)
+        }
     }
 
     fn matches(&self, ip: Option<IpAddr>, names: &[String]) -> bool {
@@ -74,7 +82,11 @@ fn canonical(ip: IpAddr) -> IpAddr {
 fn host_matches(pattern: &str, name: &str) -> bool {
     let name = name.trim_end_matches('.').to_ascii_lowercase();
     match pattern.strip_prefix("*.") {
-        Some(suffix) => name.len() > suffix.len() && name.ends_with(suffix) && name[..name.len() - suffix.len()].ends_with('.'),
+        Some(suffix) => {
+            name.len() > suffix.len()
+                && name.ends_with(suffix)
+                && name[..name.len() - suffix.len()].ends_with('.')
+        }
         None => name == pattern,
     }
 }
@@ -131,7 +143,8 @@ impl Match {
         (self.dst.is_empty() || self.dst.iter().any(|d| d.matches(m.ip, m.names)))
             && (self.ports.is_empty() || self.ports.iter().any(|r| r.contains(&m.port)))
             && self.flow.is_none_or(|f| f == m.flow)
-            && (self.proxies.is_empty() || m.proxy.is_some_and(|p| self.proxies.iter().any(|x| x == p)))
+            && (self.proxies.is_empty()
+                || m.proxy.is_some_and(|p| self.proxies.iter().any(|x| x == p)))
     }
 
     pub fn is_catch_all(&self) -> bool {
@@ -150,17 +163,34 @@ impl fmt::Display for Match {
             let p: Vec<String> = self
                 .ports
                 .iter()
-                .map(|r| if r.start() == r.end() { r.start().to_string() } else { format!("{}-{}", r.start(), r.end()) })
+                .map(|r| {
+                    if r.start() == r.end() {
+                        r.start().to_string()
+                    } else {
+                        format!("{}-{}", r.start(), r.end())
+                    }
+                })
                 .collect();
             parts.push(format!("ports {}", p.join(", ")));
         }
         if let Some(flow) = self.flow {
-            parts.push(format!("direction {}", if flow == Flow::Outbound { "outbound" } else { "inbound" }));
+            parts.push(format!(
+                "direction {}",
+                if flow == Flow::Outbound {
+                    "outbound"
+                } else {
+                    "inbound"
+                }
+            ));
         }
         if !self.proxies.is_empty() {
             parts.push(format!("proxy {}", self.proxies.join(", ")));
         }
-        if parts.is_empty() { f.write_str("every connection") } else { f.write_str(&parts.join("; ")) }
+        if parts.is_empty() {
+            f.write_str("every connection")
+        } else {
+            f.write_str(&parts.join("; "))
+        }
     }
 }
 
@@ -272,7 +302,10 @@ impl Plan {
             if let Some(first) = self.rules[..i].iter().find(|o| o.name == r.name) {
                 return Err(ProfileError::new(
                     &r.loc,
-                    format!("rule name {:?} is already used at {}; rule names must be unique", r.name, first.loc),
+                    format!(
+                        "rule name {:?} is already used at {}; rule names must be unique",
+                        r.name, first.loc
+                    ),
                 ));
             }
         }
@@ -281,13 +314,19 @@ impl Plan {
                 if o.name == p.name {
                     return Err(ProfileError::new(
                         &p.loc,
-                        format!("proxy name {:?} is already used at {}; proxy names must be unique", p.name, o.loc),
+                        format!(
+                            "proxy name {:?} is already used at {}; proxy names must be unique",
+                            p.name, o.loc
+                        ),
                     ));
                 }
                 if o.listen == p.listen && p.listen.port() != 0 {
                     return Err(ProfileError::new(
                         &p.loc,
-                        format!("proxy {:?} listens on {}, as proxy {:?} does", p.name, p.listen, o.name),
+                        format!(
+                            "proxy {:?} listens on {}, as proxy {:?} does",
+                            p.name, p.listen, o.name
+                        ),
                     ));
                 }
             }
@@ -305,7 +344,10 @@ impl Plan {
             out.push_str("proxies: none (transparent interception, or --listen/--upstream)\n");
         }
         for p in &self.proxies {
-            out.push_str(&format!("proxy {:?}: listen {} -> upstream {}\n", p.name, p.listen, p.upstream));
+            out.push_str(&format!(
+                "proxy {:?}: listen {} -> upstream {}\n",
+                p.name, p.listen, p.upstream
+            ));
         }
         if self.rules.is_empty() {
             out.push_str("rules: none (traffic passes unharmed)\n");
@@ -325,7 +367,8 @@ impl Plan {
 
 /// SplitMix64 over (seed, rule, fault): independent streams per fault.
 fn mix(seed: u64, a: u64, b: u64) -> u64 {
-    let mut z = seed ^ a.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ b.wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    let mut z =
+        seed ^ a.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ b.wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
@@ -340,7 +383,10 @@ mod tests {
         Arc::new(Rule {
             name: name.into(),
             matcher,
-            faults: faults.iter().map(|(k, p)| Arc::new(spec(k, p).unwrap())).collect(),
+            faults: faults
+                .iter()
+                .map(|(k, p)| Arc::new(spec(k, p).unwrap()))
+                .collect(),
             loc: "test".into(),
         })
     }
@@ -358,8 +404,14 @@ mod tests {
     #[test]
     fn matching_criteria() {
         let m = Match {
-            dst: vec![DstPattern::parse("10.0.0.0/8").unwrap(), DstPattern::parse("*.example.com").unwrap()],
-            ports: vec![parse_ports("443").unwrap(), parse_ports("8000-8100").unwrap()],
+            dst: vec![
+                DstPattern::parse("10.0.0.0/8").unwrap(),
+                DstPattern::parse("*.example.com").unwrap(),
+            ],
+            ports: vec![
+                parse_ports("443").unwrap(),
+                parse_ports("8000-8100").unwrap(),
+            ],
             flow: Some(Flow::Outbound),
             proxies: vec![],
         };
@@ -370,9 +422,15 @@ mod tests {
         let names = vec!["API.example.com.".to_string()];
         assert!(m.matches(&meta("192.168.1.1", 443, &names)));
         let bare = vec!["example.com".to_string()];
-        assert!(!m.matches(&meta("192.168.1.1", 443, &bare)), "*.x does not match x itself");
+        assert!(
+            !m.matches(&meta("192.168.1.1", 443, &bare)),
+            "*.x does not match x itself"
+        );
         assert!(Match::default().matches(&meta("1.2.3.4", 1, &[])));
-        let mapped = Match { dst: vec![DstPattern::parse("127.0.0.1").unwrap()], ..Match::default() };
+        let mapped = Match {
+            dst: vec![DstPattern::parse("127.0.0.1").unwrap()],
+            ..Match::default()
+        };
         assert!(mapped.matches(&meta("::ffff:127.0.0.1", 1, &[])));
     }
 
@@ -386,36 +444,73 @@ mod tests {
         assert!(parse_upstream("localhost").is_err());
         assert!(parse_upstream("localhost:6379").is_ok());
         assert!(parse_upstream("[::1]:80").is_ok());
-        assert_eq!(parse_listen("8080").unwrap(), "127.0.0.1:8080".parse().unwrap());
+        assert_eq!(
+            parse_listen("8080").unwrap(),
+            "127.0.0.1:8080".parse().unwrap()
+        );
     }
 
     #[test]
     fn probability_splits_and_replays() {
         let plan = Plan {
             seed: 42,
-            rules: vec![rule("r", Match::default(), &[("reset", &[("probability", "0.3")])])],
+            rules: vec![rule(
+                "r",
+                Match::default(),
+                &[("reset", &[("probability", "0.3")])],
+            )],
             ..Plan::default()
         };
         let pick = |p: &Plan| -> Vec<bool> {
-            (0..2000).map(|seq| !p.decide(&meta("1.1.1.1", 1, &[]), seq, Duration::ZERO).is_empty()).collect()
+            (0..2000)
+                .map(|seq| {
+                    !p.decide(&meta("1.1.1.1", 1, &[]), seq, Duration::ZERO)
+                        .is_empty()
+                })
+                .collect()
         };
         let a = pick(&plan);
         let hits = a.iter().filter(|x| **x).count();
         assert!((500..700).contains(&hits), "{hits} of 2000 at p=0.3");
         assert_eq!(a, pick(&plan), "same seed, same decisions");
-        let other = Plan { seed: 43, ..plan.clone() };
+        let other = Plan {
+            seed: 43,
+            ..plan.clone()
+        };
         assert_ne!(a, pick(&other), "another seed, other decisions");
     }
 
     #[test]
     fn decisions_of_one_rule_ignore_other_rules() {
-        let one = rule("a", Match::default(), &[("reset", &[("probability", "0.5")])]);
-        let plan1 = Plan { seed: 7, rules: vec![one.clone()], ..Plan::default() };
-        let decide = |p: &Plan, seq| p.decide(&meta("1.1.1.1", 1, &[]), seq, Duration::ZERO).iter().any(|c| &*c.rule == "a");
-        let ports = Match { ports: vec![parse_ports("9").unwrap()], ..Match::default() };
+        let one = rule(
+            "a",
+            Match::default(),
+            &[("reset", &[("probability", "0.5")])],
+        );
+        let plan1 = Plan {
+            seed: 7,
+            rules: vec![one.clone()],
+            ..Plan::default()
+        };
+        let decide = |p: &Plan, seq| {
+            p.decide(&meta("1.1.1.1", 1, &[]), seq, Duration::ZERO)
+                .iter()
+                .any(|c| &*c.rule == "a")
+        };
+        let ports = Match {
+            ports: vec![parse_ports("9").unwrap()],
+            ..Match::default()
+        };
         let plan2 = Plan {
             seed: 7,
-            rules: vec![one, rule("b", ports, &[("latency", &[("delay", "1ms"), ("probability", "0.5")])])],
+            rules: vec![
+                one,
+                rule(
+                    "b",
+                    ports,
+                    &[("latency", &[("delay", "1ms"), ("probability", "0.5")])],
+                ),
+            ],
             ..Plan::default()
         };
         for seq in 0..200 {
@@ -426,10 +521,21 @@ mod tests {
     #[test]
     fn expired_windows_are_skipped() {
         let plan = Plan {
-            rules: vec![rule("r", Match::default(), &[("latency", &[("delay", "1ms"), ("active", "..10s")])])],
+            rules: vec![rule(
+                "r",
+                Match::default(),
+                &[("latency", &[("delay", "1ms"), ("active", "..10s")])],
+            )],
             ..Plan::default()
         };
-        assert_eq!(plan.decide(&meta("1.1.1.1", 1, &[]), 0, Duration::from_secs(5)).len(), 1);
-        assert!(plan.decide(&meta("1.1.1.1", 1, &[]), 0, Duration::from_secs(10)).is_empty());
+        assert_eq!(
+            plan.decide(&meta("1.1.1.1", 1, &[]), 0, Duration::from_secs(5))
+                .len(),
+            1
+        );
+        assert!(
+            plan.decide(&meta("1.1.1.1", 1, &[]), 0, Duration::from_secs(10))
+                .is_empty()
+        );
     }
 }

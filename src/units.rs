@@ -272,7 +272,10 @@ mod tests {
         assert!(w.is_over(Duration::from_secs(40)));
         let open = Window::parse("5s..").unwrap();
         assert!(open.contains(Duration::from_secs(3600)));
-        assert_eq!(Window::parse("..30s").unwrap().end, Some(Duration::from_secs(30)));
+        assert_eq!(
+            Window::parse("..30s").unwrap().end,
+            Some(Duration::from_secs(30))
+        );
         assert!(Window::parse("40s..10s").is_err());
         assert!(Window::parse("10s").is_err());
         assert_eq!(Window::parse("10s..40s").unwrap().to_string(), "10s..40s");

@@ -155,9 +155,15 @@ mod tests {
         for i in 0..50u8 {
             let item = rx.recv().await.unwrap();
             let waited = item.at.elapsed();
-            assert!(waited >= Duration::from_millis(30) - Duration::from_millis(1), "{waited:?}");
+            assert!(
+                waited >= Duration::from_millis(30) - Duration::from_millis(1),
+                "{waited:?}"
+            );
             assert!(waited <= Duration::from_millis(75), "{waited:?}");
-            assert_eq!(item.kind, crate::fault::ItemKind::Data(bytes::Bytes::from(vec![i])));
+            assert_eq!(
+                item.kind,
+                crate::fault::ItemKind::Data(bytes::Bytes::from(vec![i]))
+            );
         }
         sender.await.unwrap();
     }
@@ -175,7 +181,12 @@ mod tests {
 
     #[test]
     fn delay_is_required() {
-        assert!(spec("latency", &[]).unwrap_err().message.contains("missing \"delay\""));
+        assert!(
+            spec("latency", &[])
+                .unwrap_err()
+                .message
+                .contains("missing \"delay\"")
+        );
         assert!(spec("latency", &[("delay", "10")]).is_err());
     }
 }

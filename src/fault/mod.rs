@@ -174,7 +174,8 @@ pub struct StageCtx {
 impl StageCtx {
     /// Whether the fault may act at `now`.
     pub fn active_at(&self, now: Instant) -> bool {
-        self.window.contains(now.saturating_duration_since(self.epoch))
+        self.window
+            .contains(now.saturating_duration_since(self.epoch))
     }
 
     /// When the window closes, if it does.
@@ -374,11 +375,15 @@ impl fmt::Display for FaultSpec {
 pub fn parse_fault(mut f: Fields) -> Result<FaultSpec, ProfileError> {
     let loc = f.loc().to_string();
     let names: Vec<&str> = KINDS.iter().map(|k| k.name).collect();
-    let kind_name = f
-        .string("type")?
-        .ok_or_else(|| f.table_error(format!("missing \"type\"; expected one of {}", quoted_list(&names))))?;
+    let kind_name = f.string("type")?.ok_or_else(|| {
+        f.table_error(format!(
+            "missing \"type\"; expected one of {}",
+            quoted_list(&names)
+        ))
+    })?;
     let info = find_kind(&kind_name).ok_or_else(|| {
-        let hint = closest(&kind_name, &names).map_or(String::new(), |k| format!(" (did you mean {k:?}?)"));
+        let hint = closest(&kind_name, &names)
+            .map_or(String::new(), |k| format!(" (did you mean {k:?}?)"));
         ProfileError::new(
             &loc,
             format!(
@@ -455,11 +460,7 @@ pub enum Until {
 
 /// Passes items until `trigger` fires (and the window is open), splitting
 /// the chunk that crosses the byte mark. Shared by stall, reset and close.
-pub async fn pass_until(
-    trigger: Trigger,
-    ctx: &StageCtx,
-    io: &mut StageIo,
-) -> Result<Until, Gone> {
+pub async fn pass_until(trigger: Trigger, ctx: &StageCtx, io: &mut StageIo) -> Result<Until, Gone> {
     let mut passed: u64 = 0;
     let deadline = match trigger {
         Trigger::Time(t) => Some((ctx.opened + t).max(ctx.window_start())),
@@ -478,7 +479,9 @@ pub async fn pass_until(
             }
             item = io.recv() => item,
         };
-        let Some(item) = item else { return Ok(Until::Ended) };
+        let Some(item) = item else {
+            return Ok(Until::Ended);
+        };
         let Trigger::Bytes(limit) = trigger else {
             io.send(item).await?;
             continue;
@@ -574,14 +577,30 @@ mod tests {
 
     #[test]
     fn shared_settings() {
-        let s = spec("latency", &[("delay", "10ms"), ("probability", "0.5"), ("stream", "both"), ("active", "1s..2s")]).unwrap();
+        let s = spec(
+            "latency",
+            &[
+                ("delay", "10ms"),
+                ("probability", "0.5"),
+                ("stream", "both"),
+                ("active", "1s..2s"),
+            ],
+        )
+        .unwrap();
         assert_eq!(s.probability, 0.5);
         assert_eq!(s.stream, Stream::Both);
         assert_eq!(s.active.start, Some(Duration::from_secs(1)));
         let e = spec("latency", &[("delay", "10ms"), ("probability", "2")]).unwrap_err();
-        assert_eq!(e.message, "latency.probability: expected a number from 0 to 1, got \"2\"");
+        assert_eq!(
+            e.message,
+            "latency.probability: expected a number from 0 to 1, got \"2\""
+        );
         let e = spec("latency", &[("delay", "10ms"), ("stream", "sideways")]).unwrap_err();
-        assert!(e.message.contains("expected one of \"upstream\", \"downstream\" or \"both\""), "{e}");
+        assert!(
+            e.message
+                .contains("expected one of \"upstream\", \"downstream\" or \"both\""),
+            "{e}"
+        );
     }
 
     #[test]
@@ -594,12 +613,15 @@ mod tests {
     async fn pass_until_splits_at_the_byte_mark() {
         let (tx, mut rx, mut io) = channels();
         let c = ctx(Window::ALWAYS);
-        let task = tokio::spawn(async move { pass_until(Trigger::Bytes(10), &c, &mut io).await.unwrap() });
+        let task =
+            tokio::spawn(async move { pass_until(Trigger::Bytes(10), &c, &mut io).await.unwrap() });
         tx.send(data(6)).await.unwrap();
         tx.send(data(6)).await.unwrap();
         assert_eq!(rx.recv().await.unwrap().len(), 6);
         assert_eq!(rx.recv().await.unwrap().len(), 4);
-        let Until::Fired(Some(rest)) = task.await.unwrap() else { panic!("did not fire") };
+        let Until::Fired(Some(rest)) = task.await.unwrap() else {
+            panic!("did not fire")
+        };
         assert_eq!(rest.len(), 2);
     }
 
@@ -607,7 +629,8 @@ mod tests {
     async fn pass_until_outside_window_never_fires() {
         let (tx, mut rx, mut io) = channels();
         let c = ctx(Window::parse("1h..").unwrap());
-        let task = tokio::spawn(async move { pass_until(Trigger::Bytes(1), &c, &mut io).await.unwrap() });
+        let task =
+            tokio::spawn(async move { pass_until(Trigger::Bytes(1), &c, &mut io).await.unwrap() });
         tx.send(data(100)).await.unwrap();
         assert_eq!(rx.recv().await.unwrap().len(), 100);
         drop(tx);

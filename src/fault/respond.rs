@@ -53,9 +53,8 @@ impl Respond {
             (Bytes::from(d.into_bytes()), summary)
         } else if let Some(path) = file {
             let full = f.resolve_path(&path);
-            let bytes = std::fs::read(&full).map_err(|e| {
-                f.table_error(format!("cannot read file {}: {e}", full.display()))
-            })?;
+            let bytes = std::fs::read(&full)
+                .map_err(|e| f.table_error(format!("cannot read file {}: {e}", full.display())))?;
             let summary = format!("file {}", full.display());
             (Bytes::from(bytes), summary)
         } else {
@@ -67,7 +66,11 @@ impl Respond {
             for h in headers.unwrap_or_default() {
                 let text = crate::profile::node::node_text(&h);
                 if !text.contains(':') || text.contains('\n') || text.contains('\r') {
-                    return Err(f.error("headers", &h.loc, format!("expected \"Name: value\", got {text:?}")));
+                    return Err(f.error(
+                        "headers",
+                        &h.loc,
+                        format!("expected \"Name: value\", got {text:?}"),
+                    ));
                 }
                 extra.push(text);
             }
@@ -167,7 +170,10 @@ mod tests {
     fn builds_an_http_reply() {
         let r = respond(&[("status", "429"), ("retry_after", "5s")]).unwrap();
         let text = String::from_utf8(r.data.to_vec()).unwrap();
-        assert!(text.starts_with("HTTP/1.1 429 Too Many Requests\r\n"), "{text}");
+        assert!(
+            text.starts_with("HTTP/1.1 429 Too Many Requests\r\n"),
+            "{text}"
+        );
         assert!(text.contains("\r\nRetry-After: 5\r\n"), "{text}");
         assert!(text.ends_with("\r\n\r\n429 Too Many Requests\n"), "{text}");
         assert_eq!(r.script().last(), Some(&ItemKind::Close));
@@ -179,12 +185,19 @@ mod tests {
         assert!(respond(&[("data", "x"), ("status", "503")]).is_err());
         assert!(respond(&[("data", "x"), ("body", "y")]).is_err());
         let r = respond(&[("data", "hello"), ("then", "stall")]).unwrap();
-        assert_eq!(r.script(), vec![ItemKind::Data(Bytes::from_static(b"hello"))]);
+        assert_eq!(
+            r.script(),
+            vec![ItemKind::Data(Bytes::from_static(b"hello"))]
+        );
     }
 
     #[test]
     fn missing_file_is_a_clear_error() {
         let e = respond(&[("file", "/nonexistent/reply.bin")]).unwrap_err();
-        assert!(e.message.contains("cannot read file /nonexistent/reply.bin"), "{e}");
+        assert!(
+            e.message
+                .contains("cannot read file /nonexistent/reply.bin"),
+            "{e}"
+        );
     }
 }

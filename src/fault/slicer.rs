@@ -88,7 +88,13 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn slices_with_pauses_and_delivers_every_byte() {
-        let FaultKind::Slicer(s) = spec("slicer", &[("size", "10"), ("size_variation", "3"), ("delay", "1ms")]).unwrap().kind else {
+        let FaultKind::Slicer(s) = spec(
+            "slicer",
+            &[("size", "10"), ("size_variation", "3"), ("delay", "1ms")],
+        )
+        .unwrap()
+        .kind
+        else {
             unreachable!()
         };
         let (tx, mut rx, io) = channels();
@@ -97,7 +103,11 @@ mod tests {
         drop(tx);
         let (mut total, mut pieces) = (0, 0);
         while let Some(item) = rx.recv().await {
-            assert!((7..=13).contains(&item.len()) || total + item.len() == 1000, "{}", item.len());
+            assert!(
+                (7..=13).contains(&item.len()) || total + item.len() == 1000,
+                "{}",
+                item.len()
+            );
             total += item.len();
             pieces += 1;
         }
@@ -108,7 +118,11 @@ mod tests {
     #[test]
     fn variation_must_be_below_size() {
         let e = spec("slicer", &[("size", "10"), ("size_variation", "10")]).unwrap_err();
-        assert!(e.message.contains("size_variation (10) must be smaller than size (10)"), "{e}");
+        assert!(
+            e.message
+                .contains("size_variation (10) must be smaller than size (10)"),
+            "{e}"
+        );
         assert!(spec("slicer", &[("size", "0")]).is_err());
     }
 }

@@ -54,7 +54,12 @@ mod tests {
         tokio::spawn(s.run(ctx(Window::ALWAYS), io));
         let t0 = Instant::now();
         tx.send(data(10)).await.unwrap();
-        tx.send(Item { at: Instant::now(), kind: ItemKind::Fin }).await.unwrap();
+        tx.send(Item {
+            at: Instant::now(),
+            kind: ItemKind::Fin,
+        })
+        .await
+        .unwrap();
         rx.recv().await.unwrap();
         assert_eq!(t0.elapsed(), Duration::ZERO);
         assert_eq!(rx.recv().await.unwrap().kind, ItemKind::Fin);

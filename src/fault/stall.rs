@@ -74,7 +74,9 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn holds_after_the_mark_then_releases_everything() {
         let (tx, mut rx, io) = channels();
-        tokio::spawn(stall(&[("after_bytes", "5"), ("duration", "2s")]).run(ctx(Window::ALWAYS), io));
+        tokio::spawn(
+            stall(&[("after_bytes", "5"), ("duration", "2s")]).run(ctx(Window::ALWAYS), io),
+        );
         let t0 = Instant::now();
         tx.send(data(8)).await.unwrap();
         assert_eq!(rx.recv().await.unwrap().len(), 5);

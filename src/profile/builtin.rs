@@ -33,7 +33,10 @@ mod tests {
         assert!(!super::BUILTIN.is_empty());
         for (name, text) in super::BUILTIN {
             let doc = super::super::parse(name, text, None).unwrap_or_else(|e| panic!("{e}"));
-            assert!(doc.description.is_some_and(|d| !d.is_empty()), "{name} has no description");
+            assert!(
+                doc.description.is_some_and(|d| !d.is_empty()),
+                "{name} has no description"
+            );
             assert!(!doc.rules.is_empty(), "{name} has no rules");
         }
     }

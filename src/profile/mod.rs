@@ -35,7 +35,8 @@ pub fn load(arg: &str) -> Result<ProfileDoc, ProfileError> {
             return parse(&format!("builtin:{arg}"), text, None);
         }
         let names = builtin::names();
-        let hint = node::closest(arg, &names).map_or(String::new(), |n| format!(" (did you mean {n:?}?)"));
+        let hint =
+            node::closest(arg, &names).map_or(String::new(), |n| format!(" (did you mean {n:?}?)"));
         return Err(ProfileError::new(
             format!("-p {arg}"),
             format!(
@@ -44,8 +45,12 @@ pub fn load(arg: &str) -> Result<ProfileDoc, ProfileError> {
             ),
         ));
     }
-    let text = std::fs::read_to_string(arg)
-        .map_err(|e| ProfileError::new(format!("-p {arg}"), format!("cannot read profile {arg}: {e}")))?;
+    let text = std::fs::read_to_string(arg).map_err(|e| {
+        ProfileError::new(
+            format!("-p {arg}"),
+            format!("cannot read profile {arg}: {e}"),
+        )
+    })?;
     let dir = Path::new(arg).parent().map(PathBuf::from);
     parse(arg, &text, dir)
 }
@@ -77,7 +82,9 @@ pub fn parse(name: &str, text: &str, dir: Option<PathBuf>) -> Result<ProfileDoc,
 fn parse_rule(i: usize, node: Node, dir: &Option<PathBuf>) -> Result<Rule, ProfileError> {
     let loc = node.loc.clone();
     let mut f = Fields::new(format!("rules[{i}]"), node)?;
-    let name = f.string("name")?.unwrap_or_else(|| format!("rule-{}", i + 1));
+    let name = f
+        .string("name")?
+        .unwrap_or_else(|| format!("rule-{}", i + 1));
     if name.trim().is_empty() {
         return Err(f.table_error("name must not be empty"));
     }
@@ -104,11 +111,17 @@ fn parse_match(path: &str, node: Node) -> Result<Match, ProfileError> {
     let mut m = Match::default();
     for n in f.strings("dst")?.unwrap_or_default() {
         let text = node_text(&n);
-        m.dst.push(DstPattern::parse(&text).map_err(|e| f.error("dst", &n.loc, format!("expected {e}, got {text:?}")))?);
+        m.dst.push(
+            DstPattern::parse(&text)
+                .map_err(|e| f.error("dst", &n.loc, format!("expected {e}, got {text:?}")))?,
+        );
     }
     for n in f.strings("ports")?.unwrap_or_default() {
         let text = node_text(&n);
-        m.ports.push(plan::parse_ports(&text).map_err(|e| f.error("ports", &n.loc, format!("expected {e}, got {text:?}")))?);
+        m.ports.push(
+            plan::parse_ports(&text)
+                .map_err(|e| f.error("ports", &n.loc, format!("expected {e}, got {text:?}")))?,
+        );
     }
     m.flow = match f.choice("direction", &["outbound", "inbound", "any"])? {
         Some("outbound") => Some(Flow::Outbound),
@@ -125,15 +138,31 @@ fn parse_match(path: &str, node: Node) -> Result<Match, ProfileError> {
 fn parse_proxy(i: usize, node: Node) -> Result<ProxySpec, ProfileError> {
     let loc = node.loc.clone();
     let mut f = Fields::new(format!("proxies[{i}]"), node)?;
-    let name = f.string("name")?.unwrap_or_else(|| format!("proxy-{}", i + 1));
-    let listen_node = f.take("listen").ok_or_else(|| f.table_error("missing \"listen\" (like \"127.0.0.1:26379\")"))?;
+    let name = f
+        .string("name")?
+        .unwrap_or_else(|| format!("proxy-{}", i + 1));
+    let listen_node = f
+        .take("listen")
+        .ok_or_else(|| f.table_error("missing \"listen\" (like \"127.0.0.1:26379\")"))?;
     let listen_text = node_text(&listen_node);
-    let listen = plan::parse_listen(&listen_text)
-        .map_err(|e| f.error("listen", &listen_node.loc, format!("expected {e}, got {listen_text:?}")))?;
-    let up_node = f.take("upstream").ok_or_else(|| f.table_error("missing \"upstream\" (like \"127.0.0.1:6379\")"))?;
+    let listen = plan::parse_listen(&listen_text).map_err(|e| {
+        f.error(
+            "listen",
+            &listen_node.loc,
+            format!("expected {e}, got {listen_text:?}"),
+        )
+    })?;
+    let up_node = f
+        .take("upstream")
+        .ok_or_else(|| f.table_error("missing \"upstream\" (like \"127.0.0.1:6379\")"))?;
     let up_text = node_text(&up_node);
-    let upstream = plan::parse_upstream(&up_text)
-        .map_err(|e| f.error("upstream", &up_node.loc, format!("expected {e}, got {up_text:?}")))?;
+    let upstream = plan::parse_upstream(&up_text).map_err(|e| {
+        f.error(
+            "upstream",
+            &up_node.loc,
+            format!("expected {e}, got {up_text:?}"),
+        )
+    })?;
     if !matches!(listen_node.value, Value::Str(_) | Value::Int(_)) {
         return Err(f.error("listen", &listen_node.loc, "expected a string"));
     }
@@ -153,10 +182,13 @@ pub fn parse_fault_flag(spec: &str) -> Result<FaultSpec, ProfileError> {
     let (kind, rest) = spec.split_once(':').unwrap_or((spec, ""));
     let mut pairs = vec![("type".to_string(), kind.trim().to_string())];
     for item in split_pairs(rest).map_err(|m| ProfileError::new(&loc, m))? {
-        let (k, v) = item
-            .split_once('=')
-            .ok_or_else(|| ProfileError::new(&loc, format!("{kind}: expected key=value, got {item:?}")))?;
-        pairs.push((k.trim().to_string(), unquote(v.trim()).map_err(|m| ProfileError::new(&loc, m))?));
+        let (k, v) = item.split_once('=').ok_or_else(|| {
+            ProfileError::new(&loc, format!("{kind}: expected key=value, got {item:?}"))
+        })?;
+        pairs.push((
+            k.trim().to_string(),
+            unquote(v.trim()).map_err(|m| ProfileError::new(&loc, m))?,
+        ));
     }
     fault::parse_fault(Fields::from_pairs("fault", &loc, pairs))
 }
@@ -201,7 +233,12 @@ fn unquote(v: &str) -> Result<String, String> {
             Some('r') => out.push('\r'),
             Some('t') => out.push('\t'),
             Some(c @ ('"' | '\\')) => out.push(c),
-            other => return Err(format!("unknown escape \\{}", other.map_or(String::new(), String::from))),
+            other => {
+                return Err(format!(
+                    "unknown escape \\{}",
+                    other.map_or(String::new(), String::from)
+                ));
+            }
         }
     }
     Ok(out)
@@ -213,7 +250,11 @@ pub const CLI_RULE: &str = "cli";
 /// Builds the plan from profiles (in order), `--fault` flags and `--seed`.
 /// Without a seed anywhere, one is drawn and reported, so any run can be
 /// replayed.
-pub fn build_plan(profiles: &[String], faults: &[String], seed: Option<u64>) -> Result<Plan, ProfileError> {
+pub fn build_plan(
+    profiles: &[String],
+    faults: &[String],
+    seed: Option<u64>,
+) -> Result<Plan, ProfileError> {
     let mut plan = Plan::default();
     let mut profile_seed = None;
     for p in profiles {
@@ -226,7 +267,10 @@ pub fn build_plan(profiles: &[String], faults: &[String], seed: Option<u64>) -> 
         plan.proxies.extend(doc.proxies);
     }
     if !faults.is_empty() {
-        let specs = faults.iter().map(|f| parse_fault_flag(f).map(Arc::new)).collect::<Result<Vec<_>, _>>()?;
+        let specs = faults
+            .iter()
+            .map(|f| parse_fault_flag(f).map(Arc::new))
+            .collect::<Result<Vec<_>, _>>()?;
         plan.rules.push(Arc::new(Rule {
             name: CLI_RULE.into(),
             matcher: Match::default(),
@@ -284,11 +328,32 @@ upstream = "127.0.0.1:6379"
             "p.toml:4:8: bandwidth.rate: expected a rate like \"1mbit\" or \"500KB/s\", got \"fast\""
         );
         let e = parse("p.toml", "sed = 1\n", None).unwrap_err();
-        assert!(e.to_string().starts_with("p.toml:1:1: profile: unknown key \"sed\" (did you mean \"seed\"?)"), "{e}");
-        let e = parse("p.toml", "[[rules]]\nmatch = { ports = [\"http\"] }\n", None).unwrap_err();
-        assert!(e.to_string().contains("rules[0].match.ports: expected a port like"), "{e}");
-        let e = parse("p.toml", "[[proxies]]\nlisten = \"x\"\nupstream = \"a:1\"\n", None).unwrap_err();
-        assert!(e.to_string().starts_with("p.toml:2:10: proxies[0].listen:"), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("p.toml:1:1: profile: unknown key \"sed\" (did you mean \"seed\"?)"),
+            "{e}"
+        );
+        let e = parse(
+            "p.toml",
+            "[[rules]]\nmatch = { ports = [\"http\"] }\n",
+            None,
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("rules[0].match.ports: expected a port like"),
+            "{e}"
+        );
+        let e = parse(
+            "p.toml",
+            "[[proxies]]\nlisten = \"x\"\nupstream = \"a:1\"\n",
+            None,
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().starts_with("p.toml:2:10: proxies[0].listen:"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -304,7 +369,12 @@ upstream = "127.0.0.1:6379"
             e.to_string(),
             "--fault \"bandwidth:rate=fast\": bandwidth.rate: expected a rate like \"1mbit\" or \"500KB/s\", got \"fast\""
         );
-        assert!(parse_fault_flag("latency:delay=1s,bogus=2").unwrap_err().message.contains("unknown key \"bogus\""));
+        assert!(
+            parse_fault_flag("latency:delay=1s,bogus=2")
+                .unwrap_err()
+                .message
+                .contains("unknown key \"bogus\"")
+        );
     }
 
     #[test]
@@ -317,7 +387,15 @@ upstream = "127.0.0.1:6379"
     fn duplicate_rule_names_are_rejected() {
         let doc = "[[rules]]\nname = \"a\"\n[[rules]]\nname = \"a\"\n";
         let d = parse("d.toml", doc, None).unwrap();
-        let plan = Plan { rules: d.rules.into_iter().map(Arc::new).collect(), ..Plan::default() };
-        assert!(plan.validate().unwrap_err().message.contains("already used"));
+        let plan = Plan {
+            rules: d.rules.into_iter().map(Arc::new).collect(),
+            ..Plan::default()
+        };
+        assert!(
+            plan.validate()
+                .unwrap_err()
+                .message
+                .contains("already used")
+        );
     }
 }

@@ -98,7 +98,10 @@ impl<'a> SourceMap<'a> {
     pub fn loc(&self, offset: usize) -> String {
         let line = self.line_starts.partition_point(|&s| s <= offset).max(1);
         let start = self.line_starts[line - 1];
-        let col = self.text[start..offset.min(self.text.len())].chars().count() + 1;
+        let col = self.text[start..offset.min(self.text.len())]
+            .chars()
+            .count()
+            + 1;
         format!("{}:{}:{}", self.name, line, col)
     }
 }
@@ -108,7 +111,9 @@ pub fn parse_toml(name: &str, text: &str) -> Result<Node, ProfileError> {
     use toml::de::DeTable;
     let map = SourceMap::new(name, text);
     let doc = DeTable::parse(text).map_err(|e| {
-        let at = e.span().map_or_else(|| name.to_string(), |s| map.loc(s.start));
+        let at = e
+            .span()
+            .map_or_else(|| name.to_string(), |s| map.loc(s.start));
         ProfileError::new(at, format!("invalid TOML: {}", e.message().trim()))
     })?;
     let span = doc.span();
@@ -258,7 +263,11 @@ impl Fields {
     }
 
     fn expected(&self, key: &str, node: &Node, form: &str) -> ProfileError {
-        self.error(key, &node.loc, format!("expected {form}, got {}", node.value))
+        self.error(
+            key,
+            &node.loc,
+            format!("expected {form}, got {}", node.value),
+        )
     }
 
     /// Reads a string-like value through `parse`; numbers are accepted where
@@ -339,7 +348,11 @@ impl Fields {
         let form = format!("a number from {lo} to {hi}");
         self.with_text(key, &form, |s| {
             let x: f64 = s.trim().parse().map_err(|_| "")?;
-            if (lo..=hi).contains(&x) { Ok(x) } else { Err("") }
+            if (lo..=hi).contains(&x) {
+                Ok(x)
+            } else {
+                Err("")
+            }
         })
     }
 
@@ -353,7 +366,11 @@ impl Fields {
         let form = format!("a whole number from {lo} to {hi}");
         self.with_text(key, &form, |s| {
             let x: u64 = s.trim().parse().map_err(|_| "")?;
-            if (lo..=hi).contains(&x) { Ok(x) } else { Err("") }
+            if (lo..=hi).contains(&x) {
+                Ok(x)
+            } else {
+                Err("")
+            }
         })
     }
 
@@ -530,7 +547,10 @@ mod tests {
 
     #[test]
     fn closest_words() {
-        assert_eq!(closest("latncy", &["latency", "bandwidth"]), Some("latency"));
+        assert_eq!(
+            closest("latncy", &["latency", "bandwidth"]),
+            Some("latency")
+        );
         assert_eq!(closest("zzz", &["latency", "bandwidth"]), None);
     }
 }

@@ -47,7 +47,13 @@ impl Outcome {
 }
 
 /// Serves one accepted client until the connection ends or netchaos stops.
-pub async fn serve(relay: Arc<Relay>, client: TcpStream, peer: SocketAddr, ep: Arc<Endpoint>, seq: u64) {
+pub async fn serve(
+    relay: Arc<Relay>,
+    client: TcpStream,
+    peer: SocketAddr,
+    ep: Arc<Endpoint>,
+    seq: u64,
+) {
     let opened = Instant::now();
     sockopt::tune(&client);
     let resolved = resolve(&ep.upstream).await;
@@ -58,7 +64,9 @@ pub async fn serve(relay: Arc<Relay>, client: TcpStream, peer: SocketAddr, ep: A
     let info = Arc::new(ConnInfo {
         id: seq,
         client: peer,
-        dst: addrs.first().map_or_else(|| ep.upstream.clone(), |a| a.to_string()),
+        dst: addrs
+            .first()
+            .map_or_else(|| ep.upstream.clone(), |a| a.to_string()),
         host: host.clone(),
         proxy: Some(ep.name.clone()),
     });
@@ -84,7 +92,9 @@ pub async fn serve(relay: Arc<Relay>, client: TcpStream, peer: SocketAddr, ep: A
         r = work => r,
         _ = relay.abort.cancelled() => (Outcome::Aborted, [0, 0]),
     };
-    relay.events.conn_close(&info, outcome.as_str(), bytes, opened.elapsed());
+    relay
+        .events
+        .conn_close(&info, outcome.as_str(), bytes, opened.elapsed());
 }
 
 /// Resolves `host:port`: the host's name (when it is not a literal) and its
@@ -115,7 +125,12 @@ struct Conn<'a> {
 }
 
 impl Conn<'_> {
-    async fn run(self, client: &TcpStream, addrs: &[SocketAddr], resolve_err: Option<String>) -> (Outcome, [u64; 2]) {
+    async fn run(
+        self,
+        client: &TcpStream,
+        addrs: &[SocketAddr],
+        resolve_err: Option<String>,
+    ) -> (Outcome, [u64; 2]) {
         let respond = self.chosen.iter().find_map(|c| match &c.spec.kind {
             FaultKind::Respond(r) => Some((c, r.clone())),
             _ => None,
@@ -125,7 +140,9 @@ impl Conn<'_> {
             return self.respond(client, r).await;
         }
         if let Some(e) = resolve_err {
-            self.relay.events.relay_error(self.info, "resolve_failed", &e);
+            self.relay
+                .events
+                .relay_error(self.info, "resolve_failed", &e);
             return reset_client(client);
         }
         // The seam for connect-phase truth: today a failed dial resets the
@@ -147,32 +164,50 @@ impl Conn<'_> {
     }
 
     async fn dial(&self, addrs: &[SocketAddr]) -> Result<TcpStream, (&'static str, String)> {
-        let mut last = (
-            "dial_failed",
-            "no address to dial".to_string(),
-        );
+        let mut last = ("dial_failed", "no address to dial".to_string());
         for addr in addrs {
-            match tokio::time::timeout(self.relay.opts.dial_timeout, TcpStream::connect(addr)).await {
+            match tokio::time::timeout(self.relay.opts.dial_timeout, TcpStream::connect(addr)).await
+            {
                 Ok(Ok(s)) => return Ok(s),
                 Ok(Err(e)) => {
-                    let kind = if e.kind() == std::io::ErrorKind::ConnectionRefused { "dial_refused" } else { "dial_failed" };
+                    let kind = if e.kind() == std::io::ErrorKind::ConnectionRefused {
+                        "dial_refused"
+                    } else {
+                        "dial_failed"
+                    };
                     last = (kind, format!("connect to {addr}: {e}"));
                 }
-                Err(_) => last = ("dial_timeout", format!("connect to {addr}: no answer within {:?}", self.relay.opts.dial_timeout)),
+                Err(_) => {
+                    last = (
+                        "dial_timeout",
+                        format!(
+                            "connect to {addr}: no answer within {:?}",
+                            self.relay.opts.dial_timeout
+                        ),
+                    )
+                }
             }
         }
         Err(last)
     }
 
     fn hit(&self, c: &Chosen, dir: Option<Direction>) -> FaultHit {
-        FaultHit::new(self.relay.events.clone(), self.info.clone(), c.rule.clone(), c.spec.clone(), dir)
+        FaultHit::new(
+            self.relay.events.clone(),
+            self.info.clone(),
+            c.rule.clone(),
+            c.spec.clone(),
+            dir,
+        )
     }
 
     /// The stages for one direction, in rule and fault order.
     fn stages(&self, dir: Direction) -> Vec<(FaultKind, StageCtx)> {
         self.chosen
             .iter()
-            .filter(|c| c.spec.stream.includes(dir) && !matches!(c.spec.kind, FaultKind::Respond(_)))
+            .filter(|c| {
+                c.spec.stream.includes(dir) && !matches!(c.spec.kind, FaultKind::Respond(_))
+            })
             .map(|c| {
                 let ctx = StageCtx {
                     dir,
@@ -201,9 +236,17 @@ impl Conn<'_> {
     /// `respond`: the canned reply flows down the downstream pipeline (so
     /// other downstream faults still apply); what the client sends is read
     /// and discarded.
-    async fn respond(&self, client: &TcpStream, r: crate::fault::respond::Respond) -> (Outcome, [u64; 2]) {
+    async fn respond(
+        &self,
+        client: &TcpStream,
+        r: crate::fault::respond::Respond,
+    ) -> (Outcome, [u64; 2]) {
         if r.wait_request {
-            let _ = tokio::time::timeout(crate::fault::respond::Respond::REQUEST_WAIT, client.readable()).await;
+            let _ = tokio::time::timeout(
+                crate::fault::respond::Respond::REQUEST_WAIT,
+                client.readable(),
+            )
+            .await;
         }
         let stats = &self.relay.events.stats;
         let down = pipeline::run(

@@ -106,7 +106,9 @@ impl Relay {
                 match accepted {
                     Ok((sock, peer)) => {
                         let seq = relay.seq.fetch_add(1, Ordering::Relaxed) + 1;
-                        relay.tasks.spawn(conn::serve(relay.clone(), sock, peer, ep.clone(), seq));
+                        relay
+                            .tasks
+                            .spawn(conn::serve(relay.clone(), sock, peer, ep.clone(), seq));
                     }
                     Err(e) => accept_error(&e).await,
                 }
@@ -119,7 +121,10 @@ impl Relay {
     pub async fn shutdown(&self, drain: Duration) {
         self.stop.cancel();
         self.tasks.close();
-        if tokio::time::timeout(drain, self.tasks.wait()).await.is_err() {
+        if tokio::time::timeout(drain, self.tasks.wait())
+            .await
+            .is_err()
+        {
             self.abort.cancel();
             self.tasks.wait().await;
         }
@@ -167,7 +172,8 @@ pub fn bind(addr: SocketAddr) -> Result<TcpListener, BindError> {
     if addr.is_ipv6() {
         let _ = sock.set_only_v6(true);
     }
-    sock.set_nonblocking(true).map_err(|e| fail(e.to_string()))?;
+    sock.set_nonblocking(true)
+        .map_err(|e| fail(e.to_string()))?;
     sock.bind(&addr.into()).map_err(|e| {
         fail(match e.raw_os_error() {
             Some(libc::EADDRINUSE) => "address already in use (another process holds this port; stop it or choose another port)".into(),

@@ -43,7 +43,10 @@ pub async fn run(
     let mut futures = Vec::with_capacity(stages.len());
     for (kind, ctx) in stages {
         let (tx, next_rx) = mpsc::channel::<Item>(DEPTH);
-        let io = StageIo { input: rx, output: tx };
+        let io = StageIo {
+            input: rx,
+            output: tx,
+        };
         if let Some(f) = kind.stage(ctx, io) {
             futures.push(f);
         }
@@ -54,7 +57,10 @@ pub async fn run(
             Source::Socket(s) => read_socket(s, first_tx).await,
             Source::Script(items) => {
                 for kind in items {
-                    let item = Item { at: Instant::now(), kind };
+                    let item = Item {
+                        at: Instant::now(),
+                        kind,
+                    };
                     if first_tx.send(item).await.is_err() {
                         return;
                     }
@@ -84,7 +90,12 @@ async fn read_socket(src: &TcpStream, tx: mpsc::Sender<Item>) {
         // Reuses the allocation once the chunks handed out were dropped.
         buf.reserve(CHUNK);
         if src.readable().await.is_err() {
-            let _ = tx.send(Item { at: Instant::now(), kind: ItemKind::Reset }).await;
+            let _ = tx
+                .send(Item {
+                    at: Instant::now(),
+                    kind: ItemKind::Reset,
+                })
+                .await;
             return;
         }
         let kind = match src.try_read_buf(&mut buf) {
@@ -94,7 +105,15 @@ async fn read_socket(src: &TcpStream, tx: mpsc::Sender<Item>) {
             Err(_) => ItemKind::Reset,
         };
         let end = !matches!(kind, ItemKind::Data(_));
-        if tx.send(Item { at: Instant::now(), kind }).await.is_err() || end {
+        if tx
+            .send(Item {
+                at: Instant::now(),
+                kind,
+            })
+            .await
+            .is_err()
+            || end
+        {
             return;
         }
     }
@@ -103,7 +122,12 @@ async fn read_socket(src: &TcpStream, tx: mpsc::Sender<Item>) {
 /// How long a reset waits for written bytes to be acknowledged first.
 pub const RESET_DRAIN: Duration = Duration::from_secs(1);
 
-async fn write_items(dst: &TcpStream, mut rx: mpsc::Receiver<Item>, dir: Direction, stats: &Stats) -> (DirEnd, u64) {
+async fn write_items(
+    dst: &TcpStream,
+    mut rx: mpsc::Receiver<Item>,
+    dir: Direction,
+    stats: &Stats,
+) -> (DirEnd, u64) {
     let mut total = 0u64;
     while let Some(item) = rx.recv().await {
         match item.kind {

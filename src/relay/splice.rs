@@ -149,7 +149,9 @@ async fn copy_once(
             Ok(Some(DirEnd::Fin))
         }
         Ok(n) => {
-            super::pipeline::write_all(dst, &buf[..n]).await.map_err(|_| DirEnd::Reset)?;
+            super::pipeline::write_all(dst, &buf[..n])
+                .await
+                .map_err(|_| DirEnd::Reset)?;
             *total += n as u64;
             stats.add_bytes(dir, n as u64);
             Ok(None)

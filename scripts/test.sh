@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Runs the whole test suite: formatting, lints, unit and integration tests.
+# As root on a Debian-like machine it first installs the system packages the
+# tests use (curl, python3, iproute2, nftables, iperf3, ...). With CI set, a
+# test that lacks a tool or privilege it needs fails instead of skipping.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(curl python3 python3-requests iproute2 nftables iptables util-linux procps iperf3 socat)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "test.sh: installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  else
+    echo "test.sh: not installing ${missing[*]} (needs root and apt-get); tests that need them will say so" >&2
+  fi
+fi
+
+# The Python client tests use `requests` from whichever python3 is first on PATH.
+if ! python3 -c 'import requests' 2>/dev/null; then
+  python3 -m pip install -q requests 2>/dev/null || echo "test.sh: could not pip install requests" >&2
+fi
+
+echo "== cargo fmt --check"
+cargo fmt --check
+echo "== cargo clippy"
+cargo clippy --all-targets -- -D warnings
+echo "== cargo test"
+cargo test --all-targets "$@"

@@ -1,0 +1,247 @@
+//! The command line: bad profiles and `--fault` strings exit 2 with a
+//! message naming the place and the expected form; `check`, `profiles` and
+//! `demo` do what they say.
+
+mod support;
+
+use support::*;
+
+fn profile_file(text: &str) -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.toml");
+    std::fs::write(&path, text).unwrap();
+    let p = path.to_str().unwrap().to_string();
+    (dir, p)
+}
+
+/// Checks that `netchaos check` rejects `text` with exit 2 and a message
+/// containing `want` (the `{file}` placeholder is the file's path).
+fn rejects(text: &str, want: &str) {
+    let (_dir, path) = profile_file(text);
+    let (code, out, err) = netchaos(&["check", &path]);
+    assert_eq!(code, 2, "stdout: {out}\nstderr: {err}");
+    let want = want.replace("{file}", &path);
+    assert!(err.contains(&want), "expected {want:?} in:\n{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn malformed_toml() {
+    rejects("[[rules]\n", "{file}:1:");
+    rejects("[[rules]]\nname = \n", "invalid TOML");
+}
+
+#[test]
+fn unknown_keys_are_errors() {
+    rejects(
+        "[[rules]]\nnmae = \"x\"\n",
+        "{file}:2:1: rules[0]: unknown key \"nmae\" (did you mean \"name\"?)",
+    );
+    rejects(
+        "[[rules]]\n[[rules.faults]]\ntype = \"latency\"\ndelay = \"1s\"\njitterr = \"1ms\"\n",
+        "{file}:5:1: latency: unknown key \"jitterr\" (did you mean \"jitter\"?)",
+    );
+}
+
+#[test]
+fn wrong_units_name_the_expected_form() {
+    rejects(
+        "[[rules]]\n[[rules.faults]]\ntype = \"bandwidth\"\nrate = \"fast\"\n",
+        "{file}:4:8: bandwidth.rate: expected a rate like \"1mbit\" or \"500KB/s\", got \"fast\"",
+    );
+    rejects(
+        "[[rules]]\n[[rules.faults]]\ntype = \"latency\"\ndelay = 100\n",
+        "latency.delay: expected a duration like \"150ms\", \"2s\" or \"1m\", got 100",
+    );
+}
+
+#[test]
+fn impossible_values_are_rejected_at_load() {
+    rejects(
+        "[[rules]]\n[[rules.faults]]\ntype = \"slicer\"\nsize = 10\nsize_variation = 20\n",
+        "size_variation (20) must be smaller than size (10)",
+    );
+    rejects(
+        "[[rules]]\n[[rules.faults]]\ntype = \"latency\"\ndelay = \"1s\"\nprobability = 1.5\n",
+        "latency.probability: expected a number from 0 to 1, got 1.5",
+    );
+    rejects(
+        "[[rules]]\n[[rules.faults]]\ntype = \"stall\"\nduration = \"0s\"\n",
+        "duration must be more than 0",
+    );
+    rejects(
+        "[[rules]]\n[[rules.faults]]\ntype = \"latency\"\ndelay = \"-5ms\"\n",
+        "latency.delay: expected a duration",
+    );
+    rejects(
+        "[[rules]]\n[[rules.faults]]\ntype = \"teleport\"\n",
+        "unknown fault type \"teleport\"",
+    );
+    rejects(
+        "[[rules]]\n[[rules.faults]]\ntype = \"latency\"\ndelay = \"1s\"\nactive = \"9s..3s\"\n",
+        "a window whose end comes after its start",
+    );
+    rejects("seed = -1\n", "profile.seed: expected a whole number");
+}
+
+#[test]
+fn unknown_builtin_and_missing_files() {
+    let (code, _, err) = netchaos(&["check", "flakey"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("no built-in profile named \"flakey\" (did you mean \"flaky\"?)"),
+        "{err}"
+    );
+    let (code, _, err) = netchaos(&["check", "/nonexistent/p.toml"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("cannot read profile /nonexistent/p.toml: No such file or directory"),
+        "{err}"
+    );
+}
+
+#[test]
+fn bad_fault_flags_exit_2() {
+    for (flag, want) in [
+        (
+            "bandwidth:rate=fast",
+            "bandwidth.rate: expected a rate like \"1mbit\" or \"500KB/s\", got \"fast\"",
+        ),
+        ("latency", "latency: missing \"delay\""),
+        ("latency:delay", "expected key=value"),
+        (
+            "reset:after_bytes=1,after=1s",
+            "either after_bytes or after",
+        ),
+        (
+            "latency:delay=1s,stream=sideways",
+            "latency.stream: expected one of",
+        ),
+        ("respond:data=\"unterminated", "unterminated double quote"),
+    ] {
+        let (code, _, err) = netchaos(&[
+            "proxy",
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            "127.0.0.1:9",
+            "--fault",
+            flag,
+        ]);
+        assert_eq!(code, 2, "{flag}: {err}");
+        assert!(err.contains(want), "{flag}: expected {want:?} in {err}");
+    }
+}
+
+#[test]
+fn bad_usage_exits_2() {
+    let (code, _, err) = netchaos(&["proxy", "--listen", "127.0.0.1:0"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("needs both --listen ADDR and --upstream HOST:PORT"),
+        "{err}"
+    );
+    let (code, _, _) = netchaos(&[
+        "proxy",
+        "--dial-timeout",
+        "soon",
+        "--listen",
+        "1",
+        "--upstream",
+        "a:1",
+    ]);
+    assert_eq!(code, 2);
+    let (code, _, _) = netchaos(&["no-such-command"]);
+    assert_eq!(code, 2);
+}
+
+#[test]
+fn check_prints_the_resolved_plan() {
+    let (code, out, err) = netchaos(&[
+        "check",
+        "read-timeout",
+        "--fault",
+        "latency:delay=100ms,jitter=10ms",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("rule \"read-timeout\": every connection"),
+        "{out}"
+    );
+    assert!(
+        out.contains("- stall:after_bytes=0,duration=forever,stream=downstream"),
+        "{out}"
+    );
+    assert!(out.contains("rule \"cli\": every connection"), "{out}");
+    assert!(
+        out.contains("- latency:delay=100ms,jitter=10ms,stream=downstream"),
+        "{out}"
+    );
+}
+
+#[test]
+fn profiles_lists_every_builtin_with_its_description() {
+    let (code, out, _) = netchaos(&["profiles"]);
+    assert_eq!(code, 0);
+    for name in [
+        "flaky",
+        "slow-network",
+        "slow-stream",
+        "mid-stream-drop",
+        "truncated",
+        "read-timeout",
+        "slow-headers",
+        "http-503",
+        "http-429",
+    ] {
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("{name} missing:\n{out}"));
+        assert!(line.len() > name.len() + 10, "{name} has no description");
+    }
+}
+
+#[test]
+fn every_builtin_profile_checks() {
+    let (_, out, _) = netchaos(&["profiles"]);
+    for name in out
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|n| !n.is_empty() && *n != "Use")
+    {
+        let (code, _, err) = netchaos(&["check", name]);
+        assert_eq!(code, 0, "{name}: {err}");
+    }
+}
+
+#[test]
+fn demo_runs_and_prints_its_table() {
+    let started = std::time::Instant::now();
+    let (code, out, err) = netchaos(&["demo"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(30),
+        "demo took {:?}",
+        started.elapsed()
+    );
+    for (scenario, outcome) in [
+        ("healthy", "ok (HTTP 200, complete)"),
+        ("latency", "ok (HTTP 200, complete)"),
+        ("slow stream", "ok (HTTP 200, complete)"),
+        ("mid-stream reset", "reset (ECONNRESET)"),
+        ("truncated", "truncated: "),
+        ("stall (read timeout)", "read timeout"),
+        ("canned 503", "HTTP 503"),
+    ] {
+        let line = out
+            .lines()
+            .find(|l| l.starts_with(scenario))
+            .unwrap_or_else(|| panic!("no {scenario} row:\n{out}"));
+        assert!(
+            line.contains(outcome),
+            "{scenario}: expected {outcome:?} in {line:?}"
+        );
+    }
+    assert!(err.contains("netchaos summary"), "{err}");
+}

@@ -1,0 +1,399 @@
+//! `netchaos proxy` without faults, and with faults that must not lose a
+//! byte: exact forwarding, half-close, RST mirroring both ways, IPv6,
+//! listener errors and clean shutdown.
+
+mod support;
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::Shutdown;
+use std::time::{Duration, Instant};
+
+use support::*;
+
+const BIG: usize = 64 << 20;
+
+/// Sends BIG bytes through `addr` to an echo server while reading the echo
+/// back concurrently; returns the checksums sent and received.
+fn echo_transfer(addr: std::net::SocketAddr) -> (u64, u64, usize) {
+    let mut s = connect(addr);
+    let mut reader = s.try_clone().unwrap();
+    let receiver = std::thread::spawn(move || {
+        let mut sum = Fnv::default();
+        let mut total = 0usize;
+        let mut buf = vec![0u8; 256 * 1024];
+        loop {
+            match reader.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    sum.update(&buf[..n]);
+                    total += n;
+                }
+                Err(e) => panic!("read failed after {total} bytes: {e}"),
+            }
+        }
+        (sum.0, total)
+    });
+    let mut sent = Fnv::default();
+    let block = pattern(3, 1 << 20);
+    for i in 0..BIG / block.len() {
+        // Vary the blocks so that a reordering would change the checksum.
+        let mut b = block.clone();
+        b[0] = i as u8;
+        sent.update(&b);
+        s.write_all(&b).expect("write through netchaos");
+    }
+    s.shutdown(Shutdown::Write).unwrap();
+    let (got, total) = receiver.join().unwrap();
+    (sent.0, got, total)
+}
+
+fn exact_with(faults: &[&str]) {
+    let echo = Server::echo("127.0.0.1:0");
+    let up = echo.addr.to_string();
+    let mut args = vec!["--listen", "127.0.0.1:0", "--upstream", &up];
+    for f in faults {
+        args.extend(["--fault", f]);
+    }
+    let proxy = Proxy::start(&args);
+    let (sent, got, total) = echo_transfer(proxy.addr());
+    assert_eq!(total, BIG, "byte count through netchaos with {faults:?}");
+    assert_eq!(sent, got, "checksum through netchaos with {faults:?}");
+    let (status, err) = proxy.stop();
+    assert!(status.success(), "{err}");
+    assert!(
+        err.contains(&format!("{BIG} upstream")),
+        "summary counts bytes:\n{err}"
+    );
+}
+
+#[test]
+fn forwards_64_mib_each_way_exactly_without_faults() {
+    exact_with(&[]);
+}
+
+#[test]
+fn forwards_64_mib_each_way_exactly_with_latency() {
+    exact_with(&["latency:delay=2ms,jitter=1ms,stream=both"]);
+}
+
+#[test]
+fn forwards_64_mib_each_way_exactly_with_bandwidth() {
+    exact_with(&["bandwidth:rate=400MB/s,stream=both"]);
+}
+
+#[test]
+fn forwards_64_mib_each_way_exactly_with_slicer() {
+    exact_with(&["slicer:size=16KiB,size_variation=8KiB,stream=both"]);
+}
+
+#[test]
+fn half_close_reaches_the_server_and_the_reply_still_arrives() {
+    // The server replies only after the client's FIN.
+    let server = Server::start("127.0.0.1:0", |mut s| {
+        let (req, _) = read_to_end(&mut s);
+        let _ = s.write_all(format!("got {} bytes", req.len()).as_bytes());
+        let _ = s.shutdown(Shutdown::Write);
+    });
+    for faults in [&[][..], &["--fault", "latency:delay=0,stream=both"][..]] {
+        let up = server.addr.to_string();
+        let mut args = vec!["--listen", "127.0.0.1:0", "--upstream", &up];
+        args.extend_from_slice(faults);
+        let proxy = Proxy::start(&args);
+        let mut c = connect(proxy.addr());
+        c.write_all(&[7u8; 1000]).unwrap();
+        c.shutdown(Shutdown::Write).unwrap();
+        let (reply, err) = read_to_end(&mut c);
+        assert!(err.is_none(), "{err:?}");
+        assert_eq!(reply, b"got 1000 bytes", "with {faults:?}");
+    }
+}
+
+#[test]
+fn client_rst_reaches_the_server_as_rst() {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let server = Server::start("127.0.0.1:0", move |mut s| {
+        let (_, err) = read_to_end(&mut s);
+        let _ = tx.send(err.map(|e| e.kind()));
+    });
+    for faults in [&[][..], &["--fault", "latency:delay=0,stream=both"][..]] {
+        let up = server.addr.to_string();
+        let mut args = vec!["--listen", "127.0.0.1:0", "--upstream", &up];
+        args.extend_from_slice(faults);
+        let proxy = Proxy::start(&args);
+        let mut c = connect(proxy.addr());
+        c.write_all(b"hello").unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        set_linger_zero(&c);
+        drop(c);
+        let seen = rx
+            .recv_timeout(Duration::from_secs(10))
+            .expect("server saw the end");
+        assert_eq!(
+            seen,
+            Some(ErrorKind::ConnectionReset),
+            "server must see RST, not EOF, with {faults:?}"
+        );
+        drop(proxy);
+    }
+}
+
+#[test]
+fn server_rst_reaches_the_client_after_the_bytes_before_it() {
+    let server = Server::start("127.0.0.1:0", |mut s| {
+        s.write_all(&[1u8; 5000]).unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+        set_linger_zero(&s);
+    });
+    for faults in [&[][..], &["--fault", "latency:delay=50ms,stream=both"][..]] {
+        let up = server.addr.to_string();
+        let mut args = vec!["--listen", "127.0.0.1:0", "--upstream", &up];
+        args.extend_from_slice(faults);
+        let proxy = Proxy::start(&args);
+        let mut c = connect(proxy.addr());
+        let (data, err) = read_to_end(&mut c);
+        assert_eq!(
+            data.len(),
+            5000,
+            "bytes before the RST arrive first, with {faults:?}"
+        );
+        assert_eq!(
+            err.map(|e| e.kind()),
+            Some(ErrorKind::ConnectionReset),
+            "client must see RST, not EOF"
+        );
+        drop(proxy);
+    }
+}
+
+#[test]
+fn unreachable_upstream_resets_the_client() {
+    // A port with no listener: bind, note the port, close.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let up = format!("127.0.0.1:{port}");
+    let events = tempfile::NamedTempFile::new().unwrap();
+    let ev = events.path().to_str().unwrap();
+    let proxy = Proxy::start(&["--events", ev, "--listen", "127.0.0.1:0", "--upstream", &up]);
+    // The relay accepted before it knew; it resets the client as soon as
+    // the dial fails (possibly before connect() even returned).
+    let err = match std::net::TcpStream::connect_timeout(&proxy.addr(), Duration::from_secs(5)) {
+        Ok(mut c) => {
+            c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            read_to_end(&mut c).1
+        }
+        Err(e) => Some(e),
+    };
+    assert_eq!(err.map(|e| e.kind()), Some(ErrorKind::ConnectionReset));
+    let (_, stderr) = proxy.stop();
+    assert!(
+        stderr.contains("dial_refused 1"),
+        "summary counts the relay error:\n{stderr}"
+    );
+    let events = read_events(events.path());
+    assert!(
+        events
+            .iter()
+            .any(|e| e["event"] == "error" && e["kind"] == "dial_refused")
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| e["event"] == "close" && e["outcome"] == "dial_failed")
+    );
+}
+
+#[test]
+fn ipv6_loopback_works() {
+    if std::net::TcpListener::bind("[::1]:0").is_err() {
+        assert!(!in_ci(), "IPv6 loopback is required in CI");
+        eprintln!("SKIPPED: no IPv6 loopback on this machine");
+        return;
+    }
+    let echo = Server::echo("[::1]:0");
+    let up = echo.addr.to_string();
+    let proxy = Proxy::start(&[
+        "--listen",
+        "[::1]:0",
+        "--upstream",
+        &up,
+        "--fault",
+        "latency:delay=10ms",
+    ]);
+    assert!(proxy.addr().is_ipv6());
+    let mut c = connect(proxy.addr());
+    c.write_all(b"over v6").unwrap();
+    c.shutdown(Shutdown::Write).unwrap();
+    let (data, err) = read_to_end(&mut c);
+    assert!(err.is_none());
+    assert_eq!(data, b"over v6");
+}
+
+#[test]
+fn a_busy_port_is_a_clear_error_and_nothing_starts() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let (code, _, err) = netchaos(&["proxy", "--listen", &addr, "--upstream", "127.0.0.1:9"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(&format!("cannot listen on {addr}: address already in use")),
+        "{err}"
+    );
+    assert!(!err.contains("netchaos: ready"), "{err}");
+}
+
+#[test]
+fn a_privileged_port_is_a_clear_error_for_unprivileged_users() {
+    // As root, drop to nobody with setpriv; as a user, just try.
+    let root = unsafe { libc::geteuid() } == 0;
+    if root && missing_tool("setpriv") {
+        return;
+    }
+    let mut cmd = if root {
+        let mut c = std::process::Command::new("setpriv");
+        c.args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+            BIN,
+        ]);
+        c
+    } else {
+        std::process::Command::new(BIN)
+    };
+    let out = cmd
+        .args([
+            "proxy",
+            "--listen",
+            "127.0.0.1:81",
+            "--upstream",
+            "127.0.0.1:9",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("permission denied (ports below 1024 need root or CAP_NET_BIND_SERVICE"),
+        "{err}"
+    );
+}
+
+#[test]
+fn sigterm_shuts_down_cleanly_with_a_summary() {
+    let echo = Server::echo("127.0.0.1:0");
+    let up = echo.addr.to_string();
+    let proxy = Proxy::start(&[
+        "--seed",
+        "99",
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        &up,
+        "--fault",
+        "latency:delay=1ms",
+    ]);
+    let mut c = connect(proxy.addr());
+    c.write_all(b"ping").unwrap();
+    let mut buf = [0u8; 4];
+    c.read_exact(&mut buf).unwrap();
+    let started = Instant::now();
+    let (status, err) = proxy.stop();
+    assert!(status.success(), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "drain is bounded"
+    );
+    assert!(err.contains("seed 99"), "{err}");
+    assert!(err.contains("netchaos summary (seed 99"), "{err}");
+    assert!(err.contains("connections: 1"), "{err}");
+    assert!(err.contains("cli   latency"), "{err}");
+}
+
+#[test]
+fn profile_proxies_and_rules_that_match_a_proxy_by_name() {
+    let echo = Server::echo("127.0.0.1:0");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("p.toml");
+    std::fs::write(
+        &path,
+        format!(
+            r#"
+[[proxies]]
+name = "slow"
+listen = "127.0.0.1:0"
+upstream = "{up}"
+
+[[proxies]]
+name = "fast"
+listen = "127.0.0.1:0"
+upstream = "{up}"
+
+[[rules]]
+name = "only-slow"
+match = {{ proxy = "slow" }}
+  [[rules.faults]]
+  type = "latency"
+  delay = "300ms"
+"#,
+            up = echo.addr
+        ),
+    )
+    .unwrap();
+    let proxy = Proxy::start(&["-p", path.to_str().unwrap()]);
+    assert_eq!(proxy.addrs.len(), 2);
+    let rtt = |addr| {
+        let mut c = connect(addr);
+        let t = Instant::now();
+        c.write_all(b"x").unwrap();
+        let mut b = [0u8; 1];
+        c.read_exact(&mut b).unwrap();
+        t.elapsed()
+    };
+    let slow = rtt(proxy.addrs[0]);
+    let fast = rtt(proxy.addrs[1]);
+    assert!(slow >= Duration::from_millis(280), "slow proxy: {slow:?}");
+    assert!(fast < Duration::from_millis(150), "fast proxy: {fast:?}");
+}
+
+#[test]
+fn a_hostname_upstream_is_resolved_and_matched() {
+    let echo = Server::echo("127.0.0.1:0");
+    let up = format!("localhost:{}", echo.addr.port());
+    let events = tempfile::NamedTempFile::new().unwrap();
+    let ev = events.path().to_str().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("p.toml");
+    std::fs::write(
+        &path,
+        "[[rules]]\nname = \"by-name\"\nmatch = { dst = [\"localhost\"] }\n  [[rules.faults]]\n  type = \"latency\"\n  delay = \"1ms\"\n",
+    )
+    .unwrap();
+    let proxy = Proxy::start(&[
+        "--events",
+        ev,
+        "-p",
+        path.to_str().unwrap(),
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        &up,
+    ]);
+    let mut c = connect(proxy.addr());
+    c.write_all(b"x").unwrap();
+    let mut b = [0u8; 1];
+    c.read_exact(&mut b).unwrap();
+    drop(c);
+    proxy.stop();
+    let events = read_events(events.path());
+    let fault = events
+        .iter()
+        .find(|e| e["event"] == "fault")
+        .expect("a fault event");
+    assert_eq!(fault["rule"], "by-name");
+    assert_eq!(fault["host"], "localhost");
+}

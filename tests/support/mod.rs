@@ -1,0 +1,357 @@
+//! Shared helpers for the integration tests: the netchaos process, small
+//! servers on loopback, clients, and the skip/fail policy for missing tools.
+//!
+//! Every server and process started here is torn down by `Drop`, so a
+//! failing assertion leaves nothing running.
+
+#![allow(dead_code)]
+
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_netchaos");
+
+/// Whether we run in CI, where a missing tool or privilege is a failure.
+pub fn in_ci() -> bool {
+    std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "0" && v != "false")
+}
+
+/// Skips the calling test (returns `true`) when `tool` is missing, except in
+/// CI, where that is a failure.
+pub fn missing_tool(tool: &str) -> bool {
+    let found = Command::new("sh")
+        .args(["-c", &format!("command -v {tool}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if found {
+        return false;
+    }
+    if in_ci() {
+        panic!("{tool} is required in CI but was not found (scripts/test.sh installs it)");
+    }
+    eprintln!("SKIPPED: {tool} not found (install it, or run scripts/test.sh)");
+    true
+}
+
+/// Runs netchaos to completion with `args`; returns (exit code, stdout, stderr).
+pub fn netchaos(args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(BIN)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run netchaos");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A running `netchaos proxy`, stopped with SIGTERM when dropped.
+pub struct Proxy {
+    child: Option<Child>,
+    /// The listening addresses, in the order netchaos announced them.
+    pub addrs: Vec<SocketAddr>,
+    stderr: Arc<Mutex<String>>,
+    reader: Option<JoinHandle<()>>,
+}
+
+impl Proxy {
+    /// Starts `netchaos proxy ARGS` and waits until it is ready.
+    pub fn start(args: &[&str]) -> Proxy {
+        let mut child = Command::new(BIN)
+            .arg("proxy")
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn netchaos");
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = mpsc::channel();
+        let pipe = child.stderr.take().expect("stderr pipe");
+        let log = stderr.clone();
+        let reader = std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines() {
+                let Ok(line) = line else { break };
+                log.lock().unwrap().push_str(&format!("{line}\n"));
+                if let Some(rest) = line.split(" listening on ").nth(1) {
+                    let addr = rest.split(" -> ").next().unwrap().trim().to_string();
+                    let _ = tx.send(Some(addr));
+                } else if line.contains("netchaos: ready") || line.contains("error") {
+                    let _ = tx.send(None);
+                }
+            }
+            let _ = tx.send(None);
+        });
+        let mut proxy = Proxy {
+            child: Some(child),
+            addrs: Vec::new(),
+            stderr,
+            reader: Some(reader),
+        };
+        loop {
+            match rx.recv_timeout(Duration::from_secs(20)) {
+                Ok(Some(a)) => proxy.addrs.push(a.parse().expect("listen address")),
+                Ok(None) => break,
+                Err(_) => panic!("netchaos did not become ready:\n{}", proxy.stderr()),
+            }
+        }
+        assert!(
+            !proxy.addrs.is_empty(),
+            "netchaos announced no listener:\n{}",
+            proxy.stderr()
+        );
+        proxy
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addrs[0]
+    }
+
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().unwrap().id()
+    }
+
+    /// Sends SIGTERM and waits (bounded) for the exit; returns status and
+    /// everything netchaos wrote to stderr.
+    pub fn stop(mut self) -> (ExitStatus, String) {
+        let status = self.terminate();
+        if let Some(r) = self.reader.take() {
+            let _ = r.join();
+        }
+        (status, self.stderr())
+    }
+
+    fn terminate(&mut self) -> ExitStatus {
+        let mut child = self.child.take().expect("running child");
+        signal(child.id(), libc::SIGTERM);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(s) = child.try_wait().expect("wait") {
+                return s;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let s = child.wait().expect("wait");
+                panic!("netchaos ignored SIGTERM for 10 s (killed: {s})");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+pub fn signal(pid: u32, sig: i32) {
+    // SAFETY: kill(2) with a pid we spawned and a valid signal number.
+    unsafe {
+        libc::kill(pid as i32, sig);
+    }
+}
+
+/// A TCP server on loopback running `handler` per connection in its own
+/// thread; stopped (and its accept thread joined) when dropped.
+pub struct Server {
+    pub addr: SocketAddr,
+    pub accepted: Arc<AtomicUsize>,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Server {
+    pub fn start<F>(bind: &str, handler: F) -> Server
+    where
+        F: Fn(TcpStream) + Send + Sync + 'static,
+    {
+        let listener = TcpListener::bind(bind).expect("bind test server");
+        let addr = listener.local_addr().unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let handler = Arc::new(handler);
+        let (s, a) = (stop.clone(), accepted.clone());
+        let thread = std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                if s.load(Ordering::SeqCst) {
+                    break;
+                }
+                let Ok(conn) = conn else { continue };
+                a.fetch_add(1, Ordering::SeqCst);
+                let h = handler.clone();
+                std::thread::spawn(move || h(conn));
+            }
+        });
+        Server {
+            addr,
+            accepted,
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    /// Echoes everything back; closes its side after the client's FIN.
+    pub fn echo(bind: &str) -> Server {
+        Server::start(bind, |mut s| {
+            let mut buf = vec![0u8; 256 * 1024];
+            loop {
+                match s.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        if s.write_all(&buf[..n]).is_err() {
+                            return;
+                        }
+                    }
+                }
+            }
+            let _ = s.shutdown(Shutdown::Write);
+        })
+    }
+
+    /// Sends `n` bytes of the pattern (after reading a request line if
+    /// `wait` is set), then closes.
+    pub fn source(n: usize) -> Server {
+        Server::start("127.0.0.1:0", move |mut s| {
+            let data = pattern(0, n);
+            let _ = s.write_all(&data);
+            let _ = s.shutdown(Shutdown::Write);
+            let mut sink = [0u8; 1024];
+            let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+            while matches!(s.read(&mut sink), Ok(n) if n > 0) {}
+        })
+    }
+
+    /// A minimal HTTP/1.1 server: answers each request with `body`.
+    pub fn http(body: &'static [u8]) -> Server {
+        Server::start("127.0.0.1:0", move |mut s| {
+            let mut req = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !req.windows(4).any(|w| w == b"\r\n\r\n") {
+                match s.read(&mut buf) {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => req.extend_from_slice(&buf[..n]),
+                }
+            }
+            let head = format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = s.write_all(head.as_bytes());
+            let _ = s.write_all(body);
+            let _ = s.shutdown(Shutdown::Write);
+            let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
+            while matches!(s.read(&mut buf), Ok(n) if n > 0) {}
+        })
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_secs(1));
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Deterministic test bytes: byte `i` of stream `seed`.
+pub fn pattern(seed: u64, n: usize) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// FNV-1a over a byte stream, for checksums of large transfers.
+#[derive(Clone, Copy)]
+pub struct Fnv(pub u64);
+
+impl Default for Fnv {
+    fn default() -> Self {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Fnv {
+    pub fn update(&mut self, data: &[u8]) {
+        for b in data {
+            self.0 ^= u64::from(*b);
+            self.0 = self.0.wrapping_mul(0x100_0000_01b3);
+        }
+    }
+}
+
+/// Connects with a timeout and sane read/write timeouts.
+pub fn connect(addr: SocketAddr) -> TcpStream {
+    let s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
+        .expect("connect through netchaos");
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s.set_write_timeout(Some(Duration::from_secs(30))).unwrap();
+    s
+}
+
+/// Reads until EOF or error; returns the bytes and the error, if any.
+pub fn read_to_end(s: &mut TcpStream) -> (Vec<u8>, Option<io::Error>) {
+    let mut out = Vec::new();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return (out, None),
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(e) => return (out, Some(e)),
+        }
+    }
+}
+
+/// Makes the next close send RST.
+pub fn set_linger_zero(s: &TcpStream) {
+    socket2::SockRef::from(s)
+        .set_linger(Some(Duration::ZERO))
+        .unwrap();
+}
+
+/// Reads the event log: one JSON object per line.
+pub fn read_events(path: &std::path::Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("event line is JSON"))
+        .collect()
+}
+
+/// Runs a Python snippet; returns (exit code, stdout, stderr).
+pub fn python(code: &str, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(code)
+        .args(args)
+        .output()
+        .expect("run python3");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
