@@ -397,3 +397,39 @@ fn a_hostname_upstream_is_resolved_and_matched() {
     assert_eq!(fault["rule"], "by-name");
     assert_eq!(fault["host"], "localhost");
 }
+
+#[test]
+fn a_slow_reader_still_gets_every_byte_in_order() {
+    // The server drains slowly, so the relay's pipe and socket buffers fill
+    // and it must wait for room without losing or reordering bytes.
+    let (tx, rx) = std::sync::mpsc::channel();
+    let server = Server::start("127.0.0.1:0", move |mut s| {
+        let mut sum = Fnv::default();
+        let mut total = 0usize;
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            match s.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    sum.update(&buf[..n]);
+                    total += n;
+                    if total < 4 << 20 {
+                        std::thread::sleep(Duration::from_millis(2));
+                    }
+                }
+            }
+        }
+        let _ = tx.send((sum.0, total));
+    });
+    let up = server.addr.to_string();
+    let proxy = Proxy::start(&["--listen", "127.0.0.1:0", "--upstream", &up]);
+    let mut c = connect(proxy.addr());
+    let data = pattern(11, 16 << 20);
+    c.write_all(&data).unwrap();
+    c.shutdown(Shutdown::Write).unwrap();
+    let mut want = Fnv::default();
+    want.update(&data);
+    let (sum, total) = rx.recv_timeout(Duration::from_secs(60)).unwrap();
+    assert_eq!(total, data.len());
+    assert_eq!(sum, want.0);
+}

@@ -137,7 +137,7 @@ impl Conn<'_> {
         });
         if let Some((chosen, r)) = respond {
             self.hit(chosen, None).fire();
-            return self.respond(client, r).await;
+            return Box::pin(self.respond(client, r)).await;
         }
         if let Some(e) = resolve_err {
             self.relay
@@ -229,7 +229,16 @@ impl Conn<'_> {
         if stages.is_empty() {
             splice::run(src, dst, dir, stats).await
         } else {
-            pipeline::run(pipeline::Source::Socket(src), dst, dir, stages, stats).await
+            // Boxed: the pipeline's state is large, and an idle fault-free
+            // connection should not carry room for it.
+            Box::pin(pipeline::run(
+                pipeline::Source::Socket(src),
+                dst,
+                dir,
+                stages,
+                stats,
+            ))
+            .await
         }
     }
 

@@ -18,9 +18,11 @@ use super::{DirEnd, sockopt};
 use crate::events::Stats;
 use crate::fault::{Direction, FaultKind, Item, ItemKind, StageCtx, StageIo};
 
-/// Bytes read per chunk: large enough that channel hops cost little per
-/// byte, small enough that a delay line's cap is honoured closely.
-const CHUNK: usize = 64 * 1024;
+/// Read sizes: a connection starts small (an idle or chatty connection
+/// holds little memory) and grows while reads keep filling the buffer (a
+/// bulk transfer, where large chunks make the channel hops cheap per byte).
+const MIN_READ: usize = 16 * 1024;
+const MAX_READ: usize = 512 * 1024;
 /// Items in flight between two stages.
 const DEPTH: usize = 4;
 
@@ -85,10 +87,9 @@ pub async fn run(
 /// item so that it reaches the other side in order, after the bytes before
 /// it.
 async fn read_socket(src: &TcpStream, tx: mpsc::Sender<Item>) {
-    let mut buf = BytesMut::with_capacity(CHUNK);
+    let mut buf = BytesMut::new();
+    let mut want = MIN_READ;
     loop {
-        // Reuses the allocation once the chunks handed out were dropped.
-        buf.reserve(CHUNK);
         if src.readable().await.is_err() {
             let _ = tx
                 .send(Item {
@@ -98,9 +99,20 @@ async fn read_socket(src: &TcpStream, tx: mpsc::Sender<Item>) {
                 .await;
             return;
         }
+        // Allocated only once there is something to read; reuses the
+        // allocation once the chunks handed out were dropped.
+        buf.reserve(want);
+        let room = buf.capacity() - buf.len();
         let kind = match src.try_read_buf(&mut buf) {
             Ok(0) => ItemKind::Fin,
-            Ok(_) => ItemKind::Data(buf.split().freeze()),
+            Ok(n) => {
+                if n == room {
+                    want = (want * 2).min(MAX_READ);
+                } else if n < want / 4 {
+                    want = (want / 2).max(MIN_READ);
+                }
+                ItemKind::Data(buf.split().freeze())
+            }
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
             Err(_) => ItemKind::Reset,
         };

@@ -35,20 +35,27 @@ pub fn tune(s: &TcpStream) {
 /// Bytes written to the socket that the peer has not yet acknowledged
 /// (`TIOCOUTQ`, a.k.a. `SIOCOUTQ`).
 pub fn unacked_bytes(s: &TcpStream) -> io::Result<usize> {
-    ioctl_outq(s.as_raw_fd())
+    ioctl_int(s.as_raw_fd(), libc::TIOCOUTQ)
 }
 
-fn ioctl_outq(fd: RawFd) -> io::Result<usize> {
+/// An ioctl that reports one `int` (TIOCOUTQ, FIONREAD).
+fn ioctl_int(fd: RawFd, request: libc::Ioctl) -> io::Result<usize> {
     let mut n: libc::c_int = 0;
     // SAFETY: `fd` is an open socket borrowed from a live TcpStream for the
-    // duration of the call, and TIOCOUTQ writes exactly one c_int through
-    // the pointer, which points at a local c_int.
-    let r = unsafe { libc::ioctl(fd, libc::TIOCOUTQ, &mut n as *mut libc::c_int) };
+    // duration of the call, and the requests passed here (TIOCOUTQ,
+    // FIONREAD) write exactly one c_int through the pointer, which points at
+    // a local c_int.
+    let r = unsafe { libc::ioctl(fd, request, &mut n as *mut libc::c_int) };
     if r < 0 {
         Err(io::Error::last_os_error())
     } else {
         Ok(n.max(0) as usize)
     }
+}
+
+/// Bytes waiting in the socket's receive queue (`FIONREAD`); 0 on error.
+pub fn readable_bytes(s: &TcpStream) -> usize {
+    ioctl_int(s.as_raw_fd(), libc::FIONREAD).unwrap_or(0)
 }
 
 /// Waits (up to `limit`) until everything written to `s` has been

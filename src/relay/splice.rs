@@ -65,72 +65,116 @@ pub fn pooled() -> usize {
 
 const FLAGS: SpliceFFlags = SpliceFFlags::SPLICE_F_MOVE.union(SpliceFFlags::SPLICE_F_NONBLOCK);
 
+/// How the source side of a direction stands.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum SrcState {
+    Open,
+    /// FIN read: finish writing, then shut down writing on `dst`.
+    Eof,
+    /// RST (or another error) read: finish writing, then reset.
+    Failed,
+}
+
 /// Relays `src` → `dst` until FIN or an error; returns how it ended and the
 /// bytes moved.
+///
+/// Reading and writing overlap: while `dst` has no room, bytes keep moving
+/// from `src` into the pipe until it is full, as a kernel-side buffer.
 pub async fn run(src: &TcpStream, dst: &TcpStream, dir: Direction, stats: &Stats) -> (DirEnd, u64) {
     let mut total = 0u64;
+    let mut pipe: Option<Pipe> = None;
+    let mut in_pipe = 0usize;
+    let mut pipe_full = false;
+    let mut state = SrcState::Open;
     loop {
-        if src.readable().await.is_err() {
-            return (DirEnd::Reset, total);
-        }
-        let pipe = match take_pipe() {
-            Ok(p) => p,
-            // Out of file descriptors: degrade to copying rather than fail.
-            Err(_) => match copy_once(src, dst, dir, stats, &mut total).await {
-                Ok(Some(end)) => return (end, total),
-                Ok(None) => continue,
-                Err(end) => return (end, total),
-            },
-        };
-        // Splice in, then drain completely, so that the pipe is always empty
-        // when we read: EAGAIN then means the socket is empty, never that
-        // the pipe is full (which would wrongly clear read readiness). The
-        // pipe is kept while data keeps coming and returned once it stops.
-        loop {
-            let read = src.try_io(Interest::READABLE, || {
-                splice(src, None, &pipe.write, None, pipe.size, FLAGS).map_err(io::Error::from)
-            });
-            match read {
-                Ok(0) => {
-                    give_back(pipe);
+        if in_pipe == 0 {
+            // An idle direction holds no pipe.
+            if let Some(p) = pipe.take() {
+                give_back(p);
+            }
+            match state {
+                SrcState::Open => {}
+                SrcState::Eof => {
                     sockopt::shutdown_write(dst);
                     return (DirEnd::Fin, total);
                 }
-                Ok(n) => {
-                    if let Err(end) = drain_pipe(&pipe, n, dst).await {
-                        return (end, total); // the pipe holds data: drop it
-                    }
-                    total += n as u64;
-                    stats.add_bytes(dir, n as u64);
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    give_back(pipe);
-                    break;
-                }
-                Err(_) => {
-                    give_back(pipe);
+                SrcState::Failed => {
                     // Whatever was written before the RST goes first.
                     sockopt::drain(dst, super::RESET_DRAIN).await;
                     return (DirEnd::Reset, total);
                 }
             }
         }
+        // (A zero-length splice would read as EOF: never ask for 0 bytes.)
+        let room = pipe.as_ref().map_or(usize::MAX, |p| p.size - in_pipe);
+        let want_read = state == SrcState::Open && !pipe_full && room > 0;
+        tokio::select! {
+            r = src.readable(), if want_read => {
+                if r.is_err() {
+                    state = SrcState::Failed;
+                    continue;
+                }
+                if pipe.is_none() {
+                    match take_pipe() {
+                        Ok(p) => pipe = Some(p),
+                        // Out of file descriptors: degrade to copying.
+                        Err(_) => match copy_once(src, dst, dir, stats, &mut total).await {
+                            Ok(Some(end)) => return (end, total),
+                            Ok(None) => continue,
+                            Err(end) => return (end, total),
+                        },
+                    }
+                }
+                let p = pipe.as_ref().expect("pipe taken above");
+                match splice_in(src, p, in_pipe) {
+                    Ok(In::Bytes(0)) => state = SrcState::Eof,
+                    Ok(In::Bytes(n)) => in_pipe += n,
+                    Ok(In::PipeFull) => pipe_full = true,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(_) => state = SrcState::Failed,
+                }
+            }
+            w = dst.writable(), if in_pipe > 0 => {
+                let p = pipe.as_ref().expect("bytes are in a pipe");
+                let out = w.and_then(|_| dst.try_io(Interest::WRITABLE, || {
+                    splice(&p.read, None, dst, None, in_pipe, FLAGS).map_err(io::Error::from)
+                }));
+                match out {
+                    Ok(m) => {
+                        in_pipe -= m;
+                        pipe_full = false;
+                        total += m as u64;
+                        stats.add_bytes(dir, m as u64);
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    // The destination is gone; the pipe's bytes go with it.
+                    Err(_) => return (DirEnd::Reset, total),
+                }
+            }
+        }
     }
 }
 
-/// Writes the `n` bytes in the pipe to `dst`.
-async fn drain_pipe(pipe: &Pipe, mut n: usize, dst: &TcpStream) -> Result<(), DirEnd> {
-    while n > 0 {
-        dst.writable().await.map_err(|_| DirEnd::Reset)?;
-        match dst.try_io(Interest::WRITABLE, || {
-            splice(&pipe.read, None, dst, None, n, FLAGS).map_err(io::Error::from)
-        }) {
-            Ok(m) => n -= m,
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-            Err(_) => return Err(DirEnd::Reset),
+enum In {
+    Bytes(usize),
+    /// The pipe has no room although the socket has data.
+    PipeFull,
+}
+
+/// Moves what the socket holds into the pipe. EAGAIN from splice means
+/// either "socket empty" or "pipe full"; only the first may clear the
+/// socket's read readiness (else the next bytes would never wake us), so a
+/// non-empty pipe is told apart by asking the socket how much it holds.
+fn splice_in(src: &TcpStream, p: &Pipe, in_pipe: usize) -> io::Result<In> {
+    src.try_io(Interest::READABLE, || {
+        match splice(src, None, &p.write, None, p.size - in_pipe, FLAGS) {
+            Ok(n) => Ok(In::Bytes(n)),
+            Err(nix::errno::Errno::EAGAIN) if in_pipe > 0 && sockopt::readable_bytes(src) > 0 => {
+                Ok(In::PipeFull)
+            }
+            Err(e) => Err(e.into()),
         }
-    }
-    Ok(())
+    })
 }
 
 /// One read-and-write through a user-space buffer, for when no pipe can be
