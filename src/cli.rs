@@ -15,6 +15,7 @@ Exit codes: 0 success; 2 bad usage or an invalid profile (nothing was started);
 
 Examples:
   netchaos demo
+  netchaos run -p flaky -- pytest tests/
   netchaos proxy --listen 127.0.0.1:26379 --upstream 127.0.0.1:6379 --fault latency:delay=100ms
   netchaos proxy -p http-503 --listen 8080 --upstream 127.0.0.1:80
   netchaos check my-profile.toml
@@ -49,6 +50,9 @@ pub struct Global {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Run a command with every TCP connection it makes passing through the faults.
+    #[command(long_about = RUN_ABOUT, after_help = RUN_AFTER_HELP)]
+    Run(RunArgs),
     /// Relay explicit listen → upstream pairs through the faults.
     Proxy(ProxyArgs),
     /// Validate profiles (and --fault flags) and print the resolved plan.
@@ -92,6 +96,108 @@ pub struct ProxyArgs {
     /// On Ctrl-C or SIGTERM, how long open connections may finish before they are closed.
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = duration_arg)]
     pub drain: Duration,
+}
+
+const RUN_ABOUT: &str = "\
+Run a command with every TCP connection it makes passing through the faults.
+
+The command runs in a new network namespace (with a user namespace when
+netchaos is not root), where one nftables table redirects each outbound TCP
+connection, IPv4 and IPv6, to the relay, and UDP DNS queries to a forwarder.
+The relay dials the real destination from the host's network namespace, so
+the command reaches everything the host can, 127.0.0.1 and ::1 included
+(unless the command itself listens on that port: then the connection stays
+inside). Nothing about the command changes: not its code, configuration,
+ports, environment, working directory or terminal.
+
+Security: the wrapped command holds no CAP_NET_ADMIN over its namespace and
+so can neither list nor change the fault rules. Without root it runs as the
+invoking user with no capabilities at all (no_new_privs set); as root,
+CAP_NET_ADMIN is removed from all of its capability sets, the bounding set
+included (checked with the caps crate before exec). netchaos never runs the
+command with more privilege than the invoking user had.";
+
+const RUN_AFTER_HELP: &str = "\
+The exit code is the command's (128+N if a signal N ended it). SIGINT, SIGTERM
+and SIGHUP sent to netchaos are forwarded to the command (a Ctrl-C from the
+terminal reaches it directly). When it exits, open connections drain, the
+summary prints, and the namespace and its rules disappear.
+
+Examples:
+  netchaos run -p flaky -- pytest tests/
+  netchaos run --fault reset:after_bytes=4096 -- curl -s http://127.0.0.1:8000/
+  netchaos run -p slow-network --expose 8080 -- ./my-service --port 8080";
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub faults: FaultArgs,
+    /// Publish a port of the namespace on the host: [HOST_ADDR:]HOST_PORT[:NS_PORT]
+    /// (8080 means host 127.0.0.1:8080 to the namespace's port 8080). Rules with
+    /// direction = "inbound" apply to these connections. Repeatable.
+    #[arg(long, value_name = "[ADDR:]PORT[:NS_PORT]")]
+    pub expose: Vec<String>,
+    /// Stop injecting faults after this long; traffic keeps flowing, unharmed.
+    #[arg(long, value_name = "DURATION", value_parser = duration_arg)]
+    pub duration: Option<Duration>,
+    /// Forward the namespace's DNS to the resolvers listed in FILE instead of
+    /// /etc/resolv.conf (`nameserver IP` lines; `IP:PORT` also accepted).
+    #[arg(long, value_name = "FILE")]
+    pub resolv_conf: Option<PathBuf>,
+    /// How long to wait for a destination to accept before resetting the client.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration_arg)]
+    pub dial_timeout: Duration,
+    /// After the command exits, how long open connections may finish.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = duration_arg)]
+    pub drain: Duration,
+    /// The command to run, and its arguments (after --).
+    #[arg(
+        value_name = "CMD",
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true
+    )]
+    pub command: Vec<std::ffi::OsString>,
+}
+
+/// One `--expose`: a host listener that leads to a port of the namespace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Expose {
+    pub host: std::net::SocketAddr,
+    pub ns_port: u16,
+}
+
+impl Expose {
+    /// Parses `[HOST_ADDR:]HOST_PORT[:NS_PORT]` (`[v6]:PORT[:NS_PORT]` for IPv6).
+    pub fn parse(s: &str) -> std::result::Result<Expose, String> {
+        let bad = || {
+            format!(
+                "--expose {s}: expected [HOST_ADDR:]HOST_PORT[:NS_PORT], like 8080, 8080:80 or 0.0.0.0:8080:80"
+            )
+        };
+        let port = |p: &str| p.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(bad);
+        let (addr, rest): (std::net::IpAddr, &str) = if let Some(v6) = s.strip_prefix('[') {
+            let (a, rest) = v6.split_once("]:").ok_or_else(bad)?;
+            (a.parse().map_err(|_| bad())?, rest)
+        } else {
+            let parts: Vec<&str> = s.split(':').collect();
+            match parts.as_slice() {
+                [_] | [_, _] if parts[0].parse::<std::net::IpAddr>().is_err() => {
+                    ([127, 0, 0, 1].into(), s)
+                }
+                [a, ..] => (a.parse().map_err(|_| bad())?, &s[a.len() + 1..]),
+                [] => return Err(bad()),
+            }
+        };
+        let (hp, np) = match rest.split_once(':') {
+            Some((h, n)) => (port(h)?, port(n)?),
+            None => (port(rest)?, port(rest)?),
+        };
+        Ok(Expose {
+            host: std::net::SocketAddr::new(addr, hp),
+            ns_port: np,
+        })
+    }
 }
 
 #[derive(Debug, Args)]
@@ -177,6 +283,40 @@ mod tests {
         full.extend_from_slice(args);
         let m = Cli::command().try_get_matches_from(full).unwrap();
         proxy_pairs(m.subcommand_matches("proxy").unwrap())
+    }
+
+    #[test]
+    fn expose_forms() {
+        let e = |s| Expose::parse(s).map(|e| (e.host.to_string(), e.ns_port));
+        assert_eq!(e("8080"), Ok(("127.0.0.1:8080".into(), 8080)));
+        assert_eq!(e("8080:80"), Ok(("127.0.0.1:8080".into(), 80)));
+        assert_eq!(e("0.0.0.0:8080"), Ok(("0.0.0.0:8080".into(), 8080)));
+        assert_eq!(e("0.0.0.0:8080:80"), Ok(("0.0.0.0:8080".into(), 80)));
+        assert_eq!(e("[::1]:8080:80"), Ok(("[::1]:8080".into(), 80)));
+        assert!(e("http").is_err());
+        assert!(e("8080:0").is_err());
+        assert!(e("1.2.3.4:x").is_err());
+    }
+
+    #[test]
+    fn run_takes_the_command_after_its_options() {
+        let m = Cli::try_parse_from([
+            "netchaos",
+            "run",
+            "--fault",
+            "latency:delay=1s",
+            "--",
+            "sh",
+            "-c",
+            "exit 7",
+        ])
+        .unwrap();
+        let Command::Run(r) = m.command else { panic!() };
+        assert_eq!(r.command, ["sh", "-c", "exit 7"]);
+        assert!(
+            Cli::try_parse_from(["netchaos", "run"]).is_err(),
+            "a command is required"
+        );
     }
 
     #[test]

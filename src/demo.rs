@@ -17,7 +17,7 @@ use crate::commands::{announce_seed, open_events, runtime};
 use crate::error::{Error, Result};
 use crate::plan::Flow;
 use crate::profile::build_plan;
-use crate::relay::{self, Endpoint, Relay, RelayOptions};
+use crate::relay::{self, Endpoint, Relay, RelayOptions, Target};
 
 /// The page the built-in server sends.
 const BODY_LEN: usize = 64 * 1024;
@@ -102,7 +102,7 @@ pub fn run(g: &Global, args: &DemoArgs) -> Result<u8> {
             let relay = Relay::new(plan, events.clone(), RelayOptions::default());
             let listener = relay::bind("127.0.0.1:0".parse().expect("literal")).map_err(|e| Error::Runtime(e.into()))?;
             let addr = listener.local_addr().map_err(|e| Error::Runtime(e.into()))?;
-            relay.serve(listener, Endpoint { name: "demo".into(), upstream: server.to_string(), flow: Flow::Outbound });
+            relay.serve(listener, Endpoint { name: "demo".into(), target: Target::Fixed(server.to_string()), flow: Flow::Outbound });
             let seen = fetch(addr).await;
             relay.shutdown(Duration::from_millis(100)).await;
             println!(

@@ -10,6 +10,9 @@
 //!   [`units`].
 //! * [`plan`] — validated rules and per-connection, seeded fault decisions;
 //!   pure, no I/O.
+//! * [`intercept`] — where transparent connections come from: the network
+//!   namespace of `netchaos run`, its agent process, the nftables table, the
+//!   DNS forwarder.
 //! * [`fault`] — the fault interface and one file per fault kind; each stream
 //!   fault is a pipeline stage that knows nothing of sockets.
 //! * [`relay`] — listeners and the accept loop ([`relay`]), one task per
@@ -27,6 +30,7 @@ pub mod demo;
 pub mod error;
 pub mod events;
 pub mod fault;
+pub mod intercept;
 pub mod plan;
 pub mod profile;
 pub mod relay;

@@ -14,9 +14,10 @@ use tokio::io::Interest;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-use super::{DirEnd, Endpoint, Relay, pipeline, sockopt, splice};
+use super::{DirEnd, Endpoint, Relay, Target, pipeline, sockopt, splice};
 use crate::events::{ConnInfo, FaultHit};
 use crate::fault::{Direction, FaultKind, StageCtx};
+use crate::intercept::Sandbox;
 use crate::plan::{Chosen, ConnMeta};
 
 /// How a connection ended, as the event log and summary say it.
@@ -56,27 +57,21 @@ pub async fn serve(
 ) {
     let opened = Instant::now();
     sockopt::tune(&client);
-    let resolved = resolve(&ep.upstream).await;
-    let (host, addrs) = match &resolved {
-        Ok((host, addrs)) => (host.clone(), addrs.clone()),
-        Err(_) => (None, Vec::new()),
-    };
+    let dest = destination(&ep, &client).await;
+    let first = dest.addrs.first().copied();
     let info = Arc::new(ConnInfo {
         id: seq,
         client: peer,
-        dst: addrs
-            .first()
-            .map_or_else(|| ep.upstream.clone(), |a| a.to_string()),
-        host: host.clone(),
+        dst: first.map_or_else(|| dest.label.clone(), |a| a.to_string()),
+        host: dest.names.first().cloned(),
         proxy: Some(ep.name.clone()),
     });
-    let names: Vec<String> = host.into_iter().collect();
     let meta = ConnMeta {
         flow: ep.flow,
-        proxy: Some(&ep.name),
-        ip: addrs.first().map(|a| a.ip()),
-        names: &names,
-        port: addrs.first().map_or(0, |a| a.port()),
+        proxy: matches!(ep.target, Target::Fixed(_)).then_some(&*ep.name),
+        ip: first.map(|a| a.ip()),
+        names: &dest.names,
+        port: first.map_or(0, |a| a.port()),
     };
     let chosen = relay.plan.decide(&meta, seq, relay.epoch.elapsed());
     relay.events.conn_open(&info);
@@ -87,7 +82,7 @@ pub async fn serve(
         chosen,
         opened,
     };
-    let work = conn.run(&client, &addrs, resolved.err());
+    let work = conn.run(&client, dest);
     let (outcome, bytes) = tokio::select! {
         r = work => r,
         _ = relay.abort.cancelled() => (Outcome::Aborted, [0, 0]),
@@ -95,6 +90,75 @@ pub async fn serve(
     relay
         .events
         .conn_close(&info, outcome.as_str(), bytes, opened.elapsed());
+}
+
+/// Where a connection goes.
+struct Dest {
+    /// Addresses to try, in order.
+    addrs: Vec<SocketAddr>,
+    /// Names the destination is known by (for rules and the event log).
+    names: Vec<String>,
+    /// What to call the destination when it has no address.
+    label: String,
+    /// Dial through the namespace instead of from the host.
+    inside: Option<Arc<Sandbox>>,
+    /// Why there is no address, if there is none.
+    error: Option<(&'static str, String)>,
+}
+
+async fn destination(ep: &Endpoint, client: &TcpStream) -> Dest {
+    let mut d = Dest {
+        addrs: Vec::new(),
+        names: Vec::new(),
+        label: String::new(),
+        inside: None,
+        error: None,
+    };
+    match &ep.target {
+        Target::Fixed(upstream) => {
+            d.label = upstream.clone();
+            match resolve(upstream).await {
+                Ok((host, addrs)) => {
+                    d.names.extend(host);
+                    d.addrs = addrs;
+                }
+                Err(e) => d.error = Some(("resolve_failed", e)),
+            }
+        }
+        Target::Transparent(sandbox) => match sockopt::original_dst(client) {
+            Ok(dst) => {
+                d.names = sandbox.names.names(dst.ip());
+                if is_loopback(dst) && sandbox.listens_inside(dst) {
+                    d.inside = Some(sandbox.clone());
+                }
+                d.addrs.push(dst);
+            }
+            Err(e) => {
+                d.label = "unknown".into();
+                d.error = Some((
+                    "no_original_destination",
+                    format!("cannot read the original destination: {e}"),
+                ));
+            }
+        },
+        Target::Inside { port, sandbox } => {
+            d.addrs = vec![
+                SocketAddr::from(([127, 0, 0, 1], *port)),
+                SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, *port)),
+            ];
+            d.inside = Some(sandbox.clone());
+        }
+    }
+    d
+}
+
+fn is_loopback(a: SocketAddr) -> bool {
+    match a.ip() {
+        std::net::IpAddr::V4(v4) => v4.is_loopback(),
+        std::net::IpAddr::V6(v6) => {
+            v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
+        }
+    }
 }
 
 /// Resolves `host:port`: the host's name (when it is not a literal) and its
@@ -117,6 +181,18 @@ async fn resolve(upstream: &str) -> Result<(Option<String>, Vec<SocketAddr>), St
     }
 }
 
+/// Connects to `addr` from inside the namespace, with a socket the agent
+/// made there.
+async fn dial_inside(sandbox: &Arc<Sandbox>, addr: SocketAddr) -> std::io::Result<TcpStream> {
+    let sb = sandbox.clone();
+    let std_sock = tokio::task::spawn_blocking(move || sb.socket_inside(addr.is_ipv6()))
+        .await
+        .map_err(std::io::Error::other)??;
+    tokio::net::TcpSocket::from_std_stream(std_sock)
+        .connect(addr)
+        .await
+}
+
 struct Conn<'a> {
     relay: &'a Arc<Relay>,
     info: &'a Arc<ConnInfo>,
@@ -125,12 +201,7 @@ struct Conn<'a> {
 }
 
 impl Conn<'_> {
-    async fn run(
-        self,
-        client: &TcpStream,
-        addrs: &[SocketAddr],
-        resolve_err: Option<String>,
-    ) -> (Outcome, [u64; 2]) {
+    async fn run(self, client: &TcpStream, dest: Dest) -> (Outcome, [u64; 2]) {
         let respond = self.chosen.iter().find_map(|c| match &c.spec.kind {
             FaultKind::Respond(r) => Some((c, r.clone())),
             _ => None,
@@ -139,15 +210,13 @@ impl Conn<'_> {
             self.hit(chosen, None).fire();
             return Box::pin(self.respond(client, r)).await;
         }
-        if let Some(e) = resolve_err {
-            self.relay
-                .events
-                .relay_error(self.info, "resolve_failed", &e);
+        if let Some((kind, e)) = dest.error {
+            self.relay.events.relay_error(self.info, kind, &e);
             return reset_client(client);
         }
         // The seam for connect-phase truth: today a failed dial resets the
         // client, which has already connected to us.
-        let upstream = match self.dial(addrs).await {
+        let upstream = match self.dial(&dest.addrs, dest.inside.as_ref()).await {
             Ok(s) => s,
             Err((kind, e)) => {
                 self.relay.events.relay_error(self.info, kind, &e);
@@ -163,11 +232,20 @@ impl Conn<'_> {
         (outcome, bytes)
     }
 
-    async fn dial(&self, addrs: &[SocketAddr]) -> Result<TcpStream, (&'static str, String)> {
+    async fn dial(
+        &self,
+        addrs: &[SocketAddr],
+        inside: Option<&Arc<Sandbox>>,
+    ) -> Result<TcpStream, (&'static str, String)> {
         let mut last = ("dial_failed", "no address to dial".to_string());
         for addr in addrs {
-            match tokio::time::timeout(self.relay.opts.dial_timeout, TcpStream::connect(addr)).await
-            {
+            let connect = async {
+                match inside {
+                    Some(sb) => dial_inside(sb, *addr).await,
+                    None => TcpStream::connect(addr).await,
+                }
+            };
+            match tokio::time::timeout(self.relay.opts.dial_timeout, connect).await {
                 Ok(Ok(s)) => return Ok(s),
                 Ok(Err(e)) => {
                     let kind = if e.kind() == std::io::ErrorKind::ConnectionRefused {

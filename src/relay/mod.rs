@@ -23,6 +23,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::events::Events;
+use crate::intercept::Sandbox;
 use crate::plan::{Flow, Plan};
 
 pub use pipeline::RESET_DRAIN;
@@ -39,13 +40,24 @@ pub enum DirEnd {
 }
 
 /// Where a listener's connections go.
-#[derive(Debug)]
 pub struct Endpoint {
-    /// The proxy's name (rules can match it).
+    /// The proxy's name (rules can match it), or what the listener is for.
     pub name: Arc<str>,
-    /// `host:port`, resolved per connection.
-    pub upstream: String,
+    pub target: Target,
     pub flow: Flow,
+}
+
+/// How the destination of a connection is found.
+pub enum Target {
+    /// `netchaos proxy`: a configured `host:port`, resolved per connection.
+    Fixed(String),
+    /// `netchaos run`: wherever the client meant to go (its original
+    /// destination before the redirect), dialled from the host's network
+    /// namespace — unless it is a loopback address where the wrapped
+    /// command itself listens, which stays inside.
+    Transparent(Arc<Sandbox>),
+    /// `--expose`: a port inside the namespace, reached from the host.
+    Inside { port: u16, sandbox: Arc<Sandbox> },
 }
 
 /// Relay settings from the command line.
@@ -161,8 +173,18 @@ pub struct BindError {
     pub reason: String,
 }
 
-/// Opens a listener with a clear error for the usual mistakes.
+/// Opens a listener with a clear error for the usual mistakes (needs a
+/// running tokio runtime).
 pub fn bind(addr: SocketAddr) -> Result<TcpListener, BindError> {
+    let l = bind_std(addr)?;
+    TcpListener::from_std(l).map_err(|e| BindError {
+        addr,
+        reason: e.to_string(),
+    })
+}
+
+/// [`bind`] without a runtime: a non-blocking std listener.
+pub fn bind_std(addr: SocketAddr) -> Result<std::net::TcpListener, BindError> {
     let fail = |reason: String| BindError { addr, reason };
     let domain = socket2::Domain::for_address(addr);
     let sock = socket2::Socket::new(domain, socket2::Type::STREAM, Some(socket2::Protocol::TCP))
@@ -186,5 +208,5 @@ pub fn bind(addr: SocketAddr) -> Result<TcpListener, BindError> {
         })
     })?;
     sock.listen(1024).map_err(|e| fail(e.to_string()))?;
-    TcpListener::from_std(sock.into()).map_err(|e| fail(e.to_string()))
+    Ok(sock.into())
 }

@@ -32,6 +32,20 @@ pub fn tune(s: &TcpStream) {
     let _ = SockRef::from(s).set_tcp_keepalive(&ka);
 }
 
+/// The destination a redirected connection was originally addressed to
+/// (`SO_ORIGINAL_DST` / `IP6T_SO_ORIGINAL_DST`, from conntrack).
+pub fn original_dst(s: &TcpStream) -> io::Result<std::net::SocketAddr> {
+    use nix::sys::socket::{SockaddrIn, SockaddrIn6, getsockopt, sockopt};
+    let local = s.local_addr()?;
+    if local.is_ipv4() {
+        let raw = getsockopt(s, sockopt::OriginalDst)?;
+        Ok(std::net::SocketAddr::V4(SockaddrIn::from(raw).into()))
+    } else {
+        let raw = getsockopt(s, sockopt::Ip6tOriginalDst)?;
+        Ok(std::net::SocketAddr::V6(SockaddrIn6::from(raw).into()))
+    }
+}
+
 /// Bytes written to the socket that the peer has not yet acknowledged
 /// (`TIOCOUTQ`, a.k.a. `SIOCOUTQ`).
 pub fn unacked_bytes(s: &TcpStream) -> io::Result<usize> {

@@ -1,0 +1,86 @@
+//! The subcommands, each wiring the library's parts together: read the
+//! plan, open the event log, start listeners, wait for a signal or the
+//! wrapped command, print the summary. One file per subcommand; shared
+//! helpers here.
+
+mod check;
+mod proxy;
+mod run;
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::ArgMatches;
+
+use crate::cli::{Cli, Command, Global};
+use crate::error::{Error, Result};
+use crate::events::Events;
+
+/// Runs the parsed command line; returns the process exit code.
+pub fn run(cli: Cli, matches: &ArgMatches) -> Result<u8> {
+    match &cli.command {
+        Command::Proxy(args) => {
+            let sub = matches.subcommand_matches("proxy").expect("proxy matches");
+            proxy::run(&cli.global, args, sub)
+        }
+        Command::Run(args) => run::run(&cli.global, args),
+        Command::Check(args) => check::check(&cli.global, args),
+        Command::Profiles => {
+            check::profiles();
+            Ok(0)
+        }
+        Command::Demo(args) => crate::demo::run(&cli.global, args),
+    }
+}
+
+/// A multi-threaded runtime sized to the machine.
+pub fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+        .map_err(Error::Runtime)
+}
+
+/// Lifts the soft open-files limit to the hard limit: every relayed
+/// connection costs two descriptors.
+pub fn raise_nofile_limit() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+        if soft < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_err() {
+            tracing::debug!("could not raise RLIMIT_NOFILE from {soft} to {hard}");
+        }
+    }
+}
+
+/// Opens the event log named by `--events`.
+pub fn open_events(g: &Global) -> Result<Arc<Events>> {
+    Events::open(g.events.as_deref())
+        .map(Arc::new)
+        .with_context(|| {
+            format!(
+                "cannot write the event log {}",
+                g.events
+                    .as_ref()
+                    .map_or(String::new(), |p| p.display().to_string())
+            )
+        })
+        .map_err(Error::Runtime)
+}
+
+pub fn announce_seed(seed: u64) {
+    eprintln!("netchaos: seed {seed} (replay this run with --seed {seed})");
+}
+
+/// Completes on SIGINT or SIGTERM (and SIGHUP), naming the signal.
+pub async fn shutdown_signal() -> &'static str {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
+    let mut hup = signal(SignalKind::hangup()).expect("SIGHUP handler");
+    tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+        _ = hup.recv() => "SIGHUP",
+    }
+}

@@ -1,0 +1,192 @@
+//! `netchaos run -- CMD`: wrap a command so that its TCP connections pass
+//! through the relay, with no change to the command.
+//!
+//! Order matters here: everything that can fail for a simple reason (the
+//! plan, `--expose` ports, the event log, the resolvers) is checked before
+//! the namespace agent is forked, and the agent is forked before any thread
+//! exists. The command starts only once the relay is serving.
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::Arc;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use signal_hook::iterator::SignalsInfo;
+use signal_hook::iterator::exfiltrator::WithOrigin;
+use signal_hook::low_level::siginfo::Cause;
+
+use super::{announce_seed, open_events, raise_nofile_limit, runtime};
+use crate::cli::{Expose, Global, RunArgs};
+use crate::error::{Error, Result};
+use crate::fault::FaultSpec;
+use crate::intercept::agent::AgentConfig;
+use crate::intercept::{dns, privilege, sandbox};
+use crate::plan::{Flow, Plan, Rule};
+use crate::profile;
+use crate::relay::{self, Endpoint, Relay, RelayOptions, Target};
+
+pub fn run(g: &Global, args: &RunArgs) -> Result<u8> {
+    let mut plan = profile::build_plan(&args.faults.profiles, &args.faults.faults, g.seed)?;
+    if let Some(d) = args.duration {
+        stop_faults_after(&mut plan, d);
+    }
+    let exposes = args
+        .expose
+        .iter()
+        .map(|e| Expose::parse(e))
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(Error::Usage)?;
+    let resolv = args
+        .resolv_conf
+        .as_deref()
+        .unwrap_or(Path::new("/etc/resolv.conf"));
+    let resolvers = dns::resolvers(resolv).map_err(|e| match &args.resolv_conf {
+        Some(_) => Error::Usage(format!("--resolv-conf: {e}")),
+        None => Error::runtime(e),
+    })?;
+    let argv = args
+        .command
+        .iter()
+        .map(|a| CString::new(a.as_bytes()))
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|_| Error::Usage("the command contains a NUL byte".into()))?;
+    // Host-side listeners first: a busy port stops us before anything runs.
+    let expose_listeners = exposes
+        .iter()
+        .map(|e| relay::bind_std(e.host).map_err(|e| Error::Runtime(e.into())))
+        .collect::<Result<Vec<_>>>()?;
+    let events = open_events(g)?;
+    raise_nofile_limit();
+
+    let cfg = AgentConfig {
+        rootless: !privilege::is_root(),
+        uid: nix::unistd::getuid().as_raw(),
+        gid: nix::unistd::getgid().as_raw(),
+        argv,
+    };
+    let (sandbox, listeners, control) = sandbox::create(cfg).map_err(Error::runtime)?;
+    let seed = plan.seed;
+    let plan = Arc::new(plan);
+    let rt = runtime()?;
+    let end = rt.block_on(async {
+        let relay = Relay::new(
+            plan.clone(),
+            events.clone(),
+            RelayOptions {
+                dial_timeout: args.dial_timeout,
+            },
+        );
+        for l in listeners.tcp {
+            let l = tokio::net::TcpListener::from_std(l).map_err(|e| Error::Runtime(e.into()))?;
+            relay.serve(
+                l,
+                Endpoint {
+                    name: "run".into(),
+                    target: Target::Transparent(sandbox.clone()),
+                    flow: Flow::Outbound,
+                },
+            );
+        }
+        let resolvers = Arc::new(resolvers);
+        let mut dns_tasks = Vec::new();
+        for u in listeners.dns {
+            let u = tokio::net::UdpSocket::from_std(u).map_err(|e| Error::Runtime(e.into()))?;
+            dns_tasks.push(tokio::spawn(dns::serve(
+                u,
+                resolvers.clone(),
+                sandbox.names.clone(),
+            )));
+        }
+        for (e, l) in exposes.iter().zip(expose_listeners) {
+            let l = tokio::net::TcpListener::from_std(l).map_err(|e| Error::Runtime(e.into()))?;
+            relay.serve(
+                l,
+                Endpoint {
+                    name: format!("expose-{}", e.host.port()).into(),
+                    target: Target::Inside {
+                        port: e.ns_port,
+                        sandbox: sandbox.clone(),
+                    },
+                    flow: Flow::Inbound,
+                },
+            );
+        }
+        announce_seed(seed);
+        events.start(seed, "run");
+        let control = Arc::new(control);
+        let c = control.clone();
+        let pid = tokio::task::spawn_blocking(move || c.start_command())
+            .await
+            .map_err(|e| Error::runtime(e.to_string()))?
+            .map_err(Error::runtime)?;
+        forward_signals(pid)?;
+        let c = control.clone();
+        let end = tokio::task::spawn_blocking(move || c.wait())
+            .await
+            .map_err(|e| Error::runtime(e.to_string()))?;
+        relay.shutdown(args.drain).await;
+        for t in dns_tasks {
+            t.abort();
+        }
+        let left = control.kill_leftovers();
+        if left > 0 {
+            tracing::warn!("ended {left} process(es) the command left running in its namespace");
+        }
+        eprint!("{}", events.summary(seed));
+        Ok::<_, Error>(end)
+    })?;
+    // The runtime's sockets into the namespace close here; with its last
+    // process gone, the namespace and its nftables table disappear.
+    drop(rt);
+    Ok(end.exit_code())
+}
+
+/// `--duration`: every fault's window ends at `d`.
+fn stop_faults_after(plan: &mut Plan, d: std::time::Duration) {
+    plan.rules = plan
+        .rules
+        .iter()
+        .map(|r| {
+            let faults = r
+                .faults
+                .iter()
+                .map(|f| {
+                    Arc::new(FaultSpec {
+                        active: f.active.clamp_end(d),
+                        ..(**f).clone()
+                    })
+                })
+                .collect();
+            Arc::new(Rule {
+                faults,
+                ..(**r).clone()
+            })
+        })
+        .collect();
+}
+
+/// Forwards SIGINT, SIGTERM and SIGHUP sent to netchaos to the command.
+/// Signals the terminal generated (Ctrl-C) already reached the command,
+/// which shares netchaos's process group, and are not sent twice.
+fn forward_signals(pid: Pid) -> Result<()> {
+    let mut signals = SignalsInfo::<WithOrigin>::new([SIGINT, SIGTERM, SIGHUP])
+        .map_err(|e| Error::runtime(format!("cannot handle signals: {e}")))?;
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            for info in signals.forever() {
+                if info.cause == Cause::Kernel {
+                    continue;
+                }
+                if let Ok(sig) = Signal::try_from(info.signal) {
+                    tracing::info!("forwarding {sig} to the command (pid {pid})");
+                    let _ = kill(pid, sig);
+                }
+            }
+        })
+        .map_err(|e| Error::runtime(format!("cannot start the signal thread: {e}")))?;
+    Ok(())
+}

@@ -1,0 +1,250 @@
+//! DNS for the namespace. UDP queries to port 53 are redirected to this
+//! forwarder, which passes them to the host's resolvers from the host's
+//! network namespace (so a loopback resolver such as 127.0.0.53 works), and
+//! learns from the answers which names resolved to which addresses, so that
+//! rules can match host names (`match.dst = ["api.example.com"]`).
+//!
+//! TCP queries (port 53) are relayed like any other TCP connection, to the
+//! resolver the client asked; names are learned from UDP answers only.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use simple_dns::Packet;
+use simple_dns::rdata::RData;
+use tokio::net::UdpSocket;
+
+/// How long a learned name is kept at least, whatever the record's TTL: a
+/// client may connect well after its lookup (connection pools, caches).
+const KEEP_AT_LEAST: Duration = Duration::from_secs(600);
+/// Most addresses remembered; beyond it, expired entries are dropped.
+const MAX_ADDRESSES: usize = 65_536;
+/// How long one resolver gets before the next is tried.
+const RESOLVER_TIMEOUT: Duration = Duration::from_millis(1500);
+
+/// Which names resolved to which addresses.
+#[derive(Default)]
+pub struct NameTable {
+    map: Mutex<HashMap<IpAddr, Vec<(String, Instant)>>>,
+}
+
+impl NameTable {
+    pub fn learn(&self, name: &str, ip: IpAddr, ttl: u32) {
+        let name = name.trim_end_matches('.').to_ascii_lowercase();
+        if name.is_empty() {
+            return;
+        }
+        let until = Instant::now() + KEEP_AT_LEAST.max(Duration::from_secs(u64::from(ttl)));
+        let mut map = self.map.lock().expect("name table lock");
+        if map.len() >= MAX_ADDRESSES && !map.contains_key(&ip) {
+            let now = Instant::now();
+            map.retain(|_, names| {
+                names.retain(|(_, t)| *t > now);
+                !names.is_empty()
+            });
+            if map.len() >= MAX_ADDRESSES {
+                return;
+            }
+        }
+        let names = map.entry(ip).or_default();
+        match names.iter_mut().find(|(n, _)| *n == name) {
+            Some(entry) => entry.1 = entry.1.max(until),
+            None => names.push((name, until)),
+        }
+    }
+
+    /// Names known for `ip` (IPv4-mapped IPv6 addresses count as IPv4).
+    pub fn names(&self, ip: IpAddr) -> Vec<String> {
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+            v4 => v4,
+        };
+        self.map
+            .lock()
+            .expect("name table lock")
+            .get(&ip)
+            .map(|names| names.iter().map(|(n, _)| n.clone()).collect())
+            .unwrap_or_default()
+    }
+
+    /// Records every address in a DNS response under the names it answers
+    /// for: the question's name and each record's owner (CNAME chains).
+    pub fn learn_response(&self, response: &[u8]) {
+        let Ok(packet) = Packet::parse(response) else {
+            return;
+        };
+        let question: Option<String> = packet.questions.first().map(|q| q.qname.to_string());
+        for rr in &packet.answers {
+            let ip = match &rr.rdata {
+                RData::A(a) => IpAddr::V4(Ipv4Addr::from(a.address)),
+                RData::AAAA(a) => IpAddr::V6(Ipv6Addr::from(a.address)),
+                _ => continue,
+            };
+            self.learn(&rr.name.to_string(), ip, rr.ttl);
+            if let Some(q) = &question {
+                self.learn(q, ip, rr.ttl);
+            }
+        }
+    }
+}
+
+/// Reads the `nameserver` lines of a resolv.conf. Besides addresses,
+/// `ADDR:PORT` and `[V6]:PORT` are accepted (a netchaos extension, for
+/// resolvers on other ports). None listed means 127.0.0.1, as in glibc.
+pub fn resolvers(path: &Path) -> Result<Vec<SocketAddr>, String> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
+    };
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let mut words = line.split_whitespace();
+        if words.next() != Some("nameserver") {
+            continue;
+        }
+        let Some(addr) = words.next() else { continue };
+        // Drop a zone index (fe80::1%eth0): the forwarder is not link-local aware.
+        let bare = addr.split('%').next().unwrap_or(addr);
+        let parsed = bare
+            .parse::<IpAddr>()
+            .map(|ip| SocketAddr::new(ip, 53))
+            .or_else(|_| bare.parse::<SocketAddr>())
+            .map_err(|_| {
+                format!(
+                    "{}:{}: not a nameserver address: {addr:?}",
+                    path.display(),
+                    i + 1
+                )
+            })?;
+        out.push(parsed);
+    }
+    if out.is_empty() {
+        out.push(SocketAddr::from((Ipv4Addr::LOCALHOST, 53)));
+    }
+    Ok(out)
+}
+
+/// Serves queries arriving on `socket` (inside the namespace) until the
+/// task is dropped.
+pub async fn serve(socket: UdpSocket, resolvers: Arc<Vec<SocketAddr>>, names: Arc<NameTable>) {
+    let socket = Arc::new(socket);
+    let mut buf = vec![0u8; 65_535];
+    loop {
+        let Ok((n, client)) = socket.recv_from(&mut buf).await else {
+            continue;
+        };
+        let query = buf[..n].to_vec();
+        let (socket, resolvers, names) = (socket.clone(), resolvers.clone(), names.clone());
+        tokio::spawn(async move {
+            if let Some(answer) = forward(&query, &resolvers).await {
+                names.learn_response(&answer);
+                let _ = socket.send_to(&answer, client).await;
+            }
+        });
+    }
+}
+
+/// Asks each resolver in turn; the first answer with the query's id wins.
+async fn forward(query: &[u8], resolvers: &[SocketAddr]) -> Option<Vec<u8>> {
+    let id = query.get(..2)?;
+    for r in resolvers {
+        let bind: SocketAddr = if r.is_ipv6() {
+            (Ipv6Addr::UNSPECIFIED, 0).into()
+        } else {
+            (Ipv4Addr::UNSPECIFIED, 0).into()
+        };
+        let Ok(sock) = UdpSocket::bind(bind).await else {
+            continue;
+        };
+        if sock.connect(r).await.is_err() || sock.send(query).await.is_err() {
+            continue;
+        }
+        let mut buf = vec![0u8; 65_535];
+        let got = tokio::time::timeout(RESOLVER_TIMEOUT, async {
+            loop {
+                match sock.recv(&mut buf).await {
+                    Ok(n) if n >= 2 && &buf[..2] == id => return Some(n),
+                    Ok(_) => continue,
+                    Err(_) => return None,
+                }
+            }
+        })
+        .await;
+        if let Ok(Some(n)) = got {
+            buf.truncate(n);
+            return Some(buf);
+        }
+    }
+    tracing::debug!("no resolver answered a DNS query ({resolvers:?})");
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use simple_dns::rdata::{A, CNAME};
+    use simple_dns::{CLASS, Name, Question, ResourceRecord};
+
+    #[test]
+    fn learns_names_and_cname_chains() {
+        let mut p = Packet::new_reply(7);
+        p.questions.push(Question::new(
+            Name::new_unchecked("api.example.com"),
+            simple_dns::TYPE::A.into(),
+            simple_dns::CLASS::IN.into(),
+            false,
+        ));
+        p.answers.push(ResourceRecord::new(
+            Name::new_unchecked("api.example.com"),
+            CLASS::IN,
+            60,
+            RData::CNAME(CNAME(Name::new_unchecked("lb.example.net"))),
+        ));
+        p.answers.push(ResourceRecord::new(
+            Name::new_unchecked("lb.example.net"),
+            CLASS::IN,
+            60,
+            RData::A(A {
+                address: u32::from(Ipv4Addr::new(10, 1, 2, 3)),
+            }),
+        ));
+        let t = NameTable::default();
+        t.learn_response(&p.build_bytes_vec().unwrap());
+        let mut names = t.names("10.1.2.3".parse().unwrap());
+        names.sort();
+        assert_eq!(names, vec!["api.example.com", "lb.example.net"]);
+        assert_eq!(t.names("::ffff:10.1.2.3".parse().unwrap()).len(), 2);
+        assert!(t.names("10.9.9.9".parse().unwrap()).is_empty());
+        t.learn_response(b"garbage");
+    }
+
+    #[test]
+    fn reads_resolv_conf() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("resolv.conf");
+        std::fs::write(&p, "# c\nsearch x\nnameserver 127.0.0.53\nnameserver ::1\nnameserver 127.0.0.1:5353\noptions edns0\n").unwrap();
+        let r = resolvers(&p).unwrap();
+        assert_eq!(
+            r,
+            vec![
+                "127.0.0.53:53".parse().unwrap(),
+                "[::1]:53".parse().unwrap(),
+                "127.0.0.1:5353".parse().unwrap()
+            ]
+        );
+        std::fs::write(&p, "nameserver bogus\n").unwrap();
+        assert!(
+            resolvers(&p)
+                .unwrap_err()
+                .contains("not a nameserver address")
+        );
+        assert_eq!(
+            resolvers(&dir.path().join("none")).unwrap(),
+            vec!["127.0.0.1:53".parse().unwrap()]
+        );
+    }
+}

@@ -1,0 +1,130 @@
+//! Privileges around `netchaos run`: why a namespace could not be made (and
+//! what to do about it), and dropping what the wrapped command must not
+//! keep — it may never see or change the fault rules.
+
+use caps::{CapSet, Capability};
+use nix::errno::Errno;
+
+/// Whether netchaos runs as root (and so needs no user namespace).
+pub fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+fn sysctl(path: &str) -> Option<String> {
+    std::fs::read_to_string(path)
+        .ok()
+        .map(|s| s.trim().to_string())
+}
+
+/// Explains a failure to create the user namespace (rootless mode), naming
+/// the setting that forbids it and how to change it.
+pub fn userns_unavailable(step: &str, err: Errno) -> String {
+    let mut why = Vec::new();
+    if sysctl("/proc/sys/user/max_user_namespaces").as_deref() == Some("0") {
+        why.push(
+            "unprivileged user namespaces are disabled: user.max_user_namespaces is 0 \
+             (enable them with `sudo sysctl -w user.max_user_namespaces=15000`)"
+                .to_string(),
+        );
+    }
+    if sysctl("/proc/sys/kernel/unprivileged_userns_clone").as_deref() == Some("0") {
+        why.push(
+            "unprivileged user namespaces are disabled: kernel.unprivileged_userns_clone is 0 \
+             (enable them with `sudo sysctl -w kernel.unprivileged_userns_clone=1`)"
+                .to_string(),
+        );
+    }
+    if sysctl("/proc/sys/kernel/apparmor_restrict_unprivileged_userns").as_deref() == Some("1") {
+        why.push(
+            "AppArmor restricts unprivileged user namespaces (kernel.apparmor_restrict_unprivileged_userns=1, \
+             as on Ubuntu 23.10 and later): allow netchaos with an AppArmor profile that grants `userns,`, \
+             or `sudo sysctl -w kernel.apparmor_restrict_unprivileged_userns=0`"
+                .to_string(),
+        );
+    }
+    if why.is_empty() {
+        why.push(match err {
+            Errno::ENOSPC => "the limit on user namespaces (user.max_user_namespaces) is reached".to_string(),
+            Errno::EPERM => "the kernel refused; inside a container this usually means a seccomp \
+                             profile or a missing CAP_SYS_ADMIN blocks namespaces \
+                             (docker: --security-opt seccomp=unconfined, or run netchaos as root in the container)"
+                .to_string(),
+            e => format!("the kernel said: {}", e.desc()),
+        });
+    }
+    format!(
+        "netchaos run needs a user namespace to work without root, and {step} failed: {}. \
+         Alternatively run netchaos as root (sudo), which needs only a network namespace. \
+         The command was not run.",
+        why.join("; ")
+    )
+}
+
+/// Explains a failure to create the network namespace as root.
+pub fn netns_unavailable(err: Errno) -> String {
+    let hint = match err {
+        Errno::EPERM => {
+            "permission denied: inside a container, creating namespaces needs CAP_SYS_ADMIN \
+                         (docker run --cap-add SYS_ADMIN) or an unconfined seccomp profile"
+        }
+        Errno::EINVAL | Errno::ENOSYS => "this kernel lacks network namespaces (CONFIG_NET_NS)",
+        _ => "",
+    };
+    format!(
+        "netchaos run cannot create a network namespace: {}{}{hint}. The command was not run.",
+        err.desc(),
+        if hint.is_empty() { "" } else { "; " }
+    )
+}
+
+/// Lets `ip` and `nft`, run by the agent, keep CAP_NET_ADMIN across exec
+/// (rootless mode: a non-root exec would otherwise drop it).
+pub fn keep_net_admin_for_helpers() -> Result<(), String> {
+    caps::raise(None, CapSet::Inheritable, Capability::CAP_NET_ADMIN)
+        .and_then(|_| caps::raise(None, CapSet::Ambient, Capability::CAP_NET_ADMIN))
+        .map_err(|e| format!("cannot keep CAP_NET_ADMIN for ip/nft: {e}"))
+}
+
+/// Drops what the wrapped command must not have, just before exec, and
+/// checks that it is gone.
+///
+/// * Rootless: the command runs as the invoking (non-root) user, so exec
+///   clears every capability; `no_new_privs` also stops setuid binaries and
+///   file capabilities from granting any back.
+/// * Root: CAP_NET_ADMIN leaves every capability set, the bounding set
+///   included, so neither the command nor anything it runs can list or
+///   change the nftables rules of its namespace.
+pub fn drop_for_command(rootless: bool) -> Result<(), String> {
+    let cap = Capability::CAP_NET_ADMIN;
+    let fail =
+        |what: &str, e: caps::errors::CapsError| format!("cannot drop CAP_NET_ADMIN ({what}): {e}");
+    caps::clear(None, CapSet::Ambient).map_err(|e| fail("ambient", e))?;
+    caps::clear(None, CapSet::Inheritable).map_err(|e| fail("inheritable", e))?;
+    if rootless {
+        set_no_new_privs()?;
+        if nix::unistd::getuid().is_root() {
+            return Err("refusing to run the command as uid 0 in rootless mode".into());
+        }
+        return Ok(());
+    }
+    caps::drop(None, CapSet::Bounding, cap).map_err(|e| fail("bounding", e))?;
+    caps::drop(None, CapSet::Effective, cap).map_err(|e| fail("effective", e))?;
+    caps::drop(None, CapSet::Permitted, cap).map_err(|e| fail("permitted", e))?;
+    for set in [
+        CapSet::Bounding,
+        CapSet::Effective,
+        CapSet::Permitted,
+        CapSet::Ambient,
+    ] {
+        if caps::has_cap(None, set, cap).unwrap_or(true) {
+            return Err(format!(
+                "CAP_NET_ADMIN is still in the {set:?} set; refusing to run the command"
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn set_no_new_privs() -> Result<(), String> {
+    nix::sys::prctl::set_no_new_privs().map_err(|e| format!("cannot set no_new_privs: {e}"))
+}

@@ -1,0 +1,246 @@
+//! netchaos's side of the namespace: start the agent, receive the sockets it
+//! made inside, ask it for more (to reach into the namespace), start the
+//! command, learn how it ended, and leave nothing behind.
+
+use std::io;
+use std::net::SocketAddr;
+use std::os::fd::OwnedFd;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill};
+use nix::sys::wait::waitpid;
+use nix::unistd::{ForkResult, Pid, fork};
+
+use super::agent::{self, AgentConfig, AgentMsg, ParentMsg, SocketReply, SocketRequest};
+use super::channel::Channel;
+use super::dns::NameTable;
+use super::nft::Redirects;
+use super::procnet;
+
+/// How the wrapped command ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommandEnd {
+    Exited(i32),
+    Signaled(i32),
+    /// The agent vanished without saying.
+    Unknown,
+}
+
+impl CommandEnd {
+    /// The exit code netchaos returns: the command's, or 128+N for a signal.
+    pub fn exit_code(self) -> u8 {
+        match self {
+            CommandEnd::Exited(c) => c.clamp(0, 255) as u8,
+            CommandEnd::Signaled(s) => (128 + s).clamp(0, 255) as u8,
+            CommandEnd::Unknown => 1,
+        }
+    }
+}
+
+/// The namespace, as the relay uses it: its names, and a way in.
+pub struct Sandbox {
+    agent: Pid,
+    dialer: Mutex<Channel>,
+    pub redirects: Redirects,
+    pub names: Arc<NameTable>,
+}
+
+/// The sockets the agent made inside the namespace for the relay.
+pub struct Listeners {
+    pub tcp: Vec<std::net::TcpListener>,
+    pub dns: Vec<std::net::UdpSocket>,
+}
+
+/// The control line to the agent, held by `netchaos run` alone.
+pub struct Control {
+    channel: Channel,
+    agent: Pid,
+    /// The namespace's identity (`/proc/PID/ns/net` inode), to find
+    /// processes left in it at the end.
+    netns: Option<u64>,
+}
+
+/// Starts the agent and waits until the namespace is ready. Must be called
+/// while the process has a single thread.
+pub fn create(cfg: AgentConfig) -> Result<(Arc<Sandbox>, Listeners, Control), String> {
+    let threads = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Threads:"))
+                .map(|l| l.to_string())
+        });
+    if threads
+        .as_deref()
+        .is_some_and(|t| t.split_whitespace().nth(1) != Some("1"))
+    {
+        return Err("internal error: the namespace agent must be started before any thread".into());
+    }
+    let (ctl, ctl_agent) = Channel::pair().map_err(|e| format!("socketpair: {e}"))?;
+    let (dial, dial_agent) = Channel::pair().map_err(|e| format!("socketpair: {e}"))?;
+    // SAFETY: the process is single-threaded (checked above), so the child
+    // may run ordinary code; it never returns from `agent::main`.
+    let agent = match unsafe { fork() } {
+        Ok(ForkResult::Child) => {
+            drop((ctl, dial));
+            agent::main(ctl_agent, dial_agent, &cfg)
+        }
+        Ok(ForkResult::Parent { child }) => child,
+        Err(e) => return Err(format!("cannot start the namespace agent: fork: {e}")),
+    };
+    drop((ctl_agent, dial_agent));
+    let control = Control {
+        channel: ctl,
+        agent,
+        netns: None,
+    };
+    control
+        .channel
+        .set_recv_timeout(Some(Duration::from_secs(30)))
+        .map_err(|e| e.to_string())?;
+    let (msg, fds) = match control.channel.recv::<AgentMsg>() {
+        Ok(Some(m)) => m,
+        Ok(None) => return Err(control.agent_died()),
+        Err(e) => return Err(format!("the namespace agent did not answer: {e}")),
+    };
+    let (redirects, v6) = match msg {
+        AgentMsg::Ready { redirects, v6 } => (redirects, v6),
+        AgentMsg::Failed { message } => {
+            let _ = waitpid(agent, None);
+            return Err(message);
+        }
+        other => {
+            return Err(format!(
+                "unexpected message from the namespace agent: {other:?}"
+            ));
+        }
+    };
+    let listeners = split_listeners(fds, v6)?;
+    let netns = std::fs::metadata(format!("/proc/{agent}/ns/net"))
+        .ok()
+        .map(|m| std::os::unix::fs::MetadataExt::ino(&m));
+    let sandbox = Sandbox {
+        agent,
+        dialer: Mutex::new(dial),
+        redirects: Redirects {
+            tcp_port: redirects.0,
+            dns_port: redirects.1,
+        },
+        names: Arc::new(NameTable::default()),
+    };
+    Ok((Arc::new(sandbox), listeners, Control { netns, ..control }))
+}
+
+fn split_listeners(fds: Vec<OwnedFd>, v6: bool) -> Result<Listeners, String> {
+    let want = if v6 { 4 } else { 2 };
+    if fds.len() != want {
+        return Err(format!(
+            "the namespace agent sent {} sockets, expected {want}",
+            fds.len()
+        ));
+    }
+    let mut it = fds.into_iter();
+    let mut l = Listeners {
+        tcp: Vec::new(),
+        dns: Vec::new(),
+    };
+    for _ in 0..want / 2 {
+        l.tcp
+            .push(std::net::TcpListener::from(it.next().expect("counted")));
+        l.dns
+            .push(std::net::UdpSocket::from(it.next().expect("counted")));
+    }
+    Ok(l)
+}
+
+impl Control {
+    /// Starts the command; returns its pid.
+    pub fn start_command(&self) -> Result<Pid, String> {
+        self.channel
+            .send(&ParentMsg::Go, &[])
+            .map_err(|e| format!("the namespace agent is gone: {e}"))?;
+        match self.channel.recv::<AgentMsg>() {
+            Ok(Some((AgentMsg::Started { pid }, _))) => Ok(Pid::from_raw(pid)),
+            Ok(Some((AgentMsg::Failed { message }, _))) => Err(message),
+            Ok(_) => Err(self.agent_died()),
+            Err(e) => Err(format!("the namespace agent did not answer: {e}")),
+        }
+    }
+
+    /// Blocks until the command ends.
+    pub fn wait(&self) -> CommandEnd {
+        let _ = self.channel.set_recv_timeout(None);
+        let end = match self.channel.recv::<AgentMsg>() {
+            Ok(Some((AgentMsg::Exited { code: Some(c), .. }, _))) => CommandEnd::Exited(c),
+            Ok(Some((
+                AgentMsg::Exited {
+                    signal: Some(s), ..
+                },
+                _,
+            ))) => CommandEnd::Signaled(s),
+            _ => CommandEnd::Unknown,
+        };
+        let _ = waitpid(self.agent, None);
+        end
+    }
+
+    fn agent_died(&self) -> String {
+        match waitpid(self.agent, None) {
+            Ok(nix::sys::wait::WaitStatus::Signaled(_, sig, _)) => {
+                format!("the namespace agent was killed by {sig}")
+            }
+            Ok(status) => format!("the namespace agent ended early ({status:?})"),
+            Err(e) => format!("the namespace agent ended early ({e})"),
+        }
+    }
+
+    /// Ends any process the command left running in the namespace, so that
+    /// the namespace (and its rules) disappears. Returns how many there were.
+    pub fn kill_leftovers(&self) -> usize {
+        let Some(ns) = self.netns else { return 0 };
+        let mut n = 0;
+        let Ok(dir) = std::fs::read_dir("/proc") else {
+            return 0;
+        };
+        for entry in dir.flatten() {
+            let Some(pid) = entry
+                .file_name()
+                .to_str()
+                .and_then(|s| s.parse::<i32>().ok())
+            else {
+                continue;
+            };
+            let inode = std::fs::metadata(format!("/proc/{pid}/ns/net"))
+                .ok()
+                .map(|m| std::os::unix::fs::MetadataExt::ino(&m));
+            if inode == Some(ns) && kill(Pid::from_raw(pid), Signal::SIGKILL).is_ok() {
+                n += 1;
+            }
+        }
+        n
+    }
+}
+
+impl Sandbox {
+    /// A new TCP socket inside the namespace, marked so that interception
+    /// lets it through; blocks briefly (call from a blocking context).
+    pub fn socket_inside(&self, v6: bool) -> io::Result<std::net::TcpStream> {
+        let dialer = self.dialer.lock().expect("dialer lock");
+        dialer.set_recv_timeout(Some(Duration::from_secs(5)))?;
+        dialer.send(&SocketRequest { v6 }, &[])?;
+        match dialer.recv::<SocketReply>()? {
+            Some((SocketReply { error: None }, mut fds)) if fds.len() == 1 => {
+                Ok(std::net::TcpStream::from(fds.remove(0)))
+            }
+            Some((SocketReply { error: Some(e) }, _)) => Err(io::Error::other(e)),
+            _ => Err(io::Error::other("the namespace agent is gone")),
+        }
+    }
+
+    /// Whether something inside the namespace listens on `addr` (netchaos's
+    /// own listeners aside).
+    pub fn listens_inside(&self, addr: SocketAddr) -> bool {
+        procnet::listening(self.agent.as_raw(), addr, &[self.redirects.tcp_port])
+    }
+}
