@@ -10,6 +10,9 @@
 #   setup rate  connect + 1-byte echo + close per second, direct vs netchaos
 #   idle        RSS and file descriptors of netchaos holding 5,000 idle
 #               connections (each with its upstream dialled)
+#   run         startup cost of `netchaos run -- true` against plain `true`,
+#               and a single iperf3 stream from a command wrapped by
+#               `netchaos run` (interception + relay) against direct
 #
 # usage: scripts/bench.sh [--seconds N] [--rounds N] [--idle N] [--out FILE]
 set -euo pipefail
@@ -97,8 +100,38 @@ for r in $(seq "$ROUNDS"); do
   U+=" $(gbps "$USER")"
   [ -n "$SOCAT" ] && S+=" $(gbps "$SOCAT")"
 done
+# A single iperf3 stream from inside `netchaos run` (namespace + redirect).
+W=""
+RUN_OK=1
+"$NC" -qq run -- true 2>"$WORK/run.err" || RUN_OK=0
+if ((RUN_OK)); then
+  for r in $(seq "$ROUNDS"); do
+    echo "wrapped throughput round $r/$ROUNDS" >&2
+    W+=" $("$NC" -qq run -- iperf3 -c 127.0.0.1 -p "$IPORT" -t "$SECS" -J 2>/dev/null |
+      python3 -c 'import json,sys; r=json.load(sys.stdin)["end"]["sum_received"]; print("%.2f" % (r["bits_per_second"]/1e9))')"
+  done
+  W=$(echo "$W" | median)
+fi
 D=$(echo "$D" | median) P=$(echo "$P" | median) U=$(echo "$U" | median)
 [ -n "$SOCAT" ] && S=$(echo "$S" | median)
+
+# --- run startup --------------------------------------------------------------
+mean_ms() { # N CMD...: mean wall time of N runs
+  local n=$1; shift
+  python3 - "$n" "$@" <<'PY'
+import subprocess, sys, time
+n = int(sys.argv[1]); cmd = sys.argv[2:]
+t = time.monotonic()
+for _ in range(n):
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+print(f"{(time.monotonic() - t) / n * 1000:.1f}")
+PY
+}
+if ((RUN_OK)); then
+  echo "run startup" >&2
+  T0=$(mean_ms 20 true)
+  T1=$(mean_ms 20 "$NC" -qq run -- true)
+fi
 
 # --- round trips and setup rate ---------------------------------------------
 coproc ECHO { "$BC" server; }
@@ -146,11 +179,19 @@ FDPC=$(python3 -c "print(f'{($FD1-$FD0)/$IDLE:.2f}')")
   echo "| throughput, no fault (splice) | $D Gbit/s | $P Gbit/s | $(ratio "$P" "$D")× | ≥ 0.8× |"
   echo "| throughput, \`latency:delay=0\` both ways (user-space fault path) | $D Gbit/s | $U Gbit/s | $(ratio "$U" "$D")× | ≥ 0.4× |"
   [ -n "$SOCAT" ] && echo "| throughput through socat (reference) | $D Gbit/s | $S Gbit/s (socat) | $(ratio "$S" "$D")× | — |"
+  if ((RUN_OK)); then
+    echo "| throughput, \`netchaos run -- iperf3 -c\` (namespace, redirect, relay) | $D Gbit/s | $W Gbit/s | $(ratio "$W" "$D")× | — |"
+  fi
   echo "| 64-byte round trip p50 | $RD50 µs | $RP50 µs | +$(python3 -c "print(f'{$RP50-$RD50:.1f}')") µs | ≤ +30 µs |"
   echo "| 64-byte round trip p99 | $RD99 µs | $RP99 µs | +$(python3 -c "print(f'{$RP99-$RD99:.1f}')") µs | — |"
   echo "| connection setup (2 clients) | $CD /s | $CP /s | $(ratio "$CP" "$CD")× | — |"
   echo "| $IDLE idle connections: RSS | — | $RSS_MB MB (+$RSS_D MB over idle netchaos) | — | ≤ 50 MB |"
   echo "| $IDLE idle connections: file descriptors | — | $((FD1 - FD0)) ($FDPC per connection) | — | ≤ 2.2 |"
+  if ((RUN_OK)); then
+    echo "| startup: \`netchaos run -- true\` vs \`true\` (mean of 20, as $(id -un)) | $T0 ms | $T1 ms | +$(python3 -c "print(f'{$T1-$T0:.1f}')") ms | — |"
+  else
+    echo "| \`netchaos run\` | — | not available: $(head -1 "$WORK/run.err") | — | — |"
+  fi
   echo
   echo "For scale (DESIGN.md, same kind of machine): Toxiproxy 2.12 passes about"
   echo "0.2× direct loopback, adds about 100 µs to a 64-byte round trip and holds"

@@ -61,6 +61,12 @@ pub enum Command {
     Profiles,
     /// Show the faults hitting a real client, against a built-in server.
     Demo(DemoArgs),
+    /// The demo's client (run by `netchaos demo` under `netchaos run`).
+    #[command(hide = true)]
+    DemoClient {
+        /// The demo server's address.
+        addr: String,
+    },
 }
 
 /// Where faults come from: profiles and `--fault` flags.
@@ -215,6 +221,10 @@ pub struct DemoArgs {
     /// Run only the scenarios whose names contain this text. Repeatable.
     #[arg(long, value_name = "TEXT")]
     pub only: Vec<String>,
+    /// Run the client in this process behind a proxy, instead of wrapping a
+    /// client process with `netchaos run`.
+    #[arg(long)]
+    pub in_process: bool,
 }
 
 fn duration_arg(s: &str) -> std::result::Result<Duration, String> {

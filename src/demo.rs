@@ -1,8 +1,10 @@
 //! `netchaos demo`: the faults hitting a real client, with nothing to
 //! install. A small HTTP server runs inside this process; for each scenario
-//! a real TCP client fetches a 64 KiB page from it through the relay with
-//! one fault switched on, and a table shows what the client saw: time to
-//! connect, to the first byte, in all, the bytes received and the outcome.
+//! a real TCP client — a separate process wrapped by `netchaos run` where
+//! the machine allows namespaces, else a client in this process behind
+//! `netchaos proxy` — fetches a 64 KiB page from it with one fault switched
+//! on, and a table shows what the client saw: time to connect, to the first
+//! byte, in all, the bytes received and the outcome.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -62,6 +64,7 @@ const SCENARIOS: &[Scenario] = &[
 ];
 
 /// What the client saw.
+#[derive(serde::Serialize, serde::Deserialize)]
 struct Seen {
     connect: Option<Duration>,
     first_byte: Option<Duration>,
@@ -84,27 +87,44 @@ pub fn run(g: &Global, args: &DemoArgs) -> Result<u8> {
     }
     let rt = runtime()?;
     rt.block_on(async {
-        let server = start_server().await.map_err(|e| Error::runtime(format!("cannot start the demo server: {e}")))?;
+        let server = start_server()
+            .await
+            .map_err(|e| Error::runtime(format!("cannot start the demo server: {e}")))?;
         let events = open_events(g)?;
         let seed = g.seed.unwrap_or_else(rand::random);
         announce_seed(seed);
         events.start(seed, "demo");
-        println!("netchaos demo: a real TCP client fetches a {} KiB page from a built-in HTTP server", BODY_LEN / 1024);
-        println!("on {server} through netchaos, once per fault. Client timeouts: connect {}s, read {}s.\n", CONNECT_TIMEOUT.as_secs(), READ_TIMEOUT.as_secs());
+        let mode = if args.in_process { Mode::InProcess(None) } else { probe_run().await };
+        println!(
+            "netchaos demo: a real TCP client fetches a {} KiB page from a built-in HTTP server on {server},",
+            BODY_LEN / 1024
+        );
+        match &mode {
+            Mode::Wrapped(_) => println!(
+                "once per fault, as a separate process wrapped by `netchaos run --fault FAULT -- netchaos demo-client`."
+            ),
+            Mode::InProcess(why) => {
+                println!("once per fault, through `netchaos proxy`, in this process.");
+                if let Some(why) = why {
+                    println!("(note: `netchaos run` is not available here, so the client is not wrapped: {why})");
+                }
+            }
+        }
+        println!(
+            "Client timeouts: connect {}s, read {}s.\n",
+            CONNECT_TIMEOUT.as_secs(),
+            READ_TIMEOUT.as_secs()
+        );
         println!(
             "{:<22} {:<26} {:>9} {:>11} {:>9} {:>7}  outcome",
             "scenario", "fault", "connect", "first byte", "total", "bytes"
         );
         println!("{}", "-".repeat(110));
         for s in chosen {
-            let faults: Vec<String> = s.fault.iter().map(|f| f.to_string()).collect();
-            let plan = Arc::new(build_plan(&[], &faults, Some(seed))?);
-            let relay = Relay::new(plan, events.clone(), RelayOptions::default());
-            let listener = relay::bind("127.0.0.1:0".parse().expect("literal")).map_err(|e| Error::Runtime(e.into()))?;
-            let addr = listener.local_addr().map_err(|e| Error::Runtime(e.into()))?;
-            relay.serve(listener, Endpoint { name: "demo".into(), target: Target::Fixed(server.to_string()), flow: Flow::Outbound });
-            let seen = fetch(addr).await;
-            relay.shutdown(Duration::from_millis(100)).await;
+            let seen = match &mode {
+                Mode::Wrapped(exe) => fetch_wrapped(exe, seed, s.fault, server).await,
+                Mode::InProcess(_) => fetch_proxied(&events, seed, s.fault, server).await?,
+            };
             println!(
                 "{:<22} {:<26} {:>9} {:>11} {:>9} {:>7}  {}",
                 s.name,
@@ -117,9 +137,132 @@ pub fn run(g: &Global, args: &DemoArgs) -> Result<u8> {
             );
         }
         println!();
-        eprint!("{}", events.summary(seed));
+        if matches!(mode, Mode::InProcess(_)) {
+            eprint!("{}", events.summary(seed));
+        }
         Ok(0)
     })
+}
+
+/// How the demo runs its client.
+enum Mode {
+    /// A separate process under `netchaos run` (this executable).
+    Wrapped(std::path::PathBuf),
+    /// In this process through an in-process proxy; why, if not by choice.
+    InProcess(Option<String>),
+}
+
+/// Uses `netchaos run` when this machine allows it (namespaces, nft, ip).
+async fn probe_run() -> Mode {
+    let exe = match std::env::current_exe() {
+        Ok(e) => e,
+        Err(e) => return Mode::InProcess(Some(format!("cannot find this executable: {e}"))),
+    };
+    let out = tokio::process::Command::new(&exe)
+        .args(["-qq", "run", "--", "true"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .await;
+    match out {
+        Ok(o) if o.status.success() => Mode::Wrapped(exe),
+        Ok(o) => {
+            let err = String::from_utf8_lossy(&o.stderr);
+            let line = err
+                .lines()
+                .find(|l| l.contains("error"))
+                .unwrap_or("it failed");
+            Mode::InProcess(Some(
+                line.trim_start_matches("netchaos: error: ").to_string(),
+            ))
+        }
+        Err(e) => Mode::InProcess(Some(e.to_string())),
+    }
+}
+
+/// One scenario with the client wrapped by `netchaos run`.
+async fn fetch_wrapped(
+    exe: &std::path::Path,
+    seed: u64,
+    fault: Option<&str>,
+    server: SocketAddr,
+) -> Seen {
+    let mut cmd = tokio::process::Command::new(exe);
+    cmd.args([
+        "-qq",
+        "--seed",
+        &seed.to_string(),
+        "run",
+        "--drain",
+        "200ms",
+    ]);
+    if let Some(f) = fault {
+        cmd.args(["--fault", f]);
+    }
+    cmd.arg("--")
+        .arg(exe)
+        .args(["demo-client", &server.to_string()]);
+    cmd.stdin(std::process::Stdio::null());
+    let failed = |outcome: String| Seen {
+        connect: None,
+        first_byte: None,
+        total: Duration::ZERO,
+        bytes: 0,
+        outcome,
+    };
+    match cmd.output().await {
+        Ok(o) => serde_json::from_slice(&o.stdout).unwrap_or_else(|_| {
+            failed(format!(
+                "the wrapped client failed: {}",
+                String::from_utf8_lossy(&o.stderr).trim()
+            ))
+        }),
+        Err(e) => failed(format!("cannot run netchaos: {e}")),
+    }
+}
+
+/// One scenario through a relay in this process.
+async fn fetch_proxied(
+    events: &Arc<crate::events::Events>,
+    seed: u64,
+    fault: Option<&str>,
+    server: SocketAddr,
+) -> Result<Seen> {
+    let faults: Vec<String> = fault.iter().map(|f| f.to_string()).collect();
+    let plan = Arc::new(build_plan(&[], &faults, Some(seed))?);
+    let relay = Relay::new(plan, events.clone(), RelayOptions::default());
+    let listener = relay::bind("127.0.0.1:0".parse().expect("literal"))
+        .map_err(|e| Error::Runtime(e.into()))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| Error::Runtime(e.into()))?;
+    relay.serve(
+        listener,
+        Endpoint {
+            name: "demo".into(),
+            target: Target::Fixed(server.to_string()),
+            flow: Flow::Outbound,
+        },
+    );
+    let seen = fetch(addr).await;
+    relay.shutdown(Duration::from_millis(100)).await;
+    Ok(seen)
+}
+
+/// `netchaos demo-client ADDR`: the demo's client as its own process; prints
+/// what it saw as one JSON line.
+pub fn client(addr: &str) -> Result<u8> {
+    let addr: SocketAddr = addr.parse().map_err(|_| {
+        Error::Usage(format!(
+            "demo-client: expected an address like 127.0.0.1:8080, got {addr:?}"
+        ))
+    })?;
+    let rt = runtime()?;
+    let seen = rt.block_on(fetch(addr));
+    println!(
+        "{}",
+        serde_json::to_string(&seen).map_err(|e| Error::runtime(e.to_string()))?
+    );
+    Ok(0)
 }
 
 fn ms(d: Option<Duration>) -> String {

@@ -215,10 +215,11 @@ fn every_builtin_profile_checks() {
     }
 }
 
-#[test]
-fn demo_runs_and_prints_its_table() {
+fn demo_table(args: &[&str]) -> (String, String) {
     let started = std::time::Instant::now();
-    let (code, out, err) = netchaos(&["demo"]);
+    let mut full = vec!["demo"];
+    full.extend_from_slice(args);
+    let (code, out, err) = netchaos(&full);
     assert_eq!(code, 0, "{err}");
     assert!(
         started.elapsed() < std::time::Duration::from_secs(30),
@@ -243,5 +244,32 @@ fn demo_runs_and_prints_its_table() {
             "{scenario}: expected {outcome:?} in {line:?}"
         );
     }
+    (out, err)
+}
+
+#[test]
+fn demo_wraps_a_client_process_with_run() {
+    let (out, _) = demo_table(&[]);
+    let wrapped = out.contains("as a separate process wrapped by `netchaos run");
+    if !wrapped {
+        // Only where namespaces are unavailable, and then it says why.
+        assert!(
+            !in_ci(),
+            "CI can run `netchaos run`; the demo must use it:\n{out}"
+        );
+        assert!(
+            out.contains("note: `netchaos run` is not available here"),
+            "{out}"
+        );
+    }
+}
+
+#[test]
+fn demo_in_process_prints_its_table_and_a_summary() {
+    let (out, err) = demo_table(&["--in-process"]);
+    assert!(
+        out.contains("through `netchaos proxy`, in this process"),
+        "{out}"
+    );
     assert!(err.contains("netchaos summary"), "{err}");
 }

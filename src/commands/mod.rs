@@ -30,6 +30,7 @@ pub fn run(cli: Cli, matches: &ArgMatches) -> Result<u8> {
             Ok(0)
         }
         Command::Demo(args) => crate::demo::run(&cli.global, args),
+        Command::DemoClient { addr } => crate::demo::client(addr),
     }
 }
 
