@@ -61,13 +61,39 @@ const SCENARIOS: &[Scenario] = &[
         name: "canned 503",
         fault: Some("respond:status=503"),
     },
+    Scenario {
+        name: "slow connect",
+        fault: Some("connect_delay:delay=1s"),
+    },
+    Scenario {
+        name: "connect timeout",
+        fault: Some("connect_timeout"),
+    },
+    Scenario {
+        name: "refused",
+        fault: Some("refuse"),
+    },
 ];
+
+impl Scenario {
+    /// Connect faults act on the SYN: only under `netchaos run`.
+    fn needs_run(&self) -> bool {
+        self.fault.is_some_and(|f| {
+            crate::profile::parse_fault_flag(f).is_ok_and(|s| s.kind.layer() != "stream")
+        })
+    }
+}
 
 /// What the client saw.
 #[derive(serde::Serialize, serde::Deserialize)]
 struct Seen {
+    /// Time spent in connect(), whether it succeeded or not.
     connect: Option<Duration>,
+    connected: bool,
+    /// From the start to the first reply byte.
     first_byte: Option<Duration>,
+    /// From connected to the end of reading.
+    read: Option<Duration>,
     total: Duration,
     bytes: usize,
     outcome: String,
@@ -116,26 +142,35 @@ pub fn run(g: &Global, args: &DemoArgs) -> Result<u8> {
             READ_TIMEOUT.as_secs()
         );
         println!(
-            "{:<22} {:<26} {:>9} {:>11} {:>9} {:>7}  outcome",
-            "scenario", "fault", "connect", "first byte", "total", "bytes"
+            "{:<22} {:<24} {:>9} {:>9} {:>11} {:>7}  outcome",
+            "scenario", "fault", "connect", "read", "first byte", "bytes"
         );
-        println!("{}", "-".repeat(110));
+        println!("{}", "-".repeat(120));
         for s in chosen {
             let seen = match &mode {
                 Mode::Wrapped(exe) => fetch_wrapped(exe, seed, s.fault, server).await,
+                Mode::InProcess(_) if s.needs_run() => {
+                    println!("{:<22} {:<24} (acts on the SYN: needs `netchaos run`)", s.name, s.fault.unwrap_or("-"));
+                    continue;
+                }
                 Mode::InProcess(_) => fetch_proxied(&events, seed, s.fault, server).await?,
             };
+            let connect = match (seen.connect, seen.connected) {
+                (Some(d), false) => format!("{} ✗", ms(Some(d))),
+                (d, _) => ms(d),
+            };
             println!(
-                "{:<22} {:<26} {:>9} {:>11} {:>9} {:>7}  {}",
+                "{:<22} {:<24} {:>9} {:>9} {:>11} {:>7}  {}",
                 s.name,
                 s.fault.unwrap_or("-"),
-                ms(seen.connect),
+                connect,
+                ms(seen.read),
                 ms(seen.first_byte),
-                ms(Some(seen.total)),
                 seen.bytes,
                 seen.outcome
             );
         }
+        println!("\nconnect: time in connect() (✗: it failed); read: from connected to the end of the reply.");
         println!();
         if matches!(mode, Mode::InProcess(_)) {
             eprint!("{}", events.summary(seed));
@@ -204,7 +239,9 @@ async fn fetch_wrapped(
     cmd.stdin(std::process::Stdio::null());
     let failed = |outcome: String| Seen {
         connect: None,
+        connected: false,
         first_byte: None,
+        read: None,
         total: Duration::ZERO,
         bytes: 0,
         outcome,
@@ -307,12 +344,16 @@ async fn fetch(addr: SocketAddr) -> Seen {
     let t0 = Instant::now();
     let mut seen = Seen {
         connect: None,
+        connected: false,
         first_byte: None,
+        read: None,
         total: Duration::ZERO,
         bytes: 0,
         outcome: String::new(),
     };
-    let mut sock = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
+    let connected = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await;
+    seen.connect = Some(t0.elapsed());
+    let mut sock = match connected {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
             seen.total = t0.elapsed();
@@ -321,11 +362,15 @@ async fn fetch(addr: SocketAddr) -> Seen {
         }
         Err(_) => {
             seen.total = t0.elapsed();
-            seen.outcome = format!("connect timeout ({}s)", CONNECT_TIMEOUT.as_secs());
+            seen.outcome = format!(
+                "connect timeout: no answer to the SYN for {}s",
+                CONNECT_TIMEOUT.as_secs()
+            );
             return seen;
         }
     };
-    seen.connect = Some(t0.elapsed());
+    seen.connected = true;
+    let t_connected = Instant::now();
     let _ = sock.set_nodelay(true);
     if let Err(e) = sock
         .write_all(b"GET /demo HTTP/1.1\r\nHost: demo\r\nConnection: close\r\n\r\n")
@@ -351,6 +396,7 @@ async fn fetch(addr: SocketAddr) -> Seen {
             }
         }
     };
+    seen.read = Some(t_connected.elapsed());
     seen.total = t0.elapsed();
     seen.bytes = data.len();
     seen.outcome = classify(&data, ending);

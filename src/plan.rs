@@ -334,6 +334,15 @@ impl Plan {
         Ok(())
     }
 
+    /// The first fault that only works inside `netchaos run`'s namespace
+    /// (connect and packet layers), with its rule.
+    pub fn namespace_only_fault(&self) -> Option<(&Rule, &FaultSpec)> {
+        self.rules
+            .iter()
+            .flat_map(|r| r.faults.iter().map(move |f| (&**r, &**f)))
+            .find(|(_, f)| f.kind.layer() != "stream")
+    }
+
     /// The plan as `netchaos check` prints it.
     pub fn render(&self) -> String {
         let mut out = format!("seed: {}\n", self.seed);

@@ -118,6 +118,12 @@ fn bad_fault_flags_exit_2() {
             "latency.stream: expected one of",
         ),
         ("respond:data=\"unterminated", "unterminated double quote"),
+        (
+            "loss:percent=150",
+            "loss.percent: expected a percentage between 0 and 100",
+        ),
+        ("connect_delay", "connect_delay: missing \"delay\""),
+        ("blackout", "blackout: missing \"duration\""),
     ] {
         let (code, _, err) = netchaos(&[
             "proxy",
@@ -130,6 +136,29 @@ fn bad_fault_flags_exit_2() {
         ]);
         assert_eq!(code, 2, "{flag}: {err}");
         assert!(err.contains(want), "{flag}: expected {want:?} in {err}");
+    }
+}
+
+#[test]
+fn proxy_refuses_faults_that_need_the_namespace() {
+    for fault in [
+        "refuse",
+        "connect_timeout",
+        "connect_delay:delay=1s",
+        "loss:percent=5",
+        "blackout:duration=1s",
+    ] {
+        let (code, _, err) = netchaos(&[
+            "proxy",
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            "127.0.0.1:9",
+            "--fault",
+            fault,
+        ]);
+        assert_eq!(code, 2, "{fault}: {err}");
+        assert!(err.contains("needs `netchaos run`"), "{fault}: {err}");
     }
 }
 
@@ -193,6 +222,11 @@ fn profiles_lists_every_builtin_with_its_description() {
         "slow-headers",
         "http-503",
         "http-429",
+        "connect-timeout",
+        "connection-refused",
+        "slow-connect",
+        "lossy",
+        "partition",
     ] {
         let line = out
             .lines()

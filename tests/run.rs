@@ -526,6 +526,14 @@ fn unprivileged_users_wrap_commands_too() {
 
     let (code, _, _) = wrapped_with(nobody.command(), &[], &["sh", "-c", "exit 9"]);
     assert_eq!(code, 9);
+
+    // The SYN gate works rootless too: a refusal and a connect timeout.
+    let (code, _, err) = wrapped_with(nobody.command(), &["--fault", "refuse"], &["curl", "-sS", &url]);
+    assert_eq!(code, 7, "{err}");
+    let (code, _, err) =
+        wrapped_with(nobody.command(), &["--fault", "connect_timeout"], &["curl", "-sS", "--connect-timeout", "1", &url]);
+    assert_eq!(code, 28, "{err}");
+    assert!(err.contains("Failed to connect"), "{err}");
 }
 
 #[test]

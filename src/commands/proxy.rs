@@ -15,6 +15,19 @@ pub fn run(g: &Global, args: &ProxyArgs, m: &ArgMatches) -> Result<u8> {
     let mut plan = profile::build_plan(&args.faults.profiles, &args.faults.faults, g.seed)?;
     plan.proxies.extend(crate::cli::proxy_pairs(m)?);
     plan.validate()?;
+    if let Some((rule, f)) = plan.namespace_only_fault() {
+        let what = if f.kind.layer() == "connect" {
+            "the SYN"
+        } else {
+            "packets"
+        };
+        return Err(Error::Usage(format!(
+            "rule {:?}: the {} fault acts on {what} and needs `netchaos run`, where the SYN gate and \
+             packet rules live; explicit proxies cannot apply it",
+            rule.name,
+            f.name()
+        )));
+    }
     if plan.proxies.is_empty() {
         return Err(Error::Usage(
             "nothing to relay: give --listen ADDR --upstream HOST:PORT, or a profile with [[proxies]]".into(),

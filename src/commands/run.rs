@@ -23,6 +23,7 @@ use crate::cli::{Expose, Global, RunArgs};
 use crate::error::{Error, Result};
 use crate::fault::FaultSpec;
 use crate::intercept::agent::AgentConfig;
+use crate::intercept::syn_gate::{self, LossTable};
 use crate::intercept::{dns, privilege, sandbox};
 use crate::plan::{Flow, Plan, Rule};
 use crate::profile;
@@ -61,13 +62,15 @@ pub fn run(g: &Global, args: &RunArgs) -> Result<u8> {
     let events = open_events(g)?;
     raise_nofile_limit();
 
+    let losses = LossTable::from_plan(&plan).map_err(Error::Usage)?;
     let cfg = AgentConfig {
         rootless: !privilege::is_root(),
         uid: nix::unistd::getuid().as_raw(),
         gid: nix::unistd::getgid().as_raw(),
         argv,
+        losses: losses.rules(),
     };
-    let (sandbox, listeners, control) = sandbox::create(cfg).map_err(Error::runtime)?;
+    let (sandbox, listeners, control) = sandbox::create(cfg, losses).map_err(Error::runtime)?;
     let seed = plan.seed;
     let plan = Arc::new(plan);
     let rt = runtime()?;
@@ -79,6 +82,11 @@ pub fn run(g: &Global, args: &RunArgs) -> Result<u8> {
                 dial_timeout: args.dial_timeout,
             },
         );
+        let gate = tokio::spawn(syn_gate::run(
+            listeners.queue,
+            relay.clone(),
+            sandbox.clone(),
+        ));
         for l in listeners.tcp {
             let l = tokio::net::TcpListener::from_std(l).map_err(|e| Error::Runtime(e.into()))?;
             relay.serve(
@@ -131,6 +139,7 @@ pub fn run(g: &Global, args: &RunArgs) -> Result<u8> {
         for t in dns_tasks {
             t.abort();
         }
+        gate.abort();
         let left = control.kill_leftovers();
         if left > 0 {
             tracing::warn!("ended {left} process(es) the command left running in its namespace");

@@ -7,10 +7,20 @@
 //! task that receives [`Item`]s (byte chunks stamped with their arrival time,
 //! FIN, RST) and passes them on — later, sliced, held, or replaced. Each kind
 //! lives in its own file and knows nothing about sockets.
+//!
+//! Connect-layer faults (`refuse`, `connect_timeout`, `connect_delay`) act on
+//! the client's SYN and packet-layer ones (`loss`, `blackout`) on the
+//! packets of the flow; both need the namespace of `netchaos run`, where the
+//! SYN gate and the nftables table apply them.
 
 pub mod bandwidth;
+pub mod blackout;
 pub mod close;
+pub mod connect_delay;
+pub mod connect_timeout;
 pub mod latency;
+pub mod loss;
+pub mod refuse;
 pub mod reset;
 pub mod respond;
 pub mod slicer;
@@ -20,6 +30,7 @@ pub mod stall;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -169,6 +180,18 @@ pub struct StageCtx {
     pub opened: Instant,
     /// Records the fault's effect in the event log and the counters.
     pub hit: FaultHit,
+    /// Packet-level control of this connection's flow, where there is one
+    /// (`netchaos run`).
+    pub partition: Option<Arc<dyn Partition>>,
+}
+
+/// Packet-level control of one connection's flow.
+pub trait Partition: Send + Sync {
+    /// Drops every packet of the flow for `duration` (`None`: for good).
+    fn blackout(
+        &self,
+        duration: Option<Duration>,
+    ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + '_>>;
 }
 
 impl StageCtx {
@@ -210,6 +233,11 @@ pub enum FaultKind {
     Close(close::Close),
     SlowClose(slow_close::SlowClose),
     Respond(respond::Respond),
+    Refuse(refuse::Refuse),
+    ConnectTimeout(connect_timeout::ConnectTimeout),
+    ConnectDelay(connect_delay::ConnectDelay),
+    Loss(loss::Loss),
+    Blackout(blackout::Blackout),
 }
 
 /// One registered fault kind.
@@ -280,6 +308,41 @@ pub const KINDS: &[KindInfo] = &[
         about: "the upstream is never contacted; canned bytes, then close/reset/stall",
         parse: |f| respond::Respond::parse(f).map(FaultKind::Respond),
     },
+    KindInfo {
+        name: "refuse",
+        layer: "connect",
+        default_stream: Stream::Both,
+        about: "the SYN is answered with RST: connect() fails with ECONNREFUSED",
+        parse: |f| refuse::Refuse::parse(f).map(FaultKind::Refuse),
+    },
+    KindInfo {
+        name: "connect_timeout",
+        layer: "connect",
+        default_stream: Stream::Both,
+        about: "SYNs are never answered: connect() times out",
+        parse: |f| connect_timeout::ConnectTimeout::parse(f).map(FaultKind::ConnectTimeout),
+    },
+    KindInfo {
+        name: "connect_delay",
+        layer: "connect",
+        default_stream: Stream::Both,
+        about: "the handshake completes only after delay ± jitter",
+        parse: |f| connect_delay::ConnectDelay::parse(f).map(FaultKind::ConnectDelay),
+    },
+    KindInfo {
+        name: "loss",
+        layer: "packet",
+        default_stream: Stream::Both,
+        about: "percent of the flow's packets are dropped: real retransmissions",
+        parse: |f| loss::Loss::parse(f).map(FaultKind::Loss),
+    },
+    KindInfo {
+        name: "blackout",
+        layer: "packet",
+        default_stream: Stream::Downstream,
+        about: "every packet of the flow is dropped for duration: a partition",
+        parse: |f| blackout::Blackout::parse(f).map(FaultKind::Blackout),
+    },
 ];
 
 impl FaultKind {
@@ -293,7 +356,17 @@ impl FaultKind {
             FaultKind::Close(_) => "close",
             FaultKind::SlowClose(_) => "slow_close",
             FaultKind::Respond(_) => "respond",
+            FaultKind::Refuse(_) => "refuse",
+            FaultKind::ConnectTimeout(_) => "connect_timeout",
+            FaultKind::ConnectDelay(_) => "connect_delay",
+            FaultKind::Loss(_) => "loss",
+            FaultKind::Blackout(_) => "blackout",
         }
+    }
+
+    /// The layer of the fault model: `connect`, `stream` or `packet`.
+    pub fn layer(&self) -> &'static str {
+        find_kind(self.name()).map_or("stream", |k| k.layer)
     }
 
     /// The kind's parameters, resolved, as `key = value` text (for `check`,
@@ -308,11 +381,29 @@ impl FaultKind {
             FaultKind::Close(x) => x.params(),
             FaultKind::SlowClose(x) => x.params(),
             FaultKind::Respond(x) => x.params(),
+            FaultKind::Refuse(x) => x.params(),
+            FaultKind::ConnectTimeout(x) => x.params(),
+            FaultKind::ConnectDelay(x) => x.params(),
+            FaultKind::Loss(x) => x.params(),
+            FaultKind::Blackout(x) => x.params(),
         }
     }
 
+    /// Whether the kind runs as a pipeline stage on a direction's bytes.
+    pub fn has_stage(&self) -> bool {
+        !matches!(
+            self,
+            FaultKind::Respond(_)
+                | FaultKind::Refuse(_)
+                | FaultKind::ConnectTimeout(_)
+                | FaultKind::ConnectDelay(_)
+                | FaultKind::Loss(_)
+        )
+    }
+
     /// The pipeline stage for one direction, or `None` when the kind does
-    /// not act on a direction's bytes (`respond` replaces the upstream).
+    /// not act on a direction's bytes (`respond` replaces the upstream;
+    /// connect faults act on the SYN; `loss` is the kernel's).
     pub fn stage(&self, ctx: StageCtx, io: StageIo) -> Option<StageFuture> {
         Some(match self {
             FaultKind::Latency(x) => Box::pin(x.clone().run(ctx, io)),
@@ -322,7 +413,8 @@ impl FaultKind {
             FaultKind::Reset(x) => Box::pin(x.clone().run(ctx, io)),
             FaultKind::Close(x) => Box::pin(x.clone().run(ctx, io)),
             FaultKind::SlowClose(x) => Box::pin(x.clone().run(ctx, io)),
-            FaultKind::Respond(_) => return None,
+            FaultKind::Blackout(x) => Box::pin(x.clone().run(ctx, io)),
+            _ => return None,
         })
     }
 }
@@ -349,7 +441,14 @@ impl FaultSpec {
         if self.probability < 1.0 {
             p.push(("probability", format!("{}", self.probability)));
         }
-        if !matches!(self.kind, FaultKind::Respond(_)) {
+        let streamless = matches!(
+            self.kind,
+            FaultKind::Respond(_)
+                | FaultKind::Refuse(_)
+                | FaultKind::ConnectTimeout(_)
+                | FaultKind::ConnectDelay(_)
+        );
+        if !streamless {
             p.push(("stream", self.stream.as_str().to_string()));
         }
         if self.active != Window::ALWAYS {
@@ -527,6 +626,7 @@ pub(crate) mod testing {
             epoch: now,
             opened: now,
             hit: FaultHit::detached(),
+            partition: None,
         }
     }
 

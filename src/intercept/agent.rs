@@ -24,7 +24,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 
 use super::channel::Channel;
 use super::nft::{self, RELAY_MARK, Redirects};
-use super::privilege;
+use super::{nfqueue, privilege};
 
 /// What the agent needs to know, copied into it by `fork`.
 pub struct AgentConfig {
@@ -33,6 +33,8 @@ pub struct AgentConfig {
     pub gid: u32,
     /// The command and its arguments.
     pub argv: Vec<CString>,
+    /// The `loss` faults of the plan, as nftables rules.
+    pub losses: Vec<nft::LossRule>,
 }
 
 /// Agent → netchaos, on the control channel.
@@ -63,15 +65,19 @@ pub enum ParentMsg {
     Go,
 }
 
-/// A request on the dialer channel: one unconnected TCP socket.
+/// A request on the request channel.
 #[derive(Debug, Serialize, Deserialize)]
-pub struct SocketRequest {
-    pub v6: bool,
+pub enum Request {
+    /// One unconnected TCP socket in the namespace, marked so that
+    /// interception lets it through.
+    Socket { v6: bool },
+    /// One nftables command in the namespace (blackouts).
+    Nft { command: String },
 }
 
-/// The reply; the socket travels with it when `error` is `None`.
+/// The reply; a socket travels with it when one was asked for.
 #[derive(Debug, Serialize, Deserialize)]
-pub struct SocketReply {
+pub struct Reply {
     pub error: Option<String>,
 }
 
@@ -81,7 +87,7 @@ const NS_ADDR4: &str = "192.0.2.1";
 const NS_ADDR6: &str = "2001:db8::1";
 
 /// The agent's whole life; never returns.
-pub fn main(control: Channel, dialer: Channel, cfg: &AgentConfig) -> ! {
+pub fn main(control: Channel, requests: Channel, cfg: &AgentConfig) -> ! {
     // Die with netchaos: a namespace without its relay would black-hole the
     // command's traffic.
     let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
@@ -114,7 +120,7 @@ pub fn main(control: Channel, dialer: Channel, cfg: &AgentConfig) -> ! {
         }
     };
     let _ = control.send(&AgentMsg::Started { pid: pid.as_raw() }, &[]);
-    serve(&control, &dialer, pid)
+    serve(&control, &requests, pid)
 }
 
 type Setup = (Redirects, bool, Vec<OwnedFd>);
@@ -154,11 +160,16 @@ fn setup(cfg: &AgentConfig) -> Result<Setup, String> {
         ])
         .is_ok();
 
+    let queue = nfqueue::open(nft::QUEUE).map_err(|e| {
+        rootless_hint(format!(
+            "cannot open the SYN gate's netlink queue (nfnetlink_queue): {e}"
+        ))
+    })?;
     let tcp4 = listener(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))?;
     let tcp_port = local_port(&tcp4)?;
     let udp4 = udp(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))?;
     let dns_port = local_port(&udp4)?;
-    let mut sockets = vec![OwnedFd::from(tcp4), OwnedFd::from(udp4)];
+    let mut sockets = vec![queue, OwnedFd::from(tcp4), OwnedFd::from(udp4)];
     let v6 = v6
         && match (
             listener(SocketAddr::from((Ipv6Addr::LOCALHOST, tcp_port))),
@@ -172,7 +183,14 @@ fn setup(cfg: &AgentConfig) -> Result<Setup, String> {
             _ => false,
         };
     let redirects = Redirects { tcp_port, dns_port };
-    nft::apply(&nft::run_ruleset(&redirects)).map_err(rootless_hint)?;
+    match nft::apply(&nft::run_ruleset(&redirects, &cfg.losses, true)) {
+        Ok(()) => {}
+        Err(e) if nft::lacks_native_queue(&e) => {
+            nft::apply(&nft::run_ruleset(&redirects, &cfg.losses, false)).map_err(rootless_hint)?;
+            nft::apply_xt_gate().map_err(rootless_hint)?;
+        }
+        Err(e) => return Err(rootless_hint(e)),
+    }
     Ok((redirects, v6, sockets))
 }
 
@@ -278,14 +296,14 @@ fn exec_command(cfg: &AgentConfig) -> ! {
     std::process::exit(if err == Errno::ENOENT { 127 } else { 126 });
 }
 
-/// Answers socket requests until the command exits, then reports its end.
-fn serve(control: &Channel, dialer: &Channel, pid: Pid) -> ! {
+/// Answers requests until the command exits, then reports its end.
+fn serve(control: &Channel, requests: &Channel, pid: Pid) -> ! {
     use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
     let pidfd = pidfd_open(pid);
     let mut parent_here = true;
     loop {
         let mut fds = vec![
-            PollFd::new(dialer.as_fd(), PollFlags::POLLIN),
+            PollFd::new(requests.as_fd(), PollFlags::POLLIN),
             PollFd::new(
                 control.as_fd(),
                 if parent_here {
@@ -313,15 +331,15 @@ fn serve(control: &Channel, dialer: &Channel, pid: Pid) -> ! {
                 .and_then(|f| f.revents())
                 .is_some_and(|r| !r.is_empty())
         };
-        let (dialer_ready, control_ready) = (ready(0), parent_here && ready(1));
+        let (request_ready, control_ready) = (ready(0), parent_here && ready(1));
         drop(fds);
         if control_ready && !matches!(control.recv::<ParentMsg>(), Ok(Some(_))) {
             // netchaos is gone: end the command rather than leave it stranded.
             let _ = nix::sys::signal::kill(pid, Signal::SIGTERM);
             parent_here = false;
         }
-        if dialer_ready {
-            answer_socket_request(dialer);
+        if request_ready {
+            answer(requests);
         }
         match waitpid(pid, Some(nix::sys::wait::WaitPidFlag::WNOHANG)) {
             Ok(WaitStatus::Exited(_, code)) => report_exit(control, Some(code), None),
@@ -337,30 +355,39 @@ fn report_exit(control: &Channel, code: Option<i32>, signal: Option<i32>) -> ! {
     std::process::exit(0);
 }
 
-fn answer_socket_request(dialer: &Channel) {
-    let Ok(Some((req, _))) = dialer.recv::<SocketRequest>() else {
+fn answer(requests: &Channel) {
+    let Ok(Some((req, _))) = requests.recv::<Request>() else {
         return;
     };
-    let made = Socket::new(
-        if req.v6 { Domain::IPV6 } else { Domain::IPV4 },
-        Type::STREAM,
-        Some(Protocol::TCP),
-    )
-    .and_then(|s| {
-        // Marked, so that the namespace's redirect rule lets it through.
-        s.set_mark(RELAY_MARK)?;
-        s.set_nonblocking(true)?;
-        Ok(s)
-    });
-    let _ = match made {
-        Ok(s) => dialer.send(&SocketReply { error: None }, &[s.as_fd()]),
-        Err(e) => dialer.send(
-            &SocketReply {
-                error: Some(e.to_string()),
+    let _ = match req {
+        Request::Socket { v6 } => match marked_socket(v6) {
+            Ok(s) => requests.send(&Reply { error: None }, &[s.as_fd()]),
+            Err(e) => requests.send(
+                &Reply {
+                    error: Some(e.to_string()),
+                },
+                &[],
+            ),
+        },
+        Request::Nft { command } => requests.send(
+            &Reply {
+                error: nft::apply(&command).err(),
             },
             &[],
         ),
     };
+}
+
+fn marked_socket(v6: bool) -> std::io::Result<Socket> {
+    let s = Socket::new(
+        if v6 { Domain::IPV6 } else { Domain::IPV4 },
+        Type::STREAM,
+        Some(Protocol::TCP),
+    )?;
+    // Marked, so that the namespace's gate and redirect let it through.
+    s.set_mark(RELAY_MARK)?;
+    s.set_nonblocking(true)?;
+    Ok(s)
 }
 
 fn pidfd_open(pid: Pid) -> Option<OwnedFd> {

@@ -10,15 +10,52 @@
 //! namespace; [`sandbox`] is netchaos's handle on all of this, and
 //! [`privilege`] keeps the wrapped command from holding CAP_NET_ADMIN.
 //!
+//! Before the redirect, each new SYN is queued ([`nfqueue`]) to the SYN gate
+//! ([`syn_gate`]), which applies connect-phase faults and holds the SYN
+//! until the real upstream has answered, so that `connect()` fails the way
+//! it would have without netchaos. Packet faults (`loss`, `blackout`) are
+//! rules of the same table.
+//!
 //! Nothing outlives the command: the namespace and its table disappear with
 //! the last process and socket in it.
 
 pub mod agent;
 pub mod channel;
 pub mod dns;
+pub mod nfqueue;
 pub mod nft;
 pub mod privilege;
 pub mod procnet;
 pub mod sandbox;
+pub mod syn_gate;
 
 pub use sandbox::{CommandEnd, Control, Listeners, Sandbox};
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Packet-level control of one intercepted connection: blackouts add the
+/// client's endpoint to the namespace's blackout set, with a timeout.
+pub struct FlowPartition {
+    pub sandbox: Arc<Sandbox>,
+    pub client: SocketAddr,
+}
+
+impl crate::fault::Partition for FlowPartition {
+    fn blackout(
+        &self,
+        duration: Option<Duration>,
+    ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + '_>> {
+        let command = nft::blackout_command(self.client, duration);
+        let sandbox = self.sandbox.clone();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || sandbox.nft(command))
+                .await
+                .map_err(|e| e.to_string())?
+                .map_err(|e| e.to_string())
+        })
+    }
+}

@@ -12,11 +12,12 @@ use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::waitpid;
 use nix::unistd::{ForkResult, Pid, fork};
 
-use super::agent::{self, AgentConfig, AgentMsg, ParentMsg, SocketReply, SocketRequest};
+use super::agent::{self, AgentConfig, AgentMsg, ParentMsg, Reply, Request};
 use super::channel::Channel;
 use super::dns::NameTable;
 use super::nft::Redirects;
 use super::procnet;
+use super::syn_gate::{Gate, LossTable};
 
 /// How the wrapped command ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,16 +39,20 @@ impl CommandEnd {
     }
 }
 
-/// The namespace, as the relay uses it: its names, and a way in.
+/// The namespace, as the relay uses it: its names, the SYN gate's
+/// decisions, and a way in.
 pub struct Sandbox {
     agent: Pid,
-    dialer: Mutex<Channel>,
+    requests: Mutex<Channel>,
     pub redirects: Redirects,
     pub names: Arc<NameTable>,
+    pub gate: Gate,
 }
 
-/// The sockets the agent made inside the namespace for the relay.
+/// The sockets the agent made inside the namespace for netchaos.
 pub struct Listeners {
+    /// The SYN gate's netlink queue.
+    pub queue: OwnedFd,
     pub tcp: Vec<std::net::TcpListener>,
     pub dns: Vec<std::net::UdpSocket>,
 }
@@ -63,7 +68,10 @@ pub struct Control {
 
 /// Starts the agent and waits until the namespace is ready. Must be called
 /// while the process has a single thread.
-pub fn create(cfg: AgentConfig) -> Result<(Arc<Sandbox>, Listeners, Control), String> {
+pub fn create(
+    cfg: AgentConfig,
+    losses: LossTable,
+) -> Result<(Arc<Sandbox>, Listeners, Control), String> {
     let threads = std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
@@ -122,7 +130,8 @@ pub fn create(cfg: AgentConfig) -> Result<(Arc<Sandbox>, Listeners, Control), St
         .map(|m| std::os::unix::fs::MetadataExt::ino(&m));
     let sandbox = Sandbox {
         agent,
-        dialer: Mutex::new(dial),
+        requests: Mutex::new(dial),
+        gate: Gate::new(losses),
         redirects: Redirects {
             tcp_port: redirects.0,
             dns_port: redirects.1,
@@ -132,8 +141,10 @@ pub fn create(cfg: AgentConfig) -> Result<(Arc<Sandbox>, Listeners, Control), St
     Ok((Arc::new(sandbox), listeners, Control { netns, ..control }))
 }
 
+/// The agent sends: the queue, TCP v4, UDP v4, and TCP v6, UDP v6 when
+/// IPv6 is up in the namespace.
 fn split_listeners(fds: Vec<OwnedFd>, v6: bool) -> Result<Listeners, String> {
-    let want = if v6 { 4 } else { 2 };
+    let want = if v6 { 5 } else { 3 };
     if fds.len() != want {
         return Err(format!(
             "the namespace agent sent {} sockets, expected {want}",
@@ -142,14 +153,13 @@ fn split_listeners(fds: Vec<OwnedFd>, v6: bool) -> Result<Listeners, String> {
     }
     let mut it = fds.into_iter();
     let mut l = Listeners {
+        queue: it.next().expect("counted"),
         tcp: Vec::new(),
         dns: Vec::new(),
     };
-    for _ in 0..want / 2 {
-        l.tcp
-            .push(std::net::TcpListener::from(it.next().expect("counted")));
-        l.dns
-            .push(std::net::UdpSocket::from(it.next().expect("counted")));
+    while let (Some(t), Some(u)) = (it.next(), it.next()) {
+        l.tcp.push(std::net::TcpListener::from(t));
+        l.dns.push(std::net::UdpSocket::from(u));
     }
     Ok(l)
 }
@@ -223,19 +233,31 @@ impl Control {
 }
 
 impl Sandbox {
+    /// Sends one request to the agent and waits (briefly) for its reply.
+    fn request(&self, req: &Request) -> io::Result<Vec<OwnedFd>> {
+        let ch = self.requests.lock().expect("request channel lock");
+        ch.set_recv_timeout(Some(Duration::from_secs(5)))?;
+        ch.send(req, &[])?;
+        match ch.recv::<Reply>()? {
+            Some((Reply { error: None }, fds)) => Ok(fds),
+            Some((Reply { error: Some(e) }, _)) => Err(io::Error::other(e)),
+            None => Err(io::Error::other("the namespace agent is gone")),
+        }
+    }
+
     /// A new TCP socket inside the namespace, marked so that interception
     /// lets it through; blocks briefly (call from a blocking context).
     pub fn socket_inside(&self, v6: bool) -> io::Result<std::net::TcpStream> {
-        let dialer = self.dialer.lock().expect("dialer lock");
-        dialer.set_recv_timeout(Some(Duration::from_secs(5)))?;
-        dialer.send(&SocketRequest { v6 }, &[])?;
-        match dialer.recv::<SocketReply>()? {
-            Some((SocketReply { error: None }, mut fds)) if fds.len() == 1 => {
-                Ok(std::net::TcpStream::from(fds.remove(0)))
-            }
-            Some((SocketReply { error: Some(e) }, _)) => Err(io::Error::other(e)),
-            _ => Err(io::Error::other("the namespace agent is gone")),
+        let mut fds = self.request(&Request::Socket { v6 })?;
+        match fds.pop() {
+            Some(fd) if fds.is_empty() => Ok(std::net::TcpStream::from(fd)),
+            _ => Err(io::Error::other("the namespace agent sent no socket")),
         }
+    }
+
+    /// Runs one nftables command in the namespace; blocks briefly.
+    pub fn nft(&self, command: String) -> io::Result<()> {
+        self.request(&Request::Nft { command }).map(|_| ())
     }
 
     /// Whether something inside the namespace listens on `addr` (netchaos's

@@ -16,8 +16,8 @@ use tokio::time::Instant;
 
 use super::{DirEnd, Endpoint, Relay, Target, pipeline, sockopt, splice};
 use crate::events::{ConnInfo, FaultHit};
-use crate::fault::{Direction, FaultKind, StageCtx};
-use crate::intercept::Sandbox;
+use crate::fault::{Direction, FaultKind, Partition, StageCtx};
+use crate::intercept::{FlowPartition, Sandbox};
 use crate::plan::{Chosen, ConnMeta};
 
 /// How a connection ended, as the event log and summary say it.
@@ -48,17 +48,38 @@ impl Outcome {
 }
 
 /// Serves one accepted client until the connection ends or netchaos stops.
-pub async fn serve(
-    relay: Arc<Relay>,
-    client: TcpStream,
-    peer: SocketAddr,
-    ep: Arc<Endpoint>,
-    seq: u64,
-) {
+pub async fn serve(relay: Arc<Relay>, client: TcpStream, peer: SocketAddr, ep: Arc<Endpoint>) {
     let opened = Instant::now();
     sockopt::tune(&client);
-    let dest = destination(&ep, &client).await;
+    // A client the SYN gate let through comes with its decisions and its
+    // upstream, dialled while its SYN was held.
+    let handoff = match &ep.target {
+        Target::Transparent(sb) => sb.gate.take(peer),
+        _ => None,
+    };
+    let mut dest = destination(&ep, &client).await;
     let first = dest.addrs.first().copied();
+    let (seq, chosen, upstream) = match handoff {
+        Some(h) => {
+            dest.names = h.names;
+            (h.seq, h.chosen, h.upstream)
+        }
+        None => {
+            let seq = relay.next_seq();
+            let meta = ConnMeta {
+                flow: ep.flow,
+                proxy: matches!(ep.target, Target::Fixed(_)).then_some(&*ep.name),
+                ip: first.map(|a| a.ip()),
+                names: &dest.names,
+                port: first.map_or(0, |a| a.port()),
+            };
+            (
+                seq,
+                relay.plan.decide(&meta, seq, relay.epoch.elapsed()),
+                None,
+            )
+        }
+    };
     let info = Arc::new(ConnInfo {
         id: seq,
         client: peer,
@@ -66,23 +87,22 @@ pub async fn serve(
         host: dest.names.first().cloned(),
         proxy: Some(ep.name.clone()),
     });
-    let meta = ConnMeta {
-        flow: ep.flow,
-        proxy: matches!(ep.target, Target::Fixed(_)).then_some(&*ep.name),
-        ip: first.map(|a| a.ip()),
-        names: &dest.names,
-        port: first.map_or(0, |a| a.port()),
-    };
-    let chosen = relay.plan.decide(&meta, seq, relay.epoch.elapsed());
     relay.events.conn_open(&info);
-
+    let partition: Option<Arc<dyn Partition>> = match &ep.target {
+        Target::Transparent(sb) => Some(Arc::new(FlowPartition {
+            sandbox: sb.clone(),
+            client: peer,
+        })),
+        _ => None,
+    };
     let conn = Conn {
         relay: &relay,
         info: &info,
         chosen,
         opened,
+        partition,
     };
-    let work = conn.run(&client, dest);
+    let work = conn.run(&client, dest, upstream);
     let (outcome, bytes) = tokio::select! {
         r = work => r,
         _ = relay.abort.cancelled() => (Outcome::Aborted, [0, 0]),
@@ -152,7 +172,8 @@ async fn destination(ep: &Endpoint, client: &TcpStream) -> Dest {
     d
 }
 
-fn is_loopback(a: SocketAddr) -> bool {
+/// Whether `a` is a loopback address (IPv4-mapped ones included).
+pub fn is_loopback(a: SocketAddr) -> bool {
     match a.ip() {
         std::net::IpAddr::V4(v4) => v4.is_loopback(),
         std::net::IpAddr::V6(v6) => {
@@ -198,10 +219,79 @@ struct Conn<'a> {
     info: &'a Arc<ConnInfo>,
     chosen: Vec<Chosen>,
     opened: Instant,
+    partition: Option<Arc<dyn Partition>>,
+}
+
+/// Why a dial failed, as the client would have seen it.
+#[derive(Debug)]
+pub enum DialError {
+    /// RST: the client should see ECONNREFUSED.
+    Refused(String),
+    /// No route, host unreachable: EHOSTUNREACH.
+    Unreachable(String),
+    /// No answer within the dial timeout.
+    Timeout(String),
+    Other(String),
+}
+
+impl DialError {
+    /// The relay error kind for events and counters.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            DialError::Refused(_) => "dial_refused",
+            DialError::Unreachable(_) => "dial_unreachable",
+            DialError::Timeout(_) => "dial_timeout",
+            DialError::Other(_) => "dial_failed",
+        }
+    }
+}
+
+impl std::fmt::Display for DialError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DialError::Refused(m)
+            | DialError::Unreachable(m)
+            | DialError::Timeout(m)
+            | DialError::Other(m) => f.write_str(m),
+        }
+    }
+}
+
+/// Connects to `addr` from the host's network namespace.
+pub async fn dial_host(addr: SocketAddr, timeout: Duration) -> Result<TcpStream, DialError> {
+    dial_with(addr, timeout, TcpStream::connect(addr)).await
+}
+
+async fn dial_with(
+    addr: SocketAddr,
+    timeout: Duration,
+    connect: impl Future<Output = std::io::Result<TcpStream>>,
+) -> Result<TcpStream, DialError> {
+    match tokio::time::timeout(timeout, connect).await {
+        Ok(Ok(s)) => Ok(s),
+        Ok(Err(e)) => {
+            let msg = format!("connect to {addr}: {e}");
+            Err(match e.raw_os_error() {
+                Some(libc::ECONNREFUSED) => DialError::Refused(msg),
+                Some(libc::EHOSTUNREACH | libc::ENETUNREACH) => DialError::Unreachable(msg),
+                Some(libc::ETIMEDOUT) => DialError::Timeout(msg),
+                _ => DialError::Other(msg),
+            })
+        }
+        Err(_) => Err(DialError::Timeout(format!(
+            "connect to {addr}: no answer within {}",
+            crate::units::format_duration(timeout)
+        ))),
+    }
 }
 
 impl Conn<'_> {
-    async fn run(self, client: &TcpStream, dest: Dest) -> (Outcome, [u64; 2]) {
+    async fn run(
+        self,
+        client: &TcpStream,
+        dest: Dest,
+        dialled: Option<TcpStream>,
+    ) -> (Outcome, [u64; 2]) {
         let respond = self.chosen.iter().find_map(|c| match &c.spec.kind {
             FaultKind::Respond(r) => Some((c, r.clone())),
             _ => None,
@@ -216,13 +306,18 @@ impl Conn<'_> {
         }
         // The seam for connect-phase truth: today a failed dial resets the
         // client, which has already connected to us.
-        let upstream = match self.dial(&dest.addrs, dest.inside.as_ref()).await {
-            Ok(s) => s,
-            Err((kind, e)) => {
-                self.relay.events.relay_error(self.info, kind, &e);
-                sockopt::set_linger_zero(client);
-                return (Outcome::DialFailed, [0, 0]);
-            }
+        let upstream = match dialled {
+            Some(s) => s,
+            None => match self.dial(&dest.addrs, dest.inside.as_ref()).await {
+                Ok(s) => s,
+                Err(e) => {
+                    self.relay
+                        .events
+                        .relay_error(self.info, e.kind(), &e.to_string());
+                    sockopt::set_linger_zero(client);
+                    return (Outcome::DialFailed, [0, 0]);
+                }
+            },
         };
         sockopt::tune(&upstream);
         let up = self.direction(client, &upstream, Direction::Upstream);
@@ -236,34 +331,17 @@ impl Conn<'_> {
         &self,
         addrs: &[SocketAddr],
         inside: Option<&Arc<Sandbox>>,
-    ) -> Result<TcpStream, (&'static str, String)> {
-        let mut last = ("dial_failed", "no address to dial".to_string());
+    ) -> Result<TcpStream, DialError> {
+        let mut last = DialError::Other("no address to dial".into());
+        let timeout = self.relay.opts.dial_timeout;
         for addr in addrs {
-            let connect = async {
-                match inside {
-                    Some(sb) => dial_inside(sb, *addr).await,
-                    None => TcpStream::connect(addr).await,
-                }
+            let r = match inside {
+                Some(sb) => dial_with(*addr, timeout, dial_inside(sb, *addr)).await,
+                None => dial_host(*addr, timeout).await,
             };
-            match tokio::time::timeout(self.relay.opts.dial_timeout, connect).await {
-                Ok(Ok(s)) => return Ok(s),
-                Ok(Err(e)) => {
-                    let kind = if e.kind() == std::io::ErrorKind::ConnectionRefused {
-                        "dial_refused"
-                    } else {
-                        "dial_failed"
-                    };
-                    last = (kind, format!("connect to {addr}: {e}"));
-                }
-                Err(_) => {
-                    last = (
-                        "dial_timeout",
-                        format!(
-                            "connect to {addr}: no answer within {:?}",
-                            self.relay.opts.dial_timeout
-                        ),
-                    )
-                }
+            match r {
+                Ok(s) => return Ok(s),
+                Err(e) => last = e,
             }
         }
         Err(last)
@@ -283,9 +361,7 @@ impl Conn<'_> {
     fn stages(&self, dir: Direction) -> Vec<(FaultKind, StageCtx)> {
         self.chosen
             .iter()
-            .filter(|c| {
-                c.spec.stream.includes(dir) && !matches!(c.spec.kind, FaultKind::Respond(_))
-            })
+            .filter(|c| c.spec.stream.includes(dir) && c.spec.kind.has_stage())
             .map(|c| {
                 let ctx = StageCtx {
                     dir,
@@ -294,6 +370,7 @@ impl Conn<'_> {
                     epoch: self.relay.epoch,
                     opened: self.opened,
                     hit: self.hit(c, Some(dir)),
+                    partition: self.partition.clone(),
                 };
                 (c.spec.kind.clone(), ctx)
             })

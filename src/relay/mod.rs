@@ -26,6 +26,7 @@ use crate::events::Events;
 use crate::intercept::Sandbox;
 use crate::plan::{Flow, Plan};
 
+pub use conn::{DialError, dial_host, is_loopback};
 pub use pipeline::RESET_DRAIN;
 
 /// How one direction of a connection ended.
@@ -117,10 +118,9 @@ impl Relay {
                 };
                 match accepted {
                     Ok((sock, peer)) => {
-                        let seq = relay.seq.fetch_add(1, Ordering::Relaxed) + 1;
                         relay
                             .tasks
-                            .spawn(conn::serve(relay.clone(), sock, peer, ep.clone(), seq));
+                            .spawn(conn::serve(relay.clone(), sock, peer, ep.clone()));
                     }
                     Err(e) => accept_error(&e).await,
                 }
@@ -142,9 +142,10 @@ impl Relay {
         }
     }
 
-    /// Connections accepted so far.
-    pub fn accepted(&self) -> u64 {
-        self.seq.load(Ordering::Relaxed)
+    /// The next connection's sequence number (1, 2, …): its id in events,
+    /// and, with the seed, what decides its faults.
+    pub fn next_seq(&self) -> u64 {
+        self.seq.fetch_add(1, Ordering::Relaxed) + 1
     }
 }
 

@@ -355,3 +355,118 @@ pub fn python(code: &str, args: &[&str]) -> (i32, String, String) {
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
+
+/// A network namespace made for one test, joined to the host by a veth
+/// pair (host side .1, namespace side .2 of a /30); deleted on drop.
+pub struct TestNetns {
+    pub name: String,
+    pub host_ip: std::net::Ipv4Addr,
+    pub ns_ip: std::net::Ipv4Addr,
+}
+
+impl TestNetns {
+    /// `None` (with a printed reason) where namespaces cannot be made: not
+    /// root, or no `ip`. In CI both are required.
+    pub fn new() -> Option<TestNetns> {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        if unsafe { libc::geteuid() } != 0 {
+            assert!(!in_ci(), "CI runs the suite as root");
+            eprintln!("SKIPPED: making a test network namespace needs root");
+            return None;
+        }
+        if missing_tool("ip") {
+            return None;
+        }
+        let n = N.fetch_add(1, Ordering::SeqCst);
+        let id = (std::process::id() as usize * 7 + n) % 250;
+        let name = format!("nctest-{}-{n}", std::process::id());
+        let host_if = format!("nch{}x{n}", std::process::id() % 100_000);
+        let ns_if = format!("ncn{}x{n}", std::process::id() % 100_000);
+        let host_ip = std::net::Ipv4Addr::new(10, 213, id as u8, 1);
+        let ns_ip = std::net::Ipv4Addr::new(10, 213, id as u8, 2);
+        let ns = TestNetns {
+            name,
+            host_ip,
+            ns_ip,
+        };
+        let steps: Vec<Vec<String>> = vec![
+            vec!["netns".into(), "add".into(), ns.name.clone()],
+            vec![
+                "link".into(),
+                "add".into(),
+                host_if.clone(),
+                "type".into(),
+                "veth".into(),
+                "peer".into(),
+                "name".into(),
+                ns_if.clone(),
+            ],
+            vec![
+                "link".into(),
+                "set".into(),
+                ns_if.clone(),
+                "netns".into(),
+                ns.name.clone(),
+            ],
+            vec![
+                "addr".into(),
+                "add".into(),
+                format!("{host_ip}/30"),
+                "dev".into(),
+                host_if.clone(),
+            ],
+            vec!["link".into(), "set".into(), host_if.clone(), "up".into()],
+            vec![
+                "-n".into(),
+                ns.name.clone(),
+                "addr".into(),
+                "add".into(),
+                format!("{ns_ip}/30"),
+                "dev".into(),
+                ns_if.clone(),
+            ],
+            vec![
+                "-n".into(),
+                ns.name.clone(),
+                "link".into(),
+                "set".into(),
+                ns_if,
+                "up".into(),
+            ],
+            vec![
+                "-n".into(),
+                ns.name.clone(),
+                "link".into(),
+                "set".into(),
+                "lo".into(),
+                "up".into(),
+            ],
+        ];
+        for step in steps {
+            let out = Command::new("ip").args(&step).output().expect("run ip");
+            assert!(
+                out.status.success(),
+                "ip {}: {}",
+                step.join(" "),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        Some(ns)
+    }
+
+    /// Runs a shell command inside the namespace.
+    pub fn sh(&self, script: &str) -> std::process::Output {
+        Command::new("ip")
+            .args(["netns", "exec", &self.name, "sh", "-c", script])
+            .output()
+            .expect("ip netns exec")
+    }
+}
+
+impl Drop for TestNetns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.name])
+            .output();
+    }
+}

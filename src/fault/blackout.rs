@@ -1,0 +1,56 @@
+//! `blackout` (packet layer): after `after_bytes` (or `after` a time) every
+//! packet of the connection between the client and the relay is dropped for
+//! `duration` (or for good): a partition that TCP survives by retransmitting,
+//! or gives up on, as it would on a real network. The stage itself passes
+//! every byte on; the kernel does the dropping.
+
+use std::time::Duration;
+
+use super::{StageCtx, StageIo, Trigger, Until, parse_trigger, pass_until};
+use crate::profile::node::{Fields, ProfileError};
+use crate::units::format_duration;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Blackout {
+    pub trigger: Trigger,
+    /// `None`: until netchaos ends.
+    pub duration: Option<Duration>,
+}
+
+impl Blackout {
+    pub fn parse(f: &mut Fields) -> Result<Self, ProfileError> {
+        let trigger = parse_trigger(f)?;
+        let duration = f
+            .duration_or_forever("duration")?
+            .ok_or_else(|| f.table_error("missing \"duration\" (like \"2s\", or \"forever\")"))?;
+        if duration == Some(Duration::ZERO) {
+            return Err(f.table_error("duration must be more than 0"));
+        }
+        Ok(Blackout { trigger, duration })
+    }
+
+    pub fn params(&self) -> Vec<(&'static str, String)> {
+        let d = self.duration.map_or("forever".into(), format_duration);
+        vec![self.trigger.param(), ("duration", d)]
+    }
+
+    pub async fn run(self, mut ctx: StageCtx, mut io: StageIo) {
+        let rest = match pass_until(self.trigger, &ctx, &mut io).await {
+            Ok(Until::Fired(rest)) => rest,
+            Ok(Until::Ended) | Err(_) => return,
+        };
+        match &ctx.partition {
+            Some(p) => match p.blackout(self.duration).await {
+                Ok(()) => ctx.hit.fire(),
+                Err(e) => tracing::warn!("blackout could not start: {e}"),
+            },
+            None => tracing::warn!("blackout needs netchaos run; ignored on this connection"),
+        }
+        if let Some(item) = rest {
+            if io.send(item).await.is_err() {
+                return;
+            }
+        }
+        io.pass_rest().await;
+    }
+}

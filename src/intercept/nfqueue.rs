@@ -1,0 +1,299 @@
+//! Just enough of the NFQUEUE netlink protocol to hold SYNs in user space:
+//! bind a queue, receive queued packets, and send verdicts (accept, with an
+//! optional mark, or drop).
+//!
+//! The socket is opened inside the namespace (netlink sockets belong to the
+//! network namespace that created them) by the agent, configured there, and
+//! handed to netchaos, which reads packets and answers verdicts from outside.
+//! (The `nfq` crate opens its own socket and hides it, so it cannot travel
+//! between processes; this module works on any descriptor.)
+//!
+//! Message layout (all in `linux/netfilter/nfnetlink_queue.h`): a netlink
+//! header, an `nfgenmsg`, then attributes (`nlattr`, 4-byte aligned).
+//! Multi-byte fields inside attributes are big-endian; netlink headers are
+//! native-endian.
+
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+
+use nix::sys::socket::{
+    AddressFamily, MsgFlags, NetlinkAddr, SockFlag, SockProtocol, SockType, bind, recv, send,
+    socket,
+};
+
+const NFNL_SUBSYS_QUEUE: u16 = 3;
+const NFQNL_MSG_PACKET: u16 = 0;
+const NFQNL_MSG_VERDICT: u16 = 1;
+const NFQNL_MSG_CONFIG: u16 = 2;
+const NLMSG_ERROR: u16 = 2;
+const NLM_F_REQUEST: u16 = 1;
+const NLM_F_ACK: u16 = 4;
+
+const NFQA_PACKET_HDR: u16 = 1;
+const NFQA_VERDICT_HDR: u16 = 2;
+const NFQA_MARK: u16 = 3;
+const NFQA_PAYLOAD: u16 = 10;
+
+const NFQA_CFG_CMD: u16 = 1;
+const NFQA_CFG_PARAMS: u16 = 2;
+const NFQA_CFG_QUEUE_MAXLEN: u16 = 3;
+const NFQA_CFG_MASK: u16 = 4;
+const NFQA_CFG_FLAGS: u16 = 5;
+const NFQNL_CFG_CMD_BIND: u8 = 1;
+const NFQNL_COPY_PACKET: u8 = 2;
+/// Accept packets instead of dropping them when the queue is full.
+const NFQA_CFG_F_FAIL_OPEN: u32 = 1;
+
+const NF_DROP: u32 = 0;
+const NF_ACCEPT: u32 = 1;
+
+/// Bytes of each packet copied to user space: IP and TCP headers.
+const COPY_RANGE: u32 = 128;
+const QUEUE_MAXLEN: u32 = 4096;
+
+/// A queued packet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Packet {
+    pub id: u32,
+    pub payload: Vec<u8>,
+}
+
+/// What to do with a queued packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Let it continue, setting the packet mark if given.
+    Accept(Option<u32>),
+    Drop,
+}
+
+/// Opens a netfilter netlink socket and binds queue `num` in the current
+/// network namespace (needs CAP_NET_ADMIN there).
+pub fn open(num: u16) -> io::Result<OwnedFd> {
+    let fd = socket(
+        AddressFamily::Netlink,
+        SockType::Raw,
+        SockFlag::SOCK_CLOEXEC,
+        SockProtocol::NetlinkNetFilter,
+    )?;
+    bind(fd.as_raw_fd(), &NetlinkAddr::new(0, 0))?;
+    // Receive buffer room for bursts of SYNs.
+    let _ = socket2::SockRef::from(&fd).set_recv_buffer_size(1 << 20);
+    request(
+        &fd,
+        config_msg(num, NFQA_CFG_CMD, &[NFQNL_CFG_CMD_BIND, 0, 0, 0]),
+    )?;
+    let mut params = COPY_RANGE.to_be_bytes().to_vec();
+    params.push(NFQNL_COPY_PACKET);
+    request(&fd, config_msg(num, NFQA_CFG_PARAMS, &params))?;
+    request(
+        &fd,
+        config_msg(num, NFQA_CFG_QUEUE_MAXLEN, &QUEUE_MAXLEN.to_be_bytes()),
+    )?;
+    let mut flags = config_msg(num, NFQA_CFG_FLAGS, &NFQA_CFG_F_FAIL_OPEN.to_be_bytes());
+    put_attr(
+        &mut flags,
+        NFQA_CFG_MASK,
+        &NFQA_CFG_F_FAIL_OPEN.to_be_bytes(),
+    );
+    finish(&mut flags);
+    request(&fd, flags)?;
+    Ok(fd)
+}
+
+/// Sends a configuration message and waits for its acknowledgement.
+fn request(fd: &OwnedFd, msg: Vec<u8>) -> io::Result<()> {
+    send(fd.as_raw_fd(), &msg, MsgFlags::empty())?;
+    let mut buf = vec![0u8; 8192];
+    loop {
+        let n = recv(fd.as_raw_fd(), &mut buf, MsgFlags::empty())?;
+        for m in messages(&buf[..n]) {
+            if m.kind == NLMSG_ERROR {
+                let code = m
+                    .body
+                    .get(..4)
+                    .map_or(0, |b| i32::from_ne_bytes(b.try_into().expect("4 bytes")));
+                return if code == 0 {
+                    Ok(())
+                } else {
+                    Err(io::Error::from_raw_os_error(-code))
+                };
+            }
+        }
+    }
+}
+
+/// Encodes the verdict for packet `id` of queue `num`.
+pub fn verdict_msg(num: u16, id: u32, verdict: Verdict) -> Vec<u8> {
+    let mut m = header(NFQNL_MSG_VERDICT, 0, num);
+    let (code, mark) = match verdict {
+        Verdict::Accept(mark) => (NF_ACCEPT, mark),
+        Verdict::Drop => (NF_DROP, None),
+    };
+    let mut vh = code.to_be_bytes().to_vec();
+    vh.extend_from_slice(&id.to_be_bytes());
+    put_attr(&mut m, NFQA_VERDICT_HDR, &vh);
+    if let Some(mark) = mark {
+        put_attr(&mut m, NFQA_MARK, &mark.to_be_bytes());
+    }
+    finish(&mut m);
+    m
+}
+
+/// Sends a verdict (the socket may be non-blocking; a verdict is small).
+pub fn send_verdict(fd: &impl AsRawFd, num: u16, id: u32, verdict: Verdict) -> io::Result<()> {
+    send(
+        fd.as_raw_fd(),
+        &verdict_msg(num, id, verdict),
+        MsgFlags::empty(),
+    )?;
+    Ok(())
+}
+
+/// The queued packets in a buffer received from the socket.
+pub fn packets(buf: &[u8]) -> Vec<Packet> {
+    messages(buf)
+        .filter(|m| m.kind == (NFNL_SUBSYS_QUEUE << 8 | NFQNL_MSG_PACKET))
+        .filter_map(|m| {
+            // Skip the 4-byte nfgenmsg, then walk the attributes.
+            let mut id = None;
+            let mut payload = None;
+            for (kind, data) in attrs(m.body.get(4..)?) {
+                match kind {
+                    NFQA_PACKET_HDR if data.len() >= 4 => {
+                        id = Some(u32::from_be_bytes(data[..4].try_into().expect("4 bytes")));
+                    }
+                    NFQA_PAYLOAD => payload = Some(data.to_vec()),
+                    _ => {}
+                }
+            }
+            Some(Packet {
+                id: id?,
+                payload: payload.unwrap_or_default(),
+            })
+        })
+        .collect()
+}
+
+struct Message<'a> {
+    kind: u16,
+    body: &'a [u8],
+}
+
+/// Netlink messages in a buffer (native-endian headers, 4-byte aligned).
+fn messages(mut buf: &[u8]) -> impl Iterator<Item = Message<'_>> {
+    std::iter::from_fn(move || {
+        if buf.len() < 16 {
+            return None;
+        }
+        let len = u32::from_ne_bytes(buf[..4].try_into().expect("4 bytes")) as usize;
+        let kind = u16::from_ne_bytes(buf[4..6].try_into().expect("2 bytes"));
+        if len < 16 || len > buf.len() {
+            return None;
+        }
+        let msg = Message {
+            kind,
+            body: &buf[16..len],
+        };
+        buf = &buf[align(len).min(buf.len())..];
+        Some(msg)
+    })
+}
+
+/// Attributes: (type without flag bits, payload).
+fn attrs(mut buf: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
+    std::iter::from_fn(move || {
+        if buf.len() < 4 {
+            return None;
+        }
+        let len = u16::from_ne_bytes(buf[..2].try_into().expect("2 bytes")) as usize;
+        let kind = u16::from_ne_bytes(buf[2..4].try_into().expect("2 bytes")) & 0x3fff;
+        if len < 4 || len > buf.len() {
+            return None;
+        }
+        let data = &buf[4..len];
+        buf = &buf[align(len).min(buf.len())..];
+        Some((kind, data))
+    })
+}
+
+fn align(n: usize) -> usize {
+    (n + 3) & !3
+}
+
+/// A netlink header (length patched by [`finish`]) and an nfgenmsg.
+fn header(msg: u16, flags: u16, queue: u16) -> Vec<u8> {
+    let mut m = Vec::with_capacity(64);
+    m.extend_from_slice(&0u32.to_ne_bytes()); // length
+    m.extend_from_slice(&(NFNL_SUBSYS_QUEUE << 8 | msg).to_ne_bytes());
+    m.extend_from_slice(&(NLM_F_REQUEST | flags).to_ne_bytes());
+    m.extend_from_slice(&0u32.to_ne_bytes()); // sequence
+    m.extend_from_slice(&0u32.to_ne_bytes()); // port id: the kernel
+    m.push(libc::AF_UNSPEC as u8); // nfgen_family
+    m.push(0); // NFNETLINK_V0
+    m.extend_from_slice(&queue.to_be_bytes()); // res_id
+    m
+}
+
+fn config_msg(queue: u16, attr: u16, data: &[u8]) -> Vec<u8> {
+    let mut m = header(NFQNL_MSG_CONFIG, NLM_F_ACK, queue);
+    put_attr(&mut m, attr, data);
+    finish(&mut m);
+    m
+}
+
+fn put_attr(m: &mut Vec<u8>, kind: u16, data: &[u8]) {
+    m.extend_from_slice(&((4 + data.len()) as u16).to_ne_bytes());
+    m.extend_from_slice(&kind.to_ne_bytes());
+    m.extend_from_slice(data);
+    m.resize(align(m.len()), 0);
+}
+
+fn finish(m: &mut [u8]) {
+    let len = m.len() as u32;
+    m[..4].copy_from_slice(&len.to_ne_bytes());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verdicts_are_well_formed() {
+        let m = verdict_msg(7, 0x01020304, Verdict::Accept(Some(0x6e640100)));
+        assert_eq!(
+            u32::from_ne_bytes(m[..4].try_into().unwrap()) as usize,
+            m.len()
+        );
+        assert_eq!(u16::from_ne_bytes(m[4..6].try_into().unwrap()), 3 << 8 | 1);
+        assert_eq!(&m[18..20], &7u16.to_be_bytes(), "queue number in res_id");
+        let body: Vec<(u16, Vec<u8>)> = attrs(&m[20..]).map(|(k, d)| (k, d.to_vec())).collect();
+        assert_eq!(body[0].0, NFQA_VERDICT_HDR);
+        assert_eq!(body[0].1, [0, 0, 0, 1, 1, 2, 3, 4]);
+        assert_eq!(body[1], (NFQA_MARK, 0x6e640100u32.to_be_bytes().to_vec()));
+        let d = verdict_msg(0, 9, Verdict::Drop);
+        assert_eq!(attrs(&d[20..]).count(), 1);
+    }
+
+    #[test]
+    fn packets_are_parsed_and_garbage_is_ignored() {
+        // Build a packet message as the kernel would.
+        let mut m = header(NFQNL_MSG_PACKET, 0, 0);
+        let mut hdr = 42u32.to_be_bytes().to_vec();
+        hdr.extend_from_slice(&[0x08, 0x00, 3]);
+        put_attr(&mut m, NFQA_PACKET_HDR, &hdr);
+        put_attr(&mut m, NFQA_PAYLOAD, &[0x45, 1, 2, 3, 4]);
+        finish(&mut m);
+        let two = [m.clone(), m].concat();
+        let p = packets(&two);
+        assert_eq!(p.len(), 2);
+        assert_eq!(
+            p[0],
+            Packet {
+                id: 42,
+                payload: vec![0x45, 1, 2, 3, 4]
+            }
+        );
+        assert!(packets(&[1, 2, 3]).is_empty());
+        assert!(packets(&[0xff; 64]).is_empty());
+    }
+}

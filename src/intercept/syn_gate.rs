@@ -1,0 +1,465 @@
+//! The SYN gate: connect-phase faults and connect-phase truth.
+//!
+//! Every new outbound SYN in the namespace is queued (NFQUEUE) to netchaos
+//! before the redirect, while it still names its real destination. The gate
+//! decides the connection's faults once — retransmitted SYNs (same source
+//! and initial sequence number) share the first one's fate — and then:
+//!
+//! * `refuse`: accept the SYN with a mark that the ruleset answers with an
+//!   RST, so `connect()` fails with ECONNREFUSED;
+//! * `connect_timeout`: drop it, and every retransmission;
+//! * `connect_delay`: hold it for the delay, then go on;
+//! * otherwise dial the real destination first, holding the SYN: if the
+//!   upstream accepts, let the SYN through (the relay takes over the dialled
+//!   socket when it accepts the client); if it refuses, answer RST; if it is
+//!   unreachable, ICMP host-unreachable; if it never answers, keep dropping.
+//!   So the client's `connect()` sees what it would have seen without
+//!   netchaos — never "connected, then reset".
+//!
+//! The accepted SYN's mark also carries the connection's `loss` rule, which
+//! the ruleset copies onto the connection (conntrack mark).
+
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use nix::sys::socket::{MsgFlags, recv};
+use tokio::io::unix::AsyncFd;
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+use super::nfqueue::{self, Verdict};
+use super::nft::{LossRule, QUEUE, marks};
+use super::sandbox::Sandbox;
+use crate::events::{ConnInfo, FaultHit};
+use crate::fault::{Direction, FaultKind, FaultSpec, Stream};
+use crate::plan::{Chosen, ConnMeta, Flow, Plan};
+use crate::relay::{self, DialError, Relay};
+
+/// How long a decided SYN is remembered, to give retransmissions its fate.
+const REMEMBER: Duration = Duration::from_secs(120);
+/// How long a dialled upstream waits for the relay to accept the client.
+const HANDOFF_TTL: Duration = Duration::from_secs(30);
+
+/// What the relay takes over when it accepts a gated client.
+pub struct Handoff {
+    pub seq: u64,
+    pub chosen: Vec<Chosen>,
+    pub names: Vec<String>,
+    /// The upstream, already connected (none for `respond`, or for a
+    /// service inside the namespace).
+    pub upstream: Option<TcpStream>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fate {
+    /// Being decided: retransmissions are dropped meanwhile.
+    Held,
+    Accept(u32),
+    Drop,
+}
+
+struct Entry {
+    isn: u32,
+    fate: Fate,
+    at: Instant,
+    handoff: Option<Handoff>,
+}
+
+/// The gate's memory of SYNs, shared with the relay.
+pub struct Gate {
+    entries: Mutex<HashMap<SocketAddr, Entry>>,
+    losses: LossTable,
+}
+
+impl Gate {
+    pub fn new(losses: LossTable) -> Gate {
+        Gate {
+            entries: Mutex::new(HashMap::new()),
+            losses,
+        }
+    }
+
+    /// The decisions and dialled upstream for a client the relay accepted.
+    pub fn take(&self, client: SocketAddr) -> Option<Handoff> {
+        self.entries
+            .lock()
+            .expect("gate lock")
+            .get_mut(&client)?
+            .handoff
+            .take()
+    }
+
+    fn settle(&self, client: SocketAddr, fate: Fate, handoff: Option<Handoff>) {
+        if let Some(e) = self.entries.lock().expect("gate lock").get_mut(&client) {
+            e.fate = fate;
+            e.handoff = handoff;
+        }
+    }
+
+    /// Forgets old SYNs and upstreams nobody claimed.
+    fn sweep(entries: &mut HashMap<SocketAddr, Entry>) {
+        let now = Instant::now();
+        entries.retain(|_, e| {
+            let age = now.duration_since(e.at);
+            age < REMEMBER && !(e.handoff.is_some() && age > HANDOFF_TTL)
+        });
+    }
+}
+
+/// The plan's `loss` faults, numbered for the ruleset (at most 255).
+#[derive(Default)]
+pub struct LossTable {
+    entries: Vec<(Arc<FaultSpec>, LossRule)>,
+}
+
+impl LossTable {
+    pub fn from_plan(plan: &Plan) -> Result<LossTable, String> {
+        let mut entries = Vec::new();
+        for spec in plan.rules.iter().flat_map(|r| r.faults.iter()) {
+            if let FaultKind::Loss(l) = &spec.kind {
+                let index = u8::try_from(entries.len() + 1)
+                    .map_err(|_| "at most 255 loss faults are supported".to_string())?;
+                let direction = match spec.stream {
+                    Stream::Upstream => Some("original"),
+                    Stream::Downstream => Some("reply"),
+                    Stream::Both => None,
+                };
+                entries.push((
+                    spec.clone(),
+                    LossRule {
+                        index,
+                        ppm: l.ppm(),
+                        direction,
+                    },
+                ));
+            }
+        }
+        Ok(LossTable { entries })
+    }
+
+    pub fn rules(&self) -> Vec<LossRule> {
+        self.entries.iter().map(|(_, r)| *r).collect()
+    }
+
+    fn index_of(&self, spec: &Arc<FaultSpec>) -> Option<u8> {
+        self.entries
+            .iter()
+            .find(|(s, _)| Arc::ptr_eq(s, spec))
+            .map(|(_, r)| r.index)
+    }
+}
+
+/// A parsed outbound SYN.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Syn {
+    pub src: SocketAddr,
+    pub dst: SocketAddr,
+    /// Initial sequence number: the same on retransmissions.
+    pub isn: u32,
+}
+
+/// Reads the addresses, ports and sequence number of a TCP SYN in an IPv4
+/// or IPv6 packet (no extension headers); `None` for anything else.
+pub fn parse_syn(p: &[u8]) -> Option<Syn> {
+    let (src, dst, tcp): (IpAddr, IpAddr, &[u8]) = match p.first()? >> 4 {
+        4 => {
+            let ihl = usize::from(p[0] & 0x0f) * 4;
+            if p.len() < ihl + 20 || p[9] != 6 {
+                return None;
+            }
+            let a = Ipv4Addr::new(p[12], p[13], p[14], p[15]);
+            let b = Ipv4Addr::new(p[16], p[17], p[18], p[19]);
+            (a.into(), b.into(), &p[ihl..])
+        }
+        6 => {
+            if p.len() < 60 || p[6] != 6 {
+                return None;
+            }
+            let a: [u8; 16] = p[8..24].try_into().ok()?;
+            let b: [u8; 16] = p[24..40].try_into().ok()?;
+            (Ipv6Addr::from(a).into(), Ipv6Addr::from(b).into(), &p[40..])
+        }
+        _ => return None,
+    };
+    let sport = u16::from_be_bytes([tcp[0], tcp[1]]);
+    let dport = u16::from_be_bytes([tcp[2], tcp[3]]);
+    let isn = u32::from_be_bytes([tcp[4], tcp[5], tcp[6], tcp[7]]);
+    let flags = tcp[13];
+    if flags & 0x12 != 0x02 {
+        return None; // not a bare SYN
+    }
+    Some(Syn {
+        src: SocketAddr::new(src, sport),
+        dst: SocketAddr::new(dst, dport),
+        isn,
+    })
+}
+
+/// Reads the queue and settles every SYN, until the task is dropped.
+pub async fn run(queue: OwnedFd, relay: Arc<Relay>, sandbox: Arc<Sandbox>) {
+    if let Err(e) = nix::fcntl::fcntl(
+        &queue,
+        nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+    ) {
+        tracing::error!("SYN gate: {e}");
+        return;
+    }
+    // SAFETY: `queue` is an OwnedFd moved into the AsyncFd, so the
+    // descriptor stays open and the same for the AsyncFd's whole life.
+    let queue = match unsafe { AsyncFd::register(queue) } {
+        Ok(q) => Arc::new(q),
+        Err(e) => {
+            tracing::error!("SYN gate: {e}");
+            return;
+        }
+    };
+    let mut buf = vec![0u8; 256 * 1024];
+    loop {
+        let Ok(mut guard) = queue.readable().await else {
+            return;
+        };
+        let n = match guard.try_io(|q| {
+            recv(q.get_ref().as_raw_fd(), &mut buf, MsgFlags::empty()).map_err(std::io::Error::from)
+        }) {
+            Ok(Ok(n)) => n,
+            Ok(Err(e)) => {
+                // ENOBUFS: the kernel dropped messages; fail-open keeps the
+                // packets flowing, and retransmitted SYNs come back.
+                tracing::warn!("SYN gate: {e}");
+                continue;
+            }
+            Err(_would_block) => continue,
+        };
+        for p in nfqueue::packets(&buf[..n]) {
+            on_packet(p, &queue, &relay, &sandbox);
+        }
+    }
+}
+
+fn on_packet(
+    p: nfqueue::Packet,
+    queue: &Arc<AsyncFd<OwnedFd>>,
+    relay: &Arc<Relay>,
+    sandbox: &Arc<Sandbox>,
+) {
+    let Some(syn) = parse_syn(&p.payload) else {
+        verdict(queue, p.id, Verdict::Accept(None));
+        return;
+    };
+    {
+        let mut entries = sandbox.gate.entries.lock().expect("gate lock");
+        if let Some(e) = entries.get(&syn.src) {
+            if e.isn == syn.isn && e.at.elapsed() < REMEMBER {
+                // A retransmission: the first SYN's fate.
+                let v = match e.fate {
+                    Fate::Held | Fate::Drop => Verdict::Drop,
+                    Fate::Accept(mark) => Verdict::Accept(Some(mark)),
+                };
+                drop(entries);
+                verdict(queue, p.id, v);
+                return;
+            }
+        }
+        if entries.len() > 1024 {
+            Gate::sweep(&mut entries);
+        }
+        entries.insert(
+            syn.src,
+            Entry {
+                isn: syn.isn,
+                fate: Fate::Held,
+                at: Instant::now(),
+                handoff: None,
+            },
+        );
+    }
+    let (queue, relay, sandbox) = (queue.clone(), relay.clone(), sandbox.clone());
+    tokio::spawn(async move {
+        let (fate, handoff) = decide(syn, &relay, &sandbox).await;
+        sandbox.gate.settle(syn.src, fate, handoff);
+        let v = match fate {
+            Fate::Accept(mark) => Verdict::Accept(Some(mark)),
+            Fate::Drop | Fate::Held => Verdict::Drop,
+        };
+        verdict(&queue, p.id, v);
+    });
+}
+
+fn verdict(queue: &AsyncFd<OwnedFd>, id: u32, v: Verdict) {
+    // A verdict is a few dozen bytes; retry briefly if the socket is full.
+    for _ in 0..100 {
+        match nfqueue::send_verdict(queue.get_ref(), QUEUE, id, v) {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_micros(100))
+            }
+            Err(e) => {
+                tracing::warn!("SYN gate verdict: {e}");
+                return;
+            }
+            Ok(()) => return,
+        }
+    }
+}
+
+/// One connection's fate: its faults, then the upstream's own answer.
+async fn decide(syn: Syn, relay: &Arc<Relay>, sandbox: &Arc<Sandbox>) -> (Fate, Option<Handoff>) {
+    let seq = relay.next_seq();
+    let names = sandbox.names.names(syn.dst.ip());
+    let meta = ConnMeta {
+        flow: Flow::Outbound,
+        proxy: None,
+        ip: Some(syn.dst.ip()),
+        names: &names,
+        port: syn.dst.port(),
+    };
+    let elapsed = relay.epoch.elapsed();
+    let chosen = relay.plan.decide(&meta, seq, elapsed);
+    let info = Arc::new(ConnInfo {
+        id: seq,
+        client: syn.src,
+        dst: syn.dst.to_string(),
+        host: names.first().cloned(),
+        proxy: Some("run".into()),
+    });
+    let hit = |c: &Chosen| {
+        FaultHit::new(
+            relay.events.clone(),
+            info.clone(),
+            c.rule.clone(),
+            c.spec.clone(),
+            None,
+        )
+    };
+    // Ended here: recorded as a connection that never reached the relay.
+    let ended = |outcome: &str| {
+        relay.events.conn_open(&info);
+        relay
+            .events
+            .conn_close(&info, outcome, [0, 0], Duration::ZERO);
+    };
+    for c in chosen.iter().filter(|c| c.spec.active.contains(elapsed)) {
+        match &c.spec.kind {
+            FaultKind::Refuse(_) => {
+                hit(c).fire();
+                ended("refused");
+                return (Fate::Accept(marks::REFUSE), None);
+            }
+            FaultKind::ConnectTimeout(_) => {
+                hit(c).fire();
+                ended("connect_timeout");
+                return (Fate::Drop, None);
+            }
+            FaultKind::ConnectDelay(d) => {
+                hit(c).fire();
+                tokio::time::sleep(d.sample(&mut c.rng(Direction::Upstream))).await;
+            }
+            _ => {}
+        }
+    }
+    let respond = chosen
+        .iter()
+        .any(|c| matches!(c.spec.kind, FaultKind::Respond(_)));
+    let inside = relay::is_loopback(syn.dst) && sandbox.listens_inside(syn.dst);
+    let upstream = if respond || inside {
+        None
+    } else {
+        match relay::dial_host(syn.dst, relay.opts.dial_timeout).await {
+            Ok(s) => Some(s),
+            Err(e) => {
+                relay.events.relay_error(&info, e.kind(), &e.to_string());
+                ended("dial_failed");
+                return match e {
+                    DialError::Refused(_) => (Fate::Accept(marks::REFUSE), None),
+                    DialError::Unreachable(_) => (Fate::Accept(marks::UNREACHABLE), None),
+                    DialError::Timeout(_) | DialError::Other(_) => (Fate::Drop, None),
+                };
+            }
+        }
+    };
+    let loss = chosen
+        .iter()
+        .filter(|c| c.spec.active.contains(elapsed))
+        .find_map(|c| sandbox.gate.losses.index_of(&c.spec).map(|i| (c, i)));
+    if let Some((c, _)) = loss {
+        hit(c).fire();
+    }
+    let mark = marks::TRACK | u32::from(loss.map_or(0, |(_, i)| i));
+    let handoff = Handoff {
+        seq,
+        chosen,
+        names,
+        upstream,
+    };
+    (Fate::Accept(mark), Some(handoff))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v4_syn(flags: u8) -> Vec<u8> {
+        let mut p = vec![0u8; 40];
+        p[0] = 0x45;
+        p[9] = 6;
+        p[12..16].copy_from_slice(&[192, 0, 2, 1]);
+        p[16..20].copy_from_slice(&[10, 1, 2, 3]);
+        p[20..22].copy_from_slice(&40000u16.to_be_bytes());
+        p[22..24].copy_from_slice(&443u16.to_be_bytes());
+        p[24..28].copy_from_slice(&0xdeadbeefu32.to_be_bytes());
+        p[33] = flags;
+        p
+    }
+
+    #[test]
+    fn parses_ipv4_and_ipv6_syns() {
+        let s = parse_syn(&v4_syn(0x02)).unwrap();
+        assert_eq!(s.src, "192.0.2.1:40000".parse().unwrap());
+        assert_eq!(s.dst, "10.1.2.3:443".parse().unwrap());
+        assert_eq!(s.isn, 0xdeadbeef);
+        assert!(
+            parse_syn(&v4_syn(0x12)).is_none(),
+            "SYN-ACK is not a new connection"
+        );
+        assert!(parse_syn(&v4_syn(0x10)).is_none());
+        let mut v6 = vec![0u8; 60];
+        v6[0] = 0x60;
+        v6[6] = 6;
+        v6[23] = 1; // ::1
+        v6[39] = 1;
+        v6[40..42].copy_from_slice(&1234u16.to_be_bytes());
+        v6[42..44].copy_from_slice(&80u16.to_be_bytes());
+        v6[53] = 0x02;
+        let s = parse_syn(&v6).unwrap();
+        assert_eq!(s.dst, "[::1]:80".parse().unwrap());
+        assert!(parse_syn(&[0x45]).is_none());
+        assert!(parse_syn(&[]).is_none());
+    }
+
+    #[test]
+    fn loss_faults_are_numbered_by_identity() {
+        let spec = |p| Arc::new(crate::fault::testing::spec("loss", p).unwrap());
+        let a = spec(&[("percent", "10"), ("stream", "upstream")]);
+        let b = spec(&[("percent", "1")]);
+        let plan = Plan {
+            rules: vec![Arc::new(crate::plan::Rule {
+                name: "r".into(),
+                matcher: Default::default(),
+                faults: vec![a.clone(), b.clone()],
+                loc: String::new(),
+            })],
+            ..Plan::default()
+        };
+        let t = LossTable::from_plan(&plan).unwrap();
+        assert_eq!(t.index_of(&a), Some(1));
+        assert_eq!(t.index_of(&b), Some(2));
+        let rules = t.rules();
+        assert_eq!(
+            (rules[0].ppm, rules[0].direction),
+            (100_000, Some("original"))
+        );
+        assert_eq!((rules[1].ppm, rules[1].direction), (10_000, None));
+    }
+}

@@ -1,0 +1,382 @@
+//! Connect-phase and packet-level faults under `netchaos run`, with real
+//! clients: curl's and Python requests' own error types tell a connect
+//! timeout from a read timeout; the SYN gate keeps connect-phase truth;
+//! loss and blackout drop real packets that TCP recovers from.
+
+mod support;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use support::*;
+
+fn need(tools: &[&str]) -> bool {
+    tools.iter().all(|t| !missing_tool(t))
+}
+
+/// `netchaos run ARGS -- CMD...`; (code, stdout, stderr), bounded in time.
+fn wrapped(args: &[&str], cmd: &[&str]) -> (i32, String, String) {
+    let mut child = Command::new(BIN)
+        .arg("run")
+        .args(args)
+        .arg("--")
+        .args(cmd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn netchaos run");
+    let deadline = Instant::now() + Duration::from_secs(90);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("netchaos run did not finish in 90 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn have_requests() -> bool {
+    if !need(&["python3"]) {
+        return false;
+    }
+    let ok = Command::new("python3")
+        .args(["-c", "import requests"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        assert!(
+            !in_ci(),
+            "python3 requests is required in CI (scripts/test.sh installs it)"
+        );
+        eprintln!("SKIPPED: python3 has no `requests` (pip install requests)");
+    }
+    ok
+}
+
+#[test]
+fn curl_tells_a_connect_timeout_from_a_read_timeout() {
+    if !need(&["curl", "ip", "nft"]) {
+        return;
+    }
+    let http = Server::http(b"hello");
+    let url = format!("http://{}/", http.addr);
+    let (code, _, err) = wrapped(
+        &["--fault", "connect_timeout"],
+        &["curl", "-sS", "--connect-timeout", "1", &url],
+    );
+    assert_eq!(code, 28, "{err}");
+    assert!(
+        err.contains("Failed to connect") || err.contains("Connection timed out"),
+        "{err}"
+    );
+    assert!(
+        err.contains("Timeout was reached") || err.contains("timed out"),
+        "{err}"
+    );
+    assert!(
+        !err.contains("0 bytes received"),
+        "a connect timeout is not a read timeout: {err}"
+    );
+
+    let (code, _, err) = wrapped(
+        &["--fault", "stall:after_bytes=0"],
+        &[
+            "curl",
+            "-sS",
+            "--connect-timeout",
+            "1",
+            "--max-time",
+            "2",
+            &url,
+        ],
+    );
+    assert_eq!(code, 28, "{err}");
+    assert!(
+        err.contains("Operation timed out") && err.contains("with 0 bytes received"),
+        "{err}"
+    );
+}
+
+const REQUESTS_CLIENT: &str = r#"
+import sys, time, requests
+t = time.monotonic()
+try:
+    r = requests.get(sys.argv[1], timeout=(1, 2))
+    print("OK", r.status_code)
+except requests.exceptions.ConnectTimeout as e:
+    print("ConnectTimeout")
+except requests.exceptions.ReadTimeout as e:
+    print("ReadTimeout")
+except requests.exceptions.ConnectionError as e:
+    print("ConnectionError", "refused" if "refused" in str(e).lower() else str(e))
+print(round(time.monotonic() - t, 2))
+"#;
+
+#[test]
+fn python_requests_raises_the_right_exception_for_each_phase() {
+    if !have_requests() || !need(&["ip", "nft"]) {
+        return;
+    }
+    let http = Server::http(b"hello");
+    let url = format!("http://{}/", http.addr);
+    for (fault, want) in [
+        ("connect_timeout", "ConnectTimeout"),
+        ("stall:after_bytes=0", "ReadTimeout"),
+        ("refuse", "ConnectionError refused"),
+        ("latency:delay=10ms", "OK 200"),
+    ] {
+        let (code, out, err) = wrapped(
+            &["--fault", fault],
+            &["python3", "-c", REQUESTS_CLIENT, &url],
+        );
+        assert_eq!(code, 0, "{fault}: {err}");
+        assert_eq!(out.lines().next(), Some(want), "{fault}: {out}");
+    }
+}
+
+#[test]
+fn connect_delay_is_spent_in_connect_not_in_the_read() {
+    if !need(&["python3", "ip", "nft"]) {
+        return;
+    }
+    let echo = Server::echo("127.0.0.1:0");
+    let script = r#"
+import socket, sys, time
+t = time.monotonic()
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=10)
+c = time.monotonic() - t
+t = time.monotonic()
+s.sendall(b"ping"); s.recv(4)
+r = time.monotonic() - t
+print(round(c, 3), round(r, 3))
+"#;
+    let (ip, port) = (echo.addr.ip().to_string(), echo.addr.port().to_string());
+    let (code, out, err) = wrapped(
+        &["--fault", "connect_delay:delay=300ms"],
+        &["python3", "-c", script, &ip, &port],
+    );
+    assert_eq!(code, 0, "{err}");
+    let t: Vec<f64> = out.split_whitespace().map(|x| x.parse().unwrap()).collect();
+    assert!((0.28..1.0).contains(&t[0]), "connect took {}s", t[0]);
+    assert!(t[1] < 0.1, "the read took {}s", t[1]);
+}
+
+#[test]
+fn a_port_with_no_listener_is_refused_at_connect() {
+    if !need(&["python3", "ip", "nft"]) {
+        return;
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string();
+    let script = r#"
+import socket, sys
+try:
+    socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=5)
+    print("connected")
+except ConnectionRefusedError:
+    print("ECONNREFUSED")
+"#;
+    let (code, out, err) = wrapped(&[], &["python3", "-c", script, &port]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out.trim(),
+        "ECONNREFUSED",
+        "connect-phase truth: refused at connect, not connected then reset"
+    );
+}
+
+#[test]
+fn an_upstream_that_drops_syns_gives_a_connect_timeout_not_a_reset() {
+    let Some(ns) = TestNetns::new() else { return };
+    if !need(&["python3", "nft"]) {
+        return;
+    }
+    // A host on a veth whose firewall silently drops SYNs to port 80.
+    let out = ns.sh("nft add table inet t && nft add chain inet t in '{ type filter hook input priority 0; }' && nft add rule inet t in tcp dport 80 drop");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let script = r#"
+import socket, sys, time
+t = time.monotonic()
+try:
+    socket.create_connection((sys.argv[1], 80), timeout=2)
+    print("connected")
+except socket.timeout:
+    print("timeout", round(time.monotonic() - t, 1))
+except OSError as e:
+    print("error", e)
+"#;
+    let (code, out, err) = wrapped(&[], &["python3", "-c", script, &ns.ns_ip.to_string()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("timeout 2"), "{out}");
+}
+
+#[test]
+fn loss_delivers_every_byte_with_real_retransmissions() {
+    if !need(&["python3", "ip", "nft"]) {
+        return;
+    }
+    // The server reads the client's 4 MiB, then sends 16 MiB of pattern.
+    let server = Server::start("127.0.0.1:0", |mut s| {
+        use std::io::{Read, Write};
+        let mut got = 0;
+        let mut buf = vec![0u8; 65536];
+        while got < 4 << 20 {
+            match s.read(&mut buf) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => got += n,
+            }
+        }
+        let _ = s.write_all(&pattern(5, 16 << 20));
+        let _ = s.shutdown(std::net::Shutdown::Write);
+        let _ = s.read(&mut buf);
+    });
+    let mut want = Fnv::default();
+    want.update(&pattern(5, 16 << 20));
+    let script = r#"
+import socket, struct, sys
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=30)
+s.sendall(b"u" * (4 << 20))
+h, n = 0xcbf29ce484222325, 0
+while True:
+    b = s.recv(1 << 16)
+    if not b:
+        break
+    n += len(b)
+    for x in b:
+        h = ((h ^ x) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+info = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)
+print(n, h, struct.unpack("I", info[100:104])[0])
+"#;
+    let (ip, port) = (server.addr.ip().to_string(), server.addr.port().to_string());
+    let (code, out, err) = wrapped(
+        &["--fault", "loss:percent=10"],
+        &["python3", "-c", script, &ip, &port],
+    );
+    assert_eq!(code, 0, "{err}");
+    let f: Vec<u64> = out.split_whitespace().map(|x| x.parse().unwrap()).collect();
+    assert_eq!(f[0], 16 << 20, "every byte arrived");
+    assert_eq!(f[1], want.0, "byte-exact");
+    assert!(
+        f[2] > 0,
+        "the client's TCP retransmitted (tcpi_total_retrans = {})",
+        f[2]
+    );
+    assert!(err.contains("cli   loss"), "{err}");
+}
+
+#[test]
+fn a_blackout_stalls_the_transfer_and_it_completes_intact() {
+    if !need(&["python3", "ip", "nft"]) {
+        return;
+    }
+    let source = Server::source(4 << 20);
+    let mut want = Fnv::default();
+    want.update(&pattern(0, 4 << 20));
+    let script = r#"
+import socket, sys, time
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=30)
+t = time.monotonic()
+h, n, gap, last = 0xcbf29ce484222325, 0, 0.0, time.monotonic()
+while True:
+    b = s.recv(1 << 16)
+    now = time.monotonic()
+    gap, last = max(gap, now - last), now
+    if not b:
+        break
+    n += len(b)
+    for x in b:
+        h = ((h ^ x) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+print(n, h, round(gap, 2))
+"#;
+    let (ip, port) = (source.addr.ip().to_string(), source.addr.port().to_string());
+    let (code, out, err) = wrapped(
+        &["--fault", "blackout:after_bytes=1MiB,duration=2s"],
+        &["python3", "-c", script, &ip, &port],
+    );
+    assert_eq!(code, 0, "{err}");
+    let f: Vec<&str> = out.split_whitespace().collect();
+    assert_eq!(f[0], (4u64 << 20).to_string(), "{out}");
+    assert_eq!(f[1], want.0.to_string(), "byte-exact after the partition");
+    let gap: f64 = f[2].parse().unwrap();
+    assert!(
+        (1.9..8.0).contains(&gap),
+        "the longest pause was {gap}s for a 2 s blackout"
+    );
+}
+
+/// Which of 20 connection attempts were refused, under a seed.
+fn refused_pattern(seed: &str) -> String {
+    let echo = Server::echo("127.0.0.1:0");
+    let script = r#"
+import socket, sys
+out = ""
+for i in range(20):
+    try:
+        socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=5).close()
+        out += "."
+    except ConnectionRefusedError:
+        out += "R"
+print(out)
+"#;
+    let (code, out, err) = wrapped(
+        &["--seed", seed, "--fault", "refuse:probability=0.5"],
+        &["python3", "-c", script, &echo.addr.port().to_string()],
+    );
+    assert_eq!(code, 0, "{err}");
+    out.trim().to_string()
+}
+
+#[test]
+fn a_seed_refuses_the_same_connections_twice() {
+    if !need(&["python3", "ip", "nft"]) {
+        return;
+    }
+    let a = refused_pattern("42");
+    let b = refused_pattern("42");
+    assert_eq!(a, b, "same seed, same fates");
+    let refused = a.matches('R').count();
+    assert!((3..=17).contains(&refused), "{a}");
+}
+
+#[test]
+fn connect_faults_are_recorded() {
+    if !need(&["python3", "ip", "nft"]) {
+        return;
+    }
+    let echo = Server::echo("127.0.0.1:0");
+    let dir = tempfile::tempdir().unwrap();
+    let events = dir.path().join("e.jsonl");
+    let script = "import socket,sys\ntry:\n    socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=5)\nexcept OSError:\n    pass";
+    let (code, _, err) = wrapped(
+        &["--events", events.to_str().unwrap(), "--fault", "refuse"],
+        &["python3", "-c", script, &echo.addr.port().to_string()],
+    );
+    assert_eq!(code, 0, "{err}");
+    let ev = read_events(&events);
+    let f = ev
+        .iter()
+        .find(|e| e["event"] == "fault")
+        .expect("fault event");
+    assert_eq!(f["fault"], "refuse");
+    assert_eq!(f["dst"], echo.addr.to_string());
+    assert!(
+        ev.iter()
+            .any(|e| e["event"] == "close" && e["outcome"] == "refused")
+    );
+    assert!(err.contains("cli   refuse"), "{err}");
+}
