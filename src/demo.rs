@@ -19,6 +19,7 @@ use crate::commands::{announce_seed, open_events, runtime};
 use crate::error::{Error, Result};
 use crate::plan::Flow;
 use crate::profile::build_plan;
+use crate::ruleset::RuleSet;
 use crate::relay::{self, Endpoint, Relay, RelayOptions, Target};
 
 /// The page the built-in server sends.
@@ -266,7 +267,7 @@ async fn fetch_proxied(
 ) -> Result<Seen> {
     let faults: Vec<String> = fault.iter().map(|f| f.to_string()).collect();
     let plan = Arc::new(build_plan(&[], &faults, Some(seed))?);
-    let relay = Relay::new(plan, events.clone(), RelayOptions::default());
+    let relay = Relay::new(Arc::new(RuleSet::from_plan(&plan)), events.clone(), RelayOptions::default());
     let listener = relay::bind("127.0.0.1:0".parse().expect("literal"))
         .map_err(|e| Error::Runtime(e.into()))?;
     let addr = listener
@@ -274,11 +275,7 @@ async fn fetch_proxied(
         .map_err(|e| Error::Runtime(e.into()))?;
     relay.serve(
         listener,
-        Endpoint {
-            name: "demo".into(),
-            target: Target::Fixed(server.to_string()),
-            flow: Flow::Outbound,
-        },
+        Endpoint::new("demo", Target::Fixed(server.to_string()), Flow::Outbound),
     );
     let seen = fetch(addr).await;
     relay.shutdown(Duration::from_millis(100)).await;

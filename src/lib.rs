@@ -10,6 +10,8 @@
 //!   [`units`].
 //! * [`plan`] — validated rules and per-connection, seeded fault decisions;
 //!   pure, no I/O.
+//! * [`ruleset`] — the rules in force at run time: the plan's, changeable by
+//!   the control API, and each connection's live view of its faults.
 //! * [`intercept`] — where transparent connections come from: the network
 //!   namespace of `netchaos run`, its agent process, the nftables table, the
 //!   DNS forwarder.
@@ -34,4 +36,5 @@ pub mod intercept;
 pub mod plan;
 pub mod profile;
 pub mod relay;
+pub mod ruleset;
 pub mod units;

@@ -243,6 +243,9 @@ pub fn parse_listen(s: &str) -> Result<SocketAddr, &'static str> {
 /// A fault chosen for one connection.
 #[derive(Clone, Debug)]
 pub struct Chosen {
+    /// The fault's identity on this connection (rule and fault), stable
+    /// across updates of its parameters.
+    pub id: u64,
     pub rule: Arc<str>,
     pub spec: Arc<FaultSpec>,
     /// Seed for the fault's own random choices on this connection (jitter,
@@ -279,12 +282,10 @@ impl Plan {
                 continue;
             }
             for (fi, spec) in rule.faults.iter().enumerate() {
-                let mut rng = ChaCha8Rng::seed_from_u64(mix(self.seed, ri as u64, fi as u64));
-                rng.set_stream(seq);
-                let draw: f64 = rng.random();
-                let seed: u64 = rng.random();
-                if draw < spec.probability && !spec.active.is_over(elapsed) {
+                let (keep, seed) = draw(self.seed, ri as u64, fi as u64, seq, spec.probability);
+                if keep && !spec.active.is_over(elapsed) {
                     chosen.push(Chosen {
+                        id: mix(0, ri as u64, fi as u64),
                         rule: rule.name.clone(),
                         spec: spec.clone(),
                         seed,
@@ -374,8 +375,19 @@ impl Plan {
     }
 }
 
-/// SplitMix64 over (seed, rule, fault): independent streams per fault.
-fn mix(seed: u64, a: u64, b: u64) -> u64 {
+/// Whether connection `seq` gets the fault (`rule`, `fault`) of the given
+/// probability, and the seed for the fault's own random choices on it.
+/// Independent of every other rule and fault.
+pub fn draw(seed: u64, rule: u64, fault: u64, seq: u64, probability: f64) -> (bool, u64) {
+    let mut rng = ChaCha8Rng::seed_from_u64(mix(seed, rule, fault));
+    rng.set_stream(seq);
+    let u: f64 = rng.random();
+    let stage_seed: u64 = rng.random();
+    (u < probability, stage_seed)
+}
+
+/// SplitMix64 over (seed, a, b): independent streams per rule and fault.
+pub fn mix(seed: u64, a: u64, b: u64) -> u64 {
     let mut z =
         seed ^ a.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ b.wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);

@@ -9,6 +9,7 @@ use crate::cli::{Global, ProxyArgs};
 use crate::error::{Error, Result};
 use crate::plan::Flow;
 use crate::profile;
+use crate::ruleset::RuleSet;
 use crate::relay::{self, Endpoint, Relay, RelayOptions, Target};
 
 pub fn run(g: &Global, args: &ProxyArgs, m: &ArgMatches) -> Result<u8> {
@@ -48,7 +49,7 @@ pub fn run(g: &Global, args: &ProxyArgs, m: &ArgMatches) -> Result<u8> {
         events.start(plan.seed, "proxy");
         let plan = Arc::new(plan);
         let relay = Relay::new(
-            plan.clone(),
+            Arc::new(RuleSet::from_plan(&plan)),
             events.clone(),
             RelayOptions {
                 dial_timeout: args.dial_timeout,
@@ -62,11 +63,7 @@ pub fn run(g: &Global, args: &ProxyArgs, m: &ArgMatches) -> Result<u8> {
             );
             relay.serve(
                 l,
-                Endpoint {
-                    name: p.name.as_str().into(),
-                    target: Target::Fixed(p.upstream.clone()),
-                    flow: Flow::Outbound,
-                },
+                Endpoint::new(p.name.as_str(), Target::Fixed(p.upstream.clone()), Flow::Outbound),
             );
         }
         eprintln!("netchaos: ready");

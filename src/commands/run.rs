@@ -27,6 +27,7 @@ use crate::intercept::syn_gate::{self, LossTable};
 use crate::intercept::{dns, privilege, sandbox};
 use crate::plan::{Flow, Plan, Rule};
 use crate::profile;
+use crate::ruleset::RuleSet;
 use crate::relay::{self, Endpoint, Relay, RelayOptions, Target};
 
 pub fn run(g: &Global, args: &RunArgs) -> Result<u8> {
@@ -76,7 +77,7 @@ pub fn run(g: &Global, args: &RunArgs) -> Result<u8> {
     let rt = runtime()?;
     let end = rt.block_on(async {
         let relay = Relay::new(
-            plan.clone(),
+            Arc::new(RuleSet::from_plan(&plan)),
             events.clone(),
             RelayOptions {
                 dial_timeout: args.dial_timeout,
@@ -91,11 +92,7 @@ pub fn run(g: &Global, args: &RunArgs) -> Result<u8> {
             let l = tokio::net::TcpListener::from_std(l).map_err(|e| Error::Runtime(e.into()))?;
             relay.serve(
                 l,
-                Endpoint {
-                    name: "run".into(),
-                    target: Target::Transparent(sandbox.clone()),
-                    flow: Flow::Outbound,
-                },
+                Endpoint::new("run", Target::Transparent(sandbox.clone()), Flow::Outbound),
             );
         }
         let resolvers = Arc::new(resolvers);
@@ -112,14 +109,14 @@ pub fn run(g: &Global, args: &RunArgs) -> Result<u8> {
             let l = tokio::net::TcpListener::from_std(l).map_err(|e| Error::Runtime(e.into()))?;
             relay.serve(
                 l,
-                Endpoint {
-                    name: format!("expose-{}", e.host.port()).into(),
-                    target: Target::Inside {
+                Endpoint::new(
+                    format!("expose-{}", e.host.port()),
+                    Target::Inside {
                         port: e.ns_port,
                         sandbox: sandbox.clone(),
                     },
-                    flow: Flow::Inbound,
-                },
+                    Flow::Inbound,
+                ),
             );
         }
         announce_seed(seed);

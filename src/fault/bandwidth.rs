@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Item, ItemKind, StageCtx, StageIo};
+use super::{Item, ItemKind, Next, StageCtx, StageIo};
 use crate::profile::node::{Fields, ProfileError};
 use crate::units::format_rate;
 
@@ -54,9 +54,13 @@ impl Bandwidth {
         p
     }
 
-    pub async fn run(self, mut ctx: StageCtx, mut io: StageIo) {
+    pub async fn run(self, mut ctx: StageCtx, io: &mut StageIo) {
         let mut own = TokenBucket::new(self.rate, self.burst);
-        while let Some(item) = io.recv().await {
+        loop {
+            let item = match io.next().await {
+                Next::Item(item) => item,
+                Next::Ended | Next::Stopped => return,
+            };
             let ItemKind::Data(mut bytes) = item.kind else {
                 if io.send(item).await.is_err() {
                     return;
@@ -65,26 +69,22 @@ impl Bandwidth {
             };
             while !bytes.is_empty() {
                 let now = Instant::now();
-                if !ctx.active_at(now) {
-                    let rest = bytes.split_off(0);
-                    if io.send(Item::data(item.at, rest)).await.is_err() {
-                        return;
+                let throttled = ctx.active_at(now);
+                let grant = if !throttled {
+                    Ok(bytes.len())
+                } else if self.rate == 0 {
+                    // A stall until the window closes (or forever).
+                    Err(None)
+                } else {
+                    match &self.shared {
+                        Some(b) => b[ctx.dir.index()].lock().expect("bucket lock").take(bytes.len(), now),
+                        None => own.take(bytes.len(), now),
                     }
-                    break;
-                }
-                ctx.hit.fire();
-                if self.rate == 0 {
-                    // A stall: wait for the window to close (or forever).
-                    ctx.until_window_end().await;
-                    continue;
-                }
-                let grant = match &self.shared {
-                    Some(b) => b[ctx.dir.index()]
-                        .lock()
-                        .expect("bucket lock")
-                        .take(bytes.len(), now),
-                    None => own.take(bytes.len(), now),
+                    .map_err(|wait| Some(now + wait))
                 };
+                if throttled {
+                    ctx.hit.fire();
+                }
                 match grant {
                     Ok(n) => {
                         let piece = bytes.split_to(n);
@@ -92,10 +92,16 @@ impl Bandwidth {
                             return;
                         }
                     }
-                    Err(wait) => {
-                        let wake = now + wait;
-                        let wake = ctx.window_end().map_or(wake, |e| wake.min(e));
-                        tokio::time::sleep_until(wake).await;
+                    Err(wake) => {
+                        let wake = match (wake, ctx.window_end()) {
+                            (Some(w), Some(e)) => Some(w.min(e)),
+                            (w, e) => w.or(e),
+                        };
+                        if !io.wait_for(wake).await {
+                            // Removed: the rest of the chunk goes at once.
+                            let _ = io.send(Item::data(item.at, bytes)).await;
+                            return;
+                        }
                     }
                 }
             }
@@ -166,7 +172,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn paces_to_the_rate() {
         let (tx, mut rx, io) = channels();
-        tokio::spawn(bw(&[("rate", "100KB/s"), ("burst", "1000")]).run(ctx(Window::ALWAYS), io));
+        let b = bw(&[("rate", "100KB/s"), ("burst", "1000")]);
+        tokio::spawn(async move { b.run(ctx(Window::ALWAYS), &mut { io }).await });
         let t0 = Instant::now();
         tokio::spawn(async move {
             for _ in 0..10 {
@@ -187,7 +194,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn zero_rate_holds_until_the_window_closes() {
         let (tx, mut rx, io) = channels();
-        tokio::spawn(bw(&[("rate", "0")]).run(ctx(Window::parse("..5s").unwrap()), io));
+        let b = bw(&[("rate", "0")]);
+        tokio::spawn(async move { b.run(ctx(Window::parse("..5s").unwrap()), &mut { io }).await });
         let t0 = Instant::now();
         tx.send(data(10)).await.unwrap();
         rx.recv().await.unwrap();

@@ -34,10 +34,10 @@ impl Blackout {
         vec![self.trigger.param(), ("duration", d)]
     }
 
-    pub async fn run(self, mut ctx: StageCtx, mut io: StageIo) {
-        let rest = match pass_until(self.trigger, &ctx, &mut io).await {
+    pub async fn run(self, mut ctx: StageCtx, io: &mut StageIo) {
+        let rest = match pass_until(self.trigger, &ctx, io).await {
             Ok(Until::Fired(rest)) => rest,
-            Ok(Until::Ended) | Err(_) => return,
+            Ok(Until::Ended | Until::Stopped) | Err(_) => return,
         };
         match &ctx.partition {
             Some(p) => match p.blackout(self.duration).await {

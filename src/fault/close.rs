@@ -21,8 +21,8 @@ impl Close {
         vec![self.trigger.param()]
     }
 
-    pub async fn run(self, mut ctx: StageCtx, mut io: StageIo) {
-        if let Ok(Until::Fired(_)) = pass_until(self.trigger, &ctx, &mut io).await {
+    pub async fn run(self, mut ctx: StageCtx, io: &mut StageIo) {
+        if let Ok(Until::Fired(_)) = pass_until(self.trigger, &ctx, io).await {
             ctx.hit.fire();
             let item = Item {
                 at: tokio::time::Instant::now(),
@@ -46,7 +46,7 @@ mod tests {
             unreachable!()
         };
         let (tx, mut rx, io) = channels();
-        tokio::spawn(c.run(ctx(Window::ALWAYS), io));
+        tokio::spawn(async move { c.run(ctx(Window::ALWAYS), &mut { io }).await });
         tx.send(data(150)).await.unwrap();
         assert_eq!(rx.recv().await.unwrap().len(), 100);
         assert_eq!(rx.recv().await.unwrap().kind, ItemKind::Close);

@@ -9,7 +9,7 @@ use std::time::Duration;
 use rand::Rng;
 use tokio::time::{Instant, sleep_until};
 
-use super::{Item, StageCtx, StageIo};
+use super::{Item, Next, StageCtx, StageIo};
 use crate::profile::node::{Fields, ProfileError};
 use crate::units::format_duration;
 
@@ -62,12 +62,13 @@ impl Latency {
         Duration::from_secs_f64(d.max(0.0))
     }
 
-    pub async fn run(self, mut ctx: StageCtx, mut io: StageIo) {
+    pub async fn run(self, mut ctx: StageCtx, io: &mut StageIo) {
         let mut line: VecDeque<(Instant, Item)> = VecDeque::new();
         let mut held = 0u64;
         // Releases never go backwards: jitter may not reorder bytes.
         let mut last_release = ctx.opened;
         let mut input_open = true;
+        let stop = io.stop.clone();
         loop {
             if !input_open && line.is_empty() {
                 return;
@@ -85,10 +86,22 @@ impl Latency {
                         }
                     }
                 }
-                item = io.recv(), if input_open && held < self.buffer => {
-                    let Some(item) = item else {
-                        input_open = false;
-                        continue;
+                next = io.next(), if input_open && held < self.buffer => {
+                    let item = match next {
+                        Next::Item(item) => item,
+                        Next::Ended => {
+                            input_open = false;
+                            continue;
+                        }
+                        Next::Stopped => {
+                            // Removed: the queued bytes go now, in order.
+                            for (_, item) in line {
+                                if io.send(item).await.is_err() {
+                                    return;
+                                }
+                            }
+                            return;
+                        }
                     };
                     let delay = if ctx.active_at(item.at) { self.sample(&mut ctx) } else { Duration::ZERO };
                     if !delay.is_zero() {
@@ -104,6 +117,15 @@ impl Latency {
                         held += item.len() as u64;
                         line.push_back((release, item));
                     }
+                }
+                // Stopped while the line is full: flush it too.
+                _ = stop.cancelled(), if !(input_open && held < self.buffer) => {
+                    for (_, item) in line {
+                        if io.send(item).await.is_err() {
+                            return;
+                        }
+                    }
+                    return;
                 }
             }
         }
@@ -128,7 +150,7 @@ mod tests {
     async fn delays_each_chunk_from_its_arrival_and_keeps_throughput() {
         let (tx, mut rx, io) = channels();
         let l = latency(&[("delay", "100ms")]);
-        tokio::spawn(l.run(ctx(Window::ALWAYS), io));
+        tokio::spawn(async move { l.run(ctx(Window::ALWAYS), &mut { io }).await });
         let t0 = Instant::now();
         tx.send(data(10)).await.unwrap();
         tokio::time::sleep(Duration::from_millis(30)).await;
@@ -144,7 +166,7 @@ mod tests {
     async fn jitter_stays_in_bounds_and_never_reorders() {
         let (tx, mut rx, io) = channels();
         let l = latency(&[("delay", "50ms"), ("jitter", "20ms")]);
-        tokio::spawn(l.run(ctx(Window::ALWAYS), io));
+        tokio::spawn(async move { l.run(ctx(Window::ALWAYS), &mut { io }).await });
         let sender = tokio::spawn(async move {
             for i in 0..50u8 {
                 let item = Item::data(Instant::now(), bytes::Bytes::from(vec![i]));
@@ -172,7 +194,7 @@ mod tests {
     async fn inactive_window_passes_at_once() {
         let (tx, mut rx, io) = channels();
         let l = latency(&[("delay", "1s")]);
-        tokio::spawn(l.run(ctx(Window::parse("10s..").unwrap()), io));
+        tokio::spawn(async move { l.run(ctx(Window::parse("10s..").unwrap()), &mut { io }).await });
         let t0 = Instant::now();
         tx.send(data(1)).await.unwrap();
         rx.recv().await.unwrap();

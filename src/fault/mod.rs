@@ -25,7 +25,10 @@ pub mod reset;
 pub mod respond;
 pub mod slicer;
 pub mod slow_close;
+pub mod stage;
 pub mod stall;
+
+pub use stage::{Gone, Item, ItemKind, Next, Output, StageIo};
 
 use std::fmt;
 use std::future::Future;
@@ -33,9 +36,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use rand_chacha::ChaCha8Rng;
-use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::events::FaultHit;
@@ -96,77 +97,6 @@ impl Direction {
     }
 }
 
-/// What flows through a direction's pipeline.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ItemKind {
-    /// Bytes read from the source socket.
-    Data(Bytes),
-    /// The source half-closed (FIN): shut down writing on the destination.
-    Fin,
-    /// Abort the connection with RST on both sides (a peer's RST, or a fault).
-    Reset,
-    /// Send FIN to the destination and close the whole connection cleanly
-    /// (a fault truncating the stream).
-    Close,
-}
-
-/// One unit of a pipeline, stamped with the moment it was read so that
-/// delays are measured from arrival, not from when a stage saw it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Item {
-    pub at: Instant,
-    pub kind: ItemKind,
-}
-
-impl Item {
-    pub fn data(at: Instant, bytes: Bytes) -> Item {
-        Item {
-            at,
-            kind: ItemKind::Data(bytes),
-        }
-    }
-
-    pub fn len(&self) -> usize {
-        match &self.kind {
-            ItemKind::Data(b) => b.len(),
-            _ => 0,
-        }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
-/// A stage's input and output channels.
-pub struct StageIo {
-    pub input: mpsc::Receiver<Item>,
-    pub output: mpsc::Sender<Item>,
-}
-
-/// The next stage is gone (the connection is being torn down): stop.
-#[derive(Debug)]
-pub struct Gone;
-
-impl StageIo {
-    pub async fn recv(&mut self) -> Option<Item> {
-        self.input.recv().await
-    }
-
-    pub async fn send(&self, item: Item) -> Result<(), Gone> {
-        self.output.send(item).await.map_err(|_| Gone)
-    }
-
-    /// Forwards everything unchanged until the input ends.
-    pub async fn pass_rest(&mut self) {
-        while let Some(item) = self.input.recv().await {
-            if self.output.send(item).await.is_err() {
-                return;
-            }
-        }
-    }
-}
-
 /// What a stage knows about its connection and its moment in time.
 pub struct StageCtx {
     pub dir: Direction,
@@ -220,7 +150,7 @@ impl StageCtx {
     }
 }
 
-pub type StageFuture = Pin<Box<dyn Future<Output = ()> + Send + 'static>>;
+pub type StageFuture<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
 
 /// A fault's kind-specific settings, after validation.
 #[derive(Debug, Clone)]
@@ -404,7 +334,7 @@ impl FaultKind {
     /// The pipeline stage for one direction, or `None` when the kind does
     /// not act on a direction's bytes (`respond` replaces the upstream;
     /// connect faults act on the SYN; `loss` is the kernel's).
-    pub fn stage(&self, ctx: StageCtx, io: StageIo) -> Option<StageFuture> {
+    pub fn stage<'a>(&self, ctx: StageCtx, io: &'a mut StageIo) -> Option<StageFuture<'a>> {
         Some(match self {
             FaultKind::Latency(x) => Box::pin(x.clone().run(ctx, io)),
             FaultKind::Bandwidth(x) => Box::pin(x.clone().run(ctx, io)),
@@ -555,10 +485,13 @@ pub enum Until {
     Fired(Option<Item>),
     /// The input ended, or the trigger can no longer fire.
     Ended,
+    /// The stage is being removed.
+    Stopped,
 }
 
 /// Passes items until `trigger` fires (and the window is open), splitting
-/// the chunk that crosses the byte mark. Shared by stall, reset and close.
+/// the chunk that crosses the byte mark. Shared by stall, reset, close and
+/// blackout.
 pub async fn pass_until(trigger: Trigger, ctx: &StageCtx, io: &mut StageIo) -> Result<Until, Gone> {
     let mut passed: u64 = 0;
     let deadline = match trigger {
@@ -566,7 +499,7 @@ pub async fn pass_until(trigger: Trigger, ctx: &StageCtx, io: &mut StageIo) -> R
         Trigger::Bytes(_) => None,
     };
     loop {
-        let item = tokio::select! {
+        let next = tokio::select! {
             biased;
             _ = sleep_opt(deadline) => {
                 if ctx.active_at(Instant::now()) {
@@ -576,10 +509,12 @@ pub async fn pass_until(trigger: Trigger, ctx: &StageCtx, io: &mut StageIo) -> R
                 io.pass_rest().await;
                 return Ok(Until::Ended);
             }
-            item = io.recv() => item,
+            n = io.next() => n,
         };
-        let Some(item) = item else {
-            return Ok(Until::Ended);
+        let item = match next {
+            Next::Item(item) => item,
+            Next::Ended => return Ok(Until::Ended),
+            Next::Stopped => return Ok(Until::Stopped),
         };
         let Trigger::Bytes(limit) = trigger else {
             io.send(item).await?;
@@ -630,22 +565,28 @@ pub(crate) mod testing {
         }
     }
 
+    use tokio::sync::mpsc;
+
     /// Input sender, output receiver, and the stage's channels.
     pub fn channels() -> (mpsc::Sender<Item>, mpsc::Receiver<Item>, StageIo) {
         let (in_tx, in_rx) = mpsc::channel(4);
         let (out_tx, out_rx) = mpsc::channel(4);
-        (
-            in_tx,
-            out_rx,
-            StageIo {
-                input: in_rx,
-                output: out_tx,
-            },
-        )
+        (in_tx, out_rx, StageIo::new(in_rx, Output::new(out_tx)))
     }
 
     pub fn data(n: usize) -> Item {
-        Item::data(Instant::now(), Bytes::from(vec![b'x'; n]))
+        Item::data(Instant::now(), bytes::Bytes::from(vec![b'x'; n]))
+    }
+
+    /// Runs `kind`'s stage on `io` in a task; returns the stop token.
+    pub fn spawn(kind: FaultKind, ctx: StageCtx, mut io: StageIo) -> tokio_util::sync::CancellationToken {
+        let stop = io.stop.clone();
+        tokio::spawn(async move {
+            if let Some(f) = kind.stage(ctx, &mut io) {
+                f.await;
+            }
+        });
+        stop
     }
 
     /// Parses `key=value` pairs into a spec, as `--fault` would.

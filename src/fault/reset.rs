@@ -21,8 +21,8 @@ impl Reset {
         vec![self.trigger.param()]
     }
 
-    pub async fn run(self, mut ctx: StageCtx, mut io: StageIo) {
-        if let Ok(Until::Fired(_)) = pass_until(self.trigger, &ctx, &mut io).await {
+    pub async fn run(self, mut ctx: StageCtx, io: &mut StageIo) {
+        if let Ok(Until::Fired(_)) = pass_until(self.trigger, &ctx, io).await {
             ctx.hit.fire();
             let item = Item {
                 at: tokio::time::Instant::now(),
@@ -46,7 +46,7 @@ mod tests {
             unreachable!()
         };
         let (tx, mut rx, io) = channels();
-        tokio::spawn(r.run(ctx(Window::ALWAYS), io));
+        tokio::spawn(async move { r.run(ctx(Window::ALWAYS), &mut { io }).await });
         tx.send(data(3000)).await.unwrap();
         tx.send(data(3000)).await.unwrap();
         assert_eq!(rx.recv().await.unwrap().len(), 3000);

@@ -7,7 +7,7 @@ use std::time::Duration;
 use rand::Rng;
 use tokio::time::Instant;
 
-use super::{Item, ItemKind, StageCtx, StageIo};
+use super::{Item, ItemKind, Next, StageCtx, StageIo};
 use crate::profile::node::{Fields, ProfileError};
 use crate::units::format_duration;
 
@@ -49,8 +49,12 @@ impl Slicer {
         p
     }
 
-    pub async fn run(self, mut ctx: StageCtx, mut io: StageIo) {
-        while let Some(item) = io.recv().await {
+    pub async fn run(self, mut ctx: StageCtx, io: &mut StageIo) {
+        loop {
+            let item = match io.next().await {
+                Next::Item(item) => item,
+                Next::Ended | Next::Stopped => return,
+            };
             let ItemKind::Data(mut bytes) = item.kind else {
                 if io.send(item).await.is_err() {
                     return;
@@ -59,10 +63,7 @@ impl Slicer {
             };
             while !bytes.is_empty() {
                 if !ctx.active_at(Instant::now()) {
-                    let rest = bytes.split_off(0);
-                    if io.send(Item::data(item.at, rest)).await.is_err() {
-                        return;
-                    }
+                    let _ = io.send(Item::data(item.at, bytes)).await;
                     break;
                 }
                 ctx.hit.fire();
@@ -72,8 +73,10 @@ impl Slicer {
                 if io.send(Item::data(item.at, piece)).await.is_err() {
                     return;
                 }
-                if !bytes.is_empty() && !self.delay.is_zero() {
-                    tokio::time::sleep(self.delay).await;
+                if !bytes.is_empty() && !self.delay.is_zero() && !io.sleep_until(Instant::now() + self.delay).await {
+                    // Removed: the rest of the chunk goes at once.
+                    let _ = io.send(Item::data(item.at, bytes)).await;
+                    return;
                 }
             }
         }
@@ -98,7 +101,7 @@ mod tests {
             unreachable!()
         };
         let (tx, mut rx, io) = channels();
-        tokio::spawn(s.run(ctx(Window::ALWAYS), io));
+        tokio::spawn(async move { s.run(ctx(Window::ALWAYS), &mut { io }).await });
         tx.send(data(1000)).await.unwrap();
         drop(tx);
         let (mut total, mut pieces) = (0, 0);

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{ItemKind, StageCtx, StageIo};
+use super::{ItemKind, Next, StageCtx, StageIo};
 use crate::profile::node::{Fields, ProfileError};
 use crate::units::format_duration;
 
@@ -24,11 +24,16 @@ impl SlowClose {
         vec![("delay", format_duration(self.delay))]
     }
 
-    pub async fn run(self, mut ctx: StageCtx, mut io: StageIo) {
-        while let Some(item) = io.recv().await {
+    pub async fn run(self, mut ctx: StageCtx, io: &mut StageIo) {
+        loop {
+            let item = match io.next().await {
+                Next::Item(item) => item,
+                Next::Ended | Next::Stopped => return,
+            };
             if matches!(item.kind, ItemKind::Fin | ItemKind::Close) && ctx.active_at(item.at) {
                 ctx.hit.fire();
-                tokio::time::sleep_until(item.at + self.delay).await;
+                // Removed meanwhile: the FIN goes at once.
+                io.sleep_until(item.at + self.delay).await;
             }
             if io.send(item).await.is_err() {
                 return;
@@ -51,7 +56,7 @@ mod tests {
             unreachable!()
         };
         let (tx, mut rx, io) = channels();
-        tokio::spawn(s.run(ctx(Window::ALWAYS), io));
+        tokio::spawn(async move { s.run(ctx(Window::ALWAYS), &mut { io }).await });
         let t0 = Instant::now();
         tx.send(data(10)).await.unwrap();
         tx.send(Item {

@@ -33,10 +33,10 @@ impl Stall {
         vec![self.trigger.param(), ("duration", d)]
     }
 
-    pub async fn run(self, mut ctx: StageCtx, mut io: StageIo) {
-        let held = match pass_until(self.trigger, &ctx, &mut io).await {
+    pub async fn run(self, mut ctx: StageCtx, io: &mut StageIo) {
+        let held = match pass_until(self.trigger, &ctx, io).await {
             Ok(Until::Fired(held)) => held,
-            Ok(Until::Ended) | Err(_) => return,
+            Ok(Until::Ended | Until::Stopped) | Err(_) => return,
         };
         ctx.hit.fire();
         let end = self.duration.map(|d| Instant::now() + d);
@@ -44,16 +44,16 @@ impl Stall {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        match end {
-            Some(t) => tokio::time::sleep_until(t).await,
-            None => std::future::pending().await,
-        }
+        // Whether the stall ends by time or by removal, held bytes go on.
+        let ran_out = io.wait_for(end).await;
         if let Some(item) = held {
             if io.send(item).await.is_err() {
                 return;
             }
         }
-        io.pass_rest().await;
+        if ran_out {
+            io.pass_rest().await;
+        }
     }
 }
 
@@ -75,7 +75,7 @@ mod tests {
     async fn holds_after_the_mark_then_releases_everything() {
         let (tx, mut rx, io) = channels();
         tokio::spawn(
-            stall(&[("after_bytes", "5"), ("duration", "2s")]).run(ctx(Window::ALWAYS), io),
+            async move { stall(&[("after_bytes", "5"), ("duration", "2s")]).run(ctx(Window::ALWAYS), &mut { io }).await },
         );
         let t0 = Instant::now();
         tx.send(data(8)).await.unwrap();
@@ -87,16 +87,27 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn forever_means_nothing_more_flows() {
         let (tx, mut rx, io) = channels();
-        tokio::spawn(stall(&[]).run(ctx(Window::ALWAYS), io));
+        tokio::spawn(async move { stall(&[]).run(ctx(Window::ALWAYS), &mut { io }).await });
         tx.send(data(8)).await.unwrap();
         let r = tokio::time::timeout(Duration::from_secs(3600), rx.recv()).await;
         assert!(r.is_err(), "a byte escaped the stall");
     }
 
     #[tokio::test(start_paused = true)]
+    async fn removing_a_stall_releases_what_it_held() {
+        let (tx, mut rx, io) = channels();
+        let stop = crate::fault::testing::spawn(FaultKind::Stall(stall(&[("after_bytes", "3")])), ctx(Window::ALWAYS), io);
+        tx.send(data(5)).await.unwrap();
+        assert_eq!(rx.recv().await.unwrap().len(), 3);
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        stop.cancel();
+        assert_eq!(rx.recv().await.unwrap().len(), 2, "the held bytes come out");
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn time_trigger_fires_without_traffic() {
         let (tx, mut rx, io) = channels();
-        tokio::spawn(stall(&[("after", "1s"), ("duration", "1s")]).run(ctx(Window::ALWAYS), io));
+        tokio::spawn(async move { stall(&[("after", "1s"), ("duration", "1s")]).run(ctx(Window::ALWAYS), &mut { io }).await });
         tokio::time::sleep(Duration::from_millis(1500)).await;
         let t0 = Instant::now();
         tx.send(data(1)).await.unwrap();

@@ -36,6 +36,7 @@ use super::sandbox::Sandbox;
 use crate::events::{ConnInfo, FaultHit};
 use crate::fault::{Direction, FaultKind, FaultSpec, Stream};
 use crate::plan::{Chosen, ConnMeta, Flow, Plan};
+use crate::ruleset::ConnFaults;
 use crate::relay::{self, DialError, Relay};
 
 /// How long a decided SYN is remembered, to give retransmissions its fate.
@@ -46,7 +47,8 @@ const HANDOFF_TTL: Duration = Duration::from_secs(30);
 /// What the relay takes over when it accepts a gated client.
 pub struct Handoff {
     pub seq: u64,
-    pub chosen: Vec<Chosen>,
+    /// The connection's rules and draws (it follows them while it runs).
+    pub faults: ConnFaults,
     pub names: Vec<String>,
     /// The upstream, already connected (none for `respond`, or for a
     /// service inside the namespace).
@@ -316,7 +318,8 @@ async fn decide(syn: Syn, relay: &Arc<Relay>, sandbox: &Arc<Sandbox>) -> (Fate, 
         port: syn.dst.port(),
     };
     let elapsed = relay.epoch.elapsed();
-    let chosen = relay.plan.decide(&meta, seq, elapsed);
+    let mut faults = relay.rules.connect(&meta, seq);
+    let chosen = faults.chosen(elapsed);
     let info = Arc::new(ConnInfo {
         id: seq,
         client: syn.src,
@@ -389,7 +392,7 @@ async fn decide(syn: Syn, relay: &Arc<Relay>, sandbox: &Arc<Sandbox>) -> (Fate, 
     let mark = marks::TRACK | u32::from(loss.map_or(0, |(_, i)| i));
     let handoff = Handoff {
         seq,
-        chosen,
+        faults,
         names,
         upstream,
     };

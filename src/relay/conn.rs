@@ -3,6 +3,11 @@
 //! `respond`), run the two directions, and end the way the peers or the
 //! faults say — FIN, RST, or a clean close.
 //!
+//! The connection follows its rules while it runs: when the control API
+//! changes a rule's faults, each direction relinks its pipeline (or leaves
+//! the splice path for it); when a rule or proxy is disabled, the
+//! connection ends.
+//!
 //! Errors stay in this task: they are recorded and never reach the accept
 //! loop.
 
@@ -12,9 +17,12 @@ use std::time::Duration;
 
 use tokio::io::Interest;
 use tokio::net::TcpStream;
+use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::{DirEnd, Endpoint, Relay, Target, pipeline, sockopt, splice};
+use super::dial::{self, DialError, Dest};
+use super::pipeline::{self, Feed, Wanted};
+use super::{DirEnd, Endpoint, Relay, Target, sockopt, splice};
 use crate::events::{ConnInfo, FaultHit};
 use crate::fault::{Direction, FaultKind, Partition, StageCtx};
 use crate::intercept::{FlowPartition, Sandbox};
@@ -31,6 +39,8 @@ enum Outcome {
     Closed,
     /// The upstream could not be reached; the client was reset.
     DialFailed,
+    /// Its proxy or rule was disabled or removed.
+    Disabled,
     /// netchaos shut down while the connection was open.
     Aborted,
 }
@@ -42,6 +52,7 @@ impl Outcome {
             Outcome::Reset => "reset",
             Outcome::Closed => "closed",
             Outcome::DialFailed => "dial_failed",
+            Outcome::Disabled => "disabled",
             Outcome::Aborted => "aborted",
         }
     }
@@ -57,12 +68,12 @@ pub async fn serve(relay: Arc<Relay>, client: TcpStream, peer: SocketAddr, ep: A
         Target::Transparent(sb) => sb.gate.take(peer),
         _ => None,
     };
-    let mut dest = destination(&ep, &client).await;
+    let mut dest = dial::destination(&ep, &client).await;
     let first = dest.addrs.first().copied();
-    let (seq, chosen, upstream) = match handoff {
+    let (seq, mut faults, upstream) = match handoff {
         Some(h) => {
             dest.names = h.names;
-            (h.seq, h.chosen, h.upstream)
+            (h.seq, h.faults, h.upstream)
         }
         None => {
             let seq = relay.next_seq();
@@ -73,11 +84,7 @@ pub async fn serve(relay: Arc<Relay>, client: TcpStream, peer: SocketAddr, ep: A
                 names: &dest.names,
                 port: first.map_or(0, |a| a.port()),
             };
-            (
-                seq,
-                relay.plan.decide(&meta, seq, relay.epoch.elapsed()),
-                None,
-            )
+            (seq, relay.rules.connect(&meta, seq), None)
         }
     };
     let info = Arc::new(ConnInfo {
@@ -88,6 +95,12 @@ pub async fn serve(relay: Arc<Relay>, client: TcpStream, peer: SocketAddr, ep: A
         proxy: Some(ep.name.clone()),
     });
     relay.events.conn_open(&info);
+    if faults.disabled() {
+        sockopt::set_linger_zero(&client);
+        relay.events.conn_close(&info, Outcome::Disabled.as_str(), [0, 0], opened.elapsed());
+        return;
+    }
+    let (chosen_tx, chosen) = watch::channel(Arc::new(faults.chosen(relay.epoch.elapsed())));
     let partition: Option<Arc<dyn Partition>> = match &ep.target {
         Target::Transparent(sb) => Some(Arc::new(FlowPartition {
             sandbox: sb.clone(),
@@ -102,197 +115,75 @@ pub async fn serve(relay: Arc<Relay>, client: TcpStream, peer: SocketAddr, ep: A
         opened,
         partition,
     };
-    let work = conn.run(&client, dest, upstream);
+    let ended = faults.end_signals();
+    // Follows the connection's rules: each change republishes its faults.
+    let follow = async {
+        loop {
+            faults.changed().await;
+            chosen_tx.send_replace(Arc::new(faults.chosen(relay.epoch.elapsed())));
+        }
+    };
     let (outcome, bytes) = tokio::select! {
-        r = work => r,
+        r = conn.run(&client, dest, upstream) => r,
+        _ = follow => unreachable!("following never ends"),
+        _ = wait_any(&ended) => {
+            sockopt::set_linger_zero(&client);
+            (Outcome::Disabled, [0, 0])
+        }
+        _ = ep.cancel.cancelled() => {
+            sockopt::set_linger_zero(&client);
+            (Outcome::Disabled, [0, 0])
+        }
         _ = relay.abort.cancelled() => (Outcome::Aborted, [0, 0]),
     };
-    relay
-        .events
-        .conn_close(&info, outcome.as_str(), bytes, opened.elapsed());
+    relay.events.conn_close(&info, outcome.as_str(), bytes, opened.elapsed());
 }
 
-/// Where a connection goes.
-struct Dest {
-    /// Addresses to try, in order.
-    addrs: Vec<SocketAddr>,
-    /// Names the destination is known by (for rules and the event log).
-    names: Vec<String>,
-    /// What to call the destination when it has no address.
-    label: String,
-    /// Dial through the namespace instead of from the host.
-    inside: Option<Arc<Sandbox>>,
-    /// Why there is no address, if there is none.
-    error: Option<(&'static str, String)>,
-}
-
-async fn destination(ep: &Endpoint, client: &TcpStream) -> Dest {
-    let mut d = Dest {
-        addrs: Vec::new(),
-        names: Vec::new(),
-        label: String::new(),
-        inside: None,
-        error: None,
-    };
-    match &ep.target {
-        Target::Fixed(upstream) => {
-            d.label = upstream.clone();
-            match resolve(upstream).await {
-                Ok((host, addrs)) => {
-                    d.names.extend(host);
-                    d.addrs = addrs;
-                }
-                Err(e) => d.error = Some(("resolve_failed", e)),
-            }
-        }
-        Target::Transparent(sandbox) => match sockopt::original_dst(client) {
-            Ok(dst) => {
-                d.names = sandbox.names.names(dst.ip());
-                if is_loopback(dst) && sandbox.listens_inside(dst) {
-                    d.inside = Some(sandbox.clone());
-                }
-                d.addrs.push(dst);
-            }
-            Err(e) => {
-                d.label = "unknown".into();
-                d.error = Some((
-                    "no_original_destination",
-                    format!("cannot read the original destination: {e}"),
-                ));
-            }
-        },
-        Target::Inside { port, sandbox } => {
-            d.addrs = vec![
-                SocketAddr::from(([127, 0, 0, 1], *port)),
-                SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, *port)),
-            ];
-            d.inside = Some(sandbox.clone());
-        }
+async fn wait_any(tokens: &[tokio_util::sync::CancellationToken]) {
+    if tokens.is_empty() {
+        return std::future::pending().await;
     }
-    d
-}
-
-/// Whether `a` is a loopback address (IPv4-mapped ones included).
-pub fn is_loopback(a: SocketAddr) -> bool {
-    match a.ip() {
-        std::net::IpAddr::V4(v4) => v4.is_loopback(),
-        std::net::IpAddr::V6(v6) => {
-            v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
-        }
-    }
-}
-
-/// Resolves `host:port`: the host's name (when it is not a literal) and its
-/// addresses.
-async fn resolve(upstream: &str) -> Result<(Option<String>, Vec<SocketAddr>), String> {
-    if let Ok(a) = upstream.parse::<SocketAddr>() {
-        return Ok((None, vec![a]));
-    }
-    let host = upstream.rsplit_once(':').map(|(h, _)| h.to_string());
-    match tokio::net::lookup_host(upstream).await {
-        Ok(addrs) => {
-            let addrs: Vec<SocketAddr> = addrs.collect();
-            if addrs.is_empty() {
-                Err(format!("{upstream} resolved to no address"))
-            } else {
-                Ok((host, addrs))
-            }
-        }
-        Err(e) => Err(format!("cannot resolve {upstream}: {e}")),
-    }
-}
-
-/// Connects to `addr` from inside the namespace, with a socket the agent
-/// made there.
-async fn dial_inside(sandbox: &Arc<Sandbox>, addr: SocketAddr) -> std::io::Result<TcpStream> {
-    let sb = sandbox.clone();
-    let std_sock = tokio::task::spawn_blocking(move || sb.socket_inside(addr.is_ipv6()))
-        .await
-        .map_err(std::io::Error::other)??;
-    tokio::net::TcpSocket::from_std_stream(std_sock)
-        .connect(addr)
-        .await
+    futures_util::future::select_all(tokens.iter().map(|t| Box::pin(t.cancelled()))).await;
 }
 
 struct Conn<'a> {
     relay: &'a Arc<Relay>,
     info: &'a Arc<ConnInfo>,
-    chosen: Vec<Chosen>,
+    /// The connection's faults, republished when its rules change.
+    chosen: watch::Receiver<Arc<Vec<Chosen>>>,
     opened: Instant,
     partition: Option<Arc<dyn Partition>>,
 }
 
-/// Why a dial failed, as the client would have seen it.
-#[derive(Debug)]
-pub enum DialError {
-    /// RST: the client should see ECONNREFUSED.
-    Refused(String),
-    /// No route, host unreachable: EHOSTUNREACH.
-    Unreachable(String),
-    /// No answer within the dial timeout.
-    Timeout(String),
-    Other(String),
+/// A direction's view of the connection's faults.
+struct DirFeed<'c> {
+    conn: &'c Conn<'c>,
+    rx: watch::Receiver<Arc<Vec<Chosen>>>,
+    dir: Direction,
 }
 
-impl DialError {
-    /// The relay error kind for events and counters.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            DialError::Refused(_) => "dial_refused",
-            DialError::Unreachable(_) => "dial_unreachable",
-            DialError::Timeout(_) => "dial_timeout",
-            DialError::Other(_) => "dial_failed",
-        }
+impl Feed for DirFeed<'_> {
+    async fn changed(&mut self) -> bool {
+        self.rx.changed().await.is_ok()
     }
-}
 
-impl std::fmt::Display for DialError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            DialError::Refused(m)
-            | DialError::Unreachable(m)
-            | DialError::Timeout(m)
-            | DialError::Other(m) => f.write_str(m),
-        }
-    }
-}
-
-/// Connects to `addr` from the host's network namespace.
-pub async fn dial_host(addr: SocketAddr, timeout: Duration) -> Result<TcpStream, DialError> {
-    dial_with(addr, timeout, TcpStream::connect(addr)).await
-}
-
-async fn dial_with(
-    addr: SocketAddr,
-    timeout: Duration,
-    connect: impl Future<Output = std::io::Result<TcpStream>>,
-) -> Result<TcpStream, DialError> {
-    match tokio::time::timeout(timeout, connect).await {
-        Ok(Ok(s)) => Ok(s),
-        Ok(Err(e)) => {
-            let msg = format!("connect to {addr}: {e}");
-            Err(match e.raw_os_error() {
-                Some(libc::ECONNREFUSED) => DialError::Refused(msg),
-                Some(libc::EHOSTUNREACH | libc::ENETUNREACH) => DialError::Unreachable(msg),
-                Some(libc::ETIMEDOUT) => DialError::Timeout(msg),
-                _ => DialError::Other(msg),
+    fn wanted(&mut self) -> Vec<Wanted> {
+        let list = self.rx.borrow_and_update().clone();
+        list.iter()
+            .filter(|c| c.spec.stream.includes(self.dir) && c.spec.kind.has_stage())
+            .map(|c| Wanted {
+                id: c.id,
+                spec: c.spec.clone(),
+                ctx: self.conn.stage_ctx(c, self.dir),
             })
-        }
-        Err(_) => Err(DialError::Timeout(format!(
-            "connect to {addr}: no answer within {}",
-            crate::units::format_duration(timeout)
-        ))),
+            .collect()
     }
 }
 
 impl Conn<'_> {
-    async fn run(
-        self,
-        client: &TcpStream,
-        dest: Dest,
-        dialled: Option<TcpStream>,
-    ) -> (Outcome, [u64; 2]) {
-        let respond = self.chosen.iter().find_map(|c| match &c.spec.kind {
+    async fn run(&self, client: &TcpStream, dest: Dest, dialled: Option<TcpStream>) -> (Outcome, [u64; 2]) {
+        let first = self.chosen.borrow().clone();
+        let respond = first.iter().find_map(|c| match &c.spec.kind {
             FaultKind::Respond(r) => Some((c, r.clone())),
             _ => None,
         });
@@ -302,18 +193,17 @@ impl Conn<'_> {
         }
         if let Some((kind, e)) = dest.error {
             self.relay.events.relay_error(self.info, kind, &e);
-            return reset_client(client);
+            sockopt::set_linger_zero(client);
+            return (Outcome::DialFailed, [0, 0]);
         }
-        // The seam for connect-phase truth: today a failed dial resets the
-        // client, which has already connected to us.
+        // Without the SYN gate (explicit proxies), a failed dial can only
+        // reset the client, which has already connected to us.
         let upstream = match dialled {
             Some(s) => s,
             None => match self.dial(&dest.addrs, dest.inside.as_ref()).await {
                 Ok(s) => s,
                 Err(e) => {
-                    self.relay
-                        .events
-                        .relay_error(self.info, e.kind(), &e.to_string());
+                    self.relay.events.relay_error(self.info, e.kind(), &e.to_string());
                     sockopt::set_linger_zero(client);
                     return (Outcome::DialFailed, [0, 0]);
                 }
@@ -327,17 +217,13 @@ impl Conn<'_> {
         (outcome, bytes)
     }
 
-    async fn dial(
-        &self,
-        addrs: &[SocketAddr],
-        inside: Option<&Arc<Sandbox>>,
-    ) -> Result<TcpStream, DialError> {
+    async fn dial(&self, addrs: &[SocketAddr], inside: Option<&Arc<Sandbox>>) -> Result<TcpStream, DialError> {
         let mut last = DialError::Other("no address to dial".into());
         let timeout = self.relay.opts.dial_timeout;
         for addr in addrs {
             let r = match inside {
-                Some(sb) => dial_with(*addr, timeout, dial_inside(sb, *addr)).await,
-                None => dial_host(*addr, timeout).await,
+                Some(sb) => dial::dial_with(*addr, timeout, dial::dial_inside(sb, *addr)).await,
+                None => dial::dial_host(*addr, timeout).await,
             };
             match r {
                 Ok(s) => return Ok(s),
@@ -348,88 +234,63 @@ impl Conn<'_> {
     }
 
     fn hit(&self, c: &Chosen, dir: Option<Direction>) -> FaultHit {
-        FaultHit::new(
-            self.relay.events.clone(),
-            self.info.clone(),
-            c.rule.clone(),
-            c.spec.clone(),
+        FaultHit::new(self.relay.events.clone(), self.info.clone(), c.rule.clone(), c.spec.clone(), dir)
+    }
+
+    /// The context of one fault's stage in one direction.
+    fn stage_ctx(&self, c: &Chosen, dir: Direction) -> StageCtx {
+        StageCtx {
             dir,
-        )
-    }
-
-    /// The stages for one direction, in rule and fault order.
-    fn stages(&self, dir: Direction) -> Vec<(FaultKind, StageCtx)> {
-        self.chosen
-            .iter()
-            .filter(|c| c.spec.stream.includes(dir) && c.spec.kind.has_stage())
-            .map(|c| {
-                let ctx = StageCtx {
-                    dir,
-                    rng: c.rng(dir),
-                    window: c.spec.active,
-                    epoch: self.relay.epoch,
-                    opened: self.opened,
-                    hit: self.hit(c, Some(dir)),
-                    partition: self.partition.clone(),
-                };
-                (c.spec.kind.clone(), ctx)
-            })
-            .collect()
-    }
-
-    /// A fault-free direction splices; one with faults runs the pipeline.
-    async fn direction(&self, src: &TcpStream, dst: &TcpStream, dir: Direction) -> (DirEnd, u64) {
-        let stages = self.stages(dir);
-        let stats = &self.relay.events.stats;
-        if stages.is_empty() {
-            splice::run(src, dst, dir, stats).await
-        } else {
-            // Boxed: the pipeline's state is large, and an idle fault-free
-            // connection should not carry room for it.
-            Box::pin(pipeline::run(
-                pipeline::Source::Socket(src),
-                dst,
-                dir,
-                stages,
-                stats,
-            ))
-            .await
+            rng: c.rng(dir),
+            window: c.spec.active,
+            epoch: self.relay.epoch,
+            opened: self.opened,
+            hit: self.hit(c, Some(dir)),
+            partition: self.partition.clone(),
         }
+    }
+
+    fn feed(&self, dir: Direction) -> DirFeed<'_> {
+        DirFeed {
+            conn: self,
+            rx: self.chosen.clone(),
+            dir,
+        }
+    }
+
+    /// A fault-free direction splices; once a byte fault applies (now or
+    /// later) it runs the pipeline.
+    async fn direction(&self, src: &TcpStream, dst: &TcpStream, dir: Direction) -> (DirEnd, u64) {
+        let mut feed = self.feed(dir);
+        let stats = &self.relay.events.stats;
+        let mut total = 0;
+        if feed.wanted().is_empty() {
+            match splice::run(src, dst, dir, stats, &mut feed).await {
+                splice::Spliced::End(end, n) => return (end, n),
+                splice::Spliced::Faulted(n) => total = n,
+            }
+        }
+        // Boxed: the pipeline's state is large, and an idle fault-free
+        // connection should not carry room for it.
+        let (end, n) = Box::pin(pipeline::run(pipeline::Source::Socket(src), dst, dir, &mut feed, stats)).await;
+        (end, total + n)
     }
 
     /// `respond`: the canned reply flows down the downstream pipeline (so
     /// other downstream faults still apply); what the client sends is read
     /// and discarded.
-    async fn respond(
-        &self,
-        client: &TcpStream,
-        r: crate::fault::respond::Respond,
-    ) -> (Outcome, [u64; 2]) {
+    async fn respond(&self, client: &TcpStream, r: crate::fault::respond::Respond) -> (Outcome, [u64; 2]) {
         if r.wait_request {
-            let _ = tokio::time::timeout(
-                crate::fault::respond::Respond::REQUEST_WAIT,
-                client.readable(),
-            )
-            .await;
+            let _ = tokio::time::timeout(crate::fault::respond::Respond::REQUEST_WAIT, client.readable()).await;
         }
         let stats = &self.relay.events.stats;
-        let down = pipeline::run(
-            pipeline::Source::Script(r.script()),
-            client,
-            Direction::Downstream,
-            self.stages(Direction::Downstream),
-            stats,
-        );
+        let mut feed = self.feed(Direction::Downstream);
+        let down = pipeline::run(pipeline::Source::Script(r.script()), client, Direction::Downstream, &mut feed, stats);
         let up = discard(client);
         let (outcome, bytes) = run_pair(up, down, client, None).await;
         teardown(outcome, client, None).await;
         (outcome, bytes)
     }
-}
-
-fn reset_client(client: &TcpStream) -> (Outcome, [u64; 2]) {
-    sockopt::set_linger_zero(client);
-    (Outcome::DialFailed, [0, 0])
 }
 
 /// Reads and drops what the client sends (nobody upstream wants it).
@@ -504,7 +365,7 @@ const CLOSE_LINGER: Duration = Duration::from_secs(2);
 async fn teardown(outcome: Outcome, client: &TcpStream, upstream: Option<&TcpStream>) {
     let socks = [Some(client), upstream];
     match outcome {
-        Outcome::Reset | Outcome::DialFailed | Outcome::Aborted => {
+        Outcome::Reset | Outcome::DialFailed | Outcome::Aborted | Outcome::Disabled => {
             for s in socks.into_iter().flatten() {
                 sockopt::set_linger_zero(s);
             }

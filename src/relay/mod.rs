@@ -7,6 +7,7 @@
 //! runs a pipeline of fault stages ([`pipeline`]).
 
 pub mod conn;
+pub mod dial;
 pub mod pipeline;
 pub mod sockopt;
 pub mod splice;
@@ -24,9 +25,10 @@ use tokio_util::task::TaskTracker;
 
 use crate::events::Events;
 use crate::intercept::Sandbox;
-use crate::plan::{Flow, Plan};
+use crate::plan::Flow;
+use crate::ruleset::RuleSet;
 
-pub use conn::{DialError, dial_host, is_loopback};
+pub use dial::{DialError, dial_host, is_loopback};
 pub use pipeline::RESET_DRAIN;
 
 /// How one direction of a connection ended.
@@ -46,6 +48,20 @@ pub struct Endpoint {
     pub name: Arc<str>,
     pub target: Target,
     pub flow: Flow,
+    /// Closes the listener and ends its connections (a proxy disabled or
+    /// deleted through the API).
+    pub cancel: CancellationToken,
+}
+
+impl Endpoint {
+    pub fn new(name: impl Into<Arc<str>>, target: Target, flow: Flow) -> Endpoint {
+        Endpoint {
+            name: name.into(),
+            target,
+            flow,
+            cancel: CancellationToken::new(),
+        }
+    }
 }
 
 /// How the destination of a connection is found.
@@ -79,7 +95,7 @@ impl Default for RelayOptions {
 
 /// The running relay: shared by the accept loops and every connection.
 pub struct Relay {
-    pub plan: Arc<Plan>,
+    pub rules: Arc<RuleSet>,
     pub events: Arc<Events>,
     /// When netchaos started: `active` windows count from here.
     pub epoch: Instant,
@@ -93,9 +109,9 @@ pub struct Relay {
 }
 
 impl Relay {
-    pub fn new(plan: Arc<Plan>, events: Arc<Events>, opts: RelayOptions) -> Arc<Relay> {
+    pub fn new(rules: Arc<RuleSet>, events: Arc<Events>, opts: RelayOptions) -> Arc<Relay> {
         Arc::new(Relay {
-            plan,
+            rules,
             events,
             epoch: Instant::now(),
             opts,
@@ -106,14 +122,16 @@ impl Relay {
         })
     }
 
-    /// Accepts on `listener` and relays each connection to `ep`.
-    pub fn serve(self: &Arc<Self>, listener: TcpListener, ep: Endpoint) {
+    /// Accepts on `listener` and relays each connection to `ep`, until
+    /// netchaos stops or the endpoint is cancelled.
+    pub fn serve(self: &Arc<Self>, listener: TcpListener, ep: impl Into<Arc<Endpoint>>) {
         let relay = self.clone();
-        let ep = Arc::new(ep);
+        let ep = ep.into();
         self.tasks.spawn(async move {
             loop {
                 let accepted = tokio::select! {
                     _ = relay.stop.cancelled() => return,
+                    _ = ep.cancel.cancelled() => return,
                     r = listener.accept() => r,
                 };
                 match accepted {

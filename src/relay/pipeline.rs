@@ -2,21 +2,28 @@
 //! joined by small bounded channels so that a stage that stops reading
 //! (a stall, a full delay line) pushes back to the sender's socket.
 //!
-//! Everything runs inside the connection's task; the channels carry byte
-//! chunks stamped with their arrival time, FIN, RST and close markers.
+//! The stages can change while the connection is open (the control API):
+//! a new fault is linked in at its place, a removed one is told to stop —
+//! it hands on what it holds, at once — and its predecessor is re-linked to
+//! its successor. The predecessor is paused (its output locked) throughout,
+//! so no byte is lost or reordered. Everything runs inside the connection's
+//! task: the reader, the writer, a runner polling the stages, and changes.
 
 use std::io;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use futures_util::future::join_all;
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
 use tokio::net::TcpStream;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use super::{DirEnd, sockopt};
 use crate::events::Stats;
-use crate::fault::{Direction, FaultKind, Item, ItemKind, StageCtx, StageIo};
+use crate::fault::{Direction, FaultSpec, Item, ItemKind, Output, StageCtx, StageFuture, StageIo};
 
 /// Read sizes: a connection starts small (an idle or chatty connection
 /// holds little memory) and grows while reads keep filling the buffer (a
@@ -33,70 +40,187 @@ pub enum Source<'a> {
     Script(Vec<ItemKind>),
 }
 
-/// Runs the direction until the writer delivers FIN, RST or a close.
-pub async fn run(
-    src: Source<'_>,
-    dst: &TcpStream,
-    dir: Direction,
-    stages: Vec<(FaultKind, StageCtx)>,
-    stats: &Stats,
-) -> (DirEnd, u64) {
-    let (first_tx, mut rx) = mpsc::channel::<Item>(DEPTH);
-    let mut futures = Vec::with_capacity(stages.len());
-    for (kind, ctx) in stages {
-        let (tx, next_rx) = mpsc::channel::<Item>(DEPTH);
-        let io = StageIo {
-            input: rx,
-            output: tx,
-        };
-        if let Some(f) = kind.stage(ctx, io) {
-            futures.push(f);
-        }
-        rx = next_rx;
+/// A stage the direction should run.
+pub struct Wanted {
+    /// The fault's identity: the same across updates of its parameters.
+    pub id: u64,
+    /// Its parameters; a new `Arc` means the fault was updated.
+    pub spec: Arc<FaultSpec>,
+    pub ctx: StageCtx,
+}
+
+/// Changes to a direction's faults while it runs.
+pub trait Feed: Send {
+    /// Waits for a change; `false` when no change can come any more.
+    fn changed(&mut self) -> impl std::future::Future<Output = bool> + Send;
+    /// The stages now wanted, in order.
+    fn wanted(&mut self) -> Vec<Wanted>;
+}
+
+/// A feed that never changes (tests, and connections without a control API).
+pub struct Fixed(pub Option<Vec<Wanted>>);
+
+impl Feed for Fixed {
+    async fn changed(&mut self) -> bool {
+        false
     }
-    let reader = async {
-        match src {
-            Source::Socket(s) => read_socket(s, first_tx).await,
-            Source::Script(items) => {
-                for kind in items {
-                    let item = Item {
-                        at: Instant::now(),
-                        kind,
-                    };
-                    if first_tx.send(item).await.is_err() {
-                        return;
-                    }
-                }
-                // Keep the channel open: a script that ends without FIN
-                // (respond then stall) leaves the connection silent.
-                std::future::pending::<()>().await;
+
+    fn wanted(&mut self) -> Vec<Wanted> {
+        self.0.take().unwrap_or_default()
+    }
+}
+
+/// One linked stage.
+struct Link {
+    id: u64,
+    spec: Arc<FaultSpec>,
+    /// The stage's own output, to re-link its predecessor when it goes.
+    out: Output,
+    stop: CancellationToken,
+    /// Fires when the stage has returned and forwarded what it had.
+    done: oneshot::Receiver<()>,
+}
+
+/// Runs the direction until the writer delivers FIN, RST or a close.
+pub async fn run(src: Source<'_>, dst: &TcpStream, dir: Direction, feed: &mut impl Feed, stats: &Stats) -> (DirEnd, u64) {
+    let (writer_tx, writer_rx) = mpsc::channel::<Item>(DEPTH);
+    let head = Output::new(writer_tx);
+    let (spawn_tx, mut spawn_rx) = mpsc::unbounded_channel::<StageFuture<'static>>();
+    let mut chain: Vec<Link> = Vec::new();
+
+    // Polls every stage; new ones arrive through `spawn_rx`.
+    let runner = async {
+        let mut stages = FuturesUnordered::new();
+        loop {
+            tokio::select! {
+                Some(f) = spawn_rx.recv() => stages.push(f),
+                Some(()) = stages.next(), if !stages.is_empty() => {}
+                else => std::future::pending::<()>().await,
             }
         }
     };
-    let background = async {
-        futures_util::join!(reader, join_all(futures));
-        std::future::pending::<()>().await
-    };
-    tokio::select! {
-        end = write_items(dst, rx, dir, stats) => end,
-        _ = background => unreachable!("background never completes"),
+    let reader = read_source(src, head.clone());
+    let writer = write_items(dst, writer_rx, dir, stats);
+    tokio::pin!(runner, reader, writer);
+    let mut reader_done = false;
+    let mut live = true;
+
+    relink(&mut chain, &head, feed.wanted(), &spawn_tx).await;
+    loop {
+        tokio::select! {
+            end = &mut writer => return end,
+            _ = &mut reader, if !reader_done => reader_done = true,
+            _ = &mut runner => unreachable!("the runner never ends"),
+            changed = feed.changed(), if live => {
+                if !changed {
+                    live = false;
+                    continue;
+                }
+                let wanted = feed.wanted();
+                let change = relink(&mut chain, &head, wanted, &spawn_tx);
+                tokio::pin!(change);
+                // Keep everything flowing while the chain changes: a
+                // stopping stage may need room downstream to hand on.
+                loop {
+                    tokio::select! {
+                        end = &mut writer => return end,
+                        _ = &mut reader, if !reader_done => reader_done = true,
+                        _ = &mut runner => unreachable!("the runner never ends"),
+                        () = &mut change => break,
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Makes the chain match `wanted`: removes what is no longer wanted (or
+/// changed), then links in what is new, each at its place.
+async fn relink(chain: &mut Vec<Link>, head: &Output, wanted: Vec<Wanted>, spawn: &mpsc::UnboundedSender<StageFuture<'static>>) {
+    let mut i = 0;
+    while i < chain.len() {
+        let keep = wanted.iter().any(|w| w.id == chain[i].id && Arc::ptr_eq(&w.spec, &chain[i].spec));
+        if keep {
+            i += 1;
+            continue;
+        }
+        let pred = if i == 0 { head.clone() } else { chain[i - 1].out.clone() };
+        let link = chain.remove(i);
+        let mut paused = pred.lock().await;
+        link.stop.cancel();
+        let _ = link.done.await;
+        *paused = link.out.lock().await.clone();
+    }
+    let order: Vec<u64> = wanted.iter().map(|w| w.id).collect();
+    for w in wanted {
+        if chain.iter().any(|l| l.id == w.id) {
+            continue;
+        }
+        let pos = order.iter().position(|id| *id == w.id).unwrap_or(order.len());
+        // After every linked stage that comes earlier in the wanted order.
+        let at = chain
+            .iter()
+            .take_while(|l| order.iter().position(|id| *id == l.id).is_some_and(|p| p < pos))
+            .count();
+        let pred = if at == 0 { head.clone() } else { chain[at - 1].out.clone() };
+        let mut paused = pred.lock().await;
+        let (tx, rx) = mpsc::channel::<Item>(DEPTH);
+        let out = Output::new(paused.clone());
+        *paused = tx;
+        drop(paused);
+        let mut io = StageIo::new(rx, out.clone());
+        let stop = io.stop.clone();
+        let (done_tx, done) = oneshot::channel();
+        let kind = w.spec.kind.clone();
+        let ctx = w.ctx;
+        let _ = spawn.send(Box::pin(async move {
+            if let Some(stage) = kind.stage(ctx, &mut io) {
+                stage.await;
+            }
+            if io.stop.is_cancelled() {
+                io.drain_input().await;
+            }
+            drop(io);
+            let _ = done_tx.send(());
+        }));
+        chain.insert(
+            at,
+            Link {
+                id: w.id,
+                spec: w.spec,
+                out,
+                stop,
+                done,
+            },
+        );
+    }
+}
+
+async fn read_source(src: Source<'_>, out: Output) {
+    match src {
+        Source::Socket(s) => read_socket(s, out).await,
+        Source::Script(items) => {
+            for kind in items {
+                if out.send(Item { at: Instant::now(), kind }).await.is_err() {
+                    return;
+                }
+            }
+            // Keep the channel open: a script that ends without FIN
+            // (respond then stall) leaves the connection silent.
+            std::future::pending::<()>().await;
+        }
     }
 }
 
 /// Reads chunks until FIN or an error; a read error (RST) becomes a Reset
 /// item so that it reaches the other side in order, after the bytes before
 /// it.
-async fn read_socket(src: &TcpStream, tx: mpsc::Sender<Item>) {
+async fn read_socket(src: &TcpStream, out: Output) {
     let mut buf = BytesMut::new();
     let mut want = MIN_READ;
     loop {
         if src.readable().await.is_err() {
-            let _ = tx
-                .send(Item {
-                    at: Instant::now(),
-                    kind: ItemKind::Reset,
-                })
-                .await;
+            let _ = out.send(Item { at: Instant::now(), kind: ItemKind::Reset }).await;
             return;
         }
         // Allocated only once there is something to read; reuses the
@@ -117,15 +241,7 @@ async fn read_socket(src: &TcpStream, tx: mpsc::Sender<Item>) {
             Err(_) => ItemKind::Reset,
         };
         let end = !matches!(kind, ItemKind::Data(_));
-        if tx
-            .send(Item {
-                at: Instant::now(),
-                kind,
-            })
-            .await
-            .is_err()
-            || end
-        {
+        if out.send(Item { at: Instant::now(), kind }).await.is_err() || end {
             return;
         }
     }
@@ -134,12 +250,7 @@ async fn read_socket(src: &TcpStream, tx: mpsc::Sender<Item>) {
 /// How long a reset waits for written bytes to be acknowledged first.
 pub const RESET_DRAIN: Duration = Duration::from_secs(1);
 
-async fn write_items(
-    dst: &TcpStream,
-    mut rx: mpsc::Receiver<Item>,
-    dir: Direction,
-    stats: &Stats,
-) -> (DirEnd, u64) {
+async fn write_items(dst: &TcpStream, mut rx: mpsc::Receiver<Item>, dir: Direction, stats: &Stats) -> (DirEnd, u64) {
     let mut total = 0u64;
     while let Some(item) = rx.recv().await {
         match item.kind {

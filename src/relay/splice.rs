@@ -19,6 +19,7 @@ use tokio::io::Interest;
 use tokio::net::TcpStream;
 
 use super::DirEnd;
+use super::pipeline::Feed;
 use super::sockopt;
 use crate::events::Stats;
 use crate::fault::Direction;
@@ -75,17 +76,27 @@ enum SrcState {
     Failed,
 }
 
-/// Relays `src` → `dst` until FIN or an error; returns how it ended and the
-/// bytes moved.
+/// How a spliced direction ended.
+pub enum Spliced {
+    /// FIN or RST: the direction is over.
+    End(DirEnd, u64),
+    /// A byte fault now applies: the pipeline takes over (the pipe is
+    /// empty; nothing was read that was not written).
+    Faulted(u64),
+}
+
+/// Relays `src` → `dst` until FIN or an error, or until `feed` brings a
+/// fault that touches the bytes; returns how it ended and the bytes moved.
 ///
 /// Reading and writing overlap: while `dst` has no room, bytes keep moving
 /// from `src` into the pipe until it is full, as a kernel-side buffer.
-pub async fn run(src: &TcpStream, dst: &TcpStream, dir: Direction, stats: &Stats) -> (DirEnd, u64) {
+pub async fn run(src: &TcpStream, dst: &TcpStream, dir: Direction, stats: &Stats, feed: &mut impl Feed) -> Spliced {
     let mut total = 0u64;
     let mut pipe: Option<Pipe> = None;
     let mut in_pipe = 0usize;
     let mut pipe_full = false;
     let mut state = SrcState::Open;
+    let (mut live, mut faulted) = (true, false);
     loop {
         if in_pipe == 0 {
             // An idle direction holds no pipe.
@@ -93,22 +104,31 @@ pub async fn run(src: &TcpStream, dst: &TcpStream, dir: Direction, stats: &Stats
                 give_back(p);
             }
             match state {
+                SrcState::Open if faulted => return Spliced::Faulted(total),
                 SrcState::Open => {}
                 SrcState::Eof => {
                     sockopt::shutdown_write(dst);
-                    return (DirEnd::Fin, total);
+                    return Spliced::End(DirEnd::Fin, total);
                 }
                 SrcState::Failed => {
                     // Whatever was written before the RST goes first.
                     sockopt::drain(dst, super::RESET_DRAIN).await;
-                    return (DirEnd::Reset, total);
+                    return Spliced::End(DirEnd::Reset, total);
                 }
             }
         }
         // (A zero-length splice would read as EOF: never ask for 0 bytes.)
         let room = pipe.as_ref().map_or(usize::MAX, |p| p.size - in_pipe);
-        let want_read = state == SrcState::Open && !pipe_full && room > 0;
+        // Once a fault arrived, stop reading and empty the pipe first.
+        let want_read = state == SrcState::Open && !pipe_full && room > 0 && !faulted;
         tokio::select! {
+            changed = feed.changed(), if live && !faulted => {
+                if !changed {
+                    live = false;
+                } else if !feed.wanted().is_empty() {
+                    faulted = true;
+                }
+            }
             r = src.readable(), if want_read => {
                 if r.is_err() {
                     state = SrcState::Failed;
@@ -119,9 +139,9 @@ pub async fn run(src: &TcpStream, dst: &TcpStream, dir: Direction, stats: &Stats
                         Ok(p) => pipe = Some(p),
                         // Out of file descriptors: degrade to copying.
                         Err(_) => match copy_once(src, dst, dir, stats, &mut total).await {
-                            Ok(Some(end)) => return (end, total),
+                            Ok(Some(end)) => return Spliced::End(end, total),
                             Ok(None) => continue,
-                            Err(end) => return (end, total),
+                            Err(end) => return Spliced::End(end, total),
                         },
                     }
                 }
@@ -148,7 +168,7 @@ pub async fn run(src: &TcpStream, dst: &TcpStream, dir: Direction, stats: &Stats
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                     // The destination is gone; the pipe's bytes go with it.
-                    Err(_) => return (DirEnd::Reset, total),
+                    Err(_) => return Spliced::End(DirEnd::Reset, total),
                 }
             }
         }
