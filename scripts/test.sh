@@ -22,10 +22,15 @@ if ((${#missing[@]})); then
   fi
 fi
 
-# The Python client tests use `requests` from whichever python3 is first on PATH.
-if ! python3 -c 'import requests' 2>/dev/null; then
-  python3 -m pip install -q requests 2>/dev/null || echo "test.sh: could not pip install requests" >&2
-fi
+# The Python client tests use `requests` and a Toxiproxy client written by
+# someone else (toxiproxy-python), from whichever python3 is first on PATH.
+for mod in requests:requests toxiproxy:toxiproxy-python; do
+  if ! python3 -c "import ${mod%%:*}" 2>/dev/null; then
+    python3 -m pip install -q "${mod#*:}" 2>/dev/null ||
+      python3 -m pip install -q --break-system-packages "${mod#*:}" 2>/dev/null ||
+      echo "test.sh: could not pip install ${mod#*:}" >&2
+  fi
+done
 
 echo "== cargo fmt --check"
 cargo fmt --check

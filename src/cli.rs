@@ -55,6 +55,10 @@ pub enum Command {
     Run(RunArgs),
     /// Relay explicit listen → upstream pairs through the faults.
     Proxy(ProxyArgs),
+    /// A Toxiproxy-compatible server: the control API, and proxies made through it.
+    Server(ServerArgs),
+    /// Talk to a running netchaos (or Toxiproxy) control API.
+    Ctl(CtlArgs),
     /// Validate profiles (and --fault flags) and print the resolved plan.
     Check(CheckArgs),
     /// List the built-in profiles with their descriptions.
@@ -81,10 +85,113 @@ pub struct FaultArgs {
     pub faults: Vec<String>,
 }
 
+/// The control API's address and token.
+#[derive(Debug, Args, Clone, Default)]
+pub struct ApiArgs {
+    /// Serve the Toxiproxy-compatible control API (and /metrics) on ADDR, like 127.0.0.1:8474.
+    #[arg(long, value_name = "ADDR", value_parser = listen_arg)]
+    pub api: Option<std::net::SocketAddr>,
+    /// Require `Authorization: Bearer TOKEN` on every API request (required
+    /// when the API listens on a non-loopback address).
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "NETCHAOS_API_TOKEN",
+        hide_env_values = true
+    )]
+    pub api_token: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct ServerArgs {
+    #[command(flatten)]
+    pub faults: FaultArgs,
+    /// Where the control API listens.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8474", value_parser = listen_arg)]
+    pub api: std::net::SocketAddr,
+    /// Require `Authorization: Bearer TOKEN` on every API request (required
+    /// when the API listens on a non-loopback address).
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "NETCHAOS_API_TOKEN",
+        hide_env_values = true
+    )]
+    pub api_token: Option<String>,
+    /// How long to wait for an upstream to accept before resetting the client.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration_arg)]
+    pub dial_timeout: Duration,
+    /// On Ctrl-C or SIGTERM, how long open connections may finish.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = duration_arg)]
+    pub drain: Duration,
+}
+
+#[derive(Debug, Args)]
+pub struct CtlArgs {
+    /// The API's base URL [default: http://127.0.0.1:8474; env NETCHAOS_URL, then TOXIPROXY_URL].
+    #[arg(long, value_name = "URL")]
+    pub url: Option<String>,
+    /// Bearer token for the API.
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "NETCHAOS_API_TOKEN",
+        hide_env_values = true
+    )]
+    pub token: Option<String>,
+    #[command(subcommand)]
+    pub action: CtlAction,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CtlAction {
+    /// List the proxies and their toxics.
+    List,
+    /// Show one proxy.
+    Show { proxy: String },
+    /// Create a proxy.
+    Create {
+        proxy: String,
+        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:0")]
+        listen: String,
+        #[arg(long, value_name = "HOST:PORT")]
+        upstream: String,
+    },
+    /// Delete a proxy.
+    Delete { proxy: String },
+    /// Add a fault to a proxy: SPEC as for --fault (netchaos types and units),
+    /// e.g. latency:delay=100ms.
+    Add {
+        proxy: String,
+        spec: String,
+        /// The toxic's name [default: TYPE_STREAM].
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// Change a fault's attributes: key=value,...
+    Update {
+        proxy: String,
+        toxic: String,
+        attributes: String,
+    },
+    /// Remove a fault.
+    Remove { proxy: String, toxic: String },
+    /// Enable a proxy (listen again).
+    Enable { proxy: String },
+    /// Disable a proxy (stop listening, end its connections).
+    Disable { proxy: String },
+    /// Enable every proxy and remove every fault.
+    Reset,
+    /// Print the metrics.
+    Metrics,
+}
+
 #[derive(Debug, Args)]
 pub struct ProxyArgs {
     #[command(flatten)]
     pub faults: FaultArgs,
+    #[command(flatten)]
+    pub api: ApiArgs,
     /// Accept clients on ADDR (127.0.0.1:8080, [::1]:8080, or a port meaning
     /// 127.0.0.1). Repeatable: each --listen starts a new proxy, completed by
     /// an --upstream (and optionally a --name).
@@ -138,6 +245,8 @@ Examples:
 pub struct RunArgs {
     #[command(flatten)]
     pub faults: FaultArgs,
+    #[command(flatten)]
+    pub api: ApiArgs,
     /// Publish a port of the namespace on the host: [HOST_ADDR:]HOST_PORT[:NS_PORT]
     /// (8080 means host 127.0.0.1:8080 to the namespace's port 8080). Rules with
     /// direction = "inbound" apply to these connections. Repeatable.
@@ -225,6 +334,10 @@ pub struct DemoArgs {
     /// client process with `netchaos run`.
     #[arg(long)]
     pub in_process: bool,
+}
+
+fn listen_arg(s: &str) -> std::result::Result<std::net::SocketAddr, String> {
+    plan::parse_listen(s).map_err(|e| format!("expected {e}"))
 }
 
 fn duration_arg(s: &str) -> std::result::Result<Duration, String> {

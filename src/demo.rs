@@ -19,8 +19,8 @@ use crate::commands::{announce_seed, open_events, runtime};
 use crate::error::{Error, Result};
 use crate::plan::Flow;
 use crate::profile::build_plan;
-use crate::ruleset::RuleSet;
 use crate::relay::{self, Endpoint, Relay, RelayOptions, Target};
+use crate::ruleset::RuleSet;
 
 /// The page the built-in server sends.
 const BODY_LEN: usize = 64 * 1024;
@@ -267,7 +267,11 @@ async fn fetch_proxied(
 ) -> Result<Seen> {
     let faults: Vec<String> = fault.iter().map(|f| f.to_string()).collect();
     let plan = Arc::new(build_plan(&[], &faults, Some(seed))?);
-    let relay = Relay::new(Arc::new(RuleSet::from_plan(&plan)), events.clone(), RelayOptions::default());
+    let relay = Relay::new(
+        Arc::new(RuleSet::from_plan(&plan)),
+        events.clone(),
+        RelayOptions::default(),
+    );
     let listener = relay::bind("127.0.0.1:0".parse().expect("literal"))
         .map_err(|e| Error::Runtime(e.into()))?;
     let addr = listener

@@ -32,6 +32,32 @@ pub struct ConnInfo {
     pub host: Option<String>,
     /// The proxy (or rule set) the connection came through.
     pub proxy: Option<Arc<str>>,
+    /// That proxy's counters.
+    pub counters: Arc<ProxyStats>,
+}
+
+/// Counters of one proxy (an explicit listener, or the transparent
+/// interception of `run`).
+#[derive(Default, Debug)]
+pub struct ProxyStats {
+    pub open: AtomicU64,
+    pub total: AtomicU64,
+    /// Bytes delivered, indexed by [`Direction::index`].
+    pub bytes: [AtomicU64; 2],
+}
+
+/// Where a direction counts the bytes it delivers: the totals and its
+/// proxy's.
+pub struct Meter<'a> {
+    pub global: &'a Stats,
+    pub proxy: &'a ProxyStats,
+}
+
+impl Meter<'_> {
+    pub fn add(&self, dir: Direction, n: u64) {
+        self.global.bytes[dir.index()].fetch_add(n, Ordering::Relaxed);
+        self.proxy.bytes[dir.index()].fetch_add(n, Ordering::Relaxed);
+    }
 }
 
 /// Counters shared by the summary and `/metrics`.
@@ -45,11 +71,19 @@ pub struct Stats {
     pub faults: Mutex<BTreeMap<(String, &'static str), u64>>,
     /// Relay errors by kind (`dial_refused`, `dial_timeout`, …).
     pub errors: Mutex<BTreeMap<&'static str, u64>>,
+    /// Counters per proxy.
+    pub proxies: Mutex<BTreeMap<String, Arc<ProxyStats>>>,
 }
 
 impl Stats {
-    pub fn add_bytes(&self, dir: Direction, n: u64) {
-        self.bytes[dir.index()].fetch_add(n, Ordering::Relaxed);
+    /// The counters of proxy `name` (made on first use).
+    pub fn proxy(&self, name: &str) -> Arc<ProxyStats> {
+        self.proxies
+            .lock()
+            .expect("stats lock")
+            .entry(name.to_string())
+            .or_default()
+            .clone()
     }
 }
 
@@ -115,11 +149,14 @@ impl Events {
     pub fn conn_open(&self, c: &ConnInfo) {
         self.stats.conns_total.fetch_add(1, Ordering::Relaxed);
         self.stats.conns_open.fetch_add(1, Ordering::Relaxed);
+        c.counters.total.fetch_add(1, Ordering::Relaxed);
+        c.counters.open.fetch_add(1, Ordering::Relaxed);
         self.write("open", conn_fields(c));
     }
 
     pub fn conn_close(&self, c: &ConnInfo, outcome: &str, bytes: [u64; 2], lived: Duration) {
         self.stats.conns_open.fetch_sub(1, Ordering::Relaxed);
+        c.counters.open.fetch_sub(1, Ordering::Relaxed);
         let mut f = conn_fields(c);
         f.insert("outcome".into(), outcome.into());
         f.insert("bytes_upstream".into(), bytes[0].into());

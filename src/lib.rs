@@ -22,12 +22,14 @@
 //!   directions ([`relay::splice`]) and fault pipelines
 //!   ([`relay::pipeline`]).
 //! * [`events`] — the event log, counters and the exit summary.
+//! * [`control`] — the Toxiproxy-compatible HTTP API and Prometheus metrics.
 //! * [`demo`] — the built-in demonstration.
 //! * [`commands`] — each subcommand wiring the above together; [`error`]
 //!   maps failures to exit codes.
 
 pub mod cli;
 pub mod commands;
+pub mod control;
 pub mod demo;
 pub mod error;
 pub mod events;

@@ -58,7 +58,7 @@ impl LiveRule {
         self.faults.send_replace(Arc::new(faults));
     }
 
-    pub fn subscribe(&self) -> watch::Receiver<Arc<Vec<FaultEntry>>> {
+    pub fn subscribe(&self) -> FaultsRx {
         self.faults.subscribe()
     }
 
@@ -113,7 +113,12 @@ impl RuleSet {
                         spec: f.clone(),
                     })
                     .collect();
-                Arc::new(LiveRule::new(r.name.clone(), r.matcher.clone(), ri as u64, faults))
+                Arc::new(LiveRule::new(
+                    r.name.clone(),
+                    r.matcher.clone(),
+                    ri as u64,
+                    faults,
+                ))
             })
             .collect();
         RuleSet {
@@ -129,7 +134,12 @@ impl RuleSet {
     }
 
     pub fn get(&self, name: &str) -> Option<Arc<LiveRule>> {
-        self.rules.read().expect("rules lock").iter().find(|r| &*r.name == name).cloned()
+        self.rules
+            .read()
+            .expect("rules lock")
+            .iter()
+            .find(|r| &*r.name == name)
+            .cloned()
     }
 
     /// Adds a rule; `None` if one of that name exists.
@@ -181,8 +191,11 @@ impl RuleSet {
 pub struct ConnFaults {
     seed: u64,
     seq: u64,
-    rules: Vec<(Arc<LiveRule>, watch::Receiver<Arc<Vec<FaultEntry>>>)>,
+    rules: Vec<(Arc<LiveRule>, FaultsRx)>,
 }
+
+/// A subscription to a rule's faults.
+type FaultsRx = watch::Receiver<Arc<Vec<FaultEntry>>>;
 
 impl ConnFaults {
     /// The connection's faults now: each matched rule's faults, in order,
@@ -192,7 +205,8 @@ impl ConnFaults {
         for (rule, rx) in &mut self.rules {
             let faults = rx.borrow_and_update().clone();
             for f in faults.iter() {
-                let (keep, seed) = plan::draw(self.seed, rule.key, f.id, self.seq, f.spec.probability);
+                let (keep, seed) =
+                    plan::draw(self.seed, rule.key, f.id, self.seq, f.spec.probability);
                 if keep && !f.spec.active.is_over(elapsed) {
                     out.push(Chosen {
                         id: plan::mix(0, rule.key, f.id),

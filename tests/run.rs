@@ -528,10 +528,17 @@ fn unprivileged_users_wrap_commands_too() {
     assert_eq!(code, 9);
 
     // The SYN gate works rootless too: a refusal and a connect timeout.
-    let (code, _, err) = wrapped_with(nobody.command(), &["--fault", "refuse"], &["curl", "-sS", &url]);
+    let (code, _, err) = wrapped_with(
+        nobody.command(),
+        &["--fault", "refuse"],
+        &["curl", "-sS", &url],
+    );
     assert_eq!(code, 7, "{err}");
-    let (code, _, err) =
-        wrapped_with(nobody.command(), &["--fault", "connect_timeout"], &["curl", "-sS", "--connect-timeout", "1", &url]);
+    let (code, _, err) = wrapped_with(
+        nobody.command(),
+        &["--fault", "connect_timeout"],
+        &["curl", "-sS", "--connect-timeout", "1", &url],
+    );
     assert_eq!(code, 28, "{err}");
     assert!(err.contains("Failed to connect"), "{err}");
 }

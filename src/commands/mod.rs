@@ -4,6 +4,7 @@
 //! helpers here.
 
 mod check;
+mod ctl;
 mod proxy;
 mod run;
 
@@ -24,6 +25,8 @@ pub fn run(cli: Cli, matches: &ArgMatches) -> Result<u8> {
             proxy::run(&cli.global, args, sub)
         }
         Command::Run(args) => run::run(&cli.global, args),
+        Command::Server(args) => proxy::server(&cli.global, args),
+        Command::Ctl(args) => ctl::run(args),
         Command::Check(args) => check::check(&cli.global, args),
         Command::Profiles => {
             check::profiles();
@@ -67,6 +70,20 @@ pub fn open_events(g: &Global) -> Result<Arc<Events>> {
             )
         })
         .map_err(Error::Runtime)
+}
+
+/// Starts the control API when `--api` was given, printing where it
+/// listens.
+pub async fn start_api(
+    api: &crate::cli::ApiArgs,
+    control: Arc<crate::control::Control>,
+    stop: tokio_util::sync::CancellationToken,
+) -> Result<()> {
+    if let Some(addr) = api.api {
+        let bound = crate::control::serve(addr, control, api.api_token.clone(), stop).await?;
+        eprintln!("netchaos: control API on http://{bound} (Toxiproxy-compatible)");
+    }
+    Ok(())
 }
 
 pub fn announce_seed(seed: u64) {

@@ -1,21 +1,51 @@
-//! `netchaos proxy`: explicit listen → upstream relays.
+//! `netchaos proxy` (explicit listen → upstream relays) and `netchaos
+//! server` (the Toxiproxy-server equivalent: the same, with the control API
+//! on, and possibly no proxy until the API creates one).
 
 use std::sync::Arc;
 
 use clap::ArgMatches;
 
-use super::{announce_seed, open_events, raise_nofile_limit, runtime, shutdown_signal};
-use crate::cli::{Global, ProxyArgs};
+use super::{announce_seed, open_events, raise_nofile_limit, runtime, shutdown_signal, start_api};
+use crate::cli::{ApiArgs, Global, ProxyArgs, ServerArgs};
+use crate::control::Control;
 use crate::error::{Error, Result};
-use crate::plan::Flow;
+use crate::plan::{Flow, Plan};
 use crate::profile;
-use crate::ruleset::RuleSet;
 use crate::relay::{self, Endpoint, Relay, RelayOptions, Target};
+use crate::ruleset::RuleSet;
 
 pub fn run(g: &Global, args: &ProxyArgs, m: &ArgMatches) -> Result<u8> {
     let mut plan = profile::build_plan(&args.faults.profiles, &args.faults.faults, g.seed)?;
     plan.proxies.extend(crate::cli::proxy_pairs(m)?);
     plan.validate()?;
+    if plan.proxies.is_empty() && args.api.api.is_none() {
+        return Err(Error::Usage(
+            "nothing to relay: give --listen ADDR --upstream HOST:PORT, or a profile with [[proxies]] \
+             (or --api ADDR to create proxies through the control API)"
+                .into(),
+        ));
+    }
+    serve(g, plan, &args.api, args.dial_timeout, args.drain, "proxy")
+}
+
+pub fn server(g: &Global, args: &ServerArgs) -> Result<u8> {
+    let plan = profile::build_plan(&args.faults.profiles, &args.faults.faults, g.seed)?;
+    let api = ApiArgs {
+        api: Some(args.api),
+        api_token: args.api_token.clone(),
+    };
+    serve(g, plan, &api, args.dial_timeout, args.drain, "server")
+}
+
+fn serve(
+    g: &Global,
+    plan: Plan,
+    api: &ApiArgs,
+    dial_timeout: std::time::Duration,
+    drain: std::time::Duration,
+    mode: &str,
+) -> Result<u8> {
     if let Some((rule, f)) = plan.namespace_only_fault() {
         let what = if f.kind.layer() == "connect" {
             "the SYN"
@@ -29,10 +59,8 @@ pub fn run(g: &Global, args: &ProxyArgs, m: &ArgMatches) -> Result<u8> {
             f.name()
         )));
     }
-    if plan.proxies.is_empty() {
-        return Err(Error::Usage(
-            "nothing to relay: give --listen ADDR --upstream HOST:PORT, or a profile with [[proxies]]".into(),
-        ));
+    if let Some(addr) = api.api {
+        crate::control::check_api_addr(addr, api.api_token.as_deref())?;
     }
     raise_nofile_limit();
     let rt = runtime()?;
@@ -46,33 +74,40 @@ pub fn run(g: &Global, args: &ProxyArgs, m: &ArgMatches) -> Result<u8> {
         }
         let events = open_events(g)?;
         announce_seed(plan.seed);
-        events.start(plan.seed, "proxy");
-        let plan = Arc::new(plan);
+        events.start(plan.seed, mode);
         let relay = Relay::new(
             Arc::new(RuleSet::from_plan(&plan)),
             events.clone(),
-            RelayOptions {
-                dial_timeout: args.dial_timeout,
-            },
+            RelayOptions { dial_timeout },
         );
+        let control = Control::new(relay.clone(), false);
         for (p, l) in plan.proxies.iter().zip(listeners) {
             let addr = l.local_addr().map_err(|e| Error::Runtime(e.into()))?;
             eprintln!(
                 "netchaos: proxy {:?} listening on {addr} -> {}",
                 p.name, p.upstream
             );
-            relay.serve(
-                l,
-                Endpoint::new(p.name.as_str(), Target::Fixed(p.upstream.clone()), Flow::Outbound),
-            );
+            let ep = Arc::new(Endpoint::new(
+                p.name.as_str(),
+                Target::Fixed(p.upstream.clone()),
+                Flow::Outbound,
+            ));
+            relay.serve(l, ep.clone());
+            control
+                .adopt_listener(&p.name, &p.listen.to_string(), addr, &p.upstream, ep)
+                .await;
         }
+        control.adopt_rules().await;
+        let stop = tokio_util::sync::CancellationToken::new();
+        start_api(api, control, stop.clone()).await?;
         eprintln!("netchaos: ready");
         let sig = shutdown_signal().await;
         eprintln!(
             "netchaos: {sig}: shutting down (open connections get {})",
-            crate::units::format_duration(args.drain)
+            crate::units::format_duration(drain)
         );
-        relay.shutdown(args.drain).await;
+        stop.cancel();
+        relay.shutdown(drain).await;
         eprint!("{}", events.summary(plan.seed));
         Ok(0)
     })

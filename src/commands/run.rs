@@ -18,7 +18,7 @@ use signal_hook::iterator::SignalsInfo;
 use signal_hook::iterator::exfiltrator::WithOrigin;
 use signal_hook::low_level::siginfo::Cause;
 
-use super::{announce_seed, open_events, raise_nofile_limit, runtime};
+use super::{announce_seed, open_events, raise_nofile_limit, runtime, start_api};
 use crate::cli::{Expose, Global, RunArgs};
 use crate::error::{Error, Result};
 use crate::fault::FaultSpec;
@@ -27,13 +27,16 @@ use crate::intercept::syn_gate::{self, LossTable};
 use crate::intercept::{dns, privilege, sandbox};
 use crate::plan::{Flow, Plan, Rule};
 use crate::profile;
-use crate::ruleset::RuleSet;
 use crate::relay::{self, Endpoint, Relay, RelayOptions, Target};
+use crate::ruleset::RuleSet;
 
 pub fn run(g: &Global, args: &RunArgs) -> Result<u8> {
     let mut plan = profile::build_plan(&args.faults.profiles, &args.faults.faults, g.seed)?;
     if let Some(d) = args.duration {
         stop_faults_after(&mut plan, d);
+    }
+    if let Some(addr) = args.api.api {
+        crate::control::check_api_addr(addr, args.api.api_token.as_deref())?;
     }
     let exposes = args
         .expose
@@ -119,19 +122,25 @@ pub fn run(g: &Global, args: &RunArgs) -> Result<u8> {
                 ),
             );
         }
+        let api_stop = tokio_util::sync::CancellationToken::new();
+        let api = crate::control::Control::new(relay.clone(), true);
+        api.adopt_rules().await;
+        start_api(&args.api, api, api_stop.clone()).await?;
         announce_seed(seed);
         events.start(seed, "run");
         let control = Arc::new(control);
+        let pid_for_signals = forward_signals()?;
         let c = control.clone();
         let pid = tokio::task::spawn_blocking(move || c.start_command())
             .await
             .map_err(|e| Error::runtime(e.to_string()))?
             .map_err(Error::runtime)?;
-        forward_signals(pid)?;
+        let _ = pid_for_signals.send(pid);
         let c = control.clone();
         let end = tokio::task::spawn_blocking(move || c.wait())
             .await
             .map_err(|e| Error::runtime(e.to_string()))?;
+        api_stop.cancel();
         relay.shutdown(args.drain).await;
         for t in dns_tasks {
             t.abort();
@@ -177,22 +186,31 @@ fn stop_faults_after(plan: &mut Plan, d: std::time::Duration) {
 /// Forwards SIGINT, SIGTERM and SIGHUP sent to netchaos to the command.
 /// Signals the terminal generated (Ctrl-C) already reached the command,
 /// which shares netchaos's process group, and are not sent twice.
-fn forward_signals(pid: Pid) -> Result<()> {
+///
+/// The handlers are installed before the command starts (so a signal can
+/// never find netchaos without them); one that arrives before the command's
+/// pid is known is delivered as soon as it is.
+fn forward_signals() -> Result<std::sync::mpsc::Sender<Pid>> {
     let mut signals = SignalsInfo::<WithOrigin>::new([SIGINT, SIGTERM, SIGHUP])
         .map_err(|e| Error::runtime(format!("cannot handle signals: {e}")))?;
+    let (tx, rx) = std::sync::mpsc::channel::<Pid>();
     std::thread::Builder::new()
         .name("signals".into())
         .spawn(move || {
+            let mut pid = None;
             for info in signals.forever() {
                 if info.cause == Cause::Kernel {
                     continue;
                 }
-                if let Ok(sig) = Signal::try_from(info.signal) {
+                if pid.is_none() {
+                    pid = rx.recv().ok();
+                }
+                if let (Some(pid), Ok(sig)) = (pid, Signal::try_from(info.signal)) {
                     tracing::info!("forwarding {sig} to the command (pid {pid})");
                     let _ = kill(pid, sig);
                 }
             }
         })
         .map_err(|e| Error::runtime(format!("cannot start the signal thread: {e}")))?;
-    Ok(())
+    Ok(tx)
 }

@@ -21,6 +21,15 @@ pub struct Bandwidth {
 }
 
 impl Bandwidth {
+    /// A per-connection limit with the default burst.
+    pub fn new(rate: u64) -> Bandwidth {
+        Bandwidth {
+            rate,
+            burst: default_burst(rate),
+            shared: None,
+        }
+    }
+
     pub fn parse(f: &mut Fields) -> Result<Self, ProfileError> {
         let rate = f.rate("rate")?.ok_or_else(|| {
             f.table_error("missing \"rate\" (a rate like \"1mbit\" or \"500KB/s\")")
@@ -77,7 +86,10 @@ impl Bandwidth {
                     Err(None)
                 } else {
                     match &self.shared {
-                        Some(b) => b[ctx.dir.index()].lock().expect("bucket lock").take(bytes.len(), now),
+                        Some(b) => b[ctx.dir.index()]
+                            .lock()
+                            .expect("bucket lock")
+                            .take(bytes.len(), now),
                         None => own.take(bytes.len(), now),
                     }
                     .map_err(|wait| Some(now + wait))
@@ -195,7 +207,10 @@ mod tests {
     async fn zero_rate_holds_until_the_window_closes() {
         let (tx, mut rx, io) = channels();
         let b = bw(&[("rate", "0")]);
-        tokio::spawn(async move { b.run(ctx(Window::parse("..5s").unwrap()), &mut { io }).await });
+        tokio::spawn(async move {
+            b.run(ctx(Window::parse("..5s").unwrap()), &mut { io })
+                .await
+        });
         let t0 = Instant::now();
         tx.send(data(10)).await.unwrap();
         rx.recv().await.unwrap();

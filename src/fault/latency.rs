@@ -194,7 +194,10 @@ mod tests {
     async fn inactive_window_passes_at_once() {
         let (tx, mut rx, io) = channels();
         let l = latency(&[("delay", "1s")]);
-        tokio::spawn(async move { l.run(ctx(Window::parse("10s..").unwrap()), &mut { io }).await });
+        tokio::spawn(async move {
+            l.run(ctx(Window::parse("10s..").unwrap()), &mut { io })
+                .await
+        });
         let t0 = Instant::now();
         tx.send(data(1)).await.unwrap();
         rx.recv().await.unwrap();

@@ -579,7 +579,11 @@ pub(crate) mod testing {
     }
 
     /// Runs `kind`'s stage on `io` in a task; returns the stop token.
-    pub fn spawn(kind: FaultKind, ctx: StageCtx, mut io: StageIo) -> tokio_util::sync::CancellationToken {
+    pub fn spawn(
+        kind: FaultKind,
+        ctx: StageCtx,
+        mut io: StageIo,
+    ) -> tokio_util::sync::CancellationToken {
         let stop = io.stop.clone();
         tokio::spawn(async move {
             if let Some(f) = kind.stage(ctx, &mut io) {

@@ -73,7 +73,10 @@ impl Slicer {
                 if io.send(Item::data(item.at, piece)).await.is_err() {
                     return;
                 }
-                if !bytes.is_empty() && !self.delay.is_zero() && !io.sleep_until(Instant::now() + self.delay).await {
+                if !bytes.is_empty()
+                    && !self.delay.is_zero()
+                    && !io.sleep_until(Instant::now() + self.delay).await
+                {
                     // Removed: the rest of the chunk goes at once.
                     let _ = io.send(Item::data(item.at, bytes)).await;
                     return;

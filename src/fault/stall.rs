@@ -1,13 +1,15 @@
 //! `stall`: after `after_bytes` (or `after` a time) nothing more flows for
 //! `duration`, or forever. The connection stays open and the stage stops
-//! reading, so the sender's window fills as behind a hung peer; held bytes
-//! are delivered when the stall ends.
+//! reading, so the sender's window fills as behind a hung peer. When the
+//! stall ends, `then` decides: `release` (default) delivers the held bytes
+//! and carries on; `close` and `reset` end the connection instead (what
+//! Toxiproxy's `timeout` toxic does).
 
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{StageCtx, StageIo, Trigger, Until, parse_trigger, pass_until};
+use super::{Item, ItemKind, StageCtx, StageIo, Trigger, Until, parse_trigger, pass_until};
 use crate::profile::node::{Fields, ProfileError};
 use crate::units::format_duration;
 
@@ -16,6 +18,15 @@ pub struct Stall {
     pub trigger: Trigger,
     /// `None`: forever.
     pub duration: Option<Duration>,
+    pub then: Then,
+}
+
+/// What happens when a stall's time is up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Then {
+    Release,
+    Close,
+    Reset,
 }
 
 impl Stall {
@@ -25,12 +36,32 @@ impl Stall {
         if duration == Some(Duration::ZERO) {
             return Err(f.table_error("duration must be more than 0 (or \"forever\")"));
         }
-        Ok(Stall { trigger, duration })
+        let then = match f.choice("then", &["release", "close", "reset"])? {
+            Some("close") => Then::Close,
+            Some("reset") => Then::Reset,
+            _ => Then::Release,
+        };
+        if then != Then::Release && duration.is_none() {
+            return Err(f.table_error(
+                "then = \"close\" or \"reset\" needs a duration after which to do it",
+            ));
+        }
+        Ok(Stall {
+            trigger,
+            duration,
+            then,
+        })
     }
 
     pub fn params(&self) -> Vec<(&'static str, String)> {
         let d = self.duration.map_or("forever".into(), format_duration);
-        vec![self.trigger.param(), ("duration", d)]
+        let mut p = vec![self.trigger.param(), ("duration", d)];
+        match self.then {
+            Then::Release => {}
+            Then::Close => p.push(("then", "close".into())),
+            Then::Reset => p.push(("then", "reset".into())),
+        }
+        p
     }
 
     pub async fn run(self, mut ctx: StageCtx, io: &mut StageIo) {
@@ -44,8 +75,23 @@ impl Stall {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         };
-        // Whether the stall ends by time or by removal, held bytes go on.
         let ran_out = io.wait_for(end).await;
+        if ran_out && self.then != Then::Release {
+            // The held bytes are never delivered: the connection ends.
+            let kind = if self.then == Then::Close {
+                ItemKind::Close
+            } else {
+                ItemKind::Reset
+            };
+            let _ = io
+                .send(Item {
+                    at: Instant::now(),
+                    kind,
+                })
+                .await;
+            return;
+        }
+        // Whether the stall ends by time or by removal, held bytes go on.
         if let Some(item) = held {
             if io.send(item).await.is_err() {
                 return;
@@ -74,9 +120,11 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn holds_after_the_mark_then_releases_everything() {
         let (tx, mut rx, io) = channels();
-        tokio::spawn(
-            async move { stall(&[("after_bytes", "5"), ("duration", "2s")]).run(ctx(Window::ALWAYS), &mut { io }).await },
-        );
+        tokio::spawn(async move {
+            stall(&[("after_bytes", "5"), ("duration", "2s")])
+                .run(ctx(Window::ALWAYS), &mut { io })
+                .await
+        });
         let t0 = Instant::now();
         tx.send(data(8)).await.unwrap();
         assert_eq!(rx.recv().await.unwrap().len(), 5);
@@ -96,7 +144,11 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn removing_a_stall_releases_what_it_held() {
         let (tx, mut rx, io) = channels();
-        let stop = crate::fault::testing::spawn(FaultKind::Stall(stall(&[("after_bytes", "3")])), ctx(Window::ALWAYS), io);
+        let stop = crate::fault::testing::spawn(
+            FaultKind::Stall(stall(&[("after_bytes", "3")])),
+            ctx(Window::ALWAYS),
+            io,
+        );
         tx.send(data(5)).await.unwrap();
         assert_eq!(rx.recv().await.unwrap().len(), 3);
         tokio::time::sleep(Duration::from_secs(60)).await;
@@ -105,9 +157,28 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn then_close_ends_the_connection_instead_of_releasing() {
+        let (tx, mut rx, io) = channels();
+        let s = stall(&[("duration", "2s"), ("then", "close")]);
+        tokio::spawn(async move { s.run(ctx(Window::ALWAYS), &mut { io }).await });
+        let t0 = Instant::now();
+        tx.send(data(8)).await.unwrap();
+        assert_eq!(rx.recv().await.unwrap().kind, ItemKind::Close);
+        assert_eq!(t0.elapsed(), Duration::from_secs(2));
+        assert!(
+            spec("stall", &[("then", "reset")]).is_err(),
+            "forever then reset makes no sense"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn time_trigger_fires_without_traffic() {
         let (tx, mut rx, io) = channels();
-        tokio::spawn(async move { stall(&[("after", "1s"), ("duration", "1s")]).run(ctx(Window::ALWAYS), &mut { io }).await });
+        tokio::spawn(async move {
+            stall(&[("after", "1s"), ("duration", "1s")])
+                .run(ctx(Window::ALWAYS), &mut { io })
+                .await
+        });
         tokio::time::sleep(Duration::from_millis(1500)).await;
         let t0 = Instant::now();
         tx.send(data(1)).await.unwrap();

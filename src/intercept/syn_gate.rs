@@ -36,8 +36,8 @@ use super::sandbox::Sandbox;
 use crate::events::{ConnInfo, FaultHit};
 use crate::fault::{Direction, FaultKind, FaultSpec, Stream};
 use crate::plan::{Chosen, ConnMeta, Flow, Plan};
-use crate::ruleset::ConnFaults;
 use crate::relay::{self, DialError, Relay};
+use crate::ruleset::ConnFaults;
 
 /// How long a decided SYN is remembered, to give retransmissions its fate.
 const REMEMBER: Duration = Duration::from_secs(120);
@@ -326,6 +326,7 @@ async fn decide(syn: Syn, relay: &Arc<Relay>, sandbox: &Arc<Sandbox>) -> (Fate, 
         dst: syn.dst.to_string(),
         host: names.first().cloned(),
         proxy: Some("run".into()),
+        counters: relay.events.stats.proxy("run"),
     });
     let hit = |c: &Chosen| {
         FaultHit::new(

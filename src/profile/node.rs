@@ -158,6 +158,39 @@ fn value_node(map: &SourceMap<'_>, v: &toml::Spanned<toml::de::DeValue<'_>>) -> 
     Node { value, loc }
 }
 
+/// Converts JSON (an API request body) into a located tree; every value is
+/// located at `loc` plus its path.
+pub fn from_json(v: &serde_json::Value, loc: &str) -> Node {
+    use serde_json::Value as J;
+    let value = match v {
+        J::String(s) => Value::Str(s.clone()),
+        J::Bool(b) => Value::Bool(*b),
+        J::Number(n) => match n.as_i64() {
+            Some(i) => Value::Int(i),
+            None => Value::Float(n.as_f64().unwrap_or(f64::NAN)),
+        },
+        J::Array(a) => Value::Array(
+            a.iter()
+                .enumerate()
+                .map(|(i, x)| from_json(x, &format!("{loc}[{i}]")))
+                .collect(),
+        ),
+        J::Object(m) => Value::Table(
+            m.iter()
+                .map(|(k, x)| {
+                    let at = format!("{loc}.{k}");
+                    (k.clone(), at.clone(), from_json(x, &at))
+                })
+                .collect(),
+        ),
+        J::Null => Value::Other("null"),
+    };
+    Node {
+        value,
+        loc: loc.to_string(),
+    }
+}
+
 /// Reads the keys of one table, remembering which were read so that
 /// [`Fields::finish`] can reject the rest as unknown.
 pub struct Fields {

@@ -20,10 +20,10 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::dial::{self, DialError, Dest};
+use super::dial::{self, Dest, DialError};
 use super::pipeline::{self, Feed, Wanted};
 use super::{DirEnd, Endpoint, Relay, Target, sockopt, splice};
-use crate::events::{ConnInfo, FaultHit};
+use crate::events::{ConnInfo, FaultHit, Meter};
 use crate::fault::{Direction, FaultKind, Partition, StageCtx};
 use crate::intercept::{FlowPartition, Sandbox};
 use crate::plan::{Chosen, ConnMeta};
@@ -93,11 +93,14 @@ pub async fn serve(relay: Arc<Relay>, client: TcpStream, peer: SocketAddr, ep: A
         dst: first.map_or_else(|| dest.label.clone(), |a| a.to_string()),
         host: dest.names.first().cloned(),
         proxy: Some(ep.name.clone()),
+        counters: relay.events.stats.proxy(&ep.name),
     });
     relay.events.conn_open(&info);
     if faults.disabled() {
         sockopt::set_linger_zero(&client);
-        relay.events.conn_close(&info, Outcome::Disabled.as_str(), [0, 0], opened.elapsed());
+        relay
+            .events
+            .conn_close(&info, Outcome::Disabled.as_str(), [0, 0], opened.elapsed());
         return;
     }
     let (chosen_tx, chosen) = watch::channel(Arc::new(faults.chosen(relay.epoch.elapsed())));
@@ -136,7 +139,9 @@ pub async fn serve(relay: Arc<Relay>, client: TcpStream, peer: SocketAddr, ep: A
         }
         _ = relay.abort.cancelled() => (Outcome::Aborted, [0, 0]),
     };
-    relay.events.conn_close(&info, outcome.as_str(), bytes, opened.elapsed());
+    relay
+        .events
+        .conn_close(&info, outcome.as_str(), bytes, opened.elapsed());
 }
 
 async fn wait_any(tokens: &[tokio_util::sync::CancellationToken]) {
@@ -181,7 +186,12 @@ impl Feed for DirFeed<'_> {
 }
 
 impl Conn<'_> {
-    async fn run(&self, client: &TcpStream, dest: Dest, dialled: Option<TcpStream>) -> (Outcome, [u64; 2]) {
+    async fn run(
+        &self,
+        client: &TcpStream,
+        dest: Dest,
+        dialled: Option<TcpStream>,
+    ) -> (Outcome, [u64; 2]) {
         let first = self.chosen.borrow().clone();
         let respond = first.iter().find_map(|c| match &c.spec.kind {
             FaultKind::Respond(r) => Some((c, r.clone())),
@@ -203,7 +213,9 @@ impl Conn<'_> {
             None => match self.dial(&dest.addrs, dest.inside.as_ref()).await {
                 Ok(s) => s,
                 Err(e) => {
-                    self.relay.events.relay_error(self.info, e.kind(), &e.to_string());
+                    self.relay
+                        .events
+                        .relay_error(self.info, e.kind(), &e.to_string());
                     sockopt::set_linger_zero(client);
                     return (Outcome::DialFailed, [0, 0]);
                 }
@@ -217,7 +229,11 @@ impl Conn<'_> {
         (outcome, bytes)
     }
 
-    async fn dial(&self, addrs: &[SocketAddr], inside: Option<&Arc<Sandbox>>) -> Result<TcpStream, DialError> {
+    async fn dial(
+        &self,
+        addrs: &[SocketAddr],
+        inside: Option<&Arc<Sandbox>>,
+    ) -> Result<TcpStream, DialError> {
         let mut last = DialError::Other("no address to dial".into());
         let timeout = self.relay.opts.dial_timeout;
         for addr in addrs {
@@ -234,7 +250,13 @@ impl Conn<'_> {
     }
 
     fn hit(&self, c: &Chosen, dir: Option<Direction>) -> FaultHit {
-        FaultHit::new(self.relay.events.clone(), self.info.clone(), c.rule.clone(), c.spec.clone(), dir)
+        FaultHit::new(
+            self.relay.events.clone(),
+            self.info.clone(),
+            c.rule.clone(),
+            c.spec.clone(),
+            dir,
+        )
     }
 
     /// The context of one fault's stage in one direction.
@@ -250,6 +272,13 @@ impl Conn<'_> {
         }
     }
 
+    fn meter(&self) -> Meter<'_> {
+        Meter {
+            global: &self.relay.events.stats,
+            proxy: &self.info.counters,
+        }
+    }
+
     fn feed(&self, dir: Direction) -> DirFeed<'_> {
         DirFeed {
             conn: self,
@@ -262,30 +291,51 @@ impl Conn<'_> {
     /// later) it runs the pipeline.
     async fn direction(&self, src: &TcpStream, dst: &TcpStream, dir: Direction) -> (DirEnd, u64) {
         let mut feed = self.feed(dir);
-        let stats = &self.relay.events.stats;
+        let meter = self.meter();
         let mut total = 0;
         if feed.wanted().is_empty() {
-            match splice::run(src, dst, dir, stats, &mut feed).await {
+            match splice::run(src, dst, dir, &meter, &mut feed).await {
                 splice::Spliced::End(end, n) => return (end, n),
                 splice::Spliced::Faulted(n) => total = n,
             }
         }
         // Boxed: the pipeline's state is large, and an idle fault-free
         // connection should not carry room for it.
-        let (end, n) = Box::pin(pipeline::run(pipeline::Source::Socket(src), dst, dir, &mut feed, stats)).await;
+        let (end, n) = Box::pin(pipeline::run(
+            pipeline::Source::Socket(src),
+            dst,
+            dir,
+            &mut feed,
+            &meter,
+        ))
+        .await;
         (end, total + n)
     }
 
     /// `respond`: the canned reply flows down the downstream pipeline (so
     /// other downstream faults still apply); what the client sends is read
     /// and discarded.
-    async fn respond(&self, client: &TcpStream, r: crate::fault::respond::Respond) -> (Outcome, [u64; 2]) {
+    async fn respond(
+        &self,
+        client: &TcpStream,
+        r: crate::fault::respond::Respond,
+    ) -> (Outcome, [u64; 2]) {
         if r.wait_request {
-            let _ = tokio::time::timeout(crate::fault::respond::Respond::REQUEST_WAIT, client.readable()).await;
+            let _ = tokio::time::timeout(
+                crate::fault::respond::Respond::REQUEST_WAIT,
+                client.readable(),
+            )
+            .await;
         }
-        let stats = &self.relay.events.stats;
+        let meter = self.meter();
         let mut feed = self.feed(Direction::Downstream);
-        let down = pipeline::run(pipeline::Source::Script(r.script()), client, Direction::Downstream, &mut feed, stats);
+        let down = pipeline::run(
+            pipeline::Source::Script(r.script()),
+            client,
+            Direction::Downstream,
+            &mut feed,
+            &meter,
+        );
         let up = discard(client);
         let (outcome, bytes) = run_pair(up, down, client, None).await;
         teardown(outcome, client, None).await;

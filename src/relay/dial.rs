@@ -178,4 +178,3 @@ pub async fn dial_with(
         ))),
     }
 }
-

@@ -51,6 +51,8 @@ pub struct Endpoint {
     /// Closes the listener and ends its connections (a proxy disabled or
     /// deleted through the API).
     pub cancel: CancellationToken,
+    /// Fires once the listener is closed.
+    pub closed: CancellationToken,
 }
 
 impl Endpoint {
@@ -60,7 +62,15 @@ impl Endpoint {
             target,
             flow,
             cancel: CancellationToken::new(),
+            closed: CancellationToken::new(),
         }
+    }
+
+    /// Closes the listener (and ends its connections); completes once the
+    /// port is free.
+    pub async fn close(&self) {
+        self.cancel.cancel();
+        let _ = tokio::time::timeout(Duration::from_secs(2), self.closed.cancelled()).await;
     }
 }
 

@@ -22,7 +22,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::{DirEnd, sockopt};
-use crate::events::Stats;
+use crate::events::Meter;
 use crate::fault::{Direction, FaultSpec, Item, ItemKind, Output, StageCtx, StageFuture, StageIo};
 
 /// Read sizes: a connection starts small (an idle or chatty connection
@@ -82,7 +82,13 @@ struct Link {
 }
 
 /// Runs the direction until the writer delivers FIN, RST or a close.
-pub async fn run(src: Source<'_>, dst: &TcpStream, dir: Direction, feed: &mut impl Feed, stats: &Stats) -> (DirEnd, u64) {
+pub async fn run(
+    src: Source<'_>,
+    dst: &TcpStream,
+    dir: Direction,
+    feed: &mut impl Feed,
+    meter: &Meter<'_>,
+) -> (DirEnd, u64) {
     let (writer_tx, writer_rx) = mpsc::channel::<Item>(DEPTH);
     let head = Output::new(writer_tx);
     let (spawn_tx, mut spawn_rx) = mpsc::unbounded_channel::<StageFuture<'static>>();
@@ -100,7 +106,7 @@ pub async fn run(src: Source<'_>, dst: &TcpStream, dir: Direction, feed: &mut im
         }
     };
     let reader = read_source(src, head.clone());
-    let writer = write_items(dst, writer_rx, dir, stats);
+    let writer = write_items(dst, writer_rx, dir, meter);
     tokio::pin!(runner, reader, writer);
     let mut reader_done = false;
     let mut live = true;
@@ -136,15 +142,26 @@ pub async fn run(src: Source<'_>, dst: &TcpStream, dir: Direction, feed: &mut im
 
 /// Makes the chain match `wanted`: removes what is no longer wanted (or
 /// changed), then links in what is new, each at its place.
-async fn relink(chain: &mut Vec<Link>, head: &Output, wanted: Vec<Wanted>, spawn: &mpsc::UnboundedSender<StageFuture<'static>>) {
+async fn relink(
+    chain: &mut Vec<Link>,
+    head: &Output,
+    wanted: Vec<Wanted>,
+    spawn: &mpsc::UnboundedSender<StageFuture<'static>>,
+) {
     let mut i = 0;
     while i < chain.len() {
-        let keep = wanted.iter().any(|w| w.id == chain[i].id && Arc::ptr_eq(&w.spec, &chain[i].spec));
+        let keep = wanted
+            .iter()
+            .any(|w| w.id == chain[i].id && Arc::ptr_eq(&w.spec, &chain[i].spec));
         if keep {
             i += 1;
             continue;
         }
-        let pred = if i == 0 { head.clone() } else { chain[i - 1].out.clone() };
+        let pred = if i == 0 {
+            head.clone()
+        } else {
+            chain[i - 1].out.clone()
+        };
         let link = chain.remove(i);
         let mut paused = pred.lock().await;
         link.stop.cancel();
@@ -156,13 +173,25 @@ async fn relink(chain: &mut Vec<Link>, head: &Output, wanted: Vec<Wanted>, spawn
         if chain.iter().any(|l| l.id == w.id) {
             continue;
         }
-        let pos = order.iter().position(|id| *id == w.id).unwrap_or(order.len());
+        let pos = order
+            .iter()
+            .position(|id| *id == w.id)
+            .unwrap_or(order.len());
         // After every linked stage that comes earlier in the wanted order.
         let at = chain
             .iter()
-            .take_while(|l| order.iter().position(|id| *id == l.id).is_some_and(|p| p < pos))
+            .take_while(|l| {
+                order
+                    .iter()
+                    .position(|id| *id == l.id)
+                    .is_some_and(|p| p < pos)
+            })
             .count();
-        let pred = if at == 0 { head.clone() } else { chain[at - 1].out.clone() };
+        let pred = if at == 0 {
+            head.clone()
+        } else {
+            chain[at - 1].out.clone()
+        };
         let mut paused = pred.lock().await;
         let (tx, rx) = mpsc::channel::<Item>(DEPTH);
         let out = Output::new(paused.clone());
@@ -201,7 +230,14 @@ async fn read_source(src: Source<'_>, out: Output) {
         Source::Socket(s) => read_socket(s, out).await,
         Source::Script(items) => {
             for kind in items {
-                if out.send(Item { at: Instant::now(), kind }).await.is_err() {
+                if out
+                    .send(Item {
+                        at: Instant::now(),
+                        kind,
+                    })
+                    .await
+                    .is_err()
+                {
                     return;
                 }
             }
@@ -220,7 +256,12 @@ async fn read_socket(src: &TcpStream, out: Output) {
     let mut want = MIN_READ;
     loop {
         if src.readable().await.is_err() {
-            let _ = out.send(Item { at: Instant::now(), kind: ItemKind::Reset }).await;
+            let _ = out
+                .send(Item {
+                    at: Instant::now(),
+                    kind: ItemKind::Reset,
+                })
+                .await;
             return;
         }
         // Allocated only once there is something to read; reuses the
@@ -241,7 +282,15 @@ async fn read_socket(src: &TcpStream, out: Output) {
             Err(_) => ItemKind::Reset,
         };
         let end = !matches!(kind, ItemKind::Data(_));
-        if out.send(Item { at: Instant::now(), kind }).await.is_err() || end {
+        if out
+            .send(Item {
+                at: Instant::now(),
+                kind,
+            })
+            .await
+            .is_err()
+            || end
+        {
             return;
         }
     }
@@ -250,7 +299,12 @@ async fn read_socket(src: &TcpStream, out: Output) {
 /// How long a reset waits for written bytes to be acknowledged first.
 pub const RESET_DRAIN: Duration = Duration::from_secs(1);
 
-async fn write_items(dst: &TcpStream, mut rx: mpsc::Receiver<Item>, dir: Direction, stats: &Stats) -> (DirEnd, u64) {
+async fn write_items(
+    dst: &TcpStream,
+    mut rx: mpsc::Receiver<Item>,
+    dir: Direction,
+    meter: &Meter<'_>,
+) -> (DirEnd, u64) {
     let mut total = 0u64;
     while let Some(item) = rx.recv().await {
         match item.kind {
@@ -259,7 +313,7 @@ async fn write_items(dst: &TcpStream, mut rx: mpsc::Receiver<Item>, dir: Directi
                     return (DirEnd::Reset, total);
                 }
                 total += bytes.len() as u64;
-                stats.add_bytes(dir, bytes.len() as u64);
+                meter.add(dir, bytes.len() as u64);
             }
             ItemKind::Fin => {
                 sockopt::shutdown_write(dst);

@@ -21,7 +21,7 @@ use tokio::net::TcpStream;
 use super::DirEnd;
 use super::pipeline::Feed;
 use super::sockopt;
-use crate::events::Stats;
+use crate::events::Meter;
 use crate::fault::Direction;
 
 /// Bytes one pipe carries per round trip; larger pipes mean fewer system
@@ -90,7 +90,13 @@ pub enum Spliced {
 ///
 /// Reading and writing overlap: while `dst` has no room, bytes keep moving
 /// from `src` into the pipe until it is full, as a kernel-side buffer.
-pub async fn run(src: &TcpStream, dst: &TcpStream, dir: Direction, stats: &Stats, feed: &mut impl Feed) -> Spliced {
+pub async fn run(
+    src: &TcpStream,
+    dst: &TcpStream,
+    dir: Direction,
+    meter: &Meter<'_>,
+    feed: &mut impl Feed,
+) -> Spliced {
     let mut total = 0u64;
     let mut pipe: Option<Pipe> = None;
     let mut in_pipe = 0usize;
@@ -138,7 +144,7 @@ pub async fn run(src: &TcpStream, dst: &TcpStream, dir: Direction, stats: &Stats
                     match take_pipe() {
                         Ok(p) => pipe = Some(p),
                         // Out of file descriptors: degrade to copying.
-                        Err(_) => match copy_once(src, dst, dir, stats, &mut total).await {
+                        Err(_) => match copy_once(src, dst, dir, meter, &mut total).await {
                             Ok(Some(end)) => return Spliced::End(end, total),
                             Ok(None) => continue,
                             Err(end) => return Spliced::End(end, total),
@@ -164,7 +170,7 @@ pub async fn run(src: &TcpStream, dst: &TcpStream, dir: Direction, stats: &Stats
                         in_pipe -= m;
                         pipe_full = false;
                         total += m as u64;
-                        stats.add_bytes(dir, m as u64);
+                        meter.add(dir, m as u64);
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                     // The destination is gone; the pipe's bytes go with it.
@@ -203,7 +209,7 @@ async fn copy_once(
     src: &TcpStream,
     dst: &TcpStream,
     dir: Direction,
-    stats: &Stats,
+    meter: &Meter<'_>,
     total: &mut u64,
 ) -> Result<Option<DirEnd>, DirEnd> {
     let mut buf = vec![0u8; 16 * 1024];
@@ -217,7 +223,7 @@ async fn copy_once(
                 .await
                 .map_err(|_| DirEnd::Reset)?;
             *total += n as u64;
-            stats.add_bytes(dir, n as u64);
+            meter.add(dir, n as u64);
             Ok(None)
         }
         Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),

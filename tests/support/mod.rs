@@ -53,11 +53,14 @@ pub fn netchaos(args: &[&str]) -> (i32, String, String) {
     )
 }
 
-/// A running `netchaos proxy`, stopped with SIGTERM when dropped.
+/// A running `netchaos proxy` (or `server`), stopped with SIGTERM when
+/// dropped.
 pub struct Proxy {
     child: Option<Child>,
     /// The listening addresses, in the order netchaos announced them.
     pub addrs: Vec<SocketAddr>,
+    /// The control API's address, when it has one.
+    pub api: Option<SocketAddr>,
     stderr: Arc<Mutex<String>>,
     reader: Option<JoinHandle<()>>,
 }
@@ -65,8 +68,19 @@ pub struct Proxy {
 impl Proxy {
     /// Starts `netchaos proxy ARGS` and waits until it is ready.
     pub fn start(args: &[&str]) -> Proxy {
+        let p = Proxy::start_cmd("proxy", args);
+        assert!(
+            !p.addrs.is_empty(),
+            "netchaos announced no listener:\n{}",
+            p.stderr()
+        );
+        p
+    }
+
+    /// Starts `netchaos SUBCOMMAND ARGS` and waits until it is ready.
+    pub fn start_cmd(subcommand: &str, args: &[&str]) -> Proxy {
         let mut child = Command::new(BIN)
-            .arg("proxy")
+            .arg(subcommand)
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -84,6 +98,9 @@ impl Proxy {
                 if let Some(rest) = line.split(" listening on ").nth(1) {
                     let addr = rest.split(" -> ").next().unwrap().trim().to_string();
                     let _ = tx.send(Some(addr));
+                } else if let Some(rest) = line.split("control API on http://").nth(1) {
+                    let addr = rest.split_whitespace().next().unwrap().to_string();
+                    let _ = tx.send(Some(format!("api {addr}")));
                 } else if line.contains("netchaos: ready") || line.contains("error") {
                     let _ = tx.send(None);
                 }
@@ -93,22 +110,26 @@ impl Proxy {
         let mut proxy = Proxy {
             child: Some(child),
             addrs: Vec::new(),
+            api: None,
             stderr,
             reader: Some(reader),
         };
         loop {
             match rx.recv_timeout(Duration::from_secs(20)) {
-                Ok(Some(a)) => proxy.addrs.push(a.parse().expect("listen address")),
+                Ok(Some(a)) => match a.strip_prefix("api ") {
+                    Some(api) => proxy.api = Some(api.parse().expect("API address")),
+                    None => proxy.addrs.push(a.parse().expect("listen address")),
+                },
                 Ok(None) => break,
                 Err(_) => panic!("netchaos did not become ready:\n{}", proxy.stderr()),
             }
         }
-        assert!(
-            !proxy.addrs.is_empty(),
-            "netchaos announced no listener:\n{}",
-            proxy.stderr()
-        );
         proxy
+    }
+
+    /// The control API's base URL.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.api.expect("netchaos has a control API"))
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -339,6 +360,44 @@ pub fn read_events(path: &std::path::Path) -> Vec<serde_json::Value> {
         .lines()
         .map(|l| serde_json::from_str(l).expect("event line is JSON"))
         .collect()
+}
+
+/// One HTTP request to the control API: (status, body as JSON or text).
+pub fn http(
+    method: &str,
+    url: &str,
+    body: Option<&str>,
+    headers: &[(&str, &str)],
+) -> (u16, serde_json::Value) {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(Duration::from_secs(20)))
+        .build()
+        .into();
+    macro_rules! with_headers {
+        ($r:expr) => {{
+            let mut r = $r;
+            for (k, v) in headers {
+                r = r.header(*k, *v);
+            }
+            r
+        }};
+    }
+    let resp = match (method, body) {
+        ("GET", _) => with_headers!(agent.get(url)).call(),
+        ("DELETE", _) => with_headers!(agent.delete(url)).call(),
+        ("POST", Some(b)) => with_headers!(agent.post(url)).send(b.to_string()),
+        ("POST", None) => with_headers!(agent.post(url)).send_empty(),
+        ("PATCH", b) => with_headers!(agent.patch(url)).send(b.unwrap_or("{}").to_string()),
+        (m, _) => panic!("method {m}"),
+    };
+    let mut resp = resp.expect("HTTP request to netchaos");
+    let status = resp.status().as_u16();
+    let text = resp.body_mut().read_to_string().unwrap_or_default();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(serde_json::Value::String(text)),
+    )
 }
 
 /// Runs a Python snippet; returns (exit code, stdout, stderr).

@@ -1,0 +1,129 @@
+//! `GET /metrics`: the counters in Prometheus's text format, every series
+//! named `netchaos_…`.
+
+use std::fmt::Write;
+use std::sync::atomic::Ordering;
+
+use crate::events::Stats;
+
+/// Renders the counters.
+pub fn render(stats: &Stats) -> String {
+    let mut out = String::new();
+    let proxies: Vec<_> = stats
+        .proxies
+        .lock()
+        .expect("stats lock")
+        .iter()
+        .map(|(n, p)| (n.clone(), p.clone()))
+        .collect();
+    family_into(
+        &mut out,
+        "netchaos_connections_open",
+        "gauge",
+        "Connections open now, by proxy.",
+    );
+    for (name, p) in &proxies {
+        let _ = writeln!(
+            out,
+            "netchaos_connections_open{{proxy=\"{}\"}} {}",
+            escape(name),
+            p.open.load(Ordering::Relaxed)
+        );
+    }
+    family_into(
+        &mut out,
+        "netchaos_connections_total",
+        "counter",
+        "Connections accepted (or refused at the SYN), by proxy.",
+    );
+    for (name, p) in &proxies {
+        let _ = writeln!(
+            out,
+            "netchaos_connections_total{{proxy=\"{}\"}} {}",
+            escape(name),
+            p.total.load(Ordering::Relaxed)
+        );
+    }
+    family_into(
+        &mut out,
+        "netchaos_bytes_total",
+        "counter",
+        "Bytes delivered, by proxy and direction.",
+    );
+    for (name, p) in &proxies {
+        for (i, dir) in ["upstream", "downstream"].iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "netchaos_bytes_total{{proxy=\"{}\",direction=\"{dir}\"}} {}",
+                escape(name),
+                p.bytes[i].load(Ordering::Relaxed)
+            );
+        }
+    }
+    family_into(
+        &mut out,
+        "netchaos_faults_injected_total",
+        "counter",
+        "Faults that took effect, by rule and kind.",
+    );
+    for ((rule, kind), n) in stats.faults.lock().expect("stats lock").iter() {
+        let _ = writeln!(
+            out,
+            "netchaos_faults_injected_total{{rule=\"{}\",fault=\"{kind}\"}} {n}",
+            escape(rule)
+        );
+    }
+    family_into(
+        &mut out,
+        "netchaos_relay_errors_total",
+        "counter",
+        "Relay errors (not injected faults), by kind.",
+    );
+    for (kind, n) in stats.errors.lock().expect("stats lock").iter() {
+        let _ = writeln!(out, "netchaos_relay_errors_total{{kind=\"{kind}\"}} {n}");
+    }
+    out
+}
+
+fn family_into(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+/// Escapes a label value (backslash, quote, newline).
+fn escape(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_counters_with_escaped_labels() {
+        let stats = Stats::default();
+        stats.proxy("we\"ird").total.fetch_add(3, Ordering::Relaxed);
+        stats
+            .faults
+            .lock()
+            .unwrap()
+            .insert(("r".into(), "latency"), 2);
+        let text = render(&stats);
+        assert!(
+            text.contains("netchaos_connections_total{proxy=\"we\\\"ird\"} 3"),
+            "{text}"
+        );
+        assert!(
+            text.contains("netchaos_faults_injected_total{rule=\"r\",fault=\"latency\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE netchaos_bytes_total counter"),
+            "{text}"
+        );
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            assert!(line.starts_with("netchaos_"), "{line}");
+        }
+    }
+}

@@ -1,0 +1,207 @@
+//! The control API: Toxiproxy's HTTP API ([`api`]), so that existing
+//! Toxiproxy clients drive netchaos, plus Prometheus metrics ([`metrics`]).
+//!
+//! netchaos's model maps onto Toxiproxy's: a *proxy* is either an explicit
+//! listener (with its own rule, named after it) or, under `netchaos run`, a
+//! rule of the profile (listen `"transparent"`); its *toxics* are that
+//! rule's faults ([`model`]). Changes apply to open connections.
+//!
+//! Safety: the API listens on loopback unless given a token; with a token,
+//! every request must carry `Authorization: Bearer TOKEN`. Requests from
+//! browsers (a `Mozilla/` user agent) are refused, as Toxiproxy does, so a
+//! web page cannot drive the API; bodies are limited in size.
+
+pub mod api;
+pub mod metrics;
+pub mod model;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::sync::Mutex;
+
+use model::Toxic;
+
+use crate::error::Error;
+use crate::plan::{Flow, Match};
+use crate::relay::{self, Endpoint, Relay, Target};
+use crate::ruleset::LiveRule;
+
+/// Largest request body accepted (bigger ones get 413).
+pub const BODY_LIMIT: usize = 64 * 1024;
+
+/// Where a proxy's connections come from.
+pub enum Listener {
+    /// A rule of transparent interception (`netchaos run`).
+    Transparent,
+    /// An explicit listener.
+    Socket {
+        /// As asked (`127.0.0.1:0`); rebinding reuses the bound port.
+        requested: String,
+        bound: Option<SocketAddr>,
+        upstream: String,
+        endpoint: Option<Arc<Endpoint>>,
+    },
+}
+
+/// A proxy as the API sees it.
+pub struct ApiProxy {
+    pub name: String,
+    pub listener: Listener,
+    pub enabled: bool,
+    pub rule: Arc<LiveRule>,
+    pub toxics: Vec<Toxic>,
+}
+
+/// The API's state: the relay it drives and its proxies.
+pub struct Control {
+    pub relay: Arc<Relay>,
+    pub proxies: Mutex<BTreeMap<String, ApiProxy>>,
+    /// Whether transparent interception (and so connect and packet faults)
+    /// exists here.
+    pub transparent: bool,
+}
+
+impl Control {
+    pub fn new(relay: Arc<Relay>, transparent: bool) -> Arc<Control> {
+        Arc::new(Control {
+            relay,
+            proxies: Mutex::new(BTreeMap::new()),
+            transparent,
+        })
+    }
+
+    /// Shows every rule of the plan that no listener owns as a transparent
+    /// proxy, its faults as toxics.
+    pub async fn adopt_rules(&self) {
+        let mut proxies = self.proxies.lock().await;
+        for rule in self.relay.rules.rules() {
+            if proxies.contains_key(&*rule.name) {
+                continue;
+            }
+            let p = ApiProxy {
+                name: rule.name.to_string(),
+                listener: Listener::Transparent,
+                enabled: rule.enabled(),
+                rule: rule.clone(),
+                toxics: model::toxics_for(&rule.faults()),
+            };
+            proxies.insert(p.name.clone(), p);
+        }
+    }
+
+    /// Registers a listener that is already serving (`netchaos proxy`).
+    pub async fn adopt_listener(
+        &self,
+        name: &str,
+        requested: &str,
+        bound: SocketAddr,
+        upstream: &str,
+        endpoint: Arc<Endpoint>,
+    ) {
+        let rule = self.proxy_rule(name);
+        let p = ApiProxy {
+            name: name.to_string(),
+            listener: Listener::Socket {
+                requested: requested.to_string(),
+                bound: Some(bound),
+                upstream: upstream.to_string(),
+                endpoint: Some(endpoint),
+            },
+            enabled: true,
+            toxics: model::toxics_for(&rule.faults()),
+            rule,
+        };
+        self.proxies.lock().await.insert(name.to_string(), p);
+    }
+
+    /// The rule that holds a listener proxy's toxics: one named after it
+    /// (the profile's, if it has one), matching the proxy.
+    pub(crate) fn proxy_rule(&self, name: &str) -> Arc<LiveRule> {
+        let rules = &self.relay.rules;
+        rules.get(name).unwrap_or_else(|| {
+            let m = Match {
+                proxies: vec![name.to_string()],
+                ..Match::default()
+            };
+            rules
+                .add(name, m)
+                .or_else(|| rules.get(name))
+                .expect("rule exists")
+        })
+    }
+
+    /// Puts a proxy's toxics in force: its rule's faults become them.
+    pub(crate) fn publish(p: &ApiProxy) {
+        p.rule
+            .set_faults(p.toxics.iter().filter_map(|t| t.fault.clone()).collect());
+    }
+
+    /// Opens a listener proxy's socket and starts serving it.
+    pub(crate) fn start(
+        &self,
+        name: &str,
+        requested: &str,
+        upstream: &str,
+    ) -> Result<(SocketAddr, Arc<Endpoint>), model::ApiError> {
+        let addr = crate::plan::parse_listen(requested).map_err(|e| {
+            model::ApiError::bad_request(format!("listen: expected {e}, got {requested:?}"))
+        })?;
+        let listener = relay::bind(addr).map_err(|e| {
+            let status = if e.reason.starts_with("address already in use") {
+                409
+            } else {
+                500
+            };
+            model::ApiError::new(status, e.to_string())
+        })?;
+        let bound = listener
+            .local_addr()
+            .map_err(|e| model::ApiError::new(500, e.to_string()))?;
+        let ep = Arc::new(Endpoint::new(
+            name,
+            Target::Fixed(upstream.to_string()),
+            Flow::Outbound,
+        ));
+        self.relay.serve(listener, ep.clone());
+        Ok((bound, ep))
+    }
+}
+
+/// Refuses a non-loopback API address without a token.
+pub fn check_api_addr(addr: SocketAddr, token: Option<&str>) -> Result<(), Error> {
+    if !addr.ip().is_loopback() && token.is_none_or(str::is_empty) {
+        return Err(Error::Usage(format!(
+            "the control API would listen on {addr}, which is not a loopback address: anyone who can reach it \
+             could change the faults. Give a token with --api-token TOKEN (or NETCHAOS_API_TOKEN); clients \
+             then send `Authorization: Bearer TOKEN`. Or listen on 127.0.0.1."
+        )));
+    }
+    Ok(())
+}
+
+/// Binds the API's listener (a busy port is a clear error) and serves it
+/// until `stop` fires.
+pub async fn serve(
+    addr: SocketAddr,
+    control: Arc<Control>,
+    token: Option<String>,
+    stop: tokio_util::sync::CancellationToken,
+) -> Result<SocketAddr, Error> {
+    check_api_addr(addr, token.as_deref())?;
+    let listener =
+        relay::bind(addr).map_err(|e| Error::Runtime(anyhow::anyhow!("control API: {e}")))?;
+    let bound = listener
+        .local_addr()
+        .map_err(|e| Error::Runtime(e.into()))?;
+    let app = api::router(control, token);
+    tokio::spawn(async move {
+        let server = axum::serve(listener, app)
+            .with_graceful_shutdown(async move { stop.cancelled().await });
+        if let Err(e) = server.await {
+            tracing::error!("control API: {e}");
+        }
+    });
+    Ok(bound)
+}

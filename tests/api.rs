@@ -1,0 +1,698 @@
+//! The Toxiproxy-compatible control API: every route and status code, a
+//! Toxiproxy client written by someone else (toxiproxy-python), `netchaos
+//! ctl`, faults changing on open connections, tokens, hostile input, and
+//! metrics.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use support::*;
+
+fn server(extra: &[&str]) -> Proxy {
+    let mut args = vec!["--api", "127.0.0.1:0"];
+    args.extend_from_slice(extra);
+    Proxy::start_cmd("server", &args)
+}
+
+fn listen_of(v: &Value) -> std::net::SocketAddr {
+    v["listen"].as_str().unwrap().parse().unwrap()
+}
+
+/// Round trip of one byte through `addr`, timed.
+fn rtt(addr: std::net::SocketAddr) -> Duration {
+    let mut c = connect(addr);
+    let t = Instant::now();
+    c.write_all(b"x").unwrap();
+    let mut b = [0u8; 1];
+    c.read_exact(&mut b).unwrap();
+    t.elapsed()
+}
+
+#[test]
+fn routes_and_status_codes_follow_toxiproxy() {
+    let echo = Server::echo("127.0.0.1:0");
+    let s = server(&[]);
+    let u = s.url();
+    let up = echo.addr.to_string();
+
+    let (st, v) = http("GET", &format!("{u}/version"), None, &[]);
+    assert_eq!(st, 200);
+    assert_eq!(v["version"], "2.12.0");
+
+    let (st, v) = http("GET", &format!("{u}/proxies"), None, &[]);
+    assert_eq!((st, v), (200, json!({})));
+
+    // Create: 201, the real bound address, keys in any case.
+    let body = json!({"NAME": "echo", "Upstream": up, "listen": "127.0.0.1:0"}).to_string();
+    let (st, v) = http("POST", &format!("{u}/proxies"), Some(&body), &[]);
+    assert_eq!(st, 201, "{v}");
+    assert_eq!(v["name"], "echo");
+    assert_eq!(v["enabled"], true);
+    assert_eq!(v["toxics"], json!([]));
+    let addr = listen_of(&v);
+    assert_ne!(addr.port(), 0, "the real port is reported");
+    assert!(rtt(addr) < Duration::from_millis(200));
+
+    let (st, v) = http("POST", &format!("{u}/proxies"), Some(&body), &[]);
+    assert_eq!(st, 409, "{v}");
+    assert_eq!(v, json!({"error": "proxy already exists", "status": 409}));
+    let (st, v) = http(
+        "POST",
+        &format!("{u}/proxies"),
+        Some(r#"{"upstream": "a:1"}"#),
+        &[],
+    );
+    assert_eq!(
+        (st, v["error"].as_str().unwrap()),
+        (400, "missing required field: name")
+    );
+    let (st, _) = http("GET", &format!("{u}/proxies/nope"), None, &[]);
+    assert_eq!(st, 404);
+
+    // Toxics: create 200, list, show, partial update (PATCH and POST), delete 204.
+    let tox = format!("{u}/proxies/echo/toxics");
+    let (st, v) = http(
+        "POST",
+        &tox,
+        Some(r#"{"type": "latency", "attributes": {"latency": 200, "jitter": 5}}"#),
+        &[],
+    );
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["name"], "latency_downstream");
+    assert_eq!(v["stream"], "downstream");
+    assert_eq!(v["toxicity"], 1.0);
+    assert!(rtt(addr) >= Duration::from_millis(190));
+    let (st, _) = http("POST", &tox, Some(r#"{"type": "latency"}"#), &[]);
+    assert_eq!(st, 409, "same default name");
+    let (st, v) = http("POST", &tox, Some(r#"{"type": "warp_drive"}"#), &[]);
+    assert_eq!(
+        (st, v["error"].as_str().unwrap()),
+        (400, "invalid toxic type")
+    );
+    let (st, v) = http("GET", &tox, None, &[]);
+    assert_eq!((st, v.as_array().unwrap().len()), (200, 1));
+    let one = format!("{tox}/latency_downstream");
+    let (st, v) = http(
+        "PATCH",
+        &one,
+        Some(r#"{"attributes": {"latency": 50}}"#),
+        &[],
+    );
+    assert_eq!(st, 200);
+    assert_eq!(
+        v["attributes"],
+        json!({"latency": 50, "jitter": 5}),
+        "unspecified attributes stay"
+    );
+    let (st, v) = http("POST", &one, Some(r#"{"toxicity": 0.5}"#), &[]);
+    assert_eq!((st, v["toxicity"].as_f64()), (200, Some(0.5)));
+    assert_eq!(v["attributes"]["latency"], 50);
+    let (st, v) = http("GET", &one, None, &[]);
+    assert_eq!((st, v["name"].as_str()), (200, Some("latency_downstream")));
+    let (st, _) = http("DELETE", &one, None, &[]);
+    assert_eq!(st, 204);
+    let (st, _) = http("DELETE", &one, None, &[]);
+    assert_eq!(st, 404);
+    let (st, _) = http("GET", &one, None, &[]);
+    assert_eq!(st, 404);
+
+    // Disabling closes the listener and its connections; enabling reopens
+    // the same port.
+    let mut open = connect(addr);
+    let (st, v) = http(
+        "PATCH",
+        &format!("{u}/proxies/echo"),
+        Some(r#"{"enabled": false}"#),
+        &[],
+    );
+    assert_eq!((st, v["enabled"].as_bool()), (200, Some(false)));
+    let (_, err) = read_to_end(&mut open);
+    assert!(
+        err.is_some_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset),
+        "open connections end"
+    );
+    assert!(
+        std::net::TcpStream::connect(addr).is_err(),
+        "no listener while disabled"
+    );
+    let (st, v) = http(
+        "POST",
+        &format!("{u}/proxies/echo"),
+        Some(r#"{"enabled": true}"#),
+        &[],
+    );
+    assert_eq!((st, listen_of(&v)), (200, addr));
+    assert!(rtt(addr) < Duration::from_millis(200));
+
+    // Reset: toxics gone, everything enabled.
+    http(
+        "POST",
+        &tox,
+        Some(r#"{"type": "latency", "attributes": {"latency": 300}}"#),
+        &[],
+    );
+    http(
+        "PATCH",
+        &format!("{u}/proxies/echo"),
+        Some(r#"{"enabled": false}"#),
+        &[],
+    );
+    let (st, _) = http("POST", &format!("{u}/reset"), None, &[]);
+    assert_eq!(st, 204);
+    let (_, v) = http("GET", &format!("{u}/proxies/echo"), None, &[]);
+    assert_eq!(
+        (v["enabled"].as_bool(), v["toxics"].clone()),
+        (Some(true), json!([]))
+    );
+    assert!(rtt(addr) < Duration::from_millis(200));
+
+    // Populate: 201 with every proxy.
+    let pop = json!([{"name": "a", "upstream": up}, {"name": "echo", "upstream": up, "listen": "127.0.0.1:0"}]).to_string();
+    let (st, v) = http("POST", &format!("{u}/populate"), Some(&pop), &[]);
+    assert_eq!(st, 201, "{v}");
+    let names: Vec<&str> = v["proxies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["a", "echo"]);
+    let (_, v) = http(
+        "POST",
+        &format!("{u}/populate"),
+        Some(&json!([{"name": "a", "upstream": up}]).to_string()),
+        &[],
+    );
+    assert_eq!(
+        v["proxies"].as_array().unwrap().len(),
+        1,
+        "only the populated proxies: {v}"
+    );
+    let (st, _) = http(
+        "POST",
+        &format!("{u}/populate"),
+        Some(r#"[{"name": "x"}]"#),
+        &[],
+    );
+    assert_eq!(st, 400);
+
+    // Delete: 204, and the port is free again.
+    let (st, _) = http("DELETE", &format!("{u}/proxies/echo"), None, &[]);
+    assert_eq!(st, 204);
+    assert!(std::net::TcpStream::connect(addr).is_err());
+    let (st, _) = http("DELETE", &format!("{u}/proxies/echo"), None, &[]);
+    assert_eq!(st, 404);
+}
+
+#[test]
+fn a_toxiproxy_client_drives_netchaos() {
+    if missing_tool("python3") {
+        return;
+    }
+    let ok = std::process::Command::new("python3")
+        .args(["-c", "import toxiproxy"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        assert!(
+            !in_ci(),
+            "toxiproxy-python is required in CI (scripts/test.sh installs it)"
+        );
+        eprintln!("SKIPPED: pip install toxiproxy-python");
+        return;
+    }
+    let echo = Server::echo("127.0.0.1:0");
+    let s = server(&[]);
+    let api = s.api.unwrap();
+    let script = r#"
+import socket, sys, time
+from toxiproxy import Toxiproxy
+from toxiproxy.api import APIConsumer
+host, port, upstream = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+t = Toxiproxy()
+t.update_api_consumer(host, port)
+p = t.create(upstream=upstream, name="echo", listen="127.0.0.1:0")
+addr = p.listen.rsplit(":", 1)
+def rtt():
+    c = socket.create_connection((addr[0], int(addr[1])), timeout=10)
+    s = time.monotonic(); c.sendall(b"x"); c.recv(1); c.close()
+    return time.monotonic() - s
+print("plain", round(rtt(), 2))
+p.add_toxic(type="latency", attributes={"latency": 300})
+print("toxics", sorted(p.toxics()))
+print("latency", round(rtt(), 1))
+APIConsumer.post("/proxies/echo/toxics/latency_downstream", json={"attributes": {"latency": 100}})
+print("updated", round(rtt(), 1), p.get_toxic("latency_downstream").attributes["latency"])
+p.destroy_toxic("latency_downstream")
+print("removed", round(rtt(), 1))
+p.add_toxic(type="timeout", attributes={"timeout": 0})
+t.reset()
+print("after reset", sorted(p.toxics()), round(rtt(), 1))
+print("proxies", sorted(t.proxies()))
+"#;
+    let (code, out, err) = python(
+        script,
+        &[
+            &api.ip().to_string(),
+            &api.port().to_string(),
+            &echo.addr.to_string(),
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], "plain 0.0", "{out}");
+    assert_eq!(lines[1], "toxics ['latency_downstream']");
+    assert_eq!(lines[2], "latency 0.3");
+    assert_eq!(lines[3], "updated 0.1 100");
+    assert_eq!(lines[4], "removed 0.0");
+    assert_eq!(lines[5], "after reset [] 0.0");
+    assert_eq!(lines[6], "proxies ['echo']");
+}
+
+#[test]
+fn ctl_round_trip() {
+    let echo = Server::echo("127.0.0.1:0");
+    let s = server(&[]);
+    let url = s.url();
+    let ctl = |args: &[&str]| {
+        let mut full = vec!["ctl", "--url", &url];
+        full.extend_from_slice(args);
+        let (code, out, err) = netchaos(&full);
+        assert_eq!(code, 0, "ctl {args:?}: {err}");
+        out
+    };
+    let up = echo.addr.to_string();
+    let out = ctl(&["create", "echo", "--upstream", &up]);
+    assert!(out.starts_with("echo  listen 127.0.0.1:"), "{out}");
+    let addr: std::net::SocketAddr = out.split_whitespace().nth(2).unwrap().parse().unwrap();
+    let out = ctl(&[
+        "add",
+        "echo",
+        "latency:delay=250ms,stream=both",
+        "--name",
+        "slow",
+    ]);
+    assert!(out.contains("added slow (latency both"), "{out}");
+    assert!(rtt(addr) >= Duration::from_millis(450), "both ways");
+    ctl(&["update", "echo", "slow", "delay=10ms"]);
+    assert!(rtt(addr) < Duration::from_millis(200));
+    let out = ctl(&["list"]);
+    assert!(
+        out.contains("- slow (latency both, toxicity 1.0)") && out.contains("10ms"),
+        "{out}"
+    );
+    ctl(&["disable", "echo"]);
+    assert!(std::net::TcpStream::connect(addr).is_err());
+    ctl(&["enable", "echo"]);
+    ctl(&["remove", "echo", "slow"]);
+    ctl(&["reset"]);
+    assert!(ctl(&["metrics"]).contains("netchaos_connections_total{proxy=\"echo\"}"));
+    ctl(&["delete", "echo"]);
+    assert_eq!(ctl(&["list"]).trim(), "no proxies");
+    // Errors are clear and exit 1.
+    let (code, _, err) = netchaos(&["ctl", "--url", &url, "show", "nope"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("the API said 404: proxy not found"), "{err}");
+    let (code, _, err) = netchaos(&["ctl", "--url", "http://127.0.0.1:9", "list"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("cannot reach the control API"), "{err}");
+}
+
+#[test]
+fn faults_change_open_connections_without_losing_bytes() {
+    let echo = Server::echo("127.0.0.1:0");
+    let s = server(&[]);
+    let u = s.url();
+    let body = json!({"name": "e", "upstream": echo.addr.to_string()}).to_string();
+    let (_, v) = http("POST", &format!("{u}/proxies"), Some(&body), &[]);
+    let mut c = connect(listen_of(&v));
+    c.set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    let mut buf = [0u8; 16];
+    c.write_all(b"one").unwrap();
+    c.read_exact(&mut buf[..3]).unwrap();
+
+    // A stall added mid-stream holds what follows…
+    let (st, _) = http(
+        "POST",
+        &format!("{u}/proxies/e/toxics"),
+        Some(r#"{"type": "stall", "name": "hold"}"#),
+        &[],
+    );
+    assert_eq!(st, 200);
+    c.write_all(b"two").unwrap();
+    let r = c.read(&mut buf);
+    assert!(r.is_err(), "the stall holds the reply: {r:?}");
+    // …and removing it releases the held bytes, in order.
+    let (st, _) = http("DELETE", &format!("{u}/proxies/e/toxics/hold"), None, &[]);
+    assert_eq!(st, 204);
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    c.read_exact(&mut buf[..3]).unwrap();
+    assert_eq!(&buf[..3], b"two");
+
+    // Latency added to the open connection delays the bytes that follow.
+    http(
+        "POST",
+        &format!("{u}/proxies/e/toxics"),
+        Some(r#"{"type": "latency", "attributes": {"latency": 300}}"#),
+        &[],
+    );
+    let t = Instant::now();
+    c.write_all(b"three").unwrap();
+    c.read_exact(&mut buf[..5]).unwrap();
+    assert!(
+        t.elapsed() >= Duration::from_millis(280),
+        "{:?}",
+        t.elapsed()
+    );
+    http(
+        "DELETE",
+        &format!("{u}/proxies/e/toxics/latency_downstream"),
+        None,
+        &[],
+    );
+    let t = Instant::now();
+    c.write_all(b"four").unwrap();
+    c.read_exact(&mut buf[..4]).unwrap();
+    assert!(t.elapsed() < Duration::from_millis(200));
+    assert_eq!(&buf[..4], b"four");
+}
+
+#[test]
+fn a_non_loopback_api_needs_a_token_and_enforces_it() {
+    let (code, _, err) = netchaos(&["server", "--api", "0.0.0.0:0"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("not a loopback address") && err.contains("--api-token"),
+        "{err}"
+    );
+
+    let Some(ns) = TestNetns::new() else { return };
+    // The server listens on the namespace's own address, with a token.
+    let api = format!("{}:8474", ns.ns_ip);
+    let mut child = std::process::Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &ns.name,
+            BIN,
+            "server",
+            "--api",
+            &api,
+            "--api-token",
+            "s3cret",
+        ])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let url = format!("http://{api}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::net::TcpStream::connect(&api).is_err() {
+        assert!(Instant::now() < deadline, "the API did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (st, v) = http("GET", &format!("{url}/proxies"), None, &[]);
+    assert_eq!(st, 401, "{v}");
+    let (st, _) = http(
+        "GET",
+        &format!("{url}/proxies"),
+        None,
+        &[("Authorization", "Bearer wrong")],
+    );
+    assert_eq!(st, 401);
+    let (st, v) = http(
+        "GET",
+        &format!("{url}/proxies"),
+        None,
+        &[("Authorization", "Bearer s3cret")],
+    );
+    assert_eq!((st, v), (200, json!({})));
+    let (code, out, err) = netchaos(&["ctl", "--url", &url, "--token", "s3cret", "list"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.trim(), "no proxies");
+    signal(child.id(), libc::SIGTERM);
+    let _ = child.wait();
+}
+
+#[test]
+fn hostile_input_gets_4xx_and_never_a_crash() {
+    let s = server(&[]);
+    let u = s.url();
+    http(
+        "POST",
+        &format!("{u}/proxies"),
+        Some(r#"{"name": "p", "upstream": "127.0.0.1:9"}"#),
+        &[],
+    );
+    let bodies: Vec<String> = vec![
+        "".into(),
+        "{".into(),
+        "null".into(),
+        "[]".into(),
+        "42".into(),
+        r#"{"name": 5, "upstream": []}"#.into(),
+        r#"{"type": {"a": 1}}"#.into(),
+        r#"{"type": "latency", "attributes": {"latency": "fast"}}"#.into(),
+        r#"{"type": "latency", "attributes": {"latency": 1e300}}"#.into(),
+        r#"{"type": "bandwidth", "attributes": {"rate": -1}}"#.into(),
+        r#"{"type": "slicer", "attributes": {"average_size": 10, "size_variation": 99}}"#.into(),
+        r#"{"type": "respond", "attributes": {"status": 99999}}"#.into(),
+        r#"{"type": "stall", "attributes": {"duration": "0s"}}"#.into(),
+        r#"{"type": "refuse"}"#.into(),
+        r#"{"name": "q", "upstream": "no-port"}"#.into(),
+        r#"{"name": "q", "upstream": "127.0.0.1:9", "listen": "not an address"}"#.into(),
+        format!("{{\"name\": \"{}\"}}", "x".repeat(100_000)),
+        "\u{0}\u{1}\u{2}".into(),
+    ];
+    let routes = [
+        ("POST", "/proxies"),
+        ("POST", "/populate"),
+        ("POST", "/proxies/p"),
+        ("PATCH", "/proxies/p"),
+        ("POST", "/proxies/p/toxics"),
+        ("POST", "/proxies/p/toxics/none"),
+        ("PATCH", "/proxies/nope/toxics/none"),
+    ];
+    for (method, path) in routes {
+        for b in &bodies {
+            let (st, v) = http(method, &format!("{u}{path}"), Some(b), &[]);
+            // Objects with fields a route does not use are accepted, as
+            // Toxiproxy (Go's JSON) ignores unknown fields; everything else
+            // here is a 4xx with a JSON error.
+            let ignorable =
+                b.starts_with('{') && path.starts_with("/proxies/p") && !path.contains("toxics")
+                    || path == "/populate" && b == "[]";
+            if ignorable {
+                assert!(st < 500, "{method} {path} {:.60}: {st} {v}", b);
+                continue;
+            }
+            assert!(
+                (400..500).contains(&st),
+                "{method} {path} {:.60}: {st} {v}",
+                b
+            );
+            if st != 413 {
+                assert!(
+                    v.get("error").is_some() && v["status"] == st,
+                    "{method} {path}: {v}"
+                );
+            }
+        }
+    }
+    let (st, _) = http(
+        "POST",
+        &format!("{u}/proxies"),
+        Some(&"x".repeat(100_000)),
+        &[],
+    );
+    assert_eq!(st, 413, "big bodies are refused");
+    let (st, _) = http(
+        "GET",
+        &format!("{u}/proxies"),
+        None,
+        &[("User-Agent", "Mozilla/5.0 (X11)")],
+    );
+    assert_eq!(st, 403, "browsers are refused");
+    let (st, _) = http("GET", &format!("{u}/nothing/here"), None, &[]);
+    assert_eq!(st, 404);
+    let (st, _) = http("DELETE", &format!("{u}/version"), None, &[]);
+    assert_eq!(st, 405);
+    // Still alive and unharmed.
+    let (st, v) = http("GET", &format!("{u}/proxies"), None, &[]);
+    assert_eq!(st, 200);
+    assert_eq!(v.as_object().unwrap().keys().collect::<Vec<_>>(), ["p"]);
+    let (_, stderr) = s.stop();
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn metrics_move_as_faults_are_injected() {
+    let echo = Server::echo("127.0.0.1:0");
+    let s = server(&[]);
+    let u = s.url();
+    let body = json!({"name": "m", "upstream": echo.addr.to_string()}).to_string();
+    let (_, v) = http("POST", &format!("{u}/proxies"), Some(&body), &[]);
+    let addr = listen_of(&v);
+    http(
+        "POST",
+        &format!("{u}/proxies/m/toxics"),
+        Some(r#"{"type": "latency", "attributes": {"latency": 1}}"#),
+        &[],
+    );
+    let metric = |name: &str| -> f64 {
+        let (_, v) = http("GET", &format!("{u}/metrics"), None, &[]);
+        let text = v.as_str().unwrap().to_string();
+        text.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.rsplit(' ').next())
+            .map_or(0.0, |n| n.parse().unwrap())
+    };
+    let before = metric("netchaos_faults_injected_total{rule=\"m\",fault=\"latency\"}");
+    for _ in 0..3 {
+        rtt(addr);
+    }
+    assert_eq!(
+        metric("netchaos_faults_injected_total{rule=\"m\",fault=\"latency\"}"),
+        before + 3.0
+    );
+    assert_eq!(metric("netchaos_connections_total{proxy=\"m\"}"), 3.0);
+    assert!(metric("netchaos_bytes_total{proxy=\"m\",direction=\"downstream\"}") >= 3.0);
+    let (_, v) = http("GET", &format!("{u}/metrics"), None, &[]);
+    for line in v.as_str().unwrap().lines().filter(|l| !l.starts_with('#')) {
+        assert!(line.starts_with("netchaos_"), "{line}");
+    }
+}
+
+#[test]
+fn proxy_and_run_serve_the_api_too() {
+    let echo = Server::echo("127.0.0.1:0");
+    let up = echo.addr.to_string();
+    let p = Proxy::start(&[
+        "--api",
+        "127.0.0.1:0",
+        "--name",
+        "given",
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        &up,
+    ]);
+    let (st, v) = http("GET", &format!("{}/proxies/given", p.url()), None, &[]);
+    assert_eq!(st, 200);
+    assert_eq!(listen_of(&v), p.addr());
+    http(
+        "POST",
+        &format!("{}/proxies/given/toxics", p.url()),
+        Some(r#"{"type": "latency", "attributes": {"latency": 200}}"#),
+        &[],
+    );
+    assert!(rtt(p.addr()) >= Duration::from_millis(190));
+    // Connect faults need transparent interception.
+    let (st, v) = http(
+        "POST",
+        &format!("{}/proxies/given/toxics", p.url()),
+        Some(r#"{"type": "refuse"}"#),
+        &[],
+    );
+    assert_eq!(st, 400, "{v}");
+}
+
+#[test]
+fn under_run_rules_are_transparent_proxies() {
+    if missing_tool("python3") || missing_tool("nft") || missing_tool("ip") {
+        return;
+    }
+    let echo = Server::echo("127.0.0.1:0");
+    let dir = tempfile::tempdir().unwrap();
+    let ready = dir.path().join("ready");
+    let go = dir.path().join("go");
+    // The wrapped command connects once, waits for the test to add a fault
+    // through the API, then connects again.
+    let script = format!(
+        r#"
+import os, socket, sys, time
+def attempt():
+    try:
+        socket.create_connection(("127.0.0.1", {port}), timeout=5).close(); return "ok"
+    except ConnectionRefusedError:
+        return "refused"
+print(attempt(), flush=True)
+open("{ready}", "w").close()
+for _ in range(200):
+    if os.path.exists("{go}"): break
+    time.sleep(0.05)
+print(attempt(), flush=True)
+"#,
+        port = echo.addr.port(),
+        ready = ready.display(),
+        go = go.display()
+    );
+    let profile = dir.path().join("p.toml");
+    std::fs::write(
+        &profile,
+        "[[rules]]\nname = \"backend\"\nmatch = { ports = [\"1-65535\"] }\n",
+    )
+    .unwrap();
+    let mut child = std::process::Command::new(BIN)
+        .args([
+            "run",
+            "--api",
+            "127.0.0.1:0",
+            "-p",
+            profile.to_str().unwrap(),
+            "--",
+            "python3",
+            "-c",
+            &script,
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut api = None;
+    for _ in 0..50 {
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut err, &mut line).unwrap();
+        if let Some(rest) = line.split("control API on http://").nth(1) {
+            api = Some(rest.split_whitespace().next().unwrap().to_string());
+            break;
+        }
+    }
+    let u = format!("http://{}", api.expect("the API address"));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !ready.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the wrapped command did not get ready"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (st, v) = http("GET", &format!("{u}/proxies/backend"), None, &[]);
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["listen"], "transparent");
+    let (st, v) = http(
+        "POST",
+        &format!("{u}/proxies/backend/toxics"),
+        Some(r#"{"type": "refuse"}"#),
+        &[],
+    );
+    assert_eq!(st, 200, "{v}");
+    std::fs::write(&go, "").unwrap();
+    let mut out = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    let status = child.wait().unwrap();
+    assert!(status.success());
+    assert_eq!(
+        out, "ok\nrefused\n",
+        "the fault added through the API refused the next connect"
+    );
+}
