@@ -59,6 +59,8 @@ pub enum Command {
     Server(ServerArgs),
     /// Talk to a running netchaos (or Toxiproxy) control API.
     Ctl(CtlArgs),
+    /// Shape a network device's traffic with tc/netem: delay, loss, rate, … (root).
+    Netem(NetemArgs),
     /// Validate profiles (and --fault flags) and print the resolved plan.
     Check(CheckArgs),
     /// List the built-in profiles with their descriptions.
@@ -184,6 +186,89 @@ pub enum CtlAction {
     Reset,
     /// Print the metrics.
     Metrics,
+}
+
+#[derive(Debug, Args)]
+pub struct NetemArgs {
+    #[command(subcommand)]
+    pub action: NetemAction,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum NetemAction {
+    /// Shape DEV's traffic (replacing a previous netchaos setup on it).
+    Apply(NetemApply),
+    /// Remove exactly the qdiscs and filters netchaos added to DEV.
+    Clear {
+        #[arg(long, value_name = "DEV")]
+        dev: String,
+        /// Print the tc commands instead of running them.
+        #[arg(long)]
+        dry_run: bool,
+    },
+    /// Show DEV's qdiscs and filters, netchaos's marked.
+    Show {
+        #[arg(long, value_name = "DEV")]
+        dev: String,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct NetemApply {
+    /// The network device, like eth0 (or from the profile's [netem] table).
+    #[arg(long, value_name = "DEV")]
+    pub dev: Option<String>,
+    /// A profile with a [netem] table (flags override it).
+    #[arg(short = 'p', long = "profile", value_name = "NAME|PATH")]
+    pub profile: Option<String>,
+    /// Delay every packet.
+    #[arg(long, value_name = "DURATION", value_parser = duration_arg)]
+    pub delay: Option<Duration>,
+    /// ± this much (needs --delay).
+    #[arg(long, value_name = "DURATION", value_parser = duration_arg)]
+    pub jitter: Option<Duration>,
+    /// How much each delay depends on the previous one, in percent (needs --jitter).
+    #[arg(long, value_name = "PERCENT", value_parser = crate::netem::parse_percent_flag)]
+    pub correlation: Option<f64>,
+    /// Shape of the jitter: normal, pareto, paretonormal or uniform (needs --jitter).
+    #[arg(long, value_name = "NAME")]
+    pub distribution: Option<String>,
+    /// Drop this share of packets, in percent.
+    #[arg(long, value_name = "PERCENT", value_parser = crate::netem::parse_percent_flag)]
+    pub loss: Option<f64>,
+    /// Duplicate this share of packets, in percent.
+    #[arg(long, value_name = "PERCENT", value_parser = crate::netem::parse_percent_flag)]
+    pub duplicate: Option<f64>,
+    /// Corrupt (flip a bit in) this share of packets, in percent.
+    #[arg(long, value_name = "PERCENT", value_parser = crate::netem::parse_percent_flag)]
+    pub corrupt: Option<f64>,
+    /// Send this share of packets at once, ahead of delayed ones, in percent (needs --delay).
+    #[arg(long, value_name = "PERCENT", value_parser = crate::netem::parse_percent_flag)]
+    pub reorder: Option<f64>,
+    /// Reorder every Nth packet (needs --reorder).
+    #[arg(long, value_name = "N")]
+    pub gap: Option<u32>,
+    /// Limit the rate, like 1mbit or 500KB/s (alone, this needs no netem: tbf).
+    #[arg(long, value_name = "RATE", value_parser = rate_arg)]
+    pub rate: Option<u64>,
+    /// Packets netem may hold at once.
+    #[arg(long, value_name = "N")]
+    pub limit: Option<u32>,
+    /// Only traffic to this destination (CIDR or address; repeatable; IPv4 and IPv6).
+    #[arg(long, value_name = "CIDR", value_parser = crate::netem::parse_dst)]
+    pub dst: Vec<ipnet::IpNet>,
+    /// Only traffic to this destination port.
+    #[arg(long, value_name = "PORT")]
+    pub dport: Option<u16>,
+    /// Only traffic from this source port.
+    #[arg(long, value_name = "PORT")]
+    pub sport: Option<u16>,
+    /// Shape incoming instead of outgoing traffic (through an ifb device).
+    #[arg(long)]
+    pub ingress: bool,
+    /// Print the tc commands instead of running them.
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 #[derive(Debug, Args)]
@@ -334,6 +419,10 @@ pub struct DemoArgs {
     /// client process with `netchaos run`.
     #[arg(long)]
     pub in_process: bool,
+}
+
+fn rate_arg(s: &str) -> std::result::Result<u64, String> {
+    crate::units::parse_rate(s).map_err(|e| format!("expected {e}"))
 }
 
 fn listen_arg(s: &str) -> std::result::Result<std::net::SocketAddr, String> {

@@ -23,6 +23,7 @@
 //!   ([`relay::pipeline`]).
 //! * [`events`] — the event log, counters and the exit summary.
 //! * [`control`] — the Toxiproxy-compatible HTTP API and Prometheus metrics.
+//! * [`netem`] — host-level tc/netem shaping (separate from the relay).
 //! * [`demo`] — the built-in demonstration.
 //! * [`commands`] — each subcommand wiring the above together; [`error`]
 //!   maps failures to exit codes.
@@ -35,6 +36,7 @@ pub mod error;
 pub mod events;
 pub mod fault;
 pub mod intercept;
+pub mod netem;
 pub mod plan;
 pub mod profile;
 pub mod relay;

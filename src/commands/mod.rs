@@ -5,6 +5,7 @@
 
 mod check;
 mod ctl;
+mod netem;
 mod proxy;
 mod run;
 
@@ -27,6 +28,7 @@ pub fn run(cli: Cli, matches: &ArgMatches) -> Result<u8> {
         Command::Run(args) => run::run(&cli.global, args),
         Command::Server(args) => proxy::server(&cli.global, args),
         Command::Ctl(args) => ctl::run(args),
+        Command::Netem(args) => netem::run(&cli.global, args),
         Command::Check(args) => check::check(&cli.global, args),
         Command::Profiles => {
             check::profiles();

@@ -25,6 +25,8 @@ pub struct ProfileDoc {
     pub seed: Option<u64>,
     pub rules: Vec<Rule>,
     pub proxies: Vec<ProxySpec>,
+    /// Host-level shaping for `netchaos netem apply -p`.
+    pub netem: Option<crate::netem::Netem>,
 }
 
 /// Reads a profile given as a built-in name or a path.
@@ -69,6 +71,15 @@ pub fn parse(name: &str, text: &str, dir: Option<PathBuf>) -> Result<ProfileDoc,
     for (i, node) in top.tables("proxies")?.into_iter().enumerate() {
         proxies.push(parse_proxy(i, node)?);
     }
+    let netem = match top.take("netem") {
+        Some(node) => {
+            let mut f = Fields::new("netem", node)?;
+            let n = crate::netem::Netem::from_fields(&mut f)?;
+            f.finish()?;
+            Some(checked_netem(&n, name)?)
+        }
+        None => None,
+    };
     top.finish()?;
     Ok(ProfileDoc {
         source: name.to_string(),
@@ -76,7 +87,21 @@ pub fn parse(name: &str, text: &str, dir: Option<PathBuf>) -> Result<ProfileDoc,
         seed,
         rules,
         proxies,
+        netem,
     })
+}
+
+/// A `[netem]` table is checked like the flags (the device may come later,
+/// from --dev).
+fn checked_netem(n: &crate::netem::Netem, name: &str) -> Result<crate::netem::Netem, ProfileError> {
+    let mut probe = n.clone();
+    if probe.dev.is_empty() {
+        probe.dev = "dev".into();
+    }
+    probe
+        .validate()
+        .map_err(|e| ProfileError::new(name, format!("netem: {}", e.replace("--", ""))))?;
+    Ok(n.clone())
 }
 
 fn parse_rule(i: usize, node: Node, dir: &Option<PathBuf>) -> Result<Rule, ProfileError> {

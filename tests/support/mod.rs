@@ -421,6 +421,10 @@ pub struct TestNetns {
     pub name: String,
     pub host_ip: std::net::Ipv4Addr,
     pub ns_ip: std::net::Ipv4Addr,
+    /// The host end of the veth pair.
+    pub host_if: String,
+    /// The namespace end.
+    pub ns_if: String,
 }
 
 impl TestNetns {
@@ -447,6 +451,8 @@ impl TestNetns {
             name,
             host_ip,
             ns_ip,
+            host_if: host_if.clone(),
+            ns_if: ns_if.clone(),
         };
         let steps: Vec<Vec<String>> = vec![
             vec!["netns".into(), "add".into(), ns.name.clone()],

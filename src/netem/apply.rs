@@ -1,0 +1,251 @@
+//! Running the tc plan: what the device already has, applying with
+//! roll-back, clearing exactly netchaos's own, and saying plainly which
+//! kernel module is missing and what to do instead.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+use super::{CHILD_HANDLE, Cmd, HANDLE, Netem, ifb_name, plan, unplan};
+
+/// Runs one command; the error is its stderr.
+fn run(c: &Cmd) -> Result<String, String> {
+    let out = Command::new(&c[0])
+        .args(&c[1..])
+        .output()
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => format!(
+                "the `{}` command was not found: install iproute2 (apt-get install iproute2)",
+                c[0]
+            ),
+            _ => format!("cannot run {}: {e}", c[0]),
+        })?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
+    }
+}
+
+fn argv(s: &str) -> Cmd {
+    s.split_whitespace().map(str::to_string).collect()
+}
+
+/// The qdiscs of a device, from `tc -j qdisc show`.
+fn qdiscs(dev: &str) -> Result<Vec<Value>, String> {
+    let text =
+        run(&argv(&format!("tc -j qdisc show dev {dev}"))).map_err(|e| explain(&e, dev, "show"))?;
+    match serde_json::from_str::<Value>(&text) {
+        Ok(Value::Array(a)) => Ok(a),
+        _ => Ok(Vec::new()),
+    }
+}
+
+fn root_handle(q: &[Value]) -> Option<String> {
+    q.iter()
+        .find(|x| x.get("root").and_then(Value::as_bool).unwrap_or(false))
+        .and_then(|x| x.get("handle").and_then(Value::as_str))
+        .map(str::to_string)
+}
+
+fn has_ingress(q: &[Value]) -> bool {
+    q.iter().any(|x| {
+        matches!(
+            x.get("kind").and_then(Value::as_str),
+            Some("ingress" | "clsact")
+        )
+    })
+}
+
+fn link_exists(dev: &str) -> bool {
+    run(&argv(&format!("ip link show dev {dev}"))).is_ok()
+}
+
+/// Applies `n`, replacing a previous netchaos setup on the device; never
+/// touches a root (or ingress) qdisc netchaos did not create. On failure,
+/// what was added is removed again.
+pub fn apply(n: &Netem) -> Result<(), String> {
+    if !link_exists(&n.dev) {
+        return Err(format!(
+            "there is no network device {:?} (see `ip link`)",
+            n.dev
+        ));
+    }
+    let q = qdiscs(&n.dev)?;
+    let ifb = ifb_name(&n.dev);
+    let ours_ingress = link_exists(&ifb);
+    if let Some(h) = root_handle(&q).filter(|h| h != "0:" && h != HANDLE) {
+        if !n.ingress {
+            let kind = q
+                .iter()
+                .find(|x| x["root"] == true)
+                .and_then(|x| x["kind"].as_str())
+                .unwrap_or("?");
+            return Err(format!(
+                "{} already has a root qdisc ({kind} {h}) that netchaos did not create; netchaos will not replace it. \
+                 Remove it yourself (tc qdisc del dev {} root) if you mean to, then apply again",
+                n.dev, n.dev
+            ));
+        }
+    }
+    if n.ingress && has_ingress(&q) && !ours_ingress {
+        return Err(format!(
+            "{} already has an ingress qdisc that netchaos did not create; netchaos will not replace it",
+            n.dev
+        ));
+    }
+    // A previous netchaos setup on this device is replaced.
+    clear(&n.dev)?;
+    for c in plan(n) {
+        if let Err(e) = run(&c) {
+            // Never half-applied: take back whatever went in.
+            for u in unplan(n) {
+                let _ = run(&u);
+            }
+            return Err(explain(&e, &n.dev, &c.join(" ")) + &alternatives(n, &e));
+        }
+    }
+    Ok(())
+}
+
+/// Removes netchaos's qdiscs (and ifb) from `dev`; a no-op when there are
+/// none. Returns the commands it ran.
+pub fn clear(dev: &str) -> Result<Vec<String>, String> {
+    let cmds = clear_plan(dev)?;
+    for c in &cmds {
+        run(c).map_err(|e| explain(&e, dev, &c.join(" ")))?;
+    }
+    Ok(cmds.iter().map(|c| c.join(" ")).collect())
+}
+
+/// What `clear` would run, given the device's current state.
+pub fn clear_plan(dev: &str) -> Result<Vec<Cmd>, String> {
+    if !link_exists(dev) {
+        return Err(format!(
+            "there is no network device {dev:?} (see `ip link`)"
+        ));
+    }
+    let mut cmds = Vec::new();
+    if root_handle(&qdiscs(dev)?).as_deref() == Some(HANDLE) {
+        cmds.push(argv(&format!(
+            "tc qdisc del dev {dev} root handle {HANDLE}"
+        )));
+    }
+    let ifb = ifb_name(dev);
+    if link_exists(&ifb) {
+        if has_ingress(&qdiscs(dev)?) {
+            cmds.push(argv(&format!(
+                "tc qdisc del dev {dev} handle ffff: ingress"
+            )));
+        }
+        cmds.push(argv(&format!("ip link del {ifb}")));
+    }
+    Ok(cmds)
+}
+
+/// The device's qdiscs and filters, netchaos's marked.
+pub fn show(dev: &str) -> Result<String, String> {
+    if !link_exists(dev) {
+        return Err(format!(
+            "there is no network device {dev:?} (see `ip link`)"
+        ));
+    }
+    let mut out = String::new();
+    let mut devs = vec![dev.to_string()];
+    let ifb = ifb_name(dev);
+    if link_exists(&ifb) {
+        devs.push(ifb);
+    }
+    for d in devs {
+        let q =
+            run(&argv(&format!("tc qdisc show dev {d}"))).map_err(|e| explain(&e, &d, "show"))?;
+        for line in q.lines() {
+            let mine = line.contains(&format!(" {HANDLE} "))
+                || line.contains(&format!(" {CHILD_HANDLE} "))
+                || d.starts_with("ncifb-");
+            out.push_str(&format!(
+                "{} {line}\n",
+                if mine { "netchaos" } else { "        " }
+            ));
+        }
+        if let Ok(f) = run(&argv(&format!("tc filter show dev {d}"))) {
+            for line in f.lines().filter(|l| !l.trim().is_empty()) {
+                out.push_str(&format!("         {line}\n"));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Turns tc's terse errors into what to do.
+fn explain(err: &str, dev: &str, what: &str) -> String {
+    let missing = |module: &str, thing: &str| {
+        format!(
+            "the kernel has no {thing} (module {module}): load it with `modprobe {module}` (on Debian and Ubuntu some \
+             kernels ship it in the linux-modules-extra-$(uname -r) package; in a container the host must load it)"
+        )
+    };
+    if err.contains("Specified qdisc kind is unknown") || err.contains("Unknown qdisc") {
+        for (kind, module) in [
+            ("netem", "sch_netem"),
+            ("prio", "sch_prio"),
+            ("tbf", "sch_tbf"),
+            ("htb", "sch_htb"),
+            ("ingress", "sch_ingress"),
+        ] {
+            if what.split_whitespace().any(|w| w == kind) {
+                return missing(module, &format!("{kind} qdisc"));
+            }
+        }
+    }
+    if err.contains("Unknown device type") && what.contains("type ifb") {
+        return missing("ifb", "ifb device (needed for --ingress)");
+    }
+    if err.contains("action") && what.contains("mirred") {
+        return missing("act_mirred", "mirred action (needed for --ingress)");
+    }
+    if err.contains("classifier not found") {
+        return missing(
+            "cls_u32",
+            "u32 classifier (needed for --dst, --dport, --sport)",
+        );
+    }
+    if err.contains("Operation not permitted") {
+        return format!(
+            "{what}: operation not permitted: shaping {dev} needs root or CAP_NET_ADMIN"
+        );
+    }
+    if err.contains("Cannot find device") {
+        return format!("there is no network device {dev:?} (see `ip link`)");
+    }
+    format!("{what}: {err}")
+}
+
+/// Other ways to the same end, when a module is missing.
+fn alternatives(n: &Netem, err: &str) -> String {
+    if !(err.contains("qdisc kind is unknown") || err.contains("Unknown qdisc")) {
+        return String::new();
+    }
+    let mut alt = Vec::new();
+    if n.rate.is_some() && n.needs_netem() {
+        alt.push(
+            "--rate alone works without netem (it uses tbf, or htb with --dst/--dport/--sport)"
+                .to_string(),
+        );
+    }
+    if n.delay.is_some() || n.loss.is_some() {
+        alt.push(
+            "per-connection latency, jitter and packet loss need no qdisc: `netchaos run --fault latency:delay=…` \
+             (or loss:percent=…) wraps a command, `netchaos attach` a running container"
+                .to_string(),
+        );
+    }
+    if n.filtered() && !n.needs_netem() {
+        alt.push("without --dst/--dport/--sport the rate is applied with tbf alone".into());
+    }
+    if alt.is_empty() {
+        String::new()
+    } else {
+        format!(". Instead: {}", alt.join("; "))
+    }
+}

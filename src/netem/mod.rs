@@ -1,0 +1,546 @@
+//! Host-level shaping with tc: `netchaos netem apply|clear|show`.
+//!
+//! [`Netem`] holds the options; [`plan`] turns them into the exact `tc`
+//! (and `ip`) commands — pure, so `--dry-run` prints them and golden tests
+//! pin them — and [`apply`](mod@apply) runs them, checks what the device already has,
+//! and rolls back on failure.
+//!
+//! netchaos owns handle `4e43:` ("NC") on the device (and `4e44:` under
+//! it), and an ifb device for `--ingress`. It never replaces a root qdisc
+//! it did not create, and `clear` removes exactly its own.
+//!
+//! * Everything, with netem options: `root netem`.
+//! * Everything, `--rate` alone: `root tbf` (no netem needed).
+//! * Only matching traffic (`--dst`, `--dport`, `--sport`): a `prio` root
+//!   with a fourth band for the matches; the priomap sends everything else
+//!   to the usual three bands, so it is not disturbed. `--rate` alone uses
+//!   `htb` instead (unmatched traffic in a class at 100 Gbit/s).
+//! * `--ingress`: incoming traffic is redirected (mirred) to an ifb device,
+//!   which gets the same setup.
+
+pub mod apply;
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use ipnet::IpNet;
+
+use crate::profile::node::{Fields, ProfileError};
+use crate::units;
+
+/// netchaos's root handle on a device ("NC").
+pub const HANDLE: &str = "4e43:";
+/// The netem qdisc under the prio root's matching band.
+pub const CHILD_HANDLE: &str = "4e44:";
+
+/// Delay distributions netem knows.
+pub const DISTRIBUTIONS: &[&str] = &["normal", "pareto", "paretonormal", "uniform"];
+
+/// What to do to a device's traffic.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Netem {
+    pub dev: String,
+    pub delay: Option<Duration>,
+    pub jitter: Option<Duration>,
+    /// Percent.
+    pub correlation: Option<f64>,
+    pub distribution: Option<String>,
+    /// Percent each.
+    pub loss: Option<f64>,
+    pub duplicate: Option<f64>,
+    pub corrupt: Option<f64>,
+    pub reorder: Option<f64>,
+    pub gap: Option<u32>,
+    /// Bytes per second.
+    pub rate: Option<u64>,
+    /// Packets netem may hold.
+    pub limit: Option<u32>,
+    pub seed: Option<u64>,
+    pub dst: Vec<IpNet>,
+    pub dport: Option<u16>,
+    pub sport: Option<u16>,
+    pub ingress: bool,
+}
+
+impl Netem {
+    /// Whether any option needs the netem qdisc (not just a rate).
+    pub fn needs_netem(&self) -> bool {
+        self.delay.is_some()
+            || self.loss.is_some()
+            || self.duplicate.is_some()
+            || self.corrupt.is_some()
+            || self.reorder.is_some()
+            || self.limit.is_some()
+    }
+
+    pub fn filtered(&self) -> bool {
+        !self.dst.is_empty() || self.dport.is_some() || self.sport.is_some()
+    }
+
+    /// Checks combinations tc would reject (or silently ignore).
+    pub fn validate(&self) -> Result<(), String> {
+        if self.dev.is_empty() {
+            return Err("--dev is required: the network device to shape, like eth0".into());
+        }
+        if self.dev.len() > 15 || self.dev.contains(['/', ' ']) {
+            return Err(format!("--dev {:?} is not a network device name", self.dev));
+        }
+        if self.jitter.is_some() && self.delay.is_none() {
+            return Err("--jitter needs --delay".into());
+        }
+        if (self.correlation.is_some() || self.distribution.is_some()) && self.jitter.is_none() {
+            return Err("--correlation and --distribution need --jitter".into());
+        }
+        if let Some(d) = &self.distribution {
+            if !DISTRIBUTIONS.contains(&d.as_str()) {
+                return Err(format!(
+                    "--distribution {d:?}: expected one of {}",
+                    DISTRIBUTIONS.join(", ")
+                ));
+            }
+        }
+        if self.reorder.is_some() && self.delay.is_none() {
+            return Err(
+                "--reorder needs --delay (netem reorders by sending some packets without it)"
+                    .into(),
+            );
+        }
+        if self.gap.is_some() && self.reorder.is_none() {
+            return Err("--gap needs --reorder".into());
+        }
+        if self.rate == Some(0) {
+            return Err("--rate must be more than 0".into());
+        }
+        if self.limit == Some(0) {
+            return Err("--limit must be at least 1 packet".into());
+        }
+        if !self.needs_netem() && self.rate.is_none() {
+            return Err("nothing to apply: give --delay, --loss, --duplicate, --corrupt, --reorder, --rate or --limit".into());
+        }
+        for (name, v) in [
+            ("loss", self.loss),
+            ("duplicate", self.duplicate),
+            ("corrupt", self.corrupt),
+            ("reorder", self.reorder),
+            ("correlation", self.correlation),
+        ] {
+            if let Some(v) = v {
+                if !(0.0..=100.0).contains(&v) {
+                    return Err(format!(
+                        "--{name} {v}: expected a percentage between 0 and 100"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads a profile's `[netem]` table (same keys as the flags).
+    pub fn from_fields(f: &mut Fields) -> Result<Netem, ProfileError> {
+        let percent = |f: &mut Fields, k: &'static str| f.percent(k).map(|v| v.map(|x| x * 100.0));
+        let mut n = Netem {
+            dev: f.string("dev")?.unwrap_or_default(),
+            delay: f.duration("delay")?,
+            jitter: f.duration("jitter")?,
+            correlation: percent(f, "correlation")?,
+            distribution: f.choice("distribution", DISTRIBUTIONS)?.map(str::to_string),
+            loss: percent(f, "loss")?,
+            duplicate: percent(f, "duplicate")?,
+            corrupt: percent(f, "corrupt")?,
+            reorder: percent(f, "reorder")?,
+            gap: f
+                .integer_in("gap", 1, u64::from(u32::MAX))?
+                .map(|g| g as u32),
+            rate: f.rate("rate")?,
+            limit: f
+                .integer_in("limit", 1, u64::from(u32::MAX))?
+                .map(|l| l as u32),
+            seed: f.integer_in("seed", 0, u64::MAX)?,
+            ingress: f.boolean("ingress")?.unwrap_or(false),
+            ..Netem::default()
+        };
+        for d in f.strings("dst")?.unwrap_or_default() {
+            let text = crate::profile::node::node_text(&d);
+            let net = text
+                .parse::<IpNet>()
+                .or_else(|_| text.parse::<std::net::IpAddr>().map(IpNet::from))
+                .map_err(|_| {
+                    f.error(
+                        "dst",
+                        &d.loc,
+                        format!("expected a CIDR like \"10.0.0.0/8\", got {text:?}"),
+                    )
+                })?;
+            n.dst.push(net);
+        }
+        n.dport = f.integer_in("dport", 1, 65535)?.map(|p| p as u16);
+        n.sport = f.integer_in("sport", 1, 65535)?.map(|p| p as u16);
+        Ok(n)
+    }
+
+    /// The device whose egress gets the qdiscs: `dev`, or its ifb.
+    pub fn shaped_dev(&self) -> String {
+        if self.ingress {
+            ifb_name(&self.dev)
+        } else {
+            self.dev.clone()
+        }
+    }
+}
+
+/// The ifb device netchaos makes for `--ingress` on `dev`.
+pub fn ifb_name(dev: &str) -> String {
+    let short: String = dev.chars().take(9).collect();
+    format!("ncifb-{short}")
+}
+
+/// One command: the program and its arguments.
+pub type Cmd = Vec<String>;
+
+fn cmd(parts: &str) -> Cmd {
+    parts.split_whitespace().map(str::to_string).collect()
+}
+
+/// netem's arguments: `delay 100ms 20ms 25% distribution normal loss 1% …`.
+pub fn netem_args(n: &Netem) -> String {
+    let mut a = String::new();
+    if let Some(d) = n.delay {
+        let _ = write!(a, " delay {}", tc_time(d));
+        if let Some(j) = n.jitter {
+            let _ = write!(a, " {}", tc_time(j));
+            if let Some(c) = n.correlation {
+                let _ = write!(a, " {}", pct(c));
+            }
+        }
+        if let Some(dist) = &n.distribution {
+            let _ = write!(a, " distribution {dist}");
+        }
+    }
+    for (name, v) in [
+        ("loss", n.loss),
+        ("duplicate", n.duplicate),
+        ("corrupt", n.corrupt),
+    ] {
+        if let Some(v) = v {
+            let _ = write!(a, " {name} {}", pct(v));
+        }
+    }
+    if let Some(r) = n.reorder {
+        let _ = write!(a, " reorder {}", pct(r));
+        if let Some(g) = n.gap {
+            let _ = write!(a, " gap {g}");
+        }
+    }
+    if let Some(r) = n.rate {
+        let _ = write!(a, " rate {}", tc_rate(r));
+    }
+    if let Some(l) = n.limit {
+        let _ = write!(a, " limit {l}");
+    }
+    if let Some(s) = n.seed {
+        let _ = write!(a, " seed {s}");
+    }
+    a
+}
+
+/// Microseconds, which tc reads exactly.
+fn tc_time(d: Duration) -> String {
+    format!("{}us", d.as_micros())
+}
+
+fn pct(p: f64) -> String {
+    let s = format!("{p:.4}");
+    format!("{}%", s.trim_end_matches('0').trim_end_matches('.'))
+}
+
+/// Bits per second, unambiguous (tc's `bps` means bytes).
+fn tc_rate(bytes_per_sec: u64) -> String {
+    format!("{}bit", bytes_per_sec.saturating_mul(8))
+}
+
+/// tbf's burst: 10 ms at the rate, at least a few full-size frames.
+fn burst(rate: u64) -> u64 {
+    (rate / 100).max(16 * 1024)
+}
+
+/// The commands that apply `n`, in order.
+pub fn plan(n: &Netem) -> Vec<Cmd> {
+    let mut out = Vec::new();
+    let dev = n.shaped_dev();
+    if n.ingress {
+        let ifb = ifb_name(&n.dev);
+        out.push(cmd(&format!("ip link add {ifb} type ifb")));
+        out.push(cmd(&format!("ip link set dev {ifb} up")));
+        out.push(cmd(&format!(
+            "tc qdisc add dev {} handle ffff: ingress",
+            n.dev
+        )));
+        out.push(cmd(&format!(
+            "tc filter add dev {} parent ffff: protocol all prio 1 u32 match u32 0 0 action mirred egress redirect dev {ifb}",
+            n.dev
+        )));
+    }
+    let args = netem_args(n);
+    match (n.filtered(), n.needs_netem()) {
+        (false, true) => out.push(cmd(&format!(
+            "tc qdisc add dev {dev} root handle {HANDLE} netem{args}"
+        ))),
+        (false, false) => {
+            let r = n.rate.expect("validated: a rate");
+            out.push(cmd(&format!(
+                "tc qdisc add dev {dev} root handle {HANDLE} tbf rate {} burst {} latency 50ms",
+                tc_rate(r),
+                burst(r)
+            )));
+        }
+        (true, true) => {
+            // Bands 1-3 keep the default priomap; band 4 is for matches.
+            out.push(cmd(&format!(
+                "tc qdisc add dev {dev} root handle {HANDLE} prio bands 4 priomap 1 2 2 2 1 2 0 0 1 1 1 1 1 1 1 1"
+            )));
+            out.push(cmd(&format!(
+                "tc qdisc add dev {dev} parent {HANDLE}4 handle {CHILD_HANDLE} netem{args}"
+            )));
+            out.extend(filters(n, &dev, &format!("{HANDLE}4")));
+        }
+        (true, false) => {
+            let r = n.rate.expect("validated: a rate");
+            out.push(cmd(&format!(
+                "tc qdisc add dev {dev} root handle {HANDLE} htb default 1"
+            )));
+            out.push(cmd(&format!(
+                "tc class add dev {dev} parent {HANDLE} classid {HANDLE}1 htb rate 100gbit"
+            )));
+            out.push(cmd(&format!(
+                "tc class add dev {dev} parent {HANDLE} classid {HANDLE}2 htb rate {} ceil {} burst {}",
+                tc_rate(r),
+                tc_rate(r),
+                burst(r)
+            )));
+            out.extend(filters(n, &dev, &format!("{HANDLE}2")));
+        }
+    }
+    out
+}
+
+/// u32 filters sending matching packets (IPv4 and IPv6) to `flow`.
+fn filters(n: &Netem, dev: &str, flow: &str) -> Vec<Cmd> {
+    let ports = |family: &str| {
+        let mut m = String::new();
+        if let Some(p) = n.dport {
+            let _ = write!(m, " match {family} dport {p} 0xffff");
+        }
+        if let Some(p) = n.sport {
+            let _ = write!(m, " match {family} sport {p} 0xffff");
+        }
+        m
+    };
+    let mut out = Vec::new();
+    let mut prio = 1;
+    let mut add = |proto: &str, matches: String| {
+        out.push(cmd(&format!("tc filter add dev {dev} parent {HANDLE} protocol {proto} prio {prio} u32{matches} flowid {flow}")));
+        prio += 1;
+    };
+    let v4: Vec<_> = n.dst.iter().filter(|d| matches!(d, IpNet::V4(_))).collect();
+    let v6: Vec<_> = n.dst.iter().filter(|d| matches!(d, IpNet::V6(_))).collect();
+    if n.dst.is_empty() {
+        add("ip", ports("ip"));
+        add("ipv6", ports("ip6"));
+    }
+    for d in v4 {
+        add("ip", format!(" match ip dst {d}{}", ports("ip")));
+    }
+    for d in v6 {
+        add("ipv6", format!(" match ip6 dst {d}{}", ports("ip6")));
+    }
+    out
+}
+
+/// The commands that remove what [`plan`] added (used to roll back).
+pub fn unplan(n: &Netem) -> Vec<Cmd> {
+    let mut out = vec![cmd(&format!(
+        "tc qdisc del dev {} root handle {HANDLE}",
+        n.shaped_dev()
+    ))];
+    if n.ingress {
+        out.push(cmd(&format!(
+            "tc qdisc del dev {} handle ffff: ingress",
+            n.dev
+        )));
+        out.push(cmd(&format!("ip link del {}", ifb_name(&n.dev))));
+    }
+    out
+}
+
+/// Formats a plan one command per line, as `--dry-run` prints it.
+pub fn render(cmds: &[Cmd]) -> String {
+    cmds.iter().map(|c| c.join(" ") + "\n").collect()
+}
+
+/// Parses `--dst`: a CIDR or a single address.
+pub fn parse_dst(s: &str) -> Result<IpNet, String> {
+    s.parse::<IpNet>()
+        .map(|n| n.trunc())
+        .or_else(|_| s.parse::<std::net::IpAddr>().map(IpNet::from))
+        .map_err(|_| format!("expected a CIDR like 10.0.0.0/8 or an address, got {s:?}"))
+}
+
+/// Parses the percent flags (`10`, `10%`, `0.5%`).
+pub fn parse_percent_flag(s: &str) -> Result<f64, String> {
+    units::parse_percent(s)
+        .map(|f| f * 100.0)
+        .map_err(|e| format!("expected {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn netem(f: impl FnOnce(&mut Netem)) -> Netem {
+        let mut n = Netem {
+            dev: "eth0".into(),
+            ..Netem::default()
+        };
+        f(&mut n);
+        n.validate().unwrap();
+        n
+    }
+
+    #[test]
+    fn golden_everything_with_netem() {
+        let n = netem(|n| {
+            n.delay = Some(Duration::from_millis(100));
+            n.jitter = Some(Duration::from_millis(20));
+            n.correlation = Some(25.0);
+            n.distribution = Some("normal".into());
+            n.loss = Some(1.5);
+            n.duplicate = Some(0.1);
+            n.corrupt = Some(0.01);
+            n.reorder = Some(5.0);
+            n.gap = Some(3);
+            n.rate = Some(125_000);
+            n.limit = Some(1000);
+            n.seed = Some(7);
+        });
+        assert_eq!(
+            render(&plan(&n)),
+            "tc qdisc add dev eth0 root handle 4e43: netem delay 100000us 20000us 25% distribution normal loss 1.5% duplicate 0.1% corrupt 0.01% reorder 5% gap 3 rate 1000000bit limit 1000 seed 7\n"
+        );
+        assert_eq!(
+            render(&unplan(&n)),
+            "tc qdisc del dev eth0 root handle 4e43:\n"
+        );
+    }
+
+    #[test]
+    fn golden_rate_alone_uses_tbf() {
+        let n = netem(|n| n.rate = Some(1_000_000));
+        assert_eq!(
+            render(&plan(&n)),
+            "tc qdisc add dev eth0 root handle 4e43: tbf rate 8000000bit burst 16384 latency 50ms\n"
+        );
+    }
+
+    #[test]
+    fn golden_filtered_netem_uses_a_fourth_prio_band() {
+        let n = netem(|n| {
+            n.delay = Some(Duration::from_millis(50));
+            n.dst = vec![
+                "10.0.0.0/8".parse().unwrap(),
+                "2001:db8::/32".parse().unwrap(),
+            ];
+            n.dport = Some(5432);
+        });
+        assert_eq!(
+            render(&plan(&n)),
+            "tc qdisc add dev eth0 root handle 4e43: prio bands 4 priomap 1 2 2 2 1 2 0 0 1 1 1 1 1 1 1 1\n\
+             tc qdisc add dev eth0 parent 4e43:4 handle 4e44: netem delay 50000us\n\
+             tc filter add dev eth0 parent 4e43: protocol ip prio 1 u32 match ip dst 10.0.0.0/8 match ip dport 5432 0xffff flowid 4e43:4\n\
+             tc filter add dev eth0 parent 4e43: protocol ipv6 prio 2 u32 match ip6 dst 2001:db8::/32 match ip6 dport 5432 0xffff flowid 4e43:4\n"
+        );
+    }
+
+    #[test]
+    fn golden_port_only_filters_both_families() {
+        let n = netem(|n| {
+            n.loss = Some(10.0);
+            n.sport = Some(443);
+        });
+        let text = render(&plan(&n));
+        assert!(
+            text.contains("protocol ip prio 1 u32 match ip sport 443 0xffff flowid 4e43:4\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("protocol ipv6 prio 2 u32 match ip6 sport 443 0xffff flowid 4e43:4\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn golden_filtered_rate_uses_htb() {
+        let n = netem(|n| {
+            n.rate = Some(125_000);
+            n.dst = vec!["192.0.2.7/32".parse().unwrap()];
+        });
+        assert_eq!(
+            render(&plan(&n)),
+            "tc qdisc add dev eth0 root handle 4e43: htb default 1\n\
+             tc class add dev eth0 parent 4e43: classid 4e43:1 htb rate 100gbit\n\
+             tc class add dev eth0 parent 4e43: classid 4e43:2 htb rate 1000000bit ceil 1000000bit burst 16384\n\
+             tc filter add dev eth0 parent 4e43: protocol ip prio 1 u32 match ip dst 192.0.2.7/32 flowid 4e43:2\n"
+        );
+    }
+
+    #[test]
+    fn golden_ingress_goes_through_an_ifb() {
+        let n = netem(|n| {
+            n.delay = Some(Duration::from_millis(10));
+            n.ingress = true;
+        });
+        assert_eq!(
+            render(&plan(&n)),
+            "ip link add ncifb-eth0 type ifb\n\
+             ip link set dev ncifb-eth0 up\n\
+             tc qdisc add dev eth0 handle ffff: ingress\n\
+             tc filter add dev eth0 parent ffff: protocol all prio 1 u32 match u32 0 0 action mirred egress redirect dev ncifb-eth0\n\
+             tc qdisc add dev ncifb-eth0 root handle 4e43: netem delay 10000us\n"
+        );
+        assert_eq!(
+            render(&unplan(&n)),
+            "tc qdisc del dev ncifb-eth0 root handle 4e43:\ntc qdisc del dev eth0 handle ffff: ingress\nip link del ncifb-eth0\n"
+        );
+    }
+
+    #[test]
+    fn impossible_combinations_are_refused() {
+        let bad = |f: &dyn Fn(&mut Netem)| {
+            let mut n = Netem {
+                dev: "eth0".into(),
+                ..Netem::default()
+            };
+            f(&mut n);
+            n.validate().unwrap_err()
+        };
+        assert!(bad(&|_| {}).contains("nothing to apply"));
+        assert!(
+            bad(&|n| n.jitter = Some(Duration::from_millis(1))).contains("--jitter needs --delay")
+        );
+        assert!(
+            bad(&|n| {
+                n.loss = Some(1.0);
+                n.reorder = Some(1.0)
+            })
+            .contains("--reorder needs --delay")
+        );
+        assert!(bad(&|n| n.loss = Some(150.0)).contains("between 0 and 100"));
+        assert!(
+            bad(&|n| {
+                n.dev = "bad/name".into();
+                n.loss = Some(1.0)
+            })
+            .contains("not a network device")
+        );
+        assert!(bad(&|n| n.rate = Some(0)).contains("more than 0"));
+    }
+}
