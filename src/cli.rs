@@ -197,7 +197,7 @@ pub struct NetemArgs {
 #[derive(Debug, Subcommand)]
 pub enum NetemAction {
     /// Shape DEV's traffic (replacing a previous netchaos setup on it).
-    Apply(NetemApply),
+    Apply(Box<NetemApply>),
     /// Remove exactly the qdiscs and filters netchaos added to DEV.
     Clear {
         #[arg(long, value_name = "DEV")]
