@@ -188,10 +188,12 @@ impl Netem {
     }
 }
 
-/// The ifb device netchaos makes for `--ingress` on `dev`.
+/// The ifb device netchaos makes for `--ingress` on `dev`: `ncifb` and a
+/// hash of the name (interface names are at most 15 characters, so the
+/// name itself may not fit, and two long names must not share an ifb).
 pub fn ifb_name(dev: &str) -> String {
-    let short: String = dev.chars().take(9).collect();
-    format!("ncifb-{short}")
+    let h = dev.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+    format!("ncifb{:08x}", h as u32)
 }
 
 /// One command: the program and its arguments.
@@ -500,16 +502,17 @@ mod tests {
         });
         assert_eq!(
             render(&plan(&n)),
-            "ip link add ncifb-eth0 type ifb\n\
-             ip link set dev ncifb-eth0 up\n\
+            "ip link add ncifb7a25a404 type ifb\n\
+             ip link set dev ncifb7a25a404 up\n\
              tc qdisc add dev eth0 handle ffff: ingress\n\
-             tc filter add dev eth0 parent ffff: protocol all prio 1 u32 match u32 0 0 action mirred egress redirect dev ncifb-eth0\n\
-             tc qdisc add dev ncifb-eth0 root handle 4e43: netem delay 10000us\n"
+             tc filter add dev eth0 parent ffff: protocol all prio 1 u32 match u32 0 0 action mirred egress redirect dev ncifb7a25a404\n\
+             tc qdisc add dev ncifb7a25a404 root handle 4e43: netem delay 10000us\n"
         );
         assert_eq!(
             render(&unplan(&n)),
-            "tc qdisc del dev ncifb-eth0 root handle 4e43:\ntc qdisc del dev eth0 handle ffff: ingress\nip link del ncifb-eth0\n"
+            "tc qdisc del dev ncifb7a25a404 root handle 4e43:\ntc qdisc del dev eth0 handle ffff: ingress\nip link del ncifb7a25a404\n"
         );
+        assert_ne!(ifb_name("veth1234567890a"), ifb_name("veth1234567890b"));
     }
 
     #[test]
