@@ -104,11 +104,11 @@ fn dry_run_prints_the_exact_commands() {
     );
     let ingress = dry(&["--dev", "eth0", "--ingress", "--delay", "1ms"]);
     assert!(
-        ingress.starts_with("ip link add ncifb-eth0 type ifb\n"),
+        ingress.starts_with("ip link add ncifb7a25a404 type ifb\n"),
         "{ingress}"
     );
     assert!(
-        ingress.ends_with("tc qdisc add dev ncifb-eth0 root handle 4e43: netem delay 1000us\n"),
+        ingress.ends_with("tc qdisc add dev ncifb7a25a404 root handle 4e43: netem delay 1000us\n"),
         "{ingress}"
     );
 }
@@ -309,7 +309,10 @@ fn ingress_shaping_goes_through_an_ifb_and_is_cleared() {
         return;
     }
     assert_eq!(code, 0, "{err}");
-    let ifb = format!("ncifb-{}", &dev[..dev.len().min(9)]);
+    // netchaos names its ifb `ncifb` + an FNV-1a hash of the device name.
+    let mut h = Fnv::default();
+    h.update(dev.as_bytes());
+    let ifb = format!("ncifb{:08x}", h.0 as u32);
     assert!(
         Command::new("ip")
             .args(["link", "show", &ifb])

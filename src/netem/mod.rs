@@ -192,7 +192,9 @@ impl Netem {
 /// hash of the name (interface names are at most 15 characters, so the
 /// name itself may not fit, and two long names must not share an ifb).
 pub fn ifb_name(dev: &str) -> String {
-    let h = dev.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3));
+    let h = dev.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    });
     format!("ncifb{:08x}", h as u32)
 }
 
