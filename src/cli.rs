@@ -16,6 +16,7 @@ Exit codes: 0 success; 2 bad usage or an invalid profile (nothing was started);
 Examples:
   netchaos demo
   netchaos run -p flaky -- pytest tests/
+  sudo netchaos attach --pid $(pgrep -o my-service) -p slow-network
   netchaos proxy --listen 127.0.0.1:26379 --upstream 127.0.0.1:6379 --fault latency:delay=100ms
   netchaos proxy -p http-503 --listen 8080 --upstream 127.0.0.1:80
   netchaos check my-profile.toml
@@ -53,6 +54,12 @@ pub enum Command {
     /// Run a command with every TCP connection it makes passing through the faults.
     #[command(long_about = RUN_ABOUT, after_help = RUN_AFTER_HELP)]
     Run(RunArgs),
+    /// Apply faults to a running container's or process's network namespace (root).
+    #[command(long_about = ATTACH_ABOUT, after_help = ATTACH_AFTER_HELP)]
+    Attach(AttachArgs),
+    /// Remove what a killed netchaos left in a network namespace (table, gate, qdiscs).
+    #[command(after_help = CLEAN_AFTER_HELP)]
+    Clean(CleanArgs),
     /// Relay explicit listen → upstream pairs through the faults.
     Proxy(ProxyArgs),
     /// A Toxiproxy-compatible server: the control API, and proxies made through it.
@@ -315,6 +322,43 @@ CAP_NET_ADMIN is removed from all of its capability sets, the bounding set
 included (checked with the caps crate before exec). netchaos never runs the
 command with more privilege than the invoking user had.";
 
+const ATTACH_ABOUT: &str = "\
+Apply faults to a running container's or process's network namespace (root).
+
+A thread of netchaos enters the namespace (setns), creates the relay's
+listeners there and installs one nftables table, `inet netchaos`, that
+redirects the namespace's outbound TCP (IPv4 and IPv6) to the relay and its
+UDP DNS to a forwarder; with --inbound, connections arriving for those local
+ports pass through the relay too. The relay dials from inside the namespace
+with sockets marked (SO_MARK) so that interception skips them. Nothing in
+the namespace is restarted or reconfigured.
+
+Needs CAP_SYS_ADMIN (to enter the namespace) and CAP_NET_ADMIN (for the
+table): root, in practice. Checked before anything is touched.
+
+Runs until Ctrl-C, SIGTERM or --duration, then removes exactly what it
+added. If netchaos is killed with SIGKILL the table stays and would
+black-hole the namespace's traffic: `netchaos clean` removes it, and attach
+refuses to start over it unless --replace is given.";
+
+const ATTACH_AFTER_HELP: &str = "\
+Examples:
+  sudo netchaos attach --pid $(docker inspect -f '{{.State.Pid}}' web) -p slow-network
+  sudo netchaos attach --netns /run/netns/blue --fault latency:delay=200ms --duration 5m
+  sudo netchaos attach --pid 4242 --inbound 8080 -p http-503 --api 127.0.0.1:8474";
+
+const CLEAN_AFTER_HELP: &str = "\
+Removes the nftables table `inet netchaos`, the iptables chain mangle NETCHAOS
+(the SYN gate on kernels without nft_queue) and every qdisc and ifb device
+netchaos added, in the given namespace. Idempotent: a second run does nothing.
+Refuses while a running netchaos owns the table (it removes its own on exit),
+unless --force.
+
+Examples:
+  sudo netchaos clean --pid 4242
+  sudo netchaos clean --netns /run/netns/blue
+  netchaos clean --here          # in a container or pod, with NET_ADMIN";
+
 const RUN_AFTER_HELP: &str = "\
 The exit code is the command's (128+N if a signal N ended it). SIGINT, SIGTERM
 and SIGHUP sent to netchaos are forwarded to the command (a Ctrl-C from the
@@ -324,7 +368,13 @@ summary prints, and the namespace and its rules disappear.
 Examples:
   netchaos run -p flaky -- pytest tests/
   netchaos run --fault reset:after_bytes=4096 -- curl -s http://127.0.0.1:8000/
-  netchaos run -p slow-network --expose 8080 -- ./my-service --port 8080";
+  netchaos run -p slow-network --expose 8080 -- ./my-service --port 8080
+  netchaos run --in-place -p flaky -- ./entrypoint.sh   # container with NET_ADMIN
+
+--in-place: no new namespace; the current one is intercepted (a container's
+entrypoint, or a Kubernetes sidecar sharing the pod's namespace) and the
+command runs without CAP_NET_ADMIN. Needs CAP_NET_ADMIN. The table is removed
+when the command exits (`netchaos clean --here` after a SIGKILL).";
 
 #[derive(Debug, Args)]
 pub struct RunArgs {
@@ -350,6 +400,18 @@ pub struct RunArgs {
     /// After the command exits, how long open connections may finish.
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = duration_arg)]
     pub drain: Duration,
+    /// Intercept in the current network namespace instead of a new one (needs
+    /// CAP_NET_ADMIN; the command runs without it).
+    #[arg(long, conflicts_with = "expose")]
+    pub in_place: bool,
+    /// With --in-place: connections arriving for this local port pass through
+    /// the relay (rules with direction = "inbound"). Repeatable.
+    #[arg(long, value_name = "PORT", requires = "in_place", value_parser = port_arg)]
+    pub inbound: Vec<u16>,
+    /// With --in-place: remove a killed netchaos's leftover table first,
+    /// instead of refusing to start.
+    #[arg(long, requires = "in_place")]
+    pub replace: bool,
     /// The command to run, and its arguments (after --).
     #[arg(
         value_name = "CMD",
@@ -358,6 +420,61 @@ pub struct RunArgs {
         allow_hyphen_values = true
     )]
     pub command: Vec<std::ffi::OsString>,
+}
+
+#[derive(Debug, Args)]
+#[command(group = clap::ArgGroup::new("namespace").required(true).args(["pid", "netns"]))]
+pub struct AttachArgs {
+    /// The process whose network namespace to attach to (a container's
+    /// main process, for instance).
+    #[arg(long, value_name = "PID")]
+    pub pid: Option<i32>,
+    /// The network namespace file to attach to, like /run/netns/NAME or
+    /// /proc/PID/ns/net.
+    #[arg(long, value_name = "PATH")]
+    pub netns: Option<PathBuf>,
+    #[command(flatten)]
+    pub faults: FaultArgs,
+    #[command(flatten)]
+    pub api: ApiArgs,
+    /// Also relay connections arriving for this local port (rules with
+    /// direction = "inbound" apply). Repeatable.
+    #[arg(long, value_name = "PORT", value_parser = port_arg)]
+    pub inbound: Vec<u16>,
+    /// Detach after this long (default: until Ctrl-C or SIGTERM).
+    #[arg(long, value_name = "DURATION", value_parser = duration_arg)]
+    pub duration: Option<Duration>,
+    /// Remove a killed netchaos's leftover table first, instead of refusing
+    /// to start.
+    #[arg(long)]
+    pub replace: bool,
+    /// Forward the namespace's DNS to the resolvers in FILE [default: the
+    /// process's own /etc/resolv.conf with --pid, else /etc/resolv.conf].
+    #[arg(long, value_name = "FILE")]
+    pub resolv_conf: Option<PathBuf>,
+    /// How long to wait for a destination to accept before refusing the client.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration_arg)]
+    pub dial_timeout: Duration,
+    /// On detaching, how long open connections may finish.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = duration_arg)]
+    pub drain: Duration,
+}
+
+#[derive(Debug, Args)]
+#[command(group = clap::ArgGroup::new("namespace").required(true).args(["pid", "netns", "here"]))]
+pub struct CleanArgs {
+    /// The network namespace of this process.
+    #[arg(long, value_name = "PID")]
+    pub pid: Option<i32>,
+    /// The network namespace file, like /run/netns/NAME.
+    #[arg(long, value_name = "PATH")]
+    pub netns: Option<PathBuf>,
+    /// netchaos's own network namespace (in a container or pod).
+    #[arg(long)]
+    pub here: bool,
+    /// Remove the table even though the netchaos that owns it still runs.
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// One `--expose`: a host listener that leads to a port of the namespace.
@@ -427,6 +544,13 @@ fn rate_arg(s: &str) -> std::result::Result<u64, String> {
 
 fn listen_arg(s: &str) -> std::result::Result<std::net::SocketAddr, String> {
     plan::parse_listen(s).map_err(|e| format!("expected {e}"))
+}
+
+fn port_arg(s: &str) -> std::result::Result<u16, String> {
+    match s.parse::<u16>() {
+        Ok(p) if p != 0 => Ok(p),
+        _ => Err(format!("expected a port number from 1 to 65535, got {s:?}")),
+    }
 }
 
 fn duration_arg(s: &str) -> std::result::Result<Duration, String> {

@@ -3,7 +3,9 @@
 //! wrapped command, print the summary. One file per subcommand; shared
 //! helpers here.
 
+mod attach;
 mod check;
+mod clean;
 mod ctl;
 mod netem;
 mod proxy;
@@ -26,6 +28,8 @@ pub fn run(cli: Cli, matches: &ArgMatches) -> Result<u8> {
             proxy::run(&cli.global, args, sub)
         }
         Command::Run(args) => run::run(&cli.global, args),
+        Command::Attach(args) => attach::attach(&cli.global, args),
+        Command::Clean(args) => clean::clean(args),
         Command::Server(args) => proxy::server(&cli.global, args),
         Command::Ctl(args) => ctl::run(args),
         Command::Netem(args) => netem::run(&cli.global, args),
@@ -102,5 +106,35 @@ pub async fn shutdown_signal() -> &'static str {
         _ = term.recv() => "SIGTERM",
         _ = int.recv() => "SIGINT",
         _ = hup.recv() => "SIGHUP",
+    }
+}
+
+/// SIGINT, SIGTERM and SIGHUP handlers, installed up front: between
+/// installing something (a table in another namespace) and waiting for the
+/// signal to remove it, a signal must find them in place.
+pub struct ShutdownSignals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+}
+
+impl ShutdownSignals {
+    pub fn install() -> Result<ShutdownSignals> {
+        use tokio::signal::unix::{SignalKind, signal};
+        let fail = |e: std::io::Error| Error::runtime(format!("cannot handle signals: {e}"));
+        Ok(ShutdownSignals {
+            term: signal(SignalKind::terminate()).map_err(fail)?,
+            int: signal(SignalKind::interrupt()).map_err(fail)?,
+            hup: signal(SignalKind::hangup()).map_err(fail)?,
+        })
+    }
+
+    /// Completes on the next signal, naming it.
+    pub async fn recv(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.term.recv() => "SIGTERM",
+            _ = self.int.recv() => "SIGINT",
+            _ = self.hup.recv() => "SIGHUP",
+        }
     }
 }

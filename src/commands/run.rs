@@ -31,6 +31,9 @@ use crate::relay::{self, Endpoint, Relay, RelayOptions, Target};
 use crate::ruleset::RuleSet;
 
 pub fn run(g: &Global, args: &RunArgs) -> Result<u8> {
+    if args.in_place {
+        return super::attach::in_place(g, args);
+    }
     let mut plan = profile::build_plan(&args.faults.profiles, &args.faults.faults, g.seed)?;
     if let Some(d) = args.duration {
         stop_faults_after(&mut plan, d);
@@ -106,6 +109,7 @@ pub fn run(g: &Global, args: &RunArgs) -> Result<u8> {
                 u,
                 resolvers.clone(),
                 sandbox.names.clone(),
+                None,
             )));
         }
         for (e, l) in exposes.iter().zip(expose_listeners) {
@@ -160,7 +164,7 @@ pub fn run(g: &Global, args: &RunArgs) -> Result<u8> {
 }
 
 /// `--duration`: every fault's window ends at `d`.
-fn stop_faults_after(plan: &mut Plan, d: std::time::Duration) {
+pub(super) fn stop_faults_after(plan: &mut Plan, d: std::time::Duration) {
     plan.rules = plan
         .rules
         .iter()
@@ -190,7 +194,7 @@ fn stop_faults_after(plan: &mut Plan, d: std::time::Duration) {
 /// The handlers are installed before the command starts (so a signal can
 /// never find netchaos without them); one that arrives before the command's
 /// pid is known is delivered as soon as it is.
-fn forward_signals() -> Result<std::sync::mpsc::Sender<Pid>> {
+pub(super) fn forward_signals() -> Result<std::sync::mpsc::Sender<Pid>> {
     let mut signals = SignalsInfo::<WithOrigin>::new([SIGINT, SIGTERM, SIGHUP])
         .map_err(|e| Error::runtime(format!("cannot handle signals: {e}")))?;
     let (tx, rx) = std::sync::mpsc::channel::<Pid>();

@@ -183,14 +183,14 @@ fn setup(cfg: &AgentConfig) -> Result<Setup, String> {
             _ => false,
         };
     let redirects = Redirects { tcp_port, dns_port };
-    match nft::apply(&nft::run_ruleset(&redirects, &cfg.losses, true)) {
-        Ok(()) => {}
-        Err(e) if nft::lacks_native_queue(&e) => {
-            nft::apply(&nft::run_ruleset(&redirects, &cfg.losses, false)).map_err(rootless_hint)?;
-            nft::apply_xt_gate().map_err(rootless_hint)?;
-        }
-        Err(e) => return Err(rootless_hint(e)),
-    }
+    let ruleset = nft::Ruleset {
+        redirects,
+        losses: cfg.losses.clone(),
+        ..nft::Ruleset::default()
+    };
+    // The namespace is new and dies with the command: nothing to record
+    // about who owns the table, nothing to remove by hand.
+    nft::install(&ruleset).map_err(rootless_hint)?;
     Ok((redirects, v6, sockets))
 }
 
@@ -233,7 +233,7 @@ fn ip(args: &[&str]) -> Result<(), String> {
     }
 }
 
-fn listener(addr: SocketAddr) -> Result<Socket, String> {
+pub(super) fn listener(addr: SocketAddr) -> Result<Socket, String> {
     let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
         .map_err(|e| format!("socket: {e}"))?;
     if addr.is_ipv6() {
@@ -250,7 +250,7 @@ fn listener(addr: SocketAddr) -> Result<Socket, String> {
     Ok(s)
 }
 
-fn udp(addr: SocketAddr) -> Result<Socket, String> {
+pub(super) fn udp(addr: SocketAddr) -> Result<Socket, String> {
     let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))
         .map_err(|e| format!("socket: {e}"))?;
     if addr.is_ipv6() {
@@ -378,7 +378,9 @@ fn answer(requests: &Channel) {
     };
 }
 
-fn marked_socket(v6: bool) -> std::io::Result<Socket> {
+/// A TCP socket marked so that the namespace's gate and redirect let it
+/// through (needs CAP_NET_ADMIN in the namespace).
+pub fn marked_socket(v6: bool) -> std::io::Result<Socket> {
     let s = Socket::new(
         if v6 { Domain::IPV6 } else { Domain::IPV4 },
         Type::STREAM,
@@ -388,6 +390,25 @@ fn marked_socket(v6: bool) -> std::io::Result<Socket> {
     s.set_mark(RELAY_MARK)?;
     s.set_nonblocking(true)?;
     Ok(s)
+}
+
+/// A UDP socket marked the same way (the DNS forwarder's queries from
+/// inside an existing namespace), bound to an ephemeral port.
+pub fn marked_udp(v6: bool) -> std::io::Result<std::net::UdpSocket> {
+    let s = Socket::new(
+        if v6 { Domain::IPV6 } else { Domain::IPV4 },
+        Type::DGRAM,
+        Some(Protocol::UDP),
+    )?;
+    s.set_mark(RELAY_MARK)?;
+    s.set_nonblocking(true)?;
+    let any: SocketAddr = if v6 {
+        (Ipv6Addr::UNSPECIFIED, 0).into()
+    } else {
+        (Ipv4Addr::UNSPECIFIED, 0).into()
+    };
+    s.bind(&any.into())?;
+    Ok(s.into())
 }
 
 fn pidfd_open(pid: Pid) -> Option<OwnedFd> {

@@ -4,6 +4,10 @@
 //! learns from the answers which names resolved to which addresses, so that
 //! rules can match host names (`match.dst = ["api.example.com"]`).
 //!
+//! In an existing namespace (`attach`, `run --in-place`) the forwarder asks
+//! that namespace's own resolvers, from inside it, with marked sockets that
+//! interception lets through.
+//!
 //! TCP queries (port 53) are relayed like any other TCP connection, to the
 //! resolver the client asked; names are learned from UDP answers only.
 
@@ -16,6 +20,8 @@ use std::time::{Duration, Instant};
 use simple_dns::Packet;
 use simple_dns::rdata::RData;
 use tokio::net::UdpSocket;
+
+use super::nsthread::NsThread;
 
 /// How long a learned name is kept at least, whatever the record's TTL: a
 /// client may connect well after its lookup (connection pools, caches).
@@ -129,8 +135,14 @@ pub fn resolvers(path: &Path) -> Result<Vec<SocketAddr>, String> {
 }
 
 /// Serves queries arriving on `socket` (inside the namespace) until the
-/// task is dropped.
-pub async fn serve(socket: UdpSocket, resolvers: Arc<Vec<SocketAddr>>, names: Arc<NameTable>) {
+/// task is dropped; queries go out from the host, or from inside the
+/// namespace through `inside`.
+pub async fn serve(
+    socket: UdpSocket,
+    resolvers: Arc<Vec<SocketAddr>>,
+    names: Arc<NameTable>,
+    inside: Option<Arc<NsThread>>,
+) {
     let socket = Arc::new(socket);
     let mut buf = vec![0u8; 65_535];
     loop {
@@ -139,8 +151,9 @@ pub async fn serve(socket: UdpSocket, resolvers: Arc<Vec<SocketAddr>>, names: Ar
         };
         let query = buf[..n].to_vec();
         let (socket, resolvers, names) = (socket.clone(), resolvers.clone(), names.clone());
+        let inside = inside.clone();
         tokio::spawn(async move {
-            if let Some(answer) = forward(&query, &resolvers).await {
+            if let Some(answer) = forward(&query, &resolvers, inside.as_ref()).await {
                 names.learn_response(&answer);
                 let _ = socket.send_to(&answer, client).await;
             }
@@ -149,15 +162,14 @@ pub async fn serve(socket: UdpSocket, resolvers: Arc<Vec<SocketAddr>>, names: Ar
 }
 
 /// Asks each resolver in turn; the first answer with the query's id wins.
-async fn forward(query: &[u8], resolvers: &[SocketAddr]) -> Option<Vec<u8>> {
+async fn forward(
+    query: &[u8],
+    resolvers: &[SocketAddr],
+    inside: Option<&Arc<NsThread>>,
+) -> Option<Vec<u8>> {
     let id = query.get(..2)?;
     for r in resolvers {
-        let bind: SocketAddr = if r.is_ipv6() {
-            (Ipv6Addr::UNSPECIFIED, 0).into()
-        } else {
-            (Ipv4Addr::UNSPECIFIED, 0).into()
-        };
-        let Ok(sock) = UdpSocket::bind(bind).await else {
+        let Ok(sock) = query_socket(r.is_ipv6(), inside).await else {
             continue;
         };
         if sock.connect(r).await.is_err() || sock.send(query).await.is_err() {
@@ -181,6 +193,24 @@ async fn forward(query: &[u8], resolvers: &[SocketAddr]) -> Option<Vec<u8>> {
     }
     tracing::debug!("no resolver answered a DNS query ({resolvers:?})");
     None
+}
+
+/// A socket for one query: from the host, or marked inside the namespace.
+async fn query_socket(v6: bool, inside: Option<&Arc<NsThread>>) -> std::io::Result<UdpSocket> {
+    let Some(t) = inside else {
+        let bind: SocketAddr = if v6 {
+            (Ipv6Addr::UNSPECIFIED, 0).into()
+        } else {
+            (Ipv4Addr::UNSPECIFIED, 0).into()
+        };
+        return UdpSocket::bind(bind).await;
+    };
+    let t = t.clone();
+    let std_sock = tokio::task::spawn_blocking(move || t.run(move || super::agent::marked_udp(v6)))
+        .await
+        .map_err(std::io::Error::other)?
+        .map_err(std::io::Error::other)??;
+    UdpSocket::from_std(std_sock)
 }
 
 #[cfg(test)]

@@ -20,10 +20,12 @@
 //! the last process and socket in it.
 
 pub mod agent;
+pub mod attach;
 pub mod channel;
 pub mod dns;
 pub mod nfqueue;
 pub mod nft;
+pub mod nsthread;
 pub mod privilege;
 pub mod procnet;
 pub mod sandbox;

@@ -15,7 +15,7 @@ pub const TABLE: &str = "netchaos";
 pub const RELAY_MARK: u32 = 0x6e63; // "nc"
 
 /// Where intercepted traffic goes, inside the namespace.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Redirects {
     /// The relay's TCP listeners (127.0.0.1 and ::1, same port).
     pub tcp_port: u16,
@@ -48,60 +48,110 @@ pub struct LossRule {
     pub direction: Option<&'static str>,
 }
 
-/// The SYN gate's queue number (queues are per network namespace).
-pub const QUEUE: u16 = 0;
+/// The SYN gate's queue number (queues are per network namespace; an
+/// uncommon one, so that an existing namespace's own NFQUEUE users keep
+/// theirs). 0x4e43 is "NC".
+pub const QUEUE: u16 = 0x4e43;
 
-/// The ruleset for `netchaos run`:
+/// The ruleset netchaos installs in a namespace:
 ///
 /// * `syn_gate` (output, before NAT, so the original destination is still
 ///   in the packet): every new outbound SYN is queued to netchaos, which
 ///   decides its fate (connect faults, the upstream's own answer);
 /// * `intercept` (NAT output): outbound TCP to the relay, UDP DNS to the
 ///   forwarder; the relay's own marked sockets pass;
+/// * `inbound` (NAT prerouting, `attach --inbound` only): connections
+///   arriving for the given local ports go to the relay's inbound listener;
 /// * `verdicts` (filter output): a refused SYN gets an RST or an ICMP
-///   error, and the gate's mark is copied to the connection;
+///   error, the gate's mark is copied to the connection, and blackouts drop
+///   what the namespace sends to a partitioned client;
 /// * `packet_faults` (filter input): blackouts (sets of client endpoints
 ///   with timeouts, filled at run time) and per-connection loss.
-pub fn run_ruleset(r: &Redirects, losses: &[LossRule], native_gate: bool) -> String {
-    use marks::*;
-    let gate = if native_gate {
-        format!(
-            "\tchain syn_gate {{
+#[derive(Debug, Clone, Default)]
+pub struct Ruleset {
+    pub redirects: Redirects,
+    pub losses: Vec<LossRule>,
+    /// Queue SYNs with nftables' own `queue` (nft_queue); without it the
+    /// gate is an iptables chain ([`install`] decides).
+    pub native_gate: bool,
+    /// Local ports whose arriving connections go to `inbound_port`.
+    pub inbound: Vec<u16>,
+    pub inbound_port: u16,
+    /// Loopback ports never intercepted (netchaos's own control API when it
+    /// shares the namespace).
+    pub exempt: Vec<u16>,
+    /// Who installed the table (its comment; see [`Owner`]).
+    pub owner: Option<Owner>,
+}
+
+impl Ruleset {
+    pub fn render(&self) -> String {
+        use marks::*;
+        let exempt = if self.exempt.is_empty() {
+            String::new()
+        } else {
+            let ports = set_of(&self.exempt);
+            format!(
+                "\t\tip daddr 127.0.0.0/8 tcp dport {ports} return\n\t\tip6 daddr ::1 tcp dport {ports} return\n"
+            )
+        };
+        let gate = if self.native_gate {
+            format!(
+                "\tchain syn_gate {{
 \t\ttype filter hook output priority -150; policy accept;
 \t\tmeta mark {RELAY_MARK:#x} return
-\t\ttcp flags & (syn | ack) == syn queue num {QUEUE} bypass
+{exempt}\t\ttcp flags & (syn | ack) == syn queue num {QUEUE} bypass
 \t}}
 "
-        )
-    } else {
-        String::new()
-    };
-    let mut loss = String::new();
-    for l in losses {
-        let dir = l
-            .direction
-            .map_or(String::new(), |d| format!("ct direction {d} "));
-        loss.push_str(&format!(
-            "\t\tct mark {mark:#010x} {dir}numgen random mod 1000000 < {ppm} drop\n",
-            mark = TRACK | u32::from(l.index),
-            ppm = l.ppm
-        ));
-    }
-    format!(
-        "table inet {TABLE} {{
-\tset blackout4 {{ type ipv4_addr . inet_service; flags timeout; }}
+            )
+        } else {
+            String::new()
+        };
+        let inbound = if self.inbound.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "\tchain inbound {{
+\t\ttype nat hook prerouting priority -100; policy accept;
+\t\ttcp dport {} redirect to :{}
+\t}}
+",
+                set_of(&self.inbound),
+                self.inbound_port
+            )
+        };
+        let mut loss = String::new();
+        for l in &self.losses {
+            let dir = l
+                .direction
+                .map_or(String::new(), |d| format!("ct direction {d} "));
+            loss.push_str(&format!(
+                "\t\tct mark {mark:#010x} {dir}numgen random mod 1000000 < {ppm} drop\n",
+                mark = TRACK | u32::from(l.index),
+                ppm = l.ppm
+            ));
+        }
+        let comment = self
+            .owner
+            .as_ref()
+            .map_or(String::new(), |o| format!("\tcomment \"{o}\"\n"));
+        format!(
+            "table inet {TABLE} {{
+{comment}\tset blackout4 {{ type ipv4_addr . inet_service; flags timeout; }}
 \tset blackout6 {{ type ipv6_addr . inet_service; flags timeout; }}
 {gate}\tchain intercept {{
 \t\ttype nat hook output priority -100; policy accept;
 \t\tmeta mark {RELAY_MARK:#x} return
-\t\tudp dport 53 redirect to :{dns}
+{exempt}\t\tudp dport 53 redirect to :{dns}
 \t\tmeta l4proto tcp redirect to :{tcp}
 \t}}
-\tchain verdicts {{
+{inbound}\tchain verdicts {{
 \t\ttype filter hook output priority 0; policy accept;
 \t\tmeta mark & 0xffff0000 == {BASE:#010x} ct mark set meta mark
 \t\tmeta mark {REFUSE:#010x} reject with tcp reset
 \t\tmeta mark {UNREACHABLE:#010x} reject with icmpx type host-unreachable
+\t\tip daddr . tcp dport @blackout4 drop
+\t\tip6 daddr . tcp dport @blackout6 drop
 \t}}
 \tchain packet_faults {{
 \t\ttype filter hook input priority 0; policy accept;
@@ -112,9 +162,76 @@ pub fn run_ruleset(r: &Redirects, losses: &[LossRule], native_gate: bool) -> Str
 {loss}\t}}
 }}
 ",
-        dns = r.dns_port,
-        tcp = r.tcp_port,
-    )
+            dns = self.redirects.dns_port,
+            tcp = self.redirects.tcp_port,
+        )
+    }
+}
+
+/// `{ 80, 443 }` (or a bare port).
+fn set_of(ports: &[u16]) -> String {
+    match ports {
+        [p] => p.to_string(),
+        ps => format!(
+            "{{ {} }}",
+            ps.iter().map(u16::to_string).collect::<Vec<_>>().join(", ")
+        ),
+    }
+}
+
+/// What [`install`] put in place, so that exactly that is removed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Installed {
+    /// The gate is the iptables chain [`XT_CHAIN`], not part of the table.
+    pub xt_gate: bool,
+    /// iptables created the `ip`/`ip6` `mangle` tables for the gate (they
+    /// did not exist before), so they go too once empty.
+    pub made_mangle: [bool; 2],
+}
+
+/// Installs `rs` (the table, atomically) and the SYN gate: nftables' own
+/// queue where the kernel has it, otherwise the iptables chain.
+pub fn install(rs: &Ruleset) -> Result<Installed, String> {
+    let mut rs = rs.clone();
+    rs.native_gate = true;
+    match apply_with_comment_fallback(&rs) {
+        Ok(()) => {
+            return Ok(Installed {
+                xt_gate: false,
+                made_mangle: [false; 2],
+            });
+        }
+        Err(e) if !lacks_native_queue(&e) => return Err(e),
+        Err(_) => {}
+    }
+    rs.native_gate = false;
+    apply_with_comment_fallback(&rs)?;
+    let made_mangle = XT_FAMILIES.map(|(_, family)| !table_exists(family, "mangle"));
+    let installed = Installed {
+        xt_gate: true,
+        made_mangle,
+    };
+    if let Err(e) = apply_xt_gate(&rs.exempt) {
+        let _ = delete_table();
+        remove_xt_gate(&installed);
+        return Err(e);
+    }
+    Ok(installed)
+}
+
+/// Table comments need Linux 5.10 and nft 0.9.7; older ones get the table
+/// without its owner (which [`Owner::read`] then reports as unknown).
+fn apply_with_comment_fallback(rs: &Ruleset) -> Result<(), String> {
+    match apply(&rs.render()) {
+        Err(e) if rs.owner.is_some() && e.contains("comment") => {
+            let bare = Ruleset {
+                owner: None,
+                ..rs.clone()
+            };
+            apply(&bare.render())
+        }
+        r => r,
+    }
 }
 
 /// Whether `nft` refused the ruleset because this kernel has no native
@@ -123,40 +240,36 @@ pub fn lacks_native_queue(err: &str) -> bool {
     err.contains("queue num") && err.contains("No such file or directory")
 }
 
+/// The iptables chain (table `mangle`) holding the SYN gate on kernels
+/// without nft_queue.
+pub const XT_CHAIN: &str = "NETCHAOS";
+
 /// The SYN gate through iptables-nft's NFQUEUE target (nft_compat with
-/// xt_NFQUEUE), for kernels without nft_queue. iptables places it in the
-/// `mangle` tables' OUTPUT chains, which also run before NAT. The
-/// namespace, and with it these tables, disappears with the command.
-pub fn apply_xt_gate() -> Result<(), String> {
-    for tool in ["iptables", "ip6tables"] {
-        let mark = format!("{RELAY_MARK:#x}");
-        let queue = QUEUE.to_string();
-        let args = [
-            "-w",
-            "-t",
-            "mangle",
-            "-A",
-            "OUTPUT",
-            "-p",
-            "tcp",
-            "--syn",
-            "-m",
-            "mark",
-            "!",
-            "--mark",
-            &mark,
-            "-j",
-            "NFQUEUE",
-            "--queue-num",
-            &queue,
-            "--queue-bypass",
-        ];
-        let out = Command::new(tool).args(args).output().map_err(|e| match e.kind() {
+/// xt_NFQUEUE), for kernels without nft_queue: a chain of netchaos's own in
+/// the `mangle` table, jumped to first from OUTPUT (which, like the native
+/// gate, runs before NAT). Applied with `iptables-restore --noflush`, so the
+/// chain and its jump go in together and nothing else in the table changes.
+pub fn apply_xt_gate(exempt: &[u16]) -> Result<(), String> {
+    for ((tool, _), lo) in XT_FAMILIES.into_iter().zip(["127.0.0.0/8", "::1/128"]) {
+        let mut text = format!(
+            "*mangle\n:{XT_CHAIN} - [0:0]\n-A {XT_CHAIN} -m mark --mark {RELAY_MARK:#x} -j RETURN\n"
+        );
+        for p in exempt {
+            text.push_str(&format!(
+                "-A {XT_CHAIN} -d {lo} -p tcp --dport {p} -j RETURN\n"
+            ));
+        }
+        text.push_str(&format!(
+            "-A {XT_CHAIN} -p tcp --syn -j NFQUEUE --queue-num {QUEUE} --queue-bypass\n\
+             -I OUTPUT 1 -j {XT_CHAIN}\nCOMMIT\n"
+        ));
+        let restore = format!("{tool}-restore");
+        let out = pipe(&restore, &["--noflush"], &text).map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound => format!(
-                "this kernel has no native nftables queue (nft_queue), and the `{tool}` command, which can \
+                "this kernel has no native nftables queue (nft_queue), and the `{restore}` command, which can \
                  use xt_NFQUEUE instead, was not found: install iptables (apt-get install iptables)"
             ),
-            _ => format!("cannot run {tool}: {e}"),
+            _ => format!("cannot run {restore}: {e}"),
         })?;
         // IPv6 may be off in the namespace; IPv4 is required.
         if !out.status.success() && tool == "iptables" {
@@ -167,6 +280,235 @@ pub fn apply_xt_gate() -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Whether the iptables gate chain exists (in the namespace the caller is
+/// in).
+pub fn has_xt_gate() -> bool {
+    Command::new("iptables")
+        .args(["-w", "-t", "mangle", "-S", XT_CHAIN])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// The iptables commands and the nftables families their tables live in.
+const XT_FAMILIES: [(&str, &str); 2] = [("iptables", "ip"), ("ip6tables", "ip6")];
+
+fn table_exists(family: &str, name: &str) -> bool {
+    Command::new("nft")
+        .args(["list", "table", family, name])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Removes the iptables gate chain and the jumps to it, IPv4 and IPv6
+/// (and the `mangle` tables, when `installed` says iptables made them and
+/// nothing else uses them); absent pieces are not errors. Returns what
+/// could not be removed.
+pub fn remove_xt_gate(installed: &Installed) -> Vec<String> {
+    let mut errors = Vec::new();
+    for (i, (tool, family)) in XT_FAMILIES.into_iter().enumerate() {
+        let exists = |args: &[&str]| {
+            Command::new(tool)
+                .args(["-w", "-t", "mangle"])
+                .args(args)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        if !exists(&["-S", XT_CHAIN]) {
+            continue;
+        }
+        // Every jump (a replaced netchaos may have left more than one).
+        for _ in 0..16 {
+            if !exists(&["-C", "OUTPUT", "-j", XT_CHAIN]) {
+                break;
+            }
+            if !exists(&["-D", "OUTPUT", "-j", XT_CHAIN]) {
+                errors.push(format!(
+                    "{tool}: cannot remove the jump to {XT_CHAIN} from mangle OUTPUT"
+                ));
+                break;
+            }
+        }
+        if !(exists(&["-F", XT_CHAIN]) && exists(&["-X", XT_CHAIN])) {
+            errors.push(format!("{tool}: cannot delete the chain mangle {XT_CHAIN}"));
+            continue;
+        }
+        if installed.made_mangle[i] && mangle_is_empty(tool) {
+            let _ = apply(&format!("delete table {family} mangle"));
+        }
+    }
+    errors
+}
+
+/// Whether a `mangle` table holds no rule and no chain of anyone's.
+fn mangle_is_empty(tool: &str) -> bool {
+    Command::new(tool)
+        .args(["-w", "-t", "mangle", "-S"])
+        .output()
+        .is_ok_and(|o| {
+            o.status.success()
+                && String::from_utf8_lossy(&o.stdout)
+                    .lines()
+                    .all(|l| l.starts_with("-P "))
+        })
+}
+
+/// Who installed a table: written into its comment, so that a later
+/// netchaos can tell a live owner from debris left by a killed one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Owner {
+    pub pid: i32,
+    /// The owner's start time (clock ticks after boot, /proc/PID/stat field
+    /// 22): a recycled pid does not pass for the owner.
+    pub start: u64,
+    /// The owner's PID namespace; in another one its pid means nothing here.
+    pub pidns: u64,
+}
+
+impl std::fmt::Display for Owner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "netchaos pid={} start={} pidns={}",
+            self.pid, self.start, self.pidns
+        )
+    }
+}
+
+/// Whether the owner of a table still runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Liveness {
+    Alive,
+    Dead,
+    /// No owner recorded, or one in another PID namespace.
+    Unknown,
+}
+
+impl Owner {
+    /// This process.
+    pub fn me() -> Owner {
+        let pid = std::process::id() as i32;
+        Owner {
+            pid,
+            start: start_time(pid).unwrap_or(0),
+            pidns: pidns(),
+        }
+    }
+
+    /// Parses a table comment written by [`Display`].
+    pub fn parse(comment: &str) -> Option<Owner> {
+        let rest = comment.strip_prefix("netchaos ")?;
+        let mut pid = None;
+        let mut start = None;
+        let mut ns = None;
+        for kv in rest.split_whitespace() {
+            match kv.split_once('=')? {
+                ("pid", v) => pid = v.parse().ok(),
+                ("start", v) => start = v.parse().ok(),
+                ("pidns", v) => ns = v.parse().ok(),
+                _ => {}
+            }
+        }
+        Some(Owner {
+            pid: pid?,
+            start: start?,
+            pidns: ns?,
+        })
+    }
+
+    pub fn liveness(&self) -> Liveness {
+        if self.pidns != pidns() {
+            return Liveness::Unknown;
+        }
+        match start_time(self.pid) {
+            Some(t) if t == self.start => Liveness::Alive,
+            _ => Liveness::Dead,
+        }
+    }
+}
+
+fn pidns() -> u64 {
+    std::fs::metadata("/proc/self/ns/pid")
+        .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
+        .unwrap_or(0)
+}
+
+/// Field 22 of /proc/PID/stat (after the parenthesised command name, which
+/// may itself hold spaces and parentheses); `None` for a process that is
+/// gone or a zombie (killed, not yet reaped: it serves nothing).
+fn start_time(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let mut fields = stat[stat.rfind(')')? + 1..].split_whitespace();
+    if matches!(fields.next()?, "Z" | "X") {
+        return None;
+    }
+    fields.nth(18)?.parse().ok()
+}
+
+/// The table as found in the namespace the caller is in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Found {
+    Absent,
+    /// Present; its owner as recorded (None: no readable owner).
+    Present(Option<Owner>),
+}
+
+/// Looks for netchaos's table (in the caller's namespace).
+pub fn find_table() -> Result<Found, String> {
+    let out = Command::new("nft")
+        .args(["list", "table", "inet", TABLE])
+        .output()
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => {
+                "the `nft` command was not found: install nftables (apt-get install nftables)"
+                    .to_string()
+            }
+            _ => format!("cannot run nft: {e}"),
+        })?;
+    if !out.status.success() {
+        let err = String::from_utf8_lossy(&out.stderr);
+        if err.contains("No such file or directory") {
+            return Ok(Found::Absent);
+        }
+        return Err(format!("cannot list nftables tables: {}", err.trim()));
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    Ok(Found::Present(table_comment(&text).and_then(Owner::parse)))
+}
+
+/// The table's own comment in `nft list table` output (the first
+/// `comment "..."` before any set or chain).
+fn table_comment(listing: &str) -> Option<&str> {
+    let head = listing
+        .split("\n\tset ")
+        .next()?
+        .split("\n\tchain ")
+        .next()?;
+    let at = head.find("comment \"")? + "comment \"".len();
+    let end = head[at..].find('"')?;
+    Some(&head[at..at + end])
+}
+
+fn pipe(cmd: &str, args: &[&str], input: &str) -> std::io::Result<std::process::Output> {
+    let mut child = Command::new(cmd)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    child
+        .stdin
+        .take()
+        .expect("piped stdin")
+        .write_all(input.as_bytes())?;
+    child.wait_with_output()
 }
 
 /// The `nft` command that partitions one client endpoint's flow.
@@ -191,26 +533,13 @@ pub fn blackout_command(
 
 /// Applies `ruleset` with `nft -f -` (one atomic transaction).
 pub fn apply(ruleset: &str) -> Result<(), String> {
-    let mut child = Command::new("nft")
-        .args(["-f", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => {
-                "the `nft` command was not found: install nftables (apt-get install nftables)"
-                    .to_string()
-            }
-            _ => format!("cannot run nft: {e}"),
-        })?;
-    child
-        .stdin
-        .take()
-        .expect("piped stdin")
-        .write_all(ruleset.as_bytes())
-        .map_err(|e| format!("cannot write to nft: {e}"))?;
-    let out = child.wait_with_output().map_err(|e| format!("nft: {e}"))?;
+    let out = pipe("nft", &["-f", "-"], ruleset).map_err(|e| match e.kind() {
+        std::io::ErrorKind::NotFound => {
+            "the `nft` command was not found: install nftables (apt-get install nftables)"
+                .to_string()
+        }
+        _ => format!("cannot run nft: {e}"),
+    })?;
     if out.status.success() {
         Ok(())
     } else {
@@ -221,29 +550,43 @@ pub fn apply(ruleset: &str) -> Result<(), String> {
     }
 }
 
+/// Deletes netchaos's table; `Ok(false)` when there was none.
+pub fn delete_table() -> Result<bool, String> {
+    match apply(&format!("delete table inet {TABLE}")) {
+        Ok(()) => Ok(true),
+        Err(e) if e.contains("No such file or directory") => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn run_ruleset_redirects_gates_and_drops() {
-        let text = run_ruleset(
-            &Redirects {
+    fn rs() -> Ruleset {
+        Ruleset {
+            redirects: Redirects {
                 tcp_port: 4000,
                 dns_port: 5000,
             },
-            &[LossRule {
+            losses: vec![LossRule {
                 index: 1,
                 ppm: 100_000,
                 direction: Some("original"),
             }],
-            true,
-        );
+            native_gate: true,
+            ..Ruleset::default()
+        }
+    }
+
+    #[test]
+    fn ruleset_redirects_gates_and_drops() {
+        let text = rs().render();
         assert!(text.starts_with("table inet netchaos {"));
         assert!(text.contains("type nat hook output priority -100"));
         assert!(text.contains("udp dport 53 redirect to :5000"));
         assert!(text.contains("meta l4proto tcp redirect to :4000"));
-        assert!(text.contains("tcp flags & (syn | ack) == syn queue num 0 bypass"));
+        assert!(text.contains("tcp flags & (syn | ack) == syn queue num 20035 bypass"));
         assert!(text.contains("meta mark 0x6e640200 reject with tcp reset"));
         assert!(text.contains(
             "ct mark 0x6e640101 ct direction original numgen random mod 1000000 < 100000 drop"
@@ -254,15 +597,67 @@ mod tests {
             text[gate..].find("meta mark 0x6e63 return").unwrap()
                 < text[gate..].find("queue").unwrap()
         );
+        assert!(!text.contains("prerouting") && !text.contains("comment"));
+    }
+
+    #[test]
+    fn inbound_ports_exemptions_and_owner() {
+        let owner = Owner {
+            pid: 42,
+            start: 7,
+            pidns: 9,
+        };
+        let text = Ruleset {
+            inbound: vec![8080, 9090],
+            inbound_port: 4001,
+            exempt: vec![8474],
+            owner: Some(owner.clone()),
+            ..rs()
+        }
+        .render();
+        assert!(text.contains("\tcomment \"netchaos pid=42 start=7 pidns=9\"\n"));
+        assert!(text.contains("type nat hook prerouting priority -100"));
+        assert!(text.contains("tcp dport { 8080, 9090 } redirect to :4001"));
+        let intercept = &text[text.find("chain intercept").unwrap()..];
+        assert!(
+            intercept
+                .find("ip daddr 127.0.0.0/8 tcp dport 8474 return")
+                .unwrap()
+                < intercept.find("redirect to :4000").unwrap()
+        );
+        assert!(text.contains("ip6 daddr ::1 tcp dport 8474 return"));
+        assert_eq!(
+            table_comment(&text),
+            Some("netchaos pid=42 start=7 pidns=9")
+        );
+        assert_eq!(Owner::parse(&owner.to_string()), Some(owner));
+        assert_eq!(Owner::parse("something else"), None);
+        assert_eq!(Owner::parse("netchaos pid=x"), None);
+    }
+
+    #[test]
+    fn owners_are_told_apart_by_start_time() {
+        let me = Owner::me();
+        assert_eq!(me.liveness(), Liveness::Alive);
+        let recycled = Owner {
+            start: me.start + 1,
+            ..me.clone()
+        };
+        assert_eq!(recycled.liveness(), Liveness::Dead);
+        let elsewhere = Owner {
+            pidns: me.pidns + 1,
+            ..me
+        };
+        assert_eq!(elsewhere.liveness(), Liveness::Unknown);
     }
 
     #[test]
     fn without_a_native_queue_the_gate_chain_is_left_out() {
-        let r = Redirects {
-            tcp_port: 1,
-            dns_port: 2,
-        };
-        let text = run_ruleset(&r, &[], false);
+        let text = Ruleset {
+            native_gate: false,
+            ..rs()
+        }
+        .render();
         assert!(!text.contains("syn_gate") && !text.contains("queue"));
         assert!(text.contains("chain intercept"));
         assert!(lacks_native_queue(

@@ -128,3 +128,72 @@ pub fn drop_for_command(rootless: bool) -> Result<(), String> {
 fn set_no_new_privs() -> Result<(), String> {
     nix::sys::prctl::set_no_new_privs().map_err(|e| format!("cannot set no_new_privs: {e}"))
 }
+
+/// Removes CAP_NET_ADMIN from the calling process for good: ambient,
+/// bounding, effective, permitted and inheritable sets. Meant for a child
+/// between fork and exec (`run --in-place`), so it makes raw syscalls only
+/// (async-signal-safe, no allocation).
+///
+/// A process that cannot shrink its bounding set (not root, no
+/// CAP_SETPCAP) gets `no_new_privs` instead, so that no file capability can
+/// hand CAP_NET_ADMIN back across exec.
+pub fn drop_net_admin_in_child() -> std::io::Result<()> {
+    const CAP_NET_ADMIN: libc::c_ulong = 12;
+    // Ambient capabilities need Linux 4.3; EINVAL before that means none.
+    // SAFETY: prctl with integer arguments only.
+    unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+            0 as libc::c_ulong,
+        )
+    };
+    // SAFETY: prctl with integer arguments only.
+    if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, CAP_NET_ADMIN, 0, 0, 0) } != 0 {
+        let e = std::io::Error::last_os_error();
+        if nix::unistd::geteuid().is_root() {
+            return Err(e);
+        }
+        // SAFETY: prctl with integer arguments only.
+        if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    let mut header = CapHeader {
+        version: 0x2008_0522, // _LINUX_CAPABILITY_VERSION_3: two 32-bit words
+        pid: 0,
+    };
+    let mut data = [CapData::default(); 2];
+    // SAFETY: capget fills exactly two CapData words for version 3; both
+    // pointers are to live, properly laid out (repr(C)) values.
+    if unsafe { libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let bit = 1u32 << CAP_NET_ADMIN;
+    data[0].effective &= !bit;
+    data[0].permitted &= !bit;
+    data[0].inheritable &= !bit;
+    // SAFETY: as for capget; capset only reads the two words.
+    if unsafe { libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// `struct __user_cap_header_struct`.
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+/// `struct __user_cap_data_struct`.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}

@@ -7,14 +7,27 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
 const LISTEN: &str = "0A";
 
-/// Whether a TCP listener in `pid`'s namespace accepts connections to
-/// `addr`, ignoring `skip` (netchaos's own listeners).
-pub fn listening(pid: i32, addr: SocketAddr, skip: &[u16]) -> bool {
+/// The network devices of the calling thread's namespace.
+pub fn links() -> Vec<String> {
+    std::fs::read_to_string("/proc/thread-self/net/dev")
+        .map(|t| {
+            t.lines()
+                .skip(2)
+                .filter_map(|l| l.split_once(':').map(|(n, _)| n.trim().to_string()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Whether a TCP listener accepts connections to `addr`, per the tables
+/// under `net_dir` (`/proc/PID/net`, or `/proc/thread-self/net` from a
+/// thread inside the namespace), ignoring `skip` (netchaos's own listeners).
+pub fn listening(net_dir: &str, addr: SocketAddr, skip: &[u16]) -> bool {
     if skip.contains(&addr.port()) {
         return false;
     }
     ["tcp", "tcp6"].iter().any(|f| {
-        std::fs::read_to_string(format!("/proc/{pid}/net/{f}"))
+        std::fs::read_to_string(format!("{net_dir}/{f}"))
             .map(|text| listeners(&text).any(|l| accepts(l, addr)))
             .unwrap_or(false)
     })

@@ -16,6 +16,7 @@ use super::agent::{self, AgentConfig, AgentMsg, ParentMsg, Reply, Request};
 use super::channel::Channel;
 use super::dns::NameTable;
 use super::nft::Redirects;
+use super::nsthread::NsThread;
 use super::procnet;
 use super::syn_gate::{Gate, LossTable};
 
@@ -39,14 +40,23 @@ impl CommandEnd {
     }
 }
 
+/// How netchaos reaches into the namespace.
+enum Door {
+    /// `netchaos run`: the agent process inside (which also works rootless).
+    Agent { pid: Pid, requests: Mutex<Channel> },
+    /// `attach` and `run --in-place`: a thread of netchaos's own, inside.
+    Thread(Arc<NsThread>),
+}
+
 /// The namespace, as the relay uses it: its names, the SYN gate's
 /// decisions, and a way in.
 pub struct Sandbox {
-    agent: Pid,
-    requests: Mutex<Channel>,
+    door: Door,
     pub redirects: Redirects,
     pub names: Arc<NameTable>,
     pub gate: Gate,
+    /// What connections through it are called in events and metrics.
+    pub label: Arc<str>,
 }
 
 /// The sockets the agent made inside the namespace for netchaos.
@@ -129,8 +139,11 @@ pub fn create(
         .ok()
         .map(|m| std::os::unix::fs::MetadataExt::ino(&m));
     let sandbox = Sandbox {
-        agent,
-        requests: Mutex::new(dial),
+        door: Door::Agent {
+            pid: agent,
+            requests: Mutex::new(dial),
+        },
+        label: "run".into(),
         gate: Gate::new(losses),
         redirects: Redirects {
             tcp_port: redirects.0,
@@ -233,9 +246,40 @@ impl Control {
 }
 
 impl Sandbox {
+    /// A sandbox over an existing namespace, reached through `ns`.
+    pub fn over_thread(
+        ns: Arc<NsThread>,
+        redirects: Redirects,
+        losses: LossTable,
+        label: &str,
+    ) -> Sandbox {
+        Sandbox {
+            door: Door::Thread(ns),
+            redirects,
+            names: Arc::new(NameTable::default()),
+            gate: Gate::new(losses),
+            label: label.into(),
+        }
+    }
+
+    /// Whether every connection is dialled from inside the namespace: an
+    /// existing namespace (attach, in-place) has its own network, while
+    /// `run`'s reaches the world through the host.
+    pub fn dials_inside(&self) -> bool {
+        matches!(self.door, Door::Thread(_))
+    }
+
+    /// The thread inside an existing namespace (attach, in-place).
+    pub fn thread(&self) -> Option<&Arc<NsThread>> {
+        match &self.door {
+            Door::Thread(t) => Some(t),
+            Door::Agent { .. } => None,
+        }
+    }
+
     /// Sends one request to the agent and waits (briefly) for its reply.
-    fn request(&self, req: &Request) -> io::Result<Vec<OwnedFd>> {
-        let ch = self.requests.lock().expect("request channel lock");
+    fn request(requests: &Mutex<Channel>, req: &Request) -> io::Result<Vec<OwnedFd>> {
+        let ch = requests.lock().expect("request channel lock");
         ch.set_recv_timeout(Some(Duration::from_secs(5)))?;
         ch.send(req, &[])?;
         match ch.recv::<Reply>()? {
@@ -248,21 +292,44 @@ impl Sandbox {
     /// A new TCP socket inside the namespace, marked so that interception
     /// lets it through; blocks briefly (call from a blocking context).
     pub fn socket_inside(&self, v6: bool) -> io::Result<std::net::TcpStream> {
-        let mut fds = self.request(&Request::Socket { v6 })?;
-        match fds.pop() {
-            Some(fd) if fds.is_empty() => Ok(std::net::TcpStream::from(fd)),
-            _ => Err(io::Error::other("the namespace agent sent no socket")),
+        match &self.door {
+            Door::Agent { requests, .. } => {
+                let mut fds = Self::request(requests, &Request::Socket { v6 })?;
+                match fds.pop() {
+                    Some(fd) if fds.is_empty() => Ok(std::net::TcpStream::from(fd)),
+                    _ => Err(io::Error::other("the namespace agent sent no socket")),
+                }
+            }
+            Door::Thread(t) => t
+                .run(move || {
+                    agent::marked_socket(v6).map(|s| std::net::TcpStream::from(OwnedFd::from(s)))
+                })
+                .map_err(io::Error::other)?,
         }
     }
 
     /// Runs one nftables command in the namespace; blocks briefly.
     pub fn nft(&self, command: String) -> io::Result<()> {
-        self.request(&Request::Nft { command }).map(|_| ())
+        match &self.door {
+            Door::Agent { requests, .. } => {
+                Self::request(requests, &Request::Nft { command }).map(|_| ())
+            }
+            Door::Thread(t) => t
+                .run(move || super::nft::apply(&command))
+                .map_err(io::Error::other)?
+                .map_err(io::Error::other),
+        }
     }
 
     /// Whether something inside the namespace listens on `addr` (netchaos's
     /// own listeners aside).
     pub fn listens_inside(&self, addr: SocketAddr) -> bool {
-        procnet::listening(self.agent.as_raw(), addr, &[self.redirects.tcp_port])
+        let skip = [self.redirects.tcp_port];
+        match &self.door {
+            Door::Agent { pid, .. } => procnet::listening(&format!("/proc/{pid}/net"), addr, &skip),
+            Door::Thread(t) => t
+                .run(move || procnet::listening("/proc/thread-self/net", addr, &skip))
+                .unwrap_or(false),
+        }
     }
 }

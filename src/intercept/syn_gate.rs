@@ -325,8 +325,8 @@ async fn decide(syn: Syn, relay: &Arc<Relay>, sandbox: &Arc<Sandbox>) -> (Fate, 
         client: syn.src,
         dst: syn.dst.to_string(),
         host: names.first().cloned(),
-        proxy: Some("run".into()),
-        counters: relay.events.stats.proxy("run"),
+        proxy: Some(sandbox.label.clone()),
+        counters: relay.events.stats.proxy(&sandbox.label),
     });
     let hit = |c: &Chosen| {
         FaultHit::new(
@@ -366,11 +366,16 @@ async fn decide(syn: Syn, relay: &Arc<Relay>, sandbox: &Arc<Sandbox>) -> (Fate, 
     let respond = chosen
         .iter()
         .any(|c| matches!(c.spec.kind, FaultKind::Respond(_)));
-    let inside = relay::is_loopback(syn.dst) && sandbox.listens_inside(syn.dst);
-    let upstream = if respond || inside {
+    // Under `run`, a service of the command's own on loopback is dialled by
+    // the relay later, through the agent; everything else is dialled now,
+    // while the SYN waits: from the host, or (attach, in-place) from inside.
+    let from_inside = sandbox.dials_inside();
+    let later = !from_inside && relay::is_loopback(syn.dst) && sandbox.listens_inside(syn.dst);
+    let upstream = if respond || later {
         None
     } else {
-        match relay::dial_host(syn.dst, relay.opts.dial_timeout).await {
+        let inside = from_inside.then_some(sandbox);
+        match relay::dial::dial(syn.dst, relay.opts.dial_timeout, inside).await {
             Ok(s) => Some(s),
             Err(e) => {
                 relay.events.relay_error(&info, e.kind(), &e.to_string());

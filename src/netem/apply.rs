@@ -143,6 +143,13 @@ pub fn clear_plan(dev: &str) -> Result<Vec<Cmd>, String> {
     Ok(cmds)
 }
 
+/// Deletes a device (an ifb netchaos made); returns the command it ran.
+pub fn delete_link(dev: &str) -> Result<String, String> {
+    let c = argv(&format!("ip link del {dev}"));
+    run(&c).map_err(|e| explain(&e, dev, &c.join(" ")))?;
+    Ok(c.join(" "))
+}
+
 /// The device's qdiscs and filters, netchaos's marked.
 pub fn show(dev: &str) -> Result<String, String> {
     if !link_exists(dev) {
@@ -162,7 +169,7 @@ pub fn show(dev: &str) -> Result<String, String> {
         for line in q.lines() {
             let mine = line.contains(&format!(" {HANDLE} "))
                 || line.contains(&format!(" {CHILD_HANDLE} "))
-                || d.starts_with("ncifb-");
+                || d != dev;
             out.push_str(&format!(
                 "{} {line}\n",
                 if mine { "netchaos" } else { "        " }

@@ -195,8 +195,11 @@ pub fn ifb_name(dev: &str) -> String {
     let h = dev.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
     });
-    format!("ncifb{:08x}", h as u32)
+    format!("{IFB_PREFIX}{:08x}", h as u32)
 }
+
+/// How every ifb device netchaos makes is named at the start.
+pub const IFB_PREFIX: &str = "ncifb";
 
 /// One command: the program and its arguments.
 pub type Cmd = Vec<String>;

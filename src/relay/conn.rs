@@ -237,11 +237,7 @@ impl Conn<'_> {
         let mut last = DialError::Other("no address to dial".into());
         let timeout = self.relay.opts.dial_timeout;
         for addr in addrs {
-            let r = match inside {
-                Some(sb) => dial::dial_with(*addr, timeout, dial::dial_inside(sb, *addr)).await,
-                None => dial::dial_host(*addr, timeout).await,
-            };
-            match r {
+            match dial::dial(*addr, timeout, inside).await {
                 Ok(s) => return Ok(s),
                 Err(e) => last = e,
             }

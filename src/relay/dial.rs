@@ -50,7 +50,7 @@ pub async fn destination(ep: &Endpoint, client: &TcpStream) -> Dest {
         Target::Transparent(sandbox) => match sockopt::original_dst(client) {
             Ok(dst) => {
                 d.names = sandbox.names.names(dst.ip());
-                if is_loopback(dst) && sandbox.listens_inside(dst) {
+                if sandbox.dials_inside() || (is_loopback(dst) && sandbox.listens_inside(dst)) {
                     d.inside = Some(sandbox.clone());
                 }
                 d.addrs.push(dst);
@@ -104,8 +104,8 @@ async fn resolve(upstream: &str) -> Result<(Option<String>, Vec<SocketAddr>), St
     }
 }
 
-/// Connects to `addr` from inside the namespace, with a socket the agent
-/// made there.
+/// Connects to `addr` from inside the namespace, with a marked socket made
+/// there (by the agent, or by netchaos's thread in the namespace).
 pub async fn dial_inside(sandbox: &Arc<Sandbox>, addr: SocketAddr) -> std::io::Result<TcpStream> {
     let sb = sandbox.clone();
     let std_sock = tokio::task::spawn_blocking(move || sb.socket_inside(addr.is_ipv6()))
@@ -148,6 +148,19 @@ impl std::fmt::Display for DialError {
             | DialError::Timeout(m)
             | DialError::Other(m) => f.write_str(m),
         }
+    }
+}
+
+/// Connects to `addr`, from inside the namespace when `inside` is given,
+/// else from the host's.
+pub async fn dial(
+    addr: SocketAddr,
+    timeout: Duration,
+    inside: Option<&Arc<Sandbox>>,
+) -> Result<TcpStream, DialError> {
+    match inside {
+        Some(sb) => dial_with(addr, timeout, dial_inside(sb, addr)).await,
+        None => dial_host(addr, timeout).await,
     }
 }
 

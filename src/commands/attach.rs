@@ -1,0 +1,299 @@
+//! `netchaos attach` and `netchaos run --in-place`: interception in a
+//! network namespace that exists already (another process's, or
+//! netchaos's own), with everything installed there removed on the way
+//! out.
+//!
+//! Order matters: signal handling is in place before the table is
+//! installed (a SIGTERM in between must not leave it behind), and the table
+//! is removed before open connections drain (new connections then go
+//! straight to their destinations, while established ones keep their
+//! conntrack redirect and finish through the relay).
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use super::run::{forward_signals, stop_faults_after};
+use super::{announce_seed, open_events, raise_nofile_limit, runtime, start_api};
+use crate::cli::{ApiArgs, AttachArgs, Global, RunArgs};
+use crate::error::{Error, Result};
+use crate::events::Events;
+use crate::intercept::attach::{self, Attached, Config, Mode};
+use crate::intercept::nsthread::NsThread;
+use crate::intercept::syn_gate::{self, LossTable};
+use crate::intercept::{dns, privilege};
+use crate::plan::Flow;
+use crate::profile;
+use crate::relay::{Endpoint, Relay, RelayOptions, Target};
+use crate::ruleset::RuleSet;
+
+/// The namespace named by `--pid` or `--netns`: its file, how `clean`
+/// would name it, and the resolv.conf its processes use.
+pub fn namespace(pid: Option<i32>, netns: Option<&Path>) -> Result<(PathBuf, String, PathBuf)> {
+    match (pid, netns) {
+        (Some(pid), _) => {
+            let path = PathBuf::from(format!("/proc/{pid}/ns/net"));
+            if !Path::new(&format!("/proc/{pid}")).exists() {
+                return Err(Error::Usage(format!(
+                    "--pid {pid}: there is no such process"
+                )));
+            }
+            let resolv = PathBuf::from(format!("/proc/{pid}/root/etc/resolv.conf"));
+            Ok((path, format!("--pid {pid}"), resolv))
+        }
+        (None, Some(p)) => {
+            if !p.exists() {
+                return Err(Error::Usage(format!(
+                    "--netns {}: no such file (expected a network namespace file like /run/netns/NAME or /proc/PID/ns/net)",
+                    p.display()
+                )));
+            }
+            Ok((
+                p.to_path_buf(),
+                format!("--netns {}", p.display()),
+                PathBuf::from("/etc/resolv.conf"),
+            ))
+        }
+        (None, None) => Err(Error::Usage("give --pid PID or --netns PATH".into())),
+    }
+}
+
+fn resolvers(given: Option<&Path>, default: &Path) -> Result<Vec<std::net::SocketAddr>> {
+    dns::resolvers(given.unwrap_or(default)).map_err(|e| match given {
+        Some(_) => Error::Usage(format!("--resolv-conf: {e}")),
+        None => Error::runtime(e),
+    })
+}
+
+pub fn attach(g: &Global, args: &AttachArgs) -> Result<u8> {
+    let plan = profile::build_plan(&args.faults.profiles, &args.faults.faults, g.seed)?;
+    if let Some(addr) = args.api.api {
+        crate::control::check_api_addr(addr, args.api.api_token.as_deref())?;
+    }
+    let (path, hint, resolv) = namespace(args.pid, args.netns.as_deref())?;
+    let losses = LossTable::from_plan(&plan).map_err(Error::Usage)?;
+    attach::check_privileges(Mode::Attach.command(), Mode::Attach).map_err(Error::runtime)?;
+    let resolvers = resolvers(args.resolv_conf.as_deref(), &resolv)?;
+    let events = open_events(g)?;
+    raise_nofile_limit();
+    let ns = Arc::new(NsThread::enter(Some(&path)).map_err(Error::runtime)?);
+    let seed = plan.seed;
+    let rules = Arc::new(RuleSet::from_plan(&plan));
+    let rt = runtime()?;
+    rt.block_on(async {
+        let mut signals = super::ShutdownSignals::install()?;
+        let mut att = attach::install(
+            ns,
+            Config {
+                mode: Mode::Attach,
+                inbound: args.inbound.clone(),
+                exempt: Vec::new(),
+                losses,
+                replace: args.replace,
+                clean_hint: hint,
+            },
+        )
+        .map_err(Error::runtime)?;
+        let serving = Serving::start(
+            &mut att,
+            rules,
+            events.clone(),
+            args.dial_timeout,
+            resolvers,
+        )?;
+        serving.api(&args.api).await?;
+        announce_seed(seed);
+        events.start(seed, "attach");
+        eprintln!(
+            "netchaos: ready (attached to {}; Ctrl-C or SIGTERM detaches{})",
+            path.display(),
+            args.duration.map_or(String::new(), |d| format!(
+                " (or after {})",
+                crate::units::format_duration(d)
+            ))
+        );
+        let why = match args.duration {
+            Some(d) => tokio::select! {
+                s = signals.recv() => s,
+                _ = tokio::time::sleep(d) => "--duration",
+            },
+            None => signals.recv().await,
+        };
+        tracing::info!("detaching ({why})");
+        let removed = att.remove();
+        serving.stop(args.drain).await;
+        eprint!("{}", events.summary(seed));
+        removed.map_err(Error::runtime)?;
+        Ok(0)
+    })
+}
+
+/// `netchaos run --in-place -- CMD`.
+pub fn in_place(g: &Global, args: &RunArgs) -> Result<u8> {
+    let mut plan = profile::build_plan(&args.faults.profiles, &args.faults.faults, g.seed)?;
+    if let Some(d) = args.duration {
+        stop_faults_after(&mut plan, d);
+    }
+    if let Some(addr) = args.api.api {
+        crate::control::check_api_addr(addr, args.api.api_token.as_deref())?;
+    }
+    let resolvers = resolvers(args.resolv_conf.as_deref(), Path::new("/etc/resolv.conf"))?;
+    let losses = LossTable::from_plan(&plan).map_err(Error::Usage)?;
+    attach::check_privileges(Mode::InPlace.command(), Mode::InPlace).map_err(Error::runtime)?;
+    let events = open_events(g)?;
+    raise_nofile_limit();
+    let ns = Arc::new(NsThread::enter(None).map_err(Error::runtime)?);
+    let seed = plan.seed;
+    let rules = Arc::new(RuleSet::from_plan(&plan));
+    // netchaos's own API shares the namespace: its port stays unintercepted.
+    let exempt = args.api.api.map(|a| vec![a.port()]).unwrap_or_default();
+    let rt = runtime()?;
+    rt.block_on(async {
+        let pid_for_signals = forward_signals()?;
+        let mut att = attach::install(
+            ns,
+            Config {
+                mode: Mode::InPlace,
+                inbound: args.inbound.clone(),
+                exempt,
+                losses,
+                replace: args.replace,
+                clean_hint: "--here".into(),
+            },
+        )
+        .map_err(Error::runtime)?;
+        let serving = Serving::start(
+            &mut att,
+            rules,
+            events.clone(),
+            args.dial_timeout,
+            resolvers,
+        )?;
+        serving.api(&args.api).await?;
+        announce_seed(seed);
+        events.start(seed, "in-place");
+        let mut cmd = std::process::Command::new(&args.command[0]);
+        cmd.args(&args.command[1..]);
+        // SAFETY: the closure runs in the child between fork and exec and
+        // only makes raw syscalls (prctl, capget, capset), which are
+        // async-signal-safe; it allocates nothing.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(
+                &mut cmd,
+                privilege::drop_net_admin_in_child,
+            );
+        }
+        let end = match cmd.spawn() {
+            Ok(mut child) => {
+                let _ = pid_for_signals.send(nix::unistd::Pid::from_raw(child.id() as i32));
+                let status = tokio::task::spawn_blocking(move || child.wait())
+                    .await
+                    .map_err(|e| Error::runtime(e.to_string()))?
+                    .map_err(|e| Error::runtime(format!("waiting for the command: {e}")))?;
+                exit_code(status)
+            }
+            Err(e) => {
+                let name = args.command[0].to_string_lossy();
+                eprintln!("netchaos: cannot run {name}: {e}");
+                if e.kind() == std::io::ErrorKind::NotFound {
+                    127
+                } else {
+                    126
+                }
+            }
+        };
+        let removed = att.remove();
+        serving.stop(args.drain).await;
+        eprint!("{}", events.summary(seed));
+        removed.map_err(Error::runtime)?;
+        Ok(end)
+    })
+}
+
+/// The command's exit code, or 128+N for a signal.
+fn exit_code(status: std::process::ExitStatus) -> u8 {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(c), _) => c.clamp(0, 255) as u8,
+        (None, Some(s)) => (128 + s).clamp(0, 255) as u8,
+        _ => 1,
+    }
+}
+
+/// The relay and its helpers, serving an attached namespace.
+struct Serving {
+    relay: Arc<Relay>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    api_stop: tokio_util::sync::CancellationToken,
+}
+
+impl Serving {
+    fn start(
+        att: &mut Attached,
+        rules: Arc<RuleSet>,
+        events: Arc<Events>,
+        dial_timeout: std::time::Duration,
+        resolvers: Vec<std::net::SocketAddr>,
+    ) -> Result<Serving> {
+        let relay = Relay::new(rules, events, RelayOptions { dial_timeout });
+        let sandbox = att.sandbox.clone();
+        let sandbox = &sandbox;
+        let io = |e: std::io::Error| Error::Runtime(e.into());
+        let queue = att.listeners.queue.try_clone().map_err(io)?;
+        let mut tasks = vec![tokio::spawn(syn_gate::run(
+            queue,
+            relay.clone(),
+            sandbox.clone(),
+        ))];
+        for l in std::mem::take(&mut att.listeners.tcp) {
+            let l = tokio::net::TcpListener::from_std(l).map_err(io)?;
+            relay.serve(
+                l,
+                Endpoint::new(
+                    sandbox.label.clone(),
+                    Target::Transparent(sandbox.clone()),
+                    Flow::Outbound,
+                ),
+            );
+        }
+        for l in std::mem::take(&mut att.inbound) {
+            let l = tokio::net::TcpListener::from_std(l).map_err(io)?;
+            relay.serve(
+                l,
+                Endpoint::new(
+                    format!("{}-inbound", sandbox.label),
+                    Target::Transparent(sandbox.clone()),
+                    Flow::Inbound,
+                ),
+            );
+        }
+        let resolvers = Arc::new(resolvers);
+        for u in std::mem::take(&mut att.listeners.dns) {
+            let u = tokio::net::UdpSocket::from_std(u).map_err(io)?;
+            tasks.push(tokio::spawn(dns::serve(
+                u,
+                resolvers.clone(),
+                sandbox.names.clone(),
+                sandbox.thread().cloned(),
+            )));
+        }
+        Ok(Serving {
+            relay,
+            tasks,
+            api_stop: tokio_util::sync::CancellationToken::new(),
+        })
+    }
+
+    async fn api(&self, args: &ApiArgs) -> Result<()> {
+        let api = crate::control::Control::new(self.relay.clone(), true);
+        api.adopt_rules().await;
+        start_api(args, api, self.api_stop.clone()).await
+    }
+
+    async fn stop(self, drain: std::time::Duration) {
+        self.api_stop.cancel();
+        self.relay.shutdown(drain).await;
+        for t in self.tasks {
+            t.abort();
+        }
+    }
+}

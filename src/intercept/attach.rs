@@ -1,0 +1,397 @@
+//! Interception in a network namespace that already exists: `attach` (a
+//! running container or process, entered by a thread of netchaos's own)
+//! and `run --in-place` (netchaos's own namespace). Unlike `run`'s, these
+//! namespaces outlive netchaos, so what it installs there is recorded,
+//! checked and removed by hand:
+//!
+//! * before: the privileges it needs, and debris from a netchaos that was
+//!   killed (a table nobody serves would black-hole the namespace's
+//!   traffic), which stops it unless `--replace`;
+//! * during: the table carries its owner (pid, start time, PID namespace),
+//!   so that others can tell a live owner from debris;
+//! * after: exactly what it added goes — the table if it is still its own,
+//!   the iptables gate chain if it made one — on every way out (including
+//!   errors and unwinding: [`Attached`] removes on drop).
+//!
+//! [`clean`] is the way out of a SIGKILL: it removes the table, the gate
+//! chain and netchaos's qdiscs from a namespace, and does nothing the
+//! second time.
+
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use caps::{CapSet, Capability};
+use socket2::Socket;
+
+use super::agent::{listener, udp};
+use super::nft::{self, Found, Installed, Liveness, Owner, Redirects, Ruleset};
+use super::nsthread::NsThread;
+use super::sandbox::{Listeners, Sandbox};
+use super::syn_gate::LossTable;
+use super::{nfqueue, procnet};
+
+/// Which command is attaching (for messages and labels).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Attach,
+    InPlace,
+}
+
+impl Mode {
+    pub fn command(self) -> &'static str {
+        match self {
+            Mode::Attach => "netchaos attach",
+            Mode::InPlace => "netchaos run --in-place",
+        }
+    }
+
+    /// What its connections are called in events, metrics and the API.
+    pub fn label(self) -> &'static str {
+        match self {
+            Mode::Attach => "attach",
+            Mode::InPlace => "in-place",
+        }
+    }
+}
+
+/// What to install.
+pub struct Config {
+    pub mode: Mode,
+    /// Local ports whose arriving connections pass through the relay.
+    pub inbound: Vec<u16>,
+    /// Loopback ports to leave alone (netchaos's own API, in-place).
+    pub exempt: Vec<u16>,
+    pub losses: LossTable,
+    /// Remove a dead netchaos's table first instead of refusing.
+    pub replace: bool,
+    /// How `clean` would name this namespace, for messages.
+    pub clean_hint: String,
+}
+
+/// netchaos installed in a namespace.
+pub struct Attached {
+    pub sandbox: Arc<Sandbox>,
+    pub listeners: Listeners,
+    /// The inbound listeners (0.0.0.0 and [::], one port), if asked for.
+    pub inbound: Vec<std::net::TcpListener>,
+    ns: Arc<NsThread>,
+    installed: Installed,
+    owner: Owner,
+    removed: AtomicBool,
+}
+
+/// Checks, before anything is touched, that this process holds the
+/// capabilities `command` needs to work in another namespace (`Attach`) or
+/// its own (`InPlace`), naming any that is missing.
+pub fn check_privileges(command: &str, mode: Mode) -> Result<(), String> {
+    let needed: &[(Capability, &str)] = match mode {
+        Mode::Attach => &[
+            (
+                Capability::CAP_SYS_ADMIN,
+                "to enter another process's network namespace",
+            ),
+            (
+                Capability::CAP_NET_ADMIN,
+                "to manage nftables rules and qdiscs there",
+            ),
+        ],
+        Mode::InPlace => &[(
+            Capability::CAP_NET_ADMIN,
+            "to manage nftables rules and qdiscs in this network namespace",
+        )],
+    };
+    let missing: Vec<String> = needed
+        .iter()
+        .filter(|(c, _)| !caps::has_cap(None, CapSet::Effective, *c).unwrap_or(false))
+        .map(|(c, why)| format!("{c} ({why})"))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let how = match mode {
+        Mode::Attach => {
+            "Run it as root (sudo), or give it the capabilities \
+             (sudo setcap cap_sys_admin,cap_net_admin+ep $(command -v netchaos))"
+        }
+        Mode::InPlace => {
+            "Run it as root in the container or pod, with the NET_ADMIN capability \
+             (docker run --cap-add NET_ADMIN; Kubernetes: securityContext.capabilities.add: [NET_ADMIN])"
+        }
+    };
+    Err(format!(
+        "{command} needs capabilities this process does not hold: {}. {how}. Nothing was changed.",
+        missing.join(", ")
+    ))
+}
+
+/// Installs interception in the namespace `ns` is in, or explains why not.
+pub fn install(ns: Arc<NsThread>, cfg: Config) -> Result<Attached, String> {
+    let owner = Owner::me();
+    let (mode, replace, hint) = (cfg.mode, cfg.replace, cfg.clean_hint.clone());
+    ns.run(move || check_stale(mode, replace, &hint))??;
+    let inbound_wanted = !cfg.inbound.is_empty();
+    let made = ns.run(move || sockets(inbound_wanted))??;
+    let ruleset = Ruleset {
+        redirects: made.redirects,
+        losses: cfg.losses.rules(),
+        native_gate: true,
+        inbound: cfg.inbound.clone(),
+        inbound_port: made.inbound_port,
+        exempt: cfg.exempt.clone(),
+        owner: Some(owner.clone()),
+    };
+    let installed = ns.run(move || nft::install(&ruleset))??;
+    let sandbox = Sandbox::over_thread(ns.clone(), made.redirects, cfg.losses, cfg.mode.label());
+    Ok(Attached {
+        sandbox: Arc::new(sandbox),
+        listeners: made.listeners,
+        inbound: made.inbound,
+        ns,
+        installed,
+        owner,
+        removed: AtomicBool::new(false),
+    })
+}
+
+impl Attached {
+    /// Removes what [`install`] added (once; later calls do nothing).
+    /// Errors are reported together, after everything was tried.
+    pub fn remove(&self) -> Result<(), String> {
+        if self.removed.swap(true, Ordering::SeqCst) {
+            return Ok(());
+        }
+        let (owner, installed) = (self.owner.clone(), self.installed);
+        self.ns
+            .run(move || {
+                let mut errors = Vec::new();
+                match nft::find_table() {
+                    Ok(Found::Present(Some(o))) if o == owner => {
+                        if let Err(e) = nft::delete_table() {
+                            errors.push(e);
+                        }
+                    }
+                    Ok(Found::Present(_)) => tracing::warn!(
+                        "the namespace's netchaos table is no longer this process's; left in place"
+                    ),
+                    Ok(Found::Absent) => {
+                        tracing::warn!("the netchaos table was already gone (removed by hand?)")
+                    }
+                    Err(e) => errors.push(e),
+                }
+                if installed.xt_gate {
+                    errors.extend(nft::remove_xt_gate(&installed));
+                }
+                if errors.is_empty() {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "could not remove everything netchaos installed: {}",
+                        errors.join("; ")
+                    ))
+                }
+            })
+            .and_then(|r| r)
+    }
+}
+
+impl Drop for Attached {
+    fn drop(&mut self) {
+        if let Err(e) = self.remove() {
+            tracing::error!("{e}");
+        }
+    }
+}
+
+/// Refuses to install over another netchaos: a live one always, a dead
+/// one's debris unless `replace` (which removes it first).
+fn check_stale(mode: Mode, replace: bool, clean_hint: &str) -> Result<(), String> {
+    let table = nft::find_table()?;
+    let chain = nft::has_xt_gate();
+    let owner = match &table {
+        Found::Present(o) => o.clone(),
+        Found::Absent if chain => None,
+        Found::Absent => return Ok(()),
+    };
+    let liveness = owner.as_ref().map_or(Liveness::Unknown, Owner::liveness);
+    if liveness == Liveness::Alive {
+        let pid = owner.map_or(0, |o| o.pid);
+        return Err(format!(
+            "another netchaos (pid {pid}) is already intercepting in this network namespace; \
+             stop it first (kill -TERM {pid}), or use its control API to change its faults"
+        ));
+    }
+    if !replace {
+        let who = match (&owner, liveness) {
+            (Some(o), Liveness::Dead) => {
+                format!("a netchaos that is no longer running (pid {})", o.pid)
+            }
+            (Some(o), _) => format!(
+                "a netchaos in another PID namespace (pid {} there), which cannot be checked from here",
+                o.pid
+            ),
+            (None, _) => "an earlier netchaos (its owner is not recorded)".to_string(),
+        };
+        return Err(format!(
+            "a netchaos table left by {who} is still installed in this network namespace and may \
+             black-hole its TCP traffic. Remove it with `netchaos clean {clean_hint}`, or pass \
+             --replace to {} to remove it and start anyway",
+            mode.command()
+        ));
+    }
+    tracing::warn!("removing the netchaos table and gate left by an earlier netchaos (--replace)");
+    if matches!(table, Found::Present(_)) {
+        nft::delete_table()?;
+    }
+    let errors = nft::remove_xt_gate(&LEFT_BEHIND);
+    if !errors.is_empty() {
+        return Err(errors.join("; "));
+    }
+    Ok(())
+}
+
+/// Debris: its chain goes, and the `mangle` tables too if nothing else
+/// is left in them (iptables makes them on demand; an empty one does
+/// nothing).
+const LEFT_BEHIND: Installed = Installed {
+    xt_gate: true,
+    made_mangle: [true; 2],
+};
+
+struct Made {
+    redirects: Redirects,
+    listeners: Listeners,
+    inbound: Vec<std::net::TcpListener>,
+    inbound_port: u16,
+}
+
+/// The relay's sockets in the namespace: the gate's queue, the outbound
+/// listeners (127.0.0.1 and ::1, one port), the DNS sockets (likewise), and
+/// the inbound listeners (all addresses, one port).
+fn sockets(inbound: bool) -> Result<Made, String> {
+    let queue: OwnedFd = nfqueue::open(nft::QUEUE).map_err(|e| match e.raw_os_error() {
+        Some(libc::EBUSY) => format!(
+            "the SYN gate's netlink queue {} is taken in this namespace (by another netchaos or an \
+             NFQUEUE user); stop it first",
+            nft::QUEUE
+        ),
+        _ => format!("cannot open the SYN gate's netlink queue (nfnetlink_queue): {e}"),
+    })?;
+    let (tcp, tcp_port) = pair(Ipv4Addr::LOCALHOST, Ipv6Addr::LOCALHOST, listener)?;
+    let (dns, dns_port) = pair(Ipv4Addr::LOCALHOST, Ipv6Addr::LOCALHOST, udp)?;
+    let (inbound, inbound_port) = if inbound {
+        pair(Ipv4Addr::UNSPECIFIED, Ipv6Addr::UNSPECIFIED, listener)?
+    } else {
+        (Vec::new(), 0)
+    };
+    Ok(Made {
+        redirects: Redirects { tcp_port, dns_port },
+        listeners: Listeners {
+            queue,
+            tcp: tcp.into_iter().map(|s| OwnedFd::from(s).into()).collect(),
+            dns: dns.into_iter().map(|s| OwnedFd::from(s).into()).collect(),
+        },
+        inbound: inbound
+            .into_iter()
+            .map(|s| OwnedFd::from(s).into())
+            .collect(),
+        inbound_port,
+    })
+}
+
+/// An IPv4 socket on an ephemeral port and, where the namespace has IPv6,
+/// an IPv6 one on the same port (the redirect names one port for both).
+fn pair(
+    v4: Ipv4Addr,
+    v6: Ipv6Addr,
+    make: fn(SocketAddr) -> Result<Socket, String>,
+) -> Result<(Vec<Socket>, u16), String> {
+    let mut last = String::new();
+    for _ in 0..8 {
+        let a = make(SocketAddr::from((v4, 0)))?;
+        let port = a
+            .local_addr()
+            .ok()
+            .and_then(|x| x.as_socket())
+            .map(|x| x.port())
+            .ok_or("cannot read a socket's port")?;
+        if !has_ipv6() {
+            return Ok((vec![a], port));
+        }
+        match make(SocketAddr::from((v6, port))) {
+            Ok(b) => return Ok((vec![a, b], port)),
+            Err(e) => last = e, // that port is taken on IPv6: another try
+        }
+    }
+    Err(last)
+}
+
+/// Whether the namespace (the calling thread's) has IPv6 loopback.
+fn has_ipv6() -> bool {
+    std::fs::read_to_string("/proc/thread-self/net/if_inet6").is_ok_and(|t| {
+        t.lines()
+            .any(|l| l.starts_with("00000000000000000000000000000001"))
+    })
+}
+
+/// What `clean` found and did.
+#[derive(Debug, Default)]
+pub struct Cleaned {
+    /// One line per thing removed.
+    pub removed: Vec<String>,
+    pub errors: Vec<String>,
+}
+
+/// Removes netchaos's table, gate chain and qdiscs from the namespace `ns`
+/// is in. Refuses while a live netchaos owns the table, unless `force`.
+pub fn clean(ns: &NsThread, force: bool) -> Result<Cleaned, String> {
+    ns.run(move || clean_here(force))?
+}
+
+fn clean_here(force: bool) -> Result<Cleaned, String> {
+    let mut done = Cleaned::default();
+    if let Found::Present(Some(o)) = nft::find_table()? {
+        if o.liveness() == Liveness::Alive && !force {
+            return Err(format!(
+                "netchaos pid {} is running and owns this namespace's table; stop it \
+                 (kill -TERM {}) and it removes the table itself, or pass --force",
+                o.pid, o.pid
+            ));
+        }
+    }
+    match nft::delete_table() {
+        Ok(true) => done
+            .removed
+            .push(format!("nftables table inet {}", nft::TABLE)),
+        Ok(false) => {}
+        Err(e) => done.errors.push(e),
+    }
+    if nft::has_xt_gate() {
+        let errors = nft::remove_xt_gate(&LEFT_BEHIND);
+        if errors.is_empty() {
+            done.removed
+                .push(format!("iptables chain mangle {}", nft::XT_CHAIN));
+        }
+        done.errors.extend(errors);
+    }
+    for dev in procnet::links() {
+        if dev.starts_with(crate::netem::IFB_PREFIX) {
+            continue; // removed with its device below
+        }
+        match crate::netem::apply::clear(&dev) {
+            Ok(cmds) => done.removed.extend(cmds),
+            Err(e) => done.errors.push(format!("{dev}: {e}")),
+        }
+    }
+    // An ifb whose device vanished.
+    for dev in procnet::links() {
+        if dev.starts_with(crate::netem::IFB_PREFIX) {
+            match crate::netem::apply::delete_link(&dev) {
+                Ok(cmd) => done.removed.push(cmd),
+                Err(e) => done.errors.push(e),
+            }
+        }
+    }
+    Ok(done)
+}

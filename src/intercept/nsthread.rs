@@ -1,0 +1,95 @@
+//! A dedicated OS thread that lives in another network namespace and runs
+//! work there (`setns` changes only the calling thread). Sockets it creates
+//! stay in that namespace wherever they are used afterwards, and commands it
+//! starts (`nft`, `ip`) run there too.
+
+use std::os::fd::AsFd;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+
+use nix::sched::{CloneFlags, setns};
+
+type Job = Box<dyn FnOnce() + Send>;
+
+/// A thread inside a network namespace.
+pub struct NsThread {
+    jobs: mpsc::Sender<Job>,
+    /// The namespace, as given (for messages).
+    pub path: Option<PathBuf>,
+}
+
+impl NsThread {
+    /// A thread that enters the namespace at `path` (`/proc/PID/ns/net`,
+    /// `/run/netns/NAME`); `None` stays in netchaos's own namespace.
+    pub fn enter(path: Option<&Path>) -> Result<NsThread, String> {
+        let file =
+            match path {
+                Some(p) => Some(std::fs::File::open(p).map_err(|e| {
+                    format!("cannot open the network namespace {}: {e}", p.display())
+                })?),
+                None => None,
+            };
+        let (jobs, rx) = mpsc::channel::<Job>();
+        let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
+        let shown = path.map(|p| p.display().to_string());
+        std::thread::Builder::new()
+            .name("netns".into())
+            .spawn(move || {
+                if let Some(f) = &file {
+                    if let Err(e) = setns(f.as_fd(), CloneFlags::CLONE_NEWNET) {
+                        let _ = ready_tx.send(Err(format!(
+                            "cannot enter the network namespace {}: {} (entering another namespace needs CAP_SYS_ADMIN)",
+                            shown.unwrap_or_default(),
+                            e.desc()
+                        )));
+                        return;
+                    }
+                }
+                let _ = ready_tx.send(Ok(()));
+                drop(file);
+                while let Ok(job) = rx.recv() {
+                    job();
+                }
+            })
+            .map_err(|e| format!("cannot start the namespace thread: {e}"))?;
+        ready_rx
+            .recv()
+            .map_err(|_| "the namespace thread ended".to_string())??;
+        Ok(NsThread {
+            jobs,
+            path: path.map(Path::to_path_buf),
+        })
+    }
+
+    /// Runs `f` inside the namespace and returns its result (blocks).
+    pub fn run<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<T, String> {
+        let (tx, rx) = mpsc::channel();
+        self.jobs
+            .send(Box::new(move || {
+                let _ = tx.send(f());
+            }))
+            .map_err(|_| "the namespace thread ended".to_string())?;
+        rx.recv()
+            .map_err(|_| "the namespace thread ended".to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runs_work_and_returns_results() {
+        let t = NsThread::enter(None).unwrap();
+        assert_eq!(t.run(|| 6 * 7).unwrap(), 42);
+        let here = std::fs::read_link("/proc/thread-self/ns/net").ok();
+        let there = t
+            .run(|| std::fs::read_link("/proc/thread-self/ns/net").ok())
+            .unwrap();
+        assert_eq!(here, there, "no path: netchaos's own namespace");
+        assert!(NsThread::enter(Some(Path::new("/nonexistent/ns"))).is_err());
+    }
+}

@@ -1,0 +1,555 @@
+//! `netchaos attach`, `netchaos clean` and `netchaos run --in-place`, as
+//! root, on namespaces made for the test (`ip netns add` with a veth pair,
+//! `unshare -n`): faults reach real clients in the namespace, the relay's
+//! own connections are not intercepted again, and what netchaos installed
+//! is gone after SIGTERM — or, after SIGKILL, after `clean`.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use support::*;
+
+/// A root-only test's prerequisites; `None` (skipped, with the reason
+/// printed; a failure in CI) where they are missing.
+fn setup() -> Option<TestNetns> {
+    let ns = TestNetns::new()?;
+    for tool in ["nft", "python3", "iptables"] {
+        if missing_tool(tool) {
+            return None;
+        }
+    }
+    Some(ns)
+}
+
+/// An echo server on the host end of the veth pair: what clients in the
+/// namespace reach.
+fn host_echo(ns: &TestNetns) -> Server {
+    Server::echo(&format!("{}:0", ns.host_ip))
+}
+
+const CLIENT: &str = r#"
+import socket, sys, time
+host, port = sys.argv[1], int(sys.argv[2])
+t = time.monotonic()
+try:
+    s = socket.create_connection((host, port), timeout=8)
+except OSError as e:
+    print("connect-error", type(e).__name__, round(time.monotonic() - t, 3))
+    sys.exit(0)
+c = time.monotonic() - t
+s.sendall(b"ping")
+d = s.recv(100)
+print("ok", round(c, 3), round(time.monotonic() - t, 3), d.decode())
+"#;
+
+/// Runs the client inside the namespace: "ok CONNECT TOTAL REPLY" or
+/// "connect-error NAME SECONDS".
+fn client_in(ns: &TestNetns, dir: &tempfile::TempDir, host: &str, port: u16) -> String {
+    let script = dir.path().join("client.py");
+    std::fs::write(&script, CLIENT).unwrap();
+    let out = ns.sh(&format!(
+        "timeout 20 python3 {} {host} {port}",
+        script.display()
+    ));
+    let text = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(
+        !text.is_empty(),
+        "client printed nothing: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
+fn seconds(line: &str, field: usize) -> f64 {
+    line.split_whitespace().nth(field).unwrap().parse().unwrap()
+}
+
+fn netns_path(ns: &TestNetns) -> String {
+    format!("/run/netns/{}", ns.name)
+}
+
+/// The namespace's nftables tables and iptables mangle rules, as text.
+fn installed(ns: &TestNetns) -> String {
+    let out = ns.sh("nft list tables; iptables -w -t mangle -S 2>/dev/null");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn attach(ns: &TestNetns, extra: &[&str]) -> Proxy {
+    let path = netns_path(ns);
+    let mut args = vec!["--netns", path.as_str()];
+    args.extend_from_slice(extra);
+    let p = Proxy::start_cmd("attach", &args);
+    assert!(
+        p.stderr().contains("netchaos: ready"),
+        "attach did not start:\n{}",
+        p.stderr()
+    );
+    p
+}
+
+#[test]
+fn attach_faults_a_namespace_without_looping_and_sigterm_removes_everything() {
+    let Some(ns) = setup() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let echo = host_echo(&ns);
+    let host = ns.host_ip.to_string();
+    let port = echo.addr.port();
+    let before = client_in(&ns, &dir, &host, port);
+    assert!(
+        before.starts_with("ok") && seconds(&before, 2) < 0.25,
+        "{before}"
+    );
+    let tables_before = installed(&ns);
+
+    let events = dir.path().join("events.jsonl");
+    let p = attach(
+        &ns,
+        &[
+            "--events",
+            events.to_str().unwrap(),
+            "--fault",
+            "latency:delay=400ms",
+        ],
+    );
+    assert!(installed(&ns).contains("table inet netchaos"));
+    let during = client_in(&ns, &dir, &host, port);
+    assert!(
+        during.starts_with("ok") && during.ends_with("ping"),
+        "{during}"
+    );
+    assert!(seconds(&during, 2) >= 0.38, "the latency applies: {during}");
+    let (status, err) = p.stop();
+    assert!(status.success(), "{err}");
+
+    // One client connection, one relayed connection: the relay's own
+    // upstream socket (marked) was not intercepted again.
+    let opens = read_events(&events)
+        .iter()
+        .filter(|e| e["event"] == "open")
+        .count();
+    assert_eq!(opens, 1, "events: {:?}", read_events(&events));
+    assert_eq!(echo.accepted.load(std::sync::atomic::Ordering::SeqCst), 2);
+    assert!(err.contains("latency"), "summary: {err}");
+
+    let left = installed(&ns);
+    assert!(!left.contains("netchaos"), "left behind:\n{left}");
+    assert!(!left.contains("NETCHAOS"), "left behind:\n{left}");
+    assert_eq!(left, tables_before, "the namespace is as it was");
+    let after = client_in(&ns, &dir, &host, port);
+    assert!(
+        after.starts_with("ok") && seconds(&after, 2) < 0.25,
+        "{after}"
+    );
+}
+
+#[test]
+fn after_sigkill_attach_refuses_and_clean_removes_the_table_once() {
+    let Some(ns) = setup() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let echo = host_echo(&ns);
+    let (host, port) = (ns.host_ip.to_string(), echo.addr.port());
+    let path = netns_path(&ns);
+
+    let p = attach(&ns, &["--fault", "latency:delay=10ms"]);
+    signal(p.pid(), libc::SIGKILL);
+    drop(p); // reaped
+    assert!(
+        installed(&ns).contains("table inet netchaos"),
+        "the table stays after SIGKILL"
+    );
+    // Nobody serves the redirect now: the namespace's TCP is black-holed.
+    let cut = client_in(&ns, &dir, &host, port);
+    assert!(cut.starts_with("connect-error"), "{cut}");
+
+    let (code, _, err) = netchaos(&["attach", "--netns", &path, "--fault", "latency:delay=1ms"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("no longer running"), "{err}");
+    assert!(
+        err.contains(&format!("netchaos clean --netns {path}")),
+        "{err}"
+    );
+    assert!(err.contains("--replace"), "{err}");
+
+    let (code, out, err) = netchaos(&["clean", "--netns", &path]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("removed: nftables table inet netchaos"),
+        "{out}"
+    );
+    let left = installed(&ns);
+    assert!(
+        !left.contains("netchaos") && !left.contains("NETCHAOS"),
+        "{left}"
+    );
+    let (code, out, err) = netchaos(&["clean", "--netns", &path]);
+    assert_eq!(code, 0, "a second clean is a no-op: {err}");
+    assert!(out.contains("nothing of netchaos's"), "{out}");
+    let back = client_in(&ns, &dir, &host, port);
+    assert!(back.starts_with("ok"), "traffic flows again: {back}");
+
+    // --replace starts over a dead netchaos's table.
+    let p = attach(&ns, &["--fault", "latency:delay=10ms"]);
+    signal(p.pid(), libc::SIGKILL);
+    drop(p);
+    let p = attach(&ns, &["--replace", "--fault", "latency:delay=300ms"]);
+    let line = client_in(&ns, &dir, &host, port);
+    assert!(seconds(&line, 2) >= 0.28, "{line}");
+    let (status, err) = p.stop();
+    assert!(status.success(), "{err}");
+    let left = installed(&ns);
+    assert!(
+        !left.contains("netchaos") && !left.contains("NETCHAOS"),
+        "{left}"
+    );
+}
+
+#[test]
+fn a_live_attach_is_neither_doubled_nor_cleaned() {
+    let Some(ns) = setup() else { return };
+    let path = netns_path(&ns);
+    let p = attach(&ns, &["--fault", "latency:delay=10ms"]);
+    let (code, _, err) = netchaos(&["attach", "--netns", &path, "--replace"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(&format!("another netchaos (pid {})", p.pid())),
+        "{err}"
+    );
+    let (code, _, err) = netchaos(&["clean", "--netns", &path]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("is running and owns"), "{err}");
+    assert!(installed(&ns).contains("table inet netchaos"));
+    let (status, err) = p.stop();
+    assert!(status.success(), "{err}");
+    assert!(!installed(&ns).contains("netchaos"));
+}
+
+#[test]
+fn connect_faults_and_connect_phase_truth_in_an_attached_namespace() {
+    let Some(ns) = setup() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let echo = host_echo(&ns);
+    let host = ns.host_ip.to_string();
+    // A port nobody listens on: refused, as without netchaos.
+    let closed = std::net::TcpListener::bind((ns.host_ip, 0)).unwrap();
+    let closed_port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let profile = dir.path().join("p.toml");
+    std::fs::write(
+        &profile,
+        format!(
+            "[[rules]]\nname = \"refused\"\nmatch = {{ ports = [\"{}\"] }}\n  [[rules.faults]]\n  type = \"refuse\"\n",
+            echo.addr.port()
+        ),
+    )
+    .unwrap();
+    let p = attach(&ns, &["-p", profile.to_str().unwrap()]);
+    let refused = client_in(&ns, &dir, &host, echo.addr.port());
+    assert!(
+        refused.starts_with("connect-error ConnectionRefusedError"),
+        "{refused}"
+    );
+    let truth = client_in(&ns, &dir, &host, closed_port);
+    assert!(
+        truth.starts_with("connect-error ConnectionRefusedError"),
+        "{truth}"
+    );
+    let (status, err) = p.stop();
+    assert!(status.success(), "{err}");
+    assert_eq!(echo.accepted.load(std::sync::atomic::Ordering::SeqCst), 0);
+}
+
+#[test]
+fn inbound_connections_to_a_local_port_pass_through_the_relay() {
+    let Some(ns) = setup() else { return };
+    let port = 20_000 + (std::process::id() % 5000) as u16;
+    let mut server = Command::new("ip")
+        .args(["netns", "exec", &ns.name, "python3", "-c"])
+        .arg(format!(
+            "import socket\nl=socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n\
+             l.bind(('0.0.0.0', {port})); l.listen(); print('up', flush=True)\n\
+             for _ in range(4):\n    c,_=l.accept(); c.sendall(c.recv(100)); c.close()"
+        ))
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut up = [0u8; 3];
+    server.stdout.as_mut().unwrap().read_exact(&mut up).unwrap();
+    let round_trip = || {
+        let t = Instant::now();
+        let mut c =
+            std::net::TcpStream::connect_timeout(&(ns.ns_ip, port).into(), Duration::from_secs(5))
+                .unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        c.write_all(b"hi").unwrap();
+        let mut buf = Vec::new();
+        c.read_to_end(&mut buf).unwrap();
+        assert_eq!(buf, b"hi");
+        t.elapsed()
+    };
+    assert!(round_trip() < Duration::from_millis(250));
+    let dir = tempfile::tempdir().unwrap();
+    let profile = dir.path().join("p.toml");
+    std::fs::write(
+        &profile,
+        "[[rules]]\nname = \"in\"\nmatch = { direction = \"inbound\" }\n  [[rules.faults]]\n  type = \"latency\"\n  delay = \"400ms\"\n",
+    )
+    .unwrap();
+    let portarg = port.to_string();
+    let p = attach(
+        &ns,
+        &["--inbound", &portarg, "-p", profile.to_str().unwrap()],
+    );
+    let slow = round_trip();
+    let (status, err) = p.stop();
+    let fast = round_trip();
+    let _ = server.kill();
+    let _ = server.wait();
+    assert!(status.success(), "{err}");
+    assert!(
+        slow >= Duration::from_millis(380),
+        "inbound latency: {slow:?}"
+    );
+    assert!(
+        fast < Duration::from_millis(250),
+        "after detaching: {fast:?}"
+    );
+    assert!(err.contains("in ") && err.contains("latency"), "{err}");
+    assert!(!installed(&ns).contains("netchaos"));
+}
+
+#[test]
+fn attach_learns_names_from_the_namespaces_own_resolver() {
+    let Some(ns) = setup() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let echo = host_echo(&ns);
+    // As in a container: a default route, so that the resolver named in
+    // /etc/resolv.conf is routable (netchaos redirects the query anyway).
+    let route = ns.sh(&format!("ip route add default via {}", ns.host_ip));
+    assert!(route.status.success(), "{route:?}");
+    // The resolver lives inside the namespace, on its loopback.
+    let mut dnsd = Command::new("ip")
+        .args(["netns", "exec", &ns.name, "python3"])
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/support/dnsd.py"
+        ))
+        .arg(format!("api.test={}", ns.host_ip))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(dnsd.stdout.as_mut().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let resolv = dir.path().join("resolv.conf");
+    std::fs::write(&resolv, format!("nameserver 127.0.0.1:{}\n", line.trim())).unwrap();
+    let profile = dir.path().join("p.toml");
+    std::fs::write(
+        &profile,
+        "[[rules]]\nname = \"api\"\nmatch = { dst = [\"api.test\"] }\n  [[rules.faults]]\n  type = \"latency\"\n  delay = \"400ms\"\n",
+    )
+    .unwrap();
+    let p = attach(
+        &ns,
+        &[
+            "--resolv-conf",
+            resolv.to_str().unwrap(),
+            "-p",
+            profile.to_str().unwrap(),
+        ],
+    );
+    // Whatever resolver the namespace's resolv.conf names, UDP port 53 goes
+    // to netchaos's forwarder, which asks the one in --resolv-conf.
+    let by_name = client_in(&ns, &dir, "api.test", echo.addr.port());
+    let (status, err) = p.stop();
+    let _ = dnsd.kill();
+    let _ = dnsd.wait();
+    assert!(status.success(), "{err}");
+    assert!(by_name.starts_with("ok"), "{by_name}");
+    assert!(seconds(&by_name, 2) >= 0.38, "matched by name: {by_name}");
+}
+
+#[test]
+fn attach_detaches_after_its_duration() {
+    let Some(ns) = setup() else { return };
+    let path = netns_path(&ns);
+    let t = Instant::now();
+    let (code, _, err) = netchaos(&[
+        "attach",
+        "--netns",
+        &path,
+        "--duration",
+        "1s",
+        "--fault",
+        "latency:delay=10ms",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        t.elapsed() >= Duration::from_millis(900),
+        "{:?}",
+        t.elapsed()
+    );
+    assert!(err.contains("netchaos summary"), "{err}");
+    assert!(!installed(&ns).contains("netchaos"));
+}
+
+#[test]
+fn attach_without_privileges_names_the_missing_capabilities() {
+    let Some(ns) = setup() else { return };
+    if missing_tool("setpriv") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("netchaos");
+    std::fs::copy(BIN, &bin).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let nobody = |args: &[&str]| {
+        let out = Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "--inh-caps=-all",
+            ])
+            .arg(&bin)
+            .args(args)
+            .current_dir("/")
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let path = netns_path(&ns);
+    let (code, err) = nobody(&["attach", "--netns", &path, "--fault", "latency:delay=1ms"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("CAP_SYS_ADMIN") && err.contains("CAP_NET_ADMIN"),
+        "{err}"
+    );
+    assert!(err.contains("Nothing was changed"), "{err}");
+    let (code, err) = nobody(&["run", "--in-place", "--", "true"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("CAP_NET_ADMIN") && !err.contains("CAP_SYS_ADMIN"),
+        "{err}"
+    );
+    assert!(!installed(&ns).contains("netchaos"));
+}
+
+/// Runs `script` in a throwaway network namespace (`unshare -n`) that has
+/// a loopback HTTP-ish echo server on `port`.
+fn in_throwaway_ns(script: &str) -> (i32, String, String) {
+    let out = Command::new("timeout")
+        .args(["60", "unshare", "-n", "sh", "-c", script])
+        .env("NC", BIN)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn run_in_place_faults_the_current_namespace_and_cleans_up() {
+    if unsafe { libc::geteuid() } != 0 {
+        assert!(!in_ci(), "CI runs the suite as root");
+        eprintln!("SKIPPED: run --in-place needs root (CAP_NET_ADMIN)");
+        return;
+    }
+    for tool in ["unshare", "nft", "python3", "curl"] {
+        if missing_tool(tool) {
+            return;
+        }
+    }
+    let script = r#"
+set -e
+ip link set lo up
+python3 -c '
+import socket
+l = socket.socket(); l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l.bind(("127.0.0.1", 18099)); l.listen()
+for _ in range(3):
+    c, _ = l.accept(); c.recv(1000)
+    c.sendall(b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok"); c.close()
+' &
+sleep 0.5
+curl -sS -o /dev/null -w 'before %{time_total}\n' http://127.0.0.1:18099/
+"$NC" run --in-place --fault latency:delay=400ms -- \
+    curl -sS -o /dev/null -w 'during %{time_total}\n' http://127.0.0.1:18099/
+echo "tables: [$(nft list tables)]"
+curl -sS -o /dev/null -w 'after %{time_total}\n' http://127.0.0.1:18099/
+"#;
+    let (code, out, err) = in_throwaway_ns(script);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let t = |name: &str| -> f64 {
+        out.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no {name} line in {out}\n{err}"))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    assert!(t("before") < 0.25, "{out}");
+    assert!(t("during") >= 0.38, "{out}");
+    assert!(t("after") < 0.25, "{out}");
+    assert!(out.contains("tables: []"), "cleaned up: {out}");
+}
+
+#[test]
+fn the_in_place_command_cannot_see_or_change_the_rules() {
+    if unsafe { libc::geteuid() } != 0 {
+        assert!(!in_ci(), "CI runs the suite as root");
+        eprintln!("SKIPPED: run --in-place needs root (CAP_NET_ADMIN)");
+        return;
+    }
+    for tool in ["unshare", "nft"] {
+        if missing_tool(tool) {
+            return;
+        }
+    }
+    let script = r#"
+ip link set lo up
+"$NC" run --in-place --fault latency:delay=1ms -- sh -c '
+    grep -E "^Cap(Eff|Prm|Bnd|Amb)" /proc/self/status
+    nft list tables >/dev/null 2>&1 && echo "list: allowed" || echo "list: denied"
+    nft delete table inet netchaos >/dev/null 2>&1 && echo "delete: allowed" || echo "delete: denied"
+    exit 7'
+echo "exit $?"
+echo "tables: [$(nft list tables)]"
+"#;
+    let (code, out, err) = in_throwaway_ns(script);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(out.contains("list: denied"), "{out}");
+    assert!(out.contains("delete: denied"), "{out}");
+    assert!(out.contains("exit 7"), "the command's exit code: {out}");
+    assert!(out.contains("tables: []"), "{out}");
+    for line in out.lines().filter(|l| l.starts_with("Cap")) {
+        let hex = line.split_whitespace().nth(1).unwrap();
+        let caps = u64::from_str_radix(hex, 16).unwrap();
+        assert_eq!(caps & (1 << 12), 0, "CAP_NET_ADMIN held: {line}");
+    }
+}
+
+#[test]
+fn a_missing_namespace_is_a_usage_error() {
+    let (code, _, err) = netchaos(&["attach", "--netns", "/nonexistent/netns"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("no such file"), "{err}");
+    let (code, _, err) = netchaos(&["clean", "--pid", "999999999"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("no such process"), "{err}");
+    let (code, _, err) = netchaos(&["run", "--inbound", "80", "--", "true"]);
+    assert_eq!(code, 2, "--inbound needs --in-place: {err}");
+}
