@@ -38,3 +38,11 @@ echo "== cargo clippy"
 cargo clippy --all-targets -- -D warnings
 echo "== cargo test"
 cargo test --all-targets "$@"
+# aarch64: cross build, unit tests and a smoke test under qemu-aarch64.
+# NETCHAOS_NO_CROSS=1 skips it locally (never in CI).
+echo "== aarch64 (scripts/cross.sh)"
+if [ -n "${NETCHAOS_NO_CROSS:-}" ] && [ -z "${CI:-}" ]; then
+  echo "SKIPPED: aarch64 build (NETCHAOS_NO_CROSS is set)"
+else
+  bash scripts/cross.sh
+fi

@@ -184,6 +184,8 @@ fn after_sigkill_attach_refuses_and_clean_removes_the_table_once() {
         !left.contains("netchaos") && !left.contains("NETCHAOS"),
         "{left}"
     );
+    let qdiscs = ns.sh(&format!("tc qdisc show dev {}", ns.ns_if));
+    assert!(!String::from_utf8_lossy(&qdiscs.stdout).contains("4e43"));
     let (code, out, err) = netchaos(&["clean", "--netns", &path]);
     assert_eq!(code, 0, "a second clean is a no-op: {err}");
     assert!(out.contains("nothing of netchaos's"), "{out}");
@@ -507,6 +509,41 @@ curl -sS -o /dev/null -w 'after %{time_total}\n' http://127.0.0.1:18099/
     assert!(out.contains("tables: []"), "cleaned up: {out}");
 }
 
+/// Asserts the command's report: no CAP_NET_ADMIN in any set, nft denied,
+/// its exit code passed on, and nothing left after.
+/// `bounding`: CAP_NET_ADMIN is gone from the bounding set too (else
+/// no_new_privs must be set, so that exec cannot hand it back).
+fn assert_command_locked_out(out: &str, bounding: bool) {
+    assert!(out.contains("list: denied"), "{out}");
+    assert!(out.contains("delete: denied"), "{out}");
+    assert!(out.contains("exit 7"), "the command's exit code: {out}");
+    assert!(out.contains("tables: []"), "{out}");
+    let caps: Vec<&str> = out.lines().filter(|l| l.starts_with("Cap")).collect();
+    assert_eq!(caps.len(), 4, "{out}");
+    if !bounding {
+        assert!(out.contains("NoNewPrivs:\t1"), "{out}");
+    }
+    for line in caps
+        .into_iter()
+        .filter(|l| bounding || !l.starts_with("CapBnd"))
+    {
+        let hex = line.split_whitespace().nth(1).unwrap();
+        let caps = u64::from_str_radix(hex, 16).unwrap();
+        assert_eq!(caps & (1 << 12), 0, "CAP_NET_ADMIN held: {line}");
+    }
+}
+
+const LOCKED_OUT: &str = r#"
+ip link set lo up
+$PREFIX "$NC" run --in-place --fault latency:delay=1ms -- sh -c '
+    grep -E "^(Cap(Eff|Prm|Bnd|Amb)|NoNewPrivs)" /proc/self/status
+    nft list tables >/dev/null 2>&1 && echo "list: allowed" || echo "list: denied"
+    nft delete table inet netchaos >/dev/null 2>&1 && echo "delete: allowed" || echo "delete: denied"
+    exit 7'
+echo "exit $?"
+echo "tables: [$(nft list tables)]"
+"#;
+
 #[test]
 fn the_in_place_command_cannot_see_or_change_the_rules() {
     if unsafe { libc::geteuid() } != 0 {
@@ -519,27 +556,31 @@ fn the_in_place_command_cannot_see_or_change_the_rules() {
             return;
         }
     }
-    let script = r#"
-ip link set lo up
-"$NC" run --in-place --fault latency:delay=1ms -- sh -c '
-    grep -E "^Cap(Eff|Prm|Bnd|Amb)" /proc/self/status
-    nft list tables >/dev/null 2>&1 && echo "list: allowed" || echo "list: denied"
-    nft delete table inet netchaos >/dev/null 2>&1 && echo "delete: allowed" || echo "delete: denied"
-    exit 7'
-echo "exit $?"
-echo "tables: [$(nft list tables)]"
-"#;
-    let (code, out, err) = in_throwaway_ns(script);
+    let (code, out, err) = in_throwaway_ns(&LOCKED_OUT.replace("$PREFIX", ""));
     assert_eq!(code, 0, "{out}\n{err}");
-    assert!(out.contains("list: denied"), "{out}");
-    assert!(out.contains("delete: denied"), "{out}");
-    assert!(out.contains("exit 7"), "the command's exit code: {out}");
-    assert!(out.contains("tables: []"), "{out}");
-    for line in out.lines().filter(|l| l.starts_with("Cap")) {
-        let hex = line.split_whitespace().nth(1).unwrap();
-        let caps = u64::from_str_radix(hex, 16).unwrap();
-        assert_eq!(caps & (1 << 12), 0, "CAP_NET_ADMIN held: {line}");
+    assert_command_locked_out(&out, true);
+}
+
+/// A container that adds NET_ADMIN alone (Kubernetes `drop: [ALL]`,
+/// `add: [NET_ADMIN]`) has no CAP_SETPCAP to shrink the bounding set:
+/// netchaos falls back to no_new_privs, and the command still holds no
+/// CAP_NET_ADMIN.
+#[test]
+fn without_cap_setpcap_the_in_place_command_is_still_locked_out() {
+    if unsafe { libc::geteuid() } != 0 {
+        assert!(!in_ci(), "CI runs the suite as root");
+        eprintln!("SKIPPED: run --in-place needs root (CAP_NET_ADMIN)");
+        return;
     }
+    for tool in ["unshare", "nft", "setpriv"] {
+        if missing_tool(tool) {
+            return;
+        }
+    }
+    let script = LOCKED_OUT.replace("$PREFIX", "setpriv --bounding-set=-setpcap");
+    let (code, out, err) = in_throwaway_ns(&script);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert_command_locked_out(&out, false);
 }
 
 #[test]

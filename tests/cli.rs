@@ -307,3 +307,39 @@ fn demo_in_process_prints_its_table_and_a_summary() {
     );
     assert!(err.contains("netchaos summary"), "{err}");
 }
+
+/// The profiles shipped in examples/ (the Docker one, and the one inside
+/// the Kubernetes ConfigMap) are valid.
+#[test]
+fn the_example_profiles_are_valid() {
+    let root = env!("CARGO_MANIFEST_DIR");
+    let (code, _, err) = netchaos(&["check", &format!("{root}/examples/docker/profile.toml")]);
+    assert_eq!(code, 0, "{err}");
+    let yaml = std::fs::read_to_string(format!("{root}/examples/kubernetes/netchaos-sidecar.yaml"))
+        .unwrap();
+    // The block scalar under `profile.toml: |`, de-indented.
+    let mut lines = yaml
+        .lines()
+        .skip_while(|l| !l.trim_end().ends_with("profile.toml: |"));
+    let key_indent = lines.next().expect("a profile.toml key").find('p').unwrap();
+    let body: Vec<&str> = lines
+        .take_while(|l| l.trim().is_empty() || l.len() - l.trim_start().len() > key_indent)
+        .collect();
+    let indent = body
+        .iter()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| l.len() - l.trim_start().len())
+        .min()
+        .unwrap();
+    let text: String = body
+        .iter()
+        .map(|l| format!("{}\n", l.get(indent..).unwrap_or("")))
+        .collect();
+    assert!(text.contains("[[rules]]"), "{text}");
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("profile.toml");
+    std::fs::write(&p, text).unwrap();
+    let (code, out, err) = netchaos(&["check", p.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("payments"), "{out}");
+}

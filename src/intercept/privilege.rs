@@ -134,9 +134,10 @@ fn set_no_new_privs() -> Result<(), String> {
 /// between fork and exec (`run --in-place`), so it makes raw syscalls only
 /// (async-signal-safe, no allocation).
 ///
-/// A process that cannot shrink its bounding set (not root, no
-/// CAP_SETPCAP) gets `no_new_privs` instead, so that no file capability can
-/// hand CAP_NET_ADMIN back across exec.
+/// A process that cannot shrink its bounding set (no CAP_SETPCAP, as in a
+/// container that adds NET_ADMIN alone) gets `no_new_privs` instead: exec
+/// then grants no capability beyond the (cleared) permitted set, even to
+/// root, and no file capability or setuid binary hands one back.
 pub fn drop_net_admin_in_child() -> std::io::Result<()> {
     const CAP_NET_ADMIN: libc::c_ulong = 12;
     // Ambient capabilities need Linux 4.3; EINVAL before that means none.
@@ -152,10 +153,6 @@ pub fn drop_net_admin_in_child() -> std::io::Result<()> {
     };
     // SAFETY: prctl with integer arguments only.
     if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, CAP_NET_ADMIN, 0, 0, 0) } != 0 {
-        let e = std::io::Error::last_os_error();
-        if nix::unistd::geteuid().is_root() {
-            return Err(e);
-        }
         // SAFETY: prctl with integer arguments only.
         if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
             return Err(std::io::Error::last_os_error());
