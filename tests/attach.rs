@@ -594,3 +594,51 @@ fn a_missing_namespace_is_a_usage_error() {
     let (code, _, err) = netchaos(&["run", "--inbound", "80", "--", "true"]);
     assert_eq!(code, 2, "--inbound needs --in-place: {err}");
 }
+
+#[test]
+fn under_attach_rules_are_proxies_of_the_control_api() {
+    let Some(ns) = setup() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let echo = host_echo(&ns);
+    let host = ns.host_ip.to_string();
+    let profile = dir.path().join("p.toml");
+    std::fs::write(
+        &profile,
+        format!(
+            "[[rules]]\nname = \"backend\"\nmatch = {{ ports = [\"{}\"] }}\n  [[rules.faults]]\n  type = \"latency\"\n  delay = \"1ms\"\n",
+            echo.addr.port()
+        ),
+    )
+    .unwrap();
+    let p = attach(
+        &ns,
+        &["--api", "127.0.0.1:0", "-p", profile.to_str().unwrap()],
+    );
+    let u = p.url();
+    let first = client_in(&ns, &dir, &host, echo.addr.port());
+    assert!(first.starts_with("ok"), "{first}");
+    let (st, v) = http("GET", &format!("{u}/proxies/backend"), None, &[]);
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["listen"], "transparent");
+    let (st, v) = http(
+        "POST",
+        &format!("{u}/proxies/backend/toxics"),
+        Some(r#"{"type": "refuse"}"#),
+        &[],
+    );
+    assert_eq!(st, 200, "{v}");
+    let second = client_in(&ns, &dir, &host, echo.addr.port());
+    assert!(
+        second.starts_with("connect-error ConnectionRefusedError"),
+        "{second}"
+    );
+    let (st, metrics) = http("GET", &format!("{u}/metrics"), None, &[]);
+    assert_eq!(st, 200);
+    assert!(
+        metrics.as_str().unwrap().contains("proxy=\"attach\""),
+        "{metrics}"
+    );
+    let (status, err) = p.stop();
+    assert!(status.success(), "{err}");
+    assert!(!installed(&ns).contains("netchaos"));
+}
