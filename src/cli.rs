@@ -130,6 +130,10 @@ pub struct ServerArgs {
     /// How long to wait for an upstream to accept before resetting the client.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration_arg)]
     pub dial_timeout: Duration,
+    /// Most connections open at once; beyond it new ones are refused at
+    /// connect (RST) until one closes [default: from the open-files limit].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections: Option<u32>,
     /// On Ctrl-C or SIGTERM, how long open connections may finish.
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = duration_arg)]
     pub drain: Duration,
@@ -298,6 +302,10 @@ pub struct ProxyArgs {
     /// How long to wait for the upstream to accept before resetting the client.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration_arg)]
     pub dial_timeout: Duration,
+    /// Most connections open at once; beyond it new ones are refused at
+    /// connect (RST) until one closes [default: from the open-files limit].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections: Option<u32>,
     /// On Ctrl-C or SIGTERM, how long open connections may finish before they are closed.
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = duration_arg)]
     pub drain: Duration,
@@ -397,6 +405,10 @@ pub struct RunArgs {
     /// How long to wait for a destination to accept before resetting the client.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration_arg)]
     pub dial_timeout: Duration,
+    /// Most connections open at once; beyond it new ones are refused at
+    /// connect (RST) until one closes [default: from the open-files limit].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections: Option<u32>,
     /// After the command exits, how long open connections may finish.
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = duration_arg)]
     pub drain: Duration,
@@ -455,6 +467,10 @@ pub struct AttachArgs {
     /// How long to wait for a destination to accept before refusing the client.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration_arg)]
     pub dial_timeout: Duration,
+    /// Most connections open at once; beyond it new ones are refused at
+    /// connect (RST) until one closes [default: from the open-files limit].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections: Option<u32>,
     /// On detaching, how long open connections may finish.
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = duration_arg)]
     pub drain: Duration,

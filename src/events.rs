@@ -73,6 +73,11 @@ pub struct Stats {
     pub errors: Mutex<BTreeMap<&'static str, u64>>,
     /// Counters per proxy.
     pub proxies: Mutex<BTreeMap<String, Arc<ProxyStats>>>,
+    /// Times a listener stopped listening, by reason (`limit`,
+    /// `resources`).
+    pub pauses: Mutex<BTreeMap<&'static str, u64>>,
+    /// Connections refused at the SYN because of the limit.
+    pub refused_at_limit: AtomicU64,
 }
 
 impl Stats {
@@ -213,6 +218,28 @@ impl Events {
         self.write("error", f);
     }
 
+    /// A listener stopped listening for a while (`reason`: `limit` or
+    /// `resources`).
+    pub fn listener_paused(&self, reason: &'static str) {
+        *self
+            .stats
+            .pauses
+            .lock()
+            .expect("stats lock")
+            .entry(reason)
+            .or_default() += 1;
+        self.write("paused", obj(json!({ "reason": reason })));
+    }
+
+    /// The SYN gate refused a connection: the limit was reached.
+    pub fn refused_at_limit(&self, c: &ConnInfo) {
+        self.stats.refused_at_limit.fetch_add(1, Ordering::Relaxed);
+        tracing::warn!(conn = c.id, client = %c.client, dst = %c.dst, "refused: connection limit reached");
+        let mut f = conn_fields(c);
+        f.insert("reason".into(), "limit".into());
+        self.write("refused", f);
+    }
+
     /// The exit summary: connections, bytes each way, faults by rule and
     /// kind, relay errors.
     pub fn summary(&self, seed: u64) -> String {
@@ -242,6 +269,20 @@ impl Events {
             for ((rule, kind), n) in faults.iter() {
                 out.push_str(&format!("    {rule:<w$}  {kind:<12}  {n:>8}\n"));
             }
+        }
+        let pauses = s.pauses.lock().expect("stats lock");
+        if !pauses.is_empty() {
+            let list: Vec<String> = pauses.iter().map(|(k, n)| format!("{k} {n}")).collect();
+            out.push_str(&format!(
+                "  listeners paused (new connections refused): {}\n",
+                list.join(", ")
+            ));
+        }
+        let refused = s.refused_at_limit.load(Ordering::Relaxed);
+        if refused > 0 {
+            out.push_str(&format!(
+                "  connections refused at the SYN (limit): {refused}\n"
+            ));
         }
         let errors = s.errors.lock().expect("stats lock");
         if !errors.is_empty() {

@@ -97,7 +97,7 @@ pub fn attach(g: &Global, args: &AttachArgs) -> Result<u8> {
             &mut att,
             rules,
             events.clone(),
-            args.dial_timeout,
+            RelayOptions::new(args.dial_timeout, args.max_connections),
             resolvers,
         )?;
         serving.api(&args.api).await?;
@@ -165,7 +165,7 @@ pub fn in_place(g: &Global, args: &RunArgs) -> Result<u8> {
             &mut att,
             rules,
             events.clone(),
-            args.dial_timeout,
+            RelayOptions::new(args.dial_timeout, args.max_connections),
             resolvers,
         )?;
         serving.api(&args.api).await?;
@@ -231,10 +231,10 @@ impl Serving {
         att: &mut Attached,
         rules: Arc<RuleSet>,
         events: Arc<Events>,
-        dial_timeout: std::time::Duration,
+        opts: RelayOptions,
         resolvers: Vec<std::net::SocketAddr>,
     ) -> Result<Serving> {
-        let relay = Relay::new(rules, events, RelayOptions { dial_timeout });
+        let relay = Relay::new(rules, events, opts);
         let sandbox = att.sandbox.clone();
         let sandbox = &sandbox;
         let io = |e: std::io::Error| Error::Runtime(e.into());

@@ -26,7 +26,14 @@ pub fn run(g: &Global, args: &ProxyArgs, m: &ArgMatches) -> Result<u8> {
                 .into(),
         ));
     }
-    serve(g, plan, &args.api, args.dial_timeout, args.drain, "proxy")
+    serve(
+        g,
+        plan,
+        &args.api,
+        (args.dial_timeout, args.max_connections),
+        args.drain,
+        "proxy",
+    )
 }
 
 pub fn server(g: &Global, args: &ServerArgs) -> Result<u8> {
@@ -35,14 +42,21 @@ pub fn server(g: &Global, args: &ServerArgs) -> Result<u8> {
         api: Some(args.api),
         api_token: args.api_token.clone(),
     };
-    serve(g, plan, &api, args.dial_timeout, args.drain, "server")
+    serve(
+        g,
+        plan,
+        &api,
+        (args.dial_timeout, args.max_connections),
+        args.drain,
+        "server",
+    )
 }
 
 fn serve(
     g: &Global,
     plan: Plan,
     api: &ApiArgs,
-    dial_timeout: std::time::Duration,
+    (dial_timeout, max_connections): (std::time::Duration, Option<u32>),
     drain: std::time::Duration,
     mode: &str,
 ) -> Result<u8> {
@@ -63,6 +77,7 @@ fn serve(
         crate::control::check_api_addr(addr, api.api_token.as_deref())?;
     }
     raise_nofile_limit();
+    let opts = RelayOptions::new(dial_timeout, max_connections);
     let rt = runtime()?;
     rt.block_on(async {
         // Every listener is opened before any serves: a busy port fails the
@@ -75,11 +90,7 @@ fn serve(
         let events = open_events(g)?;
         announce_seed(plan.seed);
         events.start(plan.seed, mode);
-        let relay = Relay::new(
-            Arc::new(RuleSet::from_plan(&plan)),
-            events.clone(),
-            RelayOptions { dial_timeout },
-        );
+        let relay = Relay::new(Arc::new(RuleSet::from_plan(&plan)), events.clone(), opts);
         let control = Control::new(relay.clone(), false);
         for (p, l) in plan.proxies.iter().zip(listeners) {
             let addr = l.local_addr().map_err(|e| Error::Runtime(e.into()))?;

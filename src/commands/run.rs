@@ -85,9 +85,7 @@ pub fn run(g: &Global, args: &RunArgs) -> Result<u8> {
         let relay = Relay::new(
             Arc::new(RuleSet::from_plan(&plan)),
             events.clone(),
-            RelayOptions {
-                dial_timeout: args.dial_timeout,
-            },
+            RelayOptions::new(args.dial_timeout, args.max_connections),
         );
         let gate = tokio::spawn(syn_gate::run(
             listeners.queue,

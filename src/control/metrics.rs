@@ -82,6 +82,29 @@ pub fn render(stats: &Stats) -> String {
     for (kind, n) in stats.errors.lock().expect("stats lock").iter() {
         let _ = writeln!(out, "netchaos_relay_errors_total{{kind=\"{kind}\"}} {n}");
     }
+    family_into(
+        &mut out,
+        "netchaos_listener_pauses_total",
+        "counter",
+        "Times a listener stopped listening (new connections refused at connect), by reason: limit (--max-connections) or resources (out of descriptors or memory).",
+    );
+    for (reason, n) in stats.pauses.lock().expect("stats lock").iter() {
+        let _ = writeln!(
+            out,
+            "netchaos_listener_pauses_total{{reason=\"{reason}\"}} {n}"
+        );
+    }
+    family_into(
+        &mut out,
+        "netchaos_connections_refused_total",
+        "counter",
+        "Connections refused at the SYN because of the connection limit.",
+    );
+    let _ = writeln!(
+        out,
+        "netchaos_connections_refused_total{{reason=\"limit\"}} {}",
+        stats.refused_at_limit.load(Ordering::Relaxed)
+    );
     out
 }
 

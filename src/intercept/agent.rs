@@ -234,6 +234,10 @@ fn ip(args: &[&str]) -> Result<(), String> {
 }
 
 pub(super) fn listener(addr: SocketAddr) -> Result<Socket, String> {
+    // By number, so that pausing it (the connection limit) keeps the port
+    // the redirect points at.
+    let addr = crate::relay::numbered(addr)
+        .map_err(|e| format!("cannot listen on {addr} in the namespace: {e}"))?;
     let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
         .map_err(|e| format!("socket: {e}"))?;
     if addr.is_ipv6() {

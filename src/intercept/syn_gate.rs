@@ -344,6 +344,10 @@ async fn decide(syn: Syn, relay: &Arc<Relay>, sandbox: &Arc<Sandbox>) -> (Fate, 
             .events
             .conn_close(&info, outcome, [0, 0], Duration::ZERO);
     };
+    if relay.at_capacity() {
+        relay.events.refused_at_limit(&info);
+        return (Fate::Accept(marks::REFUSE), None);
+    }
     for c in chosen.iter().filter(|c| c.spec.active.contains(elapsed)) {
         match &c.spec.kind {
             FaultKind::Refuse(_) => {

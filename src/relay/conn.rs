@@ -61,7 +61,7 @@ impl Outcome {
 /// Serves one accepted client until the connection ends or netchaos stops.
 pub async fn serve(relay: Arc<Relay>, client: TcpStream, peer: SocketAddr, ep: Arc<Endpoint>) {
     let opened = Instant::now();
-    sockopt::tune(&client);
+    sockopt::tune(&client, relay.opts.peer_timeout);
     // A client the SYN gate let through comes with its decisions and its
     // upstream, dialled while its SYN was held.
     let handoff = match &ep.target {
@@ -221,7 +221,7 @@ impl Conn<'_> {
                 }
             },
         };
-        sockopt::tune(&upstream);
+        sockopt::tune(&upstream, self.relay.opts.peer_timeout);
         let up = self.direction(client, &upstream, Direction::Upstream);
         let down = self.direction(&upstream, client, Direction::Downstream);
         let (outcome, bytes) = run_pair(up, down, client, Some(&upstream)).await;
@@ -374,6 +374,14 @@ async fn run_pair(
         DirEnd::Reset => Some(Outcome::Reset),
         DirEnd::Close => Some(Outcome::Closed),
     };
+    // An RST on a socket is normally met by the direction that reads it,
+    // after the bytes that came before it. But that direction may be stuck
+    // writing to a peer that reads nothing; then, after a grace period for
+    // whatever can still move, the reset is passed on anyway, so that a
+    // connection never outlives both of its peers.
+    let mut reset_seen = false;
+    let grace = tokio::time::sleep(Duration::from_secs(3600));
+    tokio::pin!(grace);
     loop {
         tokio::select! {
             (end, n) = &mut up, if !up_done => {
@@ -386,14 +394,27 @@ async fn run_pair(
                 down_done = true;
                 if let Some(o) = verdict(end) { return (o, bytes); }
             }
-            _ = socket_error(Some(client)), if up_done => return (Outcome::Reset, bytes),
-            _ = socket_error(upstream), if down_done && upstream.is_some() => return (Outcome::Reset, bytes),
+            _ = socket_error(Some(client)), if !reset_seen => {
+                if up_done { return (Outcome::Reset, bytes); }
+                reset_seen = true;
+                grace.as_mut().reset(tokio::time::Instant::now() + RESET_GRACE);
+            }
+            _ = socket_error(upstream), if !reset_seen && upstream.is_some() => {
+                if down_done { return (Outcome::Reset, bytes); }
+                reset_seen = true;
+                grace.as_mut().reset(tokio::time::Instant::now() + RESET_GRACE);
+            }
+            _ = &mut grace, if reset_seen => return (Outcome::Reset, bytes),
         }
         if up_done && down_done {
             return (Outcome::Fin, bytes);
         }
     }
 }
+
+/// How long bytes that arrived before a peer's RST may still take to be
+/// delivered when the direction carrying them is stuck.
+const RESET_GRACE: Duration = Duration::from_secs(1);
 
 /// Completes when the socket reports an error (an RST arrived).
 async fn socket_error(s: Option<&TcpStream>) {

@@ -15,10 +15,12 @@ pub mod splice;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use tokio::net::TcpListener;
+use futures_util::FutureExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -93,14 +95,53 @@ pub struct RelayOptions {
     /// How long to wait for an upstream to accept before resetting the
     /// client.
     pub dial_timeout: Duration,
+    /// Most connections open at once (see [`Relay::serve`]).
+    pub max_connections: usize,
+    /// How long a peer may leave data unacknowledged, or keepalive probes
+    /// unanswered, before the relay gives up on it (a vanished host).
+    pub peer_timeout: Duration,
 }
 
 impl Default for RelayOptions {
     fn default() -> Self {
         RelayOptions {
             dial_timeout: Duration::from_secs(30),
+            max_connections: default_max_connections(),
+            peer_timeout: DEFAULT_PEER_TIMEOUT,
         }
     }
+}
+
+impl RelayOptions {
+    pub fn new(dial_timeout: Duration, max_connections: Option<u32>) -> RelayOptions {
+        RelayOptions {
+            dial_timeout,
+            max_connections: max_connections.map_or_else(default_max_connections, |n| n as usize),
+            peer_timeout: peer_timeout_from_env(),
+        }
+    }
+}
+
+/// See [`RelayOptions::peer_timeout`].
+pub const DEFAULT_PEER_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// `NETCHAOS_PEER_TIMEOUT` (a duration like `5s`) overrides the default;
+/// the tests use it to see a vanished peer given up on quickly.
+fn peer_timeout_from_env() -> Duration {
+    std::env::var("NETCHAOS_PEER_TIMEOUT")
+        .ok()
+        .and_then(|v| crate::units::parse_duration(&v).ok())
+        .filter(|d| *d >= Duration::from_secs(1))
+        .unwrap_or(DEFAULT_PEER_TIMEOUT)
+}
+
+/// What the open-files limit allows: each connection holds two sockets
+/// and, while it splices, pipes from a shared pool; a third of the limit
+/// per connection leaves room for those and for everything else.
+pub fn default_max_connections() -> usize {
+    let soft = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+        .map_or(1024, |(soft, _)| soft);
+    (soft.saturating_sub(64) / 3).clamp(16, 100_000) as usize
 }
 
 /// The running relay: shared by the accept loops and every connection.
@@ -111,6 +152,10 @@ pub struct Relay {
     pub epoch: Instant,
     pub opts: RelayOptions,
     seq: AtomicU64,
+    /// Connections open now (accepted and not yet ended).
+    open: AtomicUsize,
+    /// Signalled each time a connection ends (paused listeners wait on it).
+    freed: Notify,
     /// Stops the accept loops.
     stop: CancellationToken,
     /// Ends the connections still open after the drain period.
@@ -126,6 +171,8 @@ impl Relay {
             epoch: Instant::now(),
             opts,
             seq: AtomicU64::new(0),
+            open: AtomicUsize::new(0),
+            freed: Notify::new(),
             stop: CancellationToken::new(),
             abort: CancellationToken::new(),
             tasks: TaskTracker::new(),
@@ -134,26 +181,143 @@ impl Relay {
 
     /// Accepts on `listener` and relays each connection to `ep`, until
     /// netchaos stops or the endpoint is cancelled.
+    ///
+    /// At `max_connections` (and when the process runs out of descriptors
+    /// or memory) the listener stops listening — connections that already
+    /// completed the handshake are served first — so that new clients are
+    /// refused at connect by the kernel (RST: ECONNREFUSED) instead of
+    /// being accepted and dropped; it listens again once a connection ends.
     pub fn serve(self: &Arc<Self>, listener: TcpListener, ep: impl Into<Arc<Endpoint>>) {
         let relay = self.clone();
         let ep = ep.into();
         self.tasks.spawn(async move {
+            let mut listener = listener;
             loop {
+                if relay.at_capacity() {
+                    match relay.pause(listener, &ep, Pause::Limit).await {
+                        Some(l) => listener = l,
+                        None => return,
+                    }
+                    continue;
+                }
                 let accepted = tokio::select! {
                     _ = relay.stop.cancelled() => return,
                     _ = ep.cancel.cancelled() => return,
                     r = listener.accept() => r,
                 };
                 match accepted {
-                    Ok((sock, peer)) => {
-                        relay
-                            .tasks
-                            .spawn(conn::serve(relay.clone(), sock, peer, ep.clone()));
+                    Ok((sock, peer)) => relay.spawn_conn(sock, peer, &ep),
+                    Err(e) if out_of_resources(&e) => {
+                        tracing::warn!("accept: {e}");
+                        match relay.pause(listener, &ep, Pause::Resources).await {
+                            Some(l) => listener = l,
+                            None => return,
+                        }
                     }
                     Err(e) => accept_error(&e).await,
                 }
             }
         });
+    }
+
+    /// Whether the connection limit is reached.
+    pub fn at_capacity(&self) -> bool {
+        self.open.load(Ordering::Acquire) >= self.opts.max_connections
+    }
+
+    /// Connections open now.
+    pub fn open_connections(&self) -> usize {
+        self.open.load(Ordering::Acquire)
+    }
+
+    fn spawn_conn(self: &Arc<Self>, sock: TcpStream, peer: SocketAddr, ep: &Arc<Endpoint>) {
+        self.open.fetch_add(1, Ordering::AcqRel);
+        let slot = Slot(self.clone());
+        self.tasks
+            .spawn(conn::serve(self.clone(), sock, peer, ep.clone()).map(move |()| drop(slot)));
+    }
+
+    /// Stops listening until there is room again (or, out of resources,
+    /// for at most a second); `None` when netchaos stops meanwhile.
+    ///
+    /// The listener leaves the reactor while it is paused and comes back as
+    /// a new registration: shutting a listening socket down reports a hang-up,
+    /// which tokio keeps as a final state of the old registration.
+    async fn pause(
+        self: &Arc<Self>,
+        listener: TcpListener,
+        ep: &Arc<Endpoint>,
+        why: Pause,
+    ) -> Option<TcpListener> {
+        let listener = match listener.into_std() {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::error!("{}: cannot pause the listener: {e}", ep.name);
+                return None;
+            }
+        };
+        let sock = socket2::SockRef::from(&listener);
+        // Whoever already completed the handshake is served, not reset (the
+        // limit is exceeded by at most what the backlog held).
+        while let Ok((s, peer)) = sock.accept() {
+            let Some(peer) = peer.as_socket() else {
+                continue;
+            };
+            if s.set_nonblocking(true).is_err() {
+                continue;
+            }
+            if let Ok(s) = TcpStream::from_std(s.into()) {
+                self.spawn_conn(s, peer, ep);
+            }
+        }
+        // A listening socket that is shut down for reading stops listening
+        // (new SYNs get an RST) but keeps its address; `listen` resumes it.
+        let paused = sock.shutdown(std::net::Shutdown::Read);
+        if let Err(e) = &paused {
+            tracing::warn!("{}: cannot stop listening: {e}", ep.name);
+        } else {
+            self.events.listener_paused(why.as_str());
+            match why {
+                Pause::Limit => tracing::warn!(
+                    "{}: {} connections open, the limit (--max-connections): new connections are refused until one ends",
+                    ep.name,
+                    self.open_connections()
+                ),
+                Pause::Resources => tracing::warn!(
+                    "{}: out of file descriptors or memory: new connections are refused until one ends",
+                    ep.name
+                ),
+            }
+        }
+        let go_on = loop {
+            let freed = self.freed.notified();
+            if why == Pause::Limit && !self.at_capacity() {
+                break true;
+            }
+            tokio::select! {
+                _ = self.stop.cancelled() => break false,
+                _ = ep.cancel.cancelled() => break false,
+                _ = freed => if why == Pause::Resources { break true },
+                _ = tokio::time::sleep(Duration::from_secs(1)), if why == Pause::Resources => break true,
+            }
+        };
+        if !go_on {
+            return None;
+        }
+        if paused.is_ok() {
+            if let Err(e) = sock.listen(1024) {
+                tracing::error!("{}: cannot listen again: {e}", ep.name);
+                return None;
+            }
+            tracing::info!("{}: accepting connections again", ep.name);
+        }
+        match TcpListener::from_std(listener) {
+            Ok(l) => Some(l),
+            Err(e) => {
+                tracing::error!("{}: cannot listen again: {e}", ep.name);
+                None
+            }
+        }
     }
 
     /// Stops accepting, lets open connections finish for up to `drain`,
@@ -177,21 +341,50 @@ impl Relay {
     }
 }
 
-/// Accept errors are never fatal: out of descriptors or memory, the loop
-/// pauses briefly (the kernel keeps the backlog) instead of spinning.
+/// Why a listener stopped listening for a while.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pause {
+    /// `--max-connections` reached.
+    Limit,
+    /// Out of file descriptors or memory.
+    Resources,
+}
+
+impl Pause {
+    fn as_str(self) -> &'static str {
+        match self {
+            Pause::Limit => "limit",
+            Pause::Resources => "resources",
+        }
+    }
+}
+
+fn out_of_resources(e: &io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+    )
+}
+
+/// Other accept errors are never fatal either: the loop goes on after a
+/// short pause (so that it cannot spin).
 async fn accept_error(e: &io::Error) {
-    let pause = match e.raw_os_error() {
-        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM) => {
-            tracing::warn!("accept: {e}; pausing new connections briefly");
-            Duration::from_millis(100)
-        }
-        Some(libc::ECONNABORTED | libc::EINTR) => return,
-        _ => {
-            tracing::warn!("accept: {e}");
-            Duration::from_millis(10)
-        }
-    };
-    tokio::time::sleep(pause).await;
+    if matches!(e.raw_os_error(), Some(libc::ECONNABORTED | libc::EINTR)) {
+        return;
+    }
+    tracing::warn!("accept: {e}");
+    tokio::time::sleep(Duration::from_millis(10)).await;
+}
+
+/// One open connection's place under the limit; freed when its task ends
+/// (or is dropped).
+struct Slot(Arc<Relay>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::AcqRel);
+        self.0.freed.notify_waiters();
+    }
 }
 
 /// Why a listener could not be opened, in words that say what to do.
@@ -214,6 +407,50 @@ pub fn bind(addr: SocketAddr) -> Result<TcpListener, BindError> {
 
 /// [`bind`] without a runtime: a non-blocking std listener.
 pub fn bind_std(addr: SocketAddr) -> Result<std::net::TcpListener, BindError> {
+    // Port 0: a free port is chosen first and then bound by number (see
+    // [`numbered`]); if another socket takes it in between, try again.
+    for _ in 0..16 {
+        match bind_once(numbered(addr).map_err(|e| BindError {
+            addr,
+            reason: e.to_string(),
+        })?) {
+            Err(e) if addr.port() == 0 && e.reason.starts_with("address already in use") => {
+                continue;
+            }
+            r => return r,
+        }
+    }
+    bind_once(addr)
+}
+
+/// `addr` with a port of 0 replaced by a port that is free now.
+///
+/// A listener must be bound to its port by number: when it stops
+/// listening for a while (the connection limit), Linux keeps a port that
+/// was asked for by number, but gives back one it picked itself and picks
+/// another when listening resumes.
+pub fn numbered(addr: SocketAddr) -> io::Result<SocketAddr> {
+    if addr.port() != 0 {
+        return Ok(addr);
+    }
+    let probe = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )?;
+    if addr.is_ipv6() {
+        let _ = probe.set_only_v6(true);
+    }
+    probe.bind(&addr.into())?;
+    let port = probe
+        .local_addr()?
+        .as_socket()
+        .map(|a| a.port())
+        .ok_or_else(|| io::Error::other("no port"))?;
+    Ok(SocketAddr::new(addr.ip(), port))
+}
+
+fn bind_once(addr: SocketAddr) -> Result<std::net::TcpListener, BindError> {
     let fail = |reason: String| BindError { addr, reason };
     let domain = socket2::Domain::for_address(addr);
     let sock = socket2::Socket::new(domain, socket2::Type::STREAM, Some(socket2::Protocol::TCP))

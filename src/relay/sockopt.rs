@@ -21,15 +21,20 @@ pub fn shutdown_write(s: &TcpStream) {
 }
 
 /// Relay sockets: no Nagle delay (the relay mirrors the sender's timing,
-/// whose own Nagle already applied), and keepalive so that a peer that
-/// vanished during a long stall is eventually noticed.
-pub fn tune(s: &TcpStream) {
+/// whose own Nagle already applied), and a bound on how long a peer that
+/// vanished can hold the connection: keepalive notices an idle one, and
+/// `TCP_USER_TIMEOUT` one that leaves sent data unacknowledged — both in
+/// about `peer_timeout`, after which the relay resets the other side.
+pub fn tune(s: &TcpStream, peer_timeout: Duration) {
     let _ = s.set_nodelay(true);
+    let t = peer_timeout.as_secs().max(2);
     let ka = TcpKeepalive::new()
-        .with_time(Duration::from_secs(30))
-        .with_interval(Duration::from_secs(10))
+        .with_time(Duration::from_secs(t / 2))
+        .with_interval(Duration::from_secs((t / 6).max(1)))
         .with_retries(3);
-    let _ = SockRef::from(s).set_tcp_keepalive(&ka);
+    let sock = SockRef::from(s);
+    let _ = sock.set_tcp_keepalive(&ka);
+    let _ = sock.set_tcp_user_timeout(Some(peer_timeout));
 }
 
 /// The destination a redirected connection was originally addressed to
