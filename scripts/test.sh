@@ -46,3 +46,14 @@ if [ -n "${NETCHAOS_NO_CROSS:-}" ] && [ -z "${CI:-}" ]; then
 else
   bash scripts/cross.sh
 fi
+# Fuzzing: each cargo-fuzz target for a short bounded time where nightly
+# is installed (tests/fuzz_corpus.rs replays the corpus in any case).
+echo "== fuzz (scripts/fuzz.sh)"
+fuzz_rc=0
+bash scripts/fuzz.sh --seconds "${NETCHAOS_FUZZ_SECONDS:-15}" || fuzz_rc=$?
+if [ "$fuzz_rc" = 3 ]; then
+  echo "SKIPPED: fuzzing needs the nightly toolchain and cargo-fuzz; the corpus ran as regression tests"
+elif [ "$fuzz_rc" != 0 ]; then
+  echo "fuzzing found a crash (see above; the input is in fuzz/regressions/)" >&2
+  exit 1
+fi

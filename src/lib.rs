@@ -27,6 +27,7 @@
 //! * [`demo`] — the built-in demonstration.
 //! * [`commands`] — each subcommand wiring the above together; [`error`]
 //!   maps failures to exit codes.
+//! * `fuzzing` — entry points for the fuzz targets in `fuzz/`.
 
 pub mod cli;
 pub mod commands;
@@ -35,6 +36,8 @@ pub mod demo;
 pub mod error;
 pub mod events;
 pub mod fault;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod intercept;
 pub mod netem;
 pub mod plan;

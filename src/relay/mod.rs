@@ -191,33 +191,39 @@ impl Relay {
         let relay = self.clone();
         let ep = ep.into();
         self.tasks.spawn(async move {
-            let mut listener = listener;
-            loop {
-                if relay.at_capacity() {
-                    match relay.pause(listener, &ep, Pause::Limit).await {
+            relay.accept_loop(listener, &ep).await;
+            // The listener is closed (dropped) by now: its port is free.
+            ep.closed.cancel();
+        });
+    }
+
+    async fn accept_loop(self: &Arc<Self>, listener: TcpListener, ep: &Arc<Endpoint>) {
+        let mut listener = listener;
+        loop {
+            if self.at_capacity() {
+                match self.pause(listener, ep, Pause::Limit).await {
+                    Some(l) => listener = l,
+                    None => return,
+                }
+                continue;
+            }
+            let accepted = tokio::select! {
+                _ = self.stop.cancelled() => return,
+                _ = ep.cancel.cancelled() => return,
+                r = listener.accept() => r,
+            };
+            match accepted {
+                Ok((sock, peer)) => self.spawn_conn(sock, peer, ep),
+                Err(e) if out_of_resources(&e) => {
+                    tracing::warn!("accept: {e}");
+                    match self.pause(listener, ep, Pause::Resources).await {
                         Some(l) => listener = l,
                         None => return,
                     }
-                    continue;
                 }
-                let accepted = tokio::select! {
-                    _ = relay.stop.cancelled() => return,
-                    _ = ep.cancel.cancelled() => return,
-                    r = listener.accept() => r,
-                };
-                match accepted {
-                    Ok((sock, peer)) => relay.spawn_conn(sock, peer, &ep),
-                    Err(e) if out_of_resources(&e) => {
-                        tracing::warn!("accept: {e}");
-                        match relay.pause(listener, &ep, Pause::Resources).await {
-                            Some(l) => listener = l,
-                            None => return,
-                        }
-                    }
-                    Err(e) => accept_error(&e).await,
-                }
+                Err(e) => accept_error(&e).await,
             }
-        });
+        }
     }
 
     /// Whether the connection limit is reached.
