@@ -13,7 +13,20 @@ pub fn run(g: &Global, args: &NetemArgs) -> Result<u8> {
                 print!("{}", netem::render(&netem::plan(&n)));
                 return Ok(0);
             }
-            apply::apply(&n).map_err(Error::runtime)?;
+            // A signal in the middle must not leave half a setup: it is
+            // held until apply is done (or rolled back), then the setup is
+            // taken back and netchaos exits as the signal would have.
+            let held = HeldSignals::install()?;
+            let applied = apply::apply(&n);
+            if let Some(sig) = held.caught() {
+                let _ = apply::clear(&n.dev);
+                eprintln!(
+                    "netchaos: interrupted by signal {sig}: nothing of netchaos's is left on {}",
+                    n.dev
+                );
+                return Ok((128 + sig).min(255) as u8);
+            }
+            applied.map_err(Error::runtime)?;
             eprintln!(
                 "netchaos: {} shaped; undo with `netchaos netem clear --dev {}`",
                 n.dev, n.dev
@@ -26,7 +39,12 @@ pub fn run(g: &Global, args: &NetemArgs) -> Result<u8> {
                 print!("{}", netem::render(&cmds));
                 return Ok(0);
             }
+            // Clearing runs to the end whatever signal arrives meanwhile.
+            let held = HeldSignals::install()?;
             let done = apply::clear(dev).map_err(Error::runtime)?;
+            if let Some(sig) = held.caught() {
+                eprintln!("netchaos: signal {sig} arrived while clearing; cleared first");
+            }
             if done.is_empty() {
                 eprintln!("netchaos: nothing of netchaos's on {dev}");
             }
@@ -38,6 +56,34 @@ pub fn run(g: &Global, args: &NetemArgs) -> Result<u8> {
         NetemAction::Show { dev } => {
             print!("{}", apply::show(dev).map_err(Error::runtime)?);
             Ok(0)
+        }
+    }
+}
+
+/// SIGINT, SIGTERM and SIGHUP, noted instead of acted on while tc runs.
+struct HeldSignals {
+    caught: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl HeldSignals {
+    fn install() -> Result<HeldSignals> {
+        let caught = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        for sig in [
+            signal_hook::consts::SIGINT,
+            signal_hook::consts::SIGTERM,
+            signal_hook::consts::SIGHUP,
+        ] {
+            signal_hook::flag::register_usize(sig, caught.clone(), sig as usize)
+                .map_err(|e| Error::runtime(format!("cannot handle signals: {e}")))?;
+        }
+        Ok(HeldSignals { caught })
+    }
+
+    /// The last signal that arrived, if any.
+    fn caught(&self) -> Option<i32> {
+        match self.caught.load(std::sync::atomic::Ordering::SeqCst) {
+            0 => None,
+            s => Some(s as i32),
         }
     }
 }
