@@ -67,8 +67,8 @@ fn serve(
             "packets"
         };
         return Err(Error::Usage(format!(
-            "rule {:?}: the {} fault acts on {what} and needs `netchaos run`, where the SYN gate and \
-             packet rules live; explicit proxies cannot apply it",
+            "rule {:?}: the {} fault acts on {what} and needs `netchaos run` (or `attach`, `run --in-place`), \
+             where the SYN gate and packet rules live; explicit proxies cannot apply it",
             rule.name,
             f.name()
         )));

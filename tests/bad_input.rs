@@ -1,0 +1,283 @@
+//! Every class of bad input, with its exact outcome: exit code 2 for bad
+//! usage (nothing was started), 1 for a failure at run time, and a message
+//! that names the problem and the fix. The README's "Bad input" table
+//! lists the same cases. (Profile syntax is covered in detail by cli.rs,
+//! missing kernel features by netem.rs, API tokens by api.rs, stale tables
+//! by attach.rs, disabled user namespaces by run.rs; here each class has at
+//! least one case, so the table is checked in one place.)
+
+mod support;
+
+use std::process::Command;
+
+use support::*;
+
+fn profile(text: &str) -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("p.toml");
+    std::fs::write(&p, text).unwrap();
+    let s = p.to_str().unwrap().to_string();
+    (dir, s)
+}
+
+/// Runs netchaos with `args`; asserts the exit code and that stderr holds
+/// every one of `want`, and no panic.
+fn outcome(args: &[&str], code: i32, want: &[&str]) {
+    let (got, _, err) = netchaos(args);
+    assert_eq!(got, code, "{args:?}:\n{err}");
+    for w in want {
+        assert!(err.contains(w), "{args:?}: expected {w:?} in:\n{err}");
+    }
+    assert!(!err.contains("panicked"), "{args:?}:\n{err}");
+}
+
+#[test]
+fn bad_profiles_exit_2_and_say_where_and_what() {
+    let (_d, malformed) = profile("[[rules]\n");
+    outcome(&["check", &malformed], 2, &[":1:", "invalid TOML"]);
+    let (_d, unknown) = profile("[[rules]]\nnmae = \"x\"\n");
+    outcome(
+        &["check", &unknown],
+        2,
+        &[":2:1:", "unknown key \"nmae\" (did you mean \"name\"?)"],
+    );
+    let (_d, units) =
+        profile("[[rules]]\n[[rules.faults]]\ntype = \"bandwidth\"\nrate = \"fast\"\n");
+    outcome(
+        &["check", &units],
+        2,
+        &["bandwidth.rate: expected a rate like \"1mbit\" or \"500KB/s\", got \"fast\""],
+    );
+    let (_d, range) = profile("[[rules]]\n[[rules.faults]]\ntype = \"loss\"\npercent = 250\n");
+    outcome(
+        &["check", &range],
+        2,
+        &["loss.percent: expected a percentage between 0 and 100"],
+    );
+    outcome(
+        &["check", "slow-netwrk"],
+        2,
+        &["no built-in profile named \"slow-netwrk\" (did you mean \"slow-network\"?)"],
+    );
+    outcome(
+        &["run", "-p", "/nonexistent/profile.toml", "--", "true"],
+        2,
+        &["cannot read profile /nonexistent/profile.toml: No such file or directory"],
+    );
+}
+
+#[test]
+fn conflicting_and_impossible_options_exit_2() {
+    outcome(
+        &[
+            "proxy",
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            "127.0.0.1:9",
+            "--fault",
+            "reset:after_bytes=1,after=1s",
+        ],
+        2,
+        &["either after_bytes or after"],
+    );
+    outcome(
+        &[
+            "proxy",
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            "127.0.0.1:9",
+            "--fault",
+            "slicer:size=10,size_variation=20",
+        ],
+        2,
+        &["size_variation (20) must be smaller than size (10)"],
+    );
+    outcome(
+        &["run", "--in-place", "--expose", "8080", "--", "true"],
+        2,
+        &["'--in-place' cannot be used with '--expose"],
+    );
+    outcome(
+        &["attach", "--pid", "1", "--netns", "/run/netns/x"],
+        2,
+        &["'--pid <PID>' cannot be used with '--netns <PATH>'"],
+    );
+    outcome(
+        &["netem", "apply", "--dev", "lo", "--jitter", "5ms"],
+        2,
+        &["--jitter needs --delay"],
+    );
+    outcome(
+        &[
+            "proxy",
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            "127.0.0.1:9",
+            "--max-connections",
+            "0",
+        ],
+        2,
+        &["invalid value '0' for '--max-connections <N>'"],
+    );
+    outcome(
+        &[
+            "proxy",
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            "127.0.0.1:9",
+            "--fault",
+            "refuse",
+        ],
+        2,
+        &["needs `netchaos run`"],
+    );
+    outcome(
+        &[
+            "proxy",
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            "127.0.0.1:9",
+            "--api",
+            "0.0.0.0:0",
+        ],
+        2,
+        &["not a loopback address", "--api-token"],
+    );
+    outcome(
+        &["attach", "--netns", "/nonexistent/ns"],
+        2,
+        &["--netns /nonexistent/ns: no such file"],
+    );
+    outcome(
+        &["clean", "--pid", "999999999"],
+        2,
+        &["--pid 999999999: there is no such process"],
+    );
+}
+
+#[test]
+fn runtime_failures_exit_1_and_say_what_to_do() {
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = busy.local_addr().unwrap().to_string();
+    outcome(
+        &["proxy", "--listen", &addr, "--upstream", "127.0.0.1:9"],
+        1,
+        &[
+            &format!("cannot listen on {addr}: address already in use"),
+            "choose another port",
+        ],
+    );
+    outcome(
+        &[
+            "--events",
+            "/nonexistent/dir/e.jsonl",
+            "proxy",
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            "127.0.0.1:9",
+        ],
+        1,
+        &["cannot write the event log /nonexistent/dir/e.jsonl"],
+    );
+}
+
+#[test]
+fn a_missing_tool_is_named_with_its_package() {
+    if unsafe { libc::geteuid() } != 0 {
+        assert!(!in_ci(), "CI runs the suite as root");
+        eprintln!("SKIPPED: needs root (netchaos run without a user namespace)");
+        return;
+    }
+    if missing_tool("ip") {
+        return;
+    }
+    // A PATH with `ip` but no `nft`.
+    let dir = tempfile::tempdir().unwrap();
+    let ip = String::from_utf8(
+        Command::new("sh")
+            .args(["-c", "command -v ip"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(ip.trim(), dir.path().join("ip")).unwrap();
+    let out = Command::new(BIN)
+        .args(["run", "--", "/bin/true"])
+        .env("PATH", dir.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains(
+            "the `nft` command was not found: install nftables (apt-get install nftables)"
+        ),
+        "{err}"
+    );
+}
+
+#[test]
+fn missing_privileges_exit_1_and_name_them() {
+    if unsafe { libc::geteuid() } != 0 {
+        assert!(!in_ci(), "CI runs the suite as root");
+        eprintln!("SKIPPED: needs root to switch to an unprivileged user");
+        return;
+    }
+    if missing_tool("setpriv") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("netchaos");
+    std::fs::copy(BIN, &bin).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let nobody = |args: &[&str]| {
+        let out = Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "--inh-caps=-all",
+            ])
+            .arg(&bin)
+            .args(args)
+            .current_dir("/")
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, err) = nobody(&["netem", "apply", "--dev", "lo", "--rate", "1mbit"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("operation not permitted: shaping lo needs root or CAP_NET_ADMIN"),
+        "{err}"
+    );
+    let (code, err) = nobody(&["clean", "--here"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("CAP_NET_ADMIN") && err.contains("Nothing was changed"),
+        "{err}"
+    );
+    let (code, err) = nobody(&[
+        "proxy",
+        "--listen",
+        "127.0.0.1:80",
+        "--upstream",
+        "127.0.0.1:9",
+    ]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("permission denied (ports below 1024 need root"),
+        "{err}"
+    );
+}
