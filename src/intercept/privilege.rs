@@ -141,42 +141,68 @@ fn set_no_new_privs() -> Result<(), String> {
 pub fn drop_net_admin_in_child() -> std::io::Result<()> {
     const CAP_NET_ADMIN: libc::c_ulong = 12;
     // Ambient capabilities need Linux 4.3; EINVAL before that means none.
-    // SAFETY: prctl with integer arguments only.
-    unsafe {
+    let _ = prctl(
+        libc::PR_CAP_AMBIENT,
+        libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
+    );
+    if prctl(libc::PR_CAPBSET_DROP, CAP_NET_ADMIN).is_err() {
+        prctl(libc::PR_SET_NO_NEW_PRIVS, 1)?;
+    }
+    let mut sets = capget()?;
+    let bit = 1u32 << CAP_NET_ADMIN;
+    sets[0].effective &= !bit;
+    sets[0].permitted &= !bit;
+    sets[0].inheritable &= !bit;
+    capset(&sets)
+}
+
+/// `prctl(option, arg, 0, 0, 0)`.
+fn prctl(option: libc::c_int, arg: libc::c_ulong) -> std::io::Result<()> {
+    // SAFETY: every option used here takes integer arguments only; no
+    // memory is passed or kept.
+    let r = unsafe {
         libc::prctl(
-            libc::PR_CAP_AMBIENT,
-            libc::PR_CAP_AMBIENT_CLEAR_ALL as libc::c_ulong,
+            option,
+            arg,
             0 as libc::c_ulong,
             0 as libc::c_ulong,
             0 as libc::c_ulong,
         )
     };
-    // SAFETY: prctl with integer arguments only.
-    if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, CAP_NET_ADMIN, 0, 0, 0) } != 0 {
-        // SAFETY: prctl with integer arguments only.
-        if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
     }
-    let mut header = CapHeader {
-        version: 0x2008_0522, // _LINUX_CAPABILITY_VERSION_3: two 32-bit words
-        pid: 0,
-    };
+}
+
+/// The calling thread's capability sets (version 3: two 32-bit words).
+fn capget() -> std::io::Result<[CapData; 2]> {
+    let mut header = cap_header();
     let mut data = [CapData::default(); 2];
-    // SAFETY: capget fills exactly two CapData words for version 3; both
-    // pointers are to live, properly laid out (repr(C)) values.
+    // SAFETY: for _LINUX_CAPABILITY_VERSION_3 the kernel writes exactly two
+    // CapData words; both pointers point at live repr(C) values.
     if unsafe { libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) } != 0 {
         return Err(std::io::Error::last_os_error());
     }
-    let bit = 1u32 << CAP_NET_ADMIN;
-    data[0].effective &= !bit;
-    data[0].permitted &= !bit;
-    data[0].inheritable &= !bit;
-    // SAFETY: as for capget; capset only reads the two words.
+    Ok(data)
+}
+
+/// Sets the calling thread's capability sets.
+fn capset(data: &[CapData; 2]) -> std::io::Result<()> {
+    let mut header = cap_header();
+    // SAFETY: as for capget; the kernel only reads the two words.
     if unsafe { libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()) } != 0 {
         return Err(std::io::Error::last_os_error());
     }
     Ok(())
+}
+
+fn cap_header() -> CapHeader {
+    CapHeader {
+        version: 0x2008_0522, // _LINUX_CAPABILITY_VERSION_3
+        pid: 0,
+    }
 }
 
 /// `struct __user_cap_header_struct`.
