@@ -169,7 +169,9 @@ fn setup(cfg: &AgentConfig) -> Result<Setup, String> {
     let tcp_port = local_port(&tcp4)?;
     let udp4 = udp(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))?;
     let dns_port = local_port(&udp4)?;
-    let mut sockets = vec![queue, OwnedFd::from(tcp4), OwnedFd::from(udp4)];
+    let diag = super::sock_diag::open()
+        .map_err(|e| format!("cannot open a socket-diagnostics socket in the namespace: {e}"))?;
+    let mut sockets = vec![queue, diag, OwnedFd::from(tcp4), OwnedFd::from(udp4)];
     let v6 = v6
         && match (
             listener(SocketAddr::from((Ipv6Addr::LOCALHOST, tcp_port))),

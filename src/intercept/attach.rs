@@ -30,7 +30,7 @@ use super::nft::{self, Found, Installed, Liveness, Owner, Redirects, Ruleset};
 use super::nsthread::NsThread;
 use super::sandbox::{Listeners, Sandbox};
 use super::syn_gate::LossTable;
-use super::{nfqueue, procnet};
+use super::{nfqueue, sock_diag};
 
 /// Which command is attaching (for messages and labels).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -143,7 +143,13 @@ pub fn install(ns: Arc<NsThread>, cfg: Config) -> Result<Attached, String> {
         owner: Some(owner.clone()),
     };
     let installed = ns.run(move || nft::install(&ruleset))??;
-    let sandbox = Sandbox::over_thread(ns.clone(), made.redirects, cfg.losses, cfg.mode.label());
+    let sandbox = Sandbox::over_thread(
+        ns.clone(),
+        made.diag,
+        made.redirects,
+        cfg.losses,
+        cfg.mode.label(),
+    );
     Ok(Attached {
         sandbox: Arc::new(sandbox),
         listeners: made.listeners,
@@ -260,6 +266,7 @@ const LEFT_BEHIND: Installed = Installed {
 };
 
 struct Made {
+    diag: OwnedFd,
     redirects: Redirects,
     listeners: Listeners,
     inbound: Vec<std::net::TcpListener>,
@@ -278,6 +285,8 @@ fn sockets(inbound: bool) -> Result<Made, String> {
         ),
         _ => format!("cannot open the SYN gate's netlink queue (nfnetlink_queue): {e}"),
     })?;
+    let diag = sock_diag::open()
+        .map_err(|e| format!("cannot open a socket-diagnostics socket in the namespace: {e}"))?;
     let (tcp, tcp_port) = pair(Ipv4Addr::LOCALHOST, Ipv6Addr::LOCALHOST, listener)?;
     let (dns, dns_port) = pair(Ipv4Addr::LOCALHOST, Ipv6Addr::LOCALHOST, udp)?;
     let (inbound, inbound_port) = if inbound {
@@ -286,6 +295,7 @@ fn sockets(inbound: bool) -> Result<Made, String> {
         (Vec::new(), 0)
     };
     Ok(Made {
+        diag,
         redirects: Redirects { tcp_port, dns_port },
         listeners: Listeners {
             queue,
@@ -375,7 +385,7 @@ fn clean_here(force: bool) -> Result<Cleaned, String> {
         }
         done.errors.extend(errors);
     }
-    for dev in procnet::links() {
+    for dev in links() {
         if dev.starts_with(crate::netem::IFB_PREFIX) {
             continue; // removed with its device below
         }
@@ -385,7 +395,7 @@ fn clean_here(force: bool) -> Result<Cleaned, String> {
         }
     }
     // An ifb whose device vanished.
-    for dev in procnet::links() {
+    for dev in links() {
         if dev.starts_with(crate::netem::IFB_PREFIX) {
             match crate::netem::apply::delete_link(&dev) {
                 Ok(cmd) => done.removed.push(cmd),
@@ -394,4 +404,16 @@ fn clean_here(force: bool) -> Result<Cleaned, String> {
         }
     }
     Ok(done)
+}
+
+/// The network devices of the calling thread's namespace.
+fn links() -> Vec<String> {
+    std::fs::read_to_string("/proc/thread-self/net/dev")
+        .map(|t| {
+            t.lines()
+                .skip(2)
+                .filter_map(|l| l.split_once(':').map(|(n, _)| n.trim().to_string()))
+                .collect()
+        })
+        .unwrap_or_default()
 }

@@ -27,8 +27,8 @@ pub mod nfqueue;
 pub mod nft;
 pub mod nsthread;
 pub mod privilege;
-pub mod procnet;
 pub mod sandbox;
+pub mod sock_diag;
 pub mod syn_gate;
 
 pub use sandbox::{CommandEnd, Control, Listeners, Sandbox};

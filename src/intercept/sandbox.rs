@@ -17,7 +17,7 @@ use super::channel::Channel;
 use super::dns::NameTable;
 use super::nft::Redirects;
 use super::nsthread::NsThread;
-use super::procnet;
+use super::sock_diag;
 use super::syn_gate::{Gate, LossTable};
 
 /// How the wrapped command ended.
@@ -43,7 +43,7 @@ impl CommandEnd {
 /// How netchaos reaches into the namespace.
 enum Door {
     /// `netchaos run`: the agent process inside (which also works rootless).
-    Agent { pid: Pid, requests: Mutex<Channel> },
+    Agent { requests: Mutex<Channel> },
     /// `attach` and `run --in-place`: a thread of netchaos's own, inside.
     Thread(Arc<NsThread>),
 }
@@ -52,6 +52,8 @@ enum Door {
 /// decisions, and a way in.
 pub struct Sandbox {
     door: Door,
+    /// Socket diagnostics for the namespace (what listens there).
+    diag: Mutex<OwnedFd>,
     pub redirects: Redirects,
     pub names: Arc<NameTable>,
     pub gate: Gate,
@@ -134,13 +136,13 @@ pub fn create(
             ));
         }
     };
-    let listeners = split_listeners(fds, v6)?;
+    let (listeners, diag) = split_listeners(fds, v6)?;
     let netns = std::fs::metadata(format!("/proc/{agent}/ns/net"))
         .ok()
         .map(|m| std::os::unix::fs::MetadataExt::ino(&m));
     let sandbox = Sandbox {
+        diag: Mutex::new(diag),
         door: Door::Agent {
-            pid: agent,
             requests: Mutex::new(dial),
         },
         label: "run".into(),
@@ -154,10 +156,10 @@ pub fn create(
     Ok((Arc::new(sandbox), listeners, Control { netns, ..control }))
 }
 
-/// The agent sends: the queue, TCP v4, UDP v4, and TCP v6, UDP v6 when
-/// IPv6 is up in the namespace.
-fn split_listeners(fds: Vec<OwnedFd>, v6: bool) -> Result<Listeners, String> {
-    let want = if v6 { 5 } else { 3 };
+/// The agent sends: the queue, the diagnostics socket, TCP v4, UDP v4, and
+/// TCP v6, UDP v6 when IPv6 is up in the namespace.
+fn split_listeners(fds: Vec<OwnedFd>, v6: bool) -> Result<(Listeners, OwnedFd), String> {
+    let want = if v6 { 6 } else { 4 };
     if fds.len() != want {
         return Err(format!(
             "the namespace agent sent {} sockets, expected {want}",
@@ -165,8 +167,10 @@ fn split_listeners(fds: Vec<OwnedFd>, v6: bool) -> Result<Listeners, String> {
         ));
     }
     let mut it = fds.into_iter();
+    let queue = it.next().expect("counted");
+    let diag = it.next().expect("counted");
     let mut l = Listeners {
-        queue: it.next().expect("counted"),
+        queue,
         tcp: Vec::new(),
         dns: Vec::new(),
     };
@@ -174,7 +178,7 @@ fn split_listeners(fds: Vec<OwnedFd>, v6: bool) -> Result<Listeners, String> {
         l.tcp.push(std::net::TcpListener::from(t));
         l.dns.push(std::net::UdpSocket::from(u));
     }
-    Ok(l)
+    Ok((l, diag))
 }
 
 impl Control {
@@ -249,12 +253,14 @@ impl Sandbox {
     /// A sandbox over an existing namespace, reached through `ns`.
     pub fn over_thread(
         ns: Arc<NsThread>,
+        diag: OwnedFd,
         redirects: Redirects,
         losses: LossTable,
         label: &str,
     ) -> Sandbox {
         Sandbox {
             door: Door::Thread(ns),
+            diag: Mutex::new(diag),
             redirects,
             names: Arc::new(NameTable::default()),
             gate: Gate::new(losses),
@@ -324,12 +330,16 @@ impl Sandbox {
     /// Whether something inside the namespace listens on `addr` (netchaos's
     /// own listeners aside).
     pub fn listens_inside(&self, addr: SocketAddr) -> bool {
-        let skip = [self.redirects.tcp_port];
-        match &self.door {
-            Door::Agent { pid, .. } => procnet::listening(&format!("/proc/{pid}/net"), addr, &skip),
-            Door::Thread(t) => t
-                .run(move || procnet::listening("/proc/thread-self/net", addr, &skip))
-                .unwrap_or(false),
+        if addr.port() == self.redirects.tcp_port {
+            return false;
+        }
+        let diag = self.diag.lock().expect("diag lock");
+        match sock_diag::listeners(&diag) {
+            Ok(ls) => ls.iter().any(|l| sock_diag::accepts(l, addr)),
+            Err(e) => {
+                tracing::warn!("cannot list the namespace's listeners: {e}");
+                false
+            }
         }
     }
 }

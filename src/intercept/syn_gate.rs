@@ -65,6 +65,8 @@ enum Fate {
 
 struct Entry {
     isn: u32,
+    /// The SYN's destination (before the redirect).
+    dst: SocketAddr,
     fate: Fate,
     at: Instant,
     handoff: Option<Handoff>,
@@ -74,6 +76,8 @@ struct Entry {
 pub struct Gate {
     entries: Mutex<HashMap<SocketAddr, Entry>>,
     losses: LossTable,
+    /// SYNs remembered since the last sweep.
+    since_sweep: std::sync::atomic::AtomicUsize,
 }
 
 impl Gate {
@@ -81,15 +85,34 @@ impl Gate {
         Gate {
             entries: Mutex::new(HashMap::new()),
             losses,
+            since_sweep: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 
-    /// The decisions and dialled upstream for a client the relay accepted.
-    pub fn take(&self, client: SocketAddr) -> Option<Handoff> {
-        self.entries
-            .lock()
-            .expect("gate lock")
-            .get_mut(&client)?
+    /// The decisions and dialled upstream for a client the relay accepted
+    /// (`client` as the relay sees it, `dst` its original destination).
+    ///
+    /// The redirect may have given the client another source port: when
+    /// its redirected tuple clashes with an earlier connection's that
+    /// conntrack still remembers (same client port, another original
+    /// destination, both now pointing at the relay), NAT picks a free port.
+    /// The gate, which saw the SYN before NAT, then knows it by its old
+    /// port; the oldest unclaimed upstream dialled for the same client
+    /// address and destination is this connection's (they are equivalent:
+    /// fresh connections to the same place).
+    pub fn take(&self, client: SocketAddr, dst: Option<SocketAddr>) -> Option<Handoff> {
+        let mut entries = self.entries.lock().expect("gate lock");
+        if let Some(e) = entries.get_mut(&client) {
+            if e.handoff.is_some() && dst.is_none_or(|d| d == e.dst) {
+                return e.handoff.take();
+            }
+        }
+        let dst = dst?;
+        entries
+            .iter_mut()
+            .filter(|(src, e)| e.handoff.is_some() && e.dst == dst && src.ip() == client.ip())
+            .min_by_key(|(_, e)| e.at)?
+            .1
             .handoff
             .take()
     }
@@ -265,13 +288,20 @@ fn on_packet(
                 return;
             }
         }
-        if entries.len() > 1024 {
+        // Now and then (and whenever the table is large), forget old SYNs
+        // and close upstreams nobody claimed.
+        let n = sandbox
+            .gate
+            .since_sweep
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if entries.len() > 1024 || n % 256 == 255 {
             Gate::sweep(&mut entries);
         }
         entries.insert(
             syn.src,
             Entry {
                 isn: syn.isn,
+                dst: syn.dst,
                 fate: Fate::Held,
                 at: Instant::now(),
                 handoff: None,

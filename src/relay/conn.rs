@@ -64,12 +64,14 @@ pub async fn serve(relay: Arc<Relay>, client: TcpStream, peer: SocketAddr, ep: A
     sockopt::tune(&client, relay.opts.peer_timeout);
     // A client the SYN gate let through comes with its decisions and its
     // upstream, dialled while its SYN was held.
-    let handoff = match &ep.target {
-        Target::Transparent(sb) => sb.gate.take(peer),
-        _ => None,
-    };
     let mut dest = dial::destination(&ep, &client).await;
     let first = dest.addrs.first().copied();
+    let handoff = match &ep.target {
+        Target::Transparent(sb) if ep.flow == crate::plan::Flow::Outbound => {
+            sb.gate.take(peer, first)
+        }
+        _ => None,
+    };
     let (seq, mut faults, upstream) = match handoff {
         Some(h) => {
             dest.names = h.names;

@@ -1,0 +1,238 @@
+//! The namespace's TCP listeners, from the kernel's socket diagnostics
+//! (NETLINK_SOCK_DIAG, as `ss -ltn` reads them): the relay asks, for each
+//! loopback connection, whether something inside the namespace listens on
+//! its port. Reading `/proc/PID/net/tcp` instead costs a walk over every
+//! socket of the namespace, connections and TIME_WAIT included; the diag
+//! dump filtered to the LISTEN state visits only the listeners.
+//!
+//! A netlink socket answers for the namespace it was created in, so the
+//! socket is made inside (by the agent, or by netchaos's thread there) and
+//! used from anywhere.
+
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::os::fd::{AsRawFd, OwnedFd};
+
+use nix::sys::socket::{
+    AddressFamily, MsgFlags, NetlinkAddr, SockFlag, SockProtocol, SockType, bind, recv, send,
+    socket,
+};
+
+const SOCK_DIAG_BY_FAMILY: u16 = 20;
+const NLM_F_REQUEST: u16 = 1;
+const NLM_F_DUMP: u16 = 0x300;
+const NLMSG_ERROR: u16 = 2;
+const NLMSG_DONE: u16 = 3;
+const TCP_LISTEN: u32 = 10;
+const INET_DIAG_SKV6ONLY: u16 = 11;
+/// `struct inet_diag_msg`, before its attributes.
+const DIAG_MSG_LEN: usize = 72;
+
+/// A listening socket: its address, and for IPv6 whether it is v6-only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Listener {
+    pub addr: SocketAddr,
+    pub v6only: bool,
+}
+
+/// A NETLINK_SOCK_DIAG socket in the calling thread's network namespace.
+pub fn open() -> io::Result<OwnedFd> {
+    let fd = socket(
+        AddressFamily::Netlink,
+        SockType::Datagram,
+        SockFlag::SOCK_CLOEXEC,
+        SockProtocol::NetlinkSockDiag,
+    )?;
+    bind(fd.as_raw_fd(), &NetlinkAddr::new(0, 0))?;
+    Ok(fd)
+}
+
+/// Every TCP listener (IPv4 and IPv6) of the socket's namespace.
+pub fn listeners(sock: &OwnedFd) -> io::Result<Vec<Listener>> {
+    let mut out = Vec::new();
+    for family in [libc::AF_INET as u8, libc::AF_INET6 as u8] {
+        send(sock.as_raw_fd(), &request(family), MsgFlags::empty())?;
+        read_dump(sock, &mut out)?;
+    }
+    Ok(out)
+}
+
+/// A dump request for TCP sockets of `family` in the LISTEN state.
+fn request(family: u8) -> Vec<u8> {
+    let mut m = Vec::with_capacity(16 + 56);
+    m.extend_from_slice(&(16u32 + 56).to_ne_bytes());
+    m.extend_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
+    m.extend_from_slice(&(NLM_F_REQUEST | NLM_F_DUMP).to_ne_bytes());
+    m.extend_from_slice(&1u32.to_ne_bytes()); // seq
+    m.extend_from_slice(&0u32.to_ne_bytes()); // pid
+    // struct inet_diag_req_v2: family, protocol, ext, pad, states, sockid.
+    m.extend_from_slice(&[family, libc::IPPROTO_TCP as u8, 0, 0]);
+    m.extend_from_slice(&(1u32 << TCP_LISTEN).to_ne_bytes());
+    m.extend_from_slice(&[0u8; 48]);
+    m
+}
+
+/// Reads the answers to one dump request, up to its NLMSG_DONE.
+fn read_dump(sock: &OwnedFd, out: &mut Vec<Listener>) -> io::Result<()> {
+    let mut buf = vec![0u8; 64 * 1024];
+    // Bounded: a namespace with more listeners than this many reads of
+    // 64 KiB (some 700,000 of them) is not one netchaos will meet.
+    for _ in 0..1000 {
+        let n = recv(sock.as_raw_fd(), &mut buf, MsgFlags::empty())?;
+        if parse(&buf[..n], out)? {
+            return Ok(());
+        }
+    }
+    Err(io::Error::other("socket diagnostics: no end of dump"))
+}
+
+/// Parses netlink messages; `true` at the end of the dump.
+fn parse(mut b: &[u8], out: &mut Vec<Listener>) -> io::Result<bool> {
+    while b.len() >= 16 {
+        let len = u32::from_ne_bytes(b[0..4].try_into().expect("4 bytes")) as usize;
+        let kind = u16::from_ne_bytes(b[4..6].try_into().expect("2 bytes"));
+        if len < 16 || len > b.len() {
+            return Err(io::Error::other("socket diagnostics: malformed message"));
+        }
+        let body = &b[16..len];
+        match kind {
+            NLMSG_DONE => return Ok(true),
+            NLMSG_ERROR => {
+                let code = body
+                    .get(0..4)
+                    .map_or(0, |c| i32::from_ne_bytes(c.try_into().expect("4 bytes")));
+                return Err(io::Error::from_raw_os_error(-code));
+            }
+            SOCK_DIAG_BY_FAMILY => {
+                if let Some(l) = listener(body) {
+                    out.push(l);
+                }
+            }
+            _ => {}
+        }
+        b = &b[(len + 3) & !3..];
+    }
+    Ok(false)
+}
+
+/// One `struct inet_diag_msg` and its attributes.
+fn listener(m: &[u8]) -> Option<Listener> {
+    if m.len() < DIAG_MSG_LEN {
+        return None;
+    }
+    let family = i32::from(m[0]);
+    // sockid at 4: sport (be16), dport (be16), src[16], dst[16], if, cookie.
+    let port = u16::from_be_bytes([m[4], m[5]]);
+    let src: [u8; 16] = m[8..24].try_into().ok()?;
+    let ip = if family == libc::AF_INET {
+        IpAddr::V4(Ipv4Addr::new(src[0], src[1], src[2], src[3]))
+    } else {
+        IpAddr::V6(Ipv6Addr::from(src))
+    };
+    let mut v6only = false;
+    let mut attrs = &m[DIAG_MSG_LEN..];
+    while attrs.len() >= 4 {
+        let alen = usize::from(u16::from_ne_bytes([attrs[0], attrs[1]]));
+        let akind = u16::from_ne_bytes([attrs[2], attrs[3]]);
+        if alen < 4 || alen > attrs.len() {
+            break;
+        }
+        if akind == INET_DIAG_SKV6ONLY && alen >= 5 {
+            v6only = attrs[4] != 0;
+        }
+        attrs = &attrs[((alen + 3) & !3).min(attrs.len())..];
+    }
+    Some(Listener {
+        addr: SocketAddr::new(ip, port),
+        v6only,
+    })
+}
+
+/// Whether `l` accepts connections to `dst`.
+pub fn accepts(l: &Listener, dst: SocketAddr) -> bool {
+    if l.addr.port() != dst.port() {
+        return false;
+    }
+    let d = match dst.ip() {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(dst.ip(), IpAddr::V4),
+        v4 => v4,
+    };
+    match (l.addr.ip(), d) {
+        (IpAddr::V4(a), IpAddr::V4(b)) => a.is_unspecified() || a == b,
+        (IpAddr::V6(a), IpAddr::V6(b)) => a.is_unspecified() || a == b,
+        // A dual-stack IPv6 listener also takes IPv4.
+        (IpAddr::V6(a), IpAddr::V4(b)) => {
+            !l.v6only && (a.is_unspecified() || a.to_ipv4_mapped() == Some(b))
+        }
+        (IpAddr::V4(_), IpAddr::V6(_)) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_this_namespaces_listeners() {
+        let sock = open().unwrap();
+        let v4 = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = v4.local_addr().unwrap();
+        let found = listeners(&sock).unwrap();
+        assert!(found.iter().any(|l| l.addr == a), "{a} in {found:?}");
+        assert!(found.iter().any(|l| accepts(l, a)));
+        // A connection is not a listener.
+        let conn = std::net::TcpStream::connect(a).unwrap();
+        let local = conn.local_addr().unwrap();
+        assert!(!listeners(&sock).unwrap().iter().any(|l| l.addr == local));
+    }
+
+    #[test]
+    fn matching() {
+        let l = |s: &str, v6only| Listener {
+            addr: s.parse().unwrap(),
+            v6only,
+        };
+        assert!(accepts(
+            &l("0.0.0.0:80", false),
+            "127.0.0.1:80".parse().unwrap()
+        ));
+        assert!(!accepts(
+            &l("0.0.0.0:80", false),
+            "127.0.0.1:81".parse().unwrap()
+        ));
+        assert!(accepts(
+            &l("127.0.0.1:8080", false),
+            "[::ffff:127.0.0.1]:8080".parse().unwrap()
+        ));
+        assert!(!accepts(
+            &l("127.0.0.1:8080", false),
+            "127.0.0.2:8080".parse().unwrap()
+        ));
+        assert!(accepts(
+            &l("[::]:9000", false),
+            "127.0.0.1:9000".parse().unwrap()
+        ));
+        assert!(!accepts(
+            &l("[::]:9000", true),
+            "127.0.0.1:9000".parse().unwrap()
+        ));
+        assert!(accepts(
+            &l("[::1]:9000", true),
+            "[::1]:9000".parse().unwrap()
+        ));
+        assert!(!accepts(
+            &l("127.0.0.1:9000", false),
+            "[::1]:9000".parse().unwrap()
+        ));
+    }
+
+    #[test]
+    fn malformed_answers_are_errors_not_panics() {
+        let mut out = Vec::new();
+        assert!(parse(&[0u8; 3], &mut out).is_ok());
+        let mut bad = vec![0u8; 16];
+        bad[0] = 200; // longer than the buffer
+        assert!(parse(&bad, &mut out).is_err());
+        assert!(listener(&[0u8; 10]).is_none());
+    }
+}
