@@ -269,13 +269,22 @@ print("proxies", sorted(t.proxies()))
             .find_map(|w| w.parse::<f64>().ok().filter(|v| *v < 10.0))
             .unwrap_or_else(|| panic!("no time in {line:?}: {out}"))
     };
-    assert!(lines[0].starts_with("plain ") && secs(lines[0]) < 0.15, "{out}");
+    assert!(
+        lines[0].starts_with("plain ") && secs(lines[0]) < 0.15,
+        "{out}"
+    );
     assert_eq!(lines[1], "toxics ['latency_downstream']");
     assert!((0.28..0.8).contains(&secs(lines[2])), "{out}");
-    assert!(lines[3].starts_with("updated ") && lines[3].ends_with(" 100"), "{out}");
+    assert!(
+        lines[3].starts_with("updated ") && lines[3].ends_with(" 100"),
+        "{out}"
+    );
     assert!((0.09..0.5).contains(&secs(lines[3])), "{out}");
     assert!(secs(lines[4]) < 0.15, "{out}");
-    assert!(lines[5].starts_with("after reset [] ") && secs(lines[5]) < 0.15, "{out}");
+    assert!(
+        lines[5].starts_with("after reset [] ") && secs(lines[5]) < 0.15,
+        "{out}"
+    );
     assert_eq!(lines[6], "proxies ['echo']");
 }
 

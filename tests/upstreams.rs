@@ -443,3 +443,91 @@ fn under_run_the_limit_refuses_at_the_syn() {
         "{stderr}"
     );
 }
+
+#[test]
+fn out_of_descriptors_new_clients_are_refused_and_netchaos_lives_on() {
+    if missing_tool("prlimit") {
+        return;
+    }
+    let echo = Server::echo("127.0.0.1:0");
+    // 48 descriptors in all, and no connection limit to stop earlier:
+    // accept or the upstream dial runs out of descriptors first.
+    let mut child = Command::new("prlimit")
+        .args(["--nofile=48:48", BIN, "proxy", "--listen", "127.0.0.1:0"])
+        .args([
+            "--upstream",
+            &echo.addr.to_string(),
+            "--max-connections",
+            "10000",
+        ])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    let addr: SocketAddr = loop {
+        line.clear();
+        assert!(
+            std::io::BufRead::read_line(&mut lines, &mut line).unwrap() > 0,
+            "netchaos exited"
+        );
+        if let Some(rest) = line.split(" listening on ").nth(1) {
+            break rest.split(" -> ").next().unwrap().parse().unwrap();
+        }
+    };
+    let log = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = lines.read_to_string(&mut s);
+        s
+    });
+    let mut open = Vec::new();
+    let (mut refused, mut reset) = (0, 0);
+    for _ in 0..60 {
+        match TcpStream::connect_timeout(&addr, Duration::from_secs(2)) {
+            Ok(mut c) => {
+                c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+                let _ = c.write_all(b"x");
+                let mut b = [0u8; 1];
+                match c.read(&mut b) {
+                    Ok(1) => open.push(c),
+                    _ => reset += 1, // accepted, but no descriptor left to dial
+                }
+            }
+            Err(e) => {
+                assert_eq!(e.kind(), ErrorKind::ConnectionRefused, "{e}");
+                refused += 1;
+            }
+        }
+    }
+    assert!(open.len() >= 5, "served {}", open.len());
+    assert!(refused + reset > 0, "the limit was never reached");
+    // Still alive, and the connections it holds still work.
+    assert!(child.try_wait().unwrap().is_none(), "netchaos exited");
+    for c in &mut open {
+        c.write_all(b"y").unwrap();
+        let mut b = [0u8; 1];
+        c.read_exact(&mut b).unwrap();
+        assert_eq!(&b, b"y");
+    }
+    // With descriptors free again, new clients are served.
+    drop(open);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let ok = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).is_ok_and(|mut c| {
+            c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let mut b = [0u8; 1];
+            c.write_all(b"z").is_ok() && c.read_exact(&mut b).is_ok()
+        });
+        if ok {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never served again");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    signal(child.id(), libc::SIGTERM);
+    let status = child.wait().unwrap();
+    let log = log.join().unwrap();
+    assert!(status.success(), "{log}");
+    assert!(!log.contains("panicked"), "{log}");
+    eprintln!("refused {refused}, reset {reset}");
+}
