@@ -59,6 +59,8 @@ fn main() {
                     (k.to_string(), v.parse().unwrap())
                 })
                 .collect();
+            // Let the driver see netchaos idle first.
+            std::thread::sleep(Duration::from_secs(1));
             let r = load(&lanes, clients, Duration::from_secs_f64(secs));
             println!("{}", r.to_json());
             // Stay a moment, so that the driver measures netchaos with
@@ -481,6 +483,8 @@ struct Phase {
     results: Value,
     rotations: u64,
     start: (usize, u64),
+    /// A third of the way into the load: the level it settles at.
+    warm: (usize, u64),
     end: (usize, u64),
     direct_rtts: Vec<u64>,
 }
@@ -525,6 +529,10 @@ fn drive(netchaos: &str, minutes: f64, clients: usize) {
         let pid = child.id();
         std::thread::sleep(Duration::from_millis(500));
         let start_usage = usage(pid);
+        let warm = std::thread::spawn(move || {
+            std::thread::sleep(half / 3);
+            usage(pid)
+        });
         let stop = Arc::new(AtomicBool::new(false));
         let rot = rotate(&format!("http://{api}"), stop.clone());
         let direct = std::thread::spawn(move || probe(plain_up, Instant::now() + half));
@@ -542,6 +550,7 @@ fn drive(netchaos: &str, minutes: f64, clients: usize) {
             results: r.to_json(),
             rotations,
             start: start_usage,
+            warm: warm.join().unwrap(),
             end: end_usage,
             direct_rtts,
         });
@@ -584,6 +593,10 @@ fn drive(netchaos: &str, minutes: f64, clients: usize) {
         let pid = child.id();
         std::thread::sleep(Duration::from_millis(500));
         let start_usage = usage(pid);
+        let warm = std::thread::spawn(move || {
+            std::thread::sleep(half / 3);
+            usage(pid)
+        });
         let stop = Arc::new(AtomicBool::new(false));
         let rot = rotate(&format!("http://{api}"), stop.clone());
         let direct = std::thread::spawn(move || probe(plain_up, Instant::now() + half));
@@ -611,6 +624,7 @@ fn drive(netchaos: &str, minutes: f64, clients: usize) {
             ),
             rotations,
             start: start_usage,
+            warm: warm.join().unwrap(),
             end: end_usage,
             direct_rtts,
         });
@@ -660,15 +674,17 @@ fn report(phases: &[Phase], minutes: f64, clients: usize) {
         let mismatches = r["mismatches"].as_u64().unwrap_or(0);
         total_mismatches += mismatches;
         println!(
-            "| {} | {} | {:.1} MiB | {} | {} | {} → {} | {:.1} → {:.1} MiB | {} / {} µs | {} / {} µs | {} µs |",
+            "| {} | {} | {:.1} MiB | {} | {} | {} / {} / {} | {:.1} / {:.1} / {:.1} MiB | {} / {} µs | {} / {} µs | {} µs |",
             ph.name,
             r["conns"],
             r["verified"].as_u64().unwrap_or(0) as f64 / 1048576.0,
             mismatches,
             ph.rotations,
             ph.start.0,
+            ph.warm.0,
             ph.end.0,
             ph.start.1 as f64 / 1024.0,
+            ph.warm.1 as f64 / 1024.0,
             ph.end.1 as f64 / 1024.0,
             d50,
             r50,

@@ -65,16 +65,19 @@ enum Fate {
 
 struct Entry {
     isn: u32,
-    /// The SYN's destination (before the redirect).
-    dst: SocketAddr,
     fate: Fate,
     at: Instant,
     handoff: Option<Handoff>,
 }
 
+/// A connection as the gate saw its SYN: (client, original destination).
+/// Both are needed: a client may use one source port for connections to
+/// different destinations at the same time.
+type Key = (SocketAddr, SocketAddr);
+
 /// The gate's memory of SYNs, shared with the relay.
 pub struct Gate {
-    entries: Mutex<HashMap<SocketAddr, Entry>>,
+    entries: Mutex<HashMap<Key, Entry>>,
     losses: LossTable,
     /// SYNs remembered since the last sweep.
     since_sweep: std::sync::atomic::AtomicUsize,
@@ -101,31 +104,35 @@ impl Gate {
     /// address and destination is this connection's (they are equivalent:
     /// fresh connections to the same place).
     pub fn take(&self, client: SocketAddr, dst: Option<SocketAddr>) -> Option<Handoff> {
-        let mut entries = self.entries.lock().expect("gate lock");
-        if let Some(e) = entries.get_mut(&client) {
-            if e.handoff.is_some() && dst.is_none_or(|d| d == e.dst) {
-                return e.handoff.take();
-            }
-        }
         let dst = dst?;
+        let mut entries = self.entries.lock().expect("gate lock");
+        if let Some(h) = entries
+            .get_mut(&(client, dst))
+            .and_then(|e| e.handoff.take())
+        {
+            return Some(h);
+        }
         entries
             .iter_mut()
-            .filter(|(src, e)| e.handoff.is_some() && e.dst == dst && src.ip() == client.ip())
+            .filter(|((src, d), e)| e.handoff.is_some() && *d == dst && src.ip() == client.ip())
             .min_by_key(|(_, e)| e.at)?
             .1
             .handoff
             .take()
     }
 
-    fn settle(&self, client: SocketAddr, fate: Fate, handoff: Option<Handoff>) {
-        if let Some(e) = self.entries.lock().expect("gate lock").get_mut(&client) {
+    fn settle(&self, key: Key, isn: u32, fate: Fate, handoff: Option<Handoff>) {
+        let mut entries = self.entries.lock().expect("gate lock");
+        // Only the SYN's own entry: a new connection on the same tuple may
+        // have taken its place meanwhile.
+        if let Some(e) = entries.get_mut(&key).filter(|e| e.isn == isn) {
             e.fate = fate;
             e.handoff = handoff;
         }
     }
 
     /// Forgets old SYNs and upstreams nobody claimed.
-    fn sweep(entries: &mut HashMap<SocketAddr, Entry>) {
+    fn sweep(entries: &mut HashMap<Key, Entry>) {
         let now = Instant::now();
         entries.retain(|_, e| {
             let age = now.duration_since(e.at);
@@ -276,7 +283,7 @@ fn on_packet(
     };
     {
         let mut entries = sandbox.gate.entries.lock().expect("gate lock");
-        if let Some(e) = entries.get(&syn.src) {
+        if let Some(e) = entries.get(&(syn.src, syn.dst)) {
             if e.isn == syn.isn && e.at.elapsed() < REMEMBER {
                 // A retransmission: the first SYN's fate.
                 let v = match e.fate {
@@ -298,10 +305,9 @@ fn on_packet(
             Gate::sweep(&mut entries);
         }
         entries.insert(
-            syn.src,
+            (syn.src, syn.dst),
             Entry {
                 isn: syn.isn,
-                dst: syn.dst,
                 fate: Fate::Held,
                 at: Instant::now(),
                 handoff: None,
@@ -311,7 +317,9 @@ fn on_packet(
     let (queue, relay, sandbox) = (queue.clone(), relay.clone(), sandbox.clone());
     tokio::spawn(async move {
         let (fate, handoff) = decide(syn, &relay, &sandbox).await;
-        sandbox.gate.settle(syn.src, fate, handoff);
+        sandbox
+            .gate
+            .settle((syn.src, syn.dst), syn.isn, fate, handoff);
         let v = match fate {
             Fate::Accept(mark) => Verdict::Accept(Some(mark)),
             Fate::Drop | Fate::Held => Verdict::Drop,
@@ -479,6 +487,100 @@ mod tests {
         assert_eq!(s.dst, "[::1]:80".parse().unwrap());
         assert!(parse_syn(&[0x45]).is_none());
         assert!(parse_syn(&[]).is_none());
+    }
+
+    fn handoff(seq: u64) -> Handoff {
+        let rules = crate::ruleset::RuleSet::from_plan(&Plan::default());
+        let meta = ConnMeta {
+            flow: Flow::Outbound,
+            proxy: None,
+            ip: None,
+            names: &[],
+            port: 0,
+        };
+        Handoff {
+            seq,
+            faults: rules.connect(&meta, seq),
+            names: Vec::new(),
+            upstream: None,
+        }
+    }
+
+    fn remember(gate: &Gate, src: &str, dst: &str, isn: u32, seq: u64) {
+        let key = (src.parse().unwrap(), dst.parse().unwrap());
+        gate.entries.lock().unwrap().insert(
+            key,
+            Entry {
+                isn,
+                fate: Fate::Held,
+                at: Instant::now(),
+                handoff: None,
+            },
+        );
+        gate.settle(key, isn, Fate::Accept(marks::TRACK), Some(handoff(seq)));
+        std::thread::sleep(Duration::from_millis(2)); // distinct ages
+    }
+
+    #[test]
+    fn one_source_port_to_two_destinations_keeps_two_handoffs() {
+        let gate = Gate::new(LossTable::default());
+        remember(&gate, "127.0.0.1:40000", "127.0.0.1:80", 1, 1);
+        remember(&gate, "127.0.0.1:40000", "127.0.0.1:81", 2, 2);
+        let c = "127.0.0.1:40000".parse().unwrap();
+        let h81 = gate.take(c, Some("127.0.0.1:81".parse().unwrap())).unwrap();
+        let h80 = gate.take(c, Some("127.0.0.1:80".parse().unwrap())).unwrap();
+        assert_eq!((h80.seq, h81.seq), (1, 2));
+        assert!(
+            gate.take(c, Some("127.0.0.1:80".parse().unwrap()))
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn a_remapped_source_port_finds_the_oldest_handoff_to_its_destination() {
+        let gate = Gate::new(LossTable::default());
+        remember(&gate, "127.0.0.1:40000", "127.0.0.1:80", 1, 1);
+        remember(&gate, "127.0.0.1:40001", "127.0.0.1:81", 2, 2);
+        remember(&gate, "127.0.0.1:40002", "127.0.0.1:80", 3, 3);
+        // NAT gave the client port 5000: never a handoff for another
+        // destination, the oldest for its own.
+        let seen = "127.0.0.1:5000".parse().unwrap();
+        let h = gate
+            .take(seen, Some("127.0.0.1:80".parse().unwrap()))
+            .unwrap();
+        assert_eq!(h.seq, 1);
+        let h = gate
+            .take(seen, Some("127.0.0.1:80".parse().unwrap()))
+            .unwrap();
+        assert_eq!(h.seq, 3);
+        assert!(
+            gate.take(seen, Some("127.0.0.1:80".parse().unwrap()))
+                .is_none()
+        );
+        assert!(gate.take(seen, None).is_none());
+    }
+
+    #[test]
+    fn a_late_decision_does_not_land_on_a_newer_syn() {
+        let gate = Gate::new(LossTable::default());
+        let key = (
+            "127.0.0.1:40000".parse().unwrap(),
+            "127.0.0.1:80".parse().unwrap(),
+        );
+        gate.entries.lock().unwrap().insert(
+            key,
+            Entry {
+                isn: 7,
+                fate: Fate::Held,
+                at: Instant::now(),
+                handoff: None,
+            },
+        );
+        // The decision for an older SYN (ISN 6) on the same tuple.
+        gate.settle(key, 6, Fate::Drop, Some(handoff(1)));
+        let e = &gate.entries.lock().unwrap()[&key];
+        assert_eq!(e.fate, Fate::Held);
+        assert!(e.handoff.is_none());
     }
 
     #[test]
