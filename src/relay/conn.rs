@@ -319,9 +319,13 @@ impl Conn<'_> {
         r: crate::fault::respond::Respond,
     ) -> (Outcome, [u64; 2]) {
         if r.wait_request {
+            // `peek`, not `readable`: readiness may be a false positive (as
+            // it is for the first connection of a fresh runtime), and the
+            // reply must not overtake the request it answers.
+            let mut probe = [0u8; 1];
             let _ = tokio::time::timeout(
                 crate::fault::respond::Respond::REQUEST_WAIT,
-                client.readable(),
+                client.peek(&mut probe),
             )
             .await;
         }
