@@ -52,7 +52,11 @@ run() { qemu-aarch64 -L "$SYSROOT" "$BIN" "$@"; }
 
 if [[ $unit -eq 1 ]]; then
     say "unit tests under qemu-aarch64"
-    cargo test --release --locked --target "$TARGET" --lib
+    # qemu-user translates only some netlink families and answers
+    # NETLINK_SOCK_DIAG with EPROTONOSUPPORT: an emulator gap, not the
+    # kernel's (the test runs natively in the main suite).
+    echo "skipped under qemu: intercept::sock_diag (qemu-user has no NETLINK_SOCK_DIAG)"
+    cargo test --release --locked --target "$TARGET" --lib -- --skip intercept::sock_diag
 fi
 
 say "smoke: netchaos --version, check, profiles"
