@@ -43,6 +43,14 @@ use crate::ruleset::ConnFaults;
 const REMEMBER: Duration = Duration::from_secs(120);
 /// How long a dialled upstream waits for the relay to accept the client.
 const HANDOFF_TTL: Duration = Duration::from_secs(30);
+/// How long a SYN is remembered once the relay has its connection: the
+/// client stops retransmitting when the handshake completes, so only
+/// duplicates already in flight can still come. Keeping these for all of
+/// [`REMEMBER`] made the table (and its sweeps) grow with the connection
+/// rate times two minutes.
+const CLAIMED_TTL: Duration = Duration::from_secs(10);
+/// The table size below which only the periodic sweep runs.
+const SWEEP_MIN: usize = 1024;
 
 /// What the relay takes over when it accepts a gated client.
 pub struct Handoff {
@@ -68,6 +76,21 @@ struct Entry {
     fate: Fate,
     at: Instant,
     handoff: Option<Handoff>,
+    /// The relay took this connection over.
+    claimed: bool,
+}
+
+impl Entry {
+    /// A SYN seen now, its fate being decided.
+    fn held(isn: u32) -> Entry {
+        Entry {
+            isn,
+            fate: Fate::Held,
+            at: Instant::now(),
+            handoff: None,
+            claimed: false,
+        }
+    }
 }
 
 /// A connection as the gate saw its SYN: (client, original destination).
@@ -81,6 +104,9 @@ pub struct Gate {
     losses: LossTable,
     /// SYNs remembered since the last sweep.
     since_sweep: std::sync::atomic::AtomicUsize,
+    /// Sweep at once when the table reaches this size (twice what the last
+    /// sweep left, so sweeping stays amortised O(1) per SYN).
+    sweep_at: std::sync::atomic::AtomicUsize,
 }
 
 impl Gate {
@@ -89,6 +115,7 @@ impl Gate {
             entries: Mutex::new(HashMap::new()),
             losses,
             since_sweep: std::sync::atomic::AtomicUsize::new(0),
+            sweep_at: std::sync::atomic::AtomicUsize::new(SWEEP_MIN),
         }
     }
 
@@ -106,19 +133,20 @@ impl Gate {
     pub fn take(&self, client: SocketAddr, dst: Option<SocketAddr>) -> Option<Handoff> {
         let dst = dst?;
         let mut entries = self.entries.lock().expect("gate lock");
-        if let Some(h) = entries
+        if let Some(e) = entries
             .get_mut(&(client, dst))
-            .and_then(|e| e.handoff.take())
+            .filter(|e| e.handoff.is_some())
         {
-            return Some(h);
+            e.claimed = true;
+            return e.handoff.take();
         }
-        entries
+        let e = entries
             .iter_mut()
             .filter(|((src, d), e)| e.handoff.is_some() && *d == dst && src.ip() == client.ip())
             .min_by_key(|(_, e)| e.at)?
-            .1
-            .handoff
-            .take()
+            .1;
+        e.claimed = true;
+        e.handoff.take()
     }
 
     fn settle(&self, key: Key, isn: u32, fate: Fate, handoff: Option<Handoff>) {
@@ -131,13 +159,23 @@ impl Gate {
         }
     }
 
-    /// Forgets old SYNs and upstreams nobody claimed.
-    fn sweep(entries: &mut HashMap<Key, Entry>) {
+    /// Forgets old SYNs, connections the relay has had for a while, and
+    /// upstreams nobody claimed; gives memory back when the table shrank.
+    fn sweep(&self, entries: &mut HashMap<Key, Entry>) {
         let now = Instant::now();
         entries.retain(|_, e| {
             let age = now.duration_since(e.at);
-            age < REMEMBER && !(e.handoff.is_some() && age > HANDOFF_TTL)
+            age < REMEMBER
+                && !(e.handoff.is_some() && age > HANDOFF_TTL)
+                && !(e.claimed && age > CLAIMED_TTL)
         });
+        if entries.capacity() > 4 * entries.len().max(SWEEP_MIN) {
+            entries.shrink_to(2 * entries.len());
+        }
+        self.sweep_at.store(
+            (2 * entries.len()).max(SWEEP_MIN),
+            std::sync::atomic::Ordering::Relaxed,
+        );
     }
 }
 
@@ -301,18 +339,15 @@ fn on_packet(
             .gate
             .since_sweep
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        if entries.len() > 1024 || n % 256 == 255 {
-            Gate::sweep(&mut entries);
+        let full = entries.len()
+            >= sandbox
+                .gate
+                .sweep_at
+                .load(std::sync::atomic::Ordering::Relaxed);
+        if full || n % 256 == 255 {
+            sandbox.gate.sweep(&mut entries);
         }
-        entries.insert(
-            (syn.src, syn.dst),
-            Entry {
-                isn: syn.isn,
-                fate: Fate::Held,
-                at: Instant::now(),
-                handoff: None,
-            },
-        );
+        entries.insert((syn.src, syn.dst), Entry::held(syn.isn));
     }
     let (queue, relay, sandbox) = (queue.clone(), relay.clone(), sandbox.clone());
     tokio::spawn(async move {
@@ -508,15 +543,7 @@ mod tests {
 
     fn remember(gate: &Gate, src: &str, dst: &str, isn: u32, seq: u64) {
         let key = (src.parse().unwrap(), dst.parse().unwrap());
-        gate.entries.lock().unwrap().insert(
-            key,
-            Entry {
-                isn,
-                fate: Fate::Held,
-                at: Instant::now(),
-                handoff: None,
-            },
-        );
+        gate.entries.lock().unwrap().insert(key, Entry::held(isn));
         gate.settle(key, isn, Fate::Accept(marks::TRACK), Some(handoff(seq)));
         std::thread::sleep(Duration::from_millis(2)); // distinct ages
     }
@@ -561,21 +588,44 @@ mod tests {
     }
 
     #[test]
+    fn a_sweep_forgets_claimed_connections_but_keeps_dropped_syns() {
+        let gate = Gate::new(LossTable::default());
+        remember(&gate, "127.0.0.1:40000", "127.0.0.1:80", 1, 1);
+        remember(&gate, "127.0.0.1:40001", "127.0.0.1:80", 2, 2);
+        let dropped = (
+            "127.0.0.1:40002".parse().unwrap(),
+            "127.0.0.1:80".parse().unwrap(),
+        );
+        gate.entries.lock().unwrap().insert(dropped, Entry::held(3));
+        gate.settle(dropped, 3, Fate::Drop, None);
+        let c = "127.0.0.1:40000".parse().unwrap();
+        assert!(
+            gate.take(c, Some("127.0.0.1:80".parse().unwrap()))
+                .is_some()
+        );
+        // Age everything past CLAIMED_TTL (but not past HANDOFF_TTL).
+        let mut entries = gate.entries.lock().unwrap();
+        for e in entries.values_mut() {
+            e.at -= CLAIMED_TTL + Duration::from_secs(1);
+        }
+        gate.sweep(&mut entries);
+        let left: Vec<u16> = entries.keys().map(|(src, _)| src.port()).collect();
+        assert!(
+            !left.contains(&40000),
+            "the claimed connection is forgotten"
+        );
+        assert!(left.contains(&40001), "an unclaimed upstream still waits");
+        assert!(left.contains(&40002), "a dropped SYN keeps its fate");
+    }
+
+    #[test]
     fn a_late_decision_does_not_land_on_a_newer_syn() {
         let gate = Gate::new(LossTable::default());
         let key = (
             "127.0.0.1:40000".parse().unwrap(),
             "127.0.0.1:80".parse().unwrap(),
         );
-        gate.entries.lock().unwrap().insert(
-            key,
-            Entry {
-                isn: 7,
-                fate: Fate::Held,
-                at: Instant::now(),
-                handoff: None,
-            },
-        );
+        gate.entries.lock().unwrap().insert(key, Entry::held(7));
         // The decision for an older SYN (ISN 6) on the same tuple.
         gate.settle(key, 6, Fate::Drop, Some(handoff(1)));
         let e = &gate.entries.lock().unwrap()[&key];
