@@ -654,7 +654,7 @@ fn report(phases: &[Phase], minutes: f64, clients: usize) {
         host()
     );
     println!(
-        "| phase | connections | bytes verified | mismatches | fault rotations | fds start → end | RSS start → end | RTT p50 direct / relayed | RTT p99 direct / relayed | p99 added |"
+        "| phase | connections | bytes verified | mismatches | fault rotations | fds start / loaded / drained | RSS start / loaded / drained | RTT p50 direct / relayed | RTT p99 direct / relayed | p99 added |"
     );
     println!("|---|---|---|---|---|---|---|---|---|---|");
     let mut total_mismatches = 0;
