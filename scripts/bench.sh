@@ -182,13 +182,13 @@ FDPC=$(python3 -c "print(f'{($FD1-$FD0)/$IDLE:.2f}')")
   if ((RUN_OK)); then
     echo "| throughput, \`netchaos run -- iperf3 -c\` (namespace, redirect, relay) | $D Gbit/s | $W Gbit/s | $(ratio "$W" "$D")× | — |"
   fi
-  echo "| 64-byte round trip p50 | $RD50 µs | $RP50 µs | +$(python3 -c "print(f'{$RP50-$RD50:.1f}')") µs | ≤ +30 µs |"
-  echo "| 64-byte round trip p99 | $RD99 µs | $RP99 µs | +$(python3 -c "print(f'{$RP99-$RD99:.1f}')") µs | — |"
+  echo "| 64-byte round trip p50 | $RD50 µs | $RP50 µs | $(python3 -c "print(f'{$RP50-$RD50:+.1f}')") µs | ≤ +30 µs |"
+  echo "| 64-byte round trip p99 | $RD99 µs | $RP99 µs | $(python3 -c "print(f'{$RP99-$RD99:+.1f}')") µs | — |"
   echo "| connection setup (2 clients) | $CD /s | $CP /s | $(ratio "$CP" "$CD")× | — |"
   echo "| $IDLE idle connections: RSS | — | $RSS_MB MB (+$RSS_D MB over idle netchaos) | — | ≤ 50 MB |"
   echo "| $IDLE idle connections: file descriptors | — | $((FD1 - FD0)) ($FDPC per connection) | — | ≤ 2.2 |"
   if ((RUN_OK)); then
-    echo "| startup: \`netchaos run -- true\` vs \`true\` (mean of 20, as $(id -un)) | $T0 ms | $T1 ms | +$(python3 -c "print(f'{$T1-$T0:.1f}')") ms | — |"
+    echo "| startup: \`netchaos run -- true\` vs \`true\` (mean of 20, as $(id -un)) | $T0 ms | $T1 ms | $(python3 -c "print(f'{$T1-$T0:+.1f}')") ms | — |"
   else
     echo "| \`netchaos run\` | — | not available: $(head -1 "$WORK/run.err") | — | — |"
   fi
