@@ -32,6 +32,9 @@ for mod in requests:requests toxiproxy:toxiproxy-python; do
   fi
 done
 
+source scripts/rust-env.sh
+ensure_rust fmt:rustfmt clippy:clippy
+
 echo "== cargo fmt --check"
 cargo fmt --check
 echo "== cargo clippy"
