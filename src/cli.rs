@@ -94,14 +94,22 @@ pub struct FaultArgs {
     pub faults: Vec<String>,
 }
 
-/// The control API's address and token.
+/// The control API's address, and who may use it.
 #[derive(Debug, Args, Clone, Default)]
 pub struct ApiArgs {
     /// Serve the Toxiproxy-compatible control API (and /metrics) on ADDR, like 127.0.0.1:8474.
     #[arg(long, value_name = "ADDR", value_parser = listen_arg)]
     pub api: Option<std::net::SocketAddr>,
+    #[command(flatten)]
+    pub access: ApiAccess,
+}
+
+/// Who may use the control API, and what it may touch.
+#[derive(Debug, Args, Clone, Default)]
+pub struct ApiAccess {
     /// Require `Authorization: Bearer TOKEN` on every API request (required
-    /// when the API listens on a non-loopback address).
+    /// when the API listens on a non-loopback address). Visible to every
+    /// user in `ps`: prefer --api-token-file or NETCHAOS_API_TOKEN.
     #[arg(
         long,
         value_name = "TOKEN",
@@ -109,6 +117,53 @@ pub struct ApiArgs {
         hide_env_values = true
     )]
     pub api_token: Option<String>,
+    /// Read the API token from the first line of FILE (takes precedence
+    /// over --api-token and NETCHAOS_API_TOKEN).
+    #[arg(long, value_name = "FILE")]
+    pub api_token_file: Option<PathBuf>,
+    /// Let API toxics read files (a respond toxic's "file") beneath DIR;
+    /// without it the API reads no file at all.
+    #[arg(long, value_name = "DIR")]
+    pub api_files: Option<PathBuf>,
+}
+
+impl ApiAccess {
+    /// The token, from the file or the flag; a blank one is refused.
+    pub fn token(&self) -> Result<Option<String>> {
+        let (token, from) = match &self.api_token_file {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    Error::Usage(format!("--api-token-file {}: {e}", path.display()))
+                })?;
+                let first = text.lines().next().unwrap_or("").trim().to_string();
+                (Some(first), format!("--api-token-file {}", path.display()))
+            }
+            None => (
+                self.api_token.clone(),
+                "--api-token (or NETCHAOS_API_TOKEN)".into(),
+            ),
+        };
+        match token {
+            Some(t) if t.trim().is_empty() => Err(Error::Usage(format!(
+                "{from}: the API token is blank; give a token of visible characters (or none)"
+            ))),
+            Some(t) if t.chars().any(|c| c.is_control() || c == ' ') => Err(Error::Usage(format!(
+                "{from}: the API token holds spaces or control characters, which an HTTP header cannot carry"
+            ))),
+            t => Ok(t),
+        }
+    }
+
+    /// Where toxics made through the API may read files.
+    pub fn files(&self) -> Result<crate::profile::files::FilePolicy> {
+        use crate::profile::files::{ApiFiles, FilePolicy};
+        match &self.api_files {
+            None => Ok(FilePolicy::Nowhere),
+            Some(dir) => ApiFiles::open(dir)
+                .map(|f| FilePolicy::Beneath(std::sync::Arc::new(f)))
+                .map_err(Error::Usage),
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -118,15 +173,8 @@ pub struct ServerArgs {
     /// Where the control API listens.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8474", value_parser = listen_arg)]
     pub api: std::net::SocketAddr,
-    /// Require `Authorization: Bearer TOKEN` on every API request (required
-    /// when the API listens on a non-loopback address).
-    #[arg(
-        long,
-        value_name = "TOKEN",
-        env = "NETCHAOS_API_TOKEN",
-        hide_env_values = true
-    )]
-    pub api_token: Option<String>,
+    #[command(flatten)]
+    pub access: ApiAccess,
     /// How long to wait for an upstream to accept before resetting the client.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration_arg)]
     pub dial_timeout: Duration,
@@ -424,6 +472,12 @@ pub struct RunArgs {
     /// instead of refusing to start.
     #[arg(long, requires = "in_place")]
     pub replace: bool,
+    /// As root: let the command keep every capability but CAP_NET_ADMIN
+    /// over the real system (no user namespace of its own). It can then
+    /// enter other namespaces, trace processes and leave the faults
+    /// behind: only for commands you trust.
+    #[arg(long, conflicts_with = "in_place")]
+    pub privileged_command: bool,
     /// The command to run, and its arguments (after --).
     #[arg(
         value_name = "CMD",

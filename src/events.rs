@@ -78,6 +78,30 @@ pub struct Stats {
     pub pauses: Mutex<BTreeMap<&'static str, u64>>,
     /// Connections refused at the SYN because of the limit.
     pub refused_at_limit: AtomicU64,
+    /// DNS queries the forwarder did not forward, by [`DnsRefusal`].
+    pub dns_refused: [AtomicU64; 2],
+    /// Event lines that could not be written (a full disk, `/dev/full`).
+    pub log_errors: AtomicU64,
+}
+
+/// Why the DNS forwarder dropped a query.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DnsRefusal {
+    /// Not a well-formed standard query (junk, a response, …).
+    Malformed = 0,
+    /// Too many queries in flight already.
+    Busy = 1,
+}
+
+impl DnsRefusal {
+    pub const ALL: [DnsRefusal; 2] = [DnsRefusal::Malformed, DnsRefusal::Busy];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DnsRefusal::Malformed => "malformed",
+            DnsRefusal::Busy => "busy",
+        }
+    }
 }
 
 impl Stats {
@@ -138,9 +162,18 @@ impl Events {
         line.insert("event".into(), event.into());
         line.append(&mut fields);
         let mut w = log.lock().expect("event log lock");
-        // A failing event log must not take the relay down; say it once.
-        if serde_json::to_writer(&mut *w, &line).is_ok() && w.write_all(b"\n").is_ok() {
-            let _ = w.flush();
+        // A failing event log must not take the relay down: say it once,
+        // count the lost lines for the summary.
+        let written = serde_json::to_writer(&mut *w, &line)
+            .map_err(io::Error::from)
+            .and_then(|()| w.write_all(b"\n"))
+            .and_then(|()| w.flush());
+        if let Err(e) = written {
+            if self.stats.log_errors.fetch_add(1, Ordering::Relaxed) == 0 {
+                tracing::warn!(
+                    "cannot write the event log ({e}); lines that cannot be written are counted in the summary"
+                );
+            }
         }
     }
 
@@ -240,6 +273,14 @@ impl Events {
         self.write("refused", f);
     }
 
+    /// The DNS forwarder dropped a query (counted; logged once per kind at
+    /// debug level, as a flood would otherwise flood the log).
+    pub fn dns_refused(&self, why: DnsRefusal) {
+        if self.stats.dns_refused[why as usize].fetch_add(1, Ordering::Relaxed) == 0 {
+            tracing::debug!("DNS forwarder: dropped a query ({})", why.as_str());
+        }
+    }
+
     /// The exit summary: connections, bytes each way, faults by rule and
     /// kind, relay errors.
     pub fn summary(&self, seed: u64) -> String {
@@ -288,6 +329,24 @@ impl Events {
         if !errors.is_empty() {
             let list: Vec<String> = errors.iter().map(|(k, n)| format!("{k} {n}")).collect();
             out.push_str(&format!("  relay errors: {}\n", list.join(", ")));
+        }
+        let dns: Vec<String> = DnsRefusal::ALL
+            .iter()
+            .map(|w| (w, s.dns_refused[*w as usize].load(Ordering::Relaxed)))
+            .filter(|(_, n)| *n > 0)
+            .map(|(w, n)| format!("{} {n}", w.as_str()))
+            .collect();
+        if !dns.is_empty() {
+            out.push_str(&format!(
+                "  DNS queries dropped by the forwarder: {}\n",
+                dns.join(", ")
+            ));
+        }
+        let lost = s.log_errors.load(Ordering::Relaxed);
+        if lost > 0 {
+            out.push_str(&format!(
+                "  event log: {lost} line(s) could not be written\n"
+            ));
         }
         out
     }

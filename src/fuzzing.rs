@@ -66,7 +66,7 @@ fn api() -> &'static Api {
                 Arc::new(Events::in_memory()),
                 RelayOptions::default(),
             );
-            Control::new(relay, false)
+            Control::new(relay, false, crate::profile::files::FilePolicy::Nowhere)
         });
         Api { rt, control }
     })
@@ -98,7 +98,8 @@ pub fn api_request(data: &[u8]) {
     };
     let a = api();
     a.rt.block_on(async {
-        let router = crate::control::api::router(a.control.clone(), None);
+        let router =
+            crate::control::api::router(a.control.clone(), None, ([127, 0, 0, 1], 8474).into());
         let resp = router.oneshot(req).await.expect("the router is infallible");
         let status = resp.status();
         let bytes = resp
@@ -121,7 +122,8 @@ pub fn api_request(data: &[u8]) {
                 .uri(format!("/proxies/{}", percent_encode(&name)))
                 .body(Body::empty())
                 .expect("a valid request");
-            let router = crate::control::api::router(a.control.clone(), None);
+            let router =
+                crate::control::api::router(a.control.clone(), None, ([127, 0, 0, 1], 8474).into());
             let _ = router.oneshot(del).await;
         }
         a.control.proxies.lock().await.clear();

@@ -299,8 +299,9 @@ impl Plan {
     /// Checks names for clashes: rule names and proxy names must be unique,
     /// and no two proxies may listen on the same address.
     pub fn validate(&self) -> Result<(), ProfileError> {
-        for (i, r) in self.rules.iter().enumerate() {
-            if let Some(first) = self.rules[..i].iter().find(|o| o.name == r.name) {
+        let mut names: std::collections::HashMap<&str, &Rule> = std::collections::HashMap::new();
+        for r in &self.rules {
+            if let Some(first) = names.insert(&r.name, r) {
                 return Err(ProfileError::new(
                     &r.loc,
                     format!(
@@ -310,18 +311,22 @@ impl Plan {
                 ));
             }
         }
-        for (i, p) in self.proxies.iter().enumerate() {
-            for o in &self.proxies[..i] {
-                if o.name == p.name {
-                    return Err(ProfileError::new(
-                        &p.loc,
-                        format!(
-                            "proxy name {:?} is already used at {}; proxy names must be unique",
-                            p.name, o.loc
-                        ),
-                    ));
-                }
-                if o.listen == p.listen && p.listen.port() != 0 {
+        let mut names: std::collections::HashMap<&str, &ProxySpec> =
+            std::collections::HashMap::new();
+        let mut listens: std::collections::HashMap<SocketAddr, &ProxySpec> =
+            std::collections::HashMap::new();
+        for p in &self.proxies {
+            if let Some(o) = names.insert(&p.name, p) {
+                return Err(ProfileError::new(
+                    &p.loc,
+                    format!(
+                        "proxy name {:?} is already used at {}; proxy names must be unique",
+                        p.name, o.loc
+                    ),
+                ));
+            }
+            if p.listen.port() != 0 {
+                if let Some(o) = listens.insert(p.listen, p) {
                     return Err(ProfileError::new(
                         &p.loc,
                         format!(

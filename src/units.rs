@@ -126,6 +126,17 @@ pub fn format_rate(bytes_per_sec: u64) -> String {
     format!("{v}{unit} ({bytes_per_sec} B/s)")
 }
 
+/// Formats a byte count in the units `parse_size` reads: `1MiB`, `64KiB`,
+/// `1500`.
+pub fn format_size(n: u64) -> String {
+    for (unit, size) in [("GiB", 1u64 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)] {
+        if n >= size && n % size == 0 {
+            return format!("{}{unit}", n / size);
+        }
+    }
+    n.to_string()
+}
+
 /// Formats a duration compactly: `150ms`, `2s`, `1.5s`, `300us`.
 pub fn format_duration(d: Duration) -> String {
     let us = d.as_micros();

@@ -281,3 +281,135 @@ fn missing_privileges_exit_1_and_name_them() {
         "{err}"
     );
 }
+
+/// The inputs that were once accepted or misreported (issue: containment).
+#[test]
+fn inputs_once_accepted_or_misreported_now_say_what_is_wrong() {
+    outcome(
+        &[
+            "run",
+            "--resolv-conf",
+            "/nonexistent/resolv.conf",
+            "--",
+            "true",
+        ],
+        2,
+        &["--resolv-conf: cannot read /nonexistent/resolv.conf"],
+    );
+    let (code, _, err) = {
+        let out = Command::new(BIN)
+            .args([
+                "proxy",
+                "--listen",
+                "127.0.0.1:0",
+                "--upstream",
+                "127.0.0.1:9",
+            ])
+            .env("NETCHAOS_PEER_TIMEOUT", "soon")
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            (),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("NETCHAOS_PEER_TIMEOUT=\"soon\": expected a duration"),
+        "{err}"
+    );
+    outcome(
+        &["check", "--fault", "latency:delay=100ms,buffer=100GiB"],
+        2,
+        &["buffer is at most 64MiB", "got 100GiB"],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    outcome(
+        &["check", dir.path().to_str().unwrap()],
+        2,
+        &["is a directory; give a profile file"],
+    );
+    outcome(
+        &["check", "--fault", "latency:delay=1ms,delay=2ms"],
+        2,
+        &["\"delay\" is given twice"],
+    );
+    if unsafe { libc::geteuid() } == 0 {
+        outcome(
+            &[
+                "attach",
+                "--netns",
+                "/etc/hosts",
+                "--fault",
+                "latency:delay=1ms",
+            ],
+            2,
+            &["/etc/hosts is not a namespace file"],
+        );
+    }
+    // A write error on the event log is said once and counted.
+    let out = Command::new(BIN)
+        .args([
+            "run",
+            "--events",
+            "/dev/full",
+            "--fault",
+            "latency:delay=1ms",
+            "--",
+            "true",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cannot write the event log"), "{err}");
+    assert_eq!(
+        err.matches("cannot write the event log").count(),
+        1,
+        "{err}"
+    );
+    assert!(err.contains("line(s) could not be written"), "{err}");
+}
+
+#[test]
+fn an_api_number_beyond_range_is_called_too_large() {
+    let p = Proxy::start_cmd("server", &["--api", "127.0.0.1:0"]);
+    let url = p.url();
+    let body = r#"{"name":"n","listen":"127.0.0.1:0","upstream":"127.0.0.1:1"}"#;
+    assert_eq!(
+        http("POST", &format!("{url}/proxies"), Some(body), &[]).0,
+        201
+    );
+    let toxic = r#"{"type":"latency","attributes":{"latency":18446744073709551616}}"#;
+    let (status, v) = http("POST", &format!("{url}/proxies/n/toxics"), Some(toxic), &[]);
+    assert_eq!(status, 400, "{v}");
+    assert!(v["error"].as_str().unwrap().contains("too large"), "{v}");
+}
+
+#[test]
+fn checking_many_rules_takes_time_in_proportion() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |n: usize| {
+        let p = dir.path().join(format!("r{n}.toml"));
+        let mut text = String::new();
+        for i in 0..n {
+            text.push_str(&format!(
+                "[[rules]]\nname = \"r{i}\"\nmatch = {{ ports = [\"{}\"] }}\n[[rules.faults]]\ntype = \"latency\"\ndelay = \"1ms\"\n",
+                1 + i % 60000
+            ));
+        }
+        std::fs::write(&p, text).unwrap();
+        p
+    };
+    let time = |p: &std::path::Path| {
+        let t = std::time::Instant::now();
+        let (code, _, err) = netchaos(&["check", p.to_str().unwrap()]);
+        assert_eq!(code, 0, "{err}");
+        t.elapsed().as_secs_f64()
+    };
+    let (small, large) = (write(5_000), write(40_000));
+    let (a, b) = (time(&small), time(&large));
+    // Linear: 8 times the rules in about 8 times the time (quadratic
+    // would be 64); generous for a busy machine.
+    assert!(b < 24.0 * a + 2.0, "5k rules {a:.2}s, 40k rules {b:.2}s");
+}

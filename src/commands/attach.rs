@@ -13,8 +13,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::run::{forward_signals, stop_faults_after};
-use super::{announce_seed, open_events, raise_nofile_limit, runtime, start_api};
-use crate::cli::{ApiArgs, AttachArgs, Global, RunArgs};
+use super::{
+    ApiConfig, announce_seed, api_control, open_events, raise_nofile_limit, runtime, start_api,
+};
+use crate::cli::{AttachArgs, Global, RunArgs};
 use crate::error::{Error, Result};
 use crate::events::Events;
 use crate::intercept::attach::{self, Attached, Config, Mode};
@@ -47,6 +49,10 @@ pub fn namespace(pid: Option<i32>, netns: Option<&Path>) -> Result<(PathBuf, Str
                     p.display()
                 )));
             }
+            if let Ok(f) = std::fs::File::open(p) {
+                crate::intercept::nsthread::check_netns(&f, p)
+                    .map_err(|e| Error::Usage(format!("--netns {e}")))?;
+            }
             Ok((
                 p.to_path_buf(),
                 format!("--netns {}", p.display()),
@@ -58,7 +64,7 @@ pub fn namespace(pid: Option<i32>, netns: Option<&Path>) -> Result<(PathBuf, Str
 }
 
 fn resolvers(given: Option<&Path>, default: &Path) -> Result<Vec<std::net::SocketAddr>> {
-    dns::resolvers(given.unwrap_or(default)).map_err(|e| match given {
+    dns::resolvers(given.unwrap_or(default), given.is_some()).map_err(|e| match given {
         Some(_) => Error::Usage(format!("--resolv-conf: {e}")),
         None => Error::runtime(e),
     })
@@ -66,9 +72,8 @@ fn resolvers(given: Option<&Path>, default: &Path) -> Result<Vec<std::net::Socke
 
 pub fn attach(g: &Global, args: &AttachArgs) -> Result<u8> {
     let plan = profile::build_plan(&args.faults.profiles, &args.faults.faults, g.seed)?;
-    if let Some(addr) = args.api.api {
-        crate::control::check_api_addr(addr, args.api.api_token.as_deref())?;
-    }
+    let api = ApiConfig::new(args.api.api, &args.api.access)?;
+    let opts = RelayOptions::new(args.dial_timeout, args.max_connections).map_err(Error::Usage)?;
     let (path, hint, resolv) = namespace(args.pid, args.netns.as_deref())?;
     let losses = LossTable::from_plan(&plan).map_err(Error::Usage)?;
     attach::check_privileges(Mode::Attach.command(), Mode::Attach).map_err(Error::runtime)?;
@@ -93,14 +98,8 @@ pub fn attach(g: &Global, args: &AttachArgs) -> Result<u8> {
             },
         )
         .map_err(Error::runtime)?;
-        let serving = Serving::start(
-            &mut att,
-            rules,
-            events.clone(),
-            RelayOptions::new(args.dial_timeout, args.max_connections),
-            resolvers,
-        )?;
-        serving.api(&args.api).await?;
+        let serving = Serving::start(&mut att, rules, events.clone(), opts, resolvers)?;
+        serving.api(api.as_ref()).await?;
         announce_seed(seed);
         events.start(seed, "attach");
         eprintln!(
@@ -133,9 +132,8 @@ pub fn in_place(g: &Global, args: &RunArgs) -> Result<u8> {
     if let Some(d) = args.duration {
         stop_faults_after(&mut plan, d);
     }
-    if let Some(addr) = args.api.api {
-        crate::control::check_api_addr(addr, args.api.api_token.as_deref())?;
-    }
+    let api = ApiConfig::new(args.api.api, &args.api.access)?;
+    let opts = RelayOptions::new(args.dial_timeout, args.max_connections).map_err(Error::Usage)?;
     let resolvers = resolvers(args.resolv_conf.as_deref(), Path::new("/etc/resolv.conf"))?;
     let losses = LossTable::from_plan(&plan).map_err(Error::Usage)?;
     attach::check_privileges(Mode::InPlace.command(), Mode::InPlace).map_err(Error::runtime)?;
@@ -161,18 +159,15 @@ pub fn in_place(g: &Global, args: &RunArgs) -> Result<u8> {
             },
         )
         .map_err(Error::runtime)?;
-        let serving = Serving::start(
-            &mut att,
-            rules,
-            events.clone(),
-            RelayOptions::new(args.dial_timeout, args.max_connections),
-            resolvers,
-        )?;
-        serving.api(&args.api).await?;
+        let serving = Serving::start(&mut att, rules, events.clone(), opts, resolvers)?;
+        serving.api(api.as_ref()).await?;
         announce_seed(seed);
         events.start(seed, "in-place");
         let mut cmd = std::process::Command::new(&args.command[0]);
         cmd.args(&args.command[1..]);
+        for secret in super::run::SECRET_ENV {
+            cmd.env_remove(secret);
+        }
         // SAFETY: the closure runs in the child between fork and exec and
         // only makes raw syscalls (prctl, capget, capset), which are
         // async-signal-safe; it allocates nothing.
@@ -273,7 +268,8 @@ impl Serving {
                 u,
                 resolvers.clone(),
                 sandbox.names.clone(),
-                sandbox.thread().cloned(),
+                sandbox.thread(),
+                relay.events.clone(),
             )));
         }
         Ok(Serving {
@@ -283,10 +279,10 @@ impl Serving {
         })
     }
 
-    async fn api(&self, args: &ApiArgs) -> Result<()> {
-        let api = crate::control::Control::new(self.relay.clone(), true);
+    async fn api(&self, cfg: Option<&ApiConfig>) -> Result<()> {
+        let api = api_control(&self.relay, true, cfg);
         api.adopt_rules().await;
-        start_api(args, api, self.api_stop.clone()).await
+        start_api(cfg, api, self.api_stop.clone()).await
     }
 
     async fn stop(self, drain: std::time::Duration) {

@@ -78,15 +78,52 @@ pub fn open_events(g: &Global) -> Result<Arc<Events>> {
         .map_err(Error::Runtime)
 }
 
-/// Starts the control API when `--api` was given, printing where it
+/// The control API as the command line asked for it, checked before
+/// anything starts.
+pub struct ApiConfig {
+    pub addr: std::net::SocketAddr,
+    pub token: Option<String>,
+    pub files: crate::profile::files::FilePolicy,
+}
+
+impl ApiConfig {
+    /// `None` when no API was asked for.
+    pub fn new(
+        addr: Option<std::net::SocketAddr>,
+        access: &crate::cli::ApiAccess,
+    ) -> Result<Option<ApiConfig>> {
+        let Some(addr) = addr else { return Ok(None) };
+        let token = access.token()?;
+        crate::control::check_api_addr(addr, token.as_deref())?;
+        Ok(Some(ApiConfig {
+            addr,
+            token,
+            files: access.files()?,
+        }))
+    }
+}
+
+/// The API's state over `relay` (with the file policy its toxics get).
+pub fn api_control(
+    relay: &Arc<crate::relay::Relay>,
+    transparent: bool,
+    api: Option<&ApiConfig>,
+) -> Arc<crate::control::Control> {
+    let files = api.map_or(crate::profile::files::FilePolicy::Nowhere, |a| {
+        a.files.clone()
+    });
+    crate::control::Control::new(relay.clone(), transparent, files)
+}
+
+/// Starts the control API when one was asked for, printing where it
 /// listens.
 pub async fn start_api(
-    api: &crate::cli::ApiArgs,
+    api: Option<&ApiConfig>,
     control: Arc<crate::control::Control>,
     stop: tokio_util::sync::CancellationToken,
 ) -> Result<()> {
-    if let Some(addr) = api.api {
-        let bound = crate::control::serve(addr, control, api.api_token.clone(), stop).await?;
+    if let Some(api) = api {
+        let bound = crate::control::serve(api.addr, control, api.token.clone(), stop).await?;
         eprintln!("netchaos: control API on http://{bound} (Toxiproxy-compatible)");
     }
     Ok(())

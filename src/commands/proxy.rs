@@ -6,9 +6,11 @@ use std::sync::Arc;
 
 use clap::ArgMatches;
 
-use super::{announce_seed, open_events, raise_nofile_limit, runtime, shutdown_signal, start_api};
-use crate::cli::{ApiArgs, Global, ProxyArgs, ServerArgs};
-use crate::control::Control;
+use super::{
+    ApiConfig, announce_seed, api_control, open_events, raise_nofile_limit, runtime,
+    shutdown_signal, start_api,
+};
+use crate::cli::{Global, ProxyArgs, ServerArgs};
 use crate::error::{Error, Result};
 use crate::plan::{Flow, Plan};
 use crate::profile;
@@ -26,10 +28,11 @@ pub fn run(g: &Global, args: &ProxyArgs, m: &ArgMatches) -> Result<u8> {
                 .into(),
         ));
     }
+    let api = ApiConfig::new(args.api.api, &args.api.access)?;
     serve(
         g,
         plan,
-        &args.api,
+        api,
         (args.dial_timeout, args.max_connections),
         args.drain,
         "proxy",
@@ -38,14 +41,11 @@ pub fn run(g: &Global, args: &ProxyArgs, m: &ArgMatches) -> Result<u8> {
 
 pub fn server(g: &Global, args: &ServerArgs) -> Result<u8> {
     let plan = profile::build_plan(&args.faults.profiles, &args.faults.faults, g.seed)?;
-    let api = ApiArgs {
-        api: Some(args.api),
-        api_token: args.api_token.clone(),
-    };
+    let api = ApiConfig::new(Some(args.api), &args.access)?;
     serve(
         g,
         plan,
-        &api,
+        api,
         (args.dial_timeout, args.max_connections),
         args.drain,
         "server",
@@ -55,7 +55,7 @@ pub fn server(g: &Global, args: &ServerArgs) -> Result<u8> {
 fn serve(
     g: &Global,
     plan: Plan,
-    api: &ApiArgs,
+    api: Option<ApiConfig>,
     (dial_timeout, max_connections): (std::time::Duration, Option<u32>),
     drain: std::time::Duration,
     mode: &str,
@@ -73,11 +73,8 @@ fn serve(
             f.name()
         )));
     }
-    if let Some(addr) = api.api {
-        crate::control::check_api_addr(addr, api.api_token.as_deref())?;
-    }
     raise_nofile_limit();
-    let opts = RelayOptions::new(dial_timeout, max_connections);
+    let opts = RelayOptions::new(dial_timeout, max_connections).map_err(Error::Usage)?;
     let rt = runtime()?;
     rt.block_on(async {
         // Every listener is opened before any serves: a busy port fails the
@@ -91,7 +88,7 @@ fn serve(
         announce_seed(plan.seed);
         events.start(plan.seed, mode);
         let relay = Relay::new(Arc::new(RuleSet::from_plan(&plan)), events.clone(), opts);
-        let control = Control::new(relay.clone(), false);
+        let control = api_control(&relay, false, api.as_ref());
         for (p, l) in plan.proxies.iter().zip(listeners) {
             let addr = l.local_addr().map_err(|e| Error::Runtime(e.into()))?;
             eprintln!(
@@ -110,7 +107,7 @@ fn serve(
         }
         control.adopt_rules().await;
         let stop = tokio_util::sync::CancellationToken::new();
-        start_api(api, control, stop.clone()).await?;
+        start_api(api.as_ref(), control, stop.clone()).await?;
         eprintln!("netchaos: ready");
         let sig = shutdown_signal().await;
         eprintln!(

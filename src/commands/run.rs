@@ -7,7 +7,7 @@
 //! exists. The command starts only once the relay is serving.
 
 use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -18,10 +18,13 @@ use signal_hook::iterator::SignalsInfo;
 use signal_hook::iterator::exfiltrator::WithOrigin;
 use signal_hook::low_level::siginfo::Cause;
 
-use super::{announce_seed, open_events, raise_nofile_limit, runtime, start_api};
+use super::{
+    ApiConfig, announce_seed, api_control, open_events, raise_nofile_limit, runtime, start_api,
+};
 use crate::cli::{Expose, Global, RunArgs};
 use crate::error::{Error, Result};
 use crate::fault::FaultSpec;
+use crate::intercept::addresses::NsAddrs;
 use crate::intercept::agent::AgentConfig;
 use crate::intercept::syn_gate::{self, LossTable};
 use crate::intercept::{dns, privilege, sandbox};
@@ -38,9 +41,8 @@ pub fn run(g: &Global, args: &RunArgs) -> Result<u8> {
     if let Some(d) = args.duration {
         stop_faults_after(&mut plan, d);
     }
-    if let Some(addr) = args.api.api {
-        crate::control::check_api_addr(addr, args.api.api_token.as_deref())?;
-    }
+    let api_cfg = ApiConfig::new(args.api.api, &args.api.access)?;
+    let opts = RelayOptions::new(args.dial_timeout, args.max_connections).map_err(Error::Usage)?;
     let exposes = args
         .expose
         .iter()
@@ -51,7 +53,9 @@ pub fn run(g: &Global, args: &RunArgs) -> Result<u8> {
         .resolv_conf
         .as_deref()
         .unwrap_or(Path::new("/etc/resolv.conf"));
-    let resolvers = dns::resolvers(resolv).map_err(|e| match &args.resolv_conf {
+    let resolvers = dns::resolvers(resolv, args.resolv_conf.is_some()).map_err(|e| match &args
+        .resolv_conf
+    {
         Some(_) => Error::Usage(format!("--resolv-conf: {e}")),
         None => Error::runtime(e),
     })?;
@@ -70,23 +74,39 @@ pub fn run(g: &Global, args: &RunArgs) -> Result<u8> {
     raise_nofile_limit();
 
     let losses = LossTable::from_plan(&plan).map_err(Error::Usage)?;
+    let rootless = !privilege::is_root();
+    let containment = if args.privileged_command && !rootless {
+        tracing::warn!(
+            "--privileged-command: the command keeps every capability but CAP_NET_ADMIN; \
+             it can enter other namespaces, trace processes and leave the faults behind"
+        );
+        privilege::Containment::Privileged
+    } else {
+        if args.privileged_command {
+            tracing::warn!(
+                "--privileged-command has no effect without root: the command runs as you, with no capability"
+            );
+        }
+        privilege::Containment::Full
+    };
     let cfg = AgentConfig {
-        rootless: !privilege::is_root(),
+        rootless,
         uid: nix::unistd::getuid().as_raw(),
         gid: nix::unistd::getgid().as_raw(),
         argv,
+        env: command_env(),
         losses: losses.rules(),
+        addrs: NsAddrs::choose().map_err(Error::runtime)?,
+        containment,
+        parent: nix::unistd::getpid(),
+        udp_mark: crate::intercept::nft::random_udp_mark(),
     };
     let (sandbox, listeners, control) = sandbox::create(cfg, losses).map_err(Error::runtime)?;
     let seed = plan.seed;
     let plan = Arc::new(plan);
     let rt = runtime()?;
     let end = rt.block_on(async {
-        let relay = Relay::new(
-            Arc::new(RuleSet::from_plan(&plan)),
-            events.clone(),
-            RelayOptions::new(args.dial_timeout, args.max_connections),
-        );
+        let relay = Relay::new(Arc::new(RuleSet::from_plan(&plan)), events.clone(), opts);
         let gate = tokio::spawn(syn_gate::run(
             listeners.queue,
             relay.clone(),
@@ -108,6 +128,7 @@ pub fn run(g: &Global, args: &RunArgs) -> Result<u8> {
                 resolvers.clone(),
                 sandbox.names.clone(),
                 None,
+                events.clone(),
             )));
         }
         for (e, l) in exposes.iter().zip(expose_listeners) {
@@ -125,9 +146,9 @@ pub fn run(g: &Global, args: &RunArgs) -> Result<u8> {
             );
         }
         let api_stop = tokio_util::sync::CancellationToken::new();
-        let api = crate::control::Control::new(relay.clone(), true);
+        let api = api_control(&relay, true, api_cfg.as_ref());
         api.adopt_rules().await;
-        start_api(&args.api, api, api_stop.clone()).await?;
+        start_api(api_cfg.as_ref(), api, api_stop.clone()).await?;
         announce_seed(seed);
         events.start(seed, "run");
         let control = Arc::new(control);
@@ -159,6 +180,22 @@ pub fn run(g: &Global, args: &RunArgs) -> Result<u8> {
     // process gone, the namespace and its nftables table disappear.
     drop(rt);
     Ok(end.exit_code())
+}
+
+/// Variables that carry netchaos's own secrets: the command never sees them.
+pub(super) const SECRET_ENV: &[&str] = &["NETCHAOS_API_TOKEN"];
+
+/// netchaos's environment without its secrets, for the command.
+fn command_env() -> Vec<CString> {
+    std::env::vars_os()
+        .filter(|(k, _)| !SECRET_ENV.iter().any(|s| k == s))
+        .filter_map(|(k, v)| {
+            let mut kv = k.into_vec();
+            kv.push(b'=');
+            kv.extend_from_slice(v.as_bytes());
+            CString::new(kv).ok()
+        })
+        .collect()
 }
 
 /// `--duration`: every fault's window ends at `d`.

@@ -3,6 +3,7 @@
 //! 200, deletes and reset 204, errors 400/404/409 with `{"error", "status"}`
 //! bodies), case-insensitive JSON keys, partial updates.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Router;
@@ -22,13 +23,17 @@ use super::{ApiProxy, BODY_LIMIT, Control, Listener};
 struct ApiState {
     control: Arc<Control>,
     token: Option<Arc<str>>,
+    /// Where the API listens: the only origin and (on loopback) host it
+    /// answers.
+    bound: SocketAddr,
 }
 
 /// The API's routes, guarded (browsers, token) and with a body limit.
-pub fn router(control: Arc<Control>, token: Option<String>) -> Router {
+pub fn router(control: Arc<Control>, token: Option<String>, bound: SocketAddr) -> Router {
     let state = ApiState {
         control,
         token: token.filter(|t| !t.is_empty()).map(Arc::from),
+        bound,
     };
     Router::new()
         .route("/version", get(version))
@@ -61,15 +66,11 @@ pub fn router(control: Arc<Control>, token: Option<String>) -> Router {
 }
 
 /// Refuses browsers (as Toxiproxy does: a web page must not drive the API)
-/// and, when a token is set, requests without it.
+/// and, when a token is set, requests without it; bounds each request's
+/// time.
 async fn guard(State(st): State<ApiState>, req: Request, next: Next) -> Response {
-    let ua = req
-        .headers()
-        .get(header::USER_AGENT)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    if ua.starts_with("Mozilla/") {
-        return (StatusCode::FORBIDDEN, "User agent not allowed\n").into_response();
+    if let Some(refusal) = refuse_browsers(&st, req.headers()) {
+        return refusal;
     }
     if let Some(token) = &st.token {
         let given = req
@@ -85,7 +86,74 @@ async fn guard(State(st): State<ApiState>, req: Request, next: Next) -> Response
             ));
         }
     }
-    next.run(req).await
+    match tokio::time::timeout(super::server::REQUEST_TIMEOUT, next.run(req)).await {
+        Ok(r) => r,
+        Err(_) => fail(ApiError::new(408, "the request took too long")),
+    }
+}
+
+/// Refuses what a web page (or a rebound DNS name) calling the API looks
+/// like: a browser's user agent, a foreign `Origin`, and on a loopback API
+/// without a token, a `Host` that is not a loopback name.
+fn refuse_browsers(st: &ApiState, headers: &axum::http::HeaderMap) -> Option<Response> {
+    let header = |name| headers.get(name).map(|v| v.to_str().unwrap_or("\u{fffd}"));
+    if header(header::USER_AGENT).is_some_and(|ua| ua.starts_with("Mozilla/")) {
+        return Some((StatusCode::FORBIDDEN, "User agent not allowed\n").into_response());
+    }
+    if let Some(origin) = header(header::ORIGIN) {
+        if !own_origin(origin, st.bound) {
+            return Some(
+                (
+                    StatusCode::FORBIDDEN,
+                    format!("Origin {origin:?} not allowed: the API answers only its own origin\n"),
+                )
+                    .into_response(),
+            );
+        }
+    }
+    if st.token.is_none() && st.bound.ip().is_loopback() {
+        // (No Host at all is no browser: HTTP/1.0 tools.)
+        let host = header(header::HOST).unwrap_or("localhost");
+        if !loopback_host(host, st.bound) {
+            return Some(
+                (
+                    StatusCode::FORBIDDEN,
+                    format!(
+                        "Host {host:?} not allowed: without a token the API answers only loopback names \
+                         (localhost, 127.0.0.1, [::1])\n"
+                    ),
+                )
+                    .into_response(),
+            );
+        }
+    }
+    None
+}
+
+/// Whether `origin` (`scheme://host[:port]`) is the API's own.
+fn own_origin(origin: &str, bound: SocketAddr) -> bool {
+    origin
+        .strip_prefix("http://")
+        .is_some_and(|hostport| loopback_host(hostport, bound) || hostport == bound.to_string())
+}
+
+/// Whether a `Host` header names the API by a loopback name or its own
+/// address, on its own port (or none).
+fn loopback_host(host: &str, bound: SocketAddr) -> bool {
+    let (name, port) = match host.rsplit_once(':') {
+        Some((n, p)) if !n.is_empty() && !p.contains(']') => (n, Some(p)),
+        _ => (host, None),
+    };
+    if port.is_some_and(|p| p != bound.port().to_string()) {
+        return false;
+    }
+    let name = name.trim_start_matches('[').trim_end_matches(']');
+    let name = name.to_ascii_lowercase();
+    name == "localhost"
+        || name.ends_with(".localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback() || ip == bound.ip())
 }
 
 /// Compares without stopping at the first difference.
@@ -463,14 +531,17 @@ async fn toxic_create(
         Ok(m) => m,
         Err(e) => return fail(e),
     };
+    let Some(scope) = st.control.scope(&name).await else {
+        return fail(ApiError::new(404, "proxy not found"));
+    };
+    let id = st.control.relay.rules.new_fault_id();
+    let t = match off_runtime(move || Toxic::from_request(&m, &scope, id)).await {
+        Ok(t) => t,
+        Err(e) => return fail(e),
+    };
     let mut proxies = st.control.proxies.lock().await;
     let Some(p) = proxies.get_mut(&name) else {
         return fail(ApiError::new(404, "proxy not found"));
-    };
-    let connect_ok = st.control.transparent && matches!(p.listener, Listener::Transparent);
-    let t = match Toxic::from_request(&m, connect_ok, st.control.relay.rules.new_fault_id()) {
-        Ok(t) => t,
-        Err(e) => return fail(e),
     };
     if p.toxics.iter().any(|x| x.name == t.name) {
         return fail(ApiError::new(409, "toxic already exists"));
@@ -479,6 +550,28 @@ async fn toxic_create(
     p.toxics.push(t);
     Control::publish(p);
     reply(200, v)
+}
+
+/// Builds a toxic on a blocking thread: reading a file it names (under
+/// `--api-files`) must never stall the API, even on a hung file system.
+async fn off_runtime(
+    build: impl FnOnce() -> Result<Toxic, ApiError> + Send + 'static,
+) -> Result<Toxic, ApiError> {
+    match tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        tokio::task::spawn_blocking(build),
+    )
+    .await
+    {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => Err(ApiError::new(
+            500,
+            format!("building the toxic failed: {e}"),
+        )),
+        Err(_) => Err(ApiError::bad_request(
+            "reading the toxic's file took longer than 5s; giving up",
+        )),
+    }
 }
 
 async fn toxic_show(
@@ -504,23 +597,35 @@ async fn toxic_update(
         Ok(m) => m,
         Err(e) => return fail(e),
     };
+    let current = {
+        let proxies = st.control.proxies.lock().await;
+        let Some(p) = proxies.get(&name) else {
+            return fail(ApiError::new(404, "proxy not found"));
+        };
+        let Some(t) = p.toxics.iter().find(|t| t.name == toxic) else {
+            return fail(ApiError::new(404, "toxic not found"));
+        };
+        t.clone()
+    };
+    let Some(scope) = st.control.scope(&name).await else {
+        return fail(ApiError::new(404, "proxy not found"));
+    };
+    let fresh = st.control.relay.rules.new_fault_id();
+    let t = match off_runtime(move || current.updated(&m, &scope, fresh)).await {
+        Ok(t) => t,
+        Err(e) => return fail(e),
+    };
     let mut proxies = st.control.proxies.lock().await;
     let Some(p) = proxies.get_mut(&name) else {
         return fail(ApiError::new(404, "proxy not found"));
     };
-    let connect_ok = st.control.transparent && matches!(p.listener, Listener::Transparent);
-    let Some(i) = p.toxics.iter().position(|t| t.name == toxic) else {
+    let Some(i) = p.toxics.iter().position(|x| x.name == toxic) else {
         return fail(ApiError::new(404, "toxic not found"));
     };
-    match p.toxics[i].updated(&m, connect_ok, st.control.relay.rules.new_fault_id()) {
-        Ok(t) => {
-            let v = t.to_json();
-            p.toxics[i] = t;
-            Control::publish(p);
-            reply(200, v)
-        }
-        Err(e) => fail(e),
-    }
+    let v = t.to_json();
+    p.toxics[i] = t;
+    Control::publish(p);
+    reply(200, v)
 }
 
 async fn toxic_delete(

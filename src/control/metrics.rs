@@ -105,6 +105,31 @@ pub fn render(stats: &Stats) -> String {
         "netchaos_connections_refused_total{{reason=\"limit\"}} {}",
         stats.refused_at_limit.load(Ordering::Relaxed)
     );
+    family_into(
+        &mut out,
+        "netchaos_dns_queries_dropped_total",
+        "counter",
+        "DNS queries the forwarder dropped, by reason: malformed (not a standard query) or busy (too many in flight).",
+    );
+    for why in crate::events::DnsRefusal::ALL {
+        let _ = writeln!(
+            out,
+            "netchaos_dns_queries_dropped_total{{reason=\"{}\"}} {}",
+            why.as_str(),
+            stats.dns_refused[why as usize].load(Ordering::Relaxed)
+        );
+    }
+    family_into(
+        &mut out,
+        "netchaos_event_log_errors_total",
+        "counter",
+        "Event lines that could not be written.",
+    );
+    let _ = writeln!(
+        out,
+        "netchaos_event_log_errors_total {}",
+        stats.log_errors.load(Ordering::Relaxed)
+    );
     out
 }
 

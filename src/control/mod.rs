@@ -8,12 +8,17 @@
 //!
 //! Safety: the API listens on loopback unless given a token; with a token,
 //! every request must carry `Authorization: Bearer TOKEN`. Requests from
-//! browsers (a `Mozilla/` user agent) are refused, as Toxiproxy does, so a
-//! web page cannot drive the API; bodies are limited in size.
+//! browsers are refused — a `Mozilla/` user agent (as Toxiproxy does), an
+//! `Origin` other than the API's own, and (on loopback without a token) a
+//! `Host` that is not a loopback name, which is what DNS rebinding sends —
+//! so a web page cannot drive the API. Bodies are limited in size, slow
+//! and surplus connections are shed ([`server`]), and the API reads no file
+//! unless the operator named a folder for it (`--api-files`).
 
 pub mod api;
 pub mod metrics;
 pub mod model;
+pub mod server;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -22,6 +27,8 @@ use std::sync::Arc;
 use tokio::sync::Mutex;
 
 use model::Toxic;
+
+use crate::profile::files::FilePolicy;
 
 use crate::error::Error;
 use crate::plan::{Flow, Match};
@@ -61,14 +68,28 @@ pub struct Control {
     /// Whether transparent interception (and so connect and packet faults)
     /// exists here.
     pub transparent: bool,
+    /// Where toxics may read files from (`--api-files`; none by default).
+    pub files: FilePolicy,
 }
 
 impl Control {
-    pub fn new(relay: Arc<Relay>, transparent: bool) -> Arc<Control> {
+    pub fn new(relay: Arc<Relay>, transparent: bool, files: FilePolicy) -> Arc<Control> {
         Arc::new(Control {
             relay,
             proxies: Mutex::new(BTreeMap::new()),
             transparent,
+            files,
+        })
+    }
+
+    /// What a toxic of proxy `name` may use; `None` when there is no such
+    /// proxy.
+    pub(crate) async fn scope(&self, name: &str) -> Option<model::Scope> {
+        let proxies = self.proxies.lock().await;
+        let p = proxies.get(name)?;
+        Some(model::Scope {
+            connect_ok: self.transparent && matches!(p.listener, Listener::Transparent),
+            files: self.files.clone(),
         })
     }
 
@@ -174,7 +195,7 @@ pub fn check_api_addr(addr: SocketAddr, token: Option<&str>) -> Result<(), Error
     if !addr.ip().is_loopback() && token.is_none_or(str::is_empty) {
         return Err(Error::Usage(format!(
             "the control API would listen on {addr}, which is not a loopback address: anyone who can reach it \
-             could change the faults. Give a token with --api-token TOKEN (or NETCHAOS_API_TOKEN); clients \
+             could change the faults. Give a token with --api-token-file FILE (or NETCHAOS_API_TOKEN); clients \
              then send `Authorization: Bearer TOKEN`. Or listen on 127.0.0.1."
         )));
     }
@@ -195,13 +216,7 @@ pub async fn serve(
     let bound = listener
         .local_addr()
         .map_err(|e| Error::Runtime(e.into()))?;
-    let app = api::router(control, token);
-    tokio::spawn(async move {
-        let server = axum::serve(listener, app)
-            .with_graceful_shutdown(async move { stop.cancelled().await });
-        if let Err(e) = server.await {
-            tracing::error!("control API: {e}");
-        }
-    });
+    let app = api::router(control, token, bound);
+    tokio::spawn(server::serve(listener, app, stop));
     Ok(bound)
 }

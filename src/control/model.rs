@@ -16,6 +16,7 @@ use std::sync::Arc;
 use serde_json::{Map, Value, json};
 
 use crate::fault::{self, FaultKind, FaultSpec, Stream, Trigger};
+use crate::profile::files::FilePolicy;
 use crate::profile::node::{self, Fields};
 use crate::ruleset::FaultEntry;
 use crate::units::Window;
@@ -48,6 +49,14 @@ impl ApiError {
     }
 }
 
+/// What a toxic may use where it is built: connect and packet faults only
+/// on transparent rules; files only as the operator allowed (`--api-files`).
+#[derive(Clone, Debug, Default)]
+pub struct Scope {
+    pub connect_ok: bool,
+    pub files: FilePolicy,
+}
+
 /// A toxic as the API shows it.
 #[derive(Debug, Clone)]
 pub struct Toxic {
@@ -76,7 +85,7 @@ impl Toxic {
     /// `id` identifies the fault on open connections.
     pub fn from_request(
         body: &Map<String, Value>,
-        connect_ok: bool,
+        scope: &Scope,
         id: u64,
     ) -> Result<Toxic, ApiError> {
         let kind = match body.get("type") {
@@ -116,7 +125,7 @@ impl Toxic {
             attributes,
             fault: None,
         };
-        t.build(connect_ok, id)?;
+        t.build(scope, id)?;
         Ok(t)
     }
 
@@ -126,7 +135,7 @@ impl Toxic {
     pub fn updated(
         &self,
         body: &Map<String, Value>,
-        connect_ok: bool,
+        scope: &Scope,
         fresh: u64,
     ) -> Result<Toxic, ApiError> {
         let mut t = self.clone();
@@ -145,13 +154,13 @@ impl Toxic {
         // The same identity with new parameters: open connections replace
         // the fault's stage in place.
         let id = self.fault.as_ref().map_or(fresh, |f| f.id);
-        t.build(connect_ok, id)?;
+        t.build(scope, id)?;
         Ok(t)
     }
 
     /// Turns type, stream, toxicity and attributes into the fault (filling
     /// in Toxiproxy's defaults for its own types).
-    fn build(&mut self, connect_ok: bool, id: u64) -> Result<(), ApiError> {
+    fn build(&mut self, scope: &Scope, id: u64) -> Result<(), ApiError> {
         if self.kind == "noop" {
             self.fault = None;
             return Ok(());
@@ -167,9 +176,9 @@ impl Toxic {
                 self.attributes = full;
                 kind
             }
-            None => self.netchaos_form()?,
+            None => self.netchaos_form(&scope.files)?,
         };
-        if kind.layer() != "stream" && !connect_ok {
+        if kind.layer() != "stream" && !scope.connect_ok {
             return Err(ApiError::bad_request(format!(
                 "{} acts on {} and needs transparent interception (netchaos run): an explicit proxy cannot apply it",
                 self.kind,
@@ -194,7 +203,7 @@ impl Toxic {
     }
 
     /// A netchaos fault type with netchaos parameters.
-    fn netchaos_form(&self) -> Result<FaultKind, ApiError> {
+    fn netchaos_form(&self, files: &FilePolicy) -> Result<FaultKind, ApiError> {
         if fault::find_kind(&self.kind).is_none() {
             return Err(ApiError::new(400, "invalid toxic type"));
         }
@@ -204,8 +213,9 @@ impl Toxic {
             table.insert(k.clone(), v.clone());
         }
         let node = node::from_json(&Value::Object(table), "attributes");
-        let fields =
-            Fields::new(self.kind.clone(), node).map_err(|e| ApiError::bad_request(e.message))?;
+        let fields = Fields::new(self.kind.clone(), node)
+            .map_err(|e| ApiError::bad_request(e.message))?
+            .with_files(files.clone());
         fault::parse_fault(fields)
             .map(|s| s.kind)
             .map_err(|e| ApiError::bad_request(e.message))
@@ -261,16 +271,21 @@ fn toxiproxy_form(kind: &str, attrs: &Map<String, Value>) -> Option<Result<Built
         let mut get = |name: &str, default: i64| -> Result<u64, ApiError> {
             let v = match attrs.get(name) {
                 None => default,
-                Some(Value::Number(n)) => n
-                    .as_i64()
-                    .or_else(|| {
-                        n.as_f64()
-                            .filter(|x| x.fract() == 0.0 && x.abs() < 9e15)
-                            .map(|x| x as i64)
-                    })
-                    .ok_or_else(|| {
-                        ApiError::bad_request(format!("{kind}.{name} must be a whole number"))
-                    })?,
+                Some(Value::Number(n)) => match (n.as_i64(), n.as_f64()) {
+                    (Some(i), _) => i,
+                    (None, Some(x)) if x.fract() == 0.0 && x.abs() < 9e15 => x as i64,
+                    (None, Some(x)) if x.fract() == 0.0 || n.is_u64() => {
+                        return Err(ApiError::bad_request(format!(
+                            "{kind}.{name} is too large: {n} (at most {})",
+                            i64::MAX
+                        )));
+                    }
+                    _ => {
+                        return Err(ApiError::bad_request(format!(
+                            "{kind}.{name} must be a whole number, got {n}"
+                        )));
+                    }
+                },
                 Some(_) => {
                     return Err(ApiError::bad_request(format!(
                         "{kind}.{name} must be a number"
@@ -405,7 +420,14 @@ mod tests {
         let Value::Object(m) = lowercase_keys(body) else {
             panic!()
         };
-        Toxic::from_request(&m, true, 1)
+        Toxic::from_request(&m, &any(), 1)
+    }
+
+    fn any() -> Scope {
+        Scope {
+            connect_ok: true,
+            files: FilePolicy::Nowhere,
+        }
     }
 
     #[test]
@@ -507,8 +529,8 @@ mod tests {
         let Value::Object(m) = json!({"type": "refuse"}) else {
             panic!()
         };
-        assert!(Toxic::from_request(&m, true, 1).is_ok());
-        let e = Toxic::from_request(&m, false, 1).unwrap_err();
+        assert!(Toxic::from_request(&m, &any(), 1).is_ok());
+        let e = Toxic::from_request(&m, &Scope::default(), 1).unwrap_err();
         assert!(
             e.message.contains("needs transparent interception"),
             "{e:?}"
@@ -522,7 +544,7 @@ mod tests {
         let Value::Object(up) = json!({"attributes": {"latency": 300}}) else {
             panic!()
         };
-        let u = t.updated(&up, true, 9).unwrap();
+        let u = t.updated(&up, &any(), 9).unwrap();
         assert_eq!(
             u.to_json()["attributes"],
             json!({"latency": 300, "jitter": 10})

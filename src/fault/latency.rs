@@ -16,6 +16,8 @@ use crate::units::format_duration;
 /// Default cap on bytes held in the line: 8 MiB keeps 100 ms of delay at
 /// ~670 Mbit/s and bounds memory per direction.
 pub const DEFAULT_BUFFER: u64 = 8 << 20;
+/// The largest `buffer`: what one direction of one connection may hold.
+pub const MAX_BUFFER: u64 = 64 << 20;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Latency {
@@ -33,6 +35,13 @@ impl Latency {
         let buffer = f.size("buffer")?.unwrap_or(DEFAULT_BUFFER);
         if buffer == 0 {
             return Err(f.table_error("buffer must be more than 0 bytes"));
+        }
+        if buffer > MAX_BUFFER {
+            return Err(f.table_error(format!(
+                "buffer is at most {} (what one direction of one connection may hold), got {}",
+                crate::units::format_size(MAX_BUFFER),
+                crate::units::format_size(buffer)
+            )));
         }
         Ok(Latency {
             delay,

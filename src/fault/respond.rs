@@ -34,7 +34,7 @@ pub struct Respond {
 impl Respond {
     pub fn parse(f: &mut Fields) -> Result<Self, ProfileError> {
         let data = f.string("data")?;
-        let file = f.string("file")?;
+        let file = f.file("file")?;
         let status = f.integer_in("status", 100, 599)?;
         let body = f.string("body")?;
         let retry_after = f.duration("retry_after")?;
@@ -51,12 +51,8 @@ impl Respond {
         let (data, summary) = if let Some(d) = data {
             let summary = format!("{} bytes of data", d.len());
             (Bytes::from(d.into_bytes()), summary)
-        } else if let Some(path) = file {
-            let full = f.resolve_path(&path);
-            let bytes = std::fs::read(&full)
-                .map_err(|e| f.table_error(format!("cannot read file {}: {e}", full.display())))?;
-            let summary = format!("file {}", full.display());
-            (Bytes::from(bytes), summary)
+        } else if let Some((bytes, shown)) = file {
+            (Bytes::from(bytes), format!("file {shown}"))
         } else {
             let status = status.expect("checked above") as u16;
             let mut extra: Vec<String> = Vec::new();

@@ -1,13 +1,15 @@
 //! The namespace agent: the child process that lives inside the new network
-//! namespace. It creates the namespaces (a user namespace too, without
-//! root), brings up `lo` with a default route, creates the relay's sockets
-//! there, installs the `inet netchaos` table, then runs the wrapped command
-//! and reports how it ended. While the command runs it also hands netchaos
-//! marked sockets for connections that must reach *into* the namespace
-//! (`--expose`, and loopback services of the command itself).
+//! namespace. It creates the namespaces (network and mount; a user
+//! namespace too, without root), brings up `lo` with a default route,
+//! creates the relay's sockets there, installs the `inet netchaos` table,
+//! then starts the wrapped command in a PID namespace of its own (see
+//! [`super::init`]) and reports how it ended. While the command runs it also
+//! hands netchaos marked sockets for connections that must reach *into*
+//! the namespace (`--expose`, and services of the command itself).
 //!
 //! The agent is single-threaded and forked before netchaos starts any
-//! thread: `unshare(CLONE_NEWUSER)` requires it.
+//! thread: `unshare(CLONE_NEWUSER)` requires it. It dies with netchaos, and
+//! is not dumpable: nothing can read its memory or trace it.
 
 use std::ffi::CString;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
@@ -22,8 +24,11 @@ use nix::unistd::{ForkResult, Pid, fork};
 use serde::{Deserialize, Serialize};
 use socket2::{Domain, Protocol, Socket, Type};
 
+use super::addresses::NsAddrs;
 use super::channel::Channel;
-use super::nft::{self, RELAY_MARK, Redirects};
+use super::init::{self, InitConfig};
+use super::nft::{self, Redirects};
+use super::privilege::Containment;
 use super::{nfqueue, privilege};
 
 /// What the agent needs to know, copied into it by `fork`.
@@ -33,18 +38,30 @@ pub struct AgentConfig {
     pub gid: u32,
     /// The command and its arguments.
     pub argv: Vec<CString>,
+    /// The command's environment (netchaos's, without its secrets).
+    pub env: Vec<CString>,
     /// The `loss` faults of the plan, as nftables rules.
     pub losses: Vec<nft::LossRule>,
+    /// The namespace's own addresses.
+    pub addrs: NsAddrs,
+    pub containment: Containment,
+    /// netchaos's pid: the agent exits if netchaos is gone before it could
+    /// tie its life to it.
+    pub parent: Pid,
+    /// See [`nft::random_udp_mark`].
+    pub udp_mark: u32,
 }
 
 /// Agent → netchaos, on the control channel.
 #[derive(Debug, Serialize, Deserialize)]
 pub enum AgentMsg {
     /// Set up; carries the listeners: TCP v4, UDP v4, then TCP v6 and UDP v6
-    /// when `v6`.
+    /// when `v6`. `netns` is the namespace's inode, to recognise processes
+    /// left in it.
     Ready {
         redirects: (u16, u16),
         v6: bool,
+        netns: u64,
     },
     Failed {
         message: String,
@@ -81,16 +98,28 @@ pub struct Reply {
     pub error: Option<String>,
 }
 
-/// Where the namespace's loopback gets a routable address, so that a
-/// default route exists (RFC 5737 / RFC 3849 documentation addresses).
-const NS_ADDR4: &str = "192.0.2.1";
-const NS_ADDR6: &str = "2001:db8::1";
-
 /// The agent's whole life; never returns.
 pub fn main(control: Channel, requests: Channel, cfg: &AgentConfig) -> ! {
     // Die with netchaos: a namespace without its relay would black-hole the
-    // command's traffic.
+    // command's traffic (and netchaos may have died before this call).
     let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
+    if nix::unistd::getppid() != cfg.parent {
+        std::process::exit(1);
+    }
+    // The terminal's signals are for the command (and netchaos); the agent
+    // ends only with netchaos.
+    for sig in [
+        Signal::SIGINT,
+        Signal::SIGQUIT,
+        Signal::SIGHUP,
+        Signal::SIGTSTP,
+        Signal::SIGTTIN,
+        Signal::SIGTTOU,
+        Signal::SIGPIPE,
+    ] {
+        // SAFETY: ignoring a signal runs no code of ours.
+        let _ = unsafe { nix::sys::signal::signal(sig, nix::sys::signal::SigHandler::SigIgn) };
+    }
     let (redirects, v6, sockets) = match setup(cfg) {
         Ok(x) => x,
         Err(message) => {
@@ -98,10 +127,17 @@ pub fn main(control: Channel, requests: Channel, cfg: &AgentConfig) -> ! {
             std::process::exit(1);
         }
     };
+    // From here on nothing can read the agent's memory or trace it (its
+    // /proc files belong to root).
+    let _ = nix::sys::prctl::set_dumpable(false);
+    let netns = std::fs::metadata("/proc/self/ns/net")
+        .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
+        .unwrap_or(0);
     let fds: Vec<_> = sockets.iter().map(|s| s.as_fd()).collect();
     let ready = AgentMsg::Ready {
         redirects: (redirects.tcp_port, redirects.dns_port),
         v6,
+        netns,
     };
     if control.send(&ready, &fds).is_err() {
         std::process::exit(1);
@@ -112,28 +148,39 @@ pub fn main(control: Channel, requests: Channel, cfg: &AgentConfig) -> ! {
         Ok(Some((ParentMsg::Go, _))) => {}
         _ => std::process::exit(0),
     }
-    let pid = match spawn_command(cfg) {
-        Ok(pid) => pid,
+    let (pid, status) = match spawn_init(cfg) {
+        Ok(x) => x,
         Err(message) => {
             let _ = control.send(&AgentMsg::Failed { message }, &[]);
             std::process::exit(1);
         }
     };
     let _ = control.send(&AgentMsg::Started { pid: pid.as_raw() }, &[]);
-    serve(&control, &requests, pid)
+    serve(&control, &requests, pid, &status)
 }
 
 type Setup = (Redirects, bool, Vec<OwnedFd>);
 
 fn setup(cfg: &AgentConfig) -> Result<Setup, String> {
     if cfg.rootless {
-        unshare(CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNET)
+        unshare(CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNET | CloneFlags::CLONE_NEWNS)
             .map_err(|e| privilege::userns_unavailable("creating it", e))?;
         write_id_maps(cfg.uid, cfg.gid)?;
         privilege::keep_net_admin_for_helpers()?;
     } else {
-        unshare(CloneFlags::CLONE_NEWNET).map_err(privilege::netns_unavailable)?;
+        unshare(CloneFlags::CLONE_NEWNET | CloneFlags::CLONE_NEWNS)
+            .map_err(privilege::netns_unavailable)?;
     }
+    // Mounts made for the command (its /proc) must never reach the host.
+    let none: Option<&str> = None;
+    nix::mount::mount(
+        none,
+        "/",
+        none,
+        nix::mount::MsFlags::MS_REC | nix::mount::MsFlags::MS_PRIVATE,
+        none,
+    )
+    .map_err(|e| format!("cannot make the namespace's mounts private: {}", e.desc()))?;
     let rootless_hint = |e: String| {
         if cfg.rootless && e.contains("Operation not permitted") {
             privilege::userns_unavailable("configuring the namespace", Errno::EPERM)
@@ -141,24 +188,26 @@ fn setup(cfg: &AgentConfig) -> Result<Setup, String> {
             e
         }
     };
+    let (a4, a6) = (cfg.addrs.v4.to_string(), cfg.addrs.v6.to_string());
     ip(&["link", "set", "lo", "up"]).map_err(rootless_hint)?;
-    ip(&["addr", "add", &format!("{NS_ADDR4}/32"), "dev", "lo"]).map_err(rootless_hint)?;
-    ip(&["route", "add", "default", "dev", "lo", "src", NS_ADDR4]).map_err(rootless_hint)?;
+    ip(&["addr", "add", &format!("{a4}/32"), "dev", "lo"]).map_err(rootless_hint)?;
+    ip(&["route", "add", "default", "dev", "lo", "src", &a4]).map_err(rootless_hint)?;
     // IPv6 may be disabled; then only IPv4 is intercepted.
     let v6 = ip(&[
         "-6",
         "addr",
         "add",
-        &format!("{NS_ADDR6}/128"),
+        &format!("{a6}/128"),
         "dev",
         "lo",
         "nodad",
     ])
     .is_ok()
-        && ip(&[
-            "-6", "route", "add", "default", "dev", "lo", "src", NS_ADDR6,
-        ])
-        .is_ok();
+        && ip(&["-6", "route", "add", "default", "dev", "lo", "src", &a6]).is_ok();
+    // A service under test may listen on port 80 without CAP_NET_BIND_SERVICE
+    // (which it no longer holds over this namespace).
+    std::fs::write("/proc/sys/net/ipv4/ip_unprivileged_port_start", "0")
+        .map_err(|e| format!("cannot let the command bind low ports in its namespace: {e}"))?;
 
     let queue = nfqueue::open(nft::QUEUE).map_err(|e| {
         rootless_hint(format!(
@@ -188,6 +237,7 @@ fn setup(cfg: &AgentConfig) -> Result<Setup, String> {
     let ruleset = nft::Ruleset {
         redirects,
         losses: cfg.losses.clone(),
+        udp_mark: cfg.udp_mark,
         ..nft::Ruleset::default()
     };
     // The namespace is new and dies with the command: nothing to record
@@ -276,34 +326,42 @@ fn local_port(s: &Socket) -> Result<u16, String> {
         .ok_or_else(|| "cannot read a socket's port".to_string())
 }
 
-/// Forks and execs the command with what it may keep (see
-/// [`privilege::drop_for_command`]).
-fn spawn_command(cfg: &AgentConfig) -> Result<Pid, String> {
+/// Starts the command's PID namespace: its first process ([`init`]) runs
+/// the command. Returns that process and the pipe its report comes on.
+fn spawn_init(cfg: &AgentConfig) -> Result<(Pid, OwnedFd), String> {
+    unshare(CloneFlags::CLONE_NEWPID)
+        .map_err(|e| format!("cannot make a PID namespace for the command: {}", e.desc()))?;
+    let cloexec = nix::fcntl::OFlag::O_CLOEXEC;
+    let (status_r, status_w) = nix::unistd::pipe2(cloexec).map_err(|e| format!("pipe: {e}"))?;
+    let (alive_r, alive_w) = nix::unistd::pipe2(cloexec).map_err(|e| format!("pipe: {e}"))?;
     // SAFETY: the agent is single-threaded (netchaos forked it before
-    // starting any thread), so the child may run ordinary code before exec.
+    // starting any thread), so the child may run ordinary code.
     match unsafe { fork() } {
-        Ok(ForkResult::Parent { child }) => Ok(child),
-        Ok(ForkResult::Child) => exec_command(cfg),
+        Ok(ForkResult::Parent { child }) => {
+            drop((status_w, alive_r));
+            // Kept open for the agent's life: init sees it close if the
+            // agent dies before init could tie its life to the agent's.
+            std::mem::forget(alive_w);
+            Ok((child, status_r))
+        }
+        Ok(ForkResult::Child) => {
+            drop((status_r, alive_w));
+            init::main(InitConfig {
+                argv: &cfg.argv,
+                env: &cfg.env,
+                rootless: cfg.rootless,
+                containment: cfg.containment,
+                status: status_w,
+                agent_alive: alive_r,
+            })
+        }
         Err(e) => Err(format!("cannot start the command: fork: {e}")),
     }
 }
 
-fn exec_command(cfg: &AgentConfig) -> ! {
-    // The command ends with the agent (and so with netchaos).
-    let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGTERM);
-    if let Err(e) = privilege::drop_for_command(cfg.rootless) {
-        eprintln!("netchaos: {e}");
-        std::process::exit(126);
-    }
-    let err = nix::unistd::execvp(&cfg.argv[0], &cfg.argv).unwrap_err();
-    let name = cfg.argv[0].to_string_lossy();
-    eprintln!("netchaos: cannot run {name}: {}", err.desc());
-    // As shells do: 127 for "not found", 126 for "found but not runnable".
-    std::process::exit(if err == Errno::ENOENT { 127 } else { 126 });
-}
-
-/// Answers requests until the command exits, then reports its end.
-fn serve(control: &Channel, requests: &Channel, pid: Pid) -> ! {
+/// Answers requests until the command's namespace ends, then reports how
+/// the command ended.
+fn serve(control: &Channel, requests: &Channel, pid: Pid, status: &OwnedFd) -> ! {
     use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
     let pidfd = pidfd_open(pid);
     let mut parent_here = true;
@@ -340,19 +398,27 @@ fn serve(control: &Channel, requests: &Channel, pid: Pid) -> ! {
         let (request_ready, control_ready) = (ready(0), parent_here && ready(1));
         drop(fds);
         if control_ready && !matches!(control.recv::<ParentMsg>(), Ok(Some(_))) {
-            // netchaos is gone: end the command rather than leave it stranded.
-            let _ = nix::sys::signal::kill(pid, Signal::SIGTERM);
+            // netchaos is gone: end the command's namespace rather than leave
+            // it stranded (ending its init ends every process in it).
+            let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
             parent_here = false;
         }
         if request_ready {
             answer(requests);
         }
-        match waitpid(pid, Some(nix::sys::wait::WaitPidFlag::WNOHANG)) {
-            Ok(WaitStatus::Exited(_, code)) => report_exit(control, Some(code), None),
-            Ok(WaitStatus::Signaled(_, sig, _)) => report_exit(control, None, Some(sig as i32)),
-            Ok(_) => {}
-            Err(_) => report_exit(control, None, None),
-        }
+        let ended = match waitpid(pid, Some(nix::sys::wait::WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::Exited(_, code)) => (Some(code), None),
+            Ok(WaitStatus::Signaled(_, sig, _)) => (None, Some(sig as i32)),
+            Ok(_) => continue,
+            Err(_) => (None, None),
+        };
+        // The command's own end, as its init reported it; else init's.
+        let mut raw = [0u8; 4];
+        let (code, signal) = match nix::unistd::read(status, &mut raw) {
+            Ok(4) => init::decode_status(i32::from_ne_bytes(raw)),
+            _ => ended,
+        };
+        report_exit(control, code, signal)
     }
 }
 
@@ -366,7 +432,7 @@ fn answer(requests: &Channel) {
         return;
     };
     let _ = match req {
-        Request::Socket { v6 } => match marked_socket(v6) {
+        Request::Socket { v6 } => match inside_socket(v6) {
             Ok(s) => requests.send(&Reply { error: None }, &[s.as_fd()]),
             Err(e) => requests.send(
                 &Reply {
@@ -384,29 +450,28 @@ fn answer(requests: &Channel) {
     };
 }
 
-/// A TCP socket marked so that the namespace's gate and redirect let it
-/// through (needs CAP_NET_ADMIN in the namespace).
-pub fn marked_socket(v6: bool) -> std::io::Result<Socket> {
+/// A TCP socket of the namespace, for a dial of the relay's own (which the
+/// SYN gate recognises by its 4-tuple).
+pub fn inside_socket(v6: bool) -> std::io::Result<Socket> {
     let s = Socket::new(
         if v6 { Domain::IPV6 } else { Domain::IPV4 },
         Type::STREAM,
         Some(Protocol::TCP),
     )?;
-    // Marked, so that the namespace's gate and redirect let it through.
-    s.set_mark(RELAY_MARK)?;
     s.set_nonblocking(true)?;
     Ok(s)
 }
 
-/// A UDP socket marked the same way (the DNS forwarder's queries from
-/// inside an existing namespace), bound to an ephemeral port.
-pub fn marked_udp(v6: bool) -> std::io::Result<std::net::UdpSocket> {
+/// A UDP socket for the DNS forwarder's queries from inside an existing
+/// namespace, marked with `mark` so that the redirect lets it through
+/// (needs CAP_NET_ADMIN there), bound to an ephemeral port.
+pub fn marked_udp(v6: bool, mark: u32) -> std::io::Result<std::net::UdpSocket> {
     let s = Socket::new(
         if v6 { Domain::IPV6 } else { Domain::IPV4 },
         Type::DGRAM,
         Some(Protocol::UDP),
     )?;
-    s.set_mark(RELAY_MARK)?;
+    s.set_mark(mark)?;
     s.set_nonblocking(true)?;
     let any: SocketAddr = if v6 {
         (Ipv6Addr::UNSPECIFIED, 0).into()

@@ -70,6 +70,69 @@ pub struct Config {
     pub clean_hint: String,
 }
 
+/// The claim of one netchaos on a namespace: an exclusive lock on a file
+/// named after the namespace, holding the owner's pid, so that two
+/// netchaos starting at the same moment cannot both pass the check for a
+/// live owner (the loser gets the same refusal as when it comes later).
+struct Claim {
+    _lock: Option<nix::fcntl::Flock<std::fs::File>>,
+}
+
+const CLAIM_DIR: &str = "/run/netchaos";
+
+impl Claim {
+    fn take(ns: &NsThread) -> Result<Claim, String> {
+        let id = ns.run(|| {
+            std::fs::metadata("/proc/thread-self/ns/net")
+                .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
+        })?;
+        let Ok(id) = id else {
+            return Ok(Claim { _lock: None });
+        };
+        // Where /run is not ours to write (a container), the table's owner
+        // and the gate's queue still refuse a second netchaos.
+        if std::fs::create_dir_all(CLAIM_DIR).is_err() {
+            return Ok(Claim { _lock: None });
+        }
+        let path = format!("{CLAIM_DIR}/netns-{id}.lock");
+        let Ok(file) = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+        else {
+            return Ok(Claim { _lock: None });
+        };
+        use nix::fcntl::{Flock, FlockArg};
+        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(mut lock) => {
+                use std::io::{Seek, Write};
+                let _ = lock.set_len(0);
+                let _ = lock.seek(std::io::SeekFrom::Start(0));
+                let _ = write!(lock, "{}", std::process::id());
+                Ok(Claim { _lock: Some(lock) })
+            }
+            Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
+                let pid = std::fs::read_to_string(&path)
+                    .ok()
+                    .and_then(|t| t.trim().parse::<i32>().ok())
+                    .unwrap_or(0);
+                Err(already_here(pid))
+            }
+            Err(_) => Ok(Claim { _lock: None }),
+        }
+    }
+}
+
+/// The refusal when another netchaos serves the namespace.
+fn already_here(pid: i32) -> String {
+    format!(
+        "another netchaos (pid {pid}) is already intercepting in this network namespace; \
+         stop it first (kill -TERM {pid}), or use its control API to change its faults"
+    )
+}
+
 /// netchaos installed in a namespace.
 pub struct Attached {
     pub sandbox: Arc<Sandbox>,
@@ -80,6 +143,8 @@ pub struct Attached {
     installed: Installed,
     owner: Owner,
     removed: AtomicBool,
+    /// Released (dropped) after the table is removed.
+    _claim: Claim,
 }
 
 /// Checks, before anything is touched, that this process holds the
@@ -129,11 +194,14 @@ pub fn check_privileges(command: &str, mode: Mode) -> Result<(), String> {
 /// Installs interception in the namespace `ns` is in, or explains why not.
 pub fn install(ns: Arc<NsThread>, cfg: Config) -> Result<Attached, String> {
     let owner = Owner::me();
+    let claim = Claim::take(&ns)?;
     let (mode, replace, hint) = (cfg.mode, cfg.replace, cfg.clean_hint.clone());
     ns.run(move || check_stale(mode, replace, &hint))??;
     let inbound_wanted = !cfg.inbound.is_empty();
     let made = ns.run(move || sockets(inbound_wanted))??;
+    let udp_mark = nft::random_udp_mark();
     let ruleset = Ruleset {
+        udp_mark,
         redirects: made.redirects,
         losses: cfg.losses.rules(),
         native_gate: true,
@@ -149,6 +217,7 @@ pub fn install(ns: Arc<NsThread>, cfg: Config) -> Result<Attached, String> {
         made.redirects,
         cfg.losses,
         cfg.mode.label(),
+        udp_mark,
     );
     Ok(Attached {
         sandbox: Arc::new(sandbox),
@@ -158,6 +227,7 @@ pub fn install(ns: Arc<NsThread>, cfg: Config) -> Result<Attached, String> {
         installed,
         owner,
         removed: AtomicBool::new(false),
+        _claim: claim,
     })
 }
 
@@ -222,11 +292,7 @@ fn check_stale(mode: Mode, replace: bool, clean_hint: &str) -> Result<(), String
     };
     let liveness = owner.as_ref().map_or(Liveness::Unknown, Owner::liveness);
     if liveness == Liveness::Alive {
-        let pid = owner.map_or(0, |o| o.pid);
-        return Err(format!(
-            "another netchaos (pid {pid}) is already intercepting in this network namespace; \
-             stop it first (kill -TERM {pid}), or use its control API to change its faults"
-        ));
+        return Err(already_here(owner.map_or(0, |o| o.pid)));
     }
     if !replace {
         let who = match (&owner, liveness) {
@@ -278,7 +344,8 @@ struct Made {
 /// the inbound listeners (all addresses, one port).
 fn sockets(inbound: bool) -> Result<Made, String> {
     let queue: OwnedFd = nfqueue::open(nft::QUEUE).map_err(|e| match e.raw_os_error() {
-        Some(libc::EBUSY) => format!(
+        // Another process bound the queue between our checks and now.
+        Some(libc::EBUSY | libc::EPERM) => format!(
             "the SYN gate's netlink queue {} is taken in this namespace (by another netchaos or an \
              NFQUEUE user); stop it first",
             nft::QUEUE

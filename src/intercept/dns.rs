@@ -17,11 +17,13 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use simple_dns::Packet;
 use simple_dns::rdata::RData;
+use simple_dns::{OPCODE, Packet, PacketFlag};
 use tokio::net::UdpSocket;
+use tokio::sync::Semaphore;
 
 use super::nsthread::NsThread;
+use crate::events::{DnsRefusal, Events};
 
 /// How long a learned name is kept at least, whatever the record's TTL: a
 /// client may connect well after its lookup (connection pools, caches).
@@ -99,11 +101,13 @@ impl NameTable {
 
 /// Reads the `nameserver` lines of a resolv.conf. Besides addresses,
 /// `ADDR:PORT` and `[V6]:PORT` are accepted (a netchaos extension, for
-/// resolvers on other ports). None listed means 127.0.0.1, as in glibc.
-pub fn resolvers(path: &Path) -> Result<Vec<SocketAddr>, String> {
+/// resolvers on other ports). None listed means 127.0.0.1, as in glibc —
+/// and so does a missing file, unless it was `given` (`--resolv-conf`),
+/// which must exist.
+pub fn resolvers(path: &Path, given: bool) -> Result<Vec<SocketAddr>, String> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !given => String::new(),
         Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
     };
     let mut out = Vec::new();
@@ -134,40 +138,79 @@ pub fn resolvers(path: &Path) -> Result<Vec<SocketAddr>, String> {
     Ok(out)
 }
 
+/// Most queries being forwarded at once. Beyond it a new query is dropped
+/// and counted (its client retries), so a flood costs at most this many
+/// queries' worth of memory: each holds its own datagram and a reply
+/// buffer of the size its client advertised (EDNS; 512 bytes without) —
+/// under 17 MiB even if every query asks for 64 KiB replies.
+pub const MAX_IN_FLIGHT: usize = 256;
+
 /// Serves queries arriving on `socket` (inside the namespace) until the
 /// task is dropped; queries go out from the host, or from inside the
-/// namespace through `inside`.
+/// namespace through `inside` (with the mark the redirect lets through).
+/// Only well-formed queries are forwarded; the rest are dropped and
+/// counted in `events`.
 pub async fn serve(
     socket: UdpSocket,
     resolvers: Arc<Vec<SocketAddr>>,
     names: Arc<NameTable>,
-    inside: Option<Arc<NsThread>>,
+    inside: Option<(Arc<NsThread>, u32)>,
+    events: Arc<Events>,
 ) {
     let socket = Arc::new(socket);
+    let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+    let inside = inside.map(Arc::new);
     let mut buf = vec![0u8; 65_535];
     loop {
         let Ok((n, client)) = socket.recv_from(&mut buf).await else {
+            continue;
+        };
+        let Some(reply_size) = query_reply_size(&buf[..n]) else {
+            events.dns_refused(DnsRefusal::Malformed);
+            continue;
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            events.dns_refused(DnsRefusal::Busy);
             continue;
         };
         let query = buf[..n].to_vec();
         let (socket, resolvers, names) = (socket.clone(), resolvers.clone(), names.clone());
         let inside = inside.clone();
         tokio::spawn(async move {
-            if let Some(answer) = forward(&query, &resolvers, inside.as_ref()).await {
+            let answer = forward(&query, reply_size, &resolvers, inside.as_deref()).await;
+            if let Some(answer) = answer {
                 names.learn_response(&answer);
                 let _ = socket.send_to(&answer, client).await;
             }
+            drop(slot);
         });
     }
 }
 
-/// Asks each resolver in turn; the first answer with the query's id wins.
+/// The reply size a well-formed standard query allows (its EDNS UDP size,
+/// 512 bytes without EDNS); `None` for anything else (a response, another
+/// opcode, not one question, not DNS at all).
+pub fn query_reply_size(datagram: &[u8]) -> Option<usize> {
+    let p = Packet::parse(datagram).ok()?;
+    let ok = !p.has_flags(PacketFlag::RESPONSE)
+        && p.opcode() == OPCODE::StandardQuery
+        && p.questions.len() == 1;
+    ok.then(|| {
+        let edns = p.opt().map_or(512, |o| usize::from(o.udp_packet_size));
+        edns.clamp(512, 65_535)
+    })
+}
+
+/// Asks each resolver in turn; the first response to the query (same id,
+/// a response) wins.
 async fn forward(
     query: &[u8],
+    reply_size: usize,
     resolvers: &[SocketAddr],
-    inside: Option<&Arc<NsThread>>,
+    inside: Option<&(Arc<NsThread>, u32)>,
 ) -> Option<Vec<u8>> {
     let id = query.get(..2)?;
+    let mut buf = vec![0u8; reply_size];
     for r in resolvers {
         let Ok(sock) = query_socket(r.is_ipv6(), inside).await else {
             continue;
@@ -175,11 +218,10 @@ async fn forward(
         if sock.connect(r).await.is_err() || sock.send(query).await.is_err() {
             continue;
         }
-        let mut buf = vec![0u8; 65_535];
         let got = tokio::time::timeout(RESOLVER_TIMEOUT, async {
             loop {
                 match sock.recv(&mut buf).await {
-                    Ok(n) if n >= 2 && &buf[..2] == id => return Some(n),
+                    Ok(n) if n >= 12 && &buf[..2] == id && buf[2] & 0x80 != 0 => return Some(n),
                     Ok(_) => continue,
                     Err(_) => return None,
                 }
@@ -196,7 +238,10 @@ async fn forward(
 }
 
 /// A socket for one query: from the host, or marked inside the namespace.
-async fn query_socket(v6: bool, inside: Option<&Arc<NsThread>>) -> std::io::Result<UdpSocket> {
+async fn query_socket(
+    v6: bool,
+    inside: Option<&(Arc<NsThread>, u32)>,
+) -> std::io::Result<UdpSocket> {
     let Some(t) = inside else {
         let bind: SocketAddr = if v6 {
             (Ipv6Addr::UNSPECIFIED, 0).into()
@@ -205,11 +250,12 @@ async fn query_socket(v6: bool, inside: Option<&Arc<NsThread>>) -> std::io::Resu
         };
         return UdpSocket::bind(bind).await;
     };
-    let t = t.clone();
-    let std_sock = tokio::task::spawn_blocking(move || t.run(move || super::agent::marked_udp(v6)))
-        .await
-        .map_err(std::io::Error::other)?
-        .map_err(std::io::Error::other)??;
+    let (t, mark) = (t.0.clone(), t.1);
+    let std_sock =
+        tokio::task::spawn_blocking(move || t.run(move || super::agent::marked_udp(v6, mark)))
+            .await
+            .map_err(std::io::Error::other)?
+            .map_err(std::io::Error::other)??;
     UdpSocket::from_std(std_sock)
 }
 
@@ -253,11 +299,39 @@ mod tests {
     }
 
     #[test]
+    fn only_well_formed_queries_are_forwarded() {
+        let mut q = Packet::new_query(9);
+        q.questions.push(Question::new(
+            Name::new_unchecked("example.com"),
+            simple_dns::TYPE::A.into(),
+            simple_dns::CLASS::IN.into(),
+            false,
+        ));
+        let bytes = q.build_bytes_vec().unwrap();
+        assert_eq!(query_reply_size(&bytes), Some(512));
+        *q.opt_mut() = Some(simple_dns::rdata::OPT {
+            opt_codes: Vec::new(),
+            udp_packet_size: 4096,
+            version: 0,
+        });
+        assert_eq!(query_reply_size(&q.build_bytes_vec().unwrap()), Some(4096));
+        let reply = Packet::new_reply(9).build_bytes_vec().unwrap();
+        assert_eq!(query_reply_size(&reply), None, "a response");
+        assert_eq!(
+            query_reply_size(&Packet::new_query(1).build_bytes_vec().unwrap()),
+            None,
+            "no question"
+        );
+        assert_eq!(query_reply_size(b"junk that is not DNS"), None);
+        assert_eq!(query_reply_size(&[]), None);
+    }
+
+    #[test]
     fn reads_resolv_conf() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("resolv.conf");
         std::fs::write(&p, "# c\nsearch x\nnameserver 127.0.0.53\nnameserver ::1\nnameserver 127.0.0.1:5353\noptions edns0\n").unwrap();
-        let r = resolvers(&p).unwrap();
+        let r = resolvers(&p, true).unwrap();
         assert_eq!(
             r,
             vec![
@@ -268,13 +342,17 @@ mod tests {
         );
         std::fs::write(&p, "nameserver bogus\n").unwrap();
         assert!(
-            resolvers(&p)
+            resolvers(&p, true)
                 .unwrap_err()
                 .contains("not a nameserver address")
         );
         assert_eq!(
-            resolvers(&dir.path().join("none")).unwrap(),
+            resolvers(&dir.path().join("none"), false).unwrap(),
             vec!["127.0.0.1:53".parse().unwrap()]
+        );
+        assert!(
+            resolvers(&dir.path().join("none"), true).is_err(),
+            "given, it must exist"
         );
     }
 }

@@ -19,10 +19,12 @@
 //! Nothing outlives the command: the namespace and its table disappear with
 //! the last process and socket in it.
 
+pub mod addresses;
 pub mod agent;
 pub mod attach;
 pub mod channel;
 pub mod dns;
+pub mod init;
 pub mod nfqueue;
 pub mod nft;
 pub mod nsthread;

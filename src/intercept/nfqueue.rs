@@ -41,7 +41,8 @@ const NFQA_CFG_MASK: u16 = 4;
 const NFQA_CFG_FLAGS: u16 = 5;
 const NFQNL_CFG_CMD_BIND: u8 = 1;
 const NFQNL_COPY_PACKET: u8 = 2;
-/// Accept packets instead of dropping them when the queue is full.
+/// Accept packets instead of dropping them when the queue is full (which
+/// netchaos turns off).
 const NFQA_CFG_F_FAIL_OPEN: u32 = 1;
 
 const NF_DROP: u32 = 0;
@@ -89,7 +90,10 @@ pub fn open(num: u16) -> io::Result<OwnedFd> {
         &fd,
         config_msg(num, NFQA_CFG_QUEUE_MAXLEN, &QUEUE_MAXLEN.to_be_bytes()),
     )?;
-    let mut flags = config_msg(num, NFQA_CFG_FLAGS, &NFQA_CFG_F_FAIL_OPEN.to_be_bytes());
+    // No fail-open: a SYN that finds the queue full is dropped (its client
+    // retransmits) rather than let through with whatever mark its socket
+    // set, which could then pass for the relay's own.
+    let mut flags = config_msg(num, NFQA_CFG_FLAGS, &0u32.to_be_bytes());
     put_attr(
         &mut flags,
         NFQA_CFG_MASK,

@@ -11,8 +11,19 @@ use std::process::{Command, Stdio};
 /// The table netchaos owns, in family `inet` (IPv4 and IPv6).
 pub const TABLE: &str = "netchaos";
 
-/// `SO_MARK` on the relay's own sockets, so that interception skips them.
-pub const RELAY_MARK: u32 = 0x6e63; // "nc"
+/// A random `SO_MARK` for the DNS forwarder's own queries from inside an
+/// existing namespace (`attach`, `--in-place`), which the redirect lets
+/// through. Random per run, so that the namespace's processes (which may
+/// set marks: CAP_NET_RAW is in Docker's default set) cannot know it; it
+/// avoids zero and netchaos's verdict marks.
+pub fn random_udp_mark() -> u32 {
+    loop {
+        let m: u32 = rand::random();
+        if m != 0 && m & 0xffff_0000 != marks::BASE {
+            return m;
+        }
+    }
+}
 
 /// Where intercepted traffic goes, inside the namespace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -35,6 +46,14 @@ pub mod marks {
     pub const REFUSE: u32 = 0x6e64_0200;
     /// Answer with ICMP host unreachable (EHOSTUNREACH).
     pub const UNREACHABLE: u32 = 0x6e64_0300;
+    /// Answer with ICMP network unreachable (ENETUNREACH).
+    pub const NET_UNREACHABLE: u32 = 0x6e64_0400;
+    /// Answer with ICMP administratively prohibited.
+    pub const PROHIBITED: u32 = 0x6e64_0500;
+    /// The relay's own dial (recognised by the gate from its 4-tuple, never
+    /// from a socket mark, which the namespace's processes can forge): not
+    /// redirected.
+    pub const RELAY: u32 = 0x6e64_0600;
 }
 
 /// One `loss` fault as a rule: connections whose mark carries `index`
@@ -82,6 +101,8 @@ pub struct Ruleset {
     pub exempt: Vec<u16>,
     /// Who installed the table (its comment; see [`Owner`]).
     pub owner: Option<Owner>,
+    /// The DNS forwarder's socket mark ([`random_udp_mark`]).
+    pub udp_mark: u32,
 }
 
 impl Ruleset {
@@ -99,7 +120,6 @@ impl Ruleset {
             format!(
                 "\tchain syn_gate {{
 \t\ttype filter hook output priority -150; policy accept;
-\t\tmeta mark {RELAY_MARK:#x} return
 {exempt}\t\ttcp flags & (syn | ack) == syn queue num {QUEUE} bypass
 \t}}
 "
@@ -141,8 +161,9 @@ impl Ruleset {
 \tset blackout6 {{ type ipv6_addr . inet_service; flags timeout; }}
 {gate}\tchain intercept {{
 \t\ttype nat hook output priority -100; policy accept;
-\t\tmeta mark {RELAY_MARK:#x} return
-{exempt}\t\tudp dport 53 redirect to :{dns}
+\t\tmeta mark {RELAY:#010x} return
+{exempt}\t\tmeta l4proto udp meta mark {udp_mark:#x} return
+\t\tudp dport 53 redirect to :{dns}
 \t\tmeta l4proto tcp redirect to :{tcp}
 \t}}
 {inbound}\tchain verdicts {{
@@ -150,6 +171,8 @@ impl Ruleset {
 \t\tmeta mark & 0xffff0000 == {BASE:#010x} ct mark set meta mark
 \t\tmeta mark {REFUSE:#010x} reject with tcp reset
 \t\tmeta mark {UNREACHABLE:#010x} reject with icmpx type host-unreachable
+\t\tmeta mark {NET_UNREACHABLE:#010x} reject with icmpx type no-route
+\t\tmeta mark {PROHIBITED:#010x} reject with icmpx type admin-prohibited
 \t\tip daddr . tcp dport @blackout4 drop
 \t\tip6 daddr . tcp dport @blackout6 drop
 \t}}
@@ -164,6 +187,7 @@ impl Ruleset {
 ",
             dns = self.redirects.dns_port,
             tcp = self.redirects.tcp_port,
+            udp_mark = self.udp_mark,
         )
     }
 }
@@ -251,9 +275,7 @@ pub const XT_CHAIN: &str = "NETCHAOS";
 /// chain and its jump go in together and nothing else in the table changes.
 pub fn apply_xt_gate(exempt: &[u16]) -> Result<(), String> {
     for ((tool, _), lo) in XT_FAMILIES.into_iter().zip(["127.0.0.0/8", "::1/128"]) {
-        let mut text = format!(
-            "*mangle\n:{XT_CHAIN} - [0:0]\n-A {XT_CHAIN} -m mark --mark {RELAY_MARK:#x} -j RETURN\n"
-        );
+        let mut text = format!("*mangle\n:{XT_CHAIN} - [0:0]\n");
         for p in exempt {
             text.push_str(&format!(
                 "-A {XT_CHAIN} -d {lo} -p tcp --dport {p} -j RETURN\n"
@@ -575,6 +597,7 @@ mod tests {
                 direction: Some("original"),
             }],
             native_gate: true,
+            udp_mark: 0x1234,
             ..Ruleset::default()
         }
     }
@@ -591,12 +614,17 @@ mod tests {
         assert!(text.contains(
             "ct mark 0x6e640101 ct direction original numgen random mod 1000000 < 100000 drop"
         ));
-        // The relay's own sockets skip the gate and the redirect.
-        let gate = text.find("chain syn_gate").unwrap();
+        // Every SYN is queued, whatever its mark; only the gate's own verdict
+        // for the relay's dials skips the redirect.
+        let gate = &text[text.find("chain syn_gate").unwrap()..];
+        let gate = &gate[..gate.find('}').unwrap()];
+        assert!(!gate.contains("mark"), "{gate}");
+        let intercept = &text[text.find("chain intercept").unwrap()..];
         assert!(
-            text[gate..].find("meta mark 0x6e63 return").unwrap()
-                < text[gate..].find("queue").unwrap()
+            intercept.find("meta mark 0x6e640600 return").unwrap()
+                < intercept.find("meta l4proto tcp redirect").unwrap()
         );
+        assert!(intercept.contains("meta l4proto udp meta mark 0x1234 return"));
         assert!(!text.contains("prerouting") && !text.contains("comment"));
     }
 

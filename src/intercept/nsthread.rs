@@ -22,13 +22,16 @@ impl NsThread {
     /// A thread that enters the namespace at `path` (`/proc/PID/ns/net`,
     /// `/run/netns/NAME`); `None` stays in netchaos's own namespace.
     pub fn enter(path: Option<&Path>) -> Result<NsThread, String> {
-        let file =
-            match path {
-                Some(p) => Some(std::fs::File::open(p).map_err(|e| {
+        let file = match path {
+            Some(p) => {
+                let f = std::fs::File::open(p).map_err(|e| {
                     format!("cannot open the network namespace {}: {e}", p.display())
-                })?),
-                None => None,
-            };
+                })?;
+                check_netns(&f, p)?;
+                Some(f)
+            }
+            None => None,
+        };
         let (jobs, rx) = mpsc::channel::<Job>();
         let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
         let shown = path.map(|p| p.display().to_string());
@@ -77,6 +80,32 @@ impl NsThread {
     }
 }
 
+/// Refuses a file that is not a network namespace (a typo'd path, or
+/// another kind of namespace) before trying to enter it.
+pub fn check_netns(f: &std::fs::File, path: &Path) -> Result<(), String> {
+    use std::os::fd::AsRawFd;
+    // NS_GET_NSTYPE = _IO(0xb7, 0x3), Linux 4.11.
+    const NS_GET_NSTYPE: libc::Ioctl = 0xb703;
+    // SAFETY: NS_GET_NSTYPE takes no argument and returns the type; the
+    // descriptor is open for the duration of the call.
+    let t = unsafe { libc::ioctl(f.as_raw_fd(), NS_GET_NSTYPE) };
+    if t == libc::CLONE_NEWNET {
+        return Ok(());
+    }
+    let err = std::io::Error::last_os_error();
+    Err(match (t, err.raw_os_error()) {
+        (-1, Some(libc::ENOTTY | libc::EINVAL)) => format!(
+            "{} is not a namespace file (expected a network namespace, like /run/netns/NAME or /proc/PID/ns/net)",
+            path.display()
+        ),
+        (-1, _) => format!("cannot check the namespace {}: {err}", path.display()),
+        _ => format!(
+            "{} is a namespace, but not a network namespace (expected one like /proc/PID/ns/net)",
+            path.display()
+        ),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -91,5 +120,13 @@ mod tests {
             .unwrap();
         assert_eq!(here, there, "no path: netchaos's own namespace");
         assert!(NsThread::enter(Some(Path::new("/nonexistent/ns"))).is_err());
+        let e = NsThread::enter(Some(Path::new("/etc/hosts")))
+            .err()
+            .unwrap();
+        assert!(e.contains("is not a namespace file"), "{e}");
+        let e = NsThread::enter(Some(Path::new("/proc/self/ns/uts")))
+            .err()
+            .unwrap();
+        assert!(e.contains("not a network namespace"), "{e}");
     }
 }

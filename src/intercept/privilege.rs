@@ -5,6 +5,22 @@
 use caps::{CapSet, Capability};
 use nix::errno::Errno;
 
+/// How much of netchaos's boundary the wrapped command is kept inside.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Containment {
+    /// The default. The command has its own PID and mount namespaces (a
+    /// fresh `/proc`, a read-only `/proc/sys`) and, run by root, its own
+    /// user namespace mapping every uid to itself: uid 0 for files, but no
+    /// capability over the namespaces netchaos made.
+    Full,
+    /// `--privileged-command` (root only): the command keeps every
+    /// capability but CAP_NET_ADMIN over the real system, as root
+    /// processes do; it still gets the PID namespace (it dies with
+    /// netchaos). It can leave the faults behind: use it only for commands
+    /// you trust.
+    Privileged,
+}
+
 /// Whether netchaos runs as root (and so needs no user namespace).
 pub fn is_root() -> bool {
     nix::unistd::geteuid().is_root()

@@ -12,6 +12,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::waitpid;
 use nix::unistd::{ForkResult, Pid, fork};
 
+use super::addresses::NsAddrs;
 use super::agent::{self, AgentConfig, AgentMsg, ParentMsg, Reply, Request};
 use super::channel::Channel;
 use super::dns::NameTable;
@@ -59,6 +60,10 @@ pub struct Sandbox {
     pub gate: Gate,
     /// What connections through it are called in events and metrics.
     pub label: Arc<str>,
+    /// `run`'s namespace's own addresses: connections to them stay inside.
+    pub addrs: Option<NsAddrs>,
+    /// The DNS forwarder's socket mark inside the namespace.
+    pub udp_mark: u32,
 }
 
 /// The sockets the agent made inside the namespace for netchaos.
@@ -124,8 +129,12 @@ pub fn create(
         Ok(None) => return Err(control.agent_died()),
         Err(e) => return Err(format!("the namespace agent did not answer: {e}")),
     };
-    let (redirects, v6) = match msg {
-        AgentMsg::Ready { redirects, v6 } => (redirects, v6),
+    let (redirects, v6, netns) = match msg {
+        AgentMsg::Ready {
+            redirects,
+            v6,
+            netns,
+        } => (redirects, v6, netns),
         AgentMsg::Failed { message } => {
             let _ = waitpid(agent, None);
             return Err(message);
@@ -137,10 +146,11 @@ pub fn create(
         }
     };
     let (listeners, diag) = split_listeners(fds, v6)?;
-    let netns = std::fs::metadata(format!("/proc/{agent}/ns/net"))
-        .ok()
-        .map(|m| std::os::unix::fs::MetadataExt::ino(&m));
+    let netns = Some(netns).filter(|n| *n != 0);
+    let addrs = cfg.addrs;
     let sandbox = Sandbox {
+        udp_mark: cfg.udp_mark,
+        addrs: Some(addrs),
         diag: Mutex::new(diag),
         door: Door::Agent {
             requests: Mutex::new(dial),
@@ -257,8 +267,11 @@ impl Sandbox {
         redirects: Redirects,
         losses: LossTable,
         label: &str,
+        udp_mark: u32,
     ) -> Sandbox {
         Sandbox {
+            udp_mark,
+            addrs: None,
             door: Door::Thread(ns),
             diag: Mutex::new(diag),
             redirects,
@@ -275,10 +288,18 @@ impl Sandbox {
         matches!(self.door, Door::Thread(_))
     }
 
-    /// The thread inside an existing namespace (attach, in-place).
-    pub fn thread(&self) -> Option<&Arc<NsThread>> {
+    /// Whether `dst` is the namespace's own (its addresses, link-local
+    /// ones): reached inside, never dialled from the host, where the same
+    /// address would be someone else.
+    pub fn is_own(&self, dst: SocketAddr) -> bool {
+        self.addrs.is_some_and(|a| a.is_own(dst.ip()))
+    }
+
+    /// The thread inside an existing namespace (attach, in-place), and the
+    /// mark its DNS queries carry.
+    pub fn thread(&self) -> Option<(Arc<NsThread>, u32)> {
         match &self.door {
-            Door::Thread(t) => Some(t),
+            Door::Thread(t) => Some((t.clone(), self.udp_mark)),
             Door::Agent { .. } => None,
         }
     }
@@ -295,8 +316,8 @@ impl Sandbox {
         }
     }
 
-    /// A new TCP socket inside the namespace, marked so that interception
-    /// lets it through; blocks briefly (call from a blocking context).
+    /// A new TCP socket inside the namespace; blocks briefly (call from a
+    /// blocking context).
     pub fn socket_inside(&self, v6: bool) -> io::Result<std::net::TcpStream> {
         match &self.door {
             Door::Agent { requests, .. } => {
@@ -308,7 +329,7 @@ impl Sandbox {
             }
             Door::Thread(t) => t
                 .run(move || {
-                    agent::marked_socket(v6).map(|s| std::net::TcpStream::from(OwnedFd::from(s)))
+                    agent::inside_socket(v6).map(|s| std::net::TcpStream::from(OwnedFd::from(s)))
                 })
                 .map_err(io::Error::other)?,
         }

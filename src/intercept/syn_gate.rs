@@ -98,9 +98,18 @@ impl Entry {
 /// different destinations at the same time.
 type Key = (SocketAddr, SocketAddr);
 
+/// The relay's own dial, as its SYN shows it: (local port, destination
+/// address, destination port).
+type OwnKey = (u16, IpAddr, u16);
+
 /// The gate's memory of SYNs, shared with the relay.
 pub struct Gate {
     entries: Mutex<HashMap<Key, Entry>>,
+    /// Dials the relay is making from inside the namespace: their SYNs
+    /// pass uninterceptable. Known by 4-tuple, which no other socket can
+    /// hold at the same time — unlike a socket mark, which any process
+    /// with CAP_NET_RAW in the namespace can set.
+    own: Mutex<std::collections::HashSet<OwnKey>>,
     losses: LossTable,
     /// SYNs remembered since the last sweep.
     since_sweep: std::sync::atomic::AtomicUsize,
@@ -113,6 +122,7 @@ impl Gate {
     pub fn new(losses: LossTable) -> Gate {
         Gate {
             entries: Mutex::new(HashMap::new()),
+            own: Mutex::new(std::collections::HashSet::new()),
             losses,
             since_sweep: std::sync::atomic::AtomicUsize::new(0),
             sweep_at: std::sync::atomic::AtomicUsize::new(SWEEP_MIN),
@@ -149,6 +159,19 @@ impl Gate {
         e.handoff.take()
     }
 
+    /// Marks a dial of the relay's own, from `local_port` to `dst`, until
+    /// the returned guard is dropped (once it is connected or failed).
+    pub fn expect_own(&self, local_port: u16, dst: SocketAddr) -> OwnDial<'_> {
+        let key = (local_port, dst.ip(), dst.port());
+        self.own.lock().expect("gate lock").insert(key);
+        OwnDial { gate: self, key }
+    }
+
+    fn is_own(&self, syn: &Syn) -> bool {
+        let key = (syn.src.port(), syn.dst.ip(), syn.dst.port());
+        self.own.lock().expect("gate lock").contains(&key)
+    }
+
     fn settle(&self, key: Key, isn: u32, fate: Fate, handoff: Option<Handoff>) {
         let mut entries = self.entries.lock().expect("gate lock");
         // Only the SYN's own entry: a new connection on the same tuple may
@@ -176,6 +199,18 @@ impl Gate {
             (2 * entries.len()).max(SWEEP_MIN),
             std::sync::atomic::Ordering::Relaxed,
         );
+    }
+}
+
+/// A dial of the relay's own in progress (see [`Gate::expect_own`]).
+pub struct OwnDial<'a> {
+    gate: &'a Gate,
+    key: OwnKey,
+}
+
+impl Drop for OwnDial<'_> {
+    fn drop(&mut self) {
+        self.gate.own.lock().expect("gate lock").remove(&self.key);
     }
 }
 
@@ -296,8 +331,8 @@ pub async fn run(queue: OwnedFd, relay: Arc<Relay>, sandbox: Arc<Sandbox>) {
         }) {
             Ok(Ok(n)) => n,
             Ok(Err(e)) => {
-                // ENOBUFS: the kernel dropped messages; fail-open keeps the
-                // packets flowing, and retransmitted SYNs come back.
+                // ENOBUFS: the kernel could not hand us some packets and
+                // dropped them; their clients retransmit the SYNs.
                 tracing::warn!("SYN gate: {e}");
                 continue;
             }
@@ -319,6 +354,13 @@ fn on_packet(
         verdict(queue, p.id, Verdict::Accept(None));
         return;
     };
+    // The relay's own dial (retransmissions too): past the redirect. Any
+    // other SYN gets a verdict of ours, which replaces whatever mark its
+    // socket set.
+    if sandbox.gate.is_own(&syn) {
+        verdict(queue, p.id, Verdict::Accept(Some(marks::RELAY)));
+        return;
+    }
     {
         let mut entries = sandbox.gate.entries.lock().expect("gate lock");
         if let Some(e) = entries.get(&(syn.src, syn.dst)) {
@@ -447,7 +489,16 @@ async fn decide(syn: Syn, relay: &Arc<Relay>, sandbox: &Arc<Sandbox>) -> (Fate, 
     // the relay later, through the agent; everything else is dialled now,
     // while the SYN waits: from the host, or (attach, in-place) from inside.
     let from_inside = sandbox.dials_inside();
-    let later = !from_inside && relay::is_loopback(syn.dst) && sandbox.listens_inside(syn.dst);
+    // The namespace's own addresses are never dialled from the host, where
+    // they would be someone else: nothing listening inside is a refusal,
+    // as it would be without netchaos.
+    let own = !from_inside && sandbox.is_own(syn.dst);
+    let listening_inside = (own || relay::is_loopback(syn.dst)) && sandbox.listens_inside(syn.dst);
+    if own && !listening_inside && !respond {
+        ended("dial_refused");
+        return (Fate::Accept(marks::REFUSE), None);
+    }
+    let later = !from_inside && listening_inside;
     let upstream = if respond || later {
         None
     } else {
@@ -457,10 +508,16 @@ async fn decide(syn: Syn, relay: &Arc<Relay>, sandbox: &Arc<Sandbox>) -> (Fate, 
             Err(e) => {
                 relay.events.relay_error(&info, e.kind(), &e.to_string());
                 ended("dial_failed");
+                // What the client would have met without netchaos; only a
+                // silent upstream leaves it waiting.
                 return match e {
                     DialError::Refused(_) => (Fate::Accept(marks::REFUSE), None),
-                    DialError::Unreachable(_) => (Fate::Accept(marks::UNREACHABLE), None),
-                    DialError::Timeout(_) | DialError::Other(_) => (Fate::Drop, None),
+                    DialError::Unreachable(_) | DialError::Other(_) => {
+                        (Fate::Accept(marks::UNREACHABLE), None)
+                    }
+                    DialError::NetUnreachable(_) => (Fate::Accept(marks::NET_UNREACHABLE), None),
+                    DialError::Prohibited(_) => (Fate::Accept(marks::PROHIBITED), None),
+                    DialError::Timeout(_) => (Fate::Drop, None),
                 };
             }
         }

@@ -6,6 +6,7 @@
 //! [`crate::plan::Plan`].
 
 pub mod builtin;
+pub mod files;
 pub mod node;
 
 use std::path::{Path, PathBuf};
@@ -31,7 +32,7 @@ pub struct ProfileDoc {
 
 /// Reads a profile given as a built-in name or a path.
 pub fn load(arg: &str) -> Result<ProfileDoc, ProfileError> {
-    let looks_like_path = arg.contains('/') || arg.ends_with(".toml") || Path::new(arg).is_file();
+    let looks_like_path = arg.contains('/') || arg.ends_with(".toml") || Path::new(arg).exists();
     if !looks_like_path {
         if let Some(text) = builtin::get(arg) {
             return parse(&format!("builtin:{arg}"), text, None);
@@ -45,6 +46,12 @@ pub fn load(arg: &str) -> Result<ProfileDoc, ProfileError> {
                 "no built-in profile named {arg:?}{hint} and no file of that name; built-ins are: {} (see `netchaos profiles`)",
                 names.join(", ")
             ),
+        ));
+    }
+    if Path::new(arg).is_dir() {
+        return Err(ProfileError::new(
+            format!("-p {arg}"),
+            format!("{arg} is a directory; give a profile file (TOML) or a built-in name"),
         ));
     }
     let text = std::fs::read_to_string(arg).map_err(|e| {
@@ -119,7 +126,8 @@ fn parse_rule(i: usize, node: Node, dir: &Option<PathBuf>) -> Result<Rule, Profi
     };
     let mut faults = Vec::new();
     for (j, fnode) in f.tables("faults")?.into_iter().enumerate() {
-        let ff = Fields::new(format!("rules[{i}].faults[{j}]"), fnode)?.with_base(dir.clone());
+        let ff = Fields::new(format!("rules[{i}].faults[{j}]"), fnode)?
+            .with_files(files::FilePolicy::Anywhere { base: dir.clone() });
         faults.push(Arc::new(fault::parse_fault(ff)?));
     }
     f.finish()?;

@@ -9,6 +9,7 @@
 use std::fmt;
 use std::time::Duration;
 
+use super::files::FilePolicy;
 use crate::units;
 
 /// A mistake in a profile, a `--fault` string or an API body.
@@ -199,8 +200,8 @@ pub struct Fields {
     loc: String,
     entries: Vec<(String, String, Node)>,
     known: Vec<&'static str>,
-    /// Directory that relative paths in this table are resolved against.
-    base_dir: Option<std::path::PathBuf>,
+    /// Where files named in this table may be read from.
+    files: FilePolicy,
 }
 
 impl Fields {
@@ -213,7 +214,7 @@ impl Fields {
                 loc: node.loc,
                 entries,
                 known: Vec::new(),
-                base_dir: None,
+                files: FilePolicy::default(),
             }),
             other => Err(ProfileError::new(
                 node.loc,
@@ -239,7 +240,7 @@ impl Fields {
             loc: loc.to_string(),
             entries,
             known: Vec::new(),
-            base_dir: None,
+            files: FilePolicy::Anywhere { base: None },
         }
     }
 
@@ -247,19 +248,25 @@ impl Fields {
         &self.loc
     }
 
-    /// Resolves relative paths in this table against `dir` (the profile's
-    /// own directory).
-    pub fn with_base(mut self, dir: Option<std::path::PathBuf>) -> Fields {
-        self.base_dir = dir;
+    /// Sets where files named in this table may be read from.
+    pub fn with_files(mut self, files: FilePolicy) -> Fields {
+        self.files = files;
         self
     }
 
-    /// A path as written, made absolute against the profile's directory.
-    pub fn resolve_path(&self, path: &str) -> std::path::PathBuf {
-        match &self.base_dir {
-            Some(dir) if std::path::Path::new(path).is_relative() => dir.join(path),
-            _ => path.into(),
-        }
+    /// The contents of the file named by `key` (read under the table's
+    /// [`FilePolicy`]), and how to show its name.
+    pub fn file(&mut self, key: &'static str) -> Result<Option<(Vec<u8>, String)>, ProfileError> {
+        let Some(node) = self.take(key) else {
+            return Ok(None);
+        };
+        let Value::Str(path) = &node.value else {
+            return Err(self.expected(key, &node, "a file path"));
+        };
+        self.files
+            .read(path)
+            .map(Some)
+            .map_err(|e| self.error(key, &node.loc, e))
     }
 
     /// The same table, reported under another path (a fault's type name).
@@ -470,6 +477,12 @@ impl Fields {
     /// Rejects any key that no reader asked for.
     pub fn finish(self) -> Result<(), ProfileError> {
         if let Some((key, loc, _)) = self.entries.first() {
+            if self.known.contains(&key.as_str()) {
+                return Err(ProfileError::new(
+                    loc,
+                    format!("{}: {key:?} is given twice; give it once", self.path),
+                ));
+            }
             let mut known = self.known.clone();
             known.sort_unstable();
             known.dedup();

@@ -50,10 +50,13 @@ pub async fn destination(ep: &Endpoint, client: &TcpStream) -> Dest {
         Target::Transparent(sandbox) => match sockopt::original_dst(client) {
             Ok(dst) => {
                 d.names = sandbox.names.names(dst.ip());
-                if sandbox.dials_inside() || (is_loopback(dst) && sandbox.listens_inside(dst)) {
+                if sandbox.dials_inside()
+                    || sandbox.is_own(dst)
+                    || (is_loopback(dst) && sandbox.listens_inside(dst))
+                {
                     d.inside = Some(sandbox.clone());
                 }
-                d.addrs.push(dst);
+                d.addrs.push(scoped(dst));
             }
             Err(e) => {
                 d.label = "unknown".into();
@@ -72,6 +75,21 @@ pub async fn destination(ep: &Endpoint, client: &TcpStream) -> Dest {
         }
     }
     d
+}
+
+/// A link-local IPv6 destination with the namespace's `lo` as its scope
+/// (the original destination comes without one; inside `run`'s namespace
+/// `lo` is the only interface).
+fn scoped(dst: SocketAddr) -> SocketAddr {
+    match dst {
+        SocketAddr::V6(mut v6)
+            if v6.scope_id() == 0 && (v6.ip().segments()[0] & 0xffc0) == 0xfe80 =>
+        {
+            v6.set_scope_id(1);
+            SocketAddr::V6(v6)
+        }
+        other => other,
+    }
 }
 
 /// Whether `a` is a loopback address (IPv4-mapped ones included).
@@ -104,16 +122,23 @@ async fn resolve(upstream: &str) -> Result<(Option<String>, Vec<SocketAddr>), St
     }
 }
 
-/// Connects to `addr` from inside the namespace, with a marked socket made
-/// there (by the agent, or by netchaos's thread in the namespace).
+/// Connects to `addr` from inside the namespace, with a socket made there
+/// (by the agent, or by netchaos's thread in the namespace). Its port is
+/// bound first and the SYN gate told, so that its SYN passes the redirect.
 pub async fn dial_inside(sandbox: &Arc<Sandbox>, addr: SocketAddr) -> std::io::Result<TcpStream> {
     let sb = sandbox.clone();
     let std_sock = tokio::task::spawn_blocking(move || sb.socket_inside(addr.is_ipv6()))
         .await
         .map_err(std::io::Error::other)??;
-    tokio::net::TcpSocket::from_std_stream(std_sock)
-        .connect(addr)
-        .await
+    let sock = tokio::net::TcpSocket::from_std_stream(std_sock);
+    let any: SocketAddr = if addr.is_ipv6() {
+        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+    } else {
+        (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
+    };
+    sock.bind(any)?;
+    let _own = sandbox.gate.expect_own(sock.local_addr()?.port(), addr);
+    sock.connect(addr).await
 }
 
 /// Why a dial failed, as the client would have seen it.
@@ -121,10 +146,16 @@ pub async fn dial_inside(sandbox: &Arc<Sandbox>, addr: SocketAddr) -> std::io::R
 pub enum DialError {
     /// RST: the client should see ECONNREFUSED.
     Refused(String),
-    /// No route, host unreachable: EHOSTUNREACH.
+    /// Host unreachable: EHOSTUNREACH.
     Unreachable(String),
+    /// No route to the network: ENETUNREACH.
+    NetUnreachable(String),
+    /// A firewall on the way refused it (ICMP administratively prohibited).
+    Prohibited(String),
     /// No answer within the dial timeout.
     Timeout(String),
+    /// Anything else (an address the host cannot use, no descriptors):
+    /// the client's connect fails at once rather than hang.
     Other(String),
 }
 
@@ -134,6 +165,8 @@ impl DialError {
         match self {
             DialError::Refused(_) => "dial_refused",
             DialError::Unreachable(_) => "dial_unreachable",
+            DialError::NetUnreachable(_) => "dial_net_unreachable",
+            DialError::Prohibited(_) => "dial_prohibited",
             DialError::Timeout(_) => "dial_timeout",
             DialError::Other(_) => "dial_failed",
         }
@@ -145,6 +178,8 @@ impl std::fmt::Display for DialError {
         match self {
             DialError::Refused(m)
             | DialError::Unreachable(m)
+            | DialError::NetUnreachable(m)
+            | DialError::Prohibited(m)
             | DialError::Timeout(m)
             | DialError::Other(m) => f.write_str(m),
         }
@@ -180,7 +215,9 @@ pub async fn dial_with(
             let msg = format!("connect to {addr}: {e}");
             Err(match e.raw_os_error() {
                 Some(libc::ECONNREFUSED) => DialError::Refused(msg),
-                Some(libc::EHOSTUNREACH | libc::ENETUNREACH) => DialError::Unreachable(msg),
+                Some(libc::EHOSTUNREACH | libc::EHOSTDOWN) => DialError::Unreachable(msg),
+                Some(libc::ENETUNREACH | libc::ENETDOWN) => DialError::NetUnreachable(msg),
+                Some(libc::EACCES | libc::EPERM) => DialError::Prohibited(msg),
                 Some(libc::ETIMEDOUT) => DialError::Timeout(msg),
                 _ => DialError::Other(msg),
             })

@@ -113,35 +113,49 @@ impl Default for RelayOptions {
 }
 
 impl RelayOptions {
-    pub fn new(dial_timeout: Duration, max_connections: Option<u32>) -> RelayOptions {
-        RelayOptions {
+    /// The options from the command line and the environment; a malformed
+    /// `NETCHAOS_PEER_TIMEOUT` is an error.
+    pub fn new(
+        dial_timeout: Duration,
+        max_connections: Option<u32>,
+    ) -> Result<RelayOptions, String> {
+        Ok(RelayOptions {
             dial_timeout,
             max_connections: max_connections.map_or_else(default_max_connections, |n| n as usize),
-            peer_timeout: peer_timeout_from_env(),
-        }
+            peer_timeout: peer_timeout_from_env()?,
+        })
     }
 }
 
 /// See [`RelayOptions::peer_timeout`].
 pub const DEFAULT_PEER_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// `NETCHAOS_PEER_TIMEOUT` (a duration like `5s`) overrides the default;
-/// the tests use it to see a vanished peer given up on quickly.
-fn peer_timeout_from_env() -> Duration {
-    std::env::var("NETCHAOS_PEER_TIMEOUT")
-        .ok()
-        .and_then(|v| crate::units::parse_duration(&v).ok())
-        .filter(|d| *d >= Duration::from_secs(1))
-        .unwrap_or(DEFAULT_PEER_TIMEOUT)
+/// `NETCHAOS_PEER_TIMEOUT` (a duration like `5s`, at least 1s) overrides
+/// the default; the tests use it to see a vanished peer given up on
+/// quickly.
+fn peer_timeout_from_env() -> Result<Duration, String> {
+    let Some(v) = std::env::var_os("NETCHAOS_PEER_TIMEOUT") else {
+        return Ok(DEFAULT_PEER_TIMEOUT);
+    };
+    let text = v.to_string_lossy();
+    match crate::units::parse_duration(&text) {
+        Ok(d) if d >= Duration::from_secs(1) => Ok(d),
+        Ok(_) => Err(format!(
+            "NETCHAOS_PEER_TIMEOUT={text:?}: expected at least 1s"
+        )),
+        Err(e) => Err(format!("NETCHAOS_PEER_TIMEOUT={text:?}: expected {e}")),
+    }
 }
 
 /// What the open-files limit allows: each connection holds two sockets
 /// and, while it splices, pipes from a shared pool; a third of the limit
-/// per connection leaves room for those and for everything else.
+/// per connection leaves room for those, for the control API's own
+/// connections (bounded), and for everything else.
 pub fn default_max_connections() -> usize {
     let soft = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
         .map_or(1024, |(soft, _)| soft);
-    (soft.saturating_sub(64) / 3).clamp(16, 100_000) as usize
+    // 64 for netchaos itself, 64 for the control API (its own cap).
+    (soft.saturating_sub(128) / 3).clamp(16, 100_000) as usize
 }
 
 /// The running relay: shared by the accept loops and every connection.

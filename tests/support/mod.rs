@@ -535,3 +535,131 @@ impl Drop for TestNetns {
             .output();
     }
 }
+
+// --- `netchaos run` ---------------------------------------------------
+
+/// `netchaos run ARGS -- CMD...`, bounded in time; (code, stdout, stderr).
+pub fn wrapped(args: &[&str], cmd: &[&str]) -> (i32, String, String) {
+    wrapped_with(Command::new(BIN), args, cmd)
+}
+
+pub fn wrapped_with(mut c: Command, args: &[&str], cmd: &[&str]) -> (i32, String, String) {
+    c.arg("run").args(args).arg("--").args(cmd);
+    c.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = c.spawn().expect("spawn netchaos run");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("netchaos run did not finish in 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+pub fn is_root() -> bool {
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// An unprivileged copy of netchaos: the binary in a world-readable
+/// directory, run as `nobody` with setpriv. `None` (and a printed reason)
+/// when this test process cannot switch users, which CI never allows.
+pub struct Nobody {
+    pub dir: tempfile::TempDir,
+}
+
+impl Nobody {
+    pub fn new() -> Option<Nobody> {
+        if !is_root() {
+            assert!(!in_ci(), "CI runs the suite as root");
+            eprintln!(
+                "SKIPPED: not root, so cannot switch to an unprivileged user (the rootless path runs in the other tests)"
+            );
+            return None;
+        }
+        if missing_tool("setpriv") {
+            return None;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let bin = dir.path().join("netchaos");
+        std::fs::copy(BIN, &bin).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+        Some(Nobody { dir })
+    }
+
+    pub fn command(&self) -> Command {
+        let mut c = Command::new("setpriv");
+        c.args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+        ]);
+        c.arg(self.dir.path().join("netchaos"));
+        c.current_dir("/");
+        c
+    }
+}
+
+/// Asserts that no process lives in the namespace `ns` (as printed by
+/// `readlink /proc/self/ns/net`) and that the host has no netchaos table.
+pub fn assert_nothing_left(ns: &str) {
+    let ns = ns.trim();
+    assert!(ns.starts_with("net:["), "not a namespace id: {ns:?}");
+    let host_ns = std::fs::read_link("/proc/self/ns/net").unwrap();
+    assert_ne!(
+        host_ns.to_str().unwrap(),
+        ns,
+        "the command ran in the host's namespace"
+    );
+    // The last processes may take a moment to be reaped.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let left: Vec<String> = std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter(|e| {
+                e.file_name()
+                    .to_str()
+                    .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
+            })
+            .filter(|e| {
+                std::fs::read_link(e.path().join("ns/net")).is_ok_and(|l| l.to_str() == Some(ns))
+            })
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "processes left in {ns}: {left:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    if is_root() && Command::new("nft").arg("--version").output().is_ok() {
+        let out = Command::new("nft")
+            .args(["list", "tables"])
+            .output()
+            .unwrap();
+        let tables = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            !tables.contains("netchaos"),
+            "a netchaos table in the host namespace: {tables}"
+        );
+    }
+}
+
+pub fn need(tools: &[&str]) -> bool {
+    tools.iter().all(|t| !missing_tool(t))
+}
