@@ -1,10 +1,26 @@
 #!/usr/bin/env bash
-# Runs the whole test suite: formatting, lints, unit and integration tests.
-# As root on a Debian-like machine it first installs the system packages the
-# tests use (curl, python3, iproute2, nftables, iperf3, ...). With CI set, a
-# test that lacks a tool or privilege it needs fails instead of skipping.
-set -euo pipefail
+# Runs the whole test suite: formatting, lints, unit and integration tests,
+# the aarch64 cross build (tests under qemu) and a short fuzzing round.
+#
+# As root on a Debian-like machine it first installs what the tests use
+# (apt: curl, python3, iproute2, nftables, iptables, iperf3, socat, ...;
+# pip: requests, toxiproxy-python), a Rust toolchain with rustup when
+# there is none, and for the later stages an aarch64 cross compiler with
+# qemu-user and cargo-fuzz on a nightly toolchain. Opt-outs:
+# NETCHAOS_NO_CROSS=1 skips the aarch64 stage and NETCHAOS_FUZZ_SECONDS=0
+# the fuzzing (both are refused in CI).
+#
+# Every download and build happens first; then the tests run inside a
+# network namespace of their own (only `lo`), so that no test can reach
+# past this machine even by mistake. Every stage runs even when an earlier
+# one failed, and the failures are listed at the end. With CI set, a test
+# that lacks a tool or privilege it needs fails instead of skipping.
+set -uo pipefail
 cd "$(dirname "$0")/.."
+
+failed=()
+stage() { echo; echo "== $*"; }
+fail_stage() { failed+=("$1"); echo "test.sh: FAILED: $1" >&2; }
 
 packages=(curl python3 python3-requests iproute2 nftables iptables util-linux procps iperf3 socat)
 missing=()
@@ -35,34 +51,84 @@ done
 source scripts/rust-env.sh
 ensure_rust fmt:rustfmt clippy:clippy
 
-echo "== cargo fmt --check"
-cargo fmt --check
-echo "== cargo clippy"
-cargo clippy --all-targets -- -D warnings
-echo "== cargo test"
-cargo test --all-targets "$@"
+stage "cargo fmt --check"
+cargo fmt --check || fail_stage "cargo fmt --check"
+stage "cargo clippy"
+cargo clippy --all-targets -- -D warnings || fail_stage "cargo clippy"
+
+stage "cargo test (build)"
+if ! cargo test --all-targets --no-run "$@"; then
+  fail_stage "cargo test (build)"
+else
+  # The tests themselves, in a network namespace of their own: root makes
+  # one directly; a user needs an (unprivileged) user namespace for it.
+  log=$(mktemp)
+  inner='ip link set lo up && exec cargo test --offline --all-targets --no-fail-fast "$@"'
+  if [ "$(id -u)" = 0 ]; then
+    isolate=(unshare --net)
+  else
+    isolate=(unshare --user --map-current-user --net)
+  fi
+  if ! "${isolate[@]}" true 2>/dev/null; then
+    if [ -n "${CI:-}" ]; then
+      echo "test.sh: cannot make a network namespace for the tests (${isolate[*]})" >&2
+      isolate=(false)
+    else
+      echo "test.sh: cannot make a network namespace for the tests; running them in this one" >&2
+      isolate=(env)
+      inner='exec cargo test --offline --all-targets --no-fail-fast "$@"'
+    fi
+  fi
+  stage "cargo test (in a network namespace of its own: ${isolate[*]})"
+  "${isolate[@]}" sh -c "$inner" sh "$@" 2>&1 | tee "$log"
+  if [ "${PIPESTATUS[0]}" != 0 ]; then
+    fail_stage "cargo test"
+    # The failing tests, and the test binaries they are in.
+    grep -E '^test .* FAILED$|^    [a-z_:0-9]+$|error: test failed|^ +`--(test|lib|bin) ' "$log" |
+      sed 's/^/  /' >"$log.failures" || true
+  fi
+fi
+
 # Tests that meet a kernel feature absent here check the error netchaos
 # gives instead; name what they could not measure (cargo hides their output).
 if [ "$(id -u)" = 0 ] && command -v unshare >/dev/null &&
   ! unshare -n sh -c 'tc qdisc add dev lo root netem delay 1ms' 2>/dev/null; then
   echo "SKIPPED (kernel feature absent): sch_netem — tests/netem.rs checked the 'modprobe sch_netem' error instead of measuring netem delay"
 fi
+
 # aarch64: cross build, unit tests and a smoke test under qemu-aarch64.
 # NETCHAOS_NO_CROSS=1 skips it locally (never in CI).
-echo "== aarch64 (scripts/cross.sh)"
+stage "aarch64 (scripts/cross.sh)"
 if [ -n "${NETCHAOS_NO_CROSS:-}" ] && [ -z "${CI:-}" ]; then
   echo "SKIPPED: aarch64 build (NETCHAOS_NO_CROSS is set)"
 else
-  bash scripts/cross.sh
+  bash scripts/cross.sh || fail_stage "aarch64 (scripts/cross.sh)"
 fi
+
 # Fuzzing: each cargo-fuzz target for a short bounded time where nightly
 # is installed (tests/fuzz_corpus.rs replays the corpus in any case).
-echo "== fuzz (scripts/fuzz.sh)"
-fuzz_rc=0
-bash scripts/fuzz.sh --seconds "${NETCHAOS_FUZZ_SECONDS:-15}" || fuzz_rc=$?
-if [ "$fuzz_rc" = 3 ]; then
-  echo "SKIPPED: fuzzing needs the nightly toolchain and cargo-fuzz; the corpus ran as regression tests"
-elif [ "$fuzz_rc" != 0 ]; then
-  echo "fuzzing found a crash (see above; the input is in fuzz/regressions/)" >&2
+stage "fuzz (scripts/fuzz.sh)"
+fuzz_secs=${NETCHAOS_FUZZ_SECONDS:-15}
+if [ "$fuzz_secs" = 0 ] && [ -z "${CI:-}" ]; then
+  echo "SKIPPED: fuzzing (NETCHAOS_FUZZ_SECONDS=0)"
+else
+  fuzz_rc=0
+  bash scripts/fuzz.sh --seconds "$((fuzz_secs > 0 ? fuzz_secs : 15))" || fuzz_rc=$?
+  if [ "$fuzz_rc" = 3 ]; then
+    echo "SKIPPED: fuzzing needs the nightly toolchain and cargo-fuzz; the corpus ran as regression tests"
+  elif [ "$fuzz_rc" != 0 ]; then
+    fail_stage "fuzz (a crash: the input is in fuzz/regressions/)"
+  fi
+fi
+
+echo
+if ((${#failed[@]})); then
+  echo "test.sh: ${#failed[@]} stage(s) failed:"
+  for f in "${failed[@]}"; do echo "  - $f"; done
+  if [ -n "${log:-}" ] && [ -s "$log.failures" ]; then
+    echo "failing tests:"
+    cat "$log.failures"
+  fi
   exit 1
 fi
+echo "test.sh: all stages passed"

@@ -145,10 +145,10 @@ fn set_no_new_privs() -> Result<(), String> {
     nix::sys::prctl::set_no_new_privs().map_err(|e| format!("cannot set no_new_privs: {e}"))
 }
 
-/// Removes CAP_NET_ADMIN from the calling process for good: ambient,
-/// bounding, effective, permitted and inheritable sets. Meant for a child
-/// between fork and exec (`run --in-place`), so it makes raw syscalls only
-/// (async-signal-safe, no allocation).
+/// Prepares the `run --in-place` command, between fork and exec: it dies
+/// with netchaos (SIGKILL when netchaos dies), and loses CAP_NET_ADMIN for
+/// good — ambient, bounding, effective, permitted and inheritable sets. Raw
+/// syscalls only (async-signal-safe, no allocation).
 ///
 /// A process that cannot shrink its bounding set (no CAP_SETPCAP, as in a
 /// container that adds NET_ADMIN alone) gets `no_new_privs` instead: exec
@@ -156,6 +156,7 @@ fn set_no_new_privs() -> Result<(), String> {
 /// root, and no file capability or setuid binary hands one back.
 pub fn drop_net_admin_in_child() -> std::io::Result<()> {
     const CAP_NET_ADMIN: libc::c_ulong = 12;
+    prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong)?;
     // Ambient capabilities need Linux 4.3; EINVAL before that means none.
     let _ = prctl(
         libc::PR_CAP_AMBIENT,
