@@ -283,9 +283,14 @@ fn dns_flood_stays_bounded(nobody: Option<&Nobody>) {
     assert!(o.status.success(), "{err}");
     let sent: u64 = String::from_utf8_lossy(&o.stdout).trim().parse().unwrap();
     assert!(sent > 2000, "the flood sent only {sent} datagrams");
-    // The bound: 256 queries in flight, each with its 64 KiB reply buffer.
+    eprintln!(
+        "flood of {sent} datagrams: netchaos peaked at {:.1} MiB",
+        peak as f64 / 1048576.0
+    );
+    // The bound: 256 queries in flight, each a datagram and a socket
+    // (netchaos idles at about 7 MiB).
     assert!(
-        peak < 48 << 20,
+        peak < 32 << 20,
         "netchaos peaked at {} MiB: {err}",
         peak >> 20
     );

@@ -140,9 +140,9 @@ pub fn resolvers(path: &Path, given: bool) -> Result<Vec<SocketAddr>, String> {
 
 /// Most queries being forwarded at once. Beyond it a new query is dropped
 /// and counted (its client retries), so a flood costs at most this many
-/// queries' worth of memory: each holds its own datagram and a reply
-/// buffer of the size its client advertised (EDNS; 512 bytes without) —
-/// under 17 MiB even if every query asks for 64 KiB replies.
+/// queries' worth of memory: each holds its own datagram and a socket, and
+/// a reply of at most the size its client advertised (EDNS; 512 bytes
+/// without) once one arrives.
 pub const MAX_IN_FLIGHT: usize = 256;
 
 /// Serves queries arriving on `socket` (inside the namespace) until the
@@ -210,7 +210,6 @@ async fn forward(
     inside: Option<&(Arc<NsThread>, u32)>,
 ) -> Option<Vec<u8>> {
     let id = query.get(..2)?;
-    let mut buf = vec![0u8; reply_size];
     for r in resolvers {
         let Ok(sock) = query_socket(r.is_ipv6(), inside).await else {
             continue;
@@ -220,21 +219,39 @@ async fn forward(
         }
         let got = tokio::time::timeout(RESOLVER_TIMEOUT, async {
             loop {
-                match sock.recv(&mut buf).await {
-                    Ok(n) if n >= 12 && &buf[..2] == id && buf[2] & 0x80 != 0 => return Some(n),
+                // A waiting query holds no buffer: one is made for the
+                // reply once it is there, of its size (at most what the
+                // client allowed; a longer one is cut, as the kernel would).
+                sock.readable().await.ok()?;
+                let mut buf = vec![0u8; pending_datagram(&sock).clamp(12, reply_size)];
+                match sock.try_recv(&mut buf) {
+                    Ok(n) if n >= 12 && &buf[..2] == id && buf[2] & 0x80 != 0 => {
+                        buf.truncate(n);
+                        return Some(buf);
+                    }
                     Ok(_) => continue,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
                     Err(_) => return None,
                 }
             }
         })
         .await;
-        if let Ok(Some(n)) = got {
-            buf.truncate(n);
-            return Some(buf);
+        if let Ok(Some(answer)) = got {
+            return Some(answer);
         }
     }
     tracing::debug!("no resolver answered a DNS query ({resolvers:?})");
     None
+}
+
+/// The size of the next datagram waiting on `sock` (FIONREAD), 0 if none.
+fn pending_datagram(sock: &UdpSocket) -> usize {
+    use std::os::fd::AsRawFd;
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD writes one c_int through the pointer, which points at
+    // a local; the descriptor is borrowed from a live socket for the call.
+    let r = unsafe { libc::ioctl(sock.as_raw_fd(), libc::FIONREAD, &mut n as *mut libc::c_int) };
+    if r < 0 { 0 } else { n.max(0) as usize }
 }
 
 /// A socket for one query: from the host, or marked inside the namespace.
