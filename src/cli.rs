@@ -371,12 +371,18 @@ the command reaches everything the host can, 127.0.0.1 and ::1 included
 inside). Nothing about the command changes: not its code, configuration,
 ports, environment, working directory or terminal.
 
-Security: the wrapped command holds no CAP_NET_ADMIN over its namespace and
-so can neither list nor change the fault rules. Without root it runs as the
-invoking user with no capabilities at all (no_new_privs set); as root,
-CAP_NET_ADMIN is removed from all of its capability sets, the bounding set
-included (checked with the caps crate before exec). netchaos never runs the
-command with more privilege than the invoking user had.";
+What the command holds. Run by a user: that user's identity and no
+capability at all (no_new_privs set). Run by root: uid 0 and root's access
+to files, in a user namespace of its own that maps every uid to itself, so
+that its capabilities reach only namespaces it makes itself. Either way it
+holds no CAP_NET_ADMIN, cannot list or change the fault rules or the
+namespace's sysctls (/proc/sys is read-only for it), set socket marks, open
+raw sockets or enter another namespace; it sees a /proc of its own PID
+namespace, where netchaos does not exist to be signalled or traced; it may
+listen on any port, 80 included; NETCHAOS_API_TOKEN is removed from its
+environment; and every process of it dies with netchaos, even after
+SIGKILL. --privileged-command (root only) gives a trusted command every
+capability but CAP_NET_ADMIN over the real system instead.";
 
 const ATTACH_ABOUT: &str = "\
 Apply faults to a running container's or process's network namespace (root).
@@ -385,9 +391,10 @@ A thread of netchaos enters the namespace (setns), creates the relay's
 listeners there and installs one nftables table, `inet netchaos`, that
 redirects the namespace's outbound TCP (IPv4 and IPv6) to the relay and its
 UDP DNS to a forwarder; with --inbound, connections arriving for those local
-ports pass through the relay too. The relay dials from inside the namespace
-with sockets marked (SO_MARK) so that interception skips them. Nothing in
-the namespace is restarted or reconfigured.
+ports pass through the relay too. The relay dials from inside the namespace;
+the SYN gate knows its dials by address and port (never by a socket mark,
+which the namespace's processes could forge), so interception skips only
+them. Nothing in the namespace is restarted or reconfigured.
 
 Needs CAP_SYS_ADMIN (to enter the namespace) and CAP_NET_ADMIN (for the
 table): root, in practice. Checked before anything is touched.
