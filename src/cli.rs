@@ -155,8 +155,8 @@ impl ApiAccess {
     }
 
     /// Where toxics made through the API may read files.
-    pub fn files(&self) -> Result<crate::profile::files::FilePolicy> {
-        use crate::profile::files::{ApiFiles, FilePolicy};
+    pub fn files(&self) -> Result<crate::settings::files::FilePolicy> {
+        use crate::settings::files::{ApiFiles, FilePolicy};
         match &self.api_files {
             None => Ok(FilePolicy::Nowhere),
             Some(dir) => ApiFiles::open(dir)

@@ -1,7 +1,7 @@
 //! The library's error type and the exit codes it maps to: 2 for bad usage
 //! or an invalid profile (nothing was started), 1 for a failure at run time.
 
-use crate::profile::node::ProfileError;
+use crate::settings::ProfileError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {

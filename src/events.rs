@@ -422,3 +422,9 @@ impl FaultHit {
         self.fired
     }
 }
+
+impl crate::fault::Hit for FaultHit {
+    fn fire(&mut self) {
+        FaultHit::fire(self);
+    }
+}

@@ -66,7 +66,7 @@ fn api() -> &'static Api {
                 Arc::new(Events::in_memory()),
                 RelayOptions::default(),
             );
-            Control::new(relay, false, crate::profile::files::FilePolicy::Nowhere)
+            Control::new(relay, false, crate::settings::files::FilePolicy::Nowhere)
         });
         Api { rt, control }
     })

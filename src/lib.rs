@@ -24,7 +24,6 @@
 //! * [`events`] — the event log, counters and the exit summary.
 //! * [`control`] — the Toxiproxy-compatible HTTP API and Prometheus metrics.
 //! * [`netem`] — host-level tc/netem shaping (separate from the relay).
-//! * [`demo`] — the built-in demonstration.
 //! * [`commands`] — each subcommand wiring the above together; [`error`]
 //!   maps failures to exit codes.
 //! * `fuzzing` — entry points for the fuzz targets in `fuzz/`.
@@ -32,7 +31,6 @@
 pub mod cli;
 pub mod commands;
 pub mod control;
-pub mod demo;
 pub mod error;
 pub mod events;
 pub mod fault;
@@ -44,4 +42,5 @@ pub mod plan;
 pub mod profile;
 pub mod relay;
 pub mod ruleset;
+pub mod settings;
 pub mod units;

@@ -19,7 +19,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::fault::{Direction, FaultSpec};
-use crate::profile::node::ProfileError;
+use crate::settings::ProfileError;
 
 /// Whether a connection leaves the wrapped program or arrives to it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -346,7 +346,7 @@ impl Plan {
         self.rules
             .iter()
             .flat_map(|r| r.faults.iter().map(move |f| (&**r, &**f)))
-            .find(|(_, f)| f.kind.layer() != "stream")
+            .find(|(_, f)| f.kind.layer().needs_interception())
     }
 
     /// The plan as `netchaos check` prints it.

@@ -7,6 +7,7 @@ mod attach;
 mod check;
 mod clean;
 mod ctl;
+mod demo;
 mod netem;
 mod proxy;
 mod run;
@@ -38,8 +39,8 @@ pub fn run(cli: Cli, matches: &ArgMatches) -> Result<u8> {
             check::profiles();
             Ok(0)
         }
-        Command::Demo(args) => crate::demo::run(&cli.global, args),
-        Command::DemoClient { addr } => crate::demo::client(addr),
+        Command::Demo(args) => demo::run(&cli.global, args),
+        Command::DemoClient { addr } => demo::client(addr),
     }
 }
 
@@ -83,7 +84,7 @@ pub fn open_events(g: &Global) -> Result<Arc<Events>> {
 pub struct ApiConfig {
     pub addr: std::net::SocketAddr,
     pub token: Option<String>,
-    pub files: crate::profile::files::FilePolicy,
+    pub files: crate::settings::files::FilePolicy,
 }
 
 impl ApiConfig {
@@ -109,7 +110,7 @@ pub fn api_control(
     transparent: bool,
     api: Option<&ApiConfig>,
 ) -> Arc<crate::control::Control> {
-    let files = api.map_or(crate::profile::files::FilePolicy::Nowhere, |a| {
+    let files = api.map_or(crate::settings::files::FilePolicy::Nowhere, |a| {
         a.files.clone()
     });
     crate::control::Control::new(relay.clone(), transparent, files)

@@ -61,11 +61,7 @@ fn serve(
     mode: &str,
 ) -> Result<u8> {
     if let Some((rule, f)) = plan.namespace_only_fault() {
-        let what = if f.kind.layer() == "connect" {
-            "the SYN"
-        } else {
-            "packets"
-        };
+        let what = f.kind.layer().acts_on();
         return Err(Error::Usage(format!(
             "rule {:?}: the {} fault acts on {what} and needs `netchaos run` (or `attach`, `run --in-place`), \
              where the SYN gate and packet rules live; explicit proxies cannot apply it",

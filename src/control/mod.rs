@@ -28,7 +28,7 @@ use tokio::sync::Mutex;
 
 use model::Toxic;
 
-use crate::profile::files::FilePolicy;
+use crate::settings::files::FilePolicy;
 
 use crate::error::Error;
 use crate::plan::{Flow, Match};

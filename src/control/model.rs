@@ -9,16 +9,14 @@
 //! form when every attribute is one of Toxiproxy's and a number, and in
 //! netchaos's form otherwise (`{"delay": "100ms"}`).
 
-use std::time::Duration;
-
 use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 
-use crate::fault::{self, FaultKind, FaultSpec, Stream, Trigger};
-use crate::profile::files::FilePolicy;
-use crate::profile::node::{self, Fields};
+use crate::fault::{self, FaultKind, FaultSpec, Stream};
 use crate::ruleset::FaultEntry;
+use crate::settings::Fields;
+use crate::settings::files::FilePolicy;
 use crate::units::Window;
 
 /// The Toxiproxy version netchaos answers on `/version`: clients use PATCH
@@ -178,15 +176,11 @@ impl Toxic {
             }
             None => self.netchaos_form(&scope.files)?,
         };
-        if kind.layer() != "stream" && !scope.connect_ok {
+        if kind.layer().needs_interception() && !scope.connect_ok {
             return Err(ApiError::bad_request(format!(
                 "{} acts on {} and needs transparent interception (netchaos run): an explicit proxy cannot apply it",
                 self.kind,
-                if kind.layer() == "connect" {
-                    "the SYN"
-                } else {
-                    "packets"
-                }
+                kind.layer().acts_on()
             )));
         }
         let spec = FaultSpec {
@@ -212,7 +206,7 @@ impl Toxic {
         for (k, v) in &self.attributes {
             table.insert(k.clone(), v.clone());
         }
-        let node = node::from_json(&Value::Object(table), "attributes");
+        let node = crate::settings::from_json(&Value::Object(table), "attributes");
         let fields = Fields::new(self.kind.clone(), node)
             .map_err(|e| ApiError::bad_request(e.message))?
             .with_files(files.clone());
@@ -300,68 +294,64 @@ fn toxiproxy_form(kind: &str, attrs: &Map<String, Value>) -> Option<Result<Built
             full.insert(name.to_string(), json!(v));
             Ok(v as u64)
         };
-        let ms = Duration::from_millis;
-        let kind = match kind {
-            "latency" => FaultKind::Latency(fault::latency::Latency {
-                delay: ms(get("latency", 0)?),
-                jitter: ms(get("jitter", 0)?),
-                buffer: fault::latency::DEFAULT_BUFFER,
-            }),
-            "bandwidth" => {
-                // KB/s, as Toxiproxy counts them (1000 bytes); 0 stalls.
-                let rate = get("rate", 0)?.saturating_mul(1000);
-                FaultKind::Bandwidth(fault::bandwidth::Bandwidth::new(rate))
-            }
-            "slow_close" => FaultKind::SlowClose(fault::slow_close::SlowClose {
-                delay: ms(get("delay", 0)?),
-            }),
-            "timeout" => {
-                let t = get("timeout", 0)?;
-                FaultKind::Stall(fault::stall::Stall {
-                    trigger: Trigger::Time(Duration::ZERO),
-                    duration: (t > 0).then(|| ms(t)),
-                    then: if t > 0 {
-                        fault::stall::Then::Close
-                    } else {
-                        fault::stall::Then::Release
-                    },
-                })
-            }
-            "reset_peer" => {
-                let t = get("timeout", 0)?;
-                FaultKind::Reset(fault::reset::Reset {
-                    trigger: if t == 0 {
-                        Trigger::Bytes(0)
-                    } else {
-                        Trigger::Time(ms(t))
-                    },
-                })
-            }
+        // Toxiproxy's attributes in netchaos's words (units spelt out), read
+        // by the one parser every fault goes through.
+        let ms = |n: u64| format!("{n}ms");
+        let pairs: Vec<(&str, String)> = match kind {
+            "latency" => vec![
+                ("type", "latency".into()),
+                ("delay", ms(get("latency", 0)?)),
+                ("jitter", ms(get("jitter", 0)?)),
+            ],
+            // KB/s, as Toxiproxy counts them (1000 bytes); 0 stalls.
+            "bandwidth" => vec![
+                ("type", "bandwidth".into()),
+                (
+                    "rate",
+                    format!("{}B/s", get("rate", 0)?.saturating_mul(1000)),
+                ),
+            ],
+            "slow_close" => vec![
+                ("type", "slow_close".into()),
+                ("delay", ms(get("delay", 0)?)),
+            ],
+            "timeout" => match get("timeout", 0)? {
+                0 => vec![("type", "stall".into()), ("after", "0s".into())],
+                t => vec![
+                    ("type", "stall".into()),
+                    ("after", "0s".into()),
+                    ("duration", ms(t)),
+                    ("then", "close".into()),
+                ],
+            },
+            "reset_peer" => match get("timeout", 0)? {
+                0 => vec![("type", "reset".into())],
+                t => vec![("type", "reset".into()), ("after", ms(t))],
+            },
             "slicer" => {
                 let size = get("average_size", 0)?;
-                let variation = get("size_variation", 0)?;
-                let delay = Duration::from_micros(get("delay", 0)?);
                 if size == 0 {
                     return Err(ApiError::bad_request(
                         "slicer.average_size must be more than 0",
                     ));
                 }
-                if variation >= size {
-                    return Err(ApiError::bad_request(
-                        "slicer.size_variation must be smaller than average_size",
-                    ));
-                }
-                FaultKind::Slicer(fault::slicer::Slicer {
-                    size,
-                    size_variation: variation,
-                    delay,
-                })
+                vec![
+                    ("type", "slicer".into()),
+                    ("size", size.to_string()),
+                    ("size_variation", get("size_variation", 0)?.to_string()),
+                    ("delay", format!("{}us", get("delay", 0)?)),
+                ]
             }
-            "limit_data" => FaultKind::Close(fault::close::Close {
-                trigger: Trigger::Bytes(get("bytes", 0)?),
-            }),
+            "limit_data" => vec![
+                ("type", "close".into()),
+                ("after_bytes", get("bytes", 0)?.to_string()),
+            ],
             _ => unreachable!("listed in toxiproxy_attrs"),
         };
+        let pairs = pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+        let spec = fault::parse_fault(Fields::from_pairs(kind, "attributes", pairs))
+            .map_err(|e| ApiError::bad_request(e.message))?;
+        let kind = spec.kind;
         Ok((kind, full))
     })())
 }
@@ -439,19 +429,18 @@ mod tests {
             t.to_json()["attributes"],
             json!({"latency": 100, "jitter": 0})
         );
-        let FaultKind::Latency(l) = &t.fault.as_ref().unwrap().spec.kind else {
-            panic!()
-        };
-        assert_eq!(l.delay, Duration::from_millis(100));
+        assert_eq!(fault_of(&t), "latency:delay=100ms,stream=downstream");
+    }
+
+    /// The fault a toxic became, as `check` shows it.
+    fn fault_of(t: &Toxic) -> String {
+        t.fault.as_ref().unwrap().spec.to_string()
     }
 
     #[test]
     fn netchaos_form_for_shared_types_and_netchaos_types() {
         let t = toxic(json!({"type": "latency", "attributes": {"delay": "250ms"}})).unwrap();
-        let FaultKind::Latency(l) = &t.fault.as_ref().unwrap().spec.kind else {
-            panic!()
-        };
-        assert_eq!(l.delay, Duration::from_millis(250));
+        assert_eq!(fault_of(&t), "latency:delay=250ms,stream=downstream");
         let t = toxic(
             json!({"type": "stall", "stream": "upstream", "attributes": {"after_bytes": 10}}),
         )
@@ -465,32 +454,28 @@ mod tests {
     #[test]
     fn bandwidth_is_kilobytes_per_second_and_zero_stalls() {
         let t = toxic(json!({"type": "bandwidth", "attributes": {"rate": 100}})).unwrap();
-        let FaultKind::Bandwidth(b) = &t.fault.as_ref().unwrap().spec.kind else {
-            panic!()
-        };
-        assert_eq!(b.rate, 100_000);
+        assert!(fault_of(&t).contains("(100000 B/s)"), "{}", fault_of(&t));
         let t = toxic(json!({"type": "bandwidth", "attributes": {"rate": 0}})).unwrap();
-        let FaultKind::Bandwidth(b) = &t.fault.as_ref().unwrap().spec.kind else {
-            panic!()
-        };
-        assert_eq!(b.rate, 0);
+        assert!(fault_of(&t).contains("(0 B/s)"), "{}", fault_of(&t));
     }
 
     #[test]
     fn timeout_reset_peer_limit_data_slicer_noop() {
         let t = toxic(json!({"type": "timeout", "attributes": {"timeout": 0}})).unwrap();
-        assert!(matches!(
-            t.fault.unwrap().spec.kind,
-            FaultKind::Stall(fault::stall::Stall { duration: None, .. })
-        ));
+        assert!(
+            fault_of(&t).starts_with("stall:after=0s,duration=forever"),
+            "{}",
+            fault_of(&t)
+        );
         let t = toxic(json!({"type": "limit_data", "attributes": {"bytes": 5}})).unwrap();
         assert!(matches!(t.fault.unwrap().spec.kind, FaultKind::Close(_)));
         let t = toxic(json!({"type": "slicer", "attributes": {"average_size": 64, "delay": 10}}))
             .unwrap();
-        let FaultKind::Slicer(s) = &t.fault.as_ref().unwrap().spec.kind else {
-            panic!()
-        };
-        assert_eq!(s.delay, Duration::from_micros(10));
+        assert!(
+            fault_of(&t).starts_with("slicer:size=64,delay=10us"),
+            "{}",
+            fault_of(&t)
+        );
         assert!(toxic(json!({"type": "noop"})).unwrap().fault.is_none());
     }
 

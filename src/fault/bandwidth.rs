@@ -7,30 +7,31 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Item, ItemKind, Next, StageCtx, StageIo};
-use crate::profile::node::{Fields, ProfileError};
+use super::{Kind, KindInfo, Layer, StageFuture, Stream, Item, ItemKind, Next, StageCtx, StageIo};
+use crate::settings::{Fields, ProfileError};
 use crate::units::format_rate;
 
 #[derive(Debug, Clone)]
 pub struct Bandwidth {
     /// Bytes per second.
-    pub rate: u64,
-    pub burst: u64,
+    rate: u64,
+    burst: u64,
     /// One bucket per direction, shared by every connection of the rule.
-    pub shared: Option<Arc<[Mutex<TokenBucket>; 2]>>,
+    shared: Option<Arc<[Mutex<TokenBucket>; 2]>>,
 }
 
-impl Bandwidth {
-    /// A per-connection limit with the default burst.
-    pub fn new(rate: u64) -> Bandwidth {
-        Bandwidth {
-            rate,
-            burst: default_burst(rate),
-            shared: None,
-        }
-    }
+impl Kind for Bandwidth {
+    const INFO: KindInfo = KindInfo {
+        name: "bandwidth",
+        layer: Layer::Stream,
+        default_stream: Stream::Downstream,
+        streamed: true,
+        stages: true,
+        about: "bytes flow at rate (per connection, or shared by the rule)",
+        params: &[("rate", "a rate (required), like 1mbit or 500KB/s; 0 holds the stream", "the byte rate"), ("burst", "a size, default 10 ms of rate", "the bucket size"), ("shared", "true or false, default false", "one bucket for every connection of the rule")],
+    };
 
-    pub fn parse(f: &mut Fields) -> Result<Self, ProfileError> {
+    fn parse(f: &mut Fields) -> Result<Self, ProfileError> {
         let rate = f.rate("rate")?.ok_or_else(|| {
             f.table_error("missing \"rate\" (a rate like \"1mbit\" or \"500KB/s\")")
         })?;
@@ -52,7 +53,7 @@ impl Bandwidth {
         })
     }
 
-    pub fn params(&self) -> Vec<(&'static str, String)> {
+    fn params(&self) -> Vec<(&'static str, String)> {
         let mut p = vec![
             ("rate", format_rate(self.rate)),
             ("burst", self.burst.to_string()),
@@ -62,6 +63,22 @@ impl Bandwidth {
         }
         p
     }
+
+    fn stage<'a>(&self, ctx: StageCtx, io: &'a mut StageIo) -> Option<StageFuture<'a>> {
+        Some(Box::pin(self.clone().run(ctx, io)))
+    }
+}
+
+impl Bandwidth {
+    /// A per-connection limit with the default burst.
+    pub fn new(rate: u64) -> Bandwidth {
+        Bandwidth {
+            rate,
+            burst: default_burst(rate),
+            shared: None,
+        }
+    }
+
 
     pub async fn run(self, mut ctx: StageCtx, io: &mut StageIo) {
         let mut own = TokenBucket::new(self.rate, self.burst);

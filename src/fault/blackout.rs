@@ -6,19 +6,29 @@
 
 use std::time::Duration;
 
-use super::{StageCtx, StageIo, Trigger, Until, parse_trigger, pass_until};
-use crate::profile::node::{Fields, ProfileError};
+use super::{Kind, KindInfo, Layer, StageFuture, Stream, StageCtx, StageIo, Trigger, Until, parse_trigger, pass_until};
+use crate::settings::{Fields, ProfileError};
 use crate::units::format_duration;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Blackout {
-    pub trigger: Trigger,
+    trigger: Trigger,
     /// `None`: until netchaos ends.
-    pub duration: Option<Duration>,
+    duration: Option<Duration>,
 }
 
-impl Blackout {
-    pub fn parse(f: &mut Fields) -> Result<Self, ProfileError> {
+impl Kind for Blackout {
+    const INFO: KindInfo = KindInfo {
+        name: "blackout",
+        layer: Layer::Packet,
+        default_stream: Stream::Downstream,
+        streamed: true,
+        stages: true,
+        about: "every packet of the flow is dropped for duration: a partition",
+        params: &[("after_bytes", "a size, default 0", "from this many bytes of the direction"), ("after", "a duration", "…or this long after the connection opened"), ("duration", "a duration or \"forever\" (required)", "how long every packet is dropped")],
+    };
+
+    fn parse(f: &mut Fields) -> Result<Self, ProfileError> {
         let trigger = parse_trigger(f)?;
         let duration = f
             .duration_or_forever("duration")?
@@ -29,10 +39,17 @@ impl Blackout {
         Ok(Blackout { trigger, duration })
     }
 
-    pub fn params(&self) -> Vec<(&'static str, String)> {
+    fn params(&self) -> Vec<(&'static str, String)> {
         let d = self.duration.map_or("forever".into(), format_duration);
         vec![self.trigger.param(), ("duration", d)]
     }
+
+    fn stage<'a>(&self, ctx: StageCtx, io: &'a mut StageIo) -> Option<StageFuture<'a>> {
+        Some(Box::pin(self.clone().run(ctx, io)))
+    }
+}
+
+impl Blackout {
 
     pub async fn run(self, mut ctx: StageCtx, io: &mut StageIo) {
         let rest = match pass_until(self.trigger, &ctx, io).await {

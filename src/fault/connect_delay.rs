@@ -6,17 +6,28 @@ use std::time::Duration;
 
 use rand::Rng;
 
-use crate::profile::node::{Fields, ProfileError};
+use super::{Kind, KindInfo, Layer, Stream};
+use crate::settings::{Fields, ProfileError};
 use crate::units::format_duration;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct ConnectDelay {
-    pub delay: Duration,
-    pub jitter: Duration,
+    delay: Duration,
+    jitter: Duration,
 }
 
-impl ConnectDelay {
-    pub fn parse(f: &mut Fields) -> Result<Self, ProfileError> {
+impl Kind for ConnectDelay {
+    const INFO: KindInfo = KindInfo {
+        name: "connect_delay",
+        layer: Layer::Connect,
+        default_stream: Stream::Both,
+        streamed: false,
+        stages: false,
+        about: "the handshake completes only after delay ± jitter",
+        params: &[("delay", "a duration (required)", "how long connect() takes"), ("jitter", "a duration, default 0", "± this much, uniform")],
+    };
+
+    fn parse(f: &mut Fields) -> Result<Self, ProfileError> {
         let delay = f
             .duration("delay")?
             .ok_or_else(|| f.table_error("missing \"delay\" (a duration like \"300ms\")"))?;
@@ -24,13 +35,16 @@ impl ConnectDelay {
         Ok(ConnectDelay { delay, jitter })
     }
 
-    pub fn params(&self) -> Vec<(&'static str, String)> {
+    fn params(&self) -> Vec<(&'static str, String)> {
         let mut p = vec![("delay", format_duration(self.delay))];
         if !self.jitter.is_zero() {
             p.push(("jitter", format_duration(self.jitter)));
         }
         p
     }
+}
+
+impl ConnectDelay {
 
     /// This connection's delay, from its own random source.
     pub fn sample(&self, rng: &mut impl Rng) -> Duration {

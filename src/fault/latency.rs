@@ -9,8 +9,8 @@ use std::time::Duration;
 use rand::Rng;
 use tokio::time::{Instant, sleep_until};
 
-use super::{Item, Next, StageCtx, StageIo};
-use crate::profile::node::{Fields, ProfileError};
+use super::{Kind, KindInfo, Layer, StageFuture, Stream, Item, Next, StageCtx, StageIo};
+use crate::settings::{Fields, ProfileError};
 use crate::units::format_duration;
 
 /// Default cap on bytes held in the line: 8 MiB keeps 100 ms of delay at
@@ -21,13 +21,23 @@ pub const MAX_BUFFER: u64 = 64 << 20;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Latency {
-    pub delay: Duration,
-    pub jitter: Duration,
-    pub buffer: u64,
+    delay: Duration,
+    jitter: Duration,
+    buffer: u64,
 }
 
-impl Latency {
-    pub fn parse(f: &mut Fields) -> Result<Self, ProfileError> {
+impl Kind for Latency {
+    const INFO: KindInfo = KindInfo {
+        name: "latency",
+        layer: Layer::Stream,
+        default_stream: Stream::Downstream,
+        streamed: true,
+        stages: true,
+        about: "each byte arrives delay ± jitter later; throughput is kept",
+        params: &[("delay", "a duration (required)", "how much later each byte arrives"), ("jitter", "a duration, default 0", "± this much, uniform; never reorders"), ("buffer", "a size, default 8MiB, at most 64MiB", "bytes held in the delay line before the sender is slowed")],
+    };
+
+    fn parse(f: &mut Fields) -> Result<Self, ProfileError> {
         let delay = f
             .duration("delay")?
             .ok_or_else(|| f.table_error("missing \"delay\" (a duration like \"100ms\")"))?;
@@ -50,7 +60,7 @@ impl Latency {
         })
     }
 
-    pub fn params(&self) -> Vec<(&'static str, String)> {
+    fn params(&self) -> Vec<(&'static str, String)> {
         let mut p = vec![("delay", format_duration(self.delay))];
         if !self.jitter.is_zero() {
             p.push(("jitter", format_duration(self.jitter)));
@@ -60,6 +70,13 @@ impl Latency {
         }
         p
     }
+
+    fn stage<'a>(&self, ctx: StageCtx, io: &'a mut StageIo) -> Option<StageFuture<'a>> {
+        Some(Box::pin(self.clone().run(ctx, io)))
+    }
+}
+
+impl Latency {
 
     /// This chunk's delay: `delay` plus a uniform draw in `±jitter`.
     fn sample(&self, ctx: &mut StageCtx) -> Duration {

@@ -4,16 +4,27 @@
 //! server→client (`downstream`) packets are dropped. Which connections get
 //! it is seeded; which packets are lost is the kernel's random choice.
 
-use crate::profile::node::{Fields, ProfileError};
+use super::{Kind, KindInfo, Layer, Stream};
+use crate::settings::{Fields, ProfileError};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Loss {
     /// The share of packets dropped, 0..=1.
-    pub rate: f64,
+    rate: f64,
 }
 
-impl Loss {
-    pub fn parse(f: &mut Fields) -> Result<Self, ProfileError> {
+impl Kind for Loss {
+    const INFO: KindInfo = KindInfo {
+        name: "loss",
+        layer: Layer::Packet,
+        default_stream: Stream::Both,
+        streamed: true,
+        stages: false,
+        about: "percent of the flow's packets are dropped: real retransmissions",
+        params: &[("percent", "a percentage above 0, like 10 or \"2.5%\"", "the share of packets dropped")],
+    };
+
+    fn parse(f: &mut Fields) -> Result<Self, ProfileError> {
         let rate = f
             .percent("percent")?
             .ok_or_else(|| f.table_error("missing \"percent\" (like 10 for 10 %)"))?;
@@ -23,9 +34,12 @@ impl Loss {
         Ok(Loss { rate })
     }
 
-    pub fn params(&self) -> Vec<(&'static str, String)> {
+    fn params(&self) -> Vec<(&'static str, String)> {
         vec![("percent", format!("{}", (self.rate * 1e4).round() / 1e2))]
     }
+}
+
+impl Loss {
 
     /// The rate in parts per million, as nftables' `numgen` compares it.
     pub fn ppm(&self) -> u32 {

@@ -2,33 +2,26 @@
 //!
 //! A fault is parsed once from a profile, a `--fault` flag or the API into a
 //! [`FaultSpec`]: its kind-specific parameters plus the settings every fault
-//! shares (`probability`, `stream`, `active`). A stream fault becomes, for each
-//! direction it acts on, one *stage* of that direction's pipeline: an async
-//! task that receives [`Item`]s (byte chunks stamped with their arrival time,
-//! FIN, RST) and passes them on — later, sliced, held, or replaced. Each kind
-//! lives in its own file and knows nothing about sockets.
+//! shares (`probability`, `stream`, `active`). Each kind lives in its own
+//! file, implements [`Kind`] — its name, [`Layer`], default stream and
+//! parameters, its parser, and (stream faults) its pipeline *stage* — and is
+//! registered with one line of [`registry!`]. A stage is an async task that
+//! receives [`Item`]s (byte chunks stamped with their arrival time, FIN,
+//! RST) and passes them on — later, sliced, held, or replaced; it knows
+//! nothing about sockets.
 //!
 //! Connect-layer faults (`refuse`, `connect_timeout`, `connect_delay`) act on
-//! the client's SYN and packet-layer ones (`loss`, `blackout`) on the
-//! packets of the flow; both need the namespace of `netchaos run`, where the
-//! SYN gate and the nftables table apply them.
+//! the client's SYN, decided by [`connect`] (pure: the caller brings the
+//! clock), and packet-layer ones (`loss`, `blackout`) on the packets of the
+//! flow; both need interception (`netchaos run`, `attach`, `--in-place`),
+//! whose SYN gate and nftables table carry them out.
 
-pub mod bandwidth;
-pub mod blackout;
-pub mod close;
-pub mod connect_delay;
-pub mod connect_timeout;
-pub mod latency;
-pub mod loss;
-pub mod refuse;
-pub mod reset;
-pub mod respond;
-pub mod slicer;
-pub mod slow_close;
+pub mod connect;
 pub mod stage;
-pub mod stall;
+pub mod trigger;
 
 pub use stage::{Gone, Item, ItemKind, Next, Output, StageIo};
+pub use trigger::{Trigger, Until, parse_trigger, pass_until};
 
 use std::fmt;
 use std::future::Future;
@@ -39,8 +32,7 @@ use std::time::Duration;
 use rand_chacha::ChaCha8Rng;
 use tokio::time::Instant;
 
-use crate::events::FaultHit;
-use crate::profile::node::{Fields, ProfileError, closest, quoted_list};
+use crate::settings::{Fields, ProfileError, closest, quoted_list};
 use crate::units::Window;
 
 /// Which bytes of a connection a fault acts on.
@@ -97,6 +89,48 @@ impl Direction {
     }
 }
 
+/// The layers of the fault model: where a fault acts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Layer {
+    /// On the client's SYN: `connect()` itself is what fails or waits.
+    Connect,
+    /// On a direction's bytes, in the relay.
+    Stream,
+    /// On the flow's packets, in the kernel.
+    Packet,
+}
+
+impl Layer {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Layer::Connect => "connect",
+            Layer::Stream => "stream",
+            Layer::Packet => "packet",
+        }
+    }
+
+    /// Whether the layer needs interception (the SYN gate, the namespace's
+    /// packet rules): explicit proxies cannot apply it.
+    pub fn needs_interception(self) -> bool {
+        self != Layer::Stream
+    }
+
+    /// What the layer acts on, for messages.
+    pub fn acts_on(self) -> &'static str {
+        match self {
+            Layer::Connect => "the SYN",
+            Layer::Stream => "the bytes",
+            Layer::Packet => "packets",
+        }
+    }
+}
+
+/// Where a stage records that its fault took effect (the caller's event
+/// log and counters): once per connection and direction.
+pub trait Hit: Send + Sync {
+    fn fire(&mut self);
+}
+
 /// What a stage knows about its connection and its moment in time.
 pub struct StageCtx {
     pub dir: Direction,
@@ -109,9 +143,9 @@ pub struct StageCtx {
     /// When the connection was accepted; `after` counts from here.
     pub opened: Instant,
     /// Records the fault's effect in the event log and the counters.
-    pub hit: FaultHit,
+    pub hit: Box<dyn Hit>,
     /// Packet-level control of this connection's flow, where there is one
-    /// (`netchaos run`).
+    /// (interception).
     pub partition: Option<Arc<dyn Partition>>,
 }
 
@@ -121,8 +155,13 @@ pub trait Partition: Send + Sync {
     fn blackout(
         &self,
         duration: Option<Duration>,
-    ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + '_>>;
+    ) -> Pin<Box<dyn Future<Output = Result<(), PartitionError>> + Send + '_>>;
 }
+
+/// Why a partition could not start.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct PartitionError(pub String);
 
 impl StageCtx {
     /// Whether the fault may act at `now`.
@@ -140,212 +179,117 @@ impl StageCtx {
     pub fn window_start(&self) -> Instant {
         self.epoch + self.window.start.unwrap_or_default()
     }
-
-    /// Sleeps until the window closes; forever if it never does.
-    pub async fn until_window_end(&self) {
-        match self.window_end() {
-            Some(t) => tokio::time::sleep_until(t).await,
-            None => std::future::pending().await,
-        }
-    }
 }
 
 pub type StageFuture<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
 
-/// A fault's kind-specific settings, after validation.
-#[derive(Debug, Clone)]
-pub enum FaultKind {
-    Latency(latency::Latency),
-    Bandwidth(bandwidth::Bandwidth),
-    Slicer(slicer::Slicer),
-    Stall(stall::Stall),
-    Reset(reset::Reset),
-    Close(close::Close),
-    SlowClose(slow_close::SlowClose),
-    Respond(respond::Respond),
-    Refuse(refuse::Refuse),
-    ConnectTimeout(connect_timeout::ConnectTimeout),
-    ConnectDelay(connect_delay::ConnectDelay),
-    Loss(loss::Loss),
-    Blackout(blackout::Blackout),
-}
-
-/// One registered fault kind.
+/// What a fault kind declares about itself, once, in its own file.
 pub struct KindInfo {
     pub name: &'static str,
-    /// The layer from the fault model: `connect`, `stream` or `packet`.
-    pub layer: &'static str,
+    pub layer: Layer,
     pub default_stream: Stream,
+    /// Whether `stream` means anything for it (not for connect faults, nor
+    /// `respond`, which replaces the whole connection).
+    pub streamed: bool,
+    /// Whether it runs as a stage on a direction's bytes ([`Kind::stage`]).
+    pub stages: bool,
     pub about: &'static str,
-    parse: fn(&mut Fields) -> Result<FaultKind, ProfileError>,
+    /// Its own parameters: `(name, form and default, meaning)`.
+    pub params: &'static [(&'static str, &'static str, &'static str)],
 }
 
-/// Every fault kind netchaos knows, in the order the docs list them.
-pub const KINDS: &[KindInfo] = &[
-    KindInfo {
-        name: "latency",
-        layer: "stream",
-        default_stream: Stream::Downstream,
-        about: "each byte arrives delay ± jitter later; throughput is kept",
-        parse: |f| latency::Latency::parse(f).map(FaultKind::Latency),
-    },
-    KindInfo {
-        name: "bandwidth",
-        layer: "stream",
-        default_stream: Stream::Downstream,
-        about: "bytes flow at rate (per connection, or shared by the rule)",
-        parse: |f| bandwidth::Bandwidth::parse(f).map(FaultKind::Bandwidth),
-    },
-    KindInfo {
-        name: "slicer",
-        layer: "stream",
-        default_stream: Stream::Downstream,
-        about: "data arrives in small segments with pauses between them",
-        parse: |f| slicer::Slicer::parse(f).map(FaultKind::Slicer),
-    },
-    KindInfo {
-        name: "stall",
-        layer: "stream",
-        default_stream: Stream::Downstream,
-        about: "after some bytes or time nothing flows for a while, or forever",
-        parse: |f| stall::Stall::parse(f).map(FaultKind::Stall),
-    },
-    KindInfo {
-        name: "reset",
-        layer: "stream",
-        default_stream: Stream::Downstream,
-        about: "after some bytes or time both sides get a TCP RST",
-        parse: |f| reset::Reset::parse(f).map(FaultKind::Reset),
-    },
-    KindInfo {
-        name: "close",
-        layer: "stream",
-        default_stream: Stream::Downstream,
-        about: "after some bytes or time a clean FIN: a truncated stream",
-        parse: |f| close::Close::parse(f).map(FaultKind::Close),
-    },
-    KindInfo {
-        name: "slow_close",
-        layer: "stream",
-        default_stream: Stream::Downstream,
-        about: "the FIN is delayed by delay",
-        parse: |f| slow_close::SlowClose::parse(f).map(FaultKind::SlowClose),
-    },
-    KindInfo {
-        name: "respond",
-        layer: "stream",
-        default_stream: Stream::Downstream,
-        about: "the upstream is never contacted; canned bytes, then close/reset/stall",
-        parse: |f| respond::Respond::parse(f).map(FaultKind::Respond),
-    },
-    KindInfo {
-        name: "refuse",
-        layer: "connect",
-        default_stream: Stream::Both,
-        about: "the SYN is answered with RST: connect() fails with ECONNREFUSED",
-        parse: |f| refuse::Refuse::parse(f).map(FaultKind::Refuse),
-    },
-    KindInfo {
-        name: "connect_timeout",
-        layer: "connect",
-        default_stream: Stream::Both,
-        about: "SYNs are never answered: connect() times out",
-        parse: |f| connect_timeout::ConnectTimeout::parse(f).map(FaultKind::ConnectTimeout),
-    },
-    KindInfo {
-        name: "connect_delay",
-        layer: "connect",
-        default_stream: Stream::Both,
-        about: "the handshake completes only after delay ± jitter",
-        parse: |f| connect_delay::ConnectDelay::parse(f).map(FaultKind::ConnectDelay),
-    },
-    KindInfo {
-        name: "loss",
-        layer: "packet",
-        default_stream: Stream::Both,
-        about: "percent of the flow's packets are dropped: real retransmissions",
-        parse: |f| loss::Loss::parse(f).map(FaultKind::Loss),
-    },
-    KindInfo {
-        name: "blackout",
-        layer: "packet",
-        default_stream: Stream::Downstream,
-        about: "every packet of the flow is dropped for duration: a partition",
-        parse: |f| blackout::Blackout::parse(f).map(FaultKind::Blackout),
-    },
-];
+/// One fault kind: its declaration, parser, parameters and behaviour.
+pub trait Kind: Sized {
+    const INFO: KindInfo;
+
+    /// Reads the kind's own parameters (the shared ones are read already).
+    fn parse(f: &mut Fields) -> Result<Self, ProfileError>;
+
+    /// Its parameters, resolved, as `key = value` text (for `check`, the
+    /// event log and the summary).
+    fn params(&self) -> Vec<(&'static str, String)>;
+
+    /// The stage acting on one direction's bytes; `None` for kinds that do
+    /// not act on bytes in the relay.
+    fn stage<'a>(&self, _ctx: StageCtx, _io: &'a mut StageIo) -> Option<StageFuture<'a>> {
+        None
+    }
+}
+
+/// Declares the fault kinds: each `module: Kind ...;` line adds the module
+/// and, for each kind type it holds, a variant of [`FaultKind`] of the same
+/// name and an entry of [`KINDS`]. A new kind is a new file and a line here.
+macro_rules! registry {
+    ($($module:ident: $($kind:ident)+;)*) => {
+        $(pub mod $module;)*
+
+        /// A fault's kind-specific settings, after validation.
+        #[derive(Debug, Clone)]
+        pub enum FaultKind {
+            $($($kind($module::$kind),)+)*
+        }
+
+        /// Every fault kind netchaos knows, in the order the docs list them.
+        pub const KINDS: &[&KindInfo] = &[$($(&<$module::$kind as Kind>::INFO,)+)*];
+
+        impl FaultKind {
+            pub fn info(&self) -> &'static KindInfo {
+                match self {
+                    $($(FaultKind::$kind(_) => &<$module::$kind as Kind>::INFO,)+)*
+                }
+            }
+
+            pub fn params(&self) -> Vec<(&'static str, String)> {
+                match self {
+                    $($(FaultKind::$kind(x) => x.params(),)+)*
+                }
+            }
+
+            /// The pipeline stage for one direction, or `None` when the
+            /// kind does not act on a direction's bytes.
+            pub fn stage<'a>(&self, ctx: StageCtx, io: &'a mut StageIo) -> Option<StageFuture<'a>> {
+                match self {
+                    $($(FaultKind::$kind(x) => x.stage(ctx, io),)+)*
+                }
+            }
+
+            fn parse_named(name: &str, f: &mut Fields) -> Option<Result<FaultKind, ProfileError>> {
+                $($(if name == <$module::$kind as Kind>::INFO.name {
+                    return Some(<$module::$kind as Kind>::parse(f).map(FaultKind::$kind));
+                })+)*
+                None
+            }
+        }
+    };
+}
+
+registry! {
+    latency: Latency;
+    bandwidth: Bandwidth;
+    slicer: Slicer;
+    stall: Stall;
+    cut: Reset Close;
+    slow_close: SlowClose;
+    respond: Respond;
+    refuse: Refuse;
+    connect_timeout: ConnectTimeout;
+    connect_delay: ConnectDelay;
+    loss: Loss;
+    blackout: Blackout;
+}
 
 impl FaultKind {
     pub fn name(&self) -> &'static str {
-        match self {
-            FaultKind::Latency(_) => "latency",
-            FaultKind::Bandwidth(_) => "bandwidth",
-            FaultKind::Slicer(_) => "slicer",
-            FaultKind::Stall(_) => "stall",
-            FaultKind::Reset(_) => "reset",
-            FaultKind::Close(_) => "close",
-            FaultKind::SlowClose(_) => "slow_close",
-            FaultKind::Respond(_) => "respond",
-            FaultKind::Refuse(_) => "refuse",
-            FaultKind::ConnectTimeout(_) => "connect_timeout",
-            FaultKind::ConnectDelay(_) => "connect_delay",
-            FaultKind::Loss(_) => "loss",
-            FaultKind::Blackout(_) => "blackout",
-        }
+        self.info().name
     }
 
-    /// The layer of the fault model: `connect`, `stream` or `packet`.
-    pub fn layer(&self) -> &'static str {
-        find_kind(self.name()).map_or("stream", |k| k.layer)
-    }
-
-    /// The kind's parameters, resolved, as `key = value` text (for `check`,
-    /// the event log and the summary).
-    pub fn params(&self) -> Vec<(&'static str, String)> {
-        match self {
-            FaultKind::Latency(x) => x.params(),
-            FaultKind::Bandwidth(x) => x.params(),
-            FaultKind::Slicer(x) => x.params(),
-            FaultKind::Stall(x) => x.params(),
-            FaultKind::Reset(x) => x.params(),
-            FaultKind::Close(x) => x.params(),
-            FaultKind::SlowClose(x) => x.params(),
-            FaultKind::Respond(x) => x.params(),
-            FaultKind::Refuse(x) => x.params(),
-            FaultKind::ConnectTimeout(x) => x.params(),
-            FaultKind::ConnectDelay(x) => x.params(),
-            FaultKind::Loss(x) => x.params(),
-            FaultKind::Blackout(x) => x.params(),
-        }
+    pub fn layer(&self) -> Layer {
+        self.info().layer
     }
 
     /// Whether the kind runs as a pipeline stage on a direction's bytes.
     pub fn has_stage(&self) -> bool {
-        !matches!(
-            self,
-            FaultKind::Respond(_)
-                | FaultKind::Refuse(_)
-                | FaultKind::ConnectTimeout(_)
-                | FaultKind::ConnectDelay(_)
-                | FaultKind::Loss(_)
-        )
-    }
-
-    /// The pipeline stage for one direction, or `None` when the kind does
-    /// not act on a direction's bytes (`respond` replaces the upstream;
-    /// connect faults act on the SYN; `loss` is the kernel's).
-    pub fn stage<'a>(&self, ctx: StageCtx, io: &'a mut StageIo) -> Option<StageFuture<'a>> {
-        Some(match self {
-            FaultKind::Latency(x) => Box::pin(x.clone().run(ctx, io)),
-            FaultKind::Bandwidth(x) => Box::pin(x.clone().run(ctx, io)),
-            FaultKind::Slicer(x) => Box::pin(x.clone().run(ctx, io)),
-            FaultKind::Stall(x) => Box::pin(x.clone().run(ctx, io)),
-            FaultKind::Reset(x) => Box::pin(x.clone().run(ctx, io)),
-            FaultKind::Close(x) => Box::pin(x.clone().run(ctx, io)),
-            FaultKind::SlowClose(x) => Box::pin(x.clone().run(ctx, io)),
-            FaultKind::Blackout(x) => Box::pin(x.clone().run(ctx, io)),
-            _ => return None,
-        })
+        self.info().stages
     }
 }
 
@@ -371,14 +315,7 @@ impl FaultSpec {
         if self.probability < 1.0 {
             p.push(("probability", format!("{}", self.probability)));
         }
-        let streamless = matches!(
-            self.kind,
-            FaultKind::Respond(_)
-                | FaultKind::Refuse(_)
-                | FaultKind::ConnectTimeout(_)
-                | FaultKind::ConnectDelay(_)
-        );
-        if !streamless {
+        if self.kind.info().streamed {
             p.push(("stream", self.stream.as_str().to_string()));
         }
         if self.active != Window::ALWAYS {
@@ -431,7 +368,7 @@ pub fn parse_fault(mut f: Fields) -> Result<FaultSpec, ProfileError> {
         None => info.default_stream,
     };
     let active = f.window("active")?.unwrap_or(Window::ALWAYS);
-    let kind = (info.parse)(&mut f)?;
+    let kind = FaultKind::parse_named(info.name, &mut f).expect("a registered kind")?;
     f.finish()?;
     Ok(FaultSpec {
         kind,
@@ -441,109 +378,10 @@ pub fn parse_fault(mut f: Fields) -> Result<FaultSpec, ProfileError> {
     })
 }
 
+/// The registered kind of that name (`-` read as `_`).
 pub fn find_kind(name: &str) -> Option<&'static KindInfo> {
     let name = name.trim().replace('-', "_");
-    KINDS.iter().find(|k| k.name == name)
-}
-
-/// Reads the `after_bytes` / `after` trigger shared by stall, reset and close.
-/// Neither means "at once" (after zero bytes).
-pub fn parse_trigger(f: &mut Fields) -> Result<Trigger, ProfileError> {
-    let bytes = f.size("after_bytes")?;
-    let time = f.duration("after")?;
-    match (bytes, time) {
-        (Some(_), Some(_)) => Err(f.table_error("give either after_bytes or after, not both")),
-        (Some(n), None) => Ok(Trigger::Bytes(n)),
-        (None, Some(t)) => Ok(Trigger::Time(t)),
-        (None, None) => Ok(Trigger::Bytes(0)),
-    }
-}
-
-/// When a one-shot stream fault fires.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Trigger {
-    /// Once this many bytes have passed in the direction.
-    Bytes(u64),
-    /// This long after the connection opened.
-    Time(Duration),
-}
-
-impl Trigger {
-    pub fn param(&self) -> (&'static str, String) {
-        match self {
-            Trigger::Bytes(n) => ("after_bytes", n.to_string()),
-            Trigger::Time(t) => ("after", crate::units::format_duration(*t)),
-        }
-    }
-}
-
-/// How [`pass_until`] ended.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Until {
-    /// The trigger fired; the part of the crossing chunk beyond the mark, if
-    /// any, is handed back (a stall holds it, a reset drops it).
-    Fired(Option<Item>),
-    /// The input ended, or the trigger can no longer fire.
-    Ended,
-    /// The stage is being removed.
-    Stopped,
-}
-
-/// Passes items until `trigger` fires (and the window is open), splitting
-/// the chunk that crosses the byte mark. Shared by stall, reset, close and
-/// blackout.
-pub async fn pass_until(trigger: Trigger, ctx: &StageCtx, io: &mut StageIo) -> Result<Until, Gone> {
-    let mut passed: u64 = 0;
-    let deadline = match trigger {
-        Trigger::Time(t) => Some((ctx.opened + t).max(ctx.window_start())),
-        Trigger::Bytes(_) => None,
-    };
-    loop {
-        let next = tokio::select! {
-            biased;
-            _ = sleep_opt(deadline) => {
-                if ctx.active_at(Instant::now()) {
-                    return Ok(Until::Fired(None));
-                }
-                // The time came outside the window: pass the rest unharmed.
-                io.pass_rest().await;
-                return Ok(Until::Ended);
-            }
-            n = io.next() => n,
-        };
-        let item = match next {
-            Next::Item(item) => item,
-            Next::Ended => return Ok(Until::Ended),
-            Next::Stopped => return Ok(Until::Stopped),
-        };
-        let Trigger::Bytes(limit) = trigger else {
-            io.send(item).await?;
-            continue;
-        };
-        let active = ctx.active_at(Instant::now());
-        match &item.kind {
-            // A zero-byte trigger fires at the first byte.
-            ItemKind::Data(bytes) if active && passed + bytes.len() as u64 > limit => {
-                let keep = (limit.saturating_sub(passed)) as usize;
-                if keep > 0 {
-                    io.send(Item::data(item.at, bytes.slice(..keep))).await?;
-                }
-                return Ok(Until::Fired(Some(Item::data(item.at, bytes.slice(keep..)))));
-            }
-            ItemKind::Data(bytes) => {
-                passed += bytes.len() as u64;
-                io.send(item).await?;
-            }
-            _ => io.send(item).await?,
-        }
-    }
-}
-
-async fn sleep_opt(deadline: Option<Instant>) {
-    match deadline {
-        Some(t) => tokio::time::sleep_until(t).await,
-        None => std::future::pending().await,
-    }
+    KINDS.iter().find(|k| k.name == name).copied()
 }
 
 #[cfg(test)]
@@ -551,6 +389,13 @@ pub(crate) mod testing {
     //! A harness that runs one stage on a paused clock.
     use super::*;
     use rand::SeedableRng;
+
+    /// A hit recorded nowhere.
+    pub struct NoHit;
+
+    impl Hit for NoHit {
+        fn fire(&mut self) {}
+    }
 
     pub fn ctx(window: Window) -> StageCtx {
         let now = Instant::now();
@@ -560,7 +405,7 @@ pub(crate) mod testing {
             window,
             epoch: now,
             opened: now,
-            hit: FaultHit::detached(),
+            hit: Box::new(NoHit),
             partition: None,
         }
     }

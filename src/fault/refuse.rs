@@ -2,17 +2,29 @@
 //! `connect()` fails with ECONNREFUSED. The SYN gate applies it; the
 //! upstream is never contacted.
 
-use crate::profile::node::{Fields, ProfileError};
+use super::{Kind, KindInfo, Layer, Stream};
+use crate::settings::{Fields, ProfileError};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Refuse;
 
-impl Refuse {
-    pub fn parse(_: &mut Fields) -> Result<Self, ProfileError> {
+impl Kind for Refuse {
+    const INFO: KindInfo = KindInfo {
+        name: "refuse",
+        layer: Layer::Connect,
+        default_stream: Stream::Both,
+        streamed: false,
+        stages: false,
+        about: "the SYN is answered with RST: connect() fails with ECONNREFUSED",
+        params: &[],
+    };
+
+    fn parse(_: &mut Fields) -> Result<Self, ProfileError> {
         Ok(Refuse)
     }
 
-    pub fn params(&self) -> Vec<(&'static str, String)> {
+    fn params(&self) -> Vec<(&'static str, String)> {
         Vec::new()
     }
 }
+

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::ItemKind;
-use crate::profile::node::{Fields, ProfileError};
+use super::{ItemKind, Kind, KindInfo, Layer, Stream};
+use crate::settings::{Fields, ProfileError};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Then {
@@ -23,16 +23,26 @@ pub enum Then {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Respond {
-    pub data: Bytes,
-    pub then: Then,
+    data: Bytes,
+    then: Then,
     /// Wait for the client's first bytes (its request) before replying.
-    pub wait_request: bool,
+    wait_request: bool,
     /// How the data was given, for display.
     summary: String,
 }
 
-impl Respond {
-    pub fn parse(f: &mut Fields) -> Result<Self, ProfileError> {
+impl Kind for Respond {
+    const INFO: KindInfo = KindInfo {
+        name: "respond",
+        layer: Layer::Stream,
+        default_stream: Stream::Downstream,
+        streamed: false,
+        stages: false,
+        about: "the upstream is never contacted; the client gets canned bytes",
+        params: &[("data", "a string", "the bytes to send"), ("file", "a path (regular file, at most 1MiB)", "…or a file's bytes"), ("status", "an HTTP status 100-599", "…or an HTTP reply with this status"), ("body", "a string", "the HTTP reply's body"), ("retry_after", "a duration", "a Retry-After header"), ("headers", "\"Name: value\" strings", "more HTTP headers"), ("then", "close (default), reset or stall", "after the bytes: FIN, RST or silence"), ("wait_request", "true (default) or false", "wait for the client's first bytes")],
+    };
+
+    fn parse(f: &mut Fields) -> Result<Self, ProfileError> {
         let data = f.string("data")?;
         let file = f.file("file")?;
         let status = f.integer_in("status", 100, 599)?;
@@ -60,7 +70,7 @@ impl Respond {
                 extra.push(format!("Retry-After: {}", r.as_secs().max(1)));
             }
             for h in headers.unwrap_or_default() {
-                let text = crate::profile::node::node_text(&h);
+                let text = crate::settings::node_text(&h);
                 if !text.contains(':') || text.contains('\n') || text.contains('\r') {
                     return Err(f.error(
                         "headers",
@@ -87,7 +97,7 @@ impl Respond {
         })
     }
 
-    pub fn params(&self) -> Vec<(&'static str, String)> {
+    fn params(&self) -> Vec<(&'static str, String)> {
         let then = match self.then {
             Then::Close => "close",
             Then::Reset => "reset",
@@ -99,6 +109,9 @@ impl Respond {
             ("wait_request", self.wait_request.to_string()),
         ]
     }
+}
+
+impl Respond {
 
     /// What the client receives, in order; `stall` ends the script without
     /// an end, so the pipeline stays open and silent.
@@ -110,6 +123,11 @@ impl Respond {
             Then::Stall => {}
         }
         items
+    }
+
+    /// Whether to wait for the client's first bytes (its request) first.
+    pub fn waits_for_request(&self) -> bool {
+        self.wait_request
     }
 
     /// How long to wait for a request before replying anyway.

@@ -7,19 +7,29 @@ use std::time::Duration;
 use rand::Rng;
 use tokio::time::Instant;
 
-use super::{Item, ItemKind, Next, StageCtx, StageIo};
-use crate::profile::node::{Fields, ProfileError};
+use super::{Kind, KindInfo, Layer, StageFuture, Stream, Item, ItemKind, Next, StageCtx, StageIo};
+use crate::settings::{Fields, ProfileError};
 use crate::units::format_duration;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Slicer {
-    pub size: u64,
-    pub size_variation: u64,
-    pub delay: Duration,
+    size: u64,
+    size_variation: u64,
+    delay: Duration,
 }
 
-impl Slicer {
-    pub fn parse(f: &mut Fields) -> Result<Self, ProfileError> {
+impl Kind for Slicer {
+    const INFO: KindInfo = KindInfo {
+        name: "slicer",
+        layer: Layer::Stream,
+        default_stream: Stream::Downstream,
+        streamed: true,
+        stages: true,
+        about: "data arrives in small segments with pauses between them",
+        params: &[("size", "a size (required)", "bytes per segment"), ("size_variation", "a size below size, default 0", "± this much per segment"), ("delay", "a duration, default 0", "the pause between segments")],
+    };
+
+    fn parse(f: &mut Fields) -> Result<Self, ProfileError> {
         let size = f
             .size("size")?
             .ok_or_else(|| f.table_error("missing \"size\" (bytes per segment, like 64)"))?;
@@ -40,7 +50,7 @@ impl Slicer {
         })
     }
 
-    pub fn params(&self) -> Vec<(&'static str, String)> {
+    fn params(&self) -> Vec<(&'static str, String)> {
         let mut p = vec![("size", self.size.to_string())];
         if self.size_variation > 0 {
             p.push(("size_variation", self.size_variation.to_string()));
@@ -48,6 +58,13 @@ impl Slicer {
         p.push(("delay", format_duration(self.delay)));
         p
     }
+
+    fn stage<'a>(&self, ctx: StageCtx, io: &'a mut StageIo) -> Option<StageFuture<'a>> {
+        Some(Box::pin(self.clone().run(ctx, io)))
+    }
+}
+
+impl Slicer {
 
     pub async fn run(self, mut ctx: StageCtx, io: &mut StageIo) {
         loop {

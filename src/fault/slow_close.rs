@@ -3,26 +3,43 @@
 
 use std::time::Duration;
 
-use super::{ItemKind, Next, StageCtx, StageIo};
-use crate::profile::node::{Fields, ProfileError};
+use super::{Kind, KindInfo, Layer, StageFuture, Stream, ItemKind, Next, StageCtx, StageIo};
+use crate::settings::{Fields, ProfileError};
 use crate::units::format_duration;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct SlowClose {
-    pub delay: Duration,
+    delay: Duration,
 }
 
-impl SlowClose {
-    pub fn parse(f: &mut Fields) -> Result<Self, ProfileError> {
+impl Kind for SlowClose {
+    const INFO: KindInfo = KindInfo {
+        name: "slow_close",
+        layer: Layer::Stream,
+        default_stream: Stream::Downstream,
+        streamed: true,
+        stages: true,
+        about: "the FIN arrives delay after the server sent it",
+        params: &[("delay", "a duration (required)", "how late the FIN arrives")],
+    };
+
+    fn parse(f: &mut Fields) -> Result<Self, ProfileError> {
         let delay = f
             .duration("delay")?
             .ok_or_else(|| f.table_error("missing \"delay\" (a duration like \"2s\")"))?;
         Ok(SlowClose { delay })
     }
 
-    pub fn params(&self) -> Vec<(&'static str, String)> {
+    fn params(&self) -> Vec<(&'static str, String)> {
         vec![("delay", format_duration(self.delay))]
     }
+
+    fn stage<'a>(&self, ctx: StageCtx, io: &'a mut StageIo) -> Option<StageFuture<'a>> {
+        Some(Box::pin(self.clone().run(ctx, io)))
+    }
+}
+
+impl SlowClose {
 
     pub async fn run(self, mut ctx: StageCtx, io: &mut StageIo) {
         loop {

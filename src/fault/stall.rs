@@ -9,16 +9,16 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Item, ItemKind, StageCtx, StageIo, Trigger, Until, parse_trigger, pass_until};
-use crate::profile::node::{Fields, ProfileError};
+use super::{Kind, KindInfo, Layer, StageFuture, Stream, Item, ItemKind, StageCtx, StageIo, Trigger, Until, parse_trigger, pass_until};
+use crate::settings::{Fields, ProfileError};
 use crate::units::format_duration;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Stall {
-    pub trigger: Trigger,
+    trigger: Trigger,
     /// `None`: forever.
-    pub duration: Option<Duration>,
-    pub then: Then,
+    duration: Option<Duration>,
+    then: Then,
 }
 
 /// What happens when a stall's time is up.
@@ -29,8 +29,18 @@ pub enum Then {
     Reset,
 }
 
-impl Stall {
-    pub fn parse(f: &mut Fields) -> Result<Self, ProfileError> {
+impl Kind for Stall {
+    const INFO: KindInfo = KindInfo {
+        name: "stall",
+        layer: Layer::Stream,
+        default_stream: Stream::Downstream,
+        streamed: true,
+        stages: true,
+        about: "after some bytes or time nothing flows for a while, or forever",
+        params: &[("after_bytes", "a size, default 0", "stall after this many bytes of the direction"), ("after", "a duration", "…or this long after the connection opened"), ("duration", "a duration or \"forever\" (default)", "how long nothing flows"), ("then", "release (default), close or reset", "what happens when the time is up")],
+    };
+
+    fn parse(f: &mut Fields) -> Result<Self, ProfileError> {
         let trigger = parse_trigger(f)?;
         let duration = f.duration_or_forever("duration")?.unwrap_or(None);
         if duration == Some(Duration::ZERO) {
@@ -53,7 +63,7 @@ impl Stall {
         })
     }
 
-    pub fn params(&self) -> Vec<(&'static str, String)> {
+    fn params(&self) -> Vec<(&'static str, String)> {
         let d = self.duration.map_or("forever".into(), format_duration);
         let mut p = vec![self.trigger.param(), ("duration", d)];
         match self.then {
@@ -63,6 +73,13 @@ impl Stall {
         }
         p
     }
+
+    fn stage<'a>(&self, ctx: StageCtx, io: &'a mut StageIo) -> Option<StageFuture<'a>> {
+        Some(Box::pin(self.clone().run(ctx, io)))
+    }
+}
+
+impl Stall {
 
     pub async fn run(self, mut ctx: StageCtx, io: &mut StageIo) {
         let held = match pass_until(self.trigger, &ctx, io).await {

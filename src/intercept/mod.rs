@@ -48,18 +48,20 @@ pub struct FlowPartition {
     pub client: SocketAddr,
 }
 
+use crate::fault::PartitionError;
+
 impl crate::fault::Partition for FlowPartition {
     fn blackout(
         &self,
         duration: Option<Duration>,
-    ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + '_>> {
+    ) -> Pin<Box<dyn Future<Output = Result<(), PartitionError>> + Send + '_>> {
         let command = nft::blackout_command(self.client, duration);
         let sandbox = self.sandbox.clone();
         Box::pin(async move {
             tokio::task::spawn_blocking(move || sandbox.nft(command))
                 .await
-                .map_err(|e| e.to_string())?
-                .map_err(|e| e.to_string())
+                .map_err(|e| PartitionError(e.to_string()))?
+                .map_err(|e| PartitionError(e.to_string()))
         })
     }
 }

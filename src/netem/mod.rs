@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use ipnet::IpNet;
 
-use crate::profile::node::{Fields, ProfileError};
+use crate::settings::{Fields, ProfileError};
 use crate::units;
 
 /// netchaos's root handle on a device ("NC").
@@ -160,7 +160,7 @@ impl Netem {
             ..Netem::default()
         };
         for d in f.strings("dst")?.unwrap_or_default() {
-            let text = crate::profile::node::node_text(&d);
+            let text = crate::settings::node_text(&d);
             let net = text
                 .parse::<IpNet>()
                 .or_else(|_| text.parse::<std::net::IpAddr>().map(IpNet::from))

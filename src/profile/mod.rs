@@ -6,13 +6,11 @@
 //! [`crate::plan::Plan`].
 
 pub mod builtin;
-pub mod files;
-pub mod node;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use node::{Fields, Node, ProfileError, Value, node_text};
+use crate::settings::{self as node, Fields, Node, ProfileError, Value, node_text};
 
 use crate::fault::{self, FaultSpec};
 use crate::plan::{self, DstPattern, Flow, Match, Plan, ProxySpec, Rule};
@@ -127,7 +125,7 @@ fn parse_rule(i: usize, node: Node, dir: &Option<PathBuf>) -> Result<Rule, Profi
     let mut faults = Vec::new();
     for (j, fnode) in f.tables("faults")?.into_iter().enumerate() {
         let ff = Fields::new(format!("rules[{i}].faults[{j}]"), fnode)?
-            .with_files(files::FilePolicy::Anywhere { base: dir.clone() });
+            .with_files(crate::settings::files::FilePolicy::Anywhere { base: dir.clone() });
         faults.push(Arc::new(fault::parse_fault(ff)?));
     }
     f.finish()?;

@@ -265,7 +265,7 @@ impl Conn<'_> {
             window: c.spec.active,
             epoch: self.relay.epoch,
             opened: self.opened,
-            hit: self.hit(c, Some(dir)),
+            hit: Box::new(self.hit(c, Some(dir))),
             partition: self.partition.clone(),
         }
     }
@@ -318,7 +318,7 @@ impl Conn<'_> {
         client: &TcpStream,
         r: crate::fault::respond::Respond,
     ) -> (Outcome, [u64; 2]) {
-        if r.wait_request {
+        if r.waits_for_request() {
             // `peek`, not `readable`: readiness may be a false positive (as
             // it is for the first connection of a fresh runtime), and the
             // reply must not overtake the request it answers.

@@ -1,4 +1,7 @@
-//! A located value tree and a reader that turns it into typed settings.
+//! Settings as they are written, and their reading: a located value tree
+//! and a reader that turns it into typed settings. A leaf of the crate:
+//! profiles, `--fault` flags, API bodies and `[netem]` tables all arrive
+//! here, and nothing here knows what they mean.
 //!
 //! Profiles (TOML), `--fault` strings and API bodies (JSON) all arrive here as
 //! [`Node`]s that remember where each value was written. [`Fields`] reads a
@@ -9,8 +12,10 @@
 use std::fmt;
 use std::time::Duration;
 
-use super::files::FilePolicy;
+pub mod files;
+
 use crate::units;
+use files::FilePolicy;
 
 /// A mistake in a profile, a `--fault` string or an API body.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]

@@ -14,8 +14,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
 
+use super::{announce_seed, open_events, runtime};
 use crate::cli::{DemoArgs, Global};
-use crate::commands::{announce_seed, open_events, runtime};
 use crate::error::{Error, Result};
 use crate::plan::Flow;
 use crate::profile::build_plan;
@@ -80,7 +80,7 @@ impl Scenario {
     /// Connect faults act on the SYN: only under `netchaos run`.
     fn needs_run(&self) -> bool {
         self.fault.is_some_and(|f| {
-            crate::profile::parse_fault_flag(f).is_ok_and(|s| s.kind.layer() != "stream")
+            crate::profile::parse_fault_flag(f).is_ok_and(|s| s.kind.layer().needs_interception())
         })
     }
 }
