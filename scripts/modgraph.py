@@ -20,7 +20,8 @@ for dp, _, fs in os.walk(root):
         src = "::".join(rel[:TOP]) if rel[0] not in ("lib", "main") else rel[0]
         text = open(os.path.join(dp, f)).read()
         # drop test modules: arrows from tests do not count
-        text = re.split(r"#\[cfg\(test\)\]\s*mod tests", text)[0]
+        text = re.split(r"#\[cfg\(test\)\]\s*(pub\(crate\) )?mod (tests|testing)", text)[0]
+        text = re.sub(r"//[^\n]*", "", text)
         for m in re.finditer(r"\bcrate::([a-z_]+)", text):
             dst = m.group(1)
             if dst != src.split("::")[0]:

@@ -36,6 +36,43 @@ pub struct ConnInfo {
     pub counters: Arc<ProxyStats>,
 }
 
+/// How a connection ended, as the event log and summary say it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Both sides sent FIN.
+    Fin,
+    /// RST (from a peer, or a fault) delivered to both sides.
+    Reset,
+    /// A fault closed the connection cleanly.
+    Closed,
+    /// The upstream could not be reached; the client was told so (at the
+    /// SYN under interception, else with an RST).
+    DialFailed,
+    /// `refuse` answered the SYN.
+    Refused,
+    /// `connect_timeout` dropped the SYN.
+    ConnectTimeout,
+    /// Its proxy or rule was disabled or removed.
+    Disabled,
+    /// netchaos shut down while the connection was open.
+    Aborted,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Fin => "fin",
+            Outcome::Reset => "reset",
+            Outcome::Closed => "closed",
+            Outcome::DialFailed => "dial_failed",
+            Outcome::Refused => "refused",
+            Outcome::ConnectTimeout => "connect_timeout",
+            Outcome::Disabled => "disabled",
+            Outcome::Aborted => "aborted",
+        }
+    }
+}
+
 /// Counters of one proxy (an explicit listener, or the transparent
 /// interception of `run`).
 #[derive(Default, Debug)]
@@ -192,11 +229,11 @@ impl Events {
         self.write("open", conn_fields(c));
     }
 
-    pub fn conn_close(&self, c: &ConnInfo, outcome: &str, bytes: [u64; 2], lived: Duration) {
+    pub fn conn_close(&self, c: &ConnInfo, outcome: Outcome, bytes: [u64; 2], lived: Duration) {
         self.stats.conns_open.fetch_sub(1, Ordering::Relaxed);
         c.counters.open.fetch_sub(1, Ordering::Relaxed);
         let mut f = conn_fields(c);
-        f.insert("outcome".into(), outcome.into());
+        f.insert("outcome".into(), outcome.as_str().into());
         f.insert("bytes_upstream".into(), bytes[0].into());
         f.insert("bytes_downstream".into(), bytes[1].into());
         f.insert("duration_ms".into(), json!(lived.as_millis() as u64));

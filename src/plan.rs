@@ -12,13 +12,12 @@ use std::fmt;
 use std::net::{IpAddr, SocketAddr};
 use std::ops::RangeInclusive;
 use std::sync::Arc;
-use std::time::Duration;
 
 use ipnet::IpNet;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::fault::{Direction, FaultSpec};
+use crate::fault::FaultSpec;
 use crate::settings::ProfileError;
 
 /// Whether a connection leaves the wrapped program or arrives to it.
@@ -240,28 +239,6 @@ pub fn parse_listen(s: &str) -> Result<SocketAddr, &'static str> {
     s.parse().map_err(|_| FORM)
 }
 
-/// A fault chosen for one connection.
-#[derive(Clone, Debug)]
-pub struct Chosen {
-    /// The fault's identity on this connection (rule and fault), stable
-    /// across updates of its parameters.
-    pub id: u64,
-    pub rule: Arc<str>,
-    pub spec: Arc<FaultSpec>,
-    /// Seed for the fault's own random choices on this connection (jitter,
-    /// slice sizes), split per direction by [`Chosen::rng`].
-    pub seed: u64,
-}
-
-impl Chosen {
-    /// The random source for one direction of this fault.
-    pub fn rng(&self, dir: Direction) -> ChaCha8Rng {
-        let mut rng = ChaCha8Rng::seed_from_u64(self.seed);
-        rng.set_stream(dir.index() as u64);
-        rng
-    }
-}
-
 /// Everything netchaos was told to do, validated.
 #[derive(Clone, Debug, Default)]
 pub struct Plan {
@@ -273,29 +250,6 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// The faults for connection number `seq`, given what is known of it and
-    /// how long netchaos has run (faults whose window is over are skipped).
-    pub fn decide(&self, meta: &ConnMeta<'_>, seq: u64, elapsed: Duration) -> Vec<Chosen> {
-        let mut chosen = Vec::new();
-        for (ri, rule) in self.rules.iter().enumerate() {
-            if !rule.matcher.matches(meta) {
-                continue;
-            }
-            for (fi, spec) in rule.faults.iter().enumerate() {
-                let (keep, seed) = draw(self.seed, ri as u64, fi as u64, seq, spec.probability);
-                if keep && !spec.active.is_over(elapsed) {
-                    chosen.push(Chosen {
-                        id: mix(0, ri as u64, fi as u64),
-                        rule: rule.name.clone(),
-                        spec: spec.clone(),
-                        seed,
-                    });
-                }
-            }
-        }
-        chosen
-    }
-
     /// Checks names for clashes: rule names and proxy names must be unique,
     /// and no two proxies may listen on the same address.
     pub fn validate(&self) -> Result<(), ProfileError> {
@@ -403,19 +357,6 @@ pub fn mix(seed: u64, a: u64, b: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fault::testing::spec;
-
-    fn rule(name: &str, matcher: Match, faults: &[(&str, &[(&str, &str)])]) -> Arc<Rule> {
-        Arc::new(Rule {
-            name: name.into(),
-            matcher,
-            faults: faults
-                .iter()
-                .map(|(k, p)| Arc::new(spec(k, p).unwrap()))
-                .collect(),
-            loc: "test".into(),
-        })
-    }
 
     fn meta<'a>(ip: &str, port: u16, names: &'a [String]) -> ConnMeta<'a> {
         ConnMeta {
@@ -476,92 +417,4 @@ mod tests {
         );
     }
 
-    #[test]
-    fn probability_splits_and_replays() {
-        let plan = Plan {
-            seed: 42,
-            rules: vec![rule(
-                "r",
-                Match::default(),
-                &[("reset", &[("probability", "0.3")])],
-            )],
-            ..Plan::default()
-        };
-        let pick = |p: &Plan| -> Vec<bool> {
-            (0..2000)
-                .map(|seq| {
-                    !p.decide(&meta("1.1.1.1", 1, &[]), seq, Duration::ZERO)
-                        .is_empty()
-                })
-                .collect()
-        };
-        let a = pick(&plan);
-        let hits = a.iter().filter(|x| **x).count();
-        assert!((500..700).contains(&hits), "{hits} of 2000 at p=0.3");
-        assert_eq!(a, pick(&plan), "same seed, same decisions");
-        let other = Plan {
-            seed: 43,
-            ..plan.clone()
-        };
-        assert_ne!(a, pick(&other), "another seed, other decisions");
-    }
-
-    #[test]
-    fn decisions_of_one_rule_ignore_other_rules() {
-        let one = rule(
-            "a",
-            Match::default(),
-            &[("reset", &[("probability", "0.5")])],
-        );
-        let plan1 = Plan {
-            seed: 7,
-            rules: vec![one.clone()],
-            ..Plan::default()
-        };
-        let decide = |p: &Plan, seq| {
-            p.decide(&meta("1.1.1.1", 1, &[]), seq, Duration::ZERO)
-                .iter()
-                .any(|c| &*c.rule == "a")
-        };
-        let ports = Match {
-            ports: vec![parse_ports("9").unwrap()],
-            ..Match::default()
-        };
-        let plan2 = Plan {
-            seed: 7,
-            rules: vec![
-                one,
-                rule(
-                    "b",
-                    ports,
-                    &[("latency", &[("delay", "1ms"), ("probability", "0.5")])],
-                ),
-            ],
-            ..Plan::default()
-        };
-        for seq in 0..200 {
-            assert_eq!(decide(&plan1, seq), decide(&plan2, seq));
-        }
-    }
-
-    #[test]
-    fn expired_windows_are_skipped() {
-        let plan = Plan {
-            rules: vec![rule(
-                "r",
-                Match::default(),
-                &[("latency", &[("delay", "1ms"), ("active", "..10s")])],
-            )],
-            ..Plan::default()
-        };
-        assert_eq!(
-            plan.decide(&meta("1.1.1.1", 1, &[]), 0, Duration::from_secs(5))
-                .len(),
-            1
-        );
-        assert!(
-            plan.decide(&meta("1.1.1.1", 1, &[]), 0, Duration::from_secs(10))
-                .is_empty()
-        );
-    }
 }

@@ -15,8 +15,8 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::fault::FaultSpec;
-use crate::plan::{self, Chosen, ConnMeta, Match, Plan};
+use crate::fault::{Chosen, FaultSpec};
+use crate::plan::{self, ConnMeta, Match, Plan};
 
 /// A fault in force, with an identity that survives parameter updates.
 #[derive(Clone, Debug)]
@@ -242,5 +242,196 @@ impl ConnFaults {
     /// removed.
     pub fn end_signals(&self) -> Vec<CancellationToken> {
         self.rules.iter().map(|(r, _)| r.cancelled()).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fault::testing::spec;
+    use crate::plan::{DstPattern, Flow, Rule, parse_ports};
+
+    fn rule(name: &str, matcher: Match, faults: &[(&str, &[(&str, &str)])]) -> Arc<Rule> {
+        Arc::new(Rule {
+            name: name.into(),
+            matcher,
+            faults: faults
+                .iter()
+                .map(|(k, p)| Arc::new(spec(k, p).unwrap()))
+                .collect(),
+            loc: "test".into(),
+        })
+    }
+
+    fn meta<'a>(ip: &str, port: u16, names: &'a [String]) -> ConnMeta<'a> {
+        ConnMeta {
+            flow: Flow::Outbound,
+            proxy: None,
+            ip: Some(ip.parse().unwrap()),
+            names,
+            port,
+        }
+    }
+
+    /// The faults connection `seq` gets, through the one decision engine.
+    fn decide(plan: &Plan, m: &ConnMeta<'_>, seq: u64, elapsed: Duration) -> Vec<Chosen> {
+        RuleSet::from_plan(plan).connect(m, seq).chosen(elapsed)
+    }
+
+    #[test]
+    fn probability_splits_and_replays() {
+        let plan = Plan {
+            seed: 42,
+            rules: vec![rule(
+                "r",
+                Match::default(),
+                &[("reset", &[("probability", "0.3")])],
+            )],
+            ..Plan::default()
+        };
+        let pick = |p: &Plan| -> Vec<bool> {
+            (0..2000)
+                .map(|seq| {
+                    !decide(p, &meta("1.1.1.1", 1, &[]), seq, Duration::ZERO)
+                        .is_empty()
+                })
+                .collect()
+        };
+        let a = pick(&plan);
+        let hits = a.iter().filter(|x| **x).count();
+        assert!((500..700).contains(&hits), "{hits} of 2000 at p=0.3");
+        assert_eq!(a, pick(&plan), "same seed, same decisions");
+        let other = Plan {
+            seed: 43,
+            ..plan.clone()
+        };
+        assert_ne!(a, pick(&other), "another seed, other decisions");
+    }
+
+    #[test]
+    fn decisions_of_one_rule_ignore_other_rules() {
+        let one = rule(
+            "a",
+            Match::default(),
+            &[("reset", &[("probability", "0.5")])],
+        );
+        let plan1 = Plan {
+            seed: 7,
+            rules: vec![one.clone()],
+            ..Plan::default()
+        };
+        let decide = |p: &Plan, seq| {
+            decide(p, &meta("1.1.1.1", 1, &[]), seq, Duration::ZERO)
+                .iter()
+                .any(|c| &*c.rule == "a")
+        };
+        let ports = Match {
+            ports: vec![parse_ports("9").unwrap()],
+            ..Match::default()
+        };
+        let plan2 = Plan {
+            seed: 7,
+            rules: vec![
+                one,
+                rule(
+                    "b",
+                    ports,
+                    &[("latency", &[("delay", "1ms"), ("probability", "0.5")])],
+                ),
+            ],
+            ..Plan::default()
+        };
+        for seq in 0..200 {
+            assert_eq!(decide(&plan1, seq), decide(&plan2, seq));
+        }
+    }
+
+    #[test]
+    fn expired_windows_are_skipped() {
+        let plan = Plan {
+            rules: vec![rule(
+                "r",
+                Match::default(),
+                &[("latency", &[("delay", "1ms"), ("active", "..10s")])],
+            )],
+            ..Plan::default()
+        };
+        assert_eq!(
+            decide(&plan, &meta("1.1.1.1", 1, &[]), 0, Duration::from_secs(5))
+                .len(),
+            1
+        );
+        assert!(
+            decide(&plan, &meta("1.1.1.1", 1, &[]), 0, Duration::from_secs(10))
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn only_matching_rules_apply_in_order() {
+        let plan = Plan {
+            seed: 1,
+            rules: vec![
+                rule(
+                    "https",
+                    Match {
+                        ports: vec![parse_ports("443").unwrap()],
+                        ..Match::default()
+                    },
+                    &[("latency", &[("delay", "1ms")])],
+                ),
+                rule(
+                    "api",
+                    Match {
+                        dst: vec![DstPattern::parse("api.example.com").unwrap()],
+                        ..Match::default()
+                    },
+                    &[("reset", &[]), ("close", &[])],
+                ),
+            ],
+            ..Plan::default()
+        };
+        let names = vec!["api.example.com".to_string()];
+        let got: Vec<&str> = decide(&plan, &meta("10.0.0.1", 443, &names), 1, Duration::ZERO)
+            .iter()
+            .map(|c| c.spec.name())
+            .collect();
+        assert_eq!(got, ["latency", "reset", "close"]);
+        assert!(decide(&plan, &meta("10.0.0.1", 80, &[]), 1, Duration::ZERO).is_empty());
+    }
+
+    #[test]
+    fn a_changed_rule_keeps_its_other_faults_decisions() {
+        let plan = Plan {
+            seed: 9,
+            rules: vec![rule(
+                "r",
+                Match::default(),
+                &[("reset", &[("probability", "0.5")])],
+            )],
+            ..Plan::default()
+        };
+        let set = RuleSet::from_plan(&plan);
+        let m = meta("1.1.1.1", 1, &[]);
+        let before: Vec<bool> = (0..100)
+            .map(|seq| !set.connect(&m, seq).chosen(Duration::ZERO).is_empty())
+            .collect();
+        // The API adds a fault to the rule: the first one's draws stay.
+        let r = set.get("r").unwrap();
+        let mut faults = (*r.faults()).clone();
+        faults.push(FaultEntry {
+            id: set.new_fault_id(),
+            spec: Arc::new(spec("latency", &[("delay", "1ms")]).unwrap()),
+        });
+        r.set_faults(faults);
+        let after: Vec<bool> = (0..100)
+            .map(|seq| {
+                set.connect(&m, seq)
+                    .chosen(Duration::ZERO)
+                    .iter()
+                    .any(|c| c.spec.name() == "reset")
+            })
+            .collect();
+        assert_eq!(before, after);
     }
 }

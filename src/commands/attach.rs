@@ -21,11 +21,12 @@ use crate::error::{Error, Result};
 use crate::events::Events;
 use crate::intercept::attach::{self, Attached, Config, Mode};
 use crate::intercept::nsthread::NsThread;
-use crate::intercept::syn_gate::{self, LossTable};
+use crate::intercept::loss::LossTable;
+use crate::intercept::syn_gate;
 use crate::intercept::{dns, privilege};
 use crate::plan::Flow;
 use crate::profile;
-use crate::relay::{Endpoint, Relay, RelayOptions, Target};
+use crate::relay::{Interception, Endpoint, Relay, RelayOptions, Target};
 use crate::ruleset::RuleSet;
 
 /// The namespace named by `--pid` or `--netns`: its file, how `clean`
@@ -75,7 +76,7 @@ pub fn attach(g: &Global, args: &AttachArgs) -> Result<u8> {
     let api = ApiConfig::new(args.api.api, &args.api.access)?;
     let opts = RelayOptions::new(args.dial_timeout, args.max_connections).map_err(Error::Usage)?;
     let (path, hint, resolv) = namespace(args.pid, args.netns.as_deref())?;
-    let losses = LossTable::from_plan(&plan).map_err(Error::Usage)?;
+    let losses = LossTable::from_plan(&plan).map_err(|e| Error::Usage(e.to_string()))?;
     attach::check_privileges(Mode::Attach.command(), Mode::Attach).map_err(Error::runtime)?;
     let resolvers = resolvers(args.resolv_conf.as_deref(), &resolv)?;
     let events = open_events(g)?;
@@ -135,7 +136,7 @@ pub fn in_place(g: &Global, args: &RunArgs) -> Result<u8> {
     let api = ApiConfig::new(args.api.api, &args.api.access)?;
     let opts = RelayOptions::new(args.dial_timeout, args.max_connections).map_err(Error::Usage)?;
     let resolvers = resolvers(args.resolv_conf.as_deref(), Path::new("/etc/resolv.conf"))?;
-    let losses = LossTable::from_plan(&plan).map_err(Error::Usage)?;
+    let losses = LossTable::from_plan(&plan).map_err(|e| Error::Usage(e.to_string()))?;
     attach::check_privileges(Mode::InPlace.command(), Mode::InPlace).map_err(Error::runtime)?;
     let events = open_events(g)?;
     raise_nofile_limit();
@@ -245,7 +246,7 @@ impl Serving {
                 l,
                 Endpoint::new(
                     sandbox.label.clone(),
-                    Target::Transparent(sandbox.clone()),
+                    Target::Transparent(sandbox.clone() as Arc<dyn Interception>),
                     Flow::Outbound,
                 ),
             );
@@ -256,7 +257,7 @@ impl Serving {
                 l,
                 Endpoint::new(
                     format!("{}-inbound", sandbox.label),
-                    Target::Transparent(sandbox.clone()),
+                    Target::Transparent(sandbox.clone() as Arc<dyn Interception>),
                     Flow::Inbound,
                 ),
             );

@@ -26,11 +26,12 @@ use crate::error::{Error, Result};
 use crate::fault::FaultSpec;
 use crate::intercept::addresses::NsAddrs;
 use crate::intercept::agent::AgentConfig;
-use crate::intercept::syn_gate::{self, LossTable};
+use crate::intercept::loss::LossTable;
+use crate::intercept::syn_gate;
 use crate::intercept::{dns, privilege, sandbox};
 use crate::plan::{Flow, Plan, Rule};
 use crate::profile;
-use crate::relay::{self, Endpoint, Relay, RelayOptions, Target};
+use crate::relay::{Interception, self, Endpoint, Relay, RelayOptions, Target};
 use crate::ruleset::RuleSet;
 
 pub fn run(g: &Global, args: &RunArgs) -> Result<u8> {
@@ -73,7 +74,7 @@ pub fn run(g: &Global, args: &RunArgs) -> Result<u8> {
     let events = open_events(g)?;
     raise_nofile_limit();
 
-    let losses = LossTable::from_plan(&plan).map_err(Error::Usage)?;
+    let losses = LossTable::from_plan(&plan).map_err(|e| Error::Usage(e.to_string()))?;
     let rootless = !privilege::is_root();
     let containment = if args.privileged_command && !rootless {
         tracing::warn!(
@@ -116,7 +117,7 @@ pub fn run(g: &Global, args: &RunArgs) -> Result<u8> {
             let l = tokio::net::TcpListener::from_std(l).map_err(|e| Error::Runtime(e.into()))?;
             relay.serve(
                 l,
-                Endpoint::new("run", Target::Transparent(sandbox.clone()), Flow::Outbound),
+                Endpoint::new("run", Target::Transparent(sandbox.clone() as Arc<dyn Interception>), Flow::Outbound),
             );
         }
         let resolvers = Arc::new(resolvers);
@@ -139,7 +140,7 @@ pub fn run(g: &Global, args: &RunArgs) -> Result<u8> {
                     format!("expose-{}", e.host.port()),
                     Target::Inside {
                         port: e.ns_port,
-                        sandbox: sandbox.clone(),
+                        ns: sandbox.clone(),
                     },
                     Flow::Inbound,
                 ),

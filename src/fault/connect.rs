@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use super::{Direction, FaultKind};
-use crate::plan::Chosen;
+use super::Chosen;
 
 /// What a new connection's SYN meets, before any dial.
 #[derive(Debug)]

@@ -29,6 +29,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use tokio::time::Instant;
 
@@ -290,6 +291,28 @@ impl FaultKind {
     /// Whether the kind runs as a pipeline stage on a direction's bytes.
     pub fn has_stage(&self) -> bool {
         self.info().stages
+    }
+}
+
+/// A fault chosen for one connection.
+#[derive(Clone, Debug)]
+pub struct Chosen {
+    /// The fault's identity on this connection (rule and fault), stable
+    /// across updates of its parameters.
+    pub id: u64,
+    pub rule: Arc<str>,
+    pub spec: Arc<FaultSpec>,
+    /// Seed for the fault's own random choices on this connection (jitter,
+    /// slice sizes), split per direction by [`Chosen::rng`].
+    pub seed: u64,
+}
+
+impl Chosen {
+    /// The random source for one direction of this fault.
+    pub fn rng(&self, dir: Direction) -> ChaCha8Rng {
+        let mut rng = ChaCha8Rng::seed_from_u64(self.seed);
+        rng.set_stream(dir.index() as u64);
+        rng
     }
 }
 

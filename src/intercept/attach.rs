@@ -29,7 +29,7 @@ use super::agent::{listener, udp};
 use super::nft::{self, Found, Installed, Liveness, Owner, Redirects, Ruleset};
 use super::nsthread::NsThread;
 use super::sandbox::{Listeners, Sandbox};
-use super::syn_gate::LossTable;
+use super::loss::LossTable;
 use super::{nfqueue, sock_diag};
 
 /// Which command is attaching (for messages and labels).

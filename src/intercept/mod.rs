@@ -24,7 +24,9 @@ pub mod agent;
 pub mod attach;
 pub mod channel;
 pub mod dns;
+pub mod gate;
 pub mod init;
+pub mod loss;
 pub mod nfqueue;
 pub mod nft;
 pub mod nsthread;
@@ -44,8 +46,8 @@ use std::time::Duration;
 /// Packet-level control of one intercepted connection: blackouts add the
 /// client's endpoint to the namespace's blackout set, with a timeout.
 pub struct FlowPartition {
-    pub sandbox: Arc<Sandbox>,
-    pub client: SocketAddr,
+    door: Arc<sandbox::Door>,
+    client: SocketAddr,
 }
 
 use crate::fault::PartitionError;
@@ -56,9 +58,9 @@ impl crate::fault::Partition for FlowPartition {
         duration: Option<Duration>,
     ) -> Pin<Box<dyn Future<Output = Result<(), PartitionError>> + Send + '_>> {
         let command = nft::blackout_command(self.client, duration);
-        let sandbox = self.sandbox.clone();
+        let door = self.door.clone();
         Box::pin(async move {
-            tokio::task::spawn_blocking(move || sandbox.nft(command))
+            tokio::task::spawn_blocking(move || door.nft(command))
                 .await
                 .map_err(|e| PartitionError(e.to_string()))?
                 .map_err(|e| PartitionError(e.to_string()))

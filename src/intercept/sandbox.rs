@@ -12,14 +12,21 @@ use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::waitpid;
 use nix::unistd::{ForkResult, Pid, fork};
 
+use std::net::IpAddr;
+
+use tokio::net::TcpStream;
+
 use super::addresses::NsAddrs;
+use crate::fault::Partition;
+use crate::relay::interception::{DialFuture, Handoff, Interception, Route};
 use super::agent::{self, AgentConfig, AgentMsg, ParentMsg, Reply, Request};
 use super::channel::Channel;
 use super::dns::NameTable;
 use super::nft::Redirects;
 use super::nsthread::NsThread;
 use super::sock_diag;
-use super::syn_gate::{Gate, LossTable};
+use super::gate::Gate;
+use super::loss::LossTable;
 
 /// How the wrapped command ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,7 +49,7 @@ impl CommandEnd {
 }
 
 /// How netchaos reaches into the namespace.
-enum Door {
+pub(crate) enum Door {
     /// `netchaos run`: the agent process inside (which also works rootless).
     Agent { requests: Mutex<Channel> },
     /// `attach` and `run --in-place`: a thread of netchaos's own, inside.
@@ -52,12 +59,14 @@ enum Door {
 /// The namespace, as the relay uses it: its names, the SYN gate's
 /// decisions, and a way in.
 pub struct Sandbox {
-    door: Door,
+    door: Arc<Door>,
     /// Socket diagnostics for the namespace (what listens there).
     diag: Mutex<OwnedFd>,
     pub redirects: Redirects,
     pub names: Arc<NameTable>,
     pub gate: Gate,
+    /// The plan's `loss` faults, numbered as the table's rules are.
+    pub losses: LossTable,
     /// What connections through it are called in events and metrics.
     pub label: Arc<str>,
     /// `run`'s namespace's own addresses: connections to them stay inside.
@@ -152,11 +161,12 @@ pub fn create(
         udp_mark: cfg.udp_mark,
         addrs: Some(addrs),
         diag: Mutex::new(diag),
-        door: Door::Agent {
+        door: Arc::new(Door::Agent {
             requests: Mutex::new(dial),
-        },
+        }),
         label: "run".into(),
-        gate: Gate::new(losses),
+        gate: Gate::default(),
+        losses,
         redirects: Redirects {
             tcp_port: redirects.0,
             dns_port: redirects.1,
@@ -272,11 +282,12 @@ impl Sandbox {
         Sandbox {
             udp_mark,
             addrs: None,
-            door: Door::Thread(ns),
+            door: Arc::new(Door::Thread(ns)),
             diag: Mutex::new(diag),
             redirects,
             names: Arc::new(NameTable::default()),
-            gate: Gate::new(losses),
+            gate: Gate::default(),
+            losses,
             label: label.into(),
         }
     }
@@ -285,7 +296,7 @@ impl Sandbox {
     /// existing namespace (attach, in-place) has its own network, while
     /// `run`'s reaches the world through the host.
     pub fn dials_inside(&self) -> bool {
-        matches!(self.door, Door::Thread(_))
+        matches!(*self.door, Door::Thread(_))
     }
 
     /// Whether `dst` is the namespace's own (its addresses, link-local
@@ -298,54 +309,21 @@ impl Sandbox {
     /// The thread inside an existing namespace (attach, in-place), and the
     /// mark its DNS queries carry.
     pub fn thread(&self) -> Option<(Arc<NsThread>, u32)> {
-        match &self.door {
+        match &*self.door {
             Door::Thread(t) => Some((t.clone(), self.udp_mark)),
             Door::Agent { .. } => None,
-        }
-    }
-
-    /// Sends one request to the agent and waits (briefly) for its reply.
-    fn request(requests: &Mutex<Channel>, req: &Request) -> io::Result<Vec<OwnedFd>> {
-        let ch = requests.lock().expect("request channel lock");
-        ch.set_recv_timeout(Some(Duration::from_secs(5)))?;
-        ch.send(req, &[])?;
-        match ch.recv::<Reply>()? {
-            Some((Reply { error: None }, fds)) => Ok(fds),
-            Some((Reply { error: Some(e) }, _)) => Err(io::Error::other(e)),
-            None => Err(io::Error::other("the namespace agent is gone")),
         }
     }
 
     /// A new TCP socket inside the namespace; blocks briefly (call from a
     /// blocking context).
     pub fn socket_inside(&self, v6: bool) -> io::Result<std::net::TcpStream> {
-        match &self.door {
-            Door::Agent { requests, .. } => {
-                let mut fds = Self::request(requests, &Request::Socket { v6 })?;
-                match fds.pop() {
-                    Some(fd) if fds.is_empty() => Ok(std::net::TcpStream::from(fd)),
-                    _ => Err(io::Error::other("the namespace agent sent no socket")),
-                }
-            }
-            Door::Thread(t) => t
-                .run(move || {
-                    agent::inside_socket(v6).map(|s| std::net::TcpStream::from(OwnedFd::from(s)))
-                })
-                .map_err(io::Error::other)?,
-        }
+        self.door.socket_inside(v6)
     }
 
     /// Runs one nftables command in the namespace; blocks briefly.
     pub fn nft(&self, command: String) -> io::Result<()> {
-        match &self.door {
-            Door::Agent { requests, .. } => {
-                Self::request(requests, &Request::Nft { command }).map(|_| ())
-            }
-            Door::Thread(t) => t
-                .run(move || super::nft::apply(&command))
-                .map_err(io::Error::other)?
-                .map_err(io::Error::other),
-        }
+        self.door.nft(command)
     }
 
     /// Whether something inside the namespace listens on `addr` (netchaos's
@@ -363,4 +341,111 @@ impl Sandbox {
             }
         }
     }
+
+    /// Where a connection to `dst` is dialled from: an existing namespace
+    /// dials everything inside; `run`'s namespace reaches the world through
+    /// the host, except what lives inside it — its own addresses, and a
+    /// loopback port where the command itself listens.
+    pub fn route(&self, dst: SocketAddr) -> Route {
+        let inside = self.dials_inside()
+            || self.is_own(dst)
+            || (crate::relay::is_loopback(dst) && self.listens_inside(dst));
+        if inside { Route::Inside } else { Route::Host }
+    }
+
+    /// A connection to `dst` from inside the namespace, with a socket made
+    /// there (by the agent, or by netchaos's thread in the namespace). Its
+    /// port is bound first and the SYN gate told, so that its SYN passes the
+    /// redirect.
+    async fn connect_inside(&self, dst: SocketAddr) -> io::Result<TcpStream> {
+        let door = self.door.clone();
+        let std_sock = tokio::task::spawn_blocking(move || door.socket_inside(dst.is_ipv6()))
+            .await
+            .map_err(io::Error::other)??;
+        let sock = tokio::net::TcpSocket::from_std_stream(std_sock);
+        let any: SocketAddr = if dst.is_ipv6() {
+            (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+        } else {
+            (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
+        };
+        sock.bind(any)?;
+        let _own = self.gate.expect_own(sock.local_addr()?.port(), dst);
+        sock.connect(dst).await
+    }
+}
+
+impl Interception for Sandbox {
+    fn label(&self) -> Arc<str> {
+        self.label.clone()
+    }
+
+    fn names(&self, ip: IpAddr) -> Vec<String> {
+        self.names.names(ip)
+    }
+
+    fn claim(&self, client: SocketAddr, dst: SocketAddr) -> Option<Handoff> {
+        self.gate.take(client, dst)
+    }
+
+    fn route(&self, dst: SocketAddr) -> Route {
+        Sandbox::route(self, dst)
+    }
+
+    fn dial_inside(&self, dst: SocketAddr) -> DialFuture<'_> {
+        Box::pin(self.connect_inside(dst))
+    }
+
+    fn partition(&self, client: SocketAddr) -> Arc<dyn Partition> {
+        Arc::new(super::FlowPartition {
+            door: self.door.clone(),
+            client,
+        })
+    }
+}
+
+impl Door {
+    /// Sends one request to the agent and waits (briefly) for its reply.
+    fn request(requests: &Mutex<Channel>, req: &Request) -> io::Result<Vec<OwnedFd>> {
+        let ch = requests.lock().expect("request channel lock");
+        ch.set_recv_timeout(Some(Duration::from_secs(5)))?;
+        ch.send(req, &[])?;
+        match ch.recv::<Reply>()? {
+            Some((Reply { error: None }, fds)) => Ok(fds),
+            Some((Reply { error: Some(e) }, _)) => Err(io::Error::other(e)),
+            None => Err(io::Error::other("the namespace agent is gone")),
+        }
+    }
+
+
+    /// See [`Sandbox::socket_inside`].
+    fn socket_inside(&self, v6: bool) -> io::Result<std::net::TcpStream> {
+        match self {
+            Door::Agent { requests, .. } => {
+                let mut fds = Self::request(requests, &Request::Socket { v6 })?;
+                match fds.pop() {
+                    Some(fd) if fds.is_empty() => Ok(std::net::TcpStream::from(fd)),
+                    _ => Err(io::Error::other("the namespace agent sent no socket")),
+                }
+            }
+            Door::Thread(t) => t
+                .run(move || {
+                    agent::inside_socket(v6).map(|s| std::net::TcpStream::from(OwnedFd::from(s)))
+                })
+                .map_err(io::Error::other)?,
+        }
+    }
+
+    /// Runs one nftables command in the namespace; blocks briefly.
+    pub(crate) fn nft(&self, command: String) -> io::Result<()> {
+        match self {
+            Door::Agent { requests, .. } => {
+                Self::request(requests, &Request::Nft { command }).map(|_| ())
+            }
+            Door::Thread(t) => t
+                .run(move || super::nft::apply(&command))
+                .map_err(io::Error::other)?
+                .map_err(io::Error::other),
+        }
+    }
+
 }

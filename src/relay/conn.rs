@@ -23,40 +23,11 @@ use tokio::time::Instant;
 use super::dial::{self, Dest, DialError};
 use super::pipeline::{self, Feed, Wanted};
 use super::{DirEnd, Endpoint, Relay, Target, sockopt, splice};
-use crate::events::{ConnInfo, FaultHit, Meter};
+use crate::events::{ConnInfo, FaultHit, Meter, Outcome};
 use crate::fault::{Direction, FaultKind, Partition, StageCtx};
-use crate::intercept::{FlowPartition, Sandbox};
-use crate::plan::{Chosen, ConnMeta};
-
-/// How a connection ended, as the event log and summary say it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Outcome {
-    /// Both sides sent FIN.
-    Fin,
-    /// RST (from a peer, or a fault) delivered to both sides.
-    Reset,
-    /// A fault closed the connection cleanly.
-    Closed,
-    /// The upstream could not be reached; the client was reset.
-    DialFailed,
-    /// Its proxy or rule was disabled or removed.
-    Disabled,
-    /// netchaos shut down while the connection was open.
-    Aborted,
-}
-
-impl Outcome {
-    fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Fin => "fin",
-            Outcome::Reset => "reset",
-            Outcome::Closed => "closed",
-            Outcome::DialFailed => "dial_failed",
-            Outcome::Disabled => "disabled",
-            Outcome::Aborted => "aborted",
-        }
-    }
-}
+use super::interception::Interception;
+use crate::fault::Chosen;
+use crate::plan::ConnMeta;
 
 /// Serves one accepted client until the connection ends or netchaos stops.
 pub async fn serve(relay: Arc<Relay>, client: TcpStream, peer: SocketAddr, ep: Arc<Endpoint>) {
@@ -67,8 +38,8 @@ pub async fn serve(relay: Arc<Relay>, client: TcpStream, peer: SocketAddr, ep: A
     let mut dest = dial::destination(&ep, &client).await;
     let first = dest.addrs.first().copied();
     let handoff = match &ep.target {
-        Target::Transparent(sb) if ep.flow == crate::plan::Flow::Outbound => {
-            sb.gate.take(peer, first)
+        Target::Transparent(ns) if ep.flow == crate::plan::Flow::Outbound => {
+            first.and_then(|dst| ns.claim(peer, dst))
         }
         _ => None,
     };
@@ -102,15 +73,12 @@ pub async fn serve(relay: Arc<Relay>, client: TcpStream, peer: SocketAddr, ep: A
         sockopt::set_linger_zero(&client);
         relay
             .events
-            .conn_close(&info, Outcome::Disabled.as_str(), [0, 0], opened.elapsed());
+            .conn_close(&info, Outcome::Disabled, [0, 0], opened.elapsed());
         return;
     }
     let (chosen_tx, chosen) = watch::channel(Arc::new(faults.chosen(relay.epoch.elapsed())));
     let partition: Option<Arc<dyn Partition>> = match &ep.target {
-        Target::Transparent(sb) => Some(Arc::new(FlowPartition {
-            sandbox: sb.clone(),
-            client: peer,
-        })),
+        Target::Transparent(ns) => Some(ns.partition(peer)),
         _ => None,
     };
     let conn = Conn {
@@ -143,7 +111,7 @@ pub async fn serve(relay: Arc<Relay>, client: TcpStream, peer: SocketAddr, ep: A
     };
     relay
         .events
-        .conn_close(&info, outcome.as_str(), bytes, opened.elapsed());
+        .conn_close(&info, outcome, bytes, opened.elapsed());
 }
 
 async fn wait_any(tokens: &[tokio_util::sync::CancellationToken]) {
@@ -234,9 +202,12 @@ impl Conn<'_> {
     async fn dial(
         &self,
         addrs: &[SocketAddr],
-        inside: Option<&Arc<Sandbox>>,
+        inside: Option<&Arc<dyn Interception>>,
     ) -> Result<TcpStream, DialError> {
-        let mut last = DialError::Other("no address to dial".into());
+        let mut last = DialError {
+            failure: crate::fault::connect::DialFailure::Other,
+            message: "no address to dial".into(),
+        };
         let timeout = self.relay.opts.dial_timeout;
         for addr in addrs {
             match dial::dial(*addr, timeout, inside).await {
@@ -438,7 +409,12 @@ const CLOSE_LINGER: Duration = Duration::from_secs(2);
 async fn teardown(outcome: Outcome, client: &TcpStream, upstream: Option<&TcpStream>) {
     let socks = [Some(client), upstream];
     match outcome {
-        Outcome::Reset | Outcome::DialFailed | Outcome::Aborted | Outcome::Disabled => {
+        Outcome::Reset
+        | Outcome::DialFailed
+        | Outcome::Aborted
+        | Outcome::Disabled
+        | Outcome::Refused
+        | Outcome::ConnectTimeout => {
             for s in socks.into_iter().flatten() {
                 sockopt::set_linger_zero(s);
             }

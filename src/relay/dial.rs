@@ -11,8 +11,9 @@ use std::time::Duration;
 
 use tokio::net::TcpStream;
 
+use super::interception::{Interception, Route};
 use super::{Endpoint, Target, sockopt};
-use crate::intercept::Sandbox;
+use crate::fault::connect::DialFailure;
 
 /// Where a connection goes.
 pub struct Dest {
@@ -23,7 +24,7 @@ pub struct Dest {
     /// What to call the destination when it has no address.
     pub label: String,
     /// Dial through the namespace instead of from the host.
-    pub inside: Option<Arc<Sandbox>>,
+    pub inside: Option<Arc<dyn Interception>>,
     /// Why there is no address, if there is none.
     pub error: Option<(&'static str, String)>,
 }
@@ -47,14 +48,11 @@ pub async fn destination(ep: &Endpoint, client: &TcpStream) -> Dest {
                 Err(e) => d.error = Some(("resolve_failed", e)),
             }
         }
-        Target::Transparent(sandbox) => match sockopt::original_dst(client) {
+        Target::Transparent(ns) => match sockopt::original_dst(client) {
             Ok(dst) => {
-                d.names = sandbox.names.names(dst.ip());
-                if sandbox.dials_inside()
-                    || sandbox.is_own(dst)
-                    || (is_loopback(dst) && sandbox.listens_inside(dst))
-                {
-                    d.inside = Some(sandbox.clone());
+                d.names = ns.names(dst.ip());
+                if ns.route(dst) == Route::Inside {
+                    d.inside = Some(ns.clone());
                 }
                 d.addrs.push(scoped(dst));
             }
@@ -66,12 +64,12 @@ pub async fn destination(ep: &Endpoint, client: &TcpStream) -> Dest {
                 ));
             }
         },
-        Target::Inside { port, sandbox } => {
+        Target::Inside { port, ns } => {
             d.addrs = vec![
                 SocketAddr::from(([127, 0, 0, 1], *port)),
                 SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, *port)),
             ];
-            d.inside = Some(sandbox.clone());
+            d.inside = Some(ns.clone());
         }
     }
     d
@@ -122,67 +120,19 @@ async fn resolve(upstream: &str) -> Result<(Option<String>, Vec<SocketAddr>), St
     }
 }
 
-/// Connects to `addr` from inside the namespace, with a socket made there
-/// (by the agent, or by netchaos's thread in the namespace). Its port is
-/// bound first and the SYN gate told, so that its SYN passes the redirect.
-pub async fn dial_inside(sandbox: &Arc<Sandbox>, addr: SocketAddr) -> std::io::Result<TcpStream> {
-    let sb = sandbox.clone();
-    let std_sock = tokio::task::spawn_blocking(move || sb.socket_inside(addr.is_ipv6()))
-        .await
-        .map_err(std::io::Error::other)??;
-    let sock = tokio::net::TcpSocket::from_std_stream(std_sock);
-    let any: SocketAddr = if addr.is_ipv6() {
-        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
-    } else {
-        (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
-    };
-    sock.bind(any)?;
-    let _own = sandbox.gate.expect_own(sock.local_addr()?.port(), addr);
-    sock.connect(addr).await
-}
-
-/// Why a dial failed, as the client would have seen it.
-#[derive(Debug)]
-pub enum DialError {
-    /// RST: the client should see ECONNREFUSED.
-    Refused(String),
-    /// Host unreachable: EHOSTUNREACH.
-    Unreachable(String),
-    /// No route to the network: ENETUNREACH.
-    NetUnreachable(String),
-    /// A firewall on the way refused it (ICMP administratively prohibited).
-    Prohibited(String),
-    /// No answer within the dial timeout.
-    Timeout(String),
-    /// Anything else (an address the host cannot use, no descriptors):
-    /// the client's connect fails at once rather than hang.
-    Other(String),
+/// Why a dial failed: its class (what the client would have met) and the
+/// kernel's words.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct DialError {
+    pub failure: DialFailure,
+    pub message: String,
 }
 
 impl DialError {
     /// The relay error kind for events and counters.
     pub fn kind(&self) -> &'static str {
-        match self {
-            DialError::Refused(_) => "dial_refused",
-            DialError::Unreachable(_) => "dial_unreachable",
-            DialError::NetUnreachable(_) => "dial_net_unreachable",
-            DialError::Prohibited(_) => "dial_prohibited",
-            DialError::Timeout(_) => "dial_timeout",
-            DialError::Other(_) => "dial_failed",
-        }
-    }
-}
-
-impl std::fmt::Display for DialError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            DialError::Refused(m)
-            | DialError::Unreachable(m)
-            | DialError::NetUnreachable(m)
-            | DialError::Prohibited(m)
-            | DialError::Timeout(m)
-            | DialError::Other(m) => f.write_str(m),
-        }
+        self.failure.kind()
     }
 }
 
@@ -191,10 +141,10 @@ impl std::fmt::Display for DialError {
 pub async fn dial(
     addr: SocketAddr,
     timeout: Duration,
-    inside: Option<&Arc<Sandbox>>,
+    inside: Option<&Arc<dyn Interception>>,
 ) -> Result<TcpStream, DialError> {
     match inside {
-        Some(sb) => dial_with(addr, timeout, dial_inside(sb, addr)).await,
+        Some(ns) => dial_with(addr, timeout, ns.dial_inside(addr)).await,
         None => dial_host(addr, timeout).await,
     }
 }
@@ -211,20 +161,16 @@ pub async fn dial_with(
 ) -> Result<TcpStream, DialError> {
     match tokio::time::timeout(timeout, connect).await {
         Ok(Ok(s)) => Ok(s),
-        Ok(Err(e)) => {
-            let msg = format!("connect to {addr}: {e}");
-            Err(match e.raw_os_error() {
-                Some(libc::ECONNREFUSED) => DialError::Refused(msg),
-                Some(libc::EHOSTUNREACH | libc::EHOSTDOWN) => DialError::Unreachable(msg),
-                Some(libc::ENETUNREACH | libc::ENETDOWN) => DialError::NetUnreachable(msg),
-                Some(libc::EACCES | libc::EPERM) => DialError::Prohibited(msg),
-                Some(libc::ETIMEDOUT) => DialError::Timeout(msg),
-                _ => DialError::Other(msg),
-            })
-        }
-        Err(_) => Err(DialError::Timeout(format!(
-            "connect to {addr}: no answer within {}",
-            crate::units::format_duration(timeout)
-        ))),
+        Ok(Err(e)) => Err(DialError {
+            failure: DialFailure::from_errno(e.raw_os_error()),
+            message: format!("connect to {addr}: {e}"),
+        }),
+        Err(_) => Err(DialError {
+            failure: DialFailure::Timeout,
+            message: format!(
+                "connect to {addr}: no answer within {}",
+                crate::units::format_duration(timeout)
+            ),
+        }),
     }
 }

@@ -8,6 +8,7 @@
 
 pub mod conn;
 pub mod dial;
+pub mod interception;
 pub mod pipeline;
 pub mod sockopt;
 pub mod splice;
@@ -26,11 +27,11 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::events::Events;
-use crate::intercept::Sandbox;
 use crate::plan::Flow;
 use crate::ruleset::RuleSet;
 
 pub use dial::{DialError, dial_host, is_loopback};
+pub use interception::{Handoff, Interception, Route};
 pub use pipeline::RESET_DRAIN;
 
 /// How one direction of a connection ended.
@@ -80,13 +81,15 @@ impl Endpoint {
 pub enum Target {
     /// `netchaos proxy`: a configured `host:port`, resolved per connection.
     Fixed(String),
-    /// `netchaos run`: wherever the client meant to go (its original
-    /// destination before the redirect), dialled from the host's network
-    /// namespace — unless it is a loopback address where the wrapped
-    /// command itself listens, which stays inside.
-    Transparent(Arc<Sandbox>),
+    /// Interception: wherever the client meant to go (its original
+    /// destination before the redirect), dialled where the interception
+    /// says ([`Interception::route`]).
+    Transparent(Arc<dyn Interception>),
     /// `--expose`: a port inside the namespace, reached from the host.
-    Inside { port: u16, sandbox: Arc<Sandbox> },
+    Inside {
+        port: u16,
+        ns: Arc<dyn Interception>,
+    },
 }
 
 /// Relay settings from the command line.

@@ -1,0 +1,63 @@
+//! What the relay needs from interception (`netchaos run`, `attach`,
+//! `--in-place`), stated here and implemented by [`crate::intercept`]: the
+//! relay never reaches into namespaces, nftables or the SYN gate itself.
+
+use std::future::Future;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::Arc;
+
+use tokio::net::TcpStream;
+
+use crate::fault::Partition;
+use crate::ruleset::ConnFaults;
+
+/// Where a destination is reached from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// netchaos's own network namespace (`run`: the host's).
+    Host,
+    /// The intercepted namespace: a service of the command's own, the
+    /// namespace's own addresses, or every destination of an existing
+    /// namespace (`attach`, `--in-place`).
+    Inside,
+}
+
+/// What the relay takes over when it accepts a client whose SYN the gate
+/// held: the decisions made for it, and the upstream dialled meanwhile.
+pub struct Handoff {
+    pub seq: u64,
+    /// The connection's rules and draws (it follows them while it runs).
+    pub faults: ConnFaults,
+    pub names: Vec<String>,
+    /// The upstream, already connected (none for `respond`, or for a
+    /// service inside the namespace, dialled when the relay has the client).
+    pub upstream: Option<TcpStream>,
+}
+
+pub type DialFuture<'a> = Pin<Box<dyn Future<Output = io::Result<TcpStream>> + Send + 'a>>;
+
+/// One intercepted namespace, as the relay sees it.
+pub trait Interception: Send + Sync {
+    /// What its connections are called in events and metrics.
+    fn label(&self) -> Arc<str>;
+
+    /// Names `ip` is known by (learned from the namespace's DNS answers).
+    fn names(&self, ip: IpAddr) -> Vec<String>;
+
+    /// The decisions and upstream of a client the relay accepted, if the
+    /// SYN gate held its SYN (`client` as the relay sees it, `dst` its
+    /// original destination).
+    fn claim(&self, client: SocketAddr, dst: SocketAddr) -> Option<Handoff>;
+
+    /// Where a connection to `dst` is dialled from.
+    fn route(&self, dst: SocketAddr) -> Route;
+
+    /// Connects to `dst` from inside the namespace, so that interception
+    /// lets the connection through.
+    fn dial_inside(&self, dst: SocketAddr) -> DialFuture<'_>;
+
+    /// Packet-level control of `client`'s flow (blackouts).
+    fn partition(&self, client: SocketAddr) -> Arc<dyn Partition>;
+}
