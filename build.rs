@@ -13,7 +13,7 @@ fn main() {
         .collect();
     files.sort();
     let mut code = String::from(
-        "/// Built-in profiles: (name, TOML text), sorted by name.\npub static BUILTIN: &[(&str, &str)] = &[\n",
+        "/// Built-in profiles: (name, TOML text), sorted by name.\npub(crate) static BUILTIN: &[(&str, &str)] = &[\n",
     );
     for f in &files {
         println!("cargo:rerun-if-changed={}", f.display());

@@ -72,6 +72,12 @@ pub enum Command {
     Check(CheckArgs),
     /// List the built-in profiles with their descriptions.
     Profiles,
+    /// List every fault type with its parameters, units and defaults.
+    Faults {
+        /// Only this fault type.
+        #[arg(value_name = "TYPE")]
+        name: Option<String>,
+    },
     /// Show the faults hitting a real client, against a built-in server.
     Demo(DemoArgs),
     /// The demo's client (run by `netchaos demo` under `netchaos run`).
@@ -129,7 +135,7 @@ pub struct ApiAccess {
 
 impl ApiAccess {
     /// The token, from the file or the flag; a blank one is refused.
-    pub fn token(&self) -> Result<Option<String>> {
+    pub(crate) fn token(&self) -> Result<Option<String>> {
         let (token, from) = match &self.api_token_file {
             Some(path) => {
                 let text = std::fs::read_to_string(path).map_err(|e| {
@@ -155,7 +161,7 @@ impl ApiAccess {
     }
 
     /// Where toxics made through the API may read files.
-    pub fn files(&self) -> Result<crate::settings::files::FilePolicy> {
+    pub(crate) fn files(&self) -> Result<crate::settings::files::FilePolicy> {
         use crate::settings::files::{ApiFiles, FilePolicy};
         match &self.api_files {
             None => Ok(FilePolicy::Nowhere),
@@ -556,14 +562,14 @@ pub struct CleanArgs {
 
 /// One `--expose`: a host listener that leads to a port of the namespace.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Expose {
-    pub host: std::net::SocketAddr,
-    pub ns_port: u16,
+pub(crate) struct Expose {
+    pub(crate) host: std::net::SocketAddr,
+    pub(crate) ns_port: u16,
 }
 
 impl Expose {
     /// Parses `[HOST_ADDR:]HOST_PORT[:NS_PORT]` (`[v6]:PORT[:NS_PORT]` for IPv6).
-    pub fn parse(s: &str) -> std::result::Result<Expose, String> {
+    pub(crate) fn parse(s: &str) -> std::result::Result<Expose, String> {
         let bad = || {
             format!(
                 "--expose {s}: expected [HOST_ADDR:]HOST_PORT[:NS_PORT], like 8080, 8080:80 or 0.0.0.0:8080:80"
@@ -637,7 +643,7 @@ fn duration_arg(s: &str) -> std::result::Result<Duration, String> {
 /// Groups `--listen`, `--upstream` and `--name` into proxies by their
 /// position on the command line: a flag that repeats within the current
 /// group starts the next one.
-pub fn proxy_pairs(m: &ArgMatches) -> Result<Vec<ProxySpec>> {
+pub(crate) fn proxy_pairs(m: &ArgMatches) -> Result<Vec<ProxySpec>> {
     let mut flags: Vec<(usize, &'static str, String)> = Vec::new();
     for id in ["listen", "upstream", "name"] {
         if let (Some(idx), Some(vals)) = (m.indices_of(id), m.get_many::<String>(id)) {

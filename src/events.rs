@@ -22,7 +22,7 @@ use crate::fault::{Direction, FaultSpec};
 
 /// Who a connection is: what the event lines and logs name.
 #[derive(Debug, Clone)]
-pub struct ConnInfo {
+pub(crate) struct ConnInfo {
     pub id: u64,
     pub client: SocketAddr,
     /// The destination as dialled (`ip:port`), or as configured before it
@@ -38,7 +38,7 @@ pub struct ConnInfo {
 
 /// How a connection ended, as the event log and summary say it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// Both sides sent FIN.
     Fin,
     /// RST (from a peer, or a fault) delivered to both sides.
@@ -59,7 +59,7 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Outcome::Fin => "fin",
             Outcome::Reset => "reset",
@@ -76,7 +76,7 @@ impl Outcome {
 /// Counters of one proxy (an explicit listener, or the transparent
 /// interception of `run`).
 #[derive(Default, Debug)]
-pub struct ProxyStats {
+pub(crate) struct ProxyStats {
     pub open: AtomicU64,
     pub total: AtomicU64,
     /// Bytes delivered, indexed by [`Direction::index`].
@@ -85,13 +85,13 @@ pub struct ProxyStats {
 
 /// Where a direction counts the bytes it delivers: the totals and its
 /// proxy's.
-pub struct Meter<'a> {
+pub(crate) struct Meter<'a> {
     pub global: &'a Stats,
     pub proxy: &'a ProxyStats,
 }
 
 impl Meter<'_> {
-    pub fn add(&self, dir: Direction, n: u64) {
+    pub(crate) fn add(&self, dir: Direction, n: u64) {
         self.global.bytes[dir.index()].fetch_add(n, Ordering::Relaxed);
         self.proxy.bytes[dir.index()].fetch_add(n, Ordering::Relaxed);
     }
@@ -99,7 +99,7 @@ impl Meter<'_> {
 
 /// Counters shared by the summary and `/metrics`.
 #[derive(Default)]
-pub struct Stats {
+pub(crate) struct Stats {
     pub conns_total: AtomicU64,
     pub conns_open: AtomicU64,
     /// Bytes delivered, indexed by [`Direction::index`].
@@ -123,7 +123,7 @@ pub struct Stats {
 
 /// Why the DNS forwarder dropped a query.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DnsRefusal {
+pub(crate) enum DnsRefusal {
     /// Not a well-formed standard query (junk, a response, …).
     Malformed = 0,
     /// Too many queries in flight already.
@@ -131,9 +131,9 @@ pub enum DnsRefusal {
 }
 
 impl DnsRefusal {
-    pub const ALL: [DnsRefusal; 2] = [DnsRefusal::Malformed, DnsRefusal::Busy];
+    pub(crate) const ALL: [DnsRefusal; 2] = [DnsRefusal::Malformed, DnsRefusal::Busy];
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             DnsRefusal::Malformed => "malformed",
             DnsRefusal::Busy => "busy",
@@ -143,7 +143,7 @@ impl DnsRefusal {
 
 impl Stats {
     /// The counters of proxy `name` (made on first use).
-    pub fn proxy(&self, name: &str) -> Arc<ProxyStats> {
+    pub(crate) fn proxy(&self, name: &str) -> Arc<ProxyStats> {
         self.proxies
             .lock()
             .expect("stats lock")
@@ -154,7 +154,7 @@ impl Stats {
 }
 
 /// The event log and the counters.
-pub struct Events {
+pub(crate) struct Events {
     started: Instant,
     log: Option<Mutex<BufWriter<File>>>,
     pub stats: Stats,
@@ -162,7 +162,7 @@ pub struct Events {
 
 impl Events {
     /// Opens (truncating) the event log at `path`, if one is wanted.
-    pub fn open(path: Option<&Path>) -> io::Result<Events> {
+    pub(crate) fn open(path: Option<&Path>) -> io::Result<Events> {
         let log = match path {
             Some(p) => Some(Mutex::new(BufWriter::new(File::create(p)?))),
             None => None,
@@ -175,7 +175,7 @@ impl Events {
     }
 
     /// Events with no log file (the demo, tests).
-    pub fn in_memory() -> Events {
+    pub(crate) fn in_memory() -> Events {
         Events {
             started: Instant::now(),
             log: None,
@@ -214,14 +214,14 @@ impl Events {
         }
     }
 
-    pub fn start(&self, seed: u64, what: &str) {
+    pub(crate) fn start(&self, seed: u64, what: &str) {
         self.write(
             "start",
             obj(json!({"seed": seed, "version": env!("CARGO_PKG_VERSION"), "mode": what})),
         );
     }
 
-    pub fn conn_open(&self, c: &ConnInfo) {
+    pub(crate) fn conn_open(&self, c: &ConnInfo) {
         self.stats.conns_total.fetch_add(1, Ordering::Relaxed);
         self.stats.conns_open.fetch_add(1, Ordering::Relaxed);
         c.counters.total.fetch_add(1, Ordering::Relaxed);
@@ -229,7 +229,13 @@ impl Events {
         self.write("open", conn_fields(c));
     }
 
-    pub fn conn_close(&self, c: &ConnInfo, outcome: Outcome, bytes: [u64; 2], lived: Duration) {
+    pub(crate) fn conn_close(
+        &self,
+        c: &ConnInfo,
+        outcome: Outcome,
+        bytes: [u64; 2],
+        lived: Duration,
+    ) {
         self.stats.conns_open.fetch_sub(1, Ordering::Relaxed);
         c.counters.open.fetch_sub(1, Ordering::Relaxed);
         let mut f = conn_fields(c);
@@ -241,7 +247,7 @@ impl Events {
     }
 
     /// A fault took effect.
-    pub fn fault(&self, c: &ConnInfo, rule: &str, spec: &FaultSpec, dir: Option<Direction>) {
+    pub(crate) fn fault(&self, c: &ConnInfo, rule: &str, spec: &FaultSpec, dir: Option<Direction>) {
         *self
             .stats
             .faults
@@ -273,7 +279,7 @@ impl Events {
     }
 
     /// Something went wrong in the relay itself (not an injected fault).
-    pub fn relay_error(&self, c: &ConnInfo, kind: &'static str, detail: &str) {
+    pub(crate) fn relay_error(&self, c: &ConnInfo, kind: &'static str, detail: &str) {
         *self
             .stats
             .errors
@@ -290,7 +296,7 @@ impl Events {
 
     /// A listener stopped listening for a while (`reason`: `limit` or
     /// `resources`).
-    pub fn listener_paused(&self, reason: &'static str) {
+    pub(crate) fn listener_paused(&self, reason: &'static str) {
         *self
             .stats
             .pauses
@@ -302,7 +308,7 @@ impl Events {
     }
 
     /// The SYN gate refused a connection: the limit was reached.
-    pub fn refused_at_limit(&self, c: &ConnInfo) {
+    pub(crate) fn refused_at_limit(&self, c: &ConnInfo) {
         self.stats.refused_at_limit.fetch_add(1, Ordering::Relaxed);
         tracing::warn!(conn = c.id, client = %c.client, dst = %c.dst, "refused: connection limit reached");
         let mut f = conn_fields(c);
@@ -312,7 +318,7 @@ impl Events {
 
     /// The DNS forwarder dropped a query (counted; logged once per kind at
     /// debug level, as a flood would otherwise flood the log).
-    pub fn dns_refused(&self, why: DnsRefusal) {
+    pub(crate) fn dns_refused(&self, why: DnsRefusal) {
         if self.stats.dns_refused[why as usize].fetch_add(1, Ordering::Relaxed) == 0 {
             tracing::debug!("DNS forwarder: dropped a query ({})", why.as_str());
         }
@@ -320,7 +326,7 @@ impl Events {
 
     /// The exit summary: connections, bytes each way, faults by rule and
     /// kind, relay errors.
-    pub fn summary(&self, seed: u64) -> String {
+    pub(crate) fn summary(&self, seed: u64) -> String {
         let s = &self.stats;
         let mut out = format!(
             "netchaos summary (seed {seed}, ran {:.1}s)\n  connections: {} ({} still open)\n  bytes: {} upstream (client→server), {} downstream (server→client)\n",
@@ -415,14 +421,14 @@ type HitSink = (Arc<Events>, Arc<ConnInfo>, Arc<str>, Arc<FaultSpec>);
 
 /// What a fault stage holds to record its effect: once per connection and
 /// direction, however many bytes it touches.
-pub struct FaultHit {
-    sink: Option<HitSink>,
+pub(crate) struct FaultHit {
+    sink: HitSink,
     dir: Option<Direction>,
     fired: bool,
 }
 
 impl FaultHit {
-    pub fn new(
+    pub(crate) fn new(
         events: Arc<Events>,
         conn: Arc<ConnInfo>,
         rule: Arc<str>,
@@ -430,33 +436,19 @@ impl FaultHit {
         dir: Option<Direction>,
     ) -> FaultHit {
         FaultHit {
-            sink: Some((events, conn, rule, spec)),
+            sink: (events, conn, rule, spec),
             dir,
             fired: false,
         }
     }
 
-    /// A hit that records nowhere (unit tests).
-    pub fn detached() -> FaultHit {
-        FaultHit {
-            sink: None,
-            dir: None,
-            fired: false,
-        }
-    }
-
     /// Records the fault's effect, the first time only.
-    pub fn fire(&mut self) {
+    pub(crate) fn fire(&mut self) {
         if std::mem::replace(&mut self.fired, true) {
             return;
         }
-        if let Some((events, conn, rule, spec)) = &self.sink {
-            events.fault(conn, rule, spec, self.dir);
-        }
-    }
-
-    pub fn fired(&self) -> bool {
-        self.fired
+        let (events, conn, rule, spec) = &self.sink;
+        events.fault(conn, rule, spec, self.dir);
     }
 }
 

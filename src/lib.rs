@@ -30,17 +30,17 @@
 
 pub mod cli;
 pub mod commands;
-pub mod control;
+pub(crate) mod control;
 pub mod error;
-pub mod events;
-pub mod fault;
+pub(crate) mod events;
+pub(crate) mod fault;
 #[doc(hidden)]
 pub mod fuzzing;
-pub mod intercept;
-pub mod netem;
-pub mod plan;
-pub mod profile;
-pub mod relay;
-pub mod ruleset;
+pub(crate) mod intercept;
+pub(crate) mod netem;
+pub(crate) mod plan;
+pub(crate) mod profile;
+pub(crate) mod relay;
+pub(crate) mod ruleset;
 pub mod settings;
-pub mod units;
+pub(crate) mod units;

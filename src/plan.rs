@@ -22,21 +22,21 @@ use crate::settings::ProfileError;
 
 /// Whether a connection leaves the wrapped program or arrives to it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Flow {
+pub(crate) enum Flow {
     Outbound,
     Inbound,
 }
 
 /// One destination criterion.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum DstPattern {
+pub(crate) enum DstPattern {
     Net(IpNet),
     /// A lower-case host name; `*.example.com` matches its subdomains.
     Host(String),
 }
 
 impl DstPattern {
-    pub fn parse(s: &str) -> Result<DstPattern, &'static str> {
+    pub(crate) fn parse(s: &str) -> Result<DstPattern, &'static str> {
         const FORM: &str =
             "an address, a CIDR like \"10.0.0.0/8\", or a host name like \"api.example.com\"";
         let s = s.trim();
@@ -101,7 +101,7 @@ impl fmt::Display for DstPattern {
 }
 
 /// Parses `443` or `8000-8100`.
-pub fn parse_ports(s: &str) -> Result<RangeInclusive<u16>, &'static str> {
+pub(crate) fn parse_ports(s: &str) -> Result<RangeInclusive<u16>, &'static str> {
     const FORM: &str = "a port like \"443\" or a range like \"8000-8100\"";
     let s = s.trim();
     let (a, b) = s.split_once('-').unwrap_or((s, s));
@@ -116,7 +116,7 @@ pub fn parse_ports(s: &str) -> Result<RangeInclusive<u16>, &'static str> {
 /// Which connections a rule applies to. Each given criterion must hold; an
 /// empty criterion matches everything.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Match {
+pub(crate) struct Match {
     pub dst: Vec<DstPattern>,
     pub ports: Vec<RangeInclusive<u16>>,
     /// `None`: either direction.
@@ -127,7 +127,7 @@ pub struct Match {
 
 /// What the relay knows about a connection when it decides its faults.
 #[derive(Clone, Debug)]
-pub struct ConnMeta<'a> {
+pub(crate) struct ConnMeta<'a> {
     pub flow: Flow,
     pub proxy: Option<&'a str>,
     pub ip: Option<IpAddr>,
@@ -138,16 +138,12 @@ pub struct ConnMeta<'a> {
 }
 
 impl Match {
-    pub fn matches(&self, m: &ConnMeta<'_>) -> bool {
+    pub(crate) fn matches(&self, m: &ConnMeta<'_>) -> bool {
         (self.dst.is_empty() || self.dst.iter().any(|d| d.matches(m.ip, m.names)))
             && (self.ports.is_empty() || self.ports.iter().any(|r| r.contains(&m.port)))
             && self.flow.is_none_or(|f| f == m.flow)
             && (self.proxies.is_empty()
                 || m.proxy.is_some_and(|p| self.proxies.iter().any(|x| x == p)))
-    }
-
-    pub fn is_catch_all(&self) -> bool {
-        *self == Match::default()
     }
 }
 
@@ -195,7 +191,7 @@ impl fmt::Display for Match {
 
 /// A named rule: a match and the faults for the connections it matches.
 #[derive(Clone, Debug)]
-pub struct Rule {
+pub(crate) struct Rule {
     pub name: Arc<str>,
     pub matcher: Match,
     pub faults: Vec<Arc<FaultSpec>>,
@@ -205,7 +201,7 @@ pub struct Rule {
 
 /// An explicit listen → upstream relay.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ProxySpec {
+pub(crate) struct ProxySpec {
     pub name: String,
     pub listen: SocketAddr,
     /// `host:port` as written; resolved per connection.
@@ -214,7 +210,7 @@ pub struct ProxySpec {
 }
 
 /// Checks an upstream `host:port` (`[v6]:port` for IPv6 literals).
-pub fn parse_upstream(s: &str) -> Result<String, &'static str> {
+pub(crate) fn parse_upstream(s: &str) -> Result<String, &'static str> {
     const FORM: &str = "an upstream like \"127.0.0.1:6379\", \"db.internal:5432\" or \"[::1]:80\"";
     let s = s.trim();
     if s.parse::<SocketAddr>().is_ok() {
@@ -230,7 +226,7 @@ pub fn parse_upstream(s: &str) -> Result<String, &'static str> {
 
 /// Parses a listen address: `127.0.0.1:8080`, `[::1]:8080`, or a bare port
 /// (meaning 127.0.0.1, never every interface by accident).
-pub fn parse_listen(s: &str) -> Result<SocketAddr, &'static str> {
+pub(crate) fn parse_listen(s: &str) -> Result<SocketAddr, &'static str> {
     const FORM: &str = "a listen address like \"127.0.0.1:8080\", \"[::1]:8080\" or a port";
     let s = s.trim();
     if let Ok(port) = s.trim_start_matches(':').parse::<u16>() {
@@ -241,7 +237,7 @@ pub fn parse_listen(s: &str) -> Result<SocketAddr, &'static str> {
 
 /// Everything netchaos was told to do, validated.
 #[derive(Clone, Debug, Default)]
-pub struct Plan {
+pub(crate) struct Plan {
     pub seed: u64,
     /// `(source, description)` of each profile.
     pub descriptions: Vec<(String, String)>,
@@ -252,7 +248,7 @@ pub struct Plan {
 impl Plan {
     /// Checks names for clashes: rule names and proxy names must be unique,
     /// and no two proxies may listen on the same address.
-    pub fn validate(&self) -> Result<(), ProfileError> {
+    pub(crate) fn validate(&self) -> Result<(), ProfileError> {
         let mut names: std::collections::HashMap<&str, &Rule> = std::collections::HashMap::new();
         for r in &self.rules {
             if let Some(first) = names.insert(&r.name, r) {
@@ -296,7 +292,7 @@ impl Plan {
 
     /// The first fault that only works inside `netchaos run`'s namespace
     /// (connect and packet layers), with its rule.
-    pub fn namespace_only_fault(&self) -> Option<(&Rule, &FaultSpec)> {
+    pub(crate) fn namespace_only_fault(&self) -> Option<(&Rule, &FaultSpec)> {
         self.rules
             .iter()
             .flat_map(|r| r.faults.iter().map(move |f| (&**r, &**f)))
@@ -304,7 +300,7 @@ impl Plan {
     }
 
     /// The plan as `netchaos check` prints it.
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         let mut out = format!("seed: {}\n", self.seed);
         for (src, d) in &self.descriptions {
             out.push_str(&format!("profile {src}: {d}\n"));
@@ -337,7 +333,7 @@ impl Plan {
 /// Whether connection `seq` gets the fault (`rule`, `fault`) of the given
 /// probability, and the seed for the fault's own random choices on it.
 /// Independent of every other rule and fault.
-pub fn draw(seed: u64, rule: u64, fault: u64, seq: u64, probability: f64) -> (bool, u64) {
+pub(crate) fn draw(seed: u64, rule: u64, fault: u64, seq: u64, probability: f64) -> (bool, u64) {
     let mut rng = ChaCha8Rng::seed_from_u64(mix(seed, rule, fault));
     rng.set_stream(seq);
     let u: f64 = rng.random();
@@ -346,7 +342,7 @@ pub fn draw(seed: u64, rule: u64, fault: u64, seq: u64, probability: f64) -> (bo
 }
 
 /// SplitMix64 over (seed, a, b): independent streams per rule and fault.
-pub fn mix(seed: u64, a: u64, b: u64) -> u64 {
+pub(crate) fn mix(seed: u64, a: u64, b: u64) -> u64 {
     let mut z =
         seed ^ a.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ b.wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -416,5 +412,4 @@ mod tests {
             "127.0.0.1:8080".parse().unwrap()
         );
     }
-
 }

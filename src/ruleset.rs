@@ -20,13 +20,13 @@ use crate::plan::{self, ConnMeta, Match, Plan};
 
 /// A fault in force, with an identity that survives parameter updates.
 #[derive(Clone, Debug)]
-pub struct FaultEntry {
+pub(crate) struct FaultEntry {
     pub id: u64,
     pub spec: Arc<FaultSpec>,
 }
 
 /// A rule whose faults may change.
-pub struct LiveRule {
+pub(crate) struct LiveRule {
     pub name: Arc<str>,
     pub matcher: Match,
     /// The rule's key in probability draws (its index in the plan).
@@ -49,26 +49,26 @@ impl LiveRule {
         }
     }
 
-    pub fn faults(&self) -> Arc<Vec<FaultEntry>> {
+    pub(crate) fn faults(&self) -> Arc<Vec<FaultEntry>> {
         self.faults.borrow().clone()
     }
 
     /// Replaces the rule's faults; open connections follow.
-    pub fn set_faults(&self, faults: Vec<FaultEntry>) {
+    pub(crate) fn set_faults(&self, faults: Vec<FaultEntry>) {
         self.faults.send_replace(Arc::new(faults));
     }
 
-    pub fn subscribe(&self) -> FaultsRx {
+    pub(crate) fn subscribe(&self) -> FaultsRx {
         self.faults.subscribe()
     }
 
-    pub fn enabled(&self) -> bool {
+    pub(crate) fn enabled(&self) -> bool {
         self.enabled.load(Ordering::Relaxed)
     }
 
     /// Disabling ends the rule's open connections (and, for transparent
     /// rules, new ones are refused); enabling lets them through again.
-    pub fn set_enabled(&self, on: bool) {
+    pub(crate) fn set_enabled(&self, on: bool) {
         if self.enabled.swap(on, Ordering::Relaxed) && !on {
             let mut c = self.cancel.write().expect("rule lock");
             c.cancel();
@@ -77,7 +77,7 @@ impl LiveRule {
     }
 
     /// Completes when the rule is disabled or removed.
-    pub fn cancelled(&self) -> CancellationToken {
+    pub(crate) fn cancelled(&self) -> CancellationToken {
         self.cancel.read().expect("rule lock").clone()
     }
 
@@ -87,7 +87,7 @@ impl LiveRule {
 }
 
 /// Every rule in force.
-pub struct RuleSet {
+pub(crate) struct RuleSet {
     pub seed: u64,
     rules: RwLock<Vec<Arc<LiveRule>>>,
     next_key: AtomicU64,
@@ -98,7 +98,7 @@ pub struct RuleSet {
 const DYNAMIC_KEYS: u64 = 1 << 32;
 
 impl RuleSet {
-    pub fn from_plan(plan: &Plan) -> RuleSet {
+    pub(crate) fn from_plan(plan: &Plan) -> RuleSet {
         let rules = plan
             .rules
             .iter()
@@ -129,11 +129,11 @@ impl RuleSet {
         }
     }
 
-    pub fn rules(&self) -> Vec<Arc<LiveRule>> {
+    pub(crate) fn rules(&self) -> Vec<Arc<LiveRule>> {
         self.rules.read().expect("rules lock").clone()
     }
 
-    pub fn get(&self, name: &str) -> Option<Arc<LiveRule>> {
+    pub(crate) fn get(&self, name: &str) -> Option<Arc<LiveRule>> {
         self.rules
             .read()
             .expect("rules lock")
@@ -143,7 +143,7 @@ impl RuleSet {
     }
 
     /// Adds a rule; `None` if one of that name exists.
-    pub fn add(&self, name: &str, matcher: Match) -> Option<Arc<LiveRule>> {
+    pub(crate) fn add(&self, name: &str, matcher: Match) -> Option<Arc<LiveRule>> {
         let mut rules = self.rules.write().expect("rules lock");
         if rules.iter().any(|r| &*r.name == name) {
             return None;
@@ -155,7 +155,7 @@ impl RuleSet {
     }
 
     /// Removes a rule; its open connections end.
-    pub fn remove(&self, name: &str) -> Option<Arc<LiveRule>> {
+    pub(crate) fn remove(&self, name: &str) -> Option<Arc<LiveRule>> {
         let mut rules = self.rules.write().expect("rules lock");
         let i = rules.iter().position(|r| &*r.name == name)?;
         let rule = rules.remove(i);
@@ -164,13 +164,13 @@ impl RuleSet {
     }
 
     /// An identity for a fault added at run time.
-    pub fn new_fault_id(&self) -> u64 {
+    pub(crate) fn new_fault_id(&self) -> u64 {
         self.next_fault.fetch_add(1, Ordering::Relaxed)
     }
 
     /// The faults of connection `seq` as of now, and its subscriptions to
     /// the rules it matched.
-    pub fn connect(&self, meta: &ConnMeta<'_>, seq: u64) -> ConnFaults {
+    pub(crate) fn connect(&self, meta: &ConnMeta<'_>, seq: u64) -> ConnFaults {
         let rules: Vec<_> = self
             .rules
             .read()
@@ -188,7 +188,7 @@ impl RuleSet {
 }
 
 /// One connection's view of the rules it matched.
-pub struct ConnFaults {
+pub(crate) struct ConnFaults {
     seed: u64,
     seq: u64,
     rules: Vec<(Arc<LiveRule>, FaultsRx)>,
@@ -200,7 +200,7 @@ type FaultsRx = watch::Receiver<Arc<Vec<FaultEntry>>>;
 impl ConnFaults {
     /// The connection's faults now: each matched rule's faults, in order,
     /// kept or dropped by their own seeded draw.
-    pub fn chosen(&mut self, elapsed: Duration) -> Vec<Chosen> {
+    pub(crate) fn chosen(&mut self, elapsed: Duration) -> Vec<Chosen> {
         let mut out = Vec::new();
         for (rule, rx) in &mut self.rules {
             let faults = rx.borrow_and_update().clone();
@@ -221,7 +221,7 @@ impl ConnFaults {
     }
 
     /// Completes when one of the connection's rules changes its faults.
-    pub async fn changed(&mut self) {
+    pub(crate) async fn changed(&mut self) {
         if self.rules.is_empty() {
             return std::future::pending().await;
         }
@@ -234,13 +234,13 @@ impl ConnFaults {
     }
 
     /// Whether any matched rule is disabled.
-    pub fn disabled(&self) -> bool {
+    pub(crate) fn disabled(&self) -> bool {
         self.rules.iter().any(|(r, _)| !r.enabled())
     }
 
     /// Signals that fire when one of the connection's rules is disabled or
     /// removed.
-    pub fn end_signals(&self) -> Vec<CancellationToken> {
+    pub(crate) fn end_signals(&self) -> Vec<CancellationToken> {
         self.rules.iter().map(|(r, _)| r.cancelled()).collect()
     }
 }
@@ -291,10 +291,7 @@ mod tests {
         };
         let pick = |p: &Plan| -> Vec<bool> {
             (0..2000)
-                .map(|seq| {
-                    !decide(p, &meta("1.1.1.1", 1, &[]), seq, Duration::ZERO)
-                        .is_empty()
-                })
+                .map(|seq| !decide(p, &meta("1.1.1.1", 1, &[]), seq, Duration::ZERO).is_empty())
                 .collect()
         };
         let a = pick(&plan);
@@ -357,14 +354,10 @@ mod tests {
             ..Plan::default()
         };
         assert_eq!(
-            decide(&plan, &meta("1.1.1.1", 1, &[]), 0, Duration::from_secs(5))
-                .len(),
+            decide(&plan, &meta("1.1.1.1", 1, &[]), 0, Duration::from_secs(5)).len(),
             1
         );
-        assert!(
-            decide(&plan, &meta("1.1.1.1", 1, &[]), 0, Duration::from_secs(10))
-                .is_empty()
-        );
+        assert!(decide(&plan, &meta("1.1.1.1", 1, &[]), 0, Duration::from_secs(10)).is_empty());
     }
 
     #[test]

@@ -9,13 +9,13 @@ use std::fmt;
 use std::time::Duration;
 
 /// What a duration looks like, for error messages.
-pub const DURATION_FORM: &str = "a duration like \"150ms\", \"2s\" or \"1m\"";
+pub(crate) const DURATION_FORM: &str = "a duration like \"150ms\", \"2s\" or \"1m\"";
 /// What a rate looks like, for error messages.
-pub const RATE_FORM: &str = "a rate like \"1mbit\" or \"500KB/s\"";
+pub(crate) const RATE_FORM: &str = "a rate like \"1mbit\" or \"500KB/s\"";
 /// What a size looks like, for error messages.
-pub const SIZE_FORM: &str = "a size like 4096, \"16KiB\" or \"1MB\"";
+pub(crate) const SIZE_FORM: &str = "a size like 4096, \"16KiB\" or \"1MB\"";
 /// What a window looks like, for error messages.
-pub const WINDOW_FORM: &str = "a window like \"10s..40s\", \"..30s\" or \"5s..\"";
+pub(crate) const WINDOW_FORM: &str = "a window like \"10s..40s\", \"..30s\" or \"5s..\"";
 
 /// Splits `"150ms"` into `(150.0, "ms")`; the number may be fractional.
 fn split_number(s: &str) -> Option<(f64, &str)> {
@@ -34,7 +34,7 @@ fn split_number(s: &str) -> Option<(f64, &str)> {
 /// Parses a duration such as `150ms`, `2s`, `1.5m`, `1h`, `250us`.
 /// A bare `0` is accepted; other bare numbers are rejected because their unit
 /// would be a guess.
-pub fn parse_duration(s: &str) -> Result<Duration, &'static str> {
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, &'static str> {
     let (n, unit) = split_number(s).ok_or(DURATION_FORM)?;
     let secs = match unit {
         "" if n == 0.0 => 0.0,
@@ -53,7 +53,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, &'static str> {
 /// and byte rates (`B/s`, `KB/s`, `MiB/s`, …). `0` alone means zero.
 /// `mbps`/`kbps` are rejected: people disagree on whether they mean bits or
 /// bytes (tc reads them as bytes), so we make the user say which.
-pub fn parse_rate(s: &str) -> Result<u64, &'static str> {
+pub(crate) fn parse_rate(s: &str) -> Result<u64, &'static str> {
     let (n, unit) = split_number(s).ok_or(RATE_FORM)?;
     let bytes_per_sec = match unit {
         "" if n == 0.0 => 0.0,
@@ -74,7 +74,7 @@ pub fn parse_rate(s: &str) -> Result<u64, &'static str> {
 }
 
 /// Parses a size in bytes: a bare integer, or `16KiB`, `1MB`, `512B`.
-pub fn parse_size(s: &str) -> Result<u64, &'static str> {
+pub(crate) fn parse_size(s: &str) -> Result<u64, &'static str> {
     let (n, unit) = split_number(s).ok_or(SIZE_FORM)?;
     let bytes = match unit {
         "" | "B" => n,
@@ -97,7 +97,7 @@ fn to_u64(x: f64) -> Option<u64> {
 }
 
 /// Parses a percentage `"10%"` or `"10"` into a fraction in `0.0..=1.0`.
-pub fn parse_percent(s: &str) -> Result<f64, &'static str> {
+pub(crate) fn parse_percent(s: &str) -> Result<f64, &'static str> {
     const FORM: &str = "a percentage between 0 and 100, like 10 or \"2.5%\"";
     let t = s.trim();
     let t = t.strip_suffix('%').unwrap_or(t).trim();
@@ -110,7 +110,7 @@ pub fn parse_percent(s: &str) -> Result<f64, &'static str> {
 }
 
 /// Formats a byte rate the way people read them (`1.00 mbit (125.0 KB/s)`).
-pub fn format_rate(bytes_per_sec: u64) -> String {
+pub(crate) fn format_rate(bytes_per_sec: u64) -> String {
     let bits = bytes_per_sec as f64 * 8.0;
     let (v, unit) = if bits >= 1e9 {
         (bits / 1e9, "gbit")
@@ -128,7 +128,7 @@ pub fn format_rate(bytes_per_sec: u64) -> String {
 
 /// Formats a byte count in the units `parse_size` reads: `1MiB`, `64KiB`,
 /// `1500`.
-pub fn format_size(n: u64) -> String {
+pub(crate) fn format_size(n: u64) -> String {
     for (unit, size) in [("GiB", 1u64 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)] {
         if n >= size && n % size == 0 {
             return format!("{}{unit}", n / size);
@@ -138,7 +138,7 @@ pub fn format_size(n: u64) -> String {
 }
 
 /// Formats a duration compactly: `150ms`, `2s`, `1.5s`, `300us`.
-pub fn format_duration(d: Duration) -> String {
+pub(crate) fn format_duration(d: Duration) -> String {
     let us = d.as_micros();
     if us == 0 {
         "0s".into()

@@ -20,18 +20,21 @@ use crate::cli::{AttachArgs, Global, RunArgs};
 use crate::error::{Error, Result};
 use crate::events::Events;
 use crate::intercept::attach::{self, Attached, Config, Mode};
-use crate::intercept::nsthread::NsThread;
 use crate::intercept::loss::LossTable;
+use crate::intercept::nsthread::NsThread;
 use crate::intercept::syn_gate;
 use crate::intercept::{dns, privilege};
 use crate::plan::Flow;
 use crate::profile;
-use crate::relay::{Interception, Endpoint, Relay, RelayOptions, Target};
+use crate::relay::{Endpoint, Interception, Relay, RelayOptions, Target};
 use crate::ruleset::RuleSet;
 
 /// The namespace named by `--pid` or `--netns`: its file, how `clean`
 /// would name it, and the resolv.conf its processes use.
-pub fn namespace(pid: Option<i32>, netns: Option<&Path>) -> Result<(PathBuf, String, PathBuf)> {
+pub(super) fn namespace(
+    pid: Option<i32>,
+    netns: Option<&Path>,
+) -> Result<(PathBuf, String, PathBuf)> {
     match (pid, netns) {
         (Some(pid), _) => {
             let path = PathBuf::from(format!("/proc/{pid}/ns/net"));
@@ -71,7 +74,7 @@ fn resolvers(given: Option<&Path>, default: &Path) -> Result<Vec<std::net::Socke
     })
 }
 
-pub fn attach(g: &Global, args: &AttachArgs) -> Result<u8> {
+pub(super) fn attach(g: &Global, args: &AttachArgs) -> Result<u8> {
     let plan = profile::build_plan(&args.faults.profiles, &args.faults.faults, g.seed)?;
     let api = ApiConfig::new(args.api.api, &args.api.access)?;
     let opts = RelayOptions::new(args.dial_timeout, args.max_connections).map_err(Error::Usage)?;
@@ -128,7 +131,7 @@ pub fn attach(g: &Global, args: &AttachArgs) -> Result<u8> {
 }
 
 /// `netchaos run --in-place -- CMD`.
-pub fn in_place(g: &Global, args: &RunArgs) -> Result<u8> {
+pub(super) fn in_place(g: &Global, args: &RunArgs) -> Result<u8> {
     let mut plan = profile::build_plan(&args.faults.profiles, &args.faults.faults, g.seed)?;
     if let Some(d) = args.duration {
         stop_faults_after(&mut plan, d);

@@ -1,10 +1,11 @@
-//! `netchaos check` and `netchaos profiles`: validate and show plans.
+//! `netchaos check`, `netchaos profiles` and `netchaos faults`: validate
+//! and show plans, and list what they can use.
 
 use crate::cli::{CheckArgs, Global};
 use crate::error::{Error, Result};
 use crate::profile::{self, builtin};
 
-pub fn check(g: &Global, args: &CheckArgs) -> Result<u8> {
+pub(super) fn check(g: &Global, args: &CheckArgs) -> Result<u8> {
     if args.files.is_empty() && args.faults.is_empty() {
         return Err(Error::Usage(
             "nothing to check: give profile files or built-in names, or --fault specs".into(),
@@ -29,11 +30,56 @@ pub fn check(g: &Global, args: &CheckArgs) -> Result<u8> {
     Ok(0)
 }
 
-pub fn profiles() {
+pub(super) fn profiles() {
     let list = builtin::list();
     let w = list.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
     for (name, desc) in list {
         println!("{name:<w$}  {desc}");
     }
     println!("\nUse one with -p NAME; see its rules with `netchaos check NAME`.");
+}
+
+/// `netchaos faults [TYPE]`: every fault kind, by layer, with its
+/// parameters as the registry declares them.
+pub(crate) fn faults(only: Option<&str>) -> Result<u8> {
+    use crate::fault::{KINDS, find_kind};
+    let kinds: Vec<_> = match only {
+        Some(n) => vec![find_kind(n).ok_or_else(|| {
+            let names: Vec<&str> = KINDS.iter().map(|k| k.name).collect();
+            let hint = crate::settings::closest(n, &names)
+                .map_or(String::new(), |k| format!(" (did you mean {k:?}?)"));
+            Error::Usage(format!(
+                "no fault type {n:?}{hint}; the types are {}",
+                crate::settings::quoted_list(&names)
+            ))
+        })?],
+        None => KINDS.to_vec(),
+    };
+    let w = KINDS.iter().map(|k| k.name.len()).max().unwrap_or(0);
+    for k in kinds {
+        println!("{:<7}  {:<w$}  {}", k.layer.as_str(), k.name, k.about);
+        let mut params: Vec<(&str, String)> = k
+            .params
+            .iter()
+            .map(|(p, form, meaning)| (*p, format!("{meaning} ({form})")))
+            .collect();
+        if k.streamed {
+            let d = k.default_stream.as_str();
+            params.push((
+                "stream",
+                format!("which bytes (upstream, downstream or both; default {d})"),
+            ));
+        }
+        let pw = params.iter().map(|(p, _)| p.len()).max().unwrap_or(0);
+        for (p, text) in params {
+            println!("{:<7}    {p:<pw$}  {text}", "");
+        }
+    }
+    println!(
+        "\nEvery fault also takes probability (0 to 1, default 1: the share of matching connections\n\
+         that get it, drawn per connection from the seed) and active (a window like \"10s..40s\").\n\
+         Use one with --fault TYPE:key=value,... or as a [[rules.faults]] table of a profile.\n\
+         Connect and packet faults need interception: netchaos run, attach or run --in-place."
+    );
+    Ok(0)
 }

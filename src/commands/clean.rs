@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::intercept::attach::{self, Mode};
 use crate::intercept::nsthread::NsThread;
 
-pub fn clean(args: &CleanArgs) -> Result<u8> {
+pub(super) fn clean(args: &CleanArgs) -> Result<u8> {
     let (path, shown): (Option<PathBuf>, String) = if args.here {
         (None, "this network namespace".into())
     } else {

@@ -81,7 +81,7 @@ impl Client {
     }
 }
 
-pub fn run(args: &CtlArgs) -> Result<u8> {
+pub(super) fn run(args: &CtlArgs) -> Result<u8> {
     let c = Client::new(args);
     match &args.action {
         CtlAction::List => {

@@ -100,7 +100,7 @@ struct Seen {
     outcome: String,
 }
 
-pub fn run(g: &Global, args: &DemoArgs) -> Result<u8> {
+pub(super) fn run(g: &Global, args: &DemoArgs) -> Result<u8> {
     let chosen: Vec<&Scenario> = SCENARIOS
         .iter()
         .filter(|s| args.only.is_empty() || args.only.iter().any(|o| s.name.contains(o.as_str())))
@@ -288,7 +288,7 @@ async fn fetch_proxied(
 
 /// `netchaos demo-client ADDR`: the demo's client as its own process; prints
 /// what it saw as one JSON line.
-pub fn client(addr: &str) -> Result<u8> {
+pub(super) fn client(addr: &str) -> Result<u8> {
     let addr: SocketAddr = addr.parse().map_err(|_| {
         Error::Usage(format!(
             "demo-client: expected an address like 127.0.0.1:8080, got {addr:?}"

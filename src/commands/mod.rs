@@ -39,13 +39,14 @@ pub fn run(cli: Cli, matches: &ArgMatches) -> Result<u8> {
             check::profiles();
             Ok(0)
         }
+        Command::Faults { name } => check::faults(name.as_deref()),
         Command::Demo(args) => demo::run(&cli.global, args),
         Command::DemoClient { addr } => demo::client(addr),
     }
 }
 
 /// A multi-threaded runtime sized to the machine.
-pub fn runtime() -> Result<tokio::runtime::Runtime> {
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -55,7 +56,7 @@ pub fn runtime() -> Result<tokio::runtime::Runtime> {
 
 /// Lifts the soft open-files limit to the hard limit: every relayed
 /// connection costs two descriptors.
-pub fn raise_nofile_limit() {
+pub(crate) fn raise_nofile_limit() {
     use nix::sys::resource::{Resource, getrlimit, setrlimit};
     if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
         if soft < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_err() {
@@ -65,7 +66,7 @@ pub fn raise_nofile_limit() {
 }
 
 /// Opens the event log named by `--events`.
-pub fn open_events(g: &Global) -> Result<Arc<Events>> {
+pub(crate) fn open_events(g: &Global) -> Result<Arc<Events>> {
     Events::open(g.events.as_deref())
         .map(Arc::new)
         .with_context(|| {
@@ -81,15 +82,15 @@ pub fn open_events(g: &Global) -> Result<Arc<Events>> {
 
 /// The control API as the command line asked for it, checked before
 /// anything starts.
-pub struct ApiConfig {
-    pub addr: std::net::SocketAddr,
-    pub token: Option<String>,
-    pub files: crate::settings::files::FilePolicy,
+pub(crate) struct ApiConfig {
+    pub(crate) addr: std::net::SocketAddr,
+    pub(crate) token: Option<String>,
+    pub(crate) files: crate::settings::files::FilePolicy,
 }
 
 impl ApiConfig {
     /// `None` when no API was asked for.
-    pub fn new(
+    pub(crate) fn new(
         addr: Option<std::net::SocketAddr>,
         access: &crate::cli::ApiAccess,
     ) -> Result<Option<ApiConfig>> {
@@ -105,7 +106,7 @@ impl ApiConfig {
 }
 
 /// The API's state over `relay` (with the file policy its toxics get).
-pub fn api_control(
+pub(crate) fn api_control(
     relay: &Arc<crate::relay::Relay>,
     transparent: bool,
     api: Option<&ApiConfig>,
@@ -118,7 +119,7 @@ pub fn api_control(
 
 /// Starts the control API when one was asked for, printing where it
 /// listens.
-pub async fn start_api(
+pub(crate) async fn start_api(
     api: Option<&ApiConfig>,
     control: Arc<crate::control::Control>,
     stop: tokio_util::sync::CancellationToken,
@@ -130,12 +131,12 @@ pub async fn start_api(
     Ok(())
 }
 
-pub fn announce_seed(seed: u64) {
+pub(crate) fn announce_seed(seed: u64) {
     eprintln!("netchaos: seed {seed} (replay this run with --seed {seed})");
 }
 
 /// Completes on SIGINT or SIGTERM (and SIGHUP), naming the signal.
-pub async fn shutdown_signal() -> &'static str {
+pub(crate) async fn shutdown_signal() -> &'static str {
     use tokio::signal::unix::{SignalKind, signal};
     let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
     let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
@@ -150,14 +151,14 @@ pub async fn shutdown_signal() -> &'static str {
 /// SIGINT, SIGTERM and SIGHUP handlers, installed up front: between
 /// installing something (a table in another namespace) and waiting for the
 /// signal to remove it, a signal must find them in place.
-pub struct ShutdownSignals {
+pub(crate) struct ShutdownSignals {
     term: tokio::signal::unix::Signal,
     int: tokio::signal::unix::Signal,
     hup: tokio::signal::unix::Signal,
 }
 
 impl ShutdownSignals {
-    pub fn install() -> Result<ShutdownSignals> {
+    pub(crate) fn install() -> Result<ShutdownSignals> {
         use tokio::signal::unix::{SignalKind, signal};
         let fail = |e: std::io::Error| Error::runtime(format!("cannot handle signals: {e}"));
         Ok(ShutdownSignals {
@@ -168,7 +169,7 @@ impl ShutdownSignals {
     }
 
     /// Completes on the next signal, naming it.
-    pub async fn recv(&mut self) -> &'static str {
+    pub(crate) async fn recv(&mut self) -> &'static str {
         tokio::select! {
             _ = self.term.recv() => "SIGTERM",
             _ = self.int.recv() => "SIGINT",

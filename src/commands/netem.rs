@@ -5,7 +5,7 @@ use crate::error::{Error, Result};
 use crate::netem::{self, Netem, apply};
 use crate::profile;
 
-pub fn run(g: &Global, args: &NetemArgs) -> Result<u8> {
+pub(super) fn run(g: &Global, args: &NetemArgs) -> Result<u8> {
     match &args.action {
         NetemAction::Apply(a) => {
             let n = options(g, a)?;

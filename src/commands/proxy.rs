@@ -17,7 +17,7 @@ use crate::profile;
 use crate::relay::{self, Endpoint, Relay, RelayOptions, Target};
 use crate::ruleset::RuleSet;
 
-pub fn run(g: &Global, args: &ProxyArgs, m: &ArgMatches) -> Result<u8> {
+pub(super) fn run(g: &Global, args: &ProxyArgs, m: &ArgMatches) -> Result<u8> {
     let mut plan = profile::build_plan(&args.faults.profiles, &args.faults.faults, g.seed)?;
     plan.proxies.extend(crate::cli::proxy_pairs(m)?);
     plan.validate()?;
@@ -39,7 +39,7 @@ pub fn run(g: &Global, args: &ProxyArgs, m: &ArgMatches) -> Result<u8> {
     )
 }
 
-pub fn server(g: &Global, args: &ServerArgs) -> Result<u8> {
+pub(super) fn server(g: &Global, args: &ServerArgs) -> Result<u8> {
     let plan = profile::build_plan(&args.faults.profiles, &args.faults.faults, g.seed)?;
     let api = ApiConfig::new(Some(args.api), &args.access)?;
     serve(

@@ -31,10 +31,10 @@ use crate::intercept::syn_gate;
 use crate::intercept::{dns, privilege, sandbox};
 use crate::plan::{Flow, Plan, Rule};
 use crate::profile;
-use crate::relay::{Interception, self, Endpoint, Relay, RelayOptions, Target};
+use crate::relay::{self, Endpoint, Interception, Relay, RelayOptions, Target};
 use crate::ruleset::RuleSet;
 
-pub fn run(g: &Global, args: &RunArgs) -> Result<u8> {
+pub(super) fn run(g: &Global, args: &RunArgs) -> Result<u8> {
     if args.in_place {
         return super::attach::in_place(g, args);
     }
@@ -117,7 +117,11 @@ pub fn run(g: &Global, args: &RunArgs) -> Result<u8> {
             let l = tokio::net::TcpListener::from_std(l).map_err(|e| Error::Runtime(e.into()))?;
             relay.serve(
                 l,
-                Endpoint::new("run", Target::Transparent(sandbox.clone() as Arc<dyn Interception>), Flow::Outbound),
+                Endpoint::new(
+                    "run",
+                    Target::Transparent(sandbox.clone() as Arc<dyn Interception>),
+                    Flow::Outbound,
+                ),
             );
         }
         let resolvers = Arc::new(resolvers);

@@ -29,7 +29,7 @@ struct ApiState {
 }
 
 /// The API's routes, guarded (browsers, token) and with a body limit.
-pub fn router(control: Arc<Control>, token: Option<String>, bound: SocketAddr) -> Router {
+pub(crate) fn router(control: Arc<Control>, token: Option<String>, bound: SocketAddr) -> Router {
     let state = ApiState {
         control,
         token: token.filter(|t| !t.is_empty()).map(Arc::from),

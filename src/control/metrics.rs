@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use crate::events::Stats;
 
 /// Renders the counters.
-pub fn render(stats: &Stats) -> String {
+pub(crate) fn render(stats: &Stats) -> String {
     let mut out = String::new();
     let proxies: Vec<_> = stats
         .proxies

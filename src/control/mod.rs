@@ -15,10 +15,10 @@
 //! and surplus connections are shed ([`server`]), and the API reads no file
 //! unless the operator named a folder for it (`--api-files`).
 
-pub mod api;
-pub mod metrics;
-pub mod model;
-pub mod server;
+pub(crate) mod api;
+pub(crate) mod metrics;
+pub(crate) mod model;
+pub(crate) mod server;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -36,10 +36,10 @@ use crate::relay::{self, Endpoint, Relay, Target};
 use crate::ruleset::LiveRule;
 
 /// Largest request body accepted (bigger ones get 413).
-pub const BODY_LIMIT: usize = 64 * 1024;
+pub(crate) const BODY_LIMIT: usize = 64 * 1024;
 
 /// Where a proxy's connections come from.
-pub enum Listener {
+pub(crate) enum Listener {
     /// A rule of transparent interception (`netchaos run`).
     Transparent,
     /// An explicit listener.
@@ -53,7 +53,7 @@ pub enum Listener {
 }
 
 /// A proxy as the API sees it.
-pub struct ApiProxy {
+pub(crate) struct ApiProxy {
     pub name: String,
     pub listener: Listener,
     pub enabled: bool,
@@ -62,7 +62,7 @@ pub struct ApiProxy {
 }
 
 /// The API's state: the relay it drives and its proxies.
-pub struct Control {
+pub(crate) struct Control {
     pub relay: Arc<Relay>,
     pub proxies: Mutex<BTreeMap<String, ApiProxy>>,
     /// Whether transparent interception (and so connect and packet faults)
@@ -73,7 +73,7 @@ pub struct Control {
 }
 
 impl Control {
-    pub fn new(relay: Arc<Relay>, transparent: bool, files: FilePolicy) -> Arc<Control> {
+    pub(crate) fn new(relay: Arc<Relay>, transparent: bool, files: FilePolicy) -> Arc<Control> {
         Arc::new(Control {
             relay,
             proxies: Mutex::new(BTreeMap::new()),
@@ -95,7 +95,7 @@ impl Control {
 
     /// Shows every rule of the plan that no listener owns as a transparent
     /// proxy, its faults as toxics.
-    pub async fn adopt_rules(&self) {
+    pub(crate) async fn adopt_rules(&self) {
         let mut proxies = self.proxies.lock().await;
         for rule in self.relay.rules.rules() {
             if proxies.contains_key(&*rule.name) {
@@ -113,7 +113,7 @@ impl Control {
     }
 
     /// Registers a listener that is already serving (`netchaos proxy`).
-    pub async fn adopt_listener(
+    pub(crate) async fn adopt_listener(
         &self,
         name: &str,
         requested: &str,
@@ -191,7 +191,7 @@ impl Control {
 }
 
 /// Refuses a non-loopback API address without a token.
-pub fn check_api_addr(addr: SocketAddr, token: Option<&str>) -> Result<(), Error> {
+pub(crate) fn check_api_addr(addr: SocketAddr, token: Option<&str>) -> Result<(), Error> {
     if !addr.ip().is_loopback() && token.is_none_or(str::is_empty) {
         return Err(Error::Usage(format!(
             "the control API would listen on {addr}, which is not a loopback address: anyone who can reach it \
@@ -204,7 +204,7 @@ pub fn check_api_addr(addr: SocketAddr, token: Option<&str>) -> Result<(), Error
 
 /// Binds the API's listener (a busy port is a clear error) and serves it
 /// until `stop` fires.
-pub async fn serve(
+pub(crate) async fn serve(
     addr: SocketAddr,
     control: Arc<Control>,
     token: Option<String>,

@@ -21,28 +21,28 @@ use crate::units::Window;
 
 /// The Toxiproxy version netchaos answers on `/version`: clients use PATCH
 /// for updates from 2.6 on.
-pub const TOXIPROXY_VERSION: &str = "2.12.0";
+pub(crate) const TOXIPROXY_VERSION: &str = "2.12.0";
 
 /// An error answer: `{"error": …, "status": …}`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ApiError {
+pub(crate) struct ApiError {
     pub status: u16,
     pub message: String,
 }
 
 impl ApiError {
-    pub fn new(status: u16, message: impl Into<String>) -> ApiError {
+    pub(crate) fn new(status: u16, message: impl Into<String>) -> ApiError {
         ApiError {
             status,
             message: message.into(),
         }
     }
 
-    pub fn bad_request(message: impl std::fmt::Display) -> ApiError {
+    pub(crate) fn bad_request(message: impl std::fmt::Display) -> ApiError {
         ApiError::new(400, format!("bad request body: {message}"))
     }
 
-    pub fn to_json(&self) -> Value {
+    pub(crate) fn to_json(&self) -> Value {
         json!({"error": self.message, "status": self.status})
     }
 }
@@ -50,14 +50,14 @@ impl ApiError {
 /// What a toxic may use where it is built: connect and packet faults only
 /// on transparent rules; files only as the operator allowed (`--api-files`).
 #[derive(Clone, Debug, Default)]
-pub struct Scope {
+pub(crate) struct Scope {
     pub connect_ok: bool,
     pub files: FilePolicy,
 }
 
 /// A toxic as the API shows it.
 #[derive(Debug, Clone)]
-pub struct Toxic {
+pub(crate) struct Toxic {
     pub name: String,
     pub kind: String,
     pub stream: String,
@@ -68,7 +68,7 @@ pub struct Toxic {
 }
 
 impl Toxic {
-    pub fn to_json(&self) -> Value {
+    pub(crate) fn to_json(&self) -> Value {
         json!({
             "name": self.name,
             "type": self.kind,
@@ -81,7 +81,7 @@ impl Toxic {
     /// A toxic from a request body (keys already lower-cased), with
     /// Toxiproxy's defaults: downstream, toxicity 1, name `TYPE_STREAM`.
     /// `id` identifies the fault on open connections.
-    pub fn from_request(
+    pub(crate) fn from_request(
         body: &Map<String, Value>,
         scope: &Scope,
         id: u64,
@@ -130,7 +130,7 @@ impl Toxic {
     /// Applies a partial update: given attributes replace theirs, the others
     /// stay; toxicity changes if given. `fresh` identifies the fault if the
     /// toxic had none (a noop).
-    pub fn updated(
+    pub(crate) fn updated(
         &self,
         body: &Map<String, Value>,
         scope: &Scope,
@@ -358,7 +358,7 @@ fn toxiproxy_form(kind: &str, attrs: &Map<String, Value>) -> Option<Result<Built
 
 /// The toxics that show a rule's profile faults: netchaos types with their
 /// parameters as attributes, named `TYPE_STREAM` (numbered when repeated).
-pub fn toxics_for(faults: &[FaultEntry]) -> Vec<Toxic> {
+pub(crate) fn toxics_for(faults: &[FaultEntry]) -> Vec<Toxic> {
     let mut out: Vec<Toxic> = Vec::new();
     for f in faults {
         let spec = &f.spec;
@@ -390,7 +390,7 @@ pub fn toxics_for(faults: &[FaultEntry]) -> Vec<Toxic> {
 
 /// Lower-cases every object key, as Go's JSON decoding (and so Toxiproxy)
 /// matches keys without regard to case.
-pub fn lowercase_keys(v: Value) -> Value {
+pub(crate) fn lowercase_keys(v: Value) -> Value {
     match v {
         Value::Object(m) => Value::Object(
             m.into_iter()

@@ -21,15 +21,15 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 /// API connections open at once.
-pub const MAX_CONNECTIONS: usize = 64;
+pub(crate) const MAX_CONNECTIONS: usize = 64;
 /// How long a client may take to send a request's headers, and how long
 /// a keep-alive connection may sit idle between requests.
-pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long one request may take from its first byte to its answer.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Serves `app` on `listener` until `stop` fires.
-pub async fn serve(listener: TcpListener, app: Router, stop: CancellationToken) {
+pub(crate) async fn serve(listener: TcpListener, app: Router, stop: CancellationToken) {
     let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     let mut refused_logged = false;
     loop {

@@ -12,7 +12,7 @@ use crate::settings::{Fields, ProfileError};
 use crate::units::format_rate;
 
 #[derive(Debug, Clone)]
-pub struct Bandwidth {
+pub(crate) struct Bandwidth {
     /// Bytes per second.
     rate: u64,
     burst: u64,
@@ -70,17 +70,8 @@ impl Kind for Bandwidth {
 }
 
 impl Bandwidth {
-    /// A per-connection limit with the default burst.
-    pub fn new(rate: u64) -> Bandwidth {
-        Bandwidth {
-            rate,
-            burst: default_burst(rate),
-            shared: None,
-        }
-    }
 
-
-    pub async fn run(self, mut ctx: StageCtx, io: &mut StageIo) {
+    pub(crate) async fn run(self, mut ctx: StageCtx, io: &mut StageIo) {
         let mut own = TokenBucket::new(self.rate, self.burst);
         loop {
             let item = match io.next().await {
@@ -145,7 +136,7 @@ fn default_burst(rate: u64) -> u64 {
 
 /// A token bucket measured in bytes.
 #[derive(Debug)]
-pub struct TokenBucket {
+pub(crate) struct TokenBucket {
     rate: f64,
     burst: f64,
     tokens: f64,
@@ -153,7 +144,7 @@ pub struct TokenBucket {
 }
 
 impl TokenBucket {
-    pub fn new(rate: u64, burst: u64) -> Self {
+    pub(crate) fn new(rate: u64, burst: u64) -> Self {
         TokenBucket {
             rate: rate as f64,
             burst: burst as f64,
@@ -167,7 +158,7 @@ impl TokenBucket {
     /// so writes are not shredded into tiny pieces, and a waker that comes
     /// a little late (timer granularity) finds room below the cap for the
     /// tokens that accrued meanwhile instead of losing them.
-    pub fn take(&mut self, want: usize, now: Instant) -> Result<usize, Duration> {
+    pub(crate) fn take(&mut self, want: usize, now: Instant) -> Result<usize, Duration> {
         if let Some(last) = self.last {
             let dt = now.saturating_duration_since(last).as_secs_f64();
             self.tokens = (self.tokens + dt * self.rate).min(self.burst);

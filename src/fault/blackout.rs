@@ -11,7 +11,7 @@ use crate::settings::{Fields, ProfileError};
 use crate::units::format_duration;
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct Blackout {
+pub(crate) struct Blackout {
     trigger: Trigger,
     /// `None`: until netchaos ends.
     duration: Option<Duration>,
@@ -51,7 +51,7 @@ impl Kind for Blackout {
 
 impl Blackout {
 
-    pub async fn run(self, mut ctx: StageCtx, io: &mut StageIo) {
+    pub(crate) async fn run(self, mut ctx: StageCtx, io: &mut StageIo) {
         let rest = match pass_until(self.trigger, &ctx, io).await {
             Ok(Until::Fired(rest)) => rest,
             Ok(Until::Ended | Until::Stopped) | Err(_) => return,

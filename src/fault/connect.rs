@@ -8,12 +8,12 @@
 
 use std::time::Duration;
 
-use super::{Direction, FaultKind};
 use super::Chosen;
+use super::{Direction, FaultKind};
 
 /// What a new connection's SYN meets, before any dial.
 #[derive(Debug)]
-pub struct ConnectPlan<'a> {
+pub(crate) struct ConnectPlan<'a> {
     /// How long to hold the SYN first (`connect_delay`s, in order), and the
     /// faults that caused it.
     pub delay: Duration,
@@ -23,7 +23,7 @@ pub struct ConnectPlan<'a> {
 
 /// The decision about a SYN.
 #[derive(Debug)]
-pub enum Verdict<'a> {
+pub(crate) enum Verdict<'a> {
     /// Answer with RST: `refuse`, or (no fault) the connection limit.
     Refuse(Option<&'a Chosen>),
     /// Never answer: `connect_timeout`.
@@ -39,7 +39,11 @@ pub enum Verdict<'a> {
 /// Decides a SYN's fate from the faults chosen for its connection, in
 /// order, at `elapsed` since netchaos started; `at_capacity` refuses it
 /// whatever the faults (the connection limit).
-pub fn plan<'a>(chosen: &'a [Chosen], elapsed: Duration, at_capacity: bool) -> ConnectPlan<'a> {
+pub(crate) fn plan<'a>(
+    chosen: &'a [Chosen],
+    elapsed: Duration,
+    at_capacity: bool,
+) -> ConnectPlan<'a> {
     let mut p = ConnectPlan {
         delay: Duration::ZERO,
         delayed_by: Vec::new(),
@@ -86,7 +90,7 @@ pub fn plan<'a>(chosen: &'a [Chosen], elapsed: Duration, at_capacity: bool) -> C
 
 /// How the relay's dial of the real destination failed, as the kernel said.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DialFailure {
+pub(crate) enum DialFailure {
     /// RST (ECONNREFUSED).
     Refused,
     /// EHOSTUNREACH, EHOSTDOWN.
@@ -103,7 +107,7 @@ pub enum DialFailure {
 
 impl DialFailure {
     /// The errno's class.
-    pub fn from_errno(errno: Option<i32>) -> DialFailure {
+    pub(crate) fn from_errno(errno: Option<i32>) -> DialFailure {
         match errno {
             Some(libc::ECONNREFUSED) => DialFailure::Refused,
             Some(libc::EHOSTUNREACH | libc::EHOSTDOWN) => DialFailure::HostUnreachable,
@@ -115,7 +119,7 @@ impl DialFailure {
     }
 
     /// The relay error kind for events and counters.
-    pub fn kind(self) -> &'static str {
+    pub(crate) fn kind(self) -> &'static str {
         match self {
             DialFailure::Refused => "dial_refused",
             DialFailure::HostUnreachable => "dial_unreachable",
@@ -129,7 +133,7 @@ impl DialFailure {
 
 /// What the client's SYN gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SynFate {
+pub(crate) enum SynFate {
     /// Through (the handshake completes with the relay).
     Pass,
     /// RST: ECONNREFUSED.
@@ -147,7 +151,7 @@ pub enum SynFate {
 /// What the client would have seen without netchaos, given how the dial
 /// went: only a silent destination leaves it waiting; any other failure
 /// fails its `connect()` at once.
-pub fn fate_of_dial(dial: Result<(), DialFailure>) -> SynFate {
+pub(crate) fn fate_of_dial(dial: Result<(), DialFailure>) -> SynFate {
     match dial {
         Ok(()) => SynFate::Pass,
         Err(DialFailure::Refused) => SynFate::Refuse,

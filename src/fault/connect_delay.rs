@@ -11,7 +11,7 @@ use crate::settings::{Fields, ProfileError};
 use crate::units::format_duration;
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct ConnectDelay {
+pub(crate) struct ConnectDelay {
     delay: Duration,
     jitter: Duration,
 }
@@ -47,7 +47,7 @@ impl Kind for ConnectDelay {
 impl ConnectDelay {
 
     /// This connection's delay, from its own random source.
-    pub fn sample(&self, rng: &mut impl Rng) -> Duration {
+    pub(crate) fn sample(&self, rng: &mut impl Rng) -> Duration {
         if self.jitter.is_zero() {
             return self.delay;
         }

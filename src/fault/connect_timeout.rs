@@ -7,7 +7,7 @@ use super::{Kind, KindInfo, Layer, Stream};
 use crate::settings::{Fields, ProfileError};
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct ConnectTimeout;
+pub(crate) struct ConnectTimeout;
 
 impl Kind for ConnectTimeout {
     const INFO: KindInfo = KindInfo {

@@ -19,11 +19,11 @@ const PARAMS: &[(&str, &str, &str)] = &[
 
 /// `reset`: the cut is an RST.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Reset(Trigger);
+pub(crate) struct Reset(Trigger);
 
 /// `close`: the cut is a clean close.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Close(Trigger);
+pub(crate) struct Close(Trigger);
 
 impl Kind for Reset {
     const INFO: KindInfo = KindInfo {

@@ -15,12 +15,12 @@ use crate::units::format_duration;
 
 /// Default cap on bytes held in the line: 8 MiB keeps 100 ms of delay at
 /// ~670 Mbit/s and bounds memory per direction.
-pub const DEFAULT_BUFFER: u64 = 8 << 20;
+pub(crate) const DEFAULT_BUFFER: u64 = 8 << 20;
 /// The largest `buffer`: what one direction of one connection may hold.
-pub const MAX_BUFFER: u64 = 64 << 20;
+pub(crate) const MAX_BUFFER: u64 = 64 << 20;
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct Latency {
+pub(crate) struct Latency {
     delay: Duration,
     jitter: Duration,
     buffer: u64,
@@ -88,7 +88,7 @@ impl Latency {
         Duration::from_secs_f64(d.max(0.0))
     }
 
-    pub async fn run(self, mut ctx: StageCtx, io: &mut StageIo) {
+    pub(crate) async fn run(self, mut ctx: StageCtx, io: &mut StageIo) {
         let mut line: VecDeque<(Instant, Item)> = VecDeque::new();
         let mut held = 0u64;
         // Releases never go backwards: jitter may not reorder bytes.

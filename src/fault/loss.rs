@@ -8,7 +8,7 @@ use super::{Kind, KindInfo, Layer, Stream};
 use crate::settings::{Fields, ProfileError};
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct Loss {
+pub(crate) struct Loss {
     /// The share of packets dropped, 0..=1.
     rate: f64,
 }
@@ -42,7 +42,7 @@ impl Kind for Loss {
 impl Loss {
 
     /// The rate in parts per million, as nftables' `numgen` compares it.
-    pub fn ppm(&self) -> u32 {
+    pub(crate) fn ppm(&self) -> u32 {
         (self.rate * 1e6).round() as u32
     }
 }

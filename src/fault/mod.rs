@@ -16,12 +16,12 @@
 //! flow; both need interception (`netchaos run`, `attach`, `--in-place`),
 //! whose SYN gate and nftables table carry them out.
 
-pub mod connect;
-pub mod stage;
-pub mod trigger;
+pub(crate) mod connect;
+pub(crate) mod stage;
+pub(crate) mod trigger;
 
-pub use stage::{Gone, Item, ItemKind, Next, Output, StageIo};
-pub use trigger::{Trigger, Until, parse_trigger, pass_until};
+pub(crate) use stage::{Gone, Item, ItemKind, Next, Output, StageIo};
+pub(crate) use trigger::{Trigger, Until, parse_trigger, pass_until};
 
 use std::fmt;
 use std::future::Future;
@@ -38,7 +38,7 @@ use crate::units::Window;
 
 /// Which bytes of a connection a fault acts on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Stream {
+pub(crate) enum Stream {
     /// Client → server.
     Upstream,
     /// Server → client.
@@ -47,7 +47,7 @@ pub enum Stream {
 }
 
 impl Stream {
-    pub fn includes(self, dir: Direction) -> bool {
+    pub(crate) fn includes(self, dir: Direction) -> bool {
         matches!(
             (self, dir),
             (Stream::Both, _)
@@ -56,7 +56,7 @@ impl Stream {
         )
     }
 
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Stream::Upstream => "upstream",
             Stream::Downstream => "downstream",
@@ -67,22 +67,20 @@ impl Stream {
 
 /// One direction of a relayed connection.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Direction {
+pub(crate) enum Direction {
     Upstream,
     Downstream,
 }
 
 impl Direction {
-    pub const BOTH: [Direction; 2] = [Direction::Upstream, Direction::Downstream];
-
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Direction::Upstream => "upstream",
             Direction::Downstream => "downstream",
         }
     }
 
-    pub fn index(self) -> usize {
+    pub(crate) fn index(self) -> usize {
         match self {
             Direction::Upstream => 0,
             Direction::Downstream => 1,
@@ -92,7 +90,7 @@ impl Direction {
 
 /// The layers of the fault model: where a fault acts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Layer {
+pub(crate) enum Layer {
     /// On the client's SYN: `connect()` itself is what fails or waits.
     Connect,
     /// On a direction's bytes, in the relay.
@@ -102,7 +100,7 @@ pub enum Layer {
 }
 
 impl Layer {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Layer::Connect => "connect",
             Layer::Stream => "stream",
@@ -112,12 +110,12 @@ impl Layer {
 
     /// Whether the layer needs interception (the SYN gate, the namespace's
     /// packet rules): explicit proxies cannot apply it.
-    pub fn needs_interception(self) -> bool {
+    pub(crate) fn needs_interception(self) -> bool {
         self != Layer::Stream
     }
 
     /// What the layer acts on, for messages.
-    pub fn acts_on(self) -> &'static str {
+    pub(crate) fn acts_on(self) -> &'static str {
         match self {
             Layer::Connect => "the SYN",
             Layer::Stream => "the bytes",
@@ -128,12 +126,12 @@ impl Layer {
 
 /// Where a stage records that its fault took effect (the caller's event
 /// log and counters): once per connection and direction.
-pub trait Hit: Send + Sync {
+pub(crate) trait Hit: Send + Sync {
     fn fire(&mut self);
 }
 
 /// What a stage knows about its connection and its moment in time.
-pub struct StageCtx {
+pub(crate) struct StageCtx {
     pub dir: Direction,
     /// Random source for this (connection, fault, direction): a pure function
     /// of the seed, so a run can be replayed.
@@ -151,7 +149,7 @@ pub struct StageCtx {
 }
 
 /// Packet-level control of one connection's flow.
-pub trait Partition: Send + Sync {
+pub(crate) trait Partition: Send + Sync {
     /// Drops every packet of the flow for `duration` (`None`: for good).
     fn blackout(
         &self,
@@ -162,30 +160,30 @@ pub trait Partition: Send + Sync {
 /// Why a partition could not start.
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
-pub struct PartitionError(pub String);
+pub(crate) struct PartitionError(pub String);
 
 impl StageCtx {
     /// Whether the fault may act at `now`.
-    pub fn active_at(&self, now: Instant) -> bool {
+    pub(crate) fn active_at(&self, now: Instant) -> bool {
         self.window
             .contains(now.saturating_duration_since(self.epoch))
     }
 
     /// When the window closes, if it does.
-    pub fn window_end(&self) -> Option<Instant> {
+    pub(crate) fn window_end(&self) -> Option<Instant> {
         self.window.end.map(|e| self.epoch + e)
     }
 
     /// When the window opens (`epoch` for an open start).
-    pub fn window_start(&self) -> Instant {
+    pub(crate) fn window_start(&self) -> Instant {
         self.epoch + self.window.start.unwrap_or_default()
     }
 }
 
-pub type StageFuture<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
+pub(crate) type StageFuture<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
 
 /// What a fault kind declares about itself, once, in its own file.
-pub struct KindInfo {
+pub(crate) struct KindInfo {
     pub name: &'static str,
     pub layer: Layer,
     pub default_stream: Stream,
@@ -200,7 +198,7 @@ pub struct KindInfo {
 }
 
 /// One fault kind: its declaration, parser, parameters and behaviour.
-pub trait Kind: Sized {
+pub(crate) trait Kind: Sized {
     const INFO: KindInfo;
 
     /// Reads the kind's own parameters (the shared ones are read already).
@@ -222,25 +220,25 @@ pub trait Kind: Sized {
 /// name and an entry of [`KINDS`]. A new kind is a new file and a line here.
 macro_rules! registry {
     ($($module:ident: $($kind:ident)+;)*) => {
-        $(pub mod $module;)*
+        $(pub(crate) mod $module;)*
 
         /// A fault's kind-specific settings, after validation.
         #[derive(Debug, Clone)]
-        pub enum FaultKind {
+        pub(crate) enum FaultKind {
             $($($kind($module::$kind),)+)*
         }
 
         /// Every fault kind netchaos knows, in the order the docs list them.
-        pub const KINDS: &[&KindInfo] = &[$($(&<$module::$kind as Kind>::INFO,)+)*];
+        pub(crate) const KINDS: &[&KindInfo] = &[$($(&<$module::$kind as Kind>::INFO,)+)*];
 
         impl FaultKind {
-            pub fn info(&self) -> &'static KindInfo {
+            pub(crate) fn info(&self) -> &'static KindInfo {
                 match self {
                     $($(FaultKind::$kind(_) => &<$module::$kind as Kind>::INFO,)+)*
                 }
             }
 
-            pub fn params(&self) -> Vec<(&'static str, String)> {
+            pub(crate) fn params(&self) -> Vec<(&'static str, String)> {
                 match self {
                     $($(FaultKind::$kind(x) => x.params(),)+)*
                 }
@@ -248,7 +246,7 @@ macro_rules! registry {
 
             /// The pipeline stage for one direction, or `None` when the
             /// kind does not act on a direction's bytes.
-            pub fn stage<'a>(&self, ctx: StageCtx, io: &'a mut StageIo) -> Option<StageFuture<'a>> {
+            pub(crate) fn stage<'a>(&self, ctx: StageCtx, io: &'a mut StageIo) -> Option<StageFuture<'a>> {
                 match self {
                     $($(FaultKind::$kind(x) => x.stage(ctx, io),)+)*
                 }
@@ -280,23 +278,23 @@ registry! {
 }
 
 impl FaultKind {
-    pub fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         self.info().name
     }
 
-    pub fn layer(&self) -> Layer {
+    pub(crate) fn layer(&self) -> Layer {
         self.info().layer
     }
 
     /// Whether the kind runs as a pipeline stage on a direction's bytes.
-    pub fn has_stage(&self) -> bool {
+    pub(crate) fn has_stage(&self) -> bool {
         self.info().stages
     }
 }
 
 /// A fault chosen for one connection.
 #[derive(Clone, Debug)]
-pub struct Chosen {
+pub(crate) struct Chosen {
     /// The fault's identity on this connection (rule and fault), stable
     /// across updates of its parameters.
     pub id: u64,
@@ -309,7 +307,7 @@ pub struct Chosen {
 
 impl Chosen {
     /// The random source for one direction of this fault.
-    pub fn rng(&self, dir: Direction) -> ChaCha8Rng {
+    pub(crate) fn rng(&self, dir: Direction) -> ChaCha8Rng {
         let mut rng = ChaCha8Rng::seed_from_u64(self.seed);
         rng.set_stream(dir.index() as u64);
         rng
@@ -318,7 +316,7 @@ impl Chosen {
 
 /// A validated fault: kind, parameters and the shared settings.
 #[derive(Debug, Clone)]
-pub struct FaultSpec {
+pub(crate) struct FaultSpec {
     pub kind: FaultKind,
     /// Share of matching connections that get the fault, decided once per
     /// connection.
@@ -328,12 +326,12 @@ pub struct FaultSpec {
 }
 
 impl FaultSpec {
-    pub fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         self.kind.name()
     }
 
     /// All parameters, the shared ones included, as `key = value` text.
-    pub fn all_params(&self) -> Vec<(&'static str, String)> {
+    pub(crate) fn all_params(&self) -> Vec<(&'static str, String)> {
         let mut p = self.kind.params();
         if self.probability < 1.0 {
             p.push(("probability", format!("{}", self.probability)));
@@ -361,7 +359,7 @@ impl fmt::Display for FaultSpec {
 
 /// Reads one fault table: `type`, the shared settings, then the kind's own
 /// parameters; any key left over is an error.
-pub fn parse_fault(mut f: Fields) -> Result<FaultSpec, ProfileError> {
+pub(crate) fn parse_fault(mut f: Fields) -> Result<FaultSpec, ProfileError> {
     let loc = f.loc().to_string();
     let names: Vec<&str> = KINDS.iter().map(|k| k.name).collect();
     let kind_name = f.string("type")?.ok_or_else(|| {
@@ -402,7 +400,7 @@ pub fn parse_fault(mut f: Fields) -> Result<FaultSpec, ProfileError> {
 }
 
 /// The registered kind of that name (`-` read as `_`).
-pub fn find_kind(name: &str) -> Option<&'static KindInfo> {
+pub(crate) fn find_kind(name: &str) -> Option<&'static KindInfo> {
     let name = name.trim().replace('-', "_");
     KINDS.iter().find(|k| k.name == name).copied()
 }
@@ -414,13 +412,13 @@ pub(crate) mod testing {
     use rand::SeedableRng;
 
     /// A hit recorded nowhere.
-    pub struct NoHit;
+    pub(crate) struct NoHit;
 
     impl Hit for NoHit {
         fn fire(&mut self) {}
     }
 
-    pub fn ctx(window: Window) -> StageCtx {
+    pub(crate) fn ctx(window: Window) -> StageCtx {
         let now = Instant::now();
         StageCtx {
             dir: Direction::Downstream,
@@ -436,18 +434,18 @@ pub(crate) mod testing {
     use tokio::sync::mpsc;
 
     /// Input sender, output receiver, and the stage's channels.
-    pub fn channels() -> (mpsc::Sender<Item>, mpsc::Receiver<Item>, StageIo) {
+    pub(crate) fn channels() -> (mpsc::Sender<Item>, mpsc::Receiver<Item>, StageIo) {
         let (in_tx, in_rx) = mpsc::channel(4);
         let (out_tx, out_rx) = mpsc::channel(4);
         (in_tx, out_rx, StageIo::new(in_rx, Output::new(out_tx)))
     }
 
-    pub fn data(n: usize) -> Item {
+    pub(crate) fn data(n: usize) -> Item {
         Item::data(Instant::now(), bytes::Bytes::from(vec![b'x'; n]))
     }
 
     /// Runs `kind`'s stage on `io` in a task; returns the stop token.
-    pub fn spawn(
+    pub(crate) fn spawn(
         kind: FaultKind,
         ctx: StageCtx,
         mut io: StageIo,
@@ -462,7 +460,7 @@ pub(crate) mod testing {
     }
 
     /// Parses `key=value` pairs into a spec, as `--fault` would.
-    pub fn spec(kind: &str, pairs: &[(&str, &str)]) -> Result<FaultSpec, ProfileError> {
+    pub(crate) fn spec(kind: &str, pairs: &[(&str, &str)]) -> Result<FaultSpec, ProfileError> {
         let mut all = vec![("type".to_string(), kind.to_string())];
         all.extend(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         parse_fault(Fields::from_pairs("fault", "test", all))

@@ -6,7 +6,7 @@ use super::{Kind, KindInfo, Layer, Stream};
 use crate::settings::{Fields, ProfileError};
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct Refuse;
+pub(crate) struct Refuse;
 
 impl Kind for Refuse {
     const INFO: KindInfo = KindInfo {

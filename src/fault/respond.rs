@@ -15,14 +15,14 @@ use super::{ItemKind, Kind, KindInfo, Layer, Stream};
 use crate::settings::{Fields, ProfileError};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Then {
+pub(crate) enum Then {
     Close,
     Reset,
     Stall,
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct Respond {
+pub(crate) struct Respond {
     data: Bytes,
     then: Then,
     /// Wait for the client's first bytes (its request) before replying.
@@ -115,7 +115,7 @@ impl Respond {
 
     /// What the client receives, in order; `stall` ends the script without
     /// an end, so the pipeline stays open and silent.
-    pub fn script(&self) -> Vec<ItemKind> {
+    pub(crate) fn script(&self) -> Vec<ItemKind> {
         let mut items = vec![ItemKind::Data(self.data.clone())];
         match self.then {
             Then::Close => items.push(ItemKind::Close),
@@ -126,12 +126,12 @@ impl Respond {
     }
 
     /// Whether to wait for the client's first bytes (its request) first.
-    pub fn waits_for_request(&self) -> bool {
+    pub(crate) fn waits_for_request(&self) -> bool {
         self.wait_request
     }
 
     /// How long to wait for a request before replying anyway.
-    pub const REQUEST_WAIT: Duration = Duration::from_secs(10);
+    pub(crate) const REQUEST_WAIT: Duration = Duration::from_secs(10);
 }
 
 fn http_reply(status: u16, headers: &[String], body: &str) -> Bytes {

@@ -12,7 +12,7 @@ use crate::settings::{Fields, ProfileError};
 use crate::units::format_duration;
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct Slicer {
+pub(crate) struct Slicer {
     size: u64,
     size_variation: u64,
     delay: Duration,
@@ -66,7 +66,7 @@ impl Kind for Slicer {
 
 impl Slicer {
 
-    pub async fn run(self, mut ctx: StageCtx, io: &mut StageIo) {
+    pub(crate) async fn run(self, mut ctx: StageCtx, io: &mut StageIo) {
         loop {
             let item = match io.next().await {
                 Next::Item(item) => item,

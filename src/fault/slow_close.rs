@@ -8,7 +8,7 @@ use crate::settings::{Fields, ProfileError};
 use crate::units::format_duration;
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct SlowClose {
+pub(crate) struct SlowClose {
     delay: Duration,
 }
 
@@ -41,7 +41,7 @@ impl Kind for SlowClose {
 
 impl SlowClose {
 
-    pub async fn run(self, mut ctx: StageCtx, io: &mut StageIo) {
+    pub(crate) async fn run(self, mut ctx: StageCtx, io: &mut StageIo) {
         loop {
             let item = match io.next().await {
                 Next::Item(item) => item,

@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 
 /// What flows through a direction's pipeline.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ItemKind {
+pub(crate) enum ItemKind {
     /// Bytes read from the source socket.
     Data(Bytes),
     /// The source half-closed (FIN): shut down writing on the destination.
@@ -33,62 +33,58 @@ pub enum ItemKind {
 /// One unit of a pipeline, stamped with the moment it was read so that
 /// delays are measured from arrival, not from when a stage saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Item {
+pub(crate) struct Item {
     pub at: Instant,
     pub kind: ItemKind,
 }
 
 impl Item {
-    pub fn data(at: Instant, bytes: Bytes) -> Item {
+    pub(crate) fn data(at: Instant, bytes: Bytes) -> Item {
         Item {
             at,
             kind: ItemKind::Data(bytes),
         }
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         match &self.kind {
             ItemKind::Data(b) => b.len(),
             _ => 0,
         }
     }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 /// The next stage is gone (the connection is being torn down): stop.
 #[derive(Debug)]
-pub struct Gone;
+pub(crate) struct Gone;
 
 /// Where a stage (or the reader) sends: a channel to the next stage that
 /// the pipeline can re-point while the stage runs. Holding the lock pauses
 /// the sender, which is how the pipeline relinks without reordering.
 #[derive(Clone)]
-pub struct Output(Arc<Mutex<mpsc::Sender<Item>>>);
+pub(crate) struct Output(Arc<Mutex<mpsc::Sender<Item>>>);
 
 impl Output {
-    pub fn new(tx: mpsc::Sender<Item>) -> Output {
+    pub(crate) fn new(tx: mpsc::Sender<Item>) -> Output {
         Output(Arc::new(Mutex::new(tx)))
     }
 
     /// Sends one item; waits for room. Never cancelled midway by a stop.
-    pub async fn send(&self, item: Item) -> Result<(), Gone> {
+    pub(crate) async fn send(&self, item: Item) -> Result<(), Gone> {
         let tx = self.0.lock().await;
         tx.send(item).await.map_err(|_| Gone)
     }
 
     /// Pauses the sender until the guard is dropped; the guard can re-point
     /// it.
-    pub async fn lock(&self) -> MutexGuard<'_, mpsc::Sender<Item>> {
+    pub(crate) async fn lock(&self) -> MutexGuard<'_, mpsc::Sender<Item>> {
         self.0.lock().await
     }
 }
 
 /// What [`StageIo::next`] found.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Next {
+pub(crate) enum Next {
     Item(Item),
     /// Nothing more will come (the source ended).
     Ended,
@@ -97,14 +93,14 @@ pub enum Next {
 }
 
 /// A stage's input, output and stop signal.
-pub struct StageIo {
+pub(crate) struct StageIo {
     pub input: mpsc::Receiver<Item>,
     pub output: Output,
     pub stop: CancellationToken,
 }
 
 impl StageIo {
-    pub fn new(input: mpsc::Receiver<Item>, output: Output) -> StageIo {
+    pub(crate) fn new(input: mpsc::Receiver<Item>, output: Output) -> StageIo {
         StageIo {
             input,
             output,
@@ -113,7 +109,7 @@ impl StageIo {
     }
 
     /// The next item, unless the input ends or the stage is told to stop.
-    pub async fn next(&mut self) -> Next {
+    pub(crate) async fn next(&mut self) -> Next {
         tokio::select! {
             biased;
             _ = self.stop.cancelled() => Next::Stopped,
@@ -121,12 +117,12 @@ impl StageIo {
         }
     }
 
-    pub async fn send(&self, item: Item) -> Result<(), Gone> {
+    pub(crate) async fn send(&self, item: Item) -> Result<(), Gone> {
         self.output.send(item).await
     }
 
     /// Sleeps until `t`; `false` if the stage was told to stop first.
-    pub async fn sleep_until(&self, t: Instant) -> bool {
+    pub(crate) async fn sleep_until(&self, t: Instant) -> bool {
         tokio::select! {
             biased;
             _ = self.stop.cancelled() => false,
@@ -135,7 +131,7 @@ impl StageIo {
     }
 
     /// Waits for `t`, or forever when `None`; `false` if stopped first.
-    pub async fn wait_for(&self, t: Option<Instant>) -> bool {
+    pub(crate) async fn wait_for(&self, t: Option<Instant>) -> bool {
         match t {
             Some(t) => self.sleep_until(t).await,
             None => {
@@ -146,7 +142,7 @@ impl StageIo {
     }
 
     /// Forwards everything unchanged until the input ends or a stop.
-    pub async fn pass_rest(&mut self) {
+    pub(crate) async fn pass_rest(&mut self) {
         while let Next::Item(item) = self.next().await {
             if self.send(item).await.is_err() {
                 return;
@@ -156,7 +152,7 @@ impl StageIo {
 
     /// After a stop: forwards what is still queued in the input (the
     /// previous stage is paused, so this is finite).
-    pub async fn drain_input(&mut self) {
+    pub(crate) async fn drain_input(&mut self) {
         while let Ok(item) = self.input.try_recv() {
             if self.send(item).await.is_err() {
                 return;

@@ -14,7 +14,7 @@ use crate::settings::{Fields, ProfileError};
 use crate::units::format_duration;
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct Stall {
+pub(crate) struct Stall {
     trigger: Trigger,
     /// `None`: forever.
     duration: Option<Duration>,
@@ -23,7 +23,7 @@ pub struct Stall {
 
 /// What happens when a stall's time is up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Then {
+pub(crate) enum Then {
     Release,
     Close,
     Reset,
@@ -81,7 +81,7 @@ impl Kind for Stall {
 
 impl Stall {
 
-    pub async fn run(self, mut ctx: StageCtx, io: &mut StageIo) {
+    pub(crate) async fn run(self, mut ctx: StageCtx, io: &mut StageIo) {
         let held = match pass_until(self.trigger, &ctx, io).await {
             Ok(Until::Fired(held)) => held,
             Ok(Until::Ended | Until::Stopped) | Err(_) => return,

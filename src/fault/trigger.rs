@@ -11,7 +11,7 @@ use std::time::Duration;
 
 /// Reads the `after_bytes` / `after` trigger shared by stall, reset and close.
 /// Neither means "at once" (after zero bytes).
-pub fn parse_trigger(f: &mut Fields) -> Result<Trigger, ProfileError> {
+pub(crate) fn parse_trigger(f: &mut Fields) -> Result<Trigger, ProfileError> {
     let bytes = f.size("after_bytes")?;
     let time = f.duration("after")?;
     match (bytes, time) {
@@ -24,7 +24,7 @@ pub fn parse_trigger(f: &mut Fields) -> Result<Trigger, ProfileError> {
 
 /// When a one-shot stream fault fires.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Trigger {
+pub(crate) enum Trigger {
     /// Once this many bytes have passed in the direction.
     Bytes(u64),
     /// This long after the connection opened.
@@ -32,7 +32,7 @@ pub enum Trigger {
 }
 
 impl Trigger {
-    pub fn param(&self) -> (&'static str, String) {
+    pub(crate) fn param(&self) -> (&'static str, String) {
         match self {
             Trigger::Bytes(n) => ("after_bytes", n.to_string()),
             Trigger::Time(t) => ("after", crate::units::format_duration(*t)),
@@ -42,7 +42,7 @@ impl Trigger {
 
 /// How [`pass_until`] ended.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Until {
+pub(crate) enum Until {
     /// The trigger fired; the part of the crossing chunk beyond the mark, if
     /// any, is handed back (a stall holds it, a reset drops it).
     Fired(Option<Item>),
@@ -55,7 +55,11 @@ pub enum Until {
 /// Passes items until `trigger` fires (and the window is open), splitting
 /// the chunk that crosses the byte mark. Shared by stall, reset, close and
 /// blackout.
-pub async fn pass_until(trigger: Trigger, ctx: &StageCtx, io: &mut StageIo) -> Result<Until, Gone> {
+pub(crate) async fn pass_until(
+    trigger: Trigger,
+    ctx: &StageCtx,
+    io: &mut StageIo,
+) -> Result<Until, Gone> {
     let mut passed: u64 = 0;
     let deadline = match trigger {
         Trigger::Time(t) => Some((ctx.opened + t).max(ctx.window_start())),

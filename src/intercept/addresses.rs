@@ -13,7 +13,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// The namespace's own addresses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct NsAddrs {
+pub(crate) struct NsAddrs {
     pub v4: Ipv4Addr,
     pub v6: Ipv6Addr,
 }
@@ -21,7 +21,7 @@ pub struct NsAddrs {
 impl NsAddrs {
     /// Whether `ip` is one of the namespace's own (or a link-local one,
     /// which is only meaningful inside it).
-    pub fn is_own(&self, ip: IpAddr) -> bool {
+    pub(crate) fn is_own(&self, ip: IpAddr) -> bool {
         match ip {
             IpAddr::V4(v4) => v4 == self.v4 || v4.is_link_local(),
             IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
@@ -32,7 +32,7 @@ impl NsAddrs {
     }
 
     /// The first candidates the host does not use.
-    pub fn choose() -> Result<NsAddrs, String> {
+    pub(crate) fn choose() -> Result<NsAddrs, String> {
         let host = HostNet::read();
         let v4 = candidates_v4()
             .find(|a| !host.uses(IpAddr::V4(*a)))

@@ -32,7 +32,7 @@ use super::privilege::Containment;
 use super::{nfqueue, privilege};
 
 /// What the agent needs to know, copied into it by `fork`.
-pub struct AgentConfig {
+pub(crate) struct AgentConfig {
     pub rootless: bool,
     pub uid: u32,
     pub gid: u32,
@@ -54,7 +54,7 @@ pub struct AgentConfig {
 
 /// Agent → netchaos, on the control channel.
 #[derive(Debug, Serialize, Deserialize)]
-pub enum AgentMsg {
+pub(crate) enum AgentMsg {
     /// Set up; carries the listeners: TCP v4, UDP v4, then TCP v6 and UDP v6
     /// when `v6`. `netns` is the namespace's inode, to recognise processes
     /// left in it.
@@ -77,14 +77,14 @@ pub enum AgentMsg {
 
 /// netchaos → agent, on the control channel.
 #[derive(Debug, Serialize, Deserialize)]
-pub enum ParentMsg {
+pub(crate) enum ParentMsg {
     /// Start the command.
     Go,
 }
 
 /// A request on the request channel.
 #[derive(Debug, Serialize, Deserialize)]
-pub enum Request {
+pub(crate) enum Request {
     /// One unconnected TCP socket in the namespace, marked so that
     /// interception lets it through.
     Socket { v6: bool },
@@ -94,12 +94,12 @@ pub enum Request {
 
 /// The reply; a socket travels with it when one was asked for.
 #[derive(Debug, Serialize, Deserialize)]
-pub struct Reply {
+pub(crate) struct Reply {
     pub error: Option<String>,
 }
 
 /// The agent's whole life; never returns.
-pub fn main(control: Channel, requests: Channel, cfg: &AgentConfig) -> ! {
+pub(crate) fn main(control: Channel, requests: Channel, cfg: &AgentConfig) -> ! {
     // Die with netchaos: a namespace without its relay would black-hole the
     // command's traffic (and netchaos may have died before this call).
     let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
@@ -452,7 +452,7 @@ fn answer(requests: &Channel) {
 
 /// A TCP socket of the namespace, for a dial of the relay's own (which the
 /// SYN gate recognises by its 4-tuple).
-pub fn inside_socket(v6: bool) -> std::io::Result<Socket> {
+pub(crate) fn inside_socket(v6: bool) -> std::io::Result<Socket> {
     let s = Socket::new(
         if v6 { Domain::IPV6 } else { Domain::IPV4 },
         Type::STREAM,
@@ -465,7 +465,7 @@ pub fn inside_socket(v6: bool) -> std::io::Result<Socket> {
 /// A UDP socket for the DNS forwarder's queries from inside an existing
 /// namespace, marked with `mark` so that the redirect lets it through
 /// (needs CAP_NET_ADMIN there), bound to an ephemeral port.
-pub fn marked_udp(v6: bool, mark: u32) -> std::io::Result<std::net::UdpSocket> {
+pub(crate) fn marked_udp(v6: bool, mark: u32) -> std::io::Result<std::net::UdpSocket> {
     let s = Socket::new(
         if v6 { Domain::IPV6 } else { Domain::IPV4 },
         Type::DGRAM,

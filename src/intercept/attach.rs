@@ -26,21 +26,21 @@ use caps::{CapSet, Capability};
 use socket2::Socket;
 
 use super::agent::{listener, udp};
+use super::loss::LossTable;
 use super::nft::{self, Found, Installed, Liveness, Owner, Redirects, Ruleset};
 use super::nsthread::NsThread;
 use super::sandbox::{Listeners, Sandbox};
-use super::loss::LossTable;
 use super::{nfqueue, sock_diag};
 
 /// Which command is attaching (for messages and labels).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
+pub(crate) enum Mode {
     Attach,
     InPlace,
 }
 
 impl Mode {
-    pub fn command(self) -> &'static str {
+    pub(crate) fn command(self) -> &'static str {
         match self {
             Mode::Attach => "netchaos attach",
             Mode::InPlace => "netchaos run --in-place",
@@ -48,7 +48,7 @@ impl Mode {
     }
 
     /// What its connections are called in events, metrics and the API.
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Mode::Attach => "attach",
             Mode::InPlace => "in-place",
@@ -57,7 +57,7 @@ impl Mode {
 }
 
 /// What to install.
-pub struct Config {
+pub(crate) struct Config {
     pub mode: Mode,
     /// Local ports whose arriving connections pass through the relay.
     pub inbound: Vec<u16>,
@@ -134,7 +134,7 @@ fn already_here(pid: i32) -> String {
 }
 
 /// netchaos installed in a namespace.
-pub struct Attached {
+pub(crate) struct Attached {
     pub sandbox: Arc<Sandbox>,
     pub listeners: Listeners,
     /// The inbound listeners (0.0.0.0 and [::], one port), if asked for.
@@ -150,7 +150,7 @@ pub struct Attached {
 /// Checks, before anything is touched, that this process holds the
 /// capabilities `command` needs to work in another namespace (`Attach`) or
 /// its own (`InPlace`), naming any that is missing.
-pub fn check_privileges(command: &str, mode: Mode) -> Result<(), String> {
+pub(crate) fn check_privileges(command: &str, mode: Mode) -> Result<(), String> {
     let needed: &[(Capability, &str)] = match mode {
         Mode::Attach => &[
             (
@@ -192,7 +192,7 @@ pub fn check_privileges(command: &str, mode: Mode) -> Result<(), String> {
 }
 
 /// Installs interception in the namespace `ns` is in, or explains why not.
-pub fn install(ns: Arc<NsThread>, cfg: Config) -> Result<Attached, String> {
+pub(crate) fn install(ns: Arc<NsThread>, cfg: Config) -> Result<Attached, String> {
     let owner = Owner::me();
     let claim = Claim::take(&ns)?;
     let (mode, replace, hint) = (cfg.mode, cfg.replace, cfg.clean_hint.clone());
@@ -234,7 +234,7 @@ pub fn install(ns: Arc<NsThread>, cfg: Config) -> Result<Attached, String> {
 impl Attached {
     /// Removes what [`install`] added (once; later calls do nothing).
     /// Errors are reported together, after everything was tried.
-    pub fn remove(&self) -> Result<(), String> {
+    pub(crate) fn remove(&self) -> Result<(), String> {
         if self.removed.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
@@ -414,7 +414,7 @@ fn has_ipv6() -> bool {
 
 /// What `clean` found and did.
 #[derive(Debug, Default)]
-pub struct Cleaned {
+pub(crate) struct Cleaned {
     /// One line per thing removed.
     pub removed: Vec<String>,
     pub errors: Vec<String>,
@@ -422,7 +422,7 @@ pub struct Cleaned {
 
 /// Removes netchaos's table, gate chain and qdiscs from the namespace `ns`
 /// is in. Refuses while a live netchaos owns the table, unless `force`.
-pub fn clean(ns: &NsThread, force: bool) -> Result<Cleaned, String> {
+pub(crate) fn clean(ns: &NsThread, force: bool) -> Result<Cleaned, String> {
     ns.run(move || clean_here(force))?
 }
 

@@ -19,11 +19,11 @@ const MAX_FDS: usize = 8;
 
 /// One end of a socket pair.
 #[derive(Debug)]
-pub struct Channel(OwnedFd);
+pub(crate) struct Channel(OwnedFd);
 
 impl Channel {
     /// A connected pair; both ends close on exec.
-    pub fn pair() -> io::Result<(Channel, Channel)> {
+    pub(crate) fn pair() -> io::Result<(Channel, Channel)> {
         let (a, b) = socketpair(
             AddressFamily::Unix,
             SockType::SeqPacket,
@@ -34,7 +34,7 @@ impl Channel {
     }
 
     /// Sends `msg` (as JSON) with `fds`.
-    pub fn send<T: Serialize>(&self, msg: &T, fds: &[BorrowedFd<'_>]) -> io::Result<()> {
+    pub(crate) fn send<T: Serialize>(&self, msg: &T, fds: &[BorrowedFd<'_>]) -> io::Result<()> {
         let body = serde_json::to_vec(msg).map_err(io::Error::other)?;
         let raw: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
         let cmsg = [ControlMessage::ScmRights(&raw)];
@@ -51,7 +51,7 @@ impl Channel {
 
     /// Receives one message and the descriptors that came with it; `None`
     /// when the other end is closed.
-    pub fn recv<T: DeserializeOwned>(&self) -> io::Result<Option<(T, Vec<OwnedFd>)>> {
+    pub(crate) fn recv<T: DeserializeOwned>(&self) -> io::Result<Option<(T, Vec<OwnedFd>)>> {
         let mut buf = vec![0u8; MAX_MSG];
         let mut space = nix::cmsg_space!([RawFd; MAX_FDS]);
         let (n, fds) = {
@@ -82,19 +82,12 @@ impl Channel {
         Ok(Some((msg, fds)))
     }
 
-    /// Whether a message (or EOF) is waiting, within `timeout_ms`.
-    pub fn wait_readable(&self, timeout_ms: u16) -> io::Result<bool> {
-        use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-        let mut fds = [PollFd::new(self.0.as_fd(), PollFlags::POLLIN)];
-        Ok(poll(&mut fds, PollTimeout::from(timeout_ms))? > 0)
-    }
-
-    pub fn as_fd(&self) -> BorrowedFd<'_> {
+    pub(crate) fn as_fd(&self) -> BorrowedFd<'_> {
         self.0.as_fd()
     }
 
     /// Bounds how long a blocking receive may wait (`None`: forever).
-    pub fn set_recv_timeout(&self, d: Option<std::time::Duration>) -> io::Result<()> {
+    pub(crate) fn set_recv_timeout(&self, d: Option<std::time::Duration>) -> io::Result<()> {
         socket2::SockRef::from(&self.0).set_read_timeout(d)
     }
 }

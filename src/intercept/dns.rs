@@ -35,12 +35,12 @@ const RESOLVER_TIMEOUT: Duration = Duration::from_millis(1500);
 
 /// Which names resolved to which addresses.
 #[derive(Default)]
-pub struct NameTable {
+pub(crate) struct NameTable {
     map: Mutex<HashMap<IpAddr, Vec<(String, Instant)>>>,
 }
 
 impl NameTable {
-    pub fn learn(&self, name: &str, ip: IpAddr, ttl: u32) {
+    pub(crate) fn learn(&self, name: &str, ip: IpAddr, ttl: u32) {
         let name = name.trim_end_matches('.').to_ascii_lowercase();
         if name.is_empty() {
             return;
@@ -65,7 +65,7 @@ impl NameTable {
     }
 
     /// Names known for `ip` (IPv4-mapped IPv6 addresses count as IPv4).
-    pub fn names(&self, ip: IpAddr) -> Vec<String> {
+    pub(crate) fn names(&self, ip: IpAddr) -> Vec<String> {
         let ip = match ip {
             IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
             v4 => v4,
@@ -80,7 +80,7 @@ impl NameTable {
 
     /// Records every address in a DNS response under the names it answers
     /// for: the question's name and each record's owner (CNAME chains).
-    pub fn learn_response(&self, response: &[u8]) {
+    pub(crate) fn learn_response(&self, response: &[u8]) {
         let Ok(packet) = Packet::parse(response) else {
             return;
         };
@@ -104,7 +104,7 @@ impl NameTable {
 /// resolvers on other ports). None listed means 127.0.0.1, as in glibc —
 /// and so does a missing file, unless it was `given` (`--resolv-conf`),
 /// which must exist.
-pub fn resolvers(path: &Path, given: bool) -> Result<Vec<SocketAddr>, String> {
+pub(crate) fn resolvers(path: &Path, given: bool) -> Result<Vec<SocketAddr>, String> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && !given => String::new(),
@@ -143,14 +143,14 @@ pub fn resolvers(path: &Path, given: bool) -> Result<Vec<SocketAddr>, String> {
 /// queries' worth of memory: each holds its own datagram and a socket, and
 /// a reply of at most the size its client advertised (EDNS; 512 bytes
 /// without) once one arrives.
-pub const MAX_IN_FLIGHT: usize = 256;
+pub(crate) const MAX_IN_FLIGHT: usize = 256;
 
 /// Serves queries arriving on `socket` (inside the namespace) until the
 /// task is dropped; queries go out from the host, or from inside the
 /// namespace through `inside` (with the mark the redirect lets through).
 /// Only well-formed queries are forwarded; the rest are dropped and
 /// counted in `events`.
-pub async fn serve(
+pub(crate) async fn serve(
     socket: UdpSocket,
     resolvers: Arc<Vec<SocketAddr>>,
     names: Arc<NameTable>,
@@ -190,7 +190,7 @@ pub async fn serve(
 /// The reply size a well-formed standard query allows (its EDNS UDP size,
 /// 512 bytes without EDNS); `None` for anything else (a response, another
 /// opcode, not one question, not DNS at all).
-pub fn query_reply_size(datagram: &[u8]) -> Option<usize> {
+pub(crate) fn query_reply_size(datagram: &[u8]) -> Option<usize> {
     let p = Packet::parse(datagram).ok()?;
     let ok = !p.has_flags(PacketFlag::RESPONSE)
         && p.opcode() == OPCODE::StandardQuery

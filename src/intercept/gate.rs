@@ -14,15 +14,15 @@ use tokio::time::Instant;
 use crate::relay::Handoff;
 
 /// How long a decided SYN is remembered, to give retransmissions its fate.
-pub const REMEMBER: Duration = Duration::from_secs(120);
+pub(crate) const REMEMBER: Duration = Duration::from_secs(120);
 /// How long a dialled upstream waits for the relay to accept the client.
-pub const HANDOFF_TTL: Duration = Duration::from_secs(30);
+pub(crate) const HANDOFF_TTL: Duration = Duration::from_secs(30);
 /// How long a SYN is remembered once the relay has its connection: the
 /// client stops retransmitting when the handshake completes, so only
 /// duplicates already in flight can still come. Keeping these for all of
 /// [`REMEMBER`] made the table (and its sweeps) grow with the connection
 /// rate times two minutes.
-pub const CLAIMED_TTL: Duration = Duration::from_secs(10);
+pub(crate) const CLAIMED_TTL: Duration = Duration::from_secs(10);
 /// The table size below which only the periodic sweep runs.
 const SWEEP_MIN: usize = 1024;
 /// A sweep every this many new SYNs, whatever the size.
@@ -30,7 +30,7 @@ const SWEEP_EVERY: usize = 256;
 
 /// A parsed outbound SYN.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Syn {
+pub(crate) struct Syn {
     pub src: SocketAddr,
     pub dst: SocketAddr,
     /// Initial sequence number: the same on retransmissions.
@@ -39,7 +39,7 @@ pub struct Syn {
 
 /// What the gate answers a SYN, as remembered for its retransmissions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fate {
+pub(crate) enum Fate {
     /// Being decided: retransmissions are dropped meanwhile.
     Held,
     /// Accepted with this packet mark.
@@ -49,7 +49,7 @@ pub enum Fate {
 
 /// What [`Gate::see`] found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Seen {
+pub(crate) enum Seen {
     /// A retransmission of a SYN seen before: its fate.
     Again(Fate),
     /// A new connection: remembered as held; decide it, then
@@ -85,7 +85,7 @@ struct Table {
 }
 
 /// The gate's memory, shared with the relay.
-pub struct Gate {
+pub(crate) struct Gate {
     table: Mutex<Table>,
     /// Dials the relay is making from inside the namespace: their SYNs
     /// pass uninterceptable. Known by 4-tuple, which no other socket can
@@ -110,7 +110,7 @@ impl Default for Gate {
 impl Gate {
     /// Looks a SYN up; a new one is remembered as held. Now and then (and
     /// whenever the table is large) old entries are forgotten first.
-    pub fn see(&self, syn: &Syn, now: Instant) -> Seen {
+    pub(crate) fn see(&self, syn: &Syn, now: Instant) -> Seen {
         let mut t = self.table.lock().expect("gate lock");
         if let Some(e) = t.entries.get(&(syn.src, syn.dst)) {
             if e.isn == syn.isn && now.saturating_duration_since(e.at) < REMEMBER {
@@ -135,7 +135,7 @@ impl Gate {
     /// Records the decision for a SYN (and the upstream dialled for it).
     /// Only the SYN's own entry: a new connection on the same tuple may have
     /// taken its place meanwhile.
-    pub fn settle(&self, syn: &Syn, fate: Fate, handoff: Option<Handoff>) {
+    pub(crate) fn settle(&self, syn: &Syn, fate: Fate, handoff: Option<Handoff>) {
         let mut t = self.table.lock().expect("gate lock");
         if let Some(e) = t
             .entries
@@ -158,7 +158,7 @@ impl Gate {
     /// port; the oldest unclaimed upstream dialled for the same client
     /// address and destination is this connection's (they are equivalent:
     /// fresh connections to the same place).
-    pub fn take(&self, client: SocketAddr, dst: SocketAddr) -> Option<Handoff> {
+    pub(crate) fn take(&self, client: SocketAddr, dst: SocketAddr) -> Option<Handoff> {
         let mut t = self.table.lock().expect("gate lock");
         if let Some(e) = t
             .entries
@@ -180,25 +180,22 @@ impl Gate {
 
     /// Marks a dial of the relay's own, from `local_port` to `dst`, until
     /// the returned guard is dropped (once it is connected or failed).
-    pub fn expect_own(&self, local_port: u16, dst: SocketAddr) -> OwnDial<'_> {
+    pub(crate) fn expect_own(&self, local_port: u16, dst: SocketAddr) -> OwnDial<'_> {
         let key = (local_port, dst.ip(), dst.port());
         self.own.lock().expect("gate lock").insert(key);
         OwnDial { gate: self, key }
     }
 
     /// Whether the SYN is one of the relay's own dials.
-    pub fn is_own(&self, syn: &Syn) -> bool {
+    pub(crate) fn is_own(&self, syn: &Syn) -> bool {
         let key = (syn.src.port(), syn.dst.ip(), syn.dst.port());
         self.own.lock().expect("gate lock").contains(&key)
     }
 
-    /// SYNs remembered now (for tests and the soak's accounting).
-    pub fn len(&self) -> usize {
+    /// SYNs remembered now.
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.table.lock().expect("gate lock").entries.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 
@@ -219,7 +216,7 @@ fn sweep(t: &mut Table, now: Instant) {
 }
 
 /// A dial of the relay's own in progress (see [`Gate::expect_own`]).
-pub struct OwnDial<'a> {
+pub(crate) struct OwnDial<'a> {
     gate: &'a Gate,
     key: OwnKey,
 }
@@ -273,7 +270,10 @@ mod tests {
         assert_eq!(gate.see(&s, t0), Seen::New);
         assert_eq!(gate.see(&s, t0), Seen::Again(Fate::Held), "while deciding");
         gate.settle(&s, Fate::Drop, None);
-        assert_eq!(gate.see(&s, t0 + Duration::from_secs(60)), Seen::Again(Fate::Drop));
+        assert_eq!(
+            gate.see(&s, t0 + Duration::from_secs(60)),
+            Seen::Again(Fate::Drop)
+        );
         // After REMEMBER, the same tuple and ISN are a new connection.
         assert_eq!(gate.see(&s, t0 + REMEMBER), Seen::New);
         // Another ISN on the same tuple is a new connection at once.
@@ -298,8 +298,18 @@ mod tests {
         let (gate, t0) = (Gate::default(), Instant::now());
         let ms = Duration::from_millis;
         accepted(&gate, &syn("127.0.0.1:40000", "127.0.0.1:80", 1), 1, t0);
-        accepted(&gate, &syn("127.0.0.1:40001", "127.0.0.1:81", 2), 2, t0 + ms(1));
-        accepted(&gate, &syn("127.0.0.1:40002", "127.0.0.1:80", 3), 3, t0 + ms(2));
+        accepted(
+            &gate,
+            &syn("127.0.0.1:40001", "127.0.0.1:81", 2),
+            2,
+            t0 + ms(1),
+        );
+        accepted(
+            &gate,
+            &syn("127.0.0.1:40002", "127.0.0.1:80", 3),
+            3,
+            t0 + ms(2),
+        );
         // NAT gave the client port 5000: never a handoff for another
         // destination, the oldest for its own.
         let seen = "127.0.0.1:5000".parse().unwrap();
@@ -324,12 +334,18 @@ mod tests {
         sweep(&mut gate.table.lock().unwrap(), later);
         let t = gate.table.lock().unwrap();
         let left: Vec<u16> = t.entries.keys().map(|(src, _)| src.port()).collect();
-        assert!(!left.contains(&40000), "the claimed connection is forgotten");
+        assert!(
+            !left.contains(&40000),
+            "the claimed connection is forgotten"
+        );
         assert!(left.contains(&40001), "an unclaimed upstream still waits");
         assert!(left.contains(&40002), "a dropped SYN keeps its fate");
         drop(t);
         // Past HANDOFF_TTL, the unclaimed upstream goes too.
-        sweep(&mut gate.table.lock().unwrap(), t0 + HANDOFF_TTL + Duration::from_secs(1));
+        sweep(
+            &mut gate.table.lock().unwrap(),
+            t0 + HANDOFF_TTL + Duration::from_secs(1),
+        );
         assert_eq!(gate.len(), 1);
     }
 
@@ -344,7 +360,10 @@ mod tests {
         assert!(gate.len() > SWEEP_MIN, "nothing is old yet");
         // Two minutes later, within SWEEP_EVERY new SYNs, the old ones go.
         for i in 0..SWEEP_EVERY as u32 {
-            gate.see(&syn(&format!("127.0.0.2:{}", 20000 + i), "10.0.0.1:80", i), t0 + REMEMBER);
+            gate.see(
+                &syn(&format!("127.0.0.2:{}", 20000 + i), "10.0.0.1:80", i),
+                t0 + REMEMBER,
+            );
         }
         assert!(gate.len() <= SWEEP_EVERY, "{} left", gate.len());
     }
@@ -368,7 +387,10 @@ mod tests {
         {
             let _own = gate.expect_own(41000, s.dst);
             assert!(gate.is_own(&s));
-            assert!(!gate.is_own(&Syn { dst: "10.0.0.1:444".parse().unwrap(), ..s }));
+            assert!(!gate.is_own(&Syn {
+                dst: "10.0.0.1:444".parse().unwrap(),
+                ..s
+            }));
         }
         assert!(!gate.is_own(&s), "forgotten once the dial is done");
     }

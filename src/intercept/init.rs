@@ -43,7 +43,7 @@ const FORWARDED: [Signal; 6] = [
 ];
 
 /// What the PID namespace's first process needs.
-pub struct InitConfig<'a> {
+pub(crate) struct InitConfig<'a> {
     pub argv: &'a [CString],
     pub env: &'a [CString],
     pub rootless: bool,
@@ -55,7 +55,7 @@ pub struct InitConfig<'a> {
 }
 
 /// The whole life of the namespace's first process; never returns.
-pub fn main(cfg: InitConfig<'_>) -> ! {
+pub(crate) fn main(cfg: InitConfig<'_>) -> ! {
     // Die with the agent. It may already have died between the fork and
     // this call: then its end of `agent_alive` is closed.
     let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
@@ -275,7 +275,7 @@ fn report(status: OwnedFd, w: WaitStatus) -> ! {
 }
 
 /// Decodes what [`report`] sent.
-pub fn decode_status(raw: i32) -> (Option<i32>, Option<i32>) {
+pub(crate) fn decode_status(raw: i32) -> (Option<i32>, Option<i32>) {
     if libc::WIFSIGNALED(raw) {
         (None, Some(libc::WTERMSIG(raw)))
     } else {

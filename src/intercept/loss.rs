@@ -11,17 +11,17 @@ use crate::plan::Plan;
 
 /// The numbered `loss` faults (at most 255: the mark's low byte).
 #[derive(Default)]
-pub struct LossTable {
+pub(crate) struct LossTable {
     entries: Vec<(Arc<FaultSpec>, LossRule)>,
 }
 
 /// More `loss` faults than a mark can number.
 #[derive(Debug, thiserror::Error)]
 #[error("at most 255 loss faults are supported (the profiles have {0})")]
-pub struct TooManyLosses(pub usize);
+pub(crate) struct TooManyLosses(pub usize);
 
 impl LossTable {
-    pub fn from_plan(plan: &Plan) -> Result<LossTable, TooManyLosses> {
+    pub(crate) fn from_plan(plan: &Plan) -> Result<LossTable, TooManyLosses> {
         let losses: Vec<_> = plan
             .rules
             .iter()
@@ -54,12 +54,12 @@ impl LossTable {
         Ok(LossTable { entries })
     }
 
-    pub fn rules(&self) -> Vec<LossRule> {
+    pub(crate) fn rules(&self) -> Vec<LossRule> {
         self.entries.iter().map(|(_, r)| *r).collect()
     }
 
     /// The number of this `loss` fault (the very one of the plan).
-    pub fn index_of(&self, spec: &Arc<FaultSpec>) -> Option<u8> {
+    pub(crate) fn index_of(&self, spec: &Arc<FaultSpec>) -> Option<u8> {
         self.entries
             .iter()
             .find(|(s, _)| Arc::ptr_eq(s, spec))
@@ -95,6 +95,10 @@ mod tests {
         );
         assert_eq!((rules[1].ppm, rules[1].direction), (10_000, None));
         let other = spec(&[("percent", "10"), ("stream", "upstream")]);
-        assert_eq!(t.index_of(&other), None, "an equal fault is not the same one");
+        assert_eq!(
+            t.index_of(&other),
+            None,
+            "an equal fault is not the same one"
+        );
     }
 }

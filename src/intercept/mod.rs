@@ -19,23 +19,21 @@
 //! Nothing outlives the command: the namespace and its table disappear with
 //! the last process and socket in it.
 
-pub mod addresses;
-pub mod agent;
-pub mod attach;
-pub mod channel;
-pub mod dns;
-pub mod gate;
-pub mod init;
-pub mod loss;
-pub mod nfqueue;
-pub mod nft;
-pub mod nsthread;
-pub mod privilege;
-pub mod sandbox;
-pub mod sock_diag;
-pub mod syn_gate;
-
-pub use sandbox::{CommandEnd, Control, Listeners, Sandbox};
+pub(crate) mod addresses;
+pub(crate) mod agent;
+pub(crate) mod attach;
+pub(crate) mod channel;
+pub(crate) mod dns;
+pub(crate) mod gate;
+pub(crate) mod init;
+pub(crate) mod loss;
+pub(crate) mod nfqueue;
+pub(crate) mod nft;
+pub(crate) mod nsthread;
+pub(crate) mod privilege;
+pub(crate) mod sandbox;
+pub(crate) mod sock_diag;
+pub(crate) mod syn_gate;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -45,7 +43,7 @@ use std::time::Duration;
 
 /// Packet-level control of one intercepted connection: blackouts add the
 /// client's endpoint to the namespace's blackout set, with a timeout.
-pub struct FlowPartition {
+pub(crate) struct FlowPartition {
     door: Arc<sandbox::Door>,
     client: SocketAddr,
 }

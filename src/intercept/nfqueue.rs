@@ -54,14 +54,14 @@ const QUEUE_MAXLEN: u32 = 4096;
 
 /// A queued packet.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Packet {
+pub(crate) struct Packet {
     pub id: u32,
     pub payload: Vec<u8>,
 }
 
 /// What to do with a queued packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// Let it continue, setting the packet mark if given.
     Accept(Option<u32>),
     Drop,
@@ -69,7 +69,7 @@ pub enum Verdict {
 
 /// Opens a netfilter netlink socket and binds queue `num` in the current
 /// network namespace (needs CAP_NET_ADMIN there).
-pub fn open(num: u16) -> io::Result<OwnedFd> {
+pub(crate) fn open(num: u16) -> io::Result<OwnedFd> {
     let fd = socket(
         AddressFamily::Netlink,
         SockType::Raw,
@@ -127,7 +127,7 @@ fn request(fd: &OwnedFd, msg: Vec<u8>) -> io::Result<()> {
 }
 
 /// Encodes the verdict for packet `id` of queue `num`.
-pub fn verdict_msg(num: u16, id: u32, verdict: Verdict) -> Vec<u8> {
+pub(crate) fn verdict_msg(num: u16, id: u32, verdict: Verdict) -> Vec<u8> {
     let mut m = header(NFQNL_MSG_VERDICT, 0, num);
     let (code, mark) = match verdict {
         Verdict::Accept(mark) => (NF_ACCEPT, mark),
@@ -144,7 +144,12 @@ pub fn verdict_msg(num: u16, id: u32, verdict: Verdict) -> Vec<u8> {
 }
 
 /// Sends a verdict (the socket may be non-blocking; a verdict is small).
-pub fn send_verdict(fd: &impl AsRawFd, num: u16, id: u32, verdict: Verdict) -> io::Result<()> {
+pub(crate) fn send_verdict(
+    fd: &impl AsRawFd,
+    num: u16,
+    id: u32,
+    verdict: Verdict,
+) -> io::Result<()> {
     send(
         fd.as_raw_fd(),
         &verdict_msg(num, id, verdict),
@@ -154,7 +159,7 @@ pub fn send_verdict(fd: &impl AsRawFd, num: u16, id: u32, verdict: Verdict) -> i
 }
 
 /// The queued packets in a buffer received from the socket.
-pub fn packets(buf: &[u8]) -> Vec<Packet> {
+pub(crate) fn packets(buf: &[u8]) -> Vec<Packet> {
     messages(buf)
         .filter(|m| m.kind == (NFNL_SUBSYS_QUEUE << 8 | NFQNL_MSG_PACKET))
         .filter_map(|m| {

@@ -9,14 +9,14 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 
 /// The table netchaos owns, in family `inet` (IPv4 and IPv6).
-pub const TABLE: &str = "netchaos";
+pub(crate) const TABLE: &str = "netchaos";
 
 /// A random `SO_MARK` for the DNS forwarder's own queries from inside an
 /// existing namespace (`attach`, `--in-place`), which the redirect lets
 /// through. Random per run, so that the namespace's processes (which may
 /// set marks: CAP_NET_RAW is in Docker's default set) cannot know it; it
 /// avoids zero and netchaos's verdict marks.
-pub fn random_udp_mark() -> u32 {
+pub(crate) fn random_udp_mark() -> u32 {
     loop {
         let m: u32 = rand::random();
         if m != 0 && m & 0xffff_0000 != marks::BASE {
@@ -27,7 +27,7 @@ pub fn random_udp_mark() -> u32 {
 
 /// Where intercepted traffic goes, inside the namespace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Redirects {
+pub(crate) struct Redirects {
     /// The relay's TCP listeners (127.0.0.1 and ::1, same port).
     pub tcp_port: u16,
     /// The DNS forwarder's UDP sockets (127.0.0.1 and ::1, same port).
@@ -37,29 +37,29 @@ pub struct Redirects {
 /// Packet marks the SYN gate puts on a SYN with its verdict; the output
 /// chain copies them to the connection (conntrack mark), so that every
 /// later packet of the flow carries them.
-pub mod marks {
+pub(crate) mod marks {
     /// All of netchaos's verdict marks have these high bits.
-    pub const BASE: u32 = 0x6e64_0000;
+    pub(crate) const BASE: u32 = 0x6e64_0000;
     /// Accepted; the low byte is the connection's loss rule (0: none).
-    pub const TRACK: u32 = 0x6e64_0100;
+    pub(crate) const TRACK: u32 = 0x6e64_0100;
     /// Answer with RST (ECONNREFUSED).
-    pub const REFUSE: u32 = 0x6e64_0200;
+    pub(crate) const REFUSE: u32 = 0x6e64_0200;
     /// Answer with ICMP host unreachable (EHOSTUNREACH).
-    pub const UNREACHABLE: u32 = 0x6e64_0300;
+    pub(crate) const UNREACHABLE: u32 = 0x6e64_0300;
     /// Answer with ICMP network unreachable (ENETUNREACH).
-    pub const NET_UNREACHABLE: u32 = 0x6e64_0400;
+    pub(crate) const NET_UNREACHABLE: u32 = 0x6e64_0400;
     /// Answer with ICMP administratively prohibited.
-    pub const PROHIBITED: u32 = 0x6e64_0500;
+    pub(crate) const PROHIBITED: u32 = 0x6e64_0500;
     /// The relay's own dial (recognised by the gate from its 4-tuple, never
     /// from a socket mark, which the namespace's processes can forge): not
     /// redirected.
-    pub const RELAY: u32 = 0x6e64_0600;
+    pub(crate) const RELAY: u32 = 0x6e64_0600;
 }
 
 /// One `loss` fault as a rule: connections whose mark carries `index`
 /// lose `ppm` parts per million of their packets in `direction`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LossRule {
+pub(crate) struct LossRule {
     pub index: u8,
     pub ppm: u32,
     /// conntrack direction: `Some("original")` = client→server,
@@ -70,7 +70,7 @@ pub struct LossRule {
 /// The SYN gate's queue number (queues are per network namespace; an
 /// uncommon one, so that an existing namespace's own NFQUEUE users keep
 /// theirs). 0x4e43 is "NC".
-pub const QUEUE: u16 = 0x4e43;
+pub(crate) const QUEUE: u16 = 0x4e43;
 
 /// The ruleset netchaos installs in a namespace:
 ///
@@ -87,7 +87,7 @@ pub const QUEUE: u16 = 0x4e43;
 /// * `packet_faults` (filter input): blackouts (sets of client endpoints
 ///   with timeouts, filled at run time) and per-connection loss.
 #[derive(Debug, Clone, Default)]
-pub struct Ruleset {
+pub(crate) struct Ruleset {
     pub redirects: Redirects,
     pub losses: Vec<LossRule>,
     /// Queue SYNs with nftables' own `queue` (nft_queue); without it the
@@ -106,7 +106,7 @@ pub struct Ruleset {
 }
 
 impl Ruleset {
-    pub fn render(&self) -> String {
+    pub(crate) fn render(&self) -> String {
         use marks::*;
         let exempt = if self.exempt.is_empty() {
             String::new()
@@ -205,7 +205,7 @@ fn set_of(ports: &[u16]) -> String {
 
 /// What [`install`] put in place, so that exactly that is removed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Installed {
+pub(crate) struct Installed {
     /// The gate is the iptables chain [`XT_CHAIN`], not part of the table.
     pub xt_gate: bool,
     /// iptables created the `ip`/`ip6` `mangle` tables for the gate (they
@@ -215,7 +215,7 @@ pub struct Installed {
 
 /// Installs `rs` (the table, atomically) and the SYN gate: nftables' own
 /// queue where the kernel has it, otherwise the iptables chain.
-pub fn install(rs: &Ruleset) -> Result<Installed, String> {
+pub(crate) fn install(rs: &Ruleset) -> Result<Installed, String> {
     let mut rs = rs.clone();
     rs.native_gate = true;
     match apply_with_comment_fallback(&rs) {
@@ -260,20 +260,20 @@ fn apply_with_comment_fallback(rs: &Ruleset) -> Result<(), String> {
 
 /// Whether `nft` refused the ruleset because this kernel has no native
 /// `queue` expression (nft_queue); the gate then goes through xtables.
-pub fn lacks_native_queue(err: &str) -> bool {
+pub(crate) fn lacks_native_queue(err: &str) -> bool {
     err.contains("queue num") && err.contains("No such file or directory")
 }
 
 /// The iptables chain (table `mangle`) holding the SYN gate on kernels
 /// without nft_queue.
-pub const XT_CHAIN: &str = "NETCHAOS";
+pub(crate) const XT_CHAIN: &str = "NETCHAOS";
 
 /// The SYN gate through iptables-nft's NFQUEUE target (nft_compat with
 /// xt_NFQUEUE), for kernels without nft_queue: a chain of netchaos's own in
 /// the `mangle` table, jumped to first from OUTPUT (which, like the native
 /// gate, runs before NAT). Applied with `iptables-restore --noflush`, so the
 /// chain and its jump go in together and nothing else in the table changes.
-pub fn apply_xt_gate(exempt: &[u16]) -> Result<(), String> {
+pub(crate) fn apply_xt_gate(exempt: &[u16]) -> Result<(), String> {
     for ((tool, _), lo) in XT_FAMILIES.into_iter().zip(["127.0.0.0/8", "::1/128"]) {
         let mut text = format!("*mangle\n:{XT_CHAIN} - [0:0]\n");
         for p in exempt {
@@ -306,7 +306,7 @@ pub fn apply_xt_gate(exempt: &[u16]) -> Result<(), String> {
 
 /// Whether the iptables gate chain exists (in the namespace the caller is
 /// in).
-pub fn has_xt_gate() -> bool {
+pub(crate) fn has_xt_gate() -> bool {
     Command::new("iptables")
         .args(["-w", "-t", "mangle", "-S", XT_CHAIN])
         .stdout(Stdio::null())
@@ -331,7 +331,7 @@ fn table_exists(family: &str, name: &str) -> bool {
 /// (and the `mangle` tables, when `installed` says iptables made them and
 /// nothing else uses them); absent pieces are not errors. Returns what
 /// could not be removed.
-pub fn remove_xt_gate(installed: &Installed) -> Vec<String> {
+pub(crate) fn remove_xt_gate(installed: &Installed) -> Vec<String> {
     let mut errors = Vec::new();
     for (i, (tool, family)) in XT_FAMILIES.into_iter().enumerate() {
         let exists = |args: &[&str]| {
@@ -385,7 +385,7 @@ fn mangle_is_empty(tool: &str) -> bool {
 /// Who installed a table: written into its comment, so that a later
 /// netchaos can tell a live owner from debris left by a killed one.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Owner {
+pub(crate) struct Owner {
     pub pid: i32,
     /// The owner's start time (clock ticks after boot, /proc/PID/stat field
     /// 22): a recycled pid does not pass for the owner.
@@ -406,7 +406,7 @@ impl std::fmt::Display for Owner {
 
 /// Whether the owner of a table still runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Liveness {
+pub(crate) enum Liveness {
     Alive,
     Dead,
     /// No owner recorded, or one in another PID namespace.
@@ -415,7 +415,7 @@ pub enum Liveness {
 
 impl Owner {
     /// This process.
-    pub fn me() -> Owner {
+    pub(crate) fn me() -> Owner {
         let pid = std::process::id() as i32;
         Owner {
             pid,
@@ -425,7 +425,7 @@ impl Owner {
     }
 
     /// Parses a table comment written by [`Display`].
-    pub fn parse(comment: &str) -> Option<Owner> {
+    pub(crate) fn parse(comment: &str) -> Option<Owner> {
         let rest = comment.strip_prefix("netchaos ")?;
         let mut pid = None;
         let mut start = None;
@@ -445,7 +445,7 @@ impl Owner {
         })
     }
 
-    pub fn liveness(&self) -> Liveness {
+    pub(crate) fn liveness(&self) -> Liveness {
         if self.pidns != pidns() {
             return Liveness::Unknown;
         }
@@ -476,14 +476,14 @@ fn start_time(pid: i32) -> Option<u64> {
 
 /// The table as found in the namespace the caller is in.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Found {
+pub(crate) enum Found {
     Absent,
     /// Present; its owner as recorded (None: no readable owner).
     Present(Option<Owner>),
 }
 
 /// Looks for netchaos's table (in the caller's namespace).
-pub fn find_table() -> Result<Found, String> {
+pub(crate) fn find_table() -> Result<Found, String> {
     let out = Command::new("nft")
         .args(["list", "table", "inet", TABLE])
         .output()
@@ -534,7 +534,7 @@ fn pipe(cmd: &str, args: &[&str], input: &str) -> std::io::Result<std::process::
 }
 
 /// The `nft` command that partitions one client endpoint's flow.
-pub fn blackout_command(
+pub(crate) fn blackout_command(
     client: std::net::SocketAddr,
     duration: Option<std::time::Duration>,
 ) -> String {
@@ -554,7 +554,7 @@ pub fn blackout_command(
 }
 
 /// Applies `ruleset` with `nft -f -` (one atomic transaction).
-pub fn apply(ruleset: &str) -> Result<(), String> {
+pub(crate) fn apply(ruleset: &str) -> Result<(), String> {
     let out = pipe("nft", &["-f", "-"], ruleset).map_err(|e| match e.kind() {
         std::io::ErrorKind::NotFound => {
             "the `nft` command was not found: install nftables (apt-get install nftables)"
@@ -573,7 +573,7 @@ pub fn apply(ruleset: &str) -> Result<(), String> {
 }
 
 /// Deletes netchaos's table; `Ok(false)` when there was none.
-pub fn delete_table() -> Result<bool, String> {
+pub(crate) fn delete_table() -> Result<bool, String> {
     match apply(&format!("delete table inet {TABLE}")) {
         Ok(()) => Ok(true),
         Err(e) if e.contains("No such file or directory") => Ok(false),

@@ -4,7 +4,7 @@
 //! starts (`nft`, `ip`) run there too.
 
 use std::os::fd::AsFd;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::mpsc;
 
 use nix::sched::{CloneFlags, setns};
@@ -12,16 +12,14 @@ use nix::sched::{CloneFlags, setns};
 type Job = Box<dyn FnOnce() + Send>;
 
 /// A thread inside a network namespace.
-pub struct NsThread {
+pub(crate) struct NsThread {
     jobs: mpsc::Sender<Job>,
-    /// The namespace, as given (for messages).
-    pub path: Option<PathBuf>,
 }
 
 impl NsThread {
     /// A thread that enters the namespace at `path` (`/proc/PID/ns/net`,
     /// `/run/netns/NAME`); `None` stays in netchaos's own namespace.
-    pub fn enter(path: Option<&Path>) -> Result<NsThread, String> {
+    pub(crate) fn enter(path: Option<&Path>) -> Result<NsThread, String> {
         let file = match path {
             Some(p) => {
                 let f = std::fs::File::open(p).map_err(|e| {
@@ -58,14 +56,11 @@ impl NsThread {
         ready_rx
             .recv()
             .map_err(|_| "the namespace thread ended".to_string())??;
-        Ok(NsThread {
-            jobs,
-            path: path.map(Path::to_path_buf),
-        })
+        Ok(NsThread { jobs })
     }
 
     /// Runs `f` inside the namespace and returns its result (blocks).
-    pub fn run<T: Send + 'static>(
+    pub(crate) fn run<T: Send + 'static>(
         &self,
         f: impl FnOnce() -> T + Send + 'static,
     ) -> Result<T, String> {
@@ -82,7 +77,7 @@ impl NsThread {
 
 /// Refuses a file that is not a network namespace (a typo'd path, or
 /// another kind of namespace) before trying to enter it.
-pub fn check_netns(f: &std::fs::File, path: &Path) -> Result<(), String> {
+pub(crate) fn check_netns(f: &std::fs::File, path: &Path) -> Result<(), String> {
     use std::os::fd::AsRawFd;
     // NS_GET_NSTYPE = _IO(0xb7, 0x3), Linux 4.11.
     const NS_GET_NSTYPE: libc::Ioctl = 0xb703;

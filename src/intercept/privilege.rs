@@ -7,7 +7,7 @@ use nix::errno::Errno;
 
 /// How much of netchaos's boundary the wrapped command is kept inside.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Containment {
+pub(crate) enum Containment {
     /// The default. The command has its own PID and mount namespaces (a
     /// fresh `/proc`, a read-only `/proc/sys`) and, run by root, its own
     /// user namespace mapping every uid to itself: uid 0 for files, but no
@@ -22,7 +22,7 @@ pub enum Containment {
 }
 
 /// Whether netchaos runs as root (and so needs no user namespace).
-pub fn is_root() -> bool {
+pub(crate) fn is_root() -> bool {
     nix::unistd::geteuid().is_root()
 }
 
@@ -34,7 +34,7 @@ fn sysctl(path: &str) -> Option<String> {
 
 /// Explains a failure to create the user namespace (rootless mode), naming
 /// the setting that forbids it and how to change it.
-pub fn userns_unavailable(step: &str, err: Errno) -> String {
+pub(crate) fn userns_unavailable(step: &str, err: Errno) -> String {
     let mut why = Vec::new();
     if sysctl("/proc/sys/user/max_user_namespaces").as_deref() == Some("0") {
         why.push(
@@ -77,7 +77,7 @@ pub fn userns_unavailable(step: &str, err: Errno) -> String {
 }
 
 /// Explains a failure to create the network namespace as root.
-pub fn netns_unavailable(err: Errno) -> String {
+pub(crate) fn netns_unavailable(err: Errno) -> String {
     let hint = match err {
         Errno::EPERM => {
             "permission denied: inside a container, creating namespaces needs CAP_SYS_ADMIN \
@@ -95,7 +95,7 @@ pub fn netns_unavailable(err: Errno) -> String {
 
 /// Lets `ip` and `nft`, run by the agent, keep CAP_NET_ADMIN across exec
 /// (rootless mode: a non-root exec would otherwise drop it).
-pub fn keep_net_admin_for_helpers() -> Result<(), String> {
+pub(crate) fn keep_net_admin_for_helpers() -> Result<(), String> {
     caps::raise(None, CapSet::Inheritable, Capability::CAP_NET_ADMIN)
         .and_then(|_| caps::raise(None, CapSet::Ambient, Capability::CAP_NET_ADMIN))
         .map_err(|e| format!("cannot keep CAP_NET_ADMIN for ip/nft: {e}"))
@@ -110,7 +110,7 @@ pub fn keep_net_admin_for_helpers() -> Result<(), String> {
 /// * Root: CAP_NET_ADMIN leaves every capability set, the bounding set
 ///   included, so neither the command nor anything it runs can list or
 ///   change the nftables rules of its namespace.
-pub fn drop_for_command(rootless: bool) -> Result<(), String> {
+pub(crate) fn drop_for_command(rootless: bool) -> Result<(), String> {
     let cap = Capability::CAP_NET_ADMIN;
     let fail =
         |what: &str, e: caps::errors::CapsError| format!("cannot drop CAP_NET_ADMIN ({what}): {e}");
@@ -154,7 +154,7 @@ fn set_no_new_privs() -> Result<(), String> {
 /// container that adds NET_ADMIN alone) gets `no_new_privs` instead: exec
 /// then grants no capability beyond the (cleared) permitted set, even to
 /// root, and no file capability or setuid binary hands one back.
-pub fn drop_net_admin_in_child() -> std::io::Result<()> {
+pub(crate) fn drop_net_admin_in_child() -> std::io::Result<()> {
     const CAP_NET_ADMIN: libc::c_ulong = 12;
     prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong)?;
     // Ambient capabilities need Linux 4.3; EINVAL before that means none.

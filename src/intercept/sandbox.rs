@@ -17,20 +17,20 @@ use std::net::IpAddr;
 use tokio::net::TcpStream;
 
 use super::addresses::NsAddrs;
-use crate::fault::Partition;
-use crate::relay::interception::{DialFuture, Handoff, Interception, Route};
 use super::agent::{self, AgentConfig, AgentMsg, ParentMsg, Reply, Request};
 use super::channel::Channel;
 use super::dns::NameTable;
+use super::gate::Gate;
+use super::loss::LossTable;
 use super::nft::Redirects;
 use super::nsthread::NsThread;
 use super::sock_diag;
-use super::gate::Gate;
-use super::loss::LossTable;
+use crate::fault::Partition;
+use crate::relay::interception::{DialFuture, Handoff, Interception, Route};
 
 /// How the wrapped command ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CommandEnd {
+pub(crate) enum CommandEnd {
     Exited(i32),
     Signaled(i32),
     /// The agent vanished without saying.
@@ -39,7 +39,7 @@ pub enum CommandEnd {
 
 impl CommandEnd {
     /// The exit code netchaos returns: the command's, or 128+N for a signal.
-    pub fn exit_code(self) -> u8 {
+    pub(crate) fn exit_code(self) -> u8 {
         match self {
             CommandEnd::Exited(c) => c.clamp(0, 255) as u8,
             CommandEnd::Signaled(s) => (128 + s).clamp(0, 255) as u8,
@@ -58,7 +58,7 @@ pub(crate) enum Door {
 
 /// The namespace, as the relay uses it: its names, the SYN gate's
 /// decisions, and a way in.
-pub struct Sandbox {
+pub(crate) struct Sandbox {
     door: Arc<Door>,
     /// Socket diagnostics for the namespace (what listens there).
     diag: Mutex<OwnedFd>,
@@ -76,7 +76,7 @@ pub struct Sandbox {
 }
 
 /// The sockets the agent made inside the namespace for netchaos.
-pub struct Listeners {
+pub(crate) struct Listeners {
     /// The SYN gate's netlink queue.
     pub queue: OwnedFd,
     pub tcp: Vec<std::net::TcpListener>,
@@ -84,7 +84,7 @@ pub struct Listeners {
 }
 
 /// The control line to the agent, held by `netchaos run` alone.
-pub struct Control {
+pub(crate) struct Control {
     channel: Channel,
     agent: Pid,
     /// The namespace's identity (`/proc/PID/ns/net` inode), to find
@@ -94,7 +94,7 @@ pub struct Control {
 
 /// Starts the agent and waits until the namespace is ready. Must be called
 /// while the process has a single thread.
-pub fn create(
+pub(crate) fn create(
     cfg: AgentConfig,
     losses: LossTable,
 ) -> Result<(Arc<Sandbox>, Listeners, Control), String> {
@@ -203,7 +203,7 @@ fn split_listeners(fds: Vec<OwnedFd>, v6: bool) -> Result<(Listeners, OwnedFd), 
 
 impl Control {
     /// Starts the command; returns its pid.
-    pub fn start_command(&self) -> Result<Pid, String> {
+    pub(crate) fn start_command(&self) -> Result<Pid, String> {
         self.channel
             .send(&ParentMsg::Go, &[])
             .map_err(|e| format!("the namespace agent is gone: {e}"))?;
@@ -216,7 +216,7 @@ impl Control {
     }
 
     /// Blocks until the command ends.
-    pub fn wait(&self) -> CommandEnd {
+    pub(crate) fn wait(&self) -> CommandEnd {
         let _ = self.channel.set_recv_timeout(None);
         let end = match self.channel.recv::<AgentMsg>() {
             Ok(Some((AgentMsg::Exited { code: Some(c), .. }, _))) => CommandEnd::Exited(c),
@@ -244,7 +244,7 @@ impl Control {
 
     /// Ends any process the command left running in the namespace, so that
     /// the namespace (and its rules) disappears. Returns how many there were.
-    pub fn kill_leftovers(&self) -> usize {
+    pub(crate) fn kill_leftovers(&self) -> usize {
         let Some(ns) = self.netns else { return 0 };
         let mut n = 0;
         let Ok(dir) = std::fs::read_dir("/proc") else {
@@ -271,7 +271,7 @@ impl Control {
 
 impl Sandbox {
     /// A sandbox over an existing namespace, reached through `ns`.
-    pub fn over_thread(
+    pub(crate) fn over_thread(
         ns: Arc<NsThread>,
         diag: OwnedFd,
         redirects: Redirects,
@@ -295,40 +295,29 @@ impl Sandbox {
     /// Whether every connection is dialled from inside the namespace: an
     /// existing namespace (attach, in-place) has its own network, while
     /// `run`'s reaches the world through the host.
-    pub fn dials_inside(&self) -> bool {
+    pub(crate) fn dials_inside(&self) -> bool {
         matches!(*self.door, Door::Thread(_))
     }
 
     /// Whether `dst` is the namespace's own (its addresses, link-local
     /// ones): reached inside, never dialled from the host, where the same
     /// address would be someone else.
-    pub fn is_own(&self, dst: SocketAddr) -> bool {
+    pub(crate) fn is_own(&self, dst: SocketAddr) -> bool {
         self.addrs.is_some_and(|a| a.is_own(dst.ip()))
     }
 
     /// The thread inside an existing namespace (attach, in-place), and the
     /// mark its DNS queries carry.
-    pub fn thread(&self) -> Option<(Arc<NsThread>, u32)> {
+    pub(crate) fn thread(&self) -> Option<(Arc<NsThread>, u32)> {
         match &*self.door {
             Door::Thread(t) => Some((t.clone(), self.udp_mark)),
             Door::Agent { .. } => None,
         }
     }
 
-    /// A new TCP socket inside the namespace; blocks briefly (call from a
-    /// blocking context).
-    pub fn socket_inside(&self, v6: bool) -> io::Result<std::net::TcpStream> {
-        self.door.socket_inside(v6)
-    }
-
-    /// Runs one nftables command in the namespace; blocks briefly.
-    pub fn nft(&self, command: String) -> io::Result<()> {
-        self.door.nft(command)
-    }
-
     /// Whether something inside the namespace listens on `addr` (netchaos's
     /// own listeners aside).
-    pub fn listens_inside(&self, addr: SocketAddr) -> bool {
+    pub(crate) fn listens_inside(&self, addr: SocketAddr) -> bool {
         if addr.port() == self.redirects.tcp_port {
             return false;
         }
@@ -346,7 +335,7 @@ impl Sandbox {
     /// dials everything inside; `run`'s namespace reaches the world through
     /// the host, except what lives inside it — its own addresses, and a
     /// loopback port where the command itself listens.
-    pub fn route(&self, dst: SocketAddr) -> Route {
+    pub(crate) fn route(&self, dst: SocketAddr) -> Route {
         let inside = self.dials_inside()
             || self.is_own(dst)
             || (crate::relay::is_loopback(dst) && self.listens_inside(dst));
@@ -375,10 +364,6 @@ impl Sandbox {
 }
 
 impl Interception for Sandbox {
-    fn label(&self) -> Arc<str> {
-        self.label.clone()
-    }
-
     fn names(&self, ip: IpAddr) -> Vec<String> {
         self.names.names(ip)
     }
@@ -416,8 +401,8 @@ impl Door {
         }
     }
 
-
-    /// See [`Sandbox::socket_inside`].
+    /// A new TCP socket inside the namespace; blocks briefly (call from a
+    /// blocking context).
     fn socket_inside(&self, v6: bool) -> io::Result<std::net::TcpStream> {
         match self {
             Door::Agent { requests, .. } => {
@@ -447,5 +432,4 @@ impl Door {
                 .map_err(io::Error::other),
         }
     }
-
 }

@@ -30,13 +30,13 @@ const DIAG_MSG_LEN: usize = 72;
 
 /// A listening socket: its address, and for IPv6 whether it is v6-only.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Listener {
+pub(crate) struct Listener {
     pub addr: SocketAddr,
     pub v6only: bool,
 }
 
 /// A NETLINK_SOCK_DIAG socket in the calling thread's network namespace.
-pub fn open() -> io::Result<OwnedFd> {
+pub(crate) fn open() -> io::Result<OwnedFd> {
     let fd = socket(
         AddressFamily::Netlink,
         SockType::Datagram,
@@ -48,7 +48,7 @@ pub fn open() -> io::Result<OwnedFd> {
 }
 
 /// Every TCP listener (IPv4 and IPv6) of the socket's namespace.
-pub fn listeners(sock: &OwnedFd) -> io::Result<Vec<Listener>> {
+pub(crate) fn listeners(sock: &OwnedFd) -> io::Result<Vec<Listener>> {
     let mut out = Vec::new();
     for family in [libc::AF_INET as u8, libc::AF_INET6 as u8] {
         send(sock.as_raw_fd(), &request(family), MsgFlags::empty())?;
@@ -149,7 +149,7 @@ fn listener(m: &[u8]) -> Option<Listener> {
 }
 
 /// Whether `l` accepts connections to `dst`.
-pub fn accepts(l: &Listener, dst: SocketAddr) -> bool {
+pub(crate) fn accepts(l: &Listener, dst: SocketAddr) -> bool {
     if l.addr.port() != dst.port() {
         return false;
     }

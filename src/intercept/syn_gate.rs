@@ -38,14 +38,14 @@ use super::nfqueue::{self, Verdict};
 use super::nft::{QUEUE, marks};
 use super::sandbox::Sandbox;
 use crate::events::{ConnInfo, FaultHit, Outcome};
-use crate::fault::connect::{self, SynFate};
 use crate::fault::Chosen;
+use crate::fault::connect::{self, SynFate};
 use crate::plan::{ConnMeta, Flow};
 use crate::relay::{self, Handoff, Relay, Route};
 
 /// Reads the addresses, ports and sequence number of a TCP SYN in an IPv4
 /// or IPv6 packet (no extension headers); `None` for anything else.
-pub fn parse_syn(p: &[u8]) -> Option<Syn> {
+pub(crate) fn parse_syn(p: &[u8]) -> Option<Syn> {
     let (src, dst, tcp): (IpAddr, IpAddr, &[u8]) = match p.first()? >> 4 {
         4 => {
             let ihl = usize::from(p[0] & 0x0f) * 4;
@@ -81,7 +81,7 @@ pub fn parse_syn(p: &[u8]) -> Option<Syn> {
 }
 
 /// Reads the queue and answers every SYN, until the task is dropped.
-pub async fn run(queue: OwnedFd, relay: Arc<Relay>, sandbox: Arc<Sandbox>) {
+pub(crate) async fn run(queue: OwnedFd, relay: Arc<Relay>, sandbox: Arc<Sandbox>) {
     if let Err(e) = nix::fcntl::fcntl(
         &queue,
         nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
@@ -288,7 +288,10 @@ async fn decide(syn: Syn, relay: &Arc<Relay>, sandbox: &Arc<Sandbox>) -> (Fate, 
         names,
         upstream,
     };
-    (gate_fate(SynFate::Pass, loss_index.unwrap_or(0)), Some(handoff))
+    (
+        gate_fate(SynFate::Pass, loss_index.unwrap_or(0)),
+        Some(handoff),
+    )
 }
 
 #[cfg(test)]
@@ -338,8 +341,14 @@ mod tests {
         assert_eq!(gate_fate(SynFate::Pass, 3), Fate::Accept(marks::TRACK | 3));
         assert_eq!(gate_fate(SynFate::Refuse, 3), Fate::Accept(marks::REFUSE));
         assert_eq!(gate_fate(SynFate::Drop, 0), Fate::Drop);
-        for f in [SynFate::HostUnreachable, SynFate::NetUnreachable, SynFate::Prohibited] {
-            let Fate::Accept(m) = gate_fate(f, 0) else { panic!() };
+        for f in [
+            SynFate::HostUnreachable,
+            SynFate::NetUnreachable,
+            SynFate::Prohibited,
+        ] {
+            let Fate::Accept(m) = gate_fate(f, 0) else {
+                panic!()
+            };
             assert_eq!(m & 0xffff_0000, marks::BASE, "{f:?}");
         }
     }

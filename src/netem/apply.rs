@@ -64,7 +64,7 @@ fn link_exists(dev: &str) -> bool {
 /// Applies `n`, replacing a previous netchaos setup on the device; never
 /// touches a root (or ingress) qdisc netchaos did not create. On failure,
 /// what was added is removed again.
-pub fn apply(n: &Netem) -> Result<(), String> {
+pub(crate) fn apply(n: &Netem) -> Result<(), String> {
     if !link_exists(&n.dev) {
         return Err(format!(
             "there is no network device {:?} (see `ip link`)",
@@ -110,7 +110,7 @@ pub fn apply(n: &Netem) -> Result<(), String> {
 
 /// Removes netchaos's qdiscs (and ifb) from `dev`; a no-op when there are
 /// none. Returns the commands it ran.
-pub fn clear(dev: &str) -> Result<Vec<String>, String> {
+pub(crate) fn clear(dev: &str) -> Result<Vec<String>, String> {
     let cmds = clear_plan(dev)?;
     for c in &cmds {
         run(c).map_err(|e| explain(&e, dev, &c.join(" ")))?;
@@ -119,7 +119,7 @@ pub fn clear(dev: &str) -> Result<Vec<String>, String> {
 }
 
 /// What `clear` would run, given the device's current state.
-pub fn clear_plan(dev: &str) -> Result<Vec<Cmd>, String> {
+pub(crate) fn clear_plan(dev: &str) -> Result<Vec<Cmd>, String> {
     if !link_exists(dev) {
         return Err(format!(
             "there is no network device {dev:?} (see `ip link`)"
@@ -144,14 +144,14 @@ pub fn clear_plan(dev: &str) -> Result<Vec<Cmd>, String> {
 }
 
 /// Deletes a device (an ifb netchaos made); returns the command it ran.
-pub fn delete_link(dev: &str) -> Result<String, String> {
+pub(crate) fn delete_link(dev: &str) -> Result<String, String> {
     let c = argv(&format!("ip link del {dev}"));
     run(&c).map_err(|e| explain(&e, dev, &c.join(" ")))?;
     Ok(c.join(" "))
 }
 
 /// The device's qdiscs and filters, netchaos's marked.
-pub fn show(dev: &str) -> Result<String, String> {
+pub(crate) fn show(dev: &str) -> Result<String, String> {
     if !link_exists(dev) {
         return Err(format!(
             "there is no network device {dev:?} (see `ip link`)"

@@ -18,7 +18,7 @@
 //! * `--ingress`: incoming traffic is redirected (mirred) to an ifb device,
 //!   which gets the same setup.
 
-pub mod apply;
+pub(crate) mod apply;
 
 use std::fmt::Write as _;
 use std::time::Duration;
@@ -29,16 +29,16 @@ use crate::settings::{Fields, ProfileError};
 use crate::units;
 
 /// netchaos's root handle on a device ("NC").
-pub const HANDLE: &str = "4e43:";
+pub(crate) const HANDLE: &str = "4e43:";
 /// The netem qdisc under the prio root's matching band.
-pub const CHILD_HANDLE: &str = "4e44:";
+pub(crate) const CHILD_HANDLE: &str = "4e44:";
 
 /// Delay distributions netem knows.
-pub const DISTRIBUTIONS: &[&str] = &["normal", "pareto", "paretonormal", "uniform"];
+pub(crate) const DISTRIBUTIONS: &[&str] = &["normal", "pareto", "paretonormal", "uniform"];
 
 /// What to do to a device's traffic.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Netem {
+pub(crate) struct Netem {
     pub dev: String,
     pub delay: Option<Duration>,
     pub jitter: Option<Duration>,
@@ -64,7 +64,7 @@ pub struct Netem {
 
 impl Netem {
     /// Whether any option needs the netem qdisc (not just a rate).
-    pub fn needs_netem(&self) -> bool {
+    pub(crate) fn needs_netem(&self) -> bool {
         self.delay.is_some()
             || self.loss.is_some()
             || self.duplicate.is_some()
@@ -73,12 +73,12 @@ impl Netem {
             || self.limit.is_some()
     }
 
-    pub fn filtered(&self) -> bool {
+    pub(crate) fn filtered(&self) -> bool {
         !self.dst.is_empty() || self.dport.is_some() || self.sport.is_some()
     }
 
     /// Checks combinations tc would reject (or silently ignore).
-    pub fn validate(&self) -> Result<(), String> {
+    pub(crate) fn validate(&self) -> Result<(), String> {
         if self.dev.is_empty() {
             return Err("--dev is required: the network device to shape, like eth0".into());
         }
@@ -136,7 +136,7 @@ impl Netem {
     }
 
     /// Reads a profile's `[netem]` table (same keys as the flags).
-    pub fn from_fields(f: &mut Fields) -> Result<Netem, ProfileError> {
+    pub(crate) fn from_fields(f: &mut Fields) -> Result<Netem, ProfileError> {
         let percent = |f: &mut Fields, k: &'static str| f.percent(k).map(|v| v.map(|x| x * 100.0));
         let mut n = Netem {
             dev: f.string("dev")?.unwrap_or_default(),
@@ -179,7 +179,7 @@ impl Netem {
     }
 
     /// The device whose egress gets the qdiscs: `dev`, or its ifb.
-    pub fn shaped_dev(&self) -> String {
+    pub(crate) fn shaped_dev(&self) -> String {
         if self.ingress {
             ifb_name(&self.dev)
         } else {
@@ -191,7 +191,7 @@ impl Netem {
 /// The ifb device netchaos makes for `--ingress` on `dev`: `ncifb` and a
 /// hash of the name (interface names are at most 15 characters, so the
 /// name itself may not fit, and two long names must not share an ifb).
-pub fn ifb_name(dev: &str) -> String {
+pub(crate) fn ifb_name(dev: &str) -> String {
     let h = dev.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
         (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
     });
@@ -199,17 +199,17 @@ pub fn ifb_name(dev: &str) -> String {
 }
 
 /// How every ifb device netchaos makes is named at the start.
-pub const IFB_PREFIX: &str = "ncifb";
+pub(crate) const IFB_PREFIX: &str = "ncifb";
 
 /// One command: the program and its arguments.
-pub type Cmd = Vec<String>;
+pub(crate) type Cmd = Vec<String>;
 
 fn cmd(parts: &str) -> Cmd {
     parts.split_whitespace().map(str::to_string).collect()
 }
 
 /// netem's arguments: `delay 100ms 20ms 25% distribution normal loss 1% …`.
-pub fn netem_args(n: &Netem) -> String {
+pub(crate) fn netem_args(n: &Netem) -> String {
     let mut a = String::new();
     if let Some(d) = n.delay {
         let _ = write!(a, " delay {}", tc_time(d));
@@ -271,7 +271,7 @@ fn burst(rate: u64) -> u64 {
 }
 
 /// The commands that apply `n`, in order.
-pub fn plan(n: &Netem) -> Vec<Cmd> {
+pub(crate) fn plan(n: &Netem) -> Vec<Cmd> {
     let mut out = Vec::new();
     let dev = n.shaped_dev();
     if n.ingress {
@@ -364,7 +364,7 @@ fn filters(n: &Netem, dev: &str, flow: &str) -> Vec<Cmd> {
 }
 
 /// The commands that remove what [`plan`] added (used to roll back).
-pub fn unplan(n: &Netem) -> Vec<Cmd> {
+pub(crate) fn unplan(n: &Netem) -> Vec<Cmd> {
     let mut out = vec![cmd(&format!(
         "tc qdisc del dev {} root handle {HANDLE}",
         n.shaped_dev()
@@ -380,12 +380,12 @@ pub fn unplan(n: &Netem) -> Vec<Cmd> {
 }
 
 /// Formats a plan one command per line, as `--dry-run` prints it.
-pub fn render(cmds: &[Cmd]) -> String {
+pub(crate) fn render(cmds: &[Cmd]) -> String {
     cmds.iter().map(|c| c.join(" ") + "\n").collect()
 }
 
 /// Parses `--dst`: a CIDR or a single address.
-pub fn parse_dst(s: &str) -> Result<IpNet, String> {
+pub(crate) fn parse_dst(s: &str) -> Result<IpNet, String> {
     s.parse::<IpNet>()
         .map(|n| n.trunc())
         .or_else(|_| s.parse::<std::net::IpAddr>().map(IpNet::from))
@@ -393,7 +393,7 @@ pub fn parse_dst(s: &str) -> Result<IpNet, String> {
 }
 
 /// Parses the percent flags (`10`, `10%`, `0.5%`).
-pub fn parse_percent_flag(s: &str) -> Result<f64, String> {
+pub(crate) fn parse_percent_flag(s: &str) -> Result<f64, String> {
     units::parse_percent(s)
         .map(|f| f * 100.0)
         .map_err(|e| format!("expected {e}"))

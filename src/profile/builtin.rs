@@ -4,16 +4,16 @@
 include!(concat!(env!("OUT_DIR"), "/builtin_profiles.rs"));
 
 /// The TOML text of a built-in profile.
-pub fn get(name: &str) -> Option<&'static str> {
+pub(crate) fn get(name: &str) -> Option<&'static str> {
     BUILTIN.iter().find(|(n, _)| *n == name).map(|(_, t)| *t)
 }
 
-pub fn names() -> Vec<&'static str> {
+pub(crate) fn names() -> Vec<&'static str> {
     BUILTIN.iter().map(|(n, _)| *n).collect()
 }
 
 /// Every built-in with its description, for `netchaos profiles`.
-pub fn list() -> Vec<(&'static str, String)> {
+pub(crate) fn list() -> Vec<(&'static str, String)> {
     BUILTIN
         .iter()
         .map(|(name, text)| {

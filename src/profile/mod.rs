@@ -5,7 +5,7 @@
 //! and column rather than a silently ignored setting. The result feeds
 //! [`crate::plan::Plan`].
 
-pub mod builtin;
+pub(crate) mod builtin;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -17,7 +17,7 @@ use crate::plan::{self, DstPattern, Flow, Match, Plan, ProxySpec, Rule};
 
 /// One profile, read and validated on its own.
 #[derive(Debug, Clone)]
-pub struct ProfileDoc {
+pub(crate) struct ProfileDoc {
     /// The file path, or `builtin:NAME`.
     pub source: String,
     pub description: Option<String>,
@@ -29,7 +29,7 @@ pub struct ProfileDoc {
 }
 
 /// Reads a profile given as a built-in name or a path.
-pub fn load(arg: &str) -> Result<ProfileDoc, ProfileError> {
+pub(crate) fn load(arg: &str) -> Result<ProfileDoc, ProfileError> {
     let looks_like_path = arg.contains('/') || arg.ends_with(".toml") || Path::new(arg).exists();
     if !looks_like_path {
         if let Some(text) = builtin::get(arg) {
@@ -64,7 +64,11 @@ pub fn load(arg: &str) -> Result<ProfileDoc, ProfileError> {
 
 /// Parses profile text; `name` appears in error locations, `dir` resolves
 /// relative paths inside it.
-pub fn parse(name: &str, text: &str, dir: Option<PathBuf>) -> Result<ProfileDoc, ProfileError> {
+pub(crate) fn parse(
+    name: &str,
+    text: &str,
+    dir: Option<PathBuf>,
+) -> Result<ProfileDoc, ProfileError> {
     let mut top = Fields::new("profile", node::parse_toml(name, text)?)?;
     let description = top.string("description")?;
     let seed = top.integer_in("seed", 0, u64::MAX)?;
@@ -208,7 +212,7 @@ fn parse_proxy(i: usize, node: Node) -> Result<ProxySpec, ProfileError> {
 
 /// Parses `TYPE:key=value,key=value` (values may be double-quoted to hold
 /// commas; `\n`, `\r`, `\"` and `\\` escapes work inside quotes).
-pub fn parse_fault_flag(spec: &str) -> Result<FaultSpec, ProfileError> {
+pub(crate) fn parse_fault_flag(spec: &str) -> Result<FaultSpec, ProfileError> {
     let loc = format!("--fault {spec:?}");
     let (kind, rest) = spec.split_once(':').unwrap_or((spec, ""));
     let mut pairs = vec![("type".to_string(), kind.trim().to_string())];
@@ -276,12 +280,12 @@ fn unquote(v: &str) -> Result<String, String> {
 }
 
 /// The rule that `--fault` flags add to: it matches every connection.
-pub const CLI_RULE: &str = "cli";
+pub(crate) const CLI_RULE: &str = "cli";
 
 /// Builds the plan from profiles (in order), `--fault` flags and `--seed`.
 /// Without a seed anywhere, one is drawn and reported, so any run can be
 /// replayed.
-pub fn build_plan(
+pub(crate) fn build_plan(
     profiles: &[String],
     faults: &[String],
     seed: Option<u64>,

@@ -21,16 +21,21 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::dial::{self, Dest, DialError};
+use super::interception::Interception;
 use super::pipeline::{self, Feed, Wanted};
 use super::{DirEnd, Endpoint, Relay, Target, sockopt, splice};
 use crate::events::{ConnInfo, FaultHit, Meter, Outcome};
-use crate::fault::{Direction, FaultKind, Partition, StageCtx};
-use super::interception::Interception;
 use crate::fault::Chosen;
+use crate::fault::{Direction, FaultKind, Partition, StageCtx};
 use crate::plan::ConnMeta;
 
 /// Serves one accepted client until the connection ends or netchaos stops.
-pub async fn serve(relay: Arc<Relay>, client: TcpStream, peer: SocketAddr, ep: Arc<Endpoint>) {
+pub(crate) async fn serve(
+    relay: Arc<Relay>,
+    client: TcpStream,
+    peer: SocketAddr,
+    ep: Arc<Endpoint>,
+) {
     let opened = Instant::now();
     sockopt::tune(&client, relay.opts.peer_timeout);
     // A client the SYN gate let through comes with its decisions and its

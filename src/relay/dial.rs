@@ -16,7 +16,7 @@ use super::{Endpoint, Target, sockopt};
 use crate::fault::connect::DialFailure;
 
 /// Where a connection goes.
-pub struct Dest {
+pub(crate) struct Dest {
     /// Addresses to try, in order.
     pub addrs: Vec<SocketAddr>,
     /// Names the destination is known by (for rules and the event log).
@@ -29,7 +29,7 @@ pub struct Dest {
     pub error: Option<(&'static str, String)>,
 }
 
-pub async fn destination(ep: &Endpoint, client: &TcpStream) -> Dest {
+pub(crate) async fn destination(ep: &Endpoint, client: &TcpStream) -> Dest {
     let mut d = Dest {
         addrs: Vec::new(),
         names: Vec::new(),
@@ -91,7 +91,7 @@ fn scoped(dst: SocketAddr) -> SocketAddr {
 }
 
 /// Whether `a` is a loopback address (IPv4-mapped ones included).
-pub fn is_loopback(a: SocketAddr) -> bool {
+pub(crate) fn is_loopback(a: SocketAddr) -> bool {
     match a.ip() {
         std::net::IpAddr::V4(v4) => v4.is_loopback(),
         std::net::IpAddr::V6(v6) => {
@@ -124,21 +124,21 @@ async fn resolve(upstream: &str) -> Result<(Option<String>, Vec<SocketAddr>), St
 /// kernel's words.
 #[derive(Debug, thiserror::Error)]
 #[error("{message}")]
-pub struct DialError {
+pub(crate) struct DialError {
     pub failure: DialFailure,
     pub message: String,
 }
 
 impl DialError {
     /// The relay error kind for events and counters.
-    pub fn kind(&self) -> &'static str {
+    pub(crate) fn kind(&self) -> &'static str {
         self.failure.kind()
     }
 }
 
 /// Connects to `addr`, from inside the namespace when `inside` is given,
 /// else from the host's.
-pub async fn dial(
+pub(crate) async fn dial(
     addr: SocketAddr,
     timeout: Duration,
     inside: Option<&Arc<dyn Interception>>,
@@ -150,11 +150,11 @@ pub async fn dial(
 }
 
 /// Connects to `addr` from the host's network namespace.
-pub async fn dial_host(addr: SocketAddr, timeout: Duration) -> Result<TcpStream, DialError> {
+pub(crate) async fn dial_host(addr: SocketAddr, timeout: Duration) -> Result<TcpStream, DialError> {
     dial_with(addr, timeout, TcpStream::connect(addr)).await
 }
 
-pub async fn dial_with(
+pub(crate) async fn dial_with(
     addr: SocketAddr,
     timeout: Duration,
     connect: impl Future<Output = std::io::Result<TcpStream>>,

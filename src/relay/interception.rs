@@ -15,7 +15,7 @@ use crate::ruleset::ConnFaults;
 
 /// Where a destination is reached from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Route {
+pub(crate) enum Route {
     /// netchaos's own network namespace (`run`: the host's).
     Host,
     /// The intercepted namespace: a service of the command's own, the
@@ -26,7 +26,7 @@ pub enum Route {
 
 /// What the relay takes over when it accepts a client whose SYN the gate
 /// held: the decisions made for it, and the upstream dialled meanwhile.
-pub struct Handoff {
+pub(crate) struct Handoff {
     pub seq: u64,
     /// The connection's rules and draws (it follows them while it runs).
     pub faults: ConnFaults,
@@ -36,13 +36,10 @@ pub struct Handoff {
     pub upstream: Option<TcpStream>,
 }
 
-pub type DialFuture<'a> = Pin<Box<dyn Future<Output = io::Result<TcpStream>> + Send + 'a>>;
+pub(crate) type DialFuture<'a> = Pin<Box<dyn Future<Output = io::Result<TcpStream>> + Send + 'a>>;
 
 /// One intercepted namespace, as the relay sees it.
-pub trait Interception: Send + Sync {
-    /// What its connections are called in events and metrics.
-    fn label(&self) -> Arc<str>;
-
+pub(crate) trait Interception: Send + Sync {
     /// Names `ip` is known by (learned from the namespace's DNS answers).
     fn names(&self, ip: IpAddr) -> Vec<String>;
 

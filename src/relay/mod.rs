@@ -6,12 +6,12 @@
 //! connection either splices ([`splice`]) or, when faults touch its bytes,
 //! runs a pipeline of fault stages ([`pipeline`]).
 
-pub mod conn;
-pub mod dial;
-pub mod interception;
-pub mod pipeline;
-pub mod sockopt;
-pub mod splice;
+pub(crate) mod conn;
+pub(crate) mod dial;
+pub(crate) mod interception;
+pub(crate) mod pipeline;
+pub(crate) mod sockopt;
+pub(crate) mod splice;
 
 use std::io;
 use std::net::SocketAddr;
@@ -30,13 +30,13 @@ use crate::events::Events;
 use crate::plan::Flow;
 use crate::ruleset::RuleSet;
 
-pub use dial::{DialError, dial_host, is_loopback};
-pub use interception::{Handoff, Interception, Route};
-pub use pipeline::RESET_DRAIN;
+pub(crate) use dial::is_loopback;
+pub(crate) use interception::{Handoff, Interception, Route};
+pub(crate) use pipeline::RESET_DRAIN;
 
 /// How one direction of a connection ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DirEnd {
+pub(crate) enum DirEnd {
     /// FIN delivered to the destination; the other direction may go on.
     Fin,
     /// The connection must be aborted with RST on both sides.
@@ -46,7 +46,7 @@ pub enum DirEnd {
 }
 
 /// Where a listener's connections go.
-pub struct Endpoint {
+pub(crate) struct Endpoint {
     /// The proxy's name (rules can match it), or what the listener is for.
     pub name: Arc<str>,
     pub target: Target,
@@ -59,7 +59,7 @@ pub struct Endpoint {
 }
 
 impl Endpoint {
-    pub fn new(name: impl Into<Arc<str>>, target: Target, flow: Flow) -> Endpoint {
+    pub(crate) fn new(name: impl Into<Arc<str>>, target: Target, flow: Flow) -> Endpoint {
         Endpoint {
             name: name.into(),
             target,
@@ -71,14 +71,14 @@ impl Endpoint {
 
     /// Closes the listener (and ends its connections); completes once the
     /// port is free.
-    pub async fn close(&self) {
+    pub(crate) async fn close(&self) {
         self.cancel.cancel();
         let _ = tokio::time::timeout(Duration::from_secs(2), self.closed.cancelled()).await;
     }
 }
 
 /// How the destination of a connection is found.
-pub enum Target {
+pub(crate) enum Target {
     /// `netchaos proxy`: a configured `host:port`, resolved per connection.
     Fixed(String),
     /// Interception: wherever the client meant to go (its original
@@ -94,7 +94,7 @@ pub enum Target {
 
 /// Relay settings from the command line.
 #[derive(Debug, Clone)]
-pub struct RelayOptions {
+pub(crate) struct RelayOptions {
     /// How long to wait for an upstream to accept before resetting the
     /// client.
     pub dial_timeout: Duration,
@@ -118,7 +118,7 @@ impl Default for RelayOptions {
 impl RelayOptions {
     /// The options from the command line and the environment; a malformed
     /// `NETCHAOS_PEER_TIMEOUT` is an error.
-    pub fn new(
+    pub(crate) fn new(
         dial_timeout: Duration,
         max_connections: Option<u32>,
     ) -> Result<RelayOptions, String> {
@@ -131,7 +131,7 @@ impl RelayOptions {
 }
 
 /// See [`RelayOptions::peer_timeout`].
-pub const DEFAULT_PEER_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const DEFAULT_PEER_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// `NETCHAOS_PEER_TIMEOUT` (a duration like `5s`, at least 1s) overrides
 /// the default; the tests use it to see a vanished peer given up on
@@ -154,7 +154,7 @@ fn peer_timeout_from_env() -> Result<Duration, String> {
 /// and, while it splices, pipes from a shared pool; a third of the limit
 /// per connection leaves room for those, for the control API's own
 /// connections (bounded), and for everything else.
-pub fn default_max_connections() -> usize {
+pub(crate) fn default_max_connections() -> usize {
     let soft = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
         .map_or(1024, |(soft, _)| soft);
     // 64 for netchaos itself, 64 for the control API (its own cap).
@@ -162,7 +162,7 @@ pub fn default_max_connections() -> usize {
 }
 
 /// The running relay: shared by the accept loops and every connection.
-pub struct Relay {
+pub(crate) struct Relay {
     pub rules: Arc<RuleSet>,
     pub events: Arc<Events>,
     /// When netchaos started: `active` windows count from here.
@@ -181,7 +181,7 @@ pub struct Relay {
 }
 
 impl Relay {
-    pub fn new(rules: Arc<RuleSet>, events: Arc<Events>, opts: RelayOptions) -> Arc<Relay> {
+    pub(crate) fn new(rules: Arc<RuleSet>, events: Arc<Events>, opts: RelayOptions) -> Arc<Relay> {
         Arc::new(Relay {
             rules,
             events,
@@ -204,7 +204,7 @@ impl Relay {
     /// completed the handshake are served first — so that new clients are
     /// refused at connect by the kernel (RST: ECONNREFUSED) instead of
     /// being accepted and dropped; it listens again once a connection ends.
-    pub fn serve(self: &Arc<Self>, listener: TcpListener, ep: impl Into<Arc<Endpoint>>) {
+    pub(crate) fn serve(self: &Arc<Self>, listener: TcpListener, ep: impl Into<Arc<Endpoint>>) {
         let relay = self.clone();
         let ep = ep.into();
         self.tasks.spawn(async move {
@@ -244,12 +244,12 @@ impl Relay {
     }
 
     /// Whether the connection limit is reached.
-    pub fn at_capacity(&self) -> bool {
+    pub(crate) fn at_capacity(&self) -> bool {
         self.open.load(Ordering::Acquire) >= self.opts.max_connections
     }
 
     /// Connections open now.
-    pub fn open_connections(&self) -> usize {
+    pub(crate) fn open_connections(&self) -> usize {
         self.open.load(Ordering::Acquire)
     }
 
@@ -345,7 +345,7 @@ impl Relay {
 
     /// Stops accepting, lets open connections finish for up to `drain`,
     /// then ends the rest.
-    pub async fn shutdown(&self, drain: Duration) {
+    pub(crate) async fn shutdown(&self, drain: Duration) {
         self.stop.cancel();
         self.tasks.close();
         if tokio::time::timeout(drain, self.tasks.wait())
@@ -359,7 +359,7 @@ impl Relay {
 
     /// The next connection's sequence number (1, 2, …): its id in events,
     /// and, with the seed, what decides its faults.
-    pub fn next_seq(&self) -> u64 {
+    pub(crate) fn next_seq(&self) -> u64 {
         self.seq.fetch_add(1, Ordering::Relaxed) + 1
     }
 }
@@ -413,14 +413,14 @@ impl Drop for Slot {
 /// Why a listener could not be opened, in words that say what to do.
 #[derive(Debug, thiserror::Error)]
 #[error("cannot listen on {addr}: {reason}")]
-pub struct BindError {
+pub(crate) struct BindError {
     pub addr: SocketAddr,
     pub reason: String,
 }
 
 /// Opens a listener with a clear error for the usual mistakes (needs a
 /// running tokio runtime).
-pub fn bind(addr: SocketAddr) -> Result<TcpListener, BindError> {
+pub(crate) fn bind(addr: SocketAddr) -> Result<TcpListener, BindError> {
     let l = bind_std(addr)?;
     TcpListener::from_std(l).map_err(|e| BindError {
         addr,
@@ -429,7 +429,7 @@ pub fn bind(addr: SocketAddr) -> Result<TcpListener, BindError> {
 }
 
 /// [`bind`] without a runtime: a non-blocking std listener.
-pub fn bind_std(addr: SocketAddr) -> Result<std::net::TcpListener, BindError> {
+pub(crate) fn bind_std(addr: SocketAddr) -> Result<std::net::TcpListener, BindError> {
     // Port 0: a free port is chosen first and then bound by number (see
     // [`numbered`]); if another socket takes it in between, try again.
     for _ in 0..16 {
@@ -452,7 +452,7 @@ pub fn bind_std(addr: SocketAddr) -> Result<std::net::TcpListener, BindError> {
 /// listening for a while (the connection limit), Linux keeps a port that
 /// was asked for by number, but gives back one it picked itself and picks
 /// another when listening resumes.
-pub fn numbered(addr: SocketAddr) -> io::Result<SocketAddr> {
+pub(crate) fn numbered(addr: SocketAddr) -> io::Result<SocketAddr> {
     if addr.port() != 0 {
         return Ok(addr);
     }

@@ -34,14 +34,14 @@ const MAX_READ: usize = 512 * 1024;
 const DEPTH: usize = 4;
 
 /// Where a direction's bytes come from.
-pub enum Source<'a> {
+pub(crate) enum Source<'a> {
     Socket(&'a TcpStream),
     /// A canned reply (`respond`): these items, then silence.
     Script(Vec<ItemKind>),
 }
 
 /// A stage the direction should run.
-pub struct Wanted {
+pub(crate) struct Wanted {
     /// The fault's identity: the same across updates of its parameters.
     pub id: u64,
     /// Its parameters; a new `Arc` means the fault was updated.
@@ -50,24 +50,11 @@ pub struct Wanted {
 }
 
 /// Changes to a direction's faults while it runs.
-pub trait Feed: Send {
+pub(crate) trait Feed: Send {
     /// Waits for a change; `false` when no change can come any more.
     fn changed(&mut self) -> impl std::future::Future<Output = bool> + Send;
     /// The stages now wanted, in order.
     fn wanted(&mut self) -> Vec<Wanted>;
-}
-
-/// A feed that never changes (tests, and connections without a control API).
-pub struct Fixed(pub Option<Vec<Wanted>>);
-
-impl Feed for Fixed {
-    async fn changed(&mut self) -> bool {
-        false
-    }
-
-    fn wanted(&mut self) -> Vec<Wanted> {
-        self.0.take().unwrap_or_default()
-    }
 }
 
 /// One linked stage.
@@ -82,7 +69,7 @@ struct Link {
 }
 
 /// Runs the direction until the writer delivers FIN, RST or a close.
-pub async fn run(
+pub(crate) async fn run(
     src: Source<'_>,
     dst: &TcpStream,
     dir: Direction,
@@ -297,7 +284,7 @@ async fn read_socket(src: &TcpStream, out: Output) {
 }
 
 /// How long a reset waits for written bytes to be acknowledged first.
-pub const RESET_DRAIN: Duration = Duration::from_secs(1);
+pub(crate) const RESET_DRAIN: Duration = Duration::from_secs(1);
 
 async fn write_items(
     dst: &TcpStream,
@@ -334,7 +321,7 @@ async fn write_items(
 }
 
 /// Writes all of `buf`, waiting for room as needed.
-pub async fn write_all(dst: &TcpStream, mut buf: &[u8]) -> io::Result<()> {
+pub(crate) async fn write_all(dst: &TcpStream, mut buf: &[u8]) -> io::Result<()> {
     while !buf.is_empty() {
         dst.writable().await?;
         match dst.try_write(buf) {

@@ -11,12 +11,12 @@ use tokio::net::TcpStream;
 
 /// Makes the next close send RST instead of FIN (SO_LINGER with a zero
 /// timeout), which is how an abort is mirrored to a peer.
-pub fn set_linger_zero(s: &TcpStream) {
+pub(crate) fn set_linger_zero(s: &TcpStream) {
     let _ = SockRef::from(s).set_linger(Some(Duration::ZERO));
 }
 
 /// Sends FIN (half-close); errors mean the socket is already gone.
-pub fn shutdown_write(s: &TcpStream) {
+pub(crate) fn shutdown_write(s: &TcpStream) {
     let _ = SockRef::from(s).shutdown(std::net::Shutdown::Write);
 }
 
@@ -25,7 +25,7 @@ pub fn shutdown_write(s: &TcpStream) {
 /// vanished can hold the connection: keepalive notices an idle one, and
 /// `TCP_USER_TIMEOUT` one that leaves sent data unacknowledged — both in
 /// about `peer_timeout`, after which the relay resets the other side.
-pub fn tune(s: &TcpStream, peer_timeout: Duration) {
+pub(crate) fn tune(s: &TcpStream, peer_timeout: Duration) {
     let _ = s.set_nodelay(true);
     let t = peer_timeout.as_secs().max(2);
     let ka = TcpKeepalive::new()
@@ -39,7 +39,7 @@ pub fn tune(s: &TcpStream, peer_timeout: Duration) {
 
 /// The destination a redirected connection was originally addressed to
 /// (`SO_ORIGINAL_DST` / `IP6T_SO_ORIGINAL_DST`, from conntrack).
-pub fn original_dst(s: &TcpStream) -> io::Result<std::net::SocketAddr> {
+pub(crate) fn original_dst(s: &TcpStream) -> io::Result<std::net::SocketAddr> {
     use nix::sys::socket::{SockaddrIn, SockaddrIn6, getsockopt, sockopt};
     let local = s.local_addr()?;
     if local.is_ipv4() {
@@ -53,7 +53,7 @@ pub fn original_dst(s: &TcpStream) -> io::Result<std::net::SocketAddr> {
 
 /// Bytes written to the socket that the peer has not yet acknowledged
 /// (`TIOCOUTQ`, a.k.a. `SIOCOUTQ`).
-pub fn unacked_bytes(s: &TcpStream) -> io::Result<usize> {
+pub(crate) fn unacked_bytes(s: &TcpStream) -> io::Result<usize> {
     ioctl_int(s.as_raw_fd(), libc::TIOCOUTQ)
 }
 
@@ -73,33 +73,16 @@ fn ioctl_int(fd: RawFd, request: libc::Ioctl) -> io::Result<usize> {
 }
 
 /// Bytes waiting in the socket's receive queue (`FIONREAD`); 0 on error.
-pub fn readable_bytes(s: &TcpStream) -> usize {
+pub(crate) fn readable_bytes(s: &TcpStream) -> usize {
     ioctl_int(s.as_raw_fd(), libc::FIONREAD).unwrap_or(0)
 }
 
 /// Waits (up to `limit`) until everything written to `s` has been
 /// acknowledged, so that an RST sent next cannot overtake it: the kernel
 /// discards unsent data when it aborts a connection.
-pub async fn drain(s: &TcpStream, limit: Duration) {
+pub(crate) async fn drain(s: &TcpStream, limit: Duration) {
     let deadline = tokio::time::Instant::now() + limit;
     while matches!(unacked_bytes(s), Ok(n) if n > 0) && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
-}
-
-/// Whether an I/O error means the peer is gone (RST, timeout), rather than
-/// a fault of ours.
-pub fn is_peer_gone(e: &io::Error) -> bool {
-    matches!(
-        e.raw_os_error(),
-        Some(
-            libc::ECONNRESET
-                | libc::EPIPE
-                | libc::ECONNABORTED
-                | libc::ETIMEDOUT
-                | libc::EHOSTUNREACH
-                | libc::ENETUNREACH
-                | libc::ENOTCONN
-        )
-    )
 }

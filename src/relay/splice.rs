@@ -59,11 +59,6 @@ fn give_back(p: Pipe) {
     }
 }
 
-/// Idle pipes in the pool (for the benchmark's fd accounting).
-pub fn pooled() -> usize {
-    POOL.lock().expect("pipe pool lock").len()
-}
-
 const FLAGS: SpliceFFlags = SpliceFFlags::SPLICE_F_MOVE.union(SpliceFFlags::SPLICE_F_NONBLOCK);
 
 /// How the source side of a direction stands.
@@ -77,7 +72,7 @@ enum SrcState {
 }
 
 /// How a spliced direction ended.
-pub enum Spliced {
+pub(crate) enum Spliced {
     /// FIN or RST: the direction is over.
     End(DirEnd, u64),
     /// A byte fault now applies: the pipeline takes over (the pipe is
@@ -90,7 +85,7 @@ pub enum Spliced {
 ///
 /// Reading and writing overlap: while `dst` has no room, bytes keep moving
 /// from `src` into the pipe until it is full, as a kernel-side buffer.
-pub async fn run(
+pub(crate) async fn run(
     src: &TcpStream,
     dst: &TcpStream,
     dir: Direction,

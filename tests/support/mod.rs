@@ -14,16 +14,16 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-pub const BIN: &str = env!("CARGO_BIN_EXE_netchaos");
+pub(crate) const BIN: &str = env!("CARGO_BIN_EXE_netchaos");
 
 /// Whether we run in CI, where a missing tool or privilege is a failure.
-pub fn in_ci() -> bool {
+pub(crate) fn in_ci() -> bool {
     std::env::var_os("CI").is_some_and(|v| !v.is_empty() && v != "0" && v != "false")
 }
 
 /// Skips the calling test (returns `true`) when `tool` is missing, except in
 /// CI, where that is a failure.
-pub fn missing_tool(tool: &str) -> bool {
+pub(crate) fn missing_tool(tool: &str) -> bool {
     let found = Command::new("sh")
         .args(["-c", &format!("command -v {tool}")])
         .stdout(Stdio::null())
@@ -40,7 +40,7 @@ pub fn missing_tool(tool: &str) -> bool {
 }
 
 /// Runs netchaos to completion with `args`; returns (exit code, stdout, stderr).
-pub fn netchaos(args: &[&str]) -> (i32, String, String) {
+pub(crate) fn netchaos(args: &[&str]) -> (i32, String, String) {
     let out = Command::new(BIN)
         .args(args)
         .stdin(Stdio::null())
@@ -55,7 +55,7 @@ pub fn netchaos(args: &[&str]) -> (i32, String, String) {
 
 /// A running `netchaos proxy` (or `server`), stopped with SIGTERM when
 /// dropped.
-pub struct Proxy {
+pub(crate) struct Proxy {
     child: Option<Child>,
     /// The listening addresses, in the order netchaos announced them.
     pub addrs: Vec<SocketAddr>,
@@ -67,7 +67,7 @@ pub struct Proxy {
 
 impl Proxy {
     /// Starts `netchaos proxy ARGS` and waits until it is ready.
-    pub fn start(args: &[&str]) -> Proxy {
+    pub(crate) fn start(args: &[&str]) -> Proxy {
         let p = Proxy::start_cmd("proxy", args);
         assert!(
             !p.addrs.is_empty(),
@@ -78,7 +78,7 @@ impl Proxy {
     }
 
     /// Starts `netchaos SUBCOMMAND ARGS` and waits until it is ready.
-    pub fn start_cmd(subcommand: &str, args: &[&str]) -> Proxy {
+    pub(crate) fn start_cmd(subcommand: &str, args: &[&str]) -> Proxy {
         let mut child = Command::new(BIN)
             .arg(subcommand)
             .args(args)
@@ -128,25 +128,25 @@ impl Proxy {
     }
 
     /// The control API's base URL.
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://{}", self.api.expect("netchaos has a control API"))
     }
 
-    pub fn addr(&self) -> SocketAddr {
+    pub(crate) fn addr(&self) -> SocketAddr {
         self.addrs[0]
     }
 
-    pub fn stderr(&self) -> String {
+    pub(crate) fn stderr(&self) -> String {
         self.stderr.lock().unwrap().clone()
     }
 
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.as_ref().unwrap().id()
     }
 
     /// Sends SIGTERM and waits (bounded) for the exit; returns status and
     /// everything netchaos wrote to stderr.
-    pub fn stop(mut self) -> (ExitStatus, String) {
+    pub(crate) fn stop(mut self) -> (ExitStatus, String) {
         let status = self.terminate();
         if let Some(r) = self.reader.take() {
             let _ = r.join();
@@ -181,7 +181,7 @@ impl Drop for Proxy {
     }
 }
 
-pub fn signal(pid: u32, sig: i32) {
+pub(crate) fn signal(pid: u32, sig: i32) {
     // SAFETY: kill(2) with a pid we spawned and a valid signal number.
     unsafe {
         libc::kill(pid as i32, sig);
@@ -190,7 +190,7 @@ pub fn signal(pid: u32, sig: i32) {
 
 /// A TCP server on loopback running `handler` per connection in its own
 /// thread; stopped (and its accept thread joined) when dropped.
-pub struct Server {
+pub(crate) struct Server {
     pub addr: SocketAddr,
     pub accepted: Arc<AtomicUsize>,
     stop: Arc<AtomicBool>,
@@ -198,7 +198,7 @@ pub struct Server {
 }
 
 impl Server {
-    pub fn start<F>(bind: &str, handler: F) -> Server
+    pub(crate) fn start<F>(bind: &str, handler: F) -> Server
     where
         F: Fn(TcpStream) + Send + Sync + 'static,
     {
@@ -228,7 +228,7 @@ impl Server {
     }
 
     /// Echoes everything back; closes its side after the client's FIN.
-    pub fn echo(bind: &str) -> Server {
+    pub(crate) fn echo(bind: &str) -> Server {
         Server::start(bind, |mut s| {
             let mut buf = vec![0u8; 256 * 1024];
             loop {
@@ -247,7 +247,7 @@ impl Server {
 
     /// Sends `n` bytes of the pattern (after reading a request line if
     /// `wait` is set), then closes.
-    pub fn source(n: usize) -> Server {
+    pub(crate) fn source(n: usize) -> Server {
         Server::start("127.0.0.1:0", move |mut s| {
             let data = pattern(0, n);
             let _ = s.write_all(&data);
@@ -259,7 +259,7 @@ impl Server {
     }
 
     /// A minimal HTTP/1.1 server: answers each request with `body`.
-    pub fn http(body: &'static [u8]) -> Server {
+    pub(crate) fn http(body: &'static [u8]) -> Server {
         Server::start("127.0.0.1:0", move |mut s| {
             let mut req = Vec::new();
             let mut buf = [0u8; 4096];
@@ -293,7 +293,7 @@ impl Drop for Server {
 }
 
 /// Deterministic test bytes: byte `i` of stream `seed`.
-pub fn pattern(seed: u64, n: usize) -> Vec<u8> {
+pub(crate) fn pattern(seed: u64, n: usize) -> Vec<u8> {
     let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     (0..n)
         .map(|_| {
@@ -307,7 +307,7 @@ pub fn pattern(seed: u64, n: usize) -> Vec<u8> {
 
 /// FNV-1a over a byte stream, for checksums of large transfers.
 #[derive(Clone, Copy)]
-pub struct Fnv(pub u64);
+pub(crate) struct Fnv(pub u64);
 
 impl Default for Fnv {
     fn default() -> Self {
@@ -316,7 +316,7 @@ impl Default for Fnv {
 }
 
 impl Fnv {
-    pub fn update(&mut self, data: &[u8]) {
+    pub(crate) fn update(&mut self, data: &[u8]) {
         for b in data {
             self.0 ^= u64::from(*b);
             self.0 = self.0.wrapping_mul(0x100_0000_01b3);
@@ -325,7 +325,7 @@ impl Fnv {
 }
 
 /// Connects with a timeout and sane read/write timeouts.
-pub fn connect(addr: SocketAddr) -> TcpStream {
+pub(crate) fn connect(addr: SocketAddr) -> TcpStream {
     let s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
         .expect("connect through netchaos");
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
@@ -334,7 +334,7 @@ pub fn connect(addr: SocketAddr) -> TcpStream {
 }
 
 /// Reads until EOF or error; returns the bytes and the error, if any.
-pub fn read_to_end(s: &mut TcpStream) -> (Vec<u8>, Option<io::Error>) {
+pub(crate) fn read_to_end(s: &mut TcpStream) -> (Vec<u8>, Option<io::Error>) {
     let mut out = Vec::new();
     let mut buf = vec![0u8; 64 * 1024];
     loop {
@@ -347,14 +347,14 @@ pub fn read_to_end(s: &mut TcpStream) -> (Vec<u8>, Option<io::Error>) {
 }
 
 /// Makes the next close send RST.
-pub fn set_linger_zero(s: &TcpStream) {
+pub(crate) fn set_linger_zero(s: &TcpStream) {
     socket2::SockRef::from(s)
         .set_linger(Some(Duration::ZERO))
         .unwrap();
 }
 
 /// Reads the event log: one JSON object per line.
-pub fn read_events(path: &std::path::Path) -> Vec<serde_json::Value> {
+pub(crate) fn read_events(path: &std::path::Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(path)
         .unwrap_or_default()
         .lines()
@@ -363,7 +363,7 @@ pub fn read_events(path: &std::path::Path) -> Vec<serde_json::Value> {
 }
 
 /// One HTTP request to the control API: (status, body as JSON or text).
-pub fn http(
+pub(crate) fn http(
     method: &str,
     url: &str,
     body: Option<&str>,
@@ -401,7 +401,7 @@ pub fn http(
 }
 
 /// Runs a Python snippet; returns (exit code, stdout, stderr).
-pub fn python(code: &str, args: &[&str]) -> (i32, String, String) {
+pub(crate) fn python(code: &str, args: &[&str]) -> (i32, String, String) {
     let out = Command::new("python3")
         .arg("-c")
         .arg(code)
@@ -417,7 +417,7 @@ pub fn python(code: &str, args: &[&str]) -> (i32, String, String) {
 
 /// A network namespace made for one test, joined to the host by a veth
 /// pair (host side .1, namespace side .2 of a /30); deleted on drop.
-pub struct TestNetns {
+pub(crate) struct TestNetns {
     pub name: String,
     pub host_ip: std::net::Ipv4Addr,
     pub ns_ip: std::net::Ipv4Addr,
@@ -430,7 +430,7 @@ pub struct TestNetns {
 impl TestNetns {
     /// `None` (with a printed reason) where namespaces cannot be made: not
     /// root, or no `ip`. In CI both are required.
-    pub fn new() -> Option<TestNetns> {
+    pub(crate) fn new() -> Option<TestNetns> {
         static N: AtomicUsize = AtomicUsize::new(0);
         if unsafe { libc::geteuid() } != 0 {
             assert!(!in_ci(), "CI runs the suite as root");
@@ -520,7 +520,7 @@ impl TestNetns {
     }
 
     /// Runs a shell command inside the namespace.
-    pub fn sh(&self, script: &str) -> std::process::Output {
+    pub(crate) fn sh(&self, script: &str) -> std::process::Output {
         Command::new("ip")
             .args(["netns", "exec", &self.name, "sh", "-c", script])
             .output()
@@ -539,11 +539,11 @@ impl Drop for TestNetns {
 // --- `netchaos run` ---------------------------------------------------
 
 /// `netchaos run ARGS -- CMD...`, bounded in time; (code, stdout, stderr).
-pub fn wrapped(args: &[&str], cmd: &[&str]) -> (i32, String, String) {
+pub(crate) fn wrapped(args: &[&str], cmd: &[&str]) -> (i32, String, String) {
     wrapped_with(Command::new(BIN), args, cmd)
 }
 
-pub fn wrapped_with(mut c: Command, args: &[&str], cmd: &[&str]) -> (i32, String, String) {
+pub(crate) fn wrapped_with(mut c: Command, args: &[&str], cmd: &[&str]) -> (i32, String, String) {
     c.arg("run").args(args).arg("--").args(cmd);
     c.stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -565,19 +565,19 @@ pub fn wrapped_with(mut c: Command, args: &[&str], cmd: &[&str]) -> (i32, String
     )
 }
 
-pub fn is_root() -> bool {
+pub(crate) fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
 /// An unprivileged copy of netchaos: the binary in a world-readable
 /// directory, run as `nobody` with setpriv. `None` (and a printed reason)
 /// when this test process cannot switch users, which CI never allows.
-pub struct Nobody {
+pub(crate) struct Nobody {
     pub dir: tempfile::TempDir,
 }
 
 impl Nobody {
-    pub fn new() -> Option<Nobody> {
+    pub(crate) fn new() -> Option<Nobody> {
         if !is_root() {
             assert!(!in_ci(), "CI runs the suite as root");
             eprintln!(
@@ -597,7 +597,7 @@ impl Nobody {
         Some(Nobody { dir })
     }
 
-    pub fn command(&self) -> Command {
+    pub(crate) fn command(&self) -> Command {
         let mut c = Command::new("setpriv");
         c.args([
             "--reuid=65534",
@@ -613,7 +613,7 @@ impl Nobody {
 
 /// Asserts that no process lives in the namespace `ns` (as printed by
 /// `readlink /proc/self/ns/net`) and that the host has no netchaos table.
-pub fn assert_nothing_left(ns: &str) {
+pub(crate) fn assert_nothing_left(ns: &str) {
     let ns = ns.trim();
     assert!(ns.starts_with("net:["), "not a namespace id: {ns:?}");
     let host_ns = std::fs::read_link("/proc/self/ns/net").unwrap();
@@ -660,6 +660,6 @@ pub fn assert_nothing_left(ns: &str) {
     }
 }
 
-pub fn need(tools: &[&str]) -> bool {
+pub(crate) fn need(tools: &[&str]) -> bool {
     tools.iter().all(|t| !missing_tool(t))
 }
