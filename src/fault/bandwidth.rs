@@ -28,7 +28,7 @@ impl Kind for Bandwidth {
         streamed: true,
         stages: true,
         about: "bytes flow at rate (per connection, or shared by the rule)",
-        params: &[("rate", "a rate (required), like 1mbit or 500KB/s; 0 holds the stream", "the byte rate"), ("burst", "a size, default 10 ms of rate", "the bucket size"), ("shared", "true or false, default false", "one bucket for every connection of the rule")],
+        params: &[("rate", "a rate, required, like 1mbit or 500KB/s; 0 holds the stream", "the byte rate"), ("burst", "a size, default 10 ms of rate", "the bucket size"), ("shared", "true or false, default false", "one bucket for every connection of the rule")],
     };
 
     fn parse(f: &mut Fields) -> Result<Self, ProfileError> {

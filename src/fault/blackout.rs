@@ -25,7 +25,7 @@ impl Kind for Blackout {
         streamed: true,
         stages: true,
         about: "every packet of the flow is dropped for duration: a partition",
-        params: &[("after_bytes", "a size, default 0", "from this many bytes of the direction"), ("after", "a duration", "…or this long after the connection opened"), ("duration", "a duration or \"forever\" (required)", "how long every packet is dropped")],
+        params: &[("after_bytes", "a size, default 0", "from this many bytes of the direction"), ("after", "a duration", "…or this long after the connection opened"), ("duration", "a duration or \"forever\", required", "how long every packet is dropped")],
     };
 
     fn parse(f: &mut Fields) -> Result<Self, ProfileError> {

@@ -24,7 +24,7 @@ impl Kind for ConnectDelay {
         streamed: false,
         stages: false,
         about: "the handshake completes only after delay ± jitter",
-        params: &[("delay", "a duration (required)", "how long connect() takes"), ("jitter", "a duration, default 0", "± this much, uniform")],
+        params: &[("delay", "a duration, required", "how long connect() takes"), ("jitter", "a duration, default 0", "± this much, uniform")],
     };
 
     fn parse(f: &mut Fields) -> Result<Self, ProfileError> {

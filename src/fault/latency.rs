@@ -34,7 +34,7 @@ impl Kind for Latency {
         streamed: true,
         stages: true,
         about: "each byte arrives delay ± jitter later; throughput is kept",
-        params: &[("delay", "a duration (required)", "how much later each byte arrives"), ("jitter", "a duration, default 0", "± this much, uniform; never reorders"), ("buffer", "a size, default 8MiB, at most 64MiB", "bytes held in the delay line before the sender is slowed")],
+        params: &[("delay", "a duration, required", "how much later each byte arrives"), ("jitter", "a duration, default 0", "± this much, uniform; never reorders"), ("buffer", "a size, default 8MiB, at most 64MiB", "bytes held in the delay line before the sender is slowed")],
     };
 
     fn parse(f: &mut Fields) -> Result<Self, ProfileError> {

@@ -26,7 +26,7 @@ impl Kind for Slicer {
         streamed: true,
         stages: true,
         about: "data arrives in small segments with pauses between them",
-        params: &[("size", "a size (required)", "bytes per segment"), ("size_variation", "a size below size, default 0", "± this much per segment"), ("delay", "a duration, default 0", "the pause between segments")],
+        params: &[("size", "a size, required", "bytes per segment"), ("size_variation", "a size below size, default 0", "± this much per segment"), ("delay", "a duration, default 0", "the pause between segments")],
     };
 
     fn parse(f: &mut Fields) -> Result<Self, ProfileError> {

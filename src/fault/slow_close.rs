@@ -20,7 +20,7 @@ impl Kind for SlowClose {
         streamed: true,
         stages: true,
         about: "the FIN arrives delay after the server sent it",
-        params: &[("delay", "a duration (required)", "how late the FIN arrives")],
+        params: &[("delay", "a duration, required", "how late the FIN arrives")],
     };
 
     fn parse(f: &mut Fields) -> Result<Self, ProfileError> {

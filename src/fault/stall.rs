@@ -37,7 +37,7 @@ impl Kind for Stall {
         streamed: true,
         stages: true,
         about: "after some bytes or time nothing flows for a while, or forever",
-        params: &[("after_bytes", "a size, default 0", "stall after this many bytes of the direction"), ("after", "a duration", "…or this long after the connection opened"), ("duration", "a duration or \"forever\" (default)", "how long nothing flows"), ("then", "release (default), close or reset", "what happens when the time is up")],
+        params: &[("after_bytes", "a size, default 0", "stall after this many bytes of the direction"), ("after", "a duration", "…or this long after the connection opened"), ("duration", "a duration or \"forever\", default forever", "how long nothing flows"), ("then", "release (default), close or reset", "what happens when the time is up")],
     };
 
     fn parse(f: &mut Fields) -> Result<Self, ProfileError> {
