@@ -167,7 +167,7 @@ impl ApiAccess {
             None => Ok(FilePolicy::Nowhere),
             Some(dir) => ApiFiles::open(dir)
                 .map(|f| FilePolicy::Beneath(std::sync::Arc::new(f)))
-                .map_err(Error::Usage),
+                .map_err(|e| Error::Usage(e.to_string())),
         }
     }
 }
@@ -569,11 +569,11 @@ pub(crate) struct Expose {
 
 impl Expose {
     /// Parses `[HOST_ADDR:]HOST_PORT[:NS_PORT]` (`[v6]:PORT[:NS_PORT]` for IPv6).
-    pub(crate) fn parse(s: &str) -> std::result::Result<Expose, String> {
+    pub(crate) fn parse(s: &str) -> std::result::Result<Expose, BadArg> {
         let bad = || {
-            format!(
+            BadArg(format!(
                 "--expose {s}: expected [HOST_ADDR:]HOST_PORT[:NS_PORT], like 8080, 8080:80 or 0.0.0.0:8080:80"
-            )
+            ))
         };
         let port = |p: &str| p.parse::<u16>().ok().filter(|p| *p != 0).ok_or_else(bad);
         let (addr, rest): (std::net::IpAddr, &str) = if let Some(v6) = s.strip_prefix('[') {
@@ -621,23 +621,34 @@ pub struct DemoArgs {
     pub in_process: bool,
 }
 
-fn rate_arg(s: &str) -> std::result::Result<u64, String> {
-    crate::units::parse_rate(s).map_err(|e| format!("expected {e}"))
+/// A command-line value that does not parse: what was expected.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct BadArg(String);
+
+fn expected(form: &str) -> BadArg {
+    BadArg(format!("expected {form}"))
 }
 
-fn listen_arg(s: &str) -> std::result::Result<std::net::SocketAddr, String> {
-    plan::parse_listen(s).map_err(|e| format!("expected {e}"))
+fn rate_arg(s: &str) -> std::result::Result<u64, BadArg> {
+    crate::units::parse_rate(s).map_err(expected)
 }
 
-fn port_arg(s: &str) -> std::result::Result<u16, String> {
+fn listen_arg(s: &str) -> std::result::Result<std::net::SocketAddr, BadArg> {
+    plan::parse_listen(s).map_err(expected)
+}
+
+fn port_arg(s: &str) -> std::result::Result<u16, BadArg> {
     match s.parse::<u16>() {
         Ok(p) if p != 0 => Ok(p),
-        _ => Err(format!("expected a port number from 1 to 65535, got {s:?}")),
+        _ => Err(expected(&format!(
+            "a port number from 1 to 65535, got {s:?}"
+        ))),
     }
 }
 
-fn duration_arg(s: &str) -> std::result::Result<Duration, String> {
-    crate::units::parse_duration(s).map_err(|e| format!("expected {e}"))
+fn duration_arg(s: &str) -> std::result::Result<Duration, BadArg> {
+    crate::units::parse_duration(s).map_err(expected)
 }
 
 /// Groups `--listen`, `--upstream` and `--name` into proxies by their

@@ -43,4 +43,5 @@ pub(crate) mod profile;
 pub(crate) mod relay;
 pub(crate) mod ruleset;
 pub mod settings;
+pub(crate) mod tool;
 pub(crate) mod units;

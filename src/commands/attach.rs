@@ -77,7 +77,8 @@ fn resolvers(given: Option<&Path>, default: &Path) -> Result<Vec<std::net::Socke
 pub(super) fn attach(g: &Global, args: &AttachArgs) -> Result<u8> {
     let plan = profile::build_plan(&args.faults.profiles, &args.faults.faults, g.seed)?;
     let api = ApiConfig::new(args.api.api, &args.api.access)?;
-    let opts = RelayOptions::new(args.dial_timeout, args.max_connections).map_err(Error::Usage)?;
+    let opts = RelayOptions::new(args.dial_timeout, args.max_connections)
+        .map_err(|e| Error::Usage(e.to_string()))?;
     let (path, hint, resolv) = namespace(args.pid, args.netns.as_deref())?;
     let losses = LossTable::from_plan(&plan).map_err(|e| Error::Usage(e.to_string()))?;
     attach::check_privileges(Mode::Attach.command(), Mode::Attach).map_err(Error::runtime)?;
@@ -137,7 +138,8 @@ pub(super) fn in_place(g: &Global, args: &RunArgs) -> Result<u8> {
         stop_faults_after(&mut plan, d);
     }
     let api = ApiConfig::new(args.api.api, &args.api.access)?;
-    let opts = RelayOptions::new(args.dial_timeout, args.max_connections).map_err(Error::Usage)?;
+    let opts = RelayOptions::new(args.dial_timeout, args.max_connections)
+        .map_err(|e| Error::Usage(e.to_string()))?;
     let resolvers = resolvers(args.resolv_conf.as_deref(), Path::new("/etc/resolv.conf"))?;
     let losses = LossTable::from_plan(&plan).map_err(|e| Error::Usage(e.to_string()))?;
     attach::check_privileges(Mode::InPlace.command(), Mode::InPlace).map_err(Error::runtime)?;

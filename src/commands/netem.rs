@@ -124,6 +124,6 @@ fn options(g: &Global, a: &NetemApply) -> Result<Netem> {
         n.dst = a.dst.clone();
     }
     n.ingress |= a.ingress;
-    n.validate().map_err(Error::Usage)?;
+    n.validate().map_err(|e| Error::Usage(e.0))?;
     Ok(n)
 }

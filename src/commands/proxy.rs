@@ -70,7 +70,8 @@ fn serve(
         )));
     }
     raise_nofile_limit();
-    let opts = RelayOptions::new(dial_timeout, max_connections).map_err(Error::Usage)?;
+    let opts = RelayOptions::new(dial_timeout, max_connections)
+        .map_err(|e| Error::Usage(e.to_string()))?;
     let rt = runtime()?;
     rt.block_on(async {
         // Every listener is opened before any serves: a busy port fails the

@@ -43,13 +43,14 @@ pub(super) fn run(g: &Global, args: &RunArgs) -> Result<u8> {
         stop_faults_after(&mut plan, d);
     }
     let api_cfg = ApiConfig::new(args.api.api, &args.api.access)?;
-    let opts = RelayOptions::new(args.dial_timeout, args.max_connections).map_err(Error::Usage)?;
+    let opts = RelayOptions::new(args.dial_timeout, args.max_connections)
+        .map_err(|e| Error::Usage(e.to_string()))?;
     let exposes = args
         .expose
         .iter()
         .map(|e| Expose::parse(e))
         .collect::<std::result::Result<Vec<_>, _>>()
-        .map_err(Error::Usage)?;
+        .map_err(|e| Error::Usage(e.to_string()))?;
     let resolv = args
         .resolv_conf
         .as_deref()

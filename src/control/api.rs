@@ -59,7 +59,7 @@ pub(crate) fn router(control: Arc<Control>, token: Option<String>, bound: Socket
                 .patch(toxic_update)
                 .delete(toxic_delete),
         )
-        .fallback(|| async { fail(ApiError::new(404, "not found")) })
+        .fallback(|| async { fail(ApiError::new(StatusCode::NOT_FOUND, "not found")) })
         .layer(middleware::from_fn_with_state(state.clone(), guard))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(state)
@@ -81,14 +81,17 @@ async fn guard(State(st): State<ApiState>, req: Request, next: Next) -> Response
             .unwrap_or("");
         if !same(given.as_bytes(), token.as_bytes()) {
             return fail(ApiError::new(
-                401,
+                StatusCode::UNAUTHORIZED,
                 "missing or wrong API token (send Authorization: Bearer TOKEN)",
             ));
         }
     }
     match tokio::time::timeout(super::server::REQUEST_TIMEOUT, next.run(req)).await {
         Ok(r) => r,
-        Err(_) => fail(ApiError::new(408, "the request took too long")),
+        Err(_) => fail(ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "the request took too long",
+        )),
     }
 }
 
@@ -161,9 +164,8 @@ fn same(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-fn reply(status: u16, v: Value) -> Response {
-    let code = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
-    let mut r = (code, v.to_string()).into_response();
+fn reply(status: StatusCode, v: Value) -> Response {
+    let mut r = (status, v.to_string()).into_response();
     r.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
@@ -182,7 +184,7 @@ fn no_content() -> Response {
 /// The body as a JSON value with lower-cased keys (Go matches keys without
 /// regard to case); too big is 413, not JSON is 400.
 fn parse(body: Result<Bytes, BytesRejection>) -> Result<Value, ApiError> {
-    let body = body.map_err(|r| ApiError::new(r.status().as_u16(), r.body_text()))?;
+    let body = body.map_err(|r| ApiError::new(r.status(), r.body_text()))?;
     let v: Value = serde_json::from_slice(&body).map_err(ApiError::bad_request)?;
     Ok(lowercase_keys(v))
 }
@@ -236,7 +238,7 @@ fn proxy_json(p: &ApiProxy) -> Value {
 
 async fn version() -> Response {
     reply(
-        200,
+        StatusCode::OK,
         json!({"version": TOXIPROXY_VERSION, "netchaos": env!("CARGO_PKG_VERSION")}),
     )
 }
@@ -257,7 +259,7 @@ async fn proxy_index(State(st): State<ApiState>) -> Response {
         .values()
         .map(|p| (p.name.clone(), proxy_json(p)))
         .collect();
-    reply(200, Value::Object(all))
+    reply(StatusCode::OK, Value::Object(all))
 }
 
 /// Validated fields of a new proxy.
@@ -270,11 +272,19 @@ struct NewProxy {
 
 fn new_proxy(m: &Map<String, Value>, at: &str) -> Result<NewProxy, ApiError> {
     let name = string_field(m, "name")?.filter(|n| !n.is_empty());
-    let name =
-        name.ok_or_else(|| ApiError::new(400, format!("missing required field: name{at}")))?;
+    let name = name.ok_or_else(|| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!("missing required field: name{at}"),
+        )
+    })?;
     let upstream = string_field(m, "upstream")?.filter(|u| !u.is_empty());
-    let upstream = upstream
-        .ok_or_else(|| ApiError::new(400, format!("missing required field: upstream{at}")))?;
+    let upstream = upstream.ok_or_else(|| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!("missing required field: upstream{at}"),
+        )
+    })?;
     let upstream = crate::plan::parse_upstream(&upstream)
         .map_err(|e| ApiError::bad_request(format!("upstream: expected {e}, got {upstream:?}")))?;
     let listen = string_field(m, "listen")?
@@ -323,13 +333,13 @@ async fn proxy_create(State(st): State<ApiState>, body: Result<Bytes, BytesRejec
     };
     let mut proxies = st.control.proxies.lock().await;
     if proxies.contains_key(&n.name) {
-        return fail(ApiError::new(409, "proxy already exists"));
+        return fail(ApiError::new(StatusCode::CONFLICT, "proxy already exists"));
     }
     match create(&st.control, n) {
         Ok(p) => {
             let v = proxy_json(&p);
             proxies.insert(p.name.clone(), p);
-            reply(201, v)
+            reply(StatusCode::CREATED, v)
         }
         Err(e) => fail(e),
     }
@@ -389,7 +399,7 @@ async fn populate(State(st): State<ApiState>, body: Result<Bytes, BytesRejection
         .filter_map(|n| proxies.get(n))
         .map(proxy_json)
         .collect();
-    reply(201, json!({"proxies": out}))
+    reply(StatusCode::CREATED, json!({"proxies": out}))
 }
 
 /// Closes a listener proxy's socket and ends its connections; returns once
@@ -405,8 +415,8 @@ async fn stop(p: &ApiProxy) {
 
 async fn proxy_show(State(st): State<ApiState>, Path(name): Path<String>) -> Response {
     match st.control.proxies.lock().await.get(&name) {
-        Some(p) => reply(200, proxy_json(p)),
-        None => fail(ApiError::new(404, "proxy not found")),
+        Some(p) => reply(StatusCode::OK, proxy_json(p)),
+        None => fail(ApiError::new(StatusCode::NOT_FOUND, "proxy not found")),
     }
 }
 
@@ -422,10 +432,10 @@ async fn proxy_update(
     let control = st.control.clone();
     let mut proxies = control.proxies.lock().await;
     let Some(p) = proxies.get_mut(&name) else {
-        return fail(ApiError::new(404, "proxy not found"));
+        return fail(ApiError::new(StatusCode::NOT_FOUND, "proxy not found"));
     };
     match update(&control, p, &m).await {
-        Ok(()) => reply(200, proxy_json(p)),
+        Ok(()) => reply(StatusCode::OK, proxy_json(p)),
         Err(e) => fail(e),
     }
 }
@@ -494,7 +504,7 @@ async fn proxy_delete(State(st): State<ApiState>, Path(name): Path<String>) -> R
             st.control.relay.rules.remove(&p.name);
             no_content()
         }
-        None => fail(ApiError::new(404, "proxy not found")),
+        None => fail(ApiError::new(StatusCode::NOT_FOUND, "proxy not found")),
     }
 }
 
@@ -515,10 +525,10 @@ async fn reset(State(st): State<ApiState>) -> Response {
 async fn toxic_index(State(st): State<ApiState>, Path(name): Path<String>) -> Response {
     match st.control.proxies.lock().await.get(&name) {
         Some(p) => reply(
-            200,
+            StatusCode::OK,
             Value::Array(p.toxics.iter().map(Toxic::to_json).collect()),
         ),
-        None => fail(ApiError::new(404, "proxy not found")),
+        None => fail(ApiError::new(StatusCode::NOT_FOUND, "proxy not found")),
     }
 }
 
@@ -532,7 +542,7 @@ async fn toxic_create(
         Err(e) => return fail(e),
     };
     let Some(scope) = st.control.scope(&name).await else {
-        return fail(ApiError::new(404, "proxy not found"));
+        return fail(ApiError::new(StatusCode::NOT_FOUND, "proxy not found"));
     };
     let id = st.control.relay.rules.new_fault_id();
     let t = match off_runtime(move || Toxic::from_request(&m, &scope, id)).await {
@@ -541,15 +551,15 @@ async fn toxic_create(
     };
     let mut proxies = st.control.proxies.lock().await;
     let Some(p) = proxies.get_mut(&name) else {
-        return fail(ApiError::new(404, "proxy not found"));
+        return fail(ApiError::new(StatusCode::NOT_FOUND, "proxy not found"));
     };
     if p.toxics.iter().any(|x| x.name == t.name) {
-        return fail(ApiError::new(409, "toxic already exists"));
+        return fail(ApiError::new(StatusCode::CONFLICT, "toxic already exists"));
     }
     let v = t.to_json();
     p.toxics.push(t);
     Control::publish(p);
-    reply(200, v)
+    reply(StatusCode::OK, v)
 }
 
 /// Builds a toxic on a blocking thread: reading a file it names (under
@@ -565,7 +575,7 @@ async fn off_runtime(
     {
         Ok(Ok(r)) => r,
         Ok(Err(e)) => Err(ApiError::new(
-            500,
+            StatusCode::INTERNAL_SERVER_ERROR,
             format!("building the toxic failed: {e}"),
         )),
         Err(_) => Err(ApiError::bad_request(
@@ -580,11 +590,11 @@ async fn toxic_show(
 ) -> Response {
     let proxies = st.control.proxies.lock().await;
     let Some(p) = proxies.get(&name) else {
-        return fail(ApiError::new(404, "proxy not found"));
+        return fail(ApiError::new(StatusCode::NOT_FOUND, "proxy not found"));
     };
     match p.toxics.iter().find(|t| t.name == toxic) {
-        Some(t) => reply(200, t.to_json()),
-        None => fail(ApiError::new(404, "toxic not found")),
+        Some(t) => reply(StatusCode::OK, t.to_json()),
+        None => fail(ApiError::new(StatusCode::NOT_FOUND, "toxic not found")),
     }
 }
 
@@ -600,15 +610,15 @@ async fn toxic_update(
     let current = {
         let proxies = st.control.proxies.lock().await;
         let Some(p) = proxies.get(&name) else {
-            return fail(ApiError::new(404, "proxy not found"));
+            return fail(ApiError::new(StatusCode::NOT_FOUND, "proxy not found"));
         };
         let Some(t) = p.toxics.iter().find(|t| t.name == toxic) else {
-            return fail(ApiError::new(404, "toxic not found"));
+            return fail(ApiError::new(StatusCode::NOT_FOUND, "toxic not found"));
         };
         t.clone()
     };
     let Some(scope) = st.control.scope(&name).await else {
-        return fail(ApiError::new(404, "proxy not found"));
+        return fail(ApiError::new(StatusCode::NOT_FOUND, "proxy not found"));
     };
     let fresh = st.control.relay.rules.new_fault_id();
     let t = match off_runtime(move || current.updated(&m, &scope, fresh)).await {
@@ -617,15 +627,15 @@ async fn toxic_update(
     };
     let mut proxies = st.control.proxies.lock().await;
     let Some(p) = proxies.get_mut(&name) else {
-        return fail(ApiError::new(404, "proxy not found"));
+        return fail(ApiError::new(StatusCode::NOT_FOUND, "proxy not found"));
     };
     let Some(i) = p.toxics.iter().position(|x| x.name == toxic) else {
-        return fail(ApiError::new(404, "toxic not found"));
+        return fail(ApiError::new(StatusCode::NOT_FOUND, "toxic not found"));
     };
     let v = t.to_json();
     p.toxics[i] = t;
     Control::publish(p);
-    reply(200, v)
+    reply(StatusCode::OK, v)
 }
 
 async fn toxic_delete(
@@ -634,10 +644,10 @@ async fn toxic_delete(
 ) -> Response {
     let mut proxies = st.control.proxies.lock().await;
     let Some(p) = proxies.get_mut(&name) else {
-        return fail(ApiError::new(404, "proxy not found"));
+        return fail(ApiError::new(StatusCode::NOT_FOUND, "proxy not found"));
     };
     let Some(i) = p.toxics.iter().position(|t| t.name == toxic) else {
-        return fail(ApiError::new(404, "toxic not found"));
+        return fail(ApiError::new(StatusCode::NOT_FOUND, "toxic not found"));
     };
     p.toxics.remove(i);
     Control::publish(p);

@@ -24,6 +24,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use axum::http::StatusCode;
 use tokio::sync::Mutex;
 
 use model::Toxic;
@@ -170,16 +171,16 @@ impl Control {
             model::ApiError::bad_request(format!("listen: expected {e}, got {requested:?}"))
         })?;
         let listener = relay::bind(addr).map_err(|e| {
-            let status = if e.reason.starts_with("address already in use") {
-                409
+            let status = if e.failure == relay::BindFailure::InUse {
+                StatusCode::CONFLICT
             } else {
-                500
+                StatusCode::INTERNAL_SERVER_ERROR
             };
             model::ApiError::new(status, e.to_string())
         })?;
         let bound = listener
             .local_addr()
-            .map_err(|e| model::ApiError::new(500, e.to_string()))?;
+            .map_err(|e| model::ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
         let ep = Arc::new(Endpoint::new(
             name,
             Target::Fixed(upstream.to_string()),

@@ -11,6 +11,7 @@
 
 use std::sync::Arc;
 
+use axum::http::StatusCode;
 use serde_json::{Map, Value, json};
 
 use crate::fault::{self, FaultKind, FaultSpec, Stream};
@@ -26,12 +27,12 @@ pub(crate) const TOXIPROXY_VERSION: &str = "2.12.0";
 /// An error answer: `{"error": …, "status": …}`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ApiError {
-    pub status: u16,
+    pub status: StatusCode,
     pub message: String,
 }
 
 impl ApiError {
-    pub(crate) fn new(status: u16, message: impl Into<String>) -> ApiError {
+    pub(crate) fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
         ApiError {
             status,
             message: message.into(),
@@ -39,11 +40,14 @@ impl ApiError {
     }
 
     pub(crate) fn bad_request(message: impl std::fmt::Display) -> ApiError {
-        ApiError::new(400, format!("bad request body: {message}"))
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!("bad request body: {message}"),
+        )
     }
 
     pub(crate) fn to_json(&self) -> Value {
-        json!({"error": self.message, "status": self.status})
+        json!({"error": self.message, "status": self.status.as_u16()})
     }
 }
 
@@ -89,7 +93,7 @@ impl Toxic {
         let kind = match body.get("type") {
             Some(Value::String(t)) if !t.is_empty() => t.clone(),
             Some(_) => return Err(ApiError::bad_request("type must be a string")),
-            None => return Err(ApiError::new(400, "invalid toxic type")),
+            None => return Err(ApiError::new(StatusCode::BAD_REQUEST, "invalid toxic type")),
         };
         let stream = match body.get("stream") {
             None | Some(Value::Null) => "downstream".to_string(),
@@ -98,7 +102,7 @@ impl Toxic {
             }
             Some(_) => {
                 return Err(ApiError::new(
-                    400,
+                    StatusCode::BAD_REQUEST,
                     "stream was invalid, can be either upstream or downstream",
                 ));
             }
@@ -199,7 +203,7 @@ impl Toxic {
     /// A netchaos fault type with netchaos parameters.
     fn netchaos_form(&self, files: &FilePolicy) -> Result<FaultKind, ApiError> {
         if fault::find_kind(&self.kind).is_none() {
-            return Err(ApiError::new(400, "invalid toxic type"));
+            return Err(ApiError::new(StatusCode::BAD_REQUEST, "invalid toxic type"));
         }
         let mut table = Map::new();
         table.insert("type".into(), Value::String(self.kind.clone()));
@@ -447,7 +451,7 @@ mod tests {
         .unwrap();
         assert!(matches!(t.fault.unwrap().spec.kind, FaultKind::Stall(_)));
         let e = toxic(json!({"type": "stall", "attributes": {"bogus": 1}})).unwrap_err();
-        assert_eq!(e.status, 400);
+        assert_eq!(e.status, StatusCode::BAD_REQUEST);
         assert!(e.message.contains("unknown key \"bogus\""), "{e:?}");
     }
 
@@ -504,7 +508,7 @@ mod tests {
             ),
         ] {
             let e = toxic(body.clone()).unwrap_err();
-            assert_eq!(e.status, 400, "{body}");
+            assert_eq!(e.status, StatusCode::BAD_REQUEST, "{body}");
             assert!(e.message.contains(want), "{body}: {e:?}");
         }
     }

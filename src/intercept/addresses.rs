@@ -32,14 +32,19 @@ impl NsAddrs {
     }
 
     /// The first candidates the host does not use.
-    pub(crate) fn choose() -> Result<NsAddrs, String> {
+    pub(crate) fn choose() -> Result<NsAddrs, super::error::InterceptError> {
+        use super::error::InterceptError::Unavailable;
         let host = HostNet::read();
         let v4 = candidates_v4()
             .find(|a| !host.uses(IpAddr::V4(*a)))
-            .ok_or("no address of 192.0.2.0/24, 198.51.100.0/24 or 203.0.113.0/24 is free of the host's routes and addresses, so the namespace has none to give itself")?;
+            .ok_or_else(|| Unavailable("no address of 192.0.2.0/24, 198.51.100.0/24 or 203.0.113.0/24 is free of the host's routes and addresses, so the namespace has none to give itself".into()))?;
         let v6 = candidates_v6()
             .find(|a| !host.uses(IpAddr::V6(*a)))
-            .ok_or("no address of 2001:db8::/32 is free of the host's routes and addresses")?;
+            .ok_or_else(|| {
+                Unavailable(
+                    "no address of 2001:db8::/32 is free of the host's routes and addresses".into(),
+                )
+            })?;
         Ok(NsAddrs { v4, v6 })
     }
 }

@@ -14,7 +14,6 @@
 use std::ffi::CString;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::{AsFd, FromRawFd, OwnedFd};
-use std::process::Command;
 
 use nix::errno::Errno;
 use nix::sched::{CloneFlags, unshare};
@@ -26,6 +25,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 
 use super::addresses::NsAddrs;
 use super::channel::Channel;
+use super::error::{InterceptError, Result};
 use super::init::{self, InitConfig};
 use super::nft::{self, Redirects};
 use super::privilege::Containment;
@@ -85,11 +85,14 @@ pub(crate) enum ParentMsg {
 /// A request on the request channel.
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) enum Request {
-    /// One unconnected TCP socket in the namespace, marked so that
-    /// interception lets it through.
+    /// One unconnected TCP socket in the namespace, for a dial of the
+    /// relay's own.
     Socket { v6: bool },
-    /// One nftables command in the namespace (blackouts).
-    Nft { command: String },
+    /// Drop every packet of `client`'s flow for `millis` (`None`: for good).
+    Blackout {
+        client: SocketAddr,
+        millis: Option<u64>,
+    },
 }
 
 /// The reply; a socket travels with it when one was asked for.
@@ -122,7 +125,8 @@ pub(crate) fn main(control: Channel, requests: Channel, cfg: &AgentConfig) -> ! 
     }
     let (redirects, v6, sockets) = match setup(cfg) {
         Ok(x) => x,
-        Err(message) => {
+        Err(e) => {
+            let message = e.to_string();
             let _ = control.send(&AgentMsg::Failed { message }, &[]);
             std::process::exit(1);
         }
@@ -150,7 +154,8 @@ pub(crate) fn main(control: Channel, requests: Channel, cfg: &AgentConfig) -> ! 
     }
     let (pid, status) = match spawn_init(cfg) {
         Ok(x) => x,
-        Err(message) => {
+        Err(e) => {
+            let message = e.to_string();
             let _ = control.send(&AgentMsg::Failed { message }, &[]);
             std::process::exit(1);
         }
@@ -161,7 +166,7 @@ pub(crate) fn main(control: Channel, requests: Channel, cfg: &AgentConfig) -> ! 
 
 type Setup = (Redirects, bool, Vec<OwnedFd>);
 
-fn setup(cfg: &AgentConfig) -> Result<Setup, String> {
+fn setup(cfg: &AgentConfig) -> Result<Setup> {
     if cfg.rootless {
         unshare(CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNET | CloneFlags::CLONE_NEWNS)
             .map_err(|e| privilege::userns_unavailable("creating it", e))?;
@@ -180,13 +185,16 @@ fn setup(cfg: &AgentConfig) -> Result<Setup, String> {
         nix::mount::MsFlags::MS_REC | nix::mount::MsFlags::MS_PRIVATE,
         none,
     )
-    .map_err(|e| format!("cannot make the namespace's mounts private: {}", e.desc()))?;
-    let rootless_hint = |e: String| {
-        if cfg.rootless && e.contains("Operation not permitted") {
+    .map_err(InterceptError::sys(
+        "cannot make the namespace's mounts private",
+    ))?;
+    // Rootless, a refusal to configure the namespace means user namespaces
+    // are restricted: say so, with what to do.
+    let rootless_hint = |e: InterceptError| match &e {
+        InterceptError::Tool(t) if cfg.rootless && t.not_permitted() => {
             privilege::userns_unavailable("configuring the namespace", Errno::EPERM)
-        } else {
-            e
         }
+        _ => e,
     };
     let (a4, a6) = (cfg.addrs.v4.to_string(), cfg.addrs.v6.to_string());
     ip(&["link", "set", "lo", "up"]).map_err(rootless_hint)?;
@@ -206,20 +214,31 @@ fn setup(cfg: &AgentConfig) -> Result<Setup, String> {
         && ip(&["-6", "route", "add", "default", "dev", "lo", "src", &a6]).is_ok();
     // A service under test may listen on port 80 without CAP_NET_BIND_SERVICE
     // (which it no longer holds over this namespace).
-    std::fs::write("/proc/sys/net/ipv4/ip_unprivileged_port_start", "0")
-        .map_err(|e| format!("cannot let the command bind low ports in its namespace: {e}"))?;
+    std::fs::write("/proc/sys/net/ipv4/ip_unprivileged_port_start", "0").map_err(
+        InterceptError::sys("cannot let the command bind low ports in its namespace"),
+    )?;
 
     let queue = nfqueue::open(nft::QUEUE).map_err(|e| {
-        rootless_hint(format!(
-            "cannot open the SYN gate's netlink queue (nfnetlink_queue): {e}"
-        ))
+        let e = InterceptError::Sys {
+            what: "cannot open the SYN gate's netlink queue (nfnetlink_queue)".into(),
+            source: e,
+        };
+        match &e {
+            InterceptError::Sys { source, .. }
+                if cfg.rootless && source.raw_os_error() == Some(libc::EPERM) =>
+            {
+                privilege::userns_unavailable("configuring the namespace", Errno::EPERM)
+            }
+            _ => e,
+        }
     })?;
     let tcp4 = listener(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))?;
     let tcp_port = local_port(&tcp4)?;
     let udp4 = udp(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))?;
     let dns_port = local_port(&udp4)?;
-    let diag = super::sock_diag::open()
-        .map_err(|e| format!("cannot open a socket-diagnostics socket in the namespace: {e}"))?;
+    let diag = super::sock_diag::open().map_err(InterceptError::sys(
+        "cannot open a socket-diagnostics socket in the namespace",
+    ))?;
     let mut sockets = vec![queue, diag, OwnedFd::from(tcp4), OwnedFd::from(udp4)];
     let v6 = v6
         && match (
@@ -247,7 +266,7 @@ fn setup(cfg: &AgentConfig) -> Result<Setup, String> {
 }
 
 /// Identity maps: the command sees the invoking user's own uid and gid.
-fn write_id_maps(uid: u32, gid: u32) -> Result<(), String> {
+fn write_id_maps(uid: u32, gid: u32) -> Result<()> {
     let write = |path: &str, text: String| {
         std::fs::write(path, text).map_err(|e| {
             privilege::userns_unavailable(
@@ -263,77 +282,60 @@ fn write_id_maps(uid: u32, gid: u32) -> Result<(), String> {
 }
 
 /// Runs `ip ARGS` (iproute2).
-fn ip(args: &[&str]) -> Result<(), String> {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => {
-                "the `ip` command was not found: install iproute2 (apt-get install iproute2)"
-                    .to_string()
-            }
-            _ => format!("cannot run ip: {e}"),
-        })?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "`ip {}` failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
+fn ip(args: &[&str]) -> Result<()> {
+    crate::tool::run("ip", args, None)?;
+    Ok(())
 }
 
-pub(super) fn listener(addr: SocketAddr) -> Result<Socket, String> {
+pub(super) fn listener(addr: SocketAddr) -> Result<Socket> {
+    let sys = |what: &str| InterceptError::sys(format!("{what} {addr} in the namespace"));
     // By number, so that pausing it (the connection limit) keeps the port
     // the redirect points at.
-    let addr = crate::relay::numbered(addr)
-        .map_err(|e| format!("cannot listen on {addr} in the namespace: {e}"))?;
+    let addr = crate::relay::numbered(addr).map_err(sys("cannot listen on"))?;
     let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))
-        .map_err(|e| format!("socket: {e}"))?;
+        .map_err(sys("cannot make a socket to listen on"))?;
     if addr.is_ipv6() {
         let _ = s.set_only_v6(true);
     }
     s.set_reuse_address(true)
-        .map_err(|e| format!("listener: {e}"))?;
-    s.bind(&addr.into())
-        .map_err(|e| format!("cannot listen on {addr} in the namespace: {e}"))?;
-    s.listen(1024)
-        .map_err(|e| format!("listen on {addr}: {e}"))?;
+        .map_err(sys("cannot set SO_REUSEADDR to listen on"))?;
+    s.bind(&addr.into()).map_err(sys("cannot listen on"))?;
+    s.listen(1024).map_err(sys("cannot listen on"))?;
     s.set_nonblocking(true)
-        .map_err(|e| format!("listener: {e}"))?;
+        .map_err(sys("cannot make non-blocking the listener on"))?;
     Ok(s)
 }
 
-pub(super) fn udp(addr: SocketAddr) -> Result<Socket, String> {
+pub(super) fn udp(addr: SocketAddr) -> Result<Socket> {
+    let sys = |what: &str| InterceptError::sys(format!("{what} {addr} in the namespace"));
     let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))
-        .map_err(|e| format!("socket: {e}"))?;
+        .map_err(sys("cannot make a socket to bind"))?;
     if addr.is_ipv6() {
         let _ = s.set_only_v6(true);
     }
-    s.bind(&addr.into())
-        .map_err(|e| format!("cannot bind {addr} in the namespace: {e}"))?;
-    s.set_nonblocking(true).map_err(|e| format!("udp: {e}"))?;
+    s.bind(&addr.into()).map_err(sys("cannot bind"))?;
+    s.set_nonblocking(true)
+        .map_err(sys("cannot make non-blocking the socket on"))?;
     Ok(s)
 }
 
-fn local_port(s: &Socket) -> Result<u16, String> {
+fn local_port(s: &Socket) -> Result<u16> {
     s.local_addr()
-        .ok()
-        .and_then(|a| a.as_socket())
+        .map_err(InterceptError::sys("cannot read a socket's port"))?
+        .as_socket()
         .map(|a| a.port())
-        .ok_or_else(|| "cannot read a socket's port".to_string())
+        .ok_or_else(|| InterceptError::Agent("a socket without an IP address".into()))
 }
 
 /// Starts the command's PID namespace: its first process ([`init`]) runs
 /// the command. Returns that process and the pipe its report comes on.
-fn spawn_init(cfg: &AgentConfig) -> Result<(Pid, OwnedFd), String> {
-    unshare(CloneFlags::CLONE_NEWPID)
-        .map_err(|e| format!("cannot make a PID namespace for the command: {}", e.desc()))?;
+fn spawn_init(cfg: &AgentConfig) -> Result<(Pid, OwnedFd)> {
+    unshare(CloneFlags::CLONE_NEWPID).map_err(InterceptError::sys(
+        "cannot make a PID namespace for the command",
+    ))?;
     let cloexec = nix::fcntl::OFlag::O_CLOEXEC;
-    let (status_r, status_w) = nix::unistd::pipe2(cloexec).map_err(|e| format!("pipe: {e}"))?;
-    let (alive_r, alive_w) = nix::unistd::pipe2(cloexec).map_err(|e| format!("pipe: {e}"))?;
+    let (status_r, status_w) = nix::unistd::pipe2(cloexec).map_err(InterceptError::sys("pipe"))?;
+    let (alive_r, alive_w) = nix::unistd::pipe2(cloexec).map_err(InterceptError::sys("pipe"))?;
     // SAFETY: the agent is single-threaded (netchaos forked it before
     // starting any thread), so the child may run ordinary code.
     match unsafe { fork() } {
@@ -355,7 +357,7 @@ fn spawn_init(cfg: &AgentConfig) -> Result<(Pid, OwnedFd), String> {
                 agent_alive: alive_r,
             })
         }
-        Err(e) => Err(format!("cannot start the command: fork: {e}")),
+        Err(e) => Err(InterceptError::sys("cannot start the command: fork")(e)),
     }
 }
 
@@ -441,12 +443,16 @@ fn answer(requests: &Channel) {
                 &[],
             ),
         },
-        Request::Nft { command } => requests.send(
-            &Reply {
-                error: nft::apply(&command).err(),
-            },
-            &[],
-        ),
+        Request::Blackout { client, millis } => {
+            let duration = millis.map(std::time::Duration::from_millis);
+            let done = nft::apply(&nft::blackout_command(client, duration));
+            requests.send(
+                &Reply {
+                    error: done.err().map(|e| e.to_string()),
+                },
+                &[],
+            )
+        }
     };
 }
 

@@ -26,6 +26,7 @@ use caps::{CapSet, Capability};
 use socket2::Socket;
 
 use super::agent::{listener, udp};
+use super::error::{InterceptError, Result};
 use super::loss::LossTable;
 use super::nft::{self, Found, Installed, Liveness, Owner, Redirects, Ruleset};
 use super::nsthread::NsThread;
@@ -81,7 +82,7 @@ struct Claim {
 const CLAIM_DIR: &str = "/run/netchaos";
 
 impl Claim {
-    fn take(ns: &NsThread) -> Result<Claim, String> {
+    fn take(ns: &NsThread) -> Result<Claim> {
         let id = ns.run(|| {
             std::fs::metadata("/proc/thread-self/ns/net")
                 .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
@@ -118,7 +119,7 @@ impl Claim {
                     .ok()
                     .and_then(|t| t.trim().parse::<i32>().ok())
                     .unwrap_or(0);
-                Err(already_here(pid))
+                Err(InterceptError::InTheWay(already_here(pid)))
             }
             Err(_) => Ok(Claim { _lock: None }),
         }
@@ -150,7 +151,7 @@ pub(crate) struct Attached {
 /// Checks, before anything is touched, that this process holds the
 /// capabilities `command` needs to work in another namespace (`Attach`) or
 /// its own (`InPlace`), naming any that is missing.
-pub(crate) fn check_privileges(command: &str, mode: Mode) -> Result<(), String> {
+pub(crate) fn check_privileges(command: &str, mode: Mode) -> Result<()> {
     let needed: &[(Capability, &str)] = match mode {
         Mode::Attach => &[
             (
@@ -185,14 +186,14 @@ pub(crate) fn check_privileges(command: &str, mode: Mode) -> Result<(), String> 
              (docker run --cap-add NET_ADMIN; Kubernetes: securityContext.capabilities.add: [NET_ADMIN])"
         }
     };
-    Err(format!(
+    Err(InterceptError::Unavailable(format!(
         "{command} needs capabilities this process does not hold: {}. {how}. Nothing was changed.",
         missing.join(", ")
-    ))
+    )))
 }
 
 /// Installs interception in the namespace `ns` is in, or explains why not.
-pub(crate) fn install(ns: Arc<NsThread>, cfg: Config) -> Result<Attached, String> {
+pub(crate) fn install(ns: Arc<NsThread>, cfg: Config) -> Result<Attached> {
     let owner = Owner::me();
     let claim = Claim::take(&ns)?;
     let (mode, replace, hint) = (cfg.mode, cfg.replace, cfg.clean_hint.clone());
@@ -234,18 +235,18 @@ pub(crate) fn install(ns: Arc<NsThread>, cfg: Config) -> Result<Attached, String
 impl Attached {
     /// Removes what [`install`] added (once; later calls do nothing).
     /// Errors are reported together, after everything was tried.
-    pub(crate) fn remove(&self) -> Result<(), String> {
+    pub(crate) fn remove(&self) -> Result<()> {
         if self.removed.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
         let (owner, installed) = (self.owner.clone(), self.installed);
         self.ns
             .run(move || {
-                let mut errors = Vec::new();
+                let mut errors: Vec<String> = Vec::new();
                 match nft::find_table() {
                     Ok(Found::Present(Some(o))) if o == owner => {
                         if let Err(e) = nft::delete_table() {
-                            errors.push(e);
+                            errors.push(e.to_string());
                         }
                     }
                     Ok(Found::Present(_)) => tracing::warn!(
@@ -254,7 +255,7 @@ impl Attached {
                     Ok(Found::Absent) => {
                         tracing::warn!("the netchaos table was already gone (removed by hand?)")
                     }
-                    Err(e) => errors.push(e),
+                    Err(e) => errors.push(e.to_string()),
                 }
                 if installed.xt_gate {
                     errors.extend(nft::remove_xt_gate(&installed));
@@ -262,10 +263,7 @@ impl Attached {
                 if errors.is_empty() {
                     Ok(())
                 } else {
-                    Err(format!(
-                        "could not remove everything netchaos installed: {}",
-                        errors.join("; ")
-                    ))
+                    Err(InterceptError::Leftovers(errors))
                 }
             })
             .and_then(|r| r)
@@ -282,7 +280,7 @@ impl Drop for Attached {
 
 /// Refuses to install over another netchaos: a live one always, a dead
 /// one's debris unless `replace` (which removes it first).
-fn check_stale(mode: Mode, replace: bool, clean_hint: &str) -> Result<(), String> {
+fn check_stale(mode: Mode, replace: bool, clean_hint: &str) -> Result<()> {
     let table = nft::find_table()?;
     let chain = nft::has_xt_gate();
     let owner = match &table {
@@ -292,7 +290,9 @@ fn check_stale(mode: Mode, replace: bool, clean_hint: &str) -> Result<(), String
     };
     let liveness = owner.as_ref().map_or(Liveness::Unknown, Owner::liveness);
     if liveness == Liveness::Alive {
-        return Err(already_here(owner.map_or(0, |o| o.pid)));
+        return Err(InterceptError::InTheWay(already_here(
+            owner.map_or(0, |o| o.pid),
+        )));
     }
     if !replace {
         let who = match (&owner, liveness) {
@@ -305,12 +305,12 @@ fn check_stale(mode: Mode, replace: bool, clean_hint: &str) -> Result<(), String
             ),
             (None, _) => "an earlier netchaos (its owner is not recorded)".to_string(),
         };
-        return Err(format!(
+        return Err(InterceptError::InTheWay(format!(
             "a netchaos table left by {who} is still installed in this network namespace and may \
              black-hole its TCP traffic. Remove it with `netchaos clean {clean_hint}`, or pass \
              --replace to {} to remove it and start anyway",
             mode.command()
-        ));
+        )));
     }
     tracing::warn!("removing the netchaos table and gate left by an earlier netchaos (--replace)");
     if matches!(table, Found::Present(_)) {
@@ -318,7 +318,7 @@ fn check_stale(mode: Mode, replace: bool, clean_hint: &str) -> Result<(), String
     }
     let errors = nft::remove_xt_gate(&LEFT_BEHIND);
     if !errors.is_empty() {
-        return Err(errors.join("; "));
+        return Err(InterceptError::Leftovers(errors));
     }
     Ok(())
 }
@@ -342,18 +342,22 @@ struct Made {
 /// The relay's sockets in the namespace: the gate's queue, the outbound
 /// listeners (127.0.0.1 and ::1, one port), the DNS sockets (likewise), and
 /// the inbound listeners (all addresses, one port).
-fn sockets(inbound: bool) -> Result<Made, String> {
+fn sockets(inbound: bool) -> Result<Made> {
     let queue: OwnedFd = nfqueue::open(nft::QUEUE).map_err(|e| match e.raw_os_error() {
         // Another process bound the queue between our checks and now.
-        Some(libc::EBUSY | libc::EPERM) => format!(
+        Some(libc::EBUSY | libc::EPERM) => InterceptError::InTheWay(format!(
             "the SYN gate's netlink queue {} is taken in this namespace (by another netchaos or an \
              NFQUEUE user); stop it first",
             nft::QUEUE
-        ),
-        _ => format!("cannot open the SYN gate's netlink queue (nfnetlink_queue): {e}"),
+        )),
+        _ => InterceptError::Sys {
+            what: "cannot open the SYN gate's netlink queue (nfnetlink_queue)".into(),
+            source: e,
+        },
     })?;
-    let diag = sock_diag::open()
-        .map_err(|e| format!("cannot open a socket-diagnostics socket in the namespace: {e}"))?;
+    let diag = sock_diag::open().map_err(InterceptError::sys(
+        "cannot open a socket-diagnostics socket in the namespace",
+    ))?;
     let (tcp, tcp_port) = pair(Ipv4Addr::LOCALHOST, Ipv6Addr::LOCALHOST, listener)?;
     let (dns, dns_port) = pair(Ipv4Addr::LOCALHOST, Ipv6Addr::LOCALHOST, udp)?;
     let (inbound, inbound_port) = if inbound {
@@ -382,9 +386,9 @@ fn sockets(inbound: bool) -> Result<Made, String> {
 fn pair(
     v4: Ipv4Addr,
     v6: Ipv6Addr,
-    make: fn(SocketAddr) -> Result<Socket, String>,
-) -> Result<(Vec<Socket>, u16), String> {
-    let mut last = String::new();
+    make: fn(SocketAddr) -> Result<Socket>,
+) -> Result<(Vec<Socket>, u16)> {
+    let mut last = None;
     for _ in 0..8 {
         let a = make(SocketAddr::from((v4, 0)))?;
         let port = a
@@ -392,16 +396,16 @@ fn pair(
             .ok()
             .and_then(|x| x.as_socket())
             .map(|x| x.port())
-            .ok_or("cannot read a socket's port")?;
+            .ok_or_else(|| InterceptError::Agent("cannot read a socket's port".into()))?;
         if !has_ipv6() {
             return Ok((vec![a], port));
         }
         match make(SocketAddr::from((v6, port))) {
             Ok(b) => return Ok((vec![a, b], port)),
-            Err(e) => last = e, // that port is taken on IPv6: another try
+            Err(e) => last = Some(e), // that port is taken on IPv6: another try
         }
     }
-    Err(last)
+    Err(last.expect("tried at least once"))
 }
 
 /// Whether the namespace (the calling thread's) has IPv6 loopback.
@@ -422,19 +426,19 @@ pub(crate) struct Cleaned {
 
 /// Removes netchaos's table, gate chain and qdiscs from the namespace `ns`
 /// is in. Refuses while a live netchaos owns the table, unless `force`.
-pub(crate) fn clean(ns: &NsThread, force: bool) -> Result<Cleaned, String> {
+pub(crate) fn clean(ns: &NsThread, force: bool) -> Result<Cleaned> {
     ns.run(move || clean_here(force))?
 }
 
-fn clean_here(force: bool) -> Result<Cleaned, String> {
+fn clean_here(force: bool) -> Result<Cleaned> {
     let mut done = Cleaned::default();
     if let Found::Present(Some(o)) = nft::find_table()? {
         if o.liveness() == Liveness::Alive && !force {
-            return Err(format!(
+            return Err(InterceptError::InTheWay(format!(
                 "netchaos pid {} is running and owns this namespace's table; stop it \
                  (kill -TERM {}) and it removes the table itself, or pass --force",
                 o.pid, o.pid
-            ));
+            )));
         }
     }
     match nft::delete_table() {
@@ -442,7 +446,7 @@ fn clean_here(force: bool) -> Result<Cleaned, String> {
             .removed
             .push(format!("nftables table inet {}", nft::TABLE)),
         Ok(false) => {}
-        Err(e) => done.errors.push(e),
+        Err(e) => done.errors.push(e.to_string()),
     }
     if nft::has_xt_gate() {
         let errors = nft::remove_xt_gate(&LEFT_BEHIND);
@@ -466,7 +470,7 @@ fn clean_here(force: bool) -> Result<Cleaned, String> {
         if dev.starts_with(crate::netem::IFB_PREFIX) {
             match crate::netem::apply::delete_link(&dev) {
                 Ok(cmd) => done.removed.push(cmd),
-                Err(e) => done.errors.push(e),
+                Err(e) => done.errors.push(e.to_string()),
             }
         }
     }

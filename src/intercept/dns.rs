@@ -104,11 +104,16 @@ impl NameTable {
 /// resolvers on other ports). None listed means 127.0.0.1, as in glibc —
 /// and so does a missing file, unless it was `given` (`--resolv-conf`),
 /// which must exist.
-pub(crate) fn resolvers(path: &Path, given: bool) -> Result<Vec<SocketAddr>, String> {
+pub(crate) fn resolvers(path: &Path, given: bool) -> Result<Vec<SocketAddr>, BadResolvConf> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && !given => String::new(),
-        Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
+        Err(e) => {
+            return Err(BadResolvConf(format!(
+                "cannot read {}: {e}",
+                path.display()
+            )));
+        }
     };
     let mut out = Vec::new();
     for (i, line) in text.lines().enumerate() {
@@ -124,11 +129,11 @@ pub(crate) fn resolvers(path: &Path, given: bool) -> Result<Vec<SocketAddr>, Str
             .map(|ip| SocketAddr::new(ip, 53))
             .or_else(|_| bare.parse::<SocketAddr>())
             .map_err(|_| {
-                format!(
+                BadResolvConf(format!(
                     "{}:{}: not a nameserver address: {addr:?}",
                     path.display(),
                     i + 1
-                )
+                ))
             })?;
         out.push(parsed);
     }
@@ -144,6 +149,11 @@ pub(crate) fn resolvers(path: &Path, given: bool) -> Result<Vec<SocketAddr>, Str
 /// a reply of at most the size its client advertised (EDNS; 512 bytes
 /// without) once one arrives.
 pub(crate) const MAX_IN_FLIGHT: usize = 256;
+
+/// A resolv.conf that cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct BadResolvConf(String);
 
 /// Serves queries arriving on `socket` (inside the namespace) until the
 /// task is dropped; queries go out from the host, or from inside the
@@ -361,6 +371,7 @@ mod tests {
         assert!(
             resolvers(&p, true)
                 .unwrap_err()
+                .to_string()
                 .contains("not a nameserver address")
         );
         assert_eq!(

@@ -29,6 +29,7 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{ForkResult, Pid, fork};
 
+use super::error::InterceptError;
 use super::privilege::{self, Containment};
 
 /// Signals passed on to the command when something other than the
@@ -63,7 +64,7 @@ pub(crate) fn main(cfg: InitConfig<'_>) -> ! {
         std::process::exit(1);
     }
     if let Err(e) = isolate_mounts(cfg.containment) {
-        fail(&e);
+        fail(&e.to_string());
     }
     let signals = match catch_signals() {
         Ok(s) => s,
@@ -86,7 +87,7 @@ pub(crate) fn main(cfg: InitConfig<'_>) -> ! {
     if own_userns {
         if let Err(e) = map_all_ids(child, from_child, to_child) {
             let _ = nix::sys::signal::kill(child, Signal::SIGKILL);
-            fail(&e);
+            fail(&e.to_string());
         }
     }
     supervise(child, &signals, cfg.status)
@@ -106,24 +107,17 @@ fn fail(message: &str) -> ! {
 /// A mount namespace of its own, with a `/proc` of the new PID namespace
 /// and (contained) a read-only `/proc/sys`, so the command can neither
 /// see processes outside nor change the network namespace's sysctls.
-fn isolate_mounts(containment: Containment) -> Result<(), String> {
-    unshare(CloneFlags::CLONE_NEWNS).map_err(|e| {
-        format!(
-            "cannot make a mount namespace for the command: {}",
-            e.desc()
-        )
-    })?;
+fn isolate_mounts(containment: Containment) -> Result<(), InterceptError> {
+    let sys = InterceptError::sys;
+    unshare(CloneFlags::CLONE_NEWNS)
+        .map_err(sys("cannot make a mount namespace for the command"))?;
     let none: Option<&str> = None;
     // (The agent made its mounts private; this keeps it so for ours.)
     mount(none, "/", none, MsFlags::MS_REC | MsFlags::MS_PRIVATE, none)
-        .map_err(|e| format!("cannot make the command's mounts private: {}", e.desc()))?;
+        .map_err(sys("cannot make the command's mounts private"))?;
     let proc_flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
-    mount(Some("proc"), "/proc", Some("proc"), proc_flags, none).map_err(|e| {
-        format!(
-            "cannot mount a /proc for the command's PID namespace: {}",
-            e.desc()
-        )
-    })?;
+    mount(Some("proc"), "/proc", Some("proc"), proc_flags, none)
+        .map_err(sys("cannot mount a /proc for the command's PID namespace"))?;
     if containment == Containment::Full {
         let bind = MsFlags::MS_BIND | MsFlags::MS_REC;
         mount(Some("/proc/sys"), "/proc/sys", none, bind, none)
@@ -136,7 +130,7 @@ fn isolate_mounts(containment: Containment) -> Result<(), String> {
                     | MsFlags::MS_NOEXEC;
                 mount(none, "/proc/sys", none, ro, none)
             })
-            .map_err(|e| format!("cannot make /proc/sys read-only: {}", e.desc()))?;
+            .map_err(sys("cannot make /proc/sys read-only"))?;
     }
     Ok(())
 }
@@ -171,19 +165,21 @@ fn sync_pipe() -> (OwnedFd, OwnedFd) {
 
 /// Gives the command's new user namespace the identity map (every uid and
 /// gid to itself), so that it is root for files and nothing else.
-fn map_all_ids(child: Pid, from_child: OwnedFd, to_child: OwnedFd) -> Result<(), String> {
+fn map_all_ids(child: Pid, from_child: OwnedFd, to_child: OwnedFd) -> Result<(), InterceptError> {
     let mut byte = [0u8; 1];
     std::fs::File::from(from_child)
         .read_exact(&mut byte)
-        .map_err(|_| "the command could not make its user namespace".to_string())?;
+        .map_err(InterceptError::sys(
+            "the command could not make its user namespace",
+        ))?;
     for map in ["uid_map", "gid_map"] {
         let path = format!("/proc/{child}/{map}");
         std::fs::write(&path, "0 0 4294967295\n")
-            .map_err(|e| format!("cannot write {path}: {e}"))?;
+            .map_err(InterceptError::sys(format!("cannot write {path}")))?;
     }
     std::fs::File::from(to_child)
         .write_all(b"m")
-        .map_err(|e| format!("cannot start the command: {e}"))
+        .map_err(InterceptError::sys("cannot start the command"))
 }
 
 fn exec_command(cfg: &InitConfig<'_>, own_userns: bool, from_init: OwnedFd, to_init: OwnedFd) -> ! {
@@ -204,7 +200,7 @@ fn exec_command(cfg: &InitConfig<'_>, own_userns: bool, from_init: OwnedFd, to_i
         drop((from_init, to_init));
     }
     if let Err(e) = privilege::drop_for_command(cfg.rootless) {
-        fail(&e);
+        fail(&e.to_string());
     }
     if let Err(e) = default_signals() {
         fail(&format!("cannot reset signal handling: {e}"));

@@ -24,6 +24,7 @@ pub(crate) mod agent;
 pub(crate) mod attach;
 pub(crate) mod channel;
 pub(crate) mod dns;
+pub(crate) mod error;
 pub(crate) mod gate;
 pub(crate) mod init;
 pub(crate) mod loss;
@@ -55,10 +56,9 @@ impl crate::fault::Partition for FlowPartition {
         &self,
         duration: Option<Duration>,
     ) -> Pin<Box<dyn Future<Output = Result<(), PartitionError>> + Send + '_>> {
-        let command = nft::blackout_command(self.client, duration);
-        let door = self.door.clone();
+        let (door, client) = (self.door.clone(), self.client);
         Box::pin(async move {
-            tokio::task::spawn_blocking(move || door.nft(command))
+            tokio::task::spawn_blocking(move || door.blackout(client, duration))
                 .await
                 .map_err(|e| PartitionError(e.to_string()))?
                 .map_err(|e| PartitionError(e.to_string()))

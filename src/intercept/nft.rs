@@ -5,8 +5,8 @@
 //! (The ruleset is a handful of lines; text keeps it readable in logs and
 //! tests, and `nft -f` applies it in one transaction, as the JSON API would.)
 
-use std::io::Write;
-use std::process::{Command, Stdio};
+use super::error::{InterceptError, Result};
+use crate::tool::ToolError;
 
 /// The table netchaos owns, in family `inet` (IPv4 and IPv6).
 pub(crate) const TABLE: &str = "netchaos";
@@ -207,15 +207,15 @@ fn set_of(ports: &[u16]) -> String {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Installed {
     /// The gate is the iptables chain [`XT_CHAIN`], not part of the table.
-    pub xt_gate: bool,
+    pub(crate) xt_gate: bool,
     /// iptables created the `ip`/`ip6` `mangle` tables for the gate (they
     /// did not exist before), so they go too once empty.
-    pub made_mangle: [bool; 2],
+    pub(crate) made_mangle: [bool; 2],
 }
 
 /// Installs `rs` (the table, atomically) and the SYN gate: nftables' own
 /// queue where the kernel has it, otherwise the iptables chain.
-pub(crate) fn install(rs: &Ruleset) -> Result<Installed, String> {
+pub(crate) fn install(rs: &Ruleset) -> Result<Installed> {
     let mut rs = rs.clone();
     rs.native_gate = true;
     match apply_with_comment_fallback(&rs) {
@@ -245,9 +245,9 @@ pub(crate) fn install(rs: &Ruleset) -> Result<Installed, String> {
 
 /// Table comments need Linux 5.10 and nft 0.9.7; older ones get the table
 /// without its owner (which [`Owner::read`] then reports as unknown).
-fn apply_with_comment_fallback(rs: &Ruleset) -> Result<(), String> {
+fn apply_with_comment_fallback(rs: &Ruleset) -> Result<()> {
     match apply(&rs.render()) {
-        Err(e) if rs.owner.is_some() && e.contains("comment") => {
+        Err(InterceptError::Tool(e)) if rs.owner.is_some() && e.mentions("comment") => {
             let bare = Ruleset {
                 owner: None,
                 ..rs.clone()
@@ -260,8 +260,8 @@ fn apply_with_comment_fallback(rs: &Ruleset) -> Result<(), String> {
 
 /// Whether `nft` refused the ruleset because this kernel has no native
 /// `queue` expression (nft_queue); the gate then goes through xtables.
-pub(crate) fn lacks_native_queue(err: &str) -> bool {
-    err.contains("queue num") && err.contains("No such file or directory")
+fn lacks_native_queue(err: &InterceptError) -> bool {
+    matches!(err, InterceptError::Tool(e) if e.no_such_object() && e.mentions("queue num"))
 }
 
 /// The iptables chain (table `mangle`) holding the SYN gate on kernels
@@ -273,7 +273,7 @@ pub(crate) const XT_CHAIN: &str = "NETCHAOS";
 /// the `mangle` table, jumped to first from OUTPUT (which, like the native
 /// gate, runs before NAT). Applied with `iptables-restore --noflush`, so the
 /// chain and its jump go in together and nothing else in the table changes.
-pub(crate) fn apply_xt_gate(exempt: &[u16]) -> Result<(), String> {
+pub(crate) fn apply_xt_gate(exempt: &[u16]) -> Result<()> {
     for ((tool, _), lo) in XT_FAMILIES.into_iter().zip(["127.0.0.0/8", "::1/128"]) {
         let mut text = format!("*mangle\n:{XT_CHAIN} - [0:0]\n");
         for p in exempt {
@@ -286,45 +286,45 @@ pub(crate) fn apply_xt_gate(exempt: &[u16]) -> Result<(), String> {
              -I OUTPUT 1 -j {XT_CHAIN}\nCOMMIT\n"
         ));
         let restore = format!("{tool}-restore");
-        let out = pipe(&restore, &["--noflush"], &text).map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => format!(
-                "this kernel has no native nftables queue (nft_queue), and the `{restore}` command, which can \
-                 use xt_NFQUEUE instead, was not found: install iptables (apt-get install iptables)"
-            ),
-            _ => format!("cannot run {restore}: {e}"),
-        })?;
-        // IPv6 may be off in the namespace; IPv4 is required.
-        if !out.status.success() && tool == "iptables" {
-            return Err(format!(
-                "cannot install the SYN gate with iptables (NFQUEUE): {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            ));
+        match crate::tool::run(&restore, &["--noflush"], Some(&text)) {
+            Ok(_) => {}
+            Err(e @ ToolError::Missing { .. }) => {
+                return Err(InterceptError::Unavailable(format!(
+                    "this kernel has no native nftables queue (nft_queue), and iptables could use \
+                     xt_NFQUEUE instead, but {e}"
+                )));
+            }
+            // IPv6 may be off in the namespace; IPv4 is required.
+            Err(e) if tool == "iptables" => {
+                return Err(InterceptError::Unavailable(format!(
+                    "cannot install the SYN gate with iptables (NFQUEUE): {}",
+                    e.stderr()
+                )));
+            }
+            Err(_) => {}
         }
     }
     Ok(())
 }
 
+/// `iptables -w -t mangle ARGS` succeeds.
+fn mangle(tool: &str, args: &[&str]) -> bool {
+    let mut all = vec!["-w", "-t", "mangle"];
+    all.extend_from_slice(args);
+    crate::tool::succeeds(tool, &all)
+}
+
 /// Whether the iptables gate chain exists (in the namespace the caller is
 /// in).
 pub(crate) fn has_xt_gate() -> bool {
-    Command::new("iptables")
-        .args(["-w", "-t", "mangle", "-S", XT_CHAIN])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
+    mangle("iptables", &["-S", XT_CHAIN])
 }
 
 /// The iptables commands and the nftables families their tables live in.
 const XT_FAMILIES: [(&str, &str); 2] = [("iptables", "ip"), ("ip6tables", "ip6")];
 
 fn table_exists(family: &str, name: &str) -> bool {
-    Command::new("nft")
-        .args(["list", "table", family, name])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
+    crate::tool::succeeds("nft", &["list", "table", family, name])
 }
 
 /// Removes the iptables gate chain and the jumps to it, IPv4 and IPv6
@@ -334,31 +334,22 @@ fn table_exists(family: &str, name: &str) -> bool {
 pub(crate) fn remove_xt_gate(installed: &Installed) -> Vec<String> {
     let mut errors = Vec::new();
     for (i, (tool, family)) in XT_FAMILIES.into_iter().enumerate() {
-        let exists = |args: &[&str]| {
-            Command::new(tool)
-                .args(["-w", "-t", "mangle"])
-                .args(args)
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success())
-        };
-        if !exists(&["-S", XT_CHAIN]) {
+        if !mangle(tool, &["-S", XT_CHAIN]) {
             continue;
         }
         // Every jump (a replaced netchaos may have left more than one).
         for _ in 0..16 {
-            if !exists(&["-C", "OUTPUT", "-j", XT_CHAIN]) {
+            if !mangle(tool, &["-C", "OUTPUT", "-j", XT_CHAIN]) {
                 break;
             }
-            if !exists(&["-D", "OUTPUT", "-j", XT_CHAIN]) {
+            if !mangle(tool, &["-D", "OUTPUT", "-j", XT_CHAIN]) {
                 errors.push(format!(
                     "{tool}: cannot remove the jump to {XT_CHAIN} from mangle OUTPUT"
                 ));
                 break;
             }
         }
-        if !(exists(&["-F", XT_CHAIN]) && exists(&["-X", XT_CHAIN])) {
+        if !(mangle(tool, &["-F", XT_CHAIN]) && mangle(tool, &["-X", XT_CHAIN])) {
             errors.push(format!("{tool}: cannot delete the chain mangle {XT_CHAIN}"));
             continue;
         }
@@ -371,15 +362,8 @@ pub(crate) fn remove_xt_gate(installed: &Installed) -> Vec<String> {
 
 /// Whether a `mangle` table holds no rule and no chain of anyone's.
 fn mangle_is_empty(tool: &str) -> bool {
-    Command::new(tool)
-        .args(["-w", "-t", "mangle", "-S"])
-        .output()
-        .is_ok_and(|o| {
-            o.status.success()
-                && String::from_utf8_lossy(&o.stdout)
-                    .lines()
-                    .all(|l| l.starts_with("-P "))
-        })
+    crate::tool::run(tool, &["-w", "-t", "mangle", "-S"], None)
+        .is_ok_and(|out| out.lines().all(|l| l.starts_with("-P ")))
 }
 
 /// Who installed a table: written into its comment, so that a later
@@ -483,26 +467,12 @@ pub(crate) enum Found {
 }
 
 /// Looks for netchaos's table (in the caller's namespace).
-pub(crate) fn find_table() -> Result<Found, String> {
-    let out = Command::new("nft")
-        .args(["list", "table", "inet", TABLE])
-        .output()
-        .map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => {
-                "the `nft` command was not found: install nftables (apt-get install nftables)"
-                    .to_string()
-            }
-            _ => format!("cannot run nft: {e}"),
-        })?;
-    if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
-        if err.contains("No such file or directory") {
-            return Ok(Found::Absent);
-        }
-        return Err(format!("cannot list nftables tables: {}", err.trim()));
+pub(crate) fn find_table() -> Result<Found> {
+    match crate::tool::run("nft", &["list", "table", "inet", TABLE], None) {
+        Ok(text) => Ok(Found::Present(table_comment(&text).and_then(Owner::parse))),
+        Err(e) if e.no_such_object() => Ok(Found::Absent),
+        Err(e) => Err(e.into()),
     }
-    let text = String::from_utf8_lossy(&out.stdout);
-    Ok(Found::Present(table_comment(&text).and_then(Owner::parse)))
 }
 
 /// The table's own comment in `nft list table` output (the first
@@ -516,21 +486,6 @@ fn table_comment(listing: &str) -> Option<&str> {
     let at = head.find("comment \"")? + "comment \"".len();
     let end = head[at..].find('"')?;
     Some(&head[at..at + end])
-}
-
-fn pipe(cmd: &str, args: &[&str], input: &str) -> std::io::Result<std::process::Output> {
-    let mut child = Command::new(cmd)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()?;
-    child
-        .stdin
-        .take()
-        .expect("piped stdin")
-        .write_all(input.as_bytes())?;
-    child.wait_with_output()
 }
 
 /// The `nft` command that partitions one client endpoint's flow.
@@ -554,29 +509,16 @@ pub(crate) fn blackout_command(
 }
 
 /// Applies `ruleset` with `nft -f -` (one atomic transaction).
-pub(crate) fn apply(ruleset: &str) -> Result<(), String> {
-    let out = pipe("nft", &["-f", "-"], ruleset).map_err(|e| match e.kind() {
-        std::io::ErrorKind::NotFound => {
-            "the `nft` command was not found: install nftables (apt-get install nftables)"
-                .to_string()
-        }
-        _ => format!("cannot run nft: {e}"),
-    })?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "nft rejected the netchaos ruleset: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
-    }
+pub(crate) fn apply(ruleset: &str) -> Result<()> {
+    crate::tool::run("nft", &["-f", "-"], Some(ruleset))?;
+    Ok(())
 }
 
 /// Deletes netchaos's table; `Ok(false)` when there was none.
-pub(crate) fn delete_table() -> Result<bool, String> {
+pub(crate) fn delete_table() -> Result<bool> {
     match apply(&format!("delete table inet {TABLE}")) {
         Ok(()) => Ok(true),
-        Err(e) if e.contains("No such file or directory") => Ok(false),
+        Err(InterceptError::Tool(e)) if e.no_such_object() => Ok(false),
         Err(e) => Err(e),
     }
 }
@@ -688,10 +630,16 @@ mod tests {
         .render();
         assert!(!text.contains("syn_gate") && !text.contains("queue"));
         assert!(text.contains("chain intercept"));
-        assert!(lacks_native_queue(
+        let refused = |stderr: &str| {
+            InterceptError::Tool(ToolError::Failed {
+                command: "nft -f -".into(),
+                stderr: stderr.into(),
+            })
+        };
+        assert!(lacks_native_queue(&refused(
             "Error: Could not process rule: No such file or directory\n tcp flags & (syn | ack) == syn queue num 0 bypass"
-        ));
-        assert!(!lacks_native_queue("Error: syntax error"));
+        )));
+        assert!(!lacks_native_queue(&refused("Error: syntax error")));
     }
 
     #[test]

@@ -9,6 +9,8 @@ use std::sync::mpsc;
 
 use nix::sched::{CloneFlags, setns};
 
+use super::error::InterceptError;
+
 type Job = Box<dyn FnOnce() + Send>;
 
 /// A thread inside a network namespace.
@@ -19,30 +21,31 @@ pub(crate) struct NsThread {
 impl NsThread {
     /// A thread that enters the namespace at `path` (`/proc/PID/ns/net`,
     /// `/run/netns/NAME`); `None` stays in netchaos's own namespace.
-    pub(crate) fn enter(path: Option<&Path>) -> Result<NsThread, String> {
+    pub(crate) fn enter(path: Option<&Path>) -> Result<NsThread, InterceptError> {
         let file = match path {
             Some(p) => {
-                let f = std::fs::File::open(p).map_err(|e| {
-                    format!("cannot open the network namespace {}: {e}", p.display())
-                })?;
+                let f = std::fs::File::open(p).map_err(InterceptError::sys(format!(
+                    "cannot open the network namespace {}",
+                    p.display()
+                )))?;
                 check_netns(&f, p)?;
                 Some(f)
             }
             None => None,
         };
         let (jobs, rx) = mpsc::channel::<Job>();
-        let (ready_tx, ready_rx) = mpsc::channel::<Result<(), String>>();
+        let (ready_tx, ready_rx) = mpsc::channel::<Result<(), InterceptError>>();
         let shown = path.map(|p| p.display().to_string());
         std::thread::Builder::new()
             .name("netns".into())
             .spawn(move || {
                 if let Some(f) = &file {
                     if let Err(e) = setns(f.as_fd(), CloneFlags::CLONE_NEWNET) {
-                        let _ = ready_tx.send(Err(format!(
+                        let _ = ready_tx.send(Err(InterceptError::Unavailable(format!(
                             "cannot enter the network namespace {}: {} (entering another namespace needs CAP_SYS_ADMIN)",
                             shown.unwrap_or_default(),
                             e.desc()
-                        )));
+                        ))));
                         return;
                     }
                 }
@@ -52,10 +55,8 @@ impl NsThread {
                     job();
                 }
             })
-            .map_err(|e| format!("cannot start the namespace thread: {e}"))?;
-        ready_rx
-            .recv()
-            .map_err(|_| "the namespace thread ended".to_string())??;
+            .map_err(InterceptError::sys("cannot start the namespace thread"))?;
+        ready_rx.recv().map_err(|_| ended())??;
         Ok(NsThread { jobs })
     }
 
@@ -63,21 +64,24 @@ impl NsThread {
     pub(crate) fn run<T: Send + 'static>(
         &self,
         f: impl FnOnce() -> T + Send + 'static,
-    ) -> Result<T, String> {
+    ) -> Result<T, InterceptError> {
         let (tx, rx) = mpsc::channel();
         self.jobs
             .send(Box::new(move || {
                 let _ = tx.send(f());
             }))
-            .map_err(|_| "the namespace thread ended".to_string())?;
-        rx.recv()
-            .map_err(|_| "the namespace thread ended".to_string())
+            .map_err(|_| ended())?;
+        rx.recv().map_err(|_| ended())
     }
 }
 
 /// Refuses a file that is not a network namespace (a typo'd path, or
 /// another kind of namespace) before trying to enter it.
-pub(crate) fn check_netns(f: &std::fs::File, path: &Path) -> Result<(), String> {
+fn ended() -> InterceptError {
+    InterceptError::Agent("the namespace thread ended".into())
+}
+
+pub(crate) fn check_netns(f: &std::fs::File, path: &Path) -> Result<(), InterceptError> {
     use std::os::fd::AsRawFd;
     // NS_GET_NSTYPE = _IO(0xb7, 0x3), Linux 4.11.
     const NS_GET_NSTYPE: libc::Ioctl = 0xb703;
@@ -88,7 +92,7 @@ pub(crate) fn check_netns(f: &std::fs::File, path: &Path) -> Result<(), String> 
         return Ok(());
     }
     let err = std::io::Error::last_os_error();
-    Err(match (t, err.raw_os_error()) {
+    Err(InterceptError::Unavailable(match (t, err.raw_os_error()) {
         (-1, Some(libc::ENOTTY | libc::EINVAL)) => format!(
             "{} is not a namespace file (expected a network namespace, like /run/netns/NAME or /proc/PID/ns/net)",
             path.display()
@@ -98,7 +102,7 @@ pub(crate) fn check_netns(f: &std::fs::File, path: &Path) -> Result<(), String> 
             "{} is a namespace, but not a network namespace (expected one like /proc/PID/ns/net)",
             path.display()
         ),
-    })
+    }))
 }
 
 #[cfg(test)]
@@ -117,11 +121,13 @@ mod tests {
         assert!(NsThread::enter(Some(Path::new("/nonexistent/ns"))).is_err());
         let e = NsThread::enter(Some(Path::new("/etc/hosts")))
             .err()
-            .unwrap();
+            .unwrap()
+            .to_string();
         assert!(e.contains("is not a namespace file"), "{e}");
         let e = NsThread::enter(Some(Path::new("/proc/self/ns/uts")))
             .err()
-            .unwrap();
+            .unwrap()
+            .to_string();
         assert!(e.contains("not a network namespace"), "{e}");
     }
 }

@@ -3,6 +3,8 @@
 //! keep — it may never see or change the fault rules.
 
 use caps::{CapSet, Capability};
+
+use super::error::InterceptError;
 use nix::errno::Errno;
 
 /// How much of netchaos's boundary the wrapped command is kept inside.
@@ -34,7 +36,7 @@ fn sysctl(path: &str) -> Option<String> {
 
 /// Explains a failure to create the user namespace (rootless mode), naming
 /// the setting that forbids it and how to change it.
-pub(crate) fn userns_unavailable(step: &str, err: Errno) -> String {
+pub(crate) fn userns_unavailable(step: &str, err: Errno) -> InterceptError {
     let mut why = Vec::new();
     if sysctl("/proc/sys/user/max_user_namespaces").as_deref() == Some("0") {
         why.push(
@@ -68,16 +70,16 @@ pub(crate) fn userns_unavailable(step: &str, err: Errno) -> String {
             e => format!("the kernel said: {}", e.desc()),
         });
     }
-    format!(
+    InterceptError::Unavailable(format!(
         "netchaos run needs a user namespace to work without root, and {step} failed: {}. \
          Alternatively run netchaos as root (sudo), which needs only a network namespace. \
          The command was not run.",
         why.join("; ")
-    )
+    ))
 }
 
 /// Explains a failure to create the network namespace as root.
-pub(crate) fn netns_unavailable(err: Errno) -> String {
+pub(crate) fn netns_unavailable(err: Errno) -> InterceptError {
     let hint = match err {
         Errno::EPERM => {
             "permission denied: inside a container, creating namespaces needs CAP_SYS_ADMIN \
@@ -86,19 +88,21 @@ pub(crate) fn netns_unavailable(err: Errno) -> String {
         Errno::EINVAL | Errno::ENOSYS => "this kernel lacks network namespaces (CONFIG_NET_NS)",
         _ => "",
     };
-    format!(
+    InterceptError::Unavailable(format!(
         "netchaos run cannot create a network namespace: {}{}{hint}. The command was not run.",
         err.desc(),
         if hint.is_empty() { "" } else { "; " }
-    )
+    ))
 }
 
 /// Lets `ip` and `nft`, run by the agent, keep CAP_NET_ADMIN across exec
 /// (rootless mode: a non-root exec would otherwise drop it).
-pub(crate) fn keep_net_admin_for_helpers() -> Result<(), String> {
+pub(crate) fn keep_net_admin_for_helpers() -> Result<(), InterceptError> {
     caps::raise(None, CapSet::Inheritable, Capability::CAP_NET_ADMIN)
         .and_then(|_| caps::raise(None, CapSet::Ambient, Capability::CAP_NET_ADMIN))
-        .map_err(|e| format!("cannot keep CAP_NET_ADMIN for ip/nft: {e}"))
+        .map_err(|e| {
+            InterceptError::Unavailable(format!("cannot keep CAP_NET_ADMIN for ip/nft: {e}"))
+        })
 }
 
 /// Drops what the wrapped command must not have, just before exec, and
@@ -110,16 +114,19 @@ pub(crate) fn keep_net_admin_for_helpers() -> Result<(), String> {
 /// * Root: CAP_NET_ADMIN leaves every capability set, the bounding set
 ///   included, so neither the command nor anything it runs can list or
 ///   change the nftables rules of its namespace.
-pub(crate) fn drop_for_command(rootless: bool) -> Result<(), String> {
+pub(crate) fn drop_for_command(rootless: bool) -> Result<(), InterceptError> {
     let cap = Capability::CAP_NET_ADMIN;
-    let fail =
-        |what: &str, e: caps::errors::CapsError| format!("cannot drop CAP_NET_ADMIN ({what}): {e}");
+    let fail = |what: &str, e: caps::errors::CapsError| {
+        InterceptError::Unavailable(format!("cannot drop CAP_NET_ADMIN ({what}): {e}"))
+    };
     caps::clear(None, CapSet::Ambient).map_err(|e| fail("ambient", e))?;
     caps::clear(None, CapSet::Inheritable).map_err(|e| fail("inheritable", e))?;
     if rootless {
         set_no_new_privs()?;
         if nix::unistd::getuid().is_root() {
-            return Err("refusing to run the command as uid 0 in rootless mode".into());
+            return Err(InterceptError::Unavailable(
+                "refusing to run the command as uid 0 in rootless mode".into(),
+            ));
         }
         return Ok(());
     }
@@ -133,16 +140,16 @@ pub(crate) fn drop_for_command(rootless: bool) -> Result<(), String> {
         CapSet::Ambient,
     ] {
         if caps::has_cap(None, set, cap).unwrap_or(true) {
-            return Err(format!(
+            return Err(InterceptError::Unavailable(format!(
                 "CAP_NET_ADMIN is still in the {set:?} set; refusing to run the command"
-            ));
+            )));
         }
     }
     Ok(())
 }
 
-fn set_no_new_privs() -> Result<(), String> {
-    nix::sys::prctl::set_no_new_privs().map_err(|e| format!("cannot set no_new_privs: {e}"))
+fn set_no_new_privs() -> Result<(), InterceptError> {
+    nix::sys::prctl::set_no_new_privs().map_err(InterceptError::sys("cannot set no_new_privs"))
 }
 
 /// Prepares the `run --in-place` command, between fork and exec: it dies

@@ -20,6 +20,7 @@ use super::addresses::NsAddrs;
 use super::agent::{self, AgentConfig, AgentMsg, ParentMsg, Reply, Request};
 use super::channel::Channel;
 use super::dns::NameTable;
+use super::error::{InterceptError, Result};
 use super::gate::Gate;
 use super::loss::LossTable;
 use super::nft::Redirects;
@@ -97,7 +98,7 @@ pub(crate) struct Control {
 pub(crate) fn create(
     cfg: AgentConfig,
     losses: LossTable,
-) -> Result<(Arc<Sandbox>, Listeners, Control), String> {
+) -> Result<(Arc<Sandbox>, Listeners, Control)> {
     let threads = std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
@@ -109,10 +110,12 @@ pub(crate) fn create(
         .as_deref()
         .is_some_and(|t| t.split_whitespace().nth(1) != Some("1"))
     {
-        return Err("internal error: the namespace agent must be started before any thread".into());
+        return Err(InterceptError::Agent(
+            "internal error: the namespace agent must be started before any thread".into(),
+        ));
     }
-    let (ctl, ctl_agent) = Channel::pair().map_err(|e| format!("socketpair: {e}"))?;
-    let (dial, dial_agent) = Channel::pair().map_err(|e| format!("socketpair: {e}"))?;
+    let (ctl, ctl_agent) = Channel::pair().map_err(InterceptError::sys("socketpair"))?;
+    let (dial, dial_agent) = Channel::pair().map_err(InterceptError::sys("socketpair"))?;
     // SAFETY: the process is single-threaded (checked above), so the child
     // may run ordinary code; it never returns from `agent::main`.
     let agent = match unsafe { fork() } {
@@ -121,7 +124,11 @@ pub(crate) fn create(
             agent::main(ctl_agent, dial_agent, &cfg)
         }
         Ok(ForkResult::Parent { child }) => child,
-        Err(e) => return Err(format!("cannot start the namespace agent: fork: {e}")),
+        Err(e) => {
+            return Err(InterceptError::sys(
+                "cannot start the namespace agent: fork",
+            )(e));
+        }
     };
     drop((ctl_agent, dial_agent));
     let control = Control {
@@ -132,11 +139,11 @@ pub(crate) fn create(
     control
         .channel
         .set_recv_timeout(Some(Duration::from_secs(30)))
-        .map_err(|e| e.to_string())?;
+        .map_err(InterceptError::sys("the agent's channel"))?;
     let (msg, fds) = match control.channel.recv::<AgentMsg>() {
         Ok(Some(m)) => m,
         Ok(None) => return Err(control.agent_died()),
-        Err(e) => return Err(format!("the namespace agent did not answer: {e}")),
+        Err(e) => return Err(InterceptError::sys("the namespace agent did not answer")(e)),
     };
     let (redirects, v6, netns) = match msg {
         AgentMsg::Ready {
@@ -144,14 +151,15 @@ pub(crate) fn create(
             v6,
             netns,
         } => (redirects, v6, netns),
+        // The agent's own explanation of what it could not set up.
         AgentMsg::Failed { message } => {
             let _ = waitpid(agent, None);
-            return Err(message);
+            return Err(InterceptError::Unavailable(message));
         }
         other => {
-            return Err(format!(
+            return Err(InterceptError::Agent(format!(
                 "unexpected message from the namespace agent: {other:?}"
-            ));
+            )));
         }
     };
     let (listeners, diag) = split_listeners(fds, v6)?;
@@ -178,13 +186,13 @@ pub(crate) fn create(
 
 /// The agent sends: the queue, the diagnostics socket, TCP v4, UDP v4, and
 /// TCP v6, UDP v6 when IPv6 is up in the namespace.
-fn split_listeners(fds: Vec<OwnedFd>, v6: bool) -> Result<(Listeners, OwnedFd), String> {
+fn split_listeners(fds: Vec<OwnedFd>, v6: bool) -> Result<(Listeners, OwnedFd)> {
     let want = if v6 { 6 } else { 4 };
     if fds.len() != want {
-        return Err(format!(
+        return Err(InterceptError::Agent(format!(
             "the namespace agent sent {} sockets, expected {want}",
             fds.len()
-        ));
+        )));
     }
     let mut it = fds.into_iter();
     let queue = it.next().expect("counted");
@@ -203,15 +211,17 @@ fn split_listeners(fds: Vec<OwnedFd>, v6: bool) -> Result<(Listeners, OwnedFd), 
 
 impl Control {
     /// Starts the command; returns its pid.
-    pub(crate) fn start_command(&self) -> Result<Pid, String> {
+    pub(crate) fn start_command(&self) -> Result<Pid> {
         self.channel
             .send(&ParentMsg::Go, &[])
-            .map_err(|e| format!("the namespace agent is gone: {e}"))?;
+            .map_err(InterceptError::sys("the namespace agent is gone"))?;
         match self.channel.recv::<AgentMsg>() {
             Ok(Some((AgentMsg::Started { pid }, _))) => Ok(Pid::from_raw(pid)),
-            Ok(Some((AgentMsg::Failed { message }, _))) => Err(message),
+            Ok(Some((AgentMsg::Failed { message }, _))) => {
+                Err(InterceptError::Unavailable(message))
+            }
             Ok(_) => Err(self.agent_died()),
-            Err(e) => Err(format!("the namespace agent did not answer: {e}")),
+            Err(e) => Err(InterceptError::sys("the namespace agent did not answer")(e)),
         }
     }
 
@@ -232,14 +242,14 @@ impl Control {
         end
     }
 
-    fn agent_died(&self) -> String {
-        match waitpid(self.agent, None) {
+    fn agent_died(&self) -> InterceptError {
+        InterceptError::Agent(match waitpid(self.agent, None) {
             Ok(nix::sys::wait::WaitStatus::Signaled(_, sig, _)) => {
                 format!("the namespace agent was killed by {sig}")
             }
             Ok(status) => format!("the namespace agent ended early ({status:?})"),
             Err(e) => format!("the namespace agent ended early ({e})"),
-        }
+        })
     }
 
     /// Ends any process the command left running in the namespace, so that
@@ -420,16 +430,21 @@ impl Door {
         }
     }
 
-    /// Runs one nftables command in the namespace; blocks briefly.
-    pub(crate) fn nft(&self, command: String) -> io::Result<()> {
+    /// Drops every packet of `client`'s flow for `duration` (`None`: for
+    /// good); blocks briefly.
+    pub(crate) fn blackout(&self, client: SocketAddr, duration: Option<Duration>) -> Result<()> {
         match self {
             Door::Agent { requests, .. } => {
-                Self::request(requests, &Request::Nft { command }).map(|_| ())
+                let millis = duration.map(|d| d.as_millis().max(1) as u64);
+                Self::request(requests, &Request::Blackout { client, millis })
+                    .map_err(InterceptError::sys(
+                        "the namespace agent could not start a blackout",
+                    ))
+                    .map(|_| ())
             }
-            Door::Thread(t) => t
-                .run(move || super::nft::apply(&command))
-                .map_err(io::Error::other)?
-                .map_err(io::Error::other),
+            Door::Thread(t) => {
+                t.run(move || super::nft::apply(&super::nft::blackout_command(client, duration)))?
+            }
         }
     }
 }

@@ -2,29 +2,39 @@
 //! roll-back, clearing exactly netchaos's own, and saying plainly which
 //! kernel module is missing and what to do instead.
 
-use std::process::Command;
-
 use serde_json::Value;
 
 use super::{CHILD_HANDLE, Cmd, HANDLE, Netem, ifb_name, plan, unplan};
+use crate::tool::ToolError;
 
-/// Runs one command; the error is its stderr.
-fn run(c: &Cmd) -> Result<String, String> {
-    let out = Command::new(&c[0])
-        .args(&c[1..])
-        .output()
-        .map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => format!(
-                "the `{}` command was not found: install iproute2 (apt-get install iproute2)",
-                c[0]
-            ),
-            _ => format!("cannot run {}: {e}", c[0]),
-        })?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).trim().to_string())
-    }
+/// Why shaping could not be done, by kind.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum NetemError {
+    #[error("there is no network device {0:?} (see `ip link`)")]
+    NoDevice(String),
+    /// Something of someone else's is where netchaos would go.
+    #[error("{0}")]
+    InTheWay(String),
+    #[error(
+        "the kernel has no {thing} (module {module}): load it with `modprobe {module}` (on Debian and Ubuntu some \
+         kernels ship it in the linux-modules-extra-$(uname -r) package; in a container the host must load it){instead}"
+    )]
+    MissingModule {
+        module: &'static str,
+        thing: &'static str,
+        /// Other ways to the same end, or nothing.
+        instead: String,
+    },
+    #[error("{what}: operation not permitted: shaping {dev} needs root or CAP_NET_ADMIN")]
+    NotPermitted { what: String, dev: String },
+    #[error(transparent)]
+    Tool(ToolError),
+}
+
+/// Runs one command; its stdout.
+fn run(c: &Cmd) -> Result<String, ToolError> {
+    let args: Vec<&str> = c[1..].iter().map(String::as_str).collect();
+    crate::tool::run(&c[0], &args, None)
 }
 
 fn argv(s: &str) -> Cmd {
@@ -32,9 +42,9 @@ fn argv(s: &str) -> Cmd {
 }
 
 /// The qdiscs of a device, from `tc -j qdisc show`.
-fn qdiscs(dev: &str) -> Result<Vec<Value>, String> {
-    let text =
-        run(&argv(&format!("tc -j qdisc show dev {dev}"))).map_err(|e| explain(&e, dev, "show"))?;
+fn qdiscs(dev: &str) -> Result<Vec<Value>, NetemError> {
+    let text = run(&argv(&format!("tc -j qdisc show dev {dev}")))
+        .map_err(|e| explain(e, dev, "show", None))?;
     match serde_json::from_str::<Value>(&text) {
         Ok(Value::Array(a)) => Ok(a),
         _ => Ok(Vec::new()),
@@ -64,12 +74,9 @@ fn link_exists(dev: &str) -> bool {
 /// Applies `n`, replacing a previous netchaos setup on the device; never
 /// touches a root (or ingress) qdisc netchaos did not create. On failure,
 /// what was added is removed again.
-pub(crate) fn apply(n: &Netem) -> Result<(), String> {
+pub(crate) fn apply(n: &Netem) -> Result<(), NetemError> {
     if !link_exists(&n.dev) {
-        return Err(format!(
-            "there is no network device {:?} (see `ip link`)",
-            n.dev
-        ));
+        return Err(NetemError::NoDevice(n.dev.clone()));
     }
     let q = qdiscs(&n.dev)?;
     let ifb = ifb_name(&n.dev);
@@ -81,18 +88,18 @@ pub(crate) fn apply(n: &Netem) -> Result<(), String> {
                 .find(|x| x["root"] == true)
                 .and_then(|x| x["kind"].as_str())
                 .unwrap_or("?");
-            return Err(format!(
+            return Err(NetemError::InTheWay(format!(
                 "{} already has a root qdisc ({kind} {h}) that netchaos did not create; netchaos will not replace it. \
                  Remove it yourself (tc qdisc del dev {} root) if you mean to, then apply again",
                 n.dev, n.dev
-            ));
+            )));
         }
     }
     if n.ingress && has_ingress(&q) && !ours_ingress {
-        return Err(format!(
+        return Err(NetemError::InTheWay(format!(
             "{} already has an ingress qdisc that netchaos did not create; netchaos will not replace it",
             n.dev
-        ));
+        )));
     }
     // A previous netchaos setup on this device is replaced.
     clear(&n.dev)?;
@@ -102,7 +109,7 @@ pub(crate) fn apply(n: &Netem) -> Result<(), String> {
             for u in unplan(n) {
                 let _ = run(&u);
             }
-            return Err(explain(&e, &n.dev, &c.join(" ")) + &alternatives(n, &e));
+            return Err(explain(e, &n.dev, &c.join(" "), Some(n)));
         }
     }
     Ok(())
@@ -110,20 +117,18 @@ pub(crate) fn apply(n: &Netem) -> Result<(), String> {
 
 /// Removes netchaos's qdiscs (and ifb) from `dev`; a no-op when there are
 /// none. Returns the commands it ran.
-pub(crate) fn clear(dev: &str) -> Result<Vec<String>, String> {
+pub(crate) fn clear(dev: &str) -> Result<Vec<String>, NetemError> {
     let cmds = clear_plan(dev)?;
     for c in &cmds {
-        run(c).map_err(|e| explain(&e, dev, &c.join(" ")))?;
+        run(c).map_err(|e| explain(e, dev, &c.join(" "), None))?;
     }
     Ok(cmds.iter().map(|c| c.join(" ")).collect())
 }
 
 /// What `clear` would run, given the device's current state.
-pub(crate) fn clear_plan(dev: &str) -> Result<Vec<Cmd>, String> {
+pub(crate) fn clear_plan(dev: &str) -> Result<Vec<Cmd>, NetemError> {
     if !link_exists(dev) {
-        return Err(format!(
-            "there is no network device {dev:?} (see `ip link`)"
-        ));
+        return Err(NetemError::NoDevice(dev.to_string()));
     }
     let mut cmds = Vec::new();
     if root_handle(&qdiscs(dev)?).as_deref() == Some(HANDLE) {
@@ -144,18 +149,16 @@ pub(crate) fn clear_plan(dev: &str) -> Result<Vec<Cmd>, String> {
 }
 
 /// Deletes a device (an ifb netchaos made); returns the command it ran.
-pub(crate) fn delete_link(dev: &str) -> Result<String, String> {
+pub(crate) fn delete_link(dev: &str) -> Result<String, NetemError> {
     let c = argv(&format!("ip link del {dev}"));
-    run(&c).map_err(|e| explain(&e, dev, &c.join(" ")))?;
+    run(&c).map_err(|e| explain(e, dev, &c.join(" "), None))?;
     Ok(c.join(" "))
 }
 
 /// The device's qdiscs and filters, netchaos's marked.
-pub(crate) fn show(dev: &str) -> Result<String, String> {
+pub(crate) fn show(dev: &str) -> Result<String, NetemError> {
     if !link_exists(dev) {
-        return Err(format!(
-            "there is no network device {dev:?} (see `ip link`)"
-        ));
+        return Err(NetemError::NoDevice(dev.to_string()));
     }
     let mut out = String::new();
     let mut devs = vec![dev.to_string()];
@@ -164,8 +167,8 @@ pub(crate) fn show(dev: &str) -> Result<String, String> {
         devs.push(ifb);
     }
     for d in devs {
-        let q =
-            run(&argv(&format!("tc qdisc show dev {d}"))).map_err(|e| explain(&e, &d, "show"))?;
+        let q = run(&argv(&format!("tc qdisc show dev {d}")))
+            .map_err(|e| explain(e, &d, "show", None))?;
         for line in q.lines() {
             let mine = line.contains(&format!(" {HANDLE} "))
                 || line.contains(&format!(" {CHILD_HANDLE} "))
@@ -184,53 +187,54 @@ pub(crate) fn show(dev: &str) -> Result<String, String> {
     Ok(out)
 }
 
-/// Turns tc's terse errors into what to do.
-fn explain(err: &str, dev: &str, what: &str) -> String {
-    let missing = |module: &str, thing: &str| {
-        format!(
-            "the kernel has no {thing} (module {module}): load it with `modprobe {module}` (on Debian and Ubuntu some \
-             kernels ship it in the linux-modules-extra-$(uname -r) package; in a container the host must load it)"
-        )
+/// Turns tc's terse errors into what to do: the one place their words are
+/// read. `n`, when applying, suggests other ways to the same end.
+fn explain(e: ToolError, dev: &str, what: &str, n: Option<&Netem>) -> NetemError {
+    let missing = |module, thing| NetemError::MissingModule {
+        module,
+        thing,
+        instead: n.map_or(String::new(), |n| alternatives(n, &e)),
     };
-    if err.contains("Specified qdisc kind is unknown") || err.contains("Unknown qdisc") {
-        for (kind, module) in [
-            ("netem", "sch_netem"),
-            ("prio", "sch_prio"),
-            ("tbf", "sch_tbf"),
-            ("htb", "sch_htb"),
-            ("ingress", "sch_ingress"),
+    if e.mentions("Specified qdisc kind is unknown") || e.mentions("Unknown qdisc") {
+        for (kind, module, thing) in [
+            ("netem", "sch_netem", "netem qdisc"),
+            ("prio", "sch_prio", "prio qdisc"),
+            ("tbf", "sch_tbf", "tbf qdisc"),
+            ("htb", "sch_htb", "htb qdisc"),
+            ("ingress", "sch_ingress", "ingress qdisc"),
         ] {
             if what.split_whitespace().any(|w| w == kind) {
-                return missing(module, &format!("{kind} qdisc"));
+                return missing(module, thing);
             }
         }
     }
-    if err.contains("Unknown device type") && what.contains("type ifb") {
+    if e.mentions("Unknown device type") && what.contains("type ifb") {
         return missing("ifb", "ifb device (needed for --ingress)");
     }
-    if err.contains("action") && what.contains("mirred") {
+    if e.mentions("action") && what.contains("mirred") {
         return missing("act_mirred", "mirred action (needed for --ingress)");
     }
-    if err.contains("classifier not found") {
+    if e.mentions("classifier not found") {
         return missing(
             "cls_u32",
             "u32 classifier (needed for --dst, --dport, --sport)",
         );
     }
-    if err.contains("Operation not permitted") {
-        return format!(
-            "{what}: operation not permitted: shaping {dev} needs root or CAP_NET_ADMIN"
-        );
+    if e.not_permitted() {
+        return NetemError::NotPermitted {
+            what: what.to_string(),
+            dev: dev.to_string(),
+        };
     }
-    if err.contains("Cannot find device") {
-        return format!("there is no network device {dev:?} (see `ip link`)");
+    if e.mentions("Cannot find device") {
+        return NetemError::NoDevice(dev.to_string());
     }
-    format!("{what}: {err}")
+    NetemError::Tool(e)
 }
 
-/// Other ways to the same end, when a module is missing.
-fn alternatives(n: &Netem, err: &str) -> String {
-    if !(err.contains("qdisc kind is unknown") || err.contains("Unknown qdisc")) {
+/// Other ways to the same end, when a qdisc's module is missing.
+fn alternatives(n: &Netem, e: &ToolError) -> String {
+    if !(e.mentions("qdisc kind is unknown") || e.mentions("Unknown qdisc")) {
         return String::new();
     }
     let mut alt = Vec::new();

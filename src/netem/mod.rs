@@ -78,44 +78,51 @@ impl Netem {
     }
 
     /// Checks combinations tc would reject (or silently ignore).
-    pub(crate) fn validate(&self) -> Result<(), String> {
+    pub(crate) fn validate(&self) -> Result<(), BadValue> {
         if self.dev.is_empty() {
-            return Err("--dev is required: the network device to shape, like eth0".into());
+            return Err(BadValue(
+                "--dev is required: the network device to shape, like eth0".into(),
+            ));
         }
         if self.dev.len() > 15 || self.dev.contains(['/', ' ']) {
-            return Err(format!("--dev {:?} is not a network device name", self.dev));
+            return Err(BadValue(format!(
+                "--dev {:?} is not a network device name",
+                self.dev
+            )));
         }
         if self.jitter.is_some() && self.delay.is_none() {
-            return Err("--jitter needs --delay".into());
+            return Err(BadValue("--jitter needs --delay".into()));
         }
         if (self.correlation.is_some() || self.distribution.is_some()) && self.jitter.is_none() {
-            return Err("--correlation and --distribution need --jitter".into());
+            return Err(BadValue(
+                "--correlation and --distribution need --jitter".into(),
+            ));
         }
         if let Some(d) = &self.distribution {
             if !DISTRIBUTIONS.contains(&d.as_str()) {
-                return Err(format!(
+                return Err(BadValue(format!(
                     "--distribution {d:?}: expected one of {}",
                     DISTRIBUTIONS.join(", ")
-                ));
+                )));
             }
         }
         if self.reorder.is_some() && self.delay.is_none() {
-            return Err(
+            return Err(BadValue(
                 "--reorder needs --delay (netem reorders by sending some packets without it)"
                     .into(),
-            );
+            ));
         }
         if self.gap.is_some() && self.reorder.is_none() {
-            return Err("--gap needs --reorder".into());
+            return Err(BadValue("--gap needs --reorder".into()));
         }
         if self.rate == Some(0) {
-            return Err("--rate must be more than 0".into());
+            return Err(BadValue("--rate must be more than 0".into()));
         }
         if self.limit == Some(0) {
-            return Err("--limit must be at least 1 packet".into());
+            return Err(BadValue("--limit must be at least 1 packet".into()));
         }
         if !self.needs_netem() && self.rate.is_none() {
-            return Err("nothing to apply: give --delay, --loss, --duplicate, --corrupt, --reorder, --rate or --limit".into());
+            return Err(BadValue("nothing to apply: give --delay, --loss, --duplicate, --corrupt, --reorder, --rate or --limit".into()));
         }
         for (name, v) in [
             ("loss", self.loss),
@@ -126,9 +133,9 @@ impl Netem {
         ] {
             if let Some(v) = v {
                 if !(0.0..=100.0).contains(&v) {
-                    return Err(format!(
+                    return Err(BadValue(format!(
                         "--{name} {v}: expected a percentage between 0 and 100"
-                    ));
+                    )));
                 }
             }
         }
@@ -385,19 +392,28 @@ pub(crate) fn render(cmds: &[Cmd]) -> String {
 }
 
 /// Parses `--dst`: a CIDR or a single address.
-pub(crate) fn parse_dst(s: &str) -> Result<IpNet, String> {
+pub(crate) fn parse_dst(s: &str) -> Result<IpNet, BadValue> {
     s.parse::<IpNet>()
         .map(|n| n.trunc())
         .or_else(|_| s.parse::<std::net::IpAddr>().map(IpNet::from))
-        .map_err(|_| format!("expected a CIDR like 10.0.0.0/8 or an address, got {s:?}"))
+        .map_err(|_| {
+            BadValue(format!(
+                "expected a CIDR like 10.0.0.0/8 or an address, got {s:?}"
+            ))
+        })
 }
 
 /// Parses the percent flags (`10`, `10%`, `0.5%`).
-pub(crate) fn parse_percent_flag(s: &str) -> Result<f64, String> {
+pub(crate) fn parse_percent_flag(s: &str) -> Result<f64, BadValue> {
     units::parse_percent(s)
         .map(|f| f * 100.0)
-        .map_err(|e| format!("expected {e}"))
+        .map_err(|e| BadValue(format!("expected {e}")))
 }
+
+/// A shaping setting that makes no sense, in words that say why.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct BadValue(pub(crate) String);
 
 #[cfg(test)]
 mod tests {
@@ -528,7 +544,7 @@ mod tests {
                 ..Netem::default()
             };
             f(&mut n);
-            n.validate().unwrap_err()
+            n.validate().unwrap_err().0
         };
         assert!(bad(&|_| {}).contains("nothing to apply"));
         assert!(

@@ -109,7 +109,7 @@ fn checked_netem(n: &crate::netem::Netem, name: &str) -> Result<crate::netem::Ne
     }
     probe
         .validate()
-        .map_err(|e| ProfileError::new(name, format!("netem: {}", e.replace("--", ""))))?;
+        .map_err(|e| ProfileError::new(name, format!("netem: {}", e.0.replace("--", ""))))?;
     Ok(n.clone())
 }
 
@@ -222,14 +222,20 @@ pub(crate) fn parse_fault_flag(spec: &str) -> Result<FaultSpec, ProfileError> {
         })?;
         pairs.push((
             k.trim().to_string(),
-            unquote(v.trim()).map_err(|m| ProfileError::new(&loc, m))?,
+            unquote(v.trim()).map_err(|m| ProfileError::new(&loc, m.to_string()))?,
         ));
     }
     fault::parse_fault(Fields::from_pairs("fault", &loc, pairs))
 }
 
+/// An escape that `--fault` strings do not know (`\\n`, `\\r`, `\\t`,
+/// `\\"` and `\\\\` are known).
+#[derive(Debug, thiserror::Error)]
+#[error("unknown escape \\{}", .0.map_or(String::new(), String::from))]
+struct BadEscape(Option<char>);
+
 /// Splits on commas outside double quotes.
-fn split_pairs(s: &str) -> Result<Vec<String>, String> {
+fn split_pairs(s: &str) -> Result<Vec<String>, &'static str> {
     let mut out = Vec::new();
     let (mut cur, mut quoted, mut escaped) = (String::new(), false, false);
     for c in s.chars() {
@@ -246,13 +252,13 @@ fn split_pairs(s: &str) -> Result<Vec<String>, String> {
         cur.push(c);
     }
     if quoted {
-        return Err("unterminated double quote".into());
+        return Err("unterminated double quote");
     }
     out.push(cur);
     Ok(out.into_iter().filter(|p| !p.trim().is_empty()).collect())
 }
 
-fn unquote(v: &str) -> Result<String, String> {
+fn unquote(v: &str) -> Result<String, BadEscape> {
     let Some(inner) = v.strip_prefix('"').and_then(|x| x.strip_suffix('"')) else {
         return Ok(v.to_string());
     };
@@ -268,12 +274,7 @@ fn unquote(v: &str) -> Result<String, String> {
             Some('r') => out.push('\r'),
             Some('t') => out.push('\t'),
             Some(c @ ('"' | '\\')) => out.push(c),
-            other => {
-                return Err(format!(
-                    "unknown escape \\{}",
-                    other.map_or(String::new(), String::from)
-                ));
-            }
+            other => return Err(BadEscape(other)),
         }
     }
     Ok(out)

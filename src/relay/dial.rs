@@ -45,7 +45,7 @@ pub(crate) async fn destination(ep: &Endpoint, client: &TcpStream) -> Dest {
                     d.names.extend(host);
                     d.addrs = addrs;
                 }
-                Err(e) => d.error = Some(("resolve_failed", e)),
+                Err(e) => d.error = Some(("resolve_failed", e.to_string())),
             }
         }
         Target::Transparent(ns) => match sockopt::original_dst(client) {
@@ -102,7 +102,7 @@ pub(crate) fn is_loopback(a: SocketAddr) -> bool {
 
 /// Resolves `host:port`: the host's name (when it is not a literal) and its
 /// addresses.
-async fn resolve(upstream: &str) -> Result<(Option<String>, Vec<SocketAddr>), String> {
+async fn resolve(upstream: &str) -> Result<(Option<String>, Vec<SocketAddr>), ResolveError> {
     if let Ok(a) = upstream.parse::<SocketAddr>() {
         return Ok((None, vec![a]));
     }
@@ -111,14 +111,19 @@ async fn resolve(upstream: &str) -> Result<(Option<String>, Vec<SocketAddr>), St
         Ok(addrs) => {
             let addrs: Vec<SocketAddr> = addrs.collect();
             if addrs.is_empty() {
-                Err(format!("{upstream} resolved to no address"))
+                Err(ResolveError(format!("{upstream} resolved to no address")))
             } else {
                 Ok((host, addrs))
             }
         }
-        Err(e) => Err(format!("cannot resolve {upstream}: {e}")),
+        Err(e) => Err(ResolveError(format!("cannot resolve {upstream}: {e}"))),
     }
 }
+
+/// An upstream name that did not resolve.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub(crate) struct ResolveError(String);
 
 /// Why a dial failed: its class (what the client would have met) and the
 /// kernel's words.

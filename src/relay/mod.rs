@@ -121,7 +121,7 @@ impl RelayOptions {
     pub(crate) fn new(
         dial_timeout: Duration,
         max_connections: Option<u32>,
-    ) -> Result<RelayOptions, String> {
+    ) -> Result<RelayOptions, BadEnv> {
         Ok(RelayOptions {
             dial_timeout,
             max_connections: max_connections.map_or_else(default_max_connections, |n| n as usize),
@@ -136,18 +136,30 @@ pub(crate) const DEFAULT_PEER_TIMEOUT: Duration = Duration::from_secs(60);
 /// `NETCHAOS_PEER_TIMEOUT` (a duration like `5s`, at least 1s) overrides
 /// the default; the tests use it to see a vanished peer given up on
 /// quickly.
-fn peer_timeout_from_env() -> Result<Duration, String> {
+fn peer_timeout_from_env() -> Result<Duration, BadEnv> {
     let Some(v) = std::env::var_os("NETCHAOS_PEER_TIMEOUT") else {
         return Ok(DEFAULT_PEER_TIMEOUT);
     };
-    let text = v.to_string_lossy();
+    let text = v.to_string_lossy().into_owned();
+    let bad = |expected: &str| BadEnv {
+        name: "NETCHAOS_PEER_TIMEOUT",
+        value: text.clone(),
+        expected: expected.to_string(),
+    };
     match crate::units::parse_duration(&text) {
         Ok(d) if d >= Duration::from_secs(1) => Ok(d),
-        Ok(_) => Err(format!(
-            "NETCHAOS_PEER_TIMEOUT={text:?}: expected at least 1s"
-        )),
-        Err(e) => Err(format!("NETCHAOS_PEER_TIMEOUT={text:?}: expected {e}")),
+        Ok(_) => Err(bad("at least 1s")),
+        Err(e) => Err(bad(e)),
     }
+}
+
+/// An environment variable with a value netchaos cannot use.
+#[derive(Debug, thiserror::Error)]
+#[error("{name}={value:?}: expected {expected}")]
+pub(crate) struct BadEnv {
+    name: &'static str,
+    value: String,
+    expected: String,
 }
 
 /// What the open-files limit allows: each connection holds two sockets
@@ -414,8 +426,21 @@ impl Drop for Slot {
 #[derive(Debug, thiserror::Error)]
 #[error("cannot listen on {addr}: {reason}")]
 pub(crate) struct BindError {
-    pub addr: SocketAddr,
-    pub reason: String,
+    pub(crate) addr: SocketAddr,
+    pub(crate) failure: BindFailure,
+    pub(crate) reason: String,
+}
+
+/// The kind of a [`BindError`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BindFailure {
+    /// Another socket holds the address (EADDRINUSE).
+    InUse,
+    /// A privileged port (EACCES).
+    Denied,
+    /// No local interface has the address (EADDRNOTAVAIL).
+    NotLocal,
+    Other,
 }
 
 /// Opens a listener with a clear error for the usual mistakes (needs a
@@ -424,6 +449,7 @@ pub(crate) fn bind(addr: SocketAddr) -> Result<TcpListener, BindError> {
     let l = bind_std(addr)?;
     TcpListener::from_std(l).map_err(|e| BindError {
         addr,
+        failure: BindFailure::Other,
         reason: e.to_string(),
     })
 }
@@ -435,9 +461,10 @@ pub(crate) fn bind_std(addr: SocketAddr) -> Result<std::net::TcpListener, BindEr
     for _ in 0..16 {
         match bind_once(numbered(addr).map_err(|e| BindError {
             addr,
+            failure: BindFailure::Other,
             reason: e.to_string(),
         })?) {
-            Err(e) if addr.port() == 0 && e.reason.starts_with("address already in use") => {
+            Err(e) if addr.port() == 0 && e.failure == BindFailure::InUse => {
                 continue;
             }
             r => return r,
@@ -474,7 +501,11 @@ pub(crate) fn numbered(addr: SocketAddr) -> io::Result<SocketAddr> {
 }
 
 fn bind_once(addr: SocketAddr) -> Result<std::net::TcpListener, BindError> {
-    let fail = |reason: String| BindError { addr, reason };
+    let fail = |reason: String| BindError {
+        addr,
+        failure: BindFailure::Other,
+        reason,
+    };
     let domain = socket2::Domain::for_address(addr);
     let sock = socket2::Socket::new(domain, socket2::Type::STREAM, Some(socket2::Protocol::TCP))
         .map_err(|e| fail(e.to_string()))?;
@@ -486,15 +517,29 @@ fn bind_once(addr: SocketAddr) -> Result<std::net::TcpListener, BindError> {
     sock.set_nonblocking(true)
         .map_err(|e| fail(e.to_string()))?;
     sock.bind(&addr.into()).map_err(|e| {
-        fail(match e.raw_os_error() {
-            Some(libc::EADDRINUSE) => "address already in use (another process holds this port; stop it or choose another port)".into(),
-            Some(libc::EACCES) => format!(
-                "permission denied (ports below 1024 need root or CAP_NET_BIND_SERVICE; choose a port above 1023 such as {})",
-                addr.port().saturating_add(8000).max(1024)
+        let (failure, reason) = match e.raw_os_error() {
+            Some(libc::EADDRINUSE) => (
+                BindFailure::InUse,
+                "address already in use (another process holds this port; stop it or choose another port)".into(),
             ),
-            Some(libc::EADDRNOTAVAIL) => "address not available (no local interface has this address)".into(),
-            _ => e.to_string(),
-        })
+            Some(libc::EACCES) => (
+                BindFailure::Denied,
+                format!(
+                    "permission denied (ports below 1024 need root or CAP_NET_BIND_SERVICE; choose a port above 1023 such as {})",
+                    addr.port().saturating_add(8000).max(1024)
+                ),
+            ),
+            Some(libc::EADDRNOTAVAIL) => (
+                BindFailure::NotLocal,
+                "address not available (no local interface has this address)".into(),
+            ),
+            _ => (BindFailure::Other, e.to_string()),
+        };
+        BindError {
+            addr,
+            failure,
+            reason,
+        }
     })?;
     sock.listen(1024).map_err(|e| fail(e.to_string()))?;
     Ok(sock.into())

@@ -36,6 +36,12 @@ pub enum FilePolicy {
     Beneath(Arc<ApiFiles>),
 }
 
+/// Why a file named by a setting is not read, in words fit for the
+/// setting's error message.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct FileError(String);
+
 /// The folder the control API may read files from, held open.
 #[derive(Debug)]
 pub struct ApiFiles {
@@ -45,13 +51,12 @@ pub struct ApiFiles {
 
 impl ApiFiles {
     /// Opens `dir` (which must be a directory) for the API's reads.
-    pub fn open(dir: &Path) -> Result<ApiFiles, String> {
-        let f = File::open(dir).map_err(|e| format!("--api-files {}: {e}", dir.display()))?;
-        let meta = f
-            .metadata()
-            .map_err(|e| format!("--api-files {}: {e}", dir.display()))?;
+    pub fn open(dir: &Path) -> Result<ApiFiles, FileError> {
+        let fail = |what: String| FileError(format!("--api-files {}: {what}", dir.display()));
+        let f = File::open(dir).map_err(|e| fail(e.to_string()))?;
+        let meta = f.metadata().map_err(|e| fail(e.to_string()))?;
         if !meta.is_dir() {
-            return Err(format!("--api-files {}: not a directory", dir.display()));
+            return Err(fail("not a directory".into()));
         }
         Ok(ApiFiles {
             dir: OwnedFd::from(f),
@@ -63,13 +68,13 @@ impl ApiFiles {
 impl FilePolicy {
     /// Reads the file a setting names, under this policy. Errors say what
     /// is wrong in words fit for the setting's error message.
-    pub fn read(&self, path: &str) -> Result<(Vec<u8>, String), String> {
+    pub fn read(&self, path: &str) -> Result<(Vec<u8>, String), FileError> {
         match self {
-            FilePolicy::Nowhere => Err(
+            FilePolicy::Nowhere => Err(FileError(
                 "the control API reads no files unless netchaos was started with --api-files DIR \
                  (then paths are relative to DIR); send the bytes with \"data\" instead"
                     .into(),
-            ),
+            )),
             FilePolicy::Anywhere { base } => {
                 let full = match base {
                     Some(dir) if Path::new(path).is_relative() => dir.join(path),
@@ -77,7 +82,7 @@ impl FilePolicy {
                 };
                 let shown = full.display().to_string();
                 let fd = nix::fcntl::open(&full, read_flags(), Mode::empty())
-                    .map_err(|e| format!("cannot read file {shown}: {}", e.desc()))?;
+                    .map_err(|e| FileError(format!("cannot read file {shown}: {}", e.desc())))?;
                 read_regular(fd, &shown).map(|b| (b, shown))
             }
             FilePolicy::Beneath(root) => {
@@ -87,7 +92,7 @@ impl FilePolicy {
                         | ResolveFlag::RESOLVE_NO_MAGICLINKS
                         | ResolveFlag::RESOLVE_NO_XDEV,
                 );
-                let fd = openat2(root.dir.as_fd(), path, how).map_err(|e| match e {
+                let fd = openat2(root.dir.as_fd(), path, how).map_err(|e| FileError(match e {
                     nix::errno::Errno::EXDEV => format!(
                         "file {path:?} is outside the --api-files folder {} (paths are resolved beneath it; \
                          no \"..\", absolute path or symlink may lead out)",
@@ -97,7 +102,7 @@ impl FilePolicy {
                          needs to read files safely; send the bytes with \"data\" instead"
                         .to_string(),
                     e => format!("cannot read file {shown}: {}", e.desc()),
-                })?;
+                }))?;
                 read_regular(fd, &shown).map(|b| (b, shown))
             }
         }
@@ -111,22 +116,21 @@ fn read_flags() -> OFlag {
 
 /// Reads an opened file if it is a regular one of at most [`MAX_FILE`]
 /// bytes (counting what is read, as the file may grow meanwhile).
-fn read_regular(fd: OwnedFd, shown: &str) -> Result<Vec<u8>, String> {
+fn read_regular(fd: OwnedFd, shown: &str) -> Result<Vec<u8>, FileError> {
     let file = File::from(fd);
-    let meta = file
-        .metadata()
-        .map_err(|e| format!("cannot read file {shown}: {e}"))?;
+    let unreadable = |e: std::io::Error| FileError(format!("cannot read file {shown}: {e}"));
+    let meta = file.metadata().map_err(unreadable)?;
     if !meta.is_file() {
         let what = file_kind(&meta);
-        return Err(format!(
+        return Err(FileError(format!(
             "{shown} is {what}, not a regular file; only regular files are read"
-        ));
+        )));
     }
     let too_big = || {
-        format!(
+        FileError(format!(
             "file {shown} is larger than {} (the most a fault may send)",
             crate::units::format_size(MAX_FILE)
-        )
+        ))
     };
     if meta.len() > MAX_FILE {
         return Err(too_big());
@@ -134,7 +138,7 @@ fn read_regular(fd: OwnedFd, shown: &str) -> Result<Vec<u8>, String> {
     let mut out = Vec::with_capacity(meta.len() as usize);
     file.take(MAX_FILE + 1)
         .read_to_end(&mut out)
-        .map_err(|e| format!("cannot read file {shown}: {e}"))?;
+        .map_err(unreadable)?;
     if out.len() as u64 > MAX_FILE {
         return Err(too_big());
     }
@@ -170,15 +174,18 @@ mod tests {
             base: Some(dir.path().to_path_buf()),
         };
         assert_eq!(any.read("reply.txt").unwrap().0, b"hello");
-        let e = any.read("/dev/zero").unwrap_err();
+        let e = any.read("/dev/zero").unwrap_err().to_string();
         assert!(e.contains("is a device, not a regular file"), "{e}");
         let fifo = dir.path().join("fifo");
         nix::unistd::mkfifo(&fifo, Mode::from_bits_truncate(0o600)).unwrap();
         let t = std::time::Instant::now();
-        let e = any.read(fifo.to_str().unwrap()).unwrap_err();
+        let e = any.read(fifo.to_str().unwrap()).unwrap_err().to_string();
         assert!(e.contains("is a FIFO"), "{e}");
         assert!(t.elapsed() < std::time::Duration::from_secs(1));
-        let e = any.read(dir.path().to_str().unwrap()).unwrap_err();
+        let e = any
+            .read(dir.path().to_str().unwrap())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("is a directory"), "{e}");
     }
 
@@ -190,7 +197,7 @@ mod tests {
         let any = FilePolicy::Anywhere {
             base: Some(dir.path().to_path_buf()),
         };
-        let e = any.read("big").unwrap_err();
+        let e = any.read("big").unwrap_err().to_string();
         assert!(e.contains("larger than 1MiB"), "{e}");
         assert_eq!(any.read("ok").unwrap().0.len(), MAX_FILE as usize);
     }
@@ -205,10 +212,10 @@ mod tests {
         assert_eq!(api.read("ok.txt").unwrap().0, b"fine");
         assert_eq!(api.read("inner").unwrap().0, b"fine", "a symlink inside");
         for bad in ["/etc/passwd", "../../../../etc/passwd", "link"] {
-            let e = api.read(bad).unwrap_err();
+            let e = api.read(bad).unwrap_err().to_string();
             assert!(e.contains("outside the --api-files folder"), "{bad}: {e}");
         }
-        let e = FilePolicy::Nowhere.read("ok.txt").unwrap_err();
+        let e = FilePolicy::Nowhere.read("ok.txt").unwrap_err().to_string();
         assert!(e.contains("reads no files unless"), "{e}");
     }
 }
