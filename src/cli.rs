@@ -100,6 +100,32 @@ pub struct FaultArgs {
     pub faults: Vec<String>,
 }
 
+/// How the relay treats connections: the same for every command that relays.
+#[derive(Debug, Args, Clone)]
+pub struct RelayArgs {
+    /// How long to wait for a destination to accept. Then an intercepted
+    /// client's connect() times out, as it would have; an explicit proxy's
+    /// client (already connected) is reset.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration_arg)]
+    pub dial_timeout: Duration,
+    /// Most connections open at once; beyond it new ones are refused at
+    /// connect (RST) until one closes [default: from the open-files limit].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections: Option<u32>,
+    /// When netchaos stops (Ctrl-C, SIGTERM, the command's exit, the end of
+    /// --duration for attach), how long open connections may finish.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = duration_arg)]
+    pub drain: Duration,
+}
+
+impl RelayArgs {
+    /// The relay's options, with the environment's (`NETCHAOS_PEER_TIMEOUT`).
+    pub(crate) fn options(&self) -> Result<crate::relay::RelayOptions> {
+        crate::relay::RelayOptions::new(self.dial_timeout, self.max_connections)
+            .map_err(|e| Error::Usage(e.to_string()))
+    }
+}
+
 /// The control API's address, and who may use it.
 #[derive(Debug, Args, Clone, Default)]
 pub struct ApiArgs {
@@ -181,16 +207,8 @@ pub struct ServerArgs {
     pub api: std::net::SocketAddr,
     #[command(flatten)]
     pub access: ApiAccess,
-    /// How long to wait for an upstream to accept before resetting the client.
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration_arg)]
-    pub dial_timeout: Duration,
-    /// Most connections open at once; beyond it new ones are refused at
-    /// connect (RST) until one closes [default: from the open-files limit].
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
-    pub max_connections: Option<u32>,
-    /// On Ctrl-C or SIGTERM, how long open connections may finish.
-    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = duration_arg)]
-    pub drain: Duration,
+    #[command(flatten)]
+    pub relay: RelayArgs,
 }
 
 #[derive(Debug, Args)]
@@ -353,16 +371,8 @@ pub struct ProxyArgs {
     /// Name the proxy (rules can match it with match.proxy).
     #[arg(long, value_name = "NAME")]
     pub name: Vec<String>,
-    /// How long to wait for the upstream to accept before resetting the client.
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration_arg)]
-    pub dial_timeout: Duration,
-    /// Most connections open at once; beyond it new ones are refused at
-    /// connect (RST) until one closes [default: from the open-files limit].
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
-    pub max_connections: Option<u32>,
-    /// On Ctrl-C or SIGTERM, how long open connections may finish before they are closed.
-    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = duration_arg)]
-    pub drain: Duration,
+    #[command(flatten)]
+    pub relay: RelayArgs,
 }
 
 const RUN_ABOUT: &str = "\
@@ -463,16 +473,8 @@ pub struct RunArgs {
     /// /etc/resolv.conf (`nameserver IP` lines; `IP:PORT` also accepted).
     #[arg(long, value_name = "FILE")]
     pub resolv_conf: Option<PathBuf>,
-    /// How long to wait for a destination to accept before resetting the client.
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration_arg)]
-    pub dial_timeout: Duration,
-    /// Most connections open at once; beyond it new ones are refused at
-    /// connect (RST) until one closes [default: from the open-files limit].
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
-    pub max_connections: Option<u32>,
-    /// After the command exits, how long open connections may finish.
-    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = duration_arg)]
-    pub drain: Duration,
+    #[command(flatten)]
+    pub relay: RelayArgs,
     /// Intercept in the current network namespace instead of a new one (needs
     /// CAP_NET_ADMIN; the command runs without it).
     #[arg(long, conflicts_with = "expose")]
@@ -531,16 +533,8 @@ pub struct AttachArgs {
     /// process's own /etc/resolv.conf with --pid, else /etc/resolv.conf].
     #[arg(long, value_name = "FILE")]
     pub resolv_conf: Option<PathBuf>,
-    /// How long to wait for a destination to accept before refusing the client.
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration_arg)]
-    pub dial_timeout: Duration,
-    /// Most connections open at once; beyond it new ones are refused at
-    /// connect (RST) until one closes [default: from the open-files limit].
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
-    pub max_connections: Option<u32>,
-    /// On detaching, how long open connections may finish.
-    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = duration_arg)]
-    pub drain: Duration,
+    #[command(flatten)]
+    pub relay: RelayArgs,
 }
 
 #[derive(Debug, Args)]

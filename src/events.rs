@@ -13,6 +13,7 @@ use std::io::{self, BufWriter, Write};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{SyncSender, sync_channel};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -117,8 +118,9 @@ pub(crate) struct Stats {
     pub refused_at_limit: AtomicU64,
     /// DNS queries the forwarder did not forward, by [`DnsRefusal`].
     pub dns_refused: [AtomicU64; 2],
-    /// Event lines that could not be written (a full disk, `/dev/full`).
-    pub log_errors: AtomicU64,
+    /// Event lines that could not be written (a full disk, `/dev/full`) or
+    /// found the writer's queue full.
+    pub log_errors: Arc<AtomicU64>,
 }
 
 /// Why the DNS forwarder dropped a query.
@@ -156,21 +158,72 @@ impl Stats {
 /// The event log and the counters.
 pub(crate) struct Events {
     started: Instant,
-    log: Option<Mutex<BufWriter<File>>>,
+    log: Option<Log>,
     pub stats: Stats,
+}
+
+/// Event lines waiting for the writer, at most.
+const LOG_QUEUE: usize = 16 * 1024;
+
+/// The event log's writer: a thread of its own, fed through a bounded
+/// queue, so that no connection's task ever waits on the file (a slow disk,
+/// `/dev/full`). A line that finds the queue full is counted, not waited for.
+struct Log {
+    tx: Mutex<Option<SyncSender<String>>>,
+    writer: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl Log {
+    fn start(file: File, errors: Arc<AtomicU64>) -> io::Result<Log> {
+        let (tx, rx) = sync_channel::<String>(LOG_QUEUE);
+        let writer = std::thread::Builder::new()
+            .name("events".into())
+            .spawn(move || {
+                let mut w = BufWriter::new(file);
+                while let Ok(line) = rx.recv() {
+                    let mut batch = 1u64;
+                    let mut r = w.write_all(line.as_bytes());
+                    // Flush once the queue is empty: readers (and tests) see
+                    // lines as they happen, and a burst costs one write.
+                    while r.is_ok() {
+                        match rx.try_recv() {
+                            Ok(more) => {
+                                batch += 1;
+                                r = w.write_all(more.as_bytes());
+                            }
+                            Err(_) => break,
+                        }
+                    }
+                    if let Err(e) = r.and_then(|()| w.flush()) {
+                        if errors.fetch_add(batch, Ordering::Relaxed) == 0 {
+                            tracing::warn!(
+                                "cannot write the event log ({e}); lines that cannot be written are counted in the summary"
+                            );
+                        }
+                        // The batch is lost; start the next one afresh.
+                        w = BufWriter::new(w.into_parts().0);
+                    }
+                }
+            })?;
+        Ok(Log {
+            tx: Mutex::new(Some(tx)),
+            writer: Mutex::new(Some(writer)),
+        })
+    }
 }
 
 impl Events {
     /// Opens (truncating) the event log at `path`, if one is wanted.
     pub(crate) fn open(path: Option<&Path>) -> io::Result<Events> {
+        let stats = Stats::default();
         let log = match path {
-            Some(p) => Some(Mutex::new(BufWriter::new(File::create(p)?))),
+            Some(p) => Some(Log::start(File::create(p)?, stats.log_errors.clone())?),
             None => None,
         };
         Ok(Events {
             started: Instant::now(),
             log,
-            stats: Stats::default(),
+            stats,
         })
     }
 
@@ -183,8 +236,7 @@ impl Events {
         }
     }
 
-    /// Writes one event line; the log is flushed per line so that a reader
-    /// (or a test) sees events as they happen, and a crash loses none.
+    /// Queues one event line for the writer.
     fn write(&self, event: &str, mut fields: Map<String, Value>) {
         let Some(log) = &self.log else { return };
         let t = self.started.elapsed().as_secs_f64();
@@ -198,19 +250,22 @@ impl Events {
         line.insert("t".into(), json!((t * 1e6).round() / 1e6));
         line.insert("event".into(), event.into());
         line.append(&mut fields);
-        let mut w = log.lock().expect("event log lock");
-        // A failing event log must not take the relay down: say it once,
-        // count the lost lines for the summary.
-        let written = serde_json::to_writer(&mut *w, &line)
-            .map_err(io::Error::from)
-            .and_then(|()| w.write_all(b"\n"))
-            .and_then(|()| w.flush());
-        if let Err(e) = written {
-            if self.stats.log_errors.fetch_add(1, Ordering::Relaxed) == 0 {
-                tracing::warn!(
-                    "cannot write the event log ({e}); lines that cannot be written are counted in the summary"
-                );
-            }
+        let mut text = Value::Object(line).to_string();
+        text.push('\n');
+        let tx = log.tx.lock().expect("event log lock");
+        let queued = tx.as_ref().is_some_and(|tx| tx.try_send(text).is_ok());
+        if !queued {
+            self.stats.log_errors.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Writes out every queued line and closes the log (before the
+    /// summary, which counts what was lost).
+    pub(crate) fn close(&self) {
+        let Some(log) = &self.log else { return };
+        drop(log.tx.lock().expect("event log lock").take());
+        if let Some(w) = log.writer.lock().expect("event log lock").take() {
+            let _ = w.join();
         }
     }
 
@@ -260,10 +315,8 @@ impl Events {
             .into_iter()
             .map(|(k, v)| (k.to_string(), Value::String(v)))
             .collect();
+        // (The connection's span names it: id, client, destination.)
         tracing::info!(
-            conn = c.id,
-            client = %c.client,
-            dst = %c.dst,
             rule,
             direction = dir.map_or("connection", |d| d.as_str()),
             "fault {spec}"
@@ -287,7 +340,7 @@ impl Events {
             .expect("stats lock")
             .entry(kind)
             .or_default() += 1;
-        tracing::warn!(conn = c.id, client = %c.client, dst = %c.dst, "{kind}: {detail}");
+        tracing::warn!("{kind}: {detail}");
         let mut f = conn_fields(c);
         f.insert("kind".into(), kind.into());
         f.insert("detail".into(), detail.into());
@@ -310,7 +363,7 @@ impl Events {
     /// The SYN gate refused a connection: the limit was reached.
     pub(crate) fn refused_at_limit(&self, c: &ConnInfo) {
         self.stats.refused_at_limit.fetch_add(1, Ordering::Relaxed);
-        tracing::warn!(conn = c.id, client = %c.client, dst = %c.dst, "refused: connection limit reached");
+        tracing::warn!("refused: connection limit reached");
         let mut f = conn_fields(c);
         f.insert("reason".into(), "limit".into());
         self.write("refused", f);
@@ -325,8 +378,9 @@ impl Events {
     }
 
     /// The exit summary: connections, bytes each way, faults by rule and
-    /// kind, relay errors.
+    /// kind, relay errors. Closes the event log first.
     pub(crate) fn summary(&self, seed: u64) -> String {
+        self.close();
         let s = &self.stats;
         let mut out = format!(
             "netchaos summary (seed {seed}, ran {:.1}s)\n  connections: {} ({} still open)\n  bytes: {} upstream (client→server), {} downstream (server→client)\n",

@@ -197,7 +197,11 @@ fn a_missing_tool_is_named_with_its_package() {
     if missing_tool("ip") {
         return;
     }
-    // A PATH with `ip` but no `nft`.
+    if missing_tool("unshare") {
+        return;
+    }
+    // A machine with `ip` but no `nft`: in a mount namespace of the test's,
+    // /usr/sbin (where /sbin leads) holds only `ip`, and so does the PATH.
     let dir = tempfile::tempdir().unwrap();
     let ip = String::from_utf8(
         Command::new("sh")
@@ -207,18 +211,22 @@ fn a_missing_tool_is_named_with_its_package() {
             .stdout,
     )
     .unwrap();
-    std::os::unix::fs::symlink(ip.trim(), dir.path().join("ip")).unwrap();
-    let out = Command::new(BIN)
-        .args(["run", "--", "/bin/true"])
-        .env("PATH", dir.path())
+    std::fs::copy(ip.trim(), dir.path().join("ip")).unwrap();
+    let d = dir.path().display();
+    let script = format!(
+        "mount --bind {d} /usr/sbin && mount --bind {d} /usr/local/sbin 2>/dev/null; \
+         PATH={d} exec {BIN} run -- /bin/true"
+    );
+    let out = Command::new("unshare")
+        .args(["-m", "--propagation", "private", "sh", "-c", &script])
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
     assert!(
-        err.contains(
-            "the `nft` command was not found: install nftables (apt-get install nftables)"
-        ),
+        err.contains("the `nft` command was not found (looked in ")
+            && err.contains("/usr/sbin")
+            && err.contains("): install nftables (apt-get install nftables)"),
         "{err}"
     );
 }

@@ -12,7 +12,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::run::{forward_signals, stop_faults_after};
+use super::wrap::{SECRET_ENV, forward_signals, stop_faults_after};
 use super::{
     ApiConfig, announce_seed, api_control, open_events, raise_nofile_limit, runtime, start_api,
 };
@@ -77,8 +77,7 @@ fn resolvers(given: Option<&Path>, default: &Path) -> Result<Vec<std::net::Socke
 pub(super) fn attach(g: &Global, args: &AttachArgs) -> Result<u8> {
     let plan = profile::build_plan(&args.faults.profiles, &args.faults.faults, g.seed)?;
     let api = ApiConfig::new(args.api.api, &args.api.access)?;
-    let opts = RelayOptions::new(args.dial_timeout, args.max_connections)
-        .map_err(|e| Error::Usage(e.to_string()))?;
+    let opts = args.relay.options()?;
     let (path, hint, resolv) = namespace(args.pid, args.netns.as_deref())?;
     let losses = LossTable::from_plan(&plan).map_err(|e| Error::Usage(e.to_string()))?;
     attach::check_privileges(Mode::Attach.command(), Mode::Attach).map_err(Error::runtime)?;
@@ -124,7 +123,7 @@ pub(super) fn attach(g: &Global, args: &AttachArgs) -> Result<u8> {
         };
         tracing::info!("detaching ({why})");
         let removed = att.remove();
-        serving.stop(args.drain).await;
+        serving.stop(args.relay.drain).await;
         eprint!("{}", events.summary(seed));
         removed.map_err(Error::runtime)?;
         Ok(0)
@@ -138,8 +137,7 @@ pub(super) fn in_place(g: &Global, args: &RunArgs) -> Result<u8> {
         stop_faults_after(&mut plan, d);
     }
     let api = ApiConfig::new(args.api.api, &args.api.access)?;
-    let opts = RelayOptions::new(args.dial_timeout, args.max_connections)
-        .map_err(|e| Error::Usage(e.to_string()))?;
+    let opts = args.relay.options()?;
     let resolvers = resolvers(args.resolv_conf.as_deref(), Path::new("/etc/resolv.conf"))?;
     let losses = LossTable::from_plan(&plan).map_err(|e| Error::Usage(e.to_string()))?;
     attach::check_privileges(Mode::InPlace.command(), Mode::InPlace).map_err(Error::runtime)?;
@@ -171,7 +169,7 @@ pub(super) fn in_place(g: &Global, args: &RunArgs) -> Result<u8> {
         events.start(seed, "in-place");
         let mut cmd = std::process::Command::new(&args.command[0]);
         cmd.args(&args.command[1..]);
-        for secret in super::run::SECRET_ENV {
+        for secret in SECRET_ENV {
             cmd.env_remove(secret);
         }
         // SAFETY: the closure runs in the child between fork and exec and
@@ -203,7 +201,7 @@ pub(super) fn in_place(g: &Global, args: &RunArgs) -> Result<u8> {
             }
         };
         let removed = att.remove();
-        serving.stop(args.drain).await;
+        serving.stop(args.relay.drain).await;
         eprint!("{}", events.summary(seed));
         removed.map_err(Error::runtime)?;
         Ok(end)

@@ -11,6 +11,7 @@ mod demo;
 mod netem;
 mod proxy;
 mod run;
+mod wrap;
 
 use std::sync::Arc;
 
@@ -28,6 +29,7 @@ pub fn run(cli: Cli, matches: &ArgMatches) -> Result<u8> {
             let sub = matches.subcommand_matches("proxy").expect("proxy matches");
             proxy::run(&cli.global, args, sub)
         }
+        Command::Run(args) if args.in_place => attach::in_place(&cli.global, args),
         Command::Run(args) => run::run(&cli.global, args),
         Command::Attach(args) => attach::attach(&cli.global, args),
         Command::Clean(args) => clean::clean(args),

@@ -10,11 +10,11 @@ use super::{
     ApiConfig, announce_seed, api_control, open_events, raise_nofile_limit, runtime,
     shutdown_signal, start_api,
 };
-use crate::cli::{Global, ProxyArgs, ServerArgs};
+use crate::cli::{Global, ProxyArgs, RelayArgs, ServerArgs};
 use crate::error::{Error, Result};
 use crate::plan::{Flow, Plan};
 use crate::profile;
-use crate::relay::{self, Endpoint, Relay, RelayOptions, Target};
+use crate::relay::{self, Endpoint, Relay, Target};
 use crate::ruleset::RuleSet;
 
 pub(super) fn run(g: &Global, args: &ProxyArgs, m: &ArgMatches) -> Result<u8> {
@@ -29,35 +29,20 @@ pub(super) fn run(g: &Global, args: &ProxyArgs, m: &ArgMatches) -> Result<u8> {
         ));
     }
     let api = ApiConfig::new(args.api.api, &args.api.access)?;
-    serve(
-        g,
-        plan,
-        api,
-        (args.dial_timeout, args.max_connections),
-        args.drain,
-        "proxy",
-    )
+    serve(g, plan, api, &args.relay, "proxy")
 }
 
 pub(super) fn server(g: &Global, args: &ServerArgs) -> Result<u8> {
     let plan = profile::build_plan(&args.faults.profiles, &args.faults.faults, g.seed)?;
     let api = ApiConfig::new(Some(args.api), &args.access)?;
-    serve(
-        g,
-        plan,
-        api,
-        (args.dial_timeout, args.max_connections),
-        args.drain,
-        "server",
-    )
+    serve(g, plan, api, &args.relay, "server")
 }
 
 fn serve(
     g: &Global,
     plan: Plan,
     api: Option<ApiConfig>,
-    (dial_timeout, max_connections): (std::time::Duration, Option<u32>),
-    drain: std::time::Duration,
+    relay_args: &RelayArgs,
     mode: &str,
 ) -> Result<u8> {
     if let Some((rule, f)) = plan.namespace_only_fault() {
@@ -70,8 +55,8 @@ fn serve(
         )));
     }
     raise_nofile_limit();
-    let opts = RelayOptions::new(dial_timeout, max_connections)
-        .map_err(|e| Error::Usage(e.to_string()))?;
+    let opts = relay_args.options()?;
+    let drain = relay_args.drain;
     let rt = runtime()?;
     rt.block_on(async {
         // Every listener is opened before any serves: a busy port fails the

@@ -32,6 +32,7 @@ use std::time::Duration;
 use nix::sys::socket::{MsgFlags, recv};
 use tokio::io::unix::AsyncFd;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use super::gate::{Fate, Seen, Syn};
 use super::nfqueue::{self, Verdict};
@@ -142,11 +143,15 @@ async fn on_packet(
         Seen::Again(fate) => verdict(queue, p.id, verdict_of(fate)).await,
         Seen::New => {
             let (queue, relay, sandbox) = (queue.clone(), relay.clone(), sandbox.clone());
-            tokio::spawn(async move {
-                let (fate, handoff) = decide(syn, &relay, &sandbox).await;
-                sandbox.gate.settle(&syn, fate, handoff);
-                verdict(&queue, p.id, verdict_of(fate)).await;
-            });
+            let span = tracing::info_span!("syn", client = %syn.src, dst = %syn.dst);
+            tokio::spawn(
+                async move {
+                    let (fate, handoff) = decide(syn, &relay, &sandbox).await;
+                    sandbox.gate.settle(&syn, fate, handoff);
+                    verdict(&queue, p.id, verdict_of(fate)).await;
+                }
+                .instrument(span),
+            );
         }
     }
 }

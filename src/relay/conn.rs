@@ -19,6 +19,7 @@ use tokio::io::Interest;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use super::dial::{self, Dest, DialError};
 use super::interception::Interception;
@@ -73,50 +74,56 @@ pub(crate) async fn serve(
         proxy: Some(ep.name.clone()),
         counters: relay.events.stats.proxy(&ep.name),
     });
-    relay.events.conn_open(&info);
-    if faults.disabled() {
-        sockopt::set_linger_zero(&client);
+    // Every log line of this connection names it.
+    let span = tracing::info_span!("conn", id = seq, client = %peer, dst = %info.dst);
+    async move {
+        relay.events.conn_open(&info);
+        if faults.disabled() {
+            sockopt::set_linger_zero(&client);
+            relay
+                .events
+                .conn_close(&info, Outcome::Disabled, [0, 0], opened.elapsed());
+            return;
+        }
+        let (chosen_tx, chosen) = watch::channel(Arc::new(faults.chosen(relay.epoch.elapsed())));
+        let partition: Option<Arc<dyn Partition>> = match &ep.target {
+            Target::Transparent(ns) => Some(ns.partition(peer)),
+            _ => None,
+        };
+        let conn = Conn {
+            relay: &relay,
+            info: &info,
+            chosen,
+            opened,
+            partition,
+        };
+        let ended = faults.end_signals();
+        // Follows the connection's rules: each change republishes its faults.
+        let follow = async {
+            loop {
+                faults.changed().await;
+                chosen_tx.send_replace(Arc::new(faults.chosen(relay.epoch.elapsed())));
+            }
+        };
+        let (outcome, bytes) = tokio::select! {
+            r = conn.run(&client, dest, upstream) => r,
+            _ = follow => unreachable!("following never ends"),
+            _ = wait_any(&ended) => {
+                sockopt::set_linger_zero(&client);
+                (Outcome::Disabled, [0, 0])
+            }
+            _ = ep.cancel.cancelled() => {
+                sockopt::set_linger_zero(&client);
+                (Outcome::Disabled, [0, 0])
+            }
+            _ = relay.abort.cancelled() => (Outcome::Aborted, [0, 0]),
+        };
         relay
             .events
-            .conn_close(&info, Outcome::Disabled, [0, 0], opened.elapsed());
-        return;
+            .conn_close(&info, outcome, bytes, opened.elapsed());
     }
-    let (chosen_tx, chosen) = watch::channel(Arc::new(faults.chosen(relay.epoch.elapsed())));
-    let partition: Option<Arc<dyn Partition>> = match &ep.target {
-        Target::Transparent(ns) => Some(ns.partition(peer)),
-        _ => None,
-    };
-    let conn = Conn {
-        relay: &relay,
-        info: &info,
-        chosen,
-        opened,
-        partition,
-    };
-    let ended = faults.end_signals();
-    // Follows the connection's rules: each change republishes its faults.
-    let follow = async {
-        loop {
-            faults.changed().await;
-            chosen_tx.send_replace(Arc::new(faults.chosen(relay.epoch.elapsed())));
-        }
-    };
-    let (outcome, bytes) = tokio::select! {
-        r = conn.run(&client, dest, upstream) => r,
-        _ = follow => unreachable!("following never ends"),
-        _ = wait_any(&ended) => {
-            sockopt::set_linger_zero(&client);
-            (Outcome::Disabled, [0, 0])
-        }
-        _ = ep.cancel.cancelled() => {
-            sockopt::set_linger_zero(&client);
-            (Outcome::Disabled, [0, 0])
-        }
-        _ = relay.abort.cancelled() => (Outcome::Aborted, [0, 0]),
-    };
-    relay
-        .events
-        .conn_close(&info, outcome, bytes, opened.elapsed());
+    .instrument(span)
+    .await
 }
 
 async fn wait_any(tokens: &[tokio_util::sync::CancellationToken]) {
