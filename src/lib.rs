@@ -2,30 +2,54 @@
 //!
 //! # Layout
 //!
-//! Data flows in one direction through the modules, in this order:
+//! Data flows one way through the modules. Each module may use those listed
+//! before it, never one after (`scripts/modgraph.py` checks: no cycle, and
+//! nothing in `relay` or `fault` reaches into `intercept`, `commands` or
+//! `control`).
 //!
-//! * [`cli`] — clap definitions; raw arguments become validated options.
-//! * [`profile`] — the TOML profile format, built-in profiles, `--fault`
-//!   strings, with located errors ([`profile::node`]); human units in
-//!   [`units`].
-//! * [`plan`] — validated rules and per-connection, seeded fault decisions;
-//!   pure, no I/O.
-//! * [`ruleset`] — the rules in force at run time: the plan's, changeable by
-//!   the control API, and each connection's live view of its faults.
-//! * [`intercept`] — where transparent connections come from: the network
-//!   namespace of `netchaos run`, its agent process, the nftables table, the
-//!   DNS forwarder.
-//! * [`fault`] — the fault interface and one file per fault kind; each stream
-//!   fault is a pipeline stage that knows nothing of sockets.
-//! * [`relay`] — listeners and the accept loop ([`relay`]), one task per
-//!   connection ([`relay::conn`]), a `splice(2)` fast path for fault-free
-//!   directions ([`relay::splice`]) and fault pipelines
-//!   ([`relay::pipeline`]).
-//! * [`events`] — the event log, counters and the exit summary.
-//! * [`control`] — the Toxiproxy-compatible HTTP API and Prometheus metrics.
-//! * [`netem`] — host-level tc/netem shaping (separate from the relay).
-//! * [`commands`] — each subcommand wiring the above together; [`error`]
-//!   maps failures to exit codes.
+//! Leaves, used by all:
+//!
+//! * [`settings`] — settings as written (TOML, `--fault` strings, API JSON),
+//!   located, read key by key with the human units (`units`); where files
+//!   they name may be read from.
+//! * `tool` — finding and running `ip`, `tc`, `nft`, `iptables-restore`, and
+//!   classifying their failures once.
+//!
+//! What to do:
+//!
+//! * `fault` — the fault kinds, one file each, registered in one place, in
+//!   layers (connect, stream, packet); stream faults are pipeline stages
+//!   that know no socket; connect-phase decisions are pure functions
+//!   (`fault::connect`).
+//! * `plan` — validated rules: matches, faults, explicit proxies, the seed.
+//! * `profile` — the TOML profile schema and the built-in profiles; `--fault`
+//!   flags; builds the plan.
+//! * `ruleset` — the rules in force while netchaos runs (changeable by the
+//!   API) and the one engine that decides each connection's faults, seeded.
+//! * `events` — the event log (a writer thread), counters, the summary.
+//!
+//! Where bytes move:
+//!
+//! * `relay` — listeners and the accept loop, one task per connection
+//!   (`relay::conn`), dialling (`relay::dial`), a `splice(2)` fast path
+//!   (`relay::splice`) and fault pipelines (`relay::pipeline`). What it
+//!   needs from interception is a trait of its own
+//!   (`relay::interception`).
+//!
+//! Where connections come from:
+//!
+//! * `intercept` — namespaces (the agent, its PID namespace's first
+//!   process), nftables, the SYN gate (its memory, `intercept::gate`, and
+//!   its NFQUEUE driver), the DNS forwarder; implements the relay's
+//!   `Interception`.
+//! * `netem` — host-level tc/netem shaping (beside the relay, not in it).
+//!
+//! Driving it:
+//!
+//! * `control` — the Toxiproxy-compatible HTTP API and Prometheus metrics.
+//! * [`cli`] — clap definitions; [`commands`] — each subcommand wiring the
+//!   above together, its command line checked first; [`error`] maps failures
+//!   to exit codes.
 //! * `fuzzing` — entry points for the fuzz targets in `fuzz/`.
 
 pub mod cli;

@@ -1,23 +1,30 @@
 //! Interception: where transparently relayed connections come from.
 //!
-//! `netchaos run` wraps a command in a new network namespace (and, without
-//! root, a user namespace) made by a small agent process ([`agent`]): `lo`
-//! up with a default route, one nftables table ([`nft`]) redirecting every
-//! outbound TCP connection to the relay's listeners and every UDP DNS query
-//! to a forwarder ([`dns`]), all created inside the namespace and handed to
-//! netchaos over a socket pair ([`channel`]). The relay, outside, reads each
-//! connection's original destination and dials it from the host's network
-//! namespace; [`sandbox`] is netchaos's handle on all of this, and
-//! [`privilege`] keeps the wrapped command from holding CAP_NET_ADMIN.
+//! `netchaos run` wraps a command in new network and mount namespaces
+//! (and, without root, a user namespace) made by a small agent process
+//! ([`agent`], at [`addresses`] the host does not use): `lo` up with a
+//! default route, one nftables table ([`nft`]) redirecting every outbound
+//! TCP connection to the relay's listeners and every UDP DNS query to a
+//! forwarder ([`dns`]), all created inside the namespace and handed to
+//! netchaos over a socket pair ([`channel`]). The command runs in a PID
+//! namespace whose first process ([`init`]) ties its life to netchaos's
+//! and keeps it inside the boundary ([`privilege`]). `attach` and
+//! `--in-place` install the same table in a namespace that exists already
+//! ([`attach`], through a thread of netchaos's in it, [`nsthread`]).
+//! [`sandbox`] is netchaos's handle on a namespace, and implements the
+//! relay's `Interception`: the relay, outside, asks it where a connection
+//! was going and how to reach inside.
 //!
 //! Before the redirect, each new SYN is queued ([`nfqueue`]) to the SYN gate
-//! ([`syn_gate`]), which applies connect-phase faults and holds the SYN
-//! until the real upstream has answered, so that `connect()` fails the way
-//! it would have without netchaos. Packet faults (`loss`, `blackout`) are
-//! rules of the same table.
+//! ([`syn_gate`], with its memory in [`gate`]), which carries out the
+//! connect-phase decisions of `fault::connect` and holds the SYN until the
+//! real upstream has answered, so that `connect()` fails the way it would
+//! have without netchaos. Packet faults (`loss`, numbered by [`loss`], and
+//! `blackout`) are rules of the same table.
 //!
-//! Nothing outlives the command: the namespace and its table disappear with
-//! the last process and socket in it.
+//! Nothing outlives netchaos: the namespace and its table disappear with
+//! the last process and socket in it, and the command's processes die with
+//! netchaos. What fails here is an [`error::InterceptError`].
 
 pub(crate) mod addresses;
 pub(crate) mod agent;

@@ -5,6 +5,11 @@
 //! or dead upstream never holds up the next client. Each direction of a
 //! connection either splices ([`splice`]) or, when faults touch its bytes,
 //! runs a pipeline of fault stages ([`pipeline`]).
+//!
+//! The relay knows nothing of namespaces, nftables or the SYN gate: where a
+//! connection came from and how to reach inside is asked of an
+//! [`Interception`] ([`interception`]), which `intercept` implements. It
+//! never imports `intercept`, `control` or `commands`.
 
 pub(crate) mod conn;
 pub(crate) mod dial;
