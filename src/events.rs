@@ -168,47 +168,93 @@ const LOG_QUEUE: usize = 16 * 1024;
 /// The event log's writer: a thread of its own, fed through a bounded
 /// queue, so that no connection's task ever waits on the file (a slow disk,
 /// `/dev/full`). A line that finds the queue full is counted, not waited for.
+/// The thread starts with the first line: `run` must fork its namespace
+/// agent before netchaos has any thread.
 struct Log {
-    tx: Mutex<Option<SyncSender<String>>>,
-    writer: Mutex<Option<std::thread::JoinHandle<()>>>,
+    state: Mutex<LogState>,
+    errors: Arc<AtomicU64>,
+}
+
+enum LogState {
+    /// Opened; the writer starts with the first line.
+    Opened(File),
+    Writing {
+        tx: SyncSender<String>,
+        writer: std::thread::JoinHandle<()>,
+    },
+    Closed,
 }
 
 impl Log {
-    fn start(file: File, errors: Arc<AtomicU64>) -> io::Result<Log> {
-        let (tx, rx) = sync_channel::<String>(LOG_QUEUE);
-        let writer = std::thread::Builder::new()
-            .name("events".into())
-            .spawn(move || {
-                let mut w = BufWriter::new(file);
-                while let Ok(line) = rx.recv() {
-                    let mut batch = 1u64;
-                    let mut r = w.write_all(line.as_bytes());
-                    // Flush once the queue is empty: readers (and tests) see
-                    // lines as they happen, and a burst costs one write.
-                    while r.is_ok() {
-                        match rx.try_recv() {
-                            Ok(more) => {
-                                batch += 1;
-                                r = w.write_all(more.as_bytes());
-                            }
-                            Err(_) => break,
-                        }
-                    }
-                    if let Err(e) = r.and_then(|()| w.flush()) {
-                        if errors.fetch_add(batch, Ordering::Relaxed) == 0 {
-                            tracing::warn!(
-                                "cannot write the event log ({e}); lines that cannot be written are counted in the summary"
-                            );
-                        }
-                        // The batch is lost; start the next one afresh.
-                        w = BufWriter::new(w.into_parts().0);
-                    }
+    fn new(file: File, errors: Arc<AtomicU64>) -> Log {
+        Log {
+            state: Mutex::new(LogState::Opened(file)),
+            errors,
+        }
+    }
+
+    /// Queues a line, starting the writer if it is the first.
+    fn send(&self, line: String) -> bool {
+        let mut state = self.state.lock().expect("event log lock");
+        if let LogState::Opened(_) = &*state {
+            let LogState::Opened(file) = std::mem::replace(&mut *state, LogState::Closed) else {
+                unreachable!()
+            };
+            let (tx, rx) = sync_channel::<String>(LOG_QUEUE);
+            let errors = self.errors.clone();
+            match std::thread::Builder::new()
+                .name("events".into())
+                .spawn(move || write_lines(file, rx, errors))
+            {
+                Ok(writer) => *state = LogState::Writing { tx, writer },
+                Err(e) => tracing::warn!("cannot start the event log's writer: {e}"),
+            }
+        }
+        match &*state {
+            LogState::Writing { tx, .. } => tx.try_send(line).is_ok(),
+            _ => false,
+        }
+    }
+
+    /// Writes out what is queued and stops the writer.
+    fn close(&self) {
+        let state = std::mem::replace(
+            &mut *self.state.lock().expect("event log lock"),
+            LogState::Closed,
+        );
+        if let LogState::Writing { tx, writer } = state {
+            drop(tx);
+            let _ = writer.join();
+        }
+    }
+}
+
+/// The writer thread: lines until the queue closes.
+fn write_lines(file: File, rx: std::sync::mpsc::Receiver<String>, errors: Arc<AtomicU64>) {
+    let mut w = BufWriter::new(file);
+    while let Ok(line) = rx.recv() {
+        let mut batch = 1u64;
+        let mut r = w.write_all(line.as_bytes());
+        // Flush once the queue is empty: readers (and tests) see lines as
+        // they happen, and a burst costs one write.
+        while r.is_ok() {
+            match rx.try_recv() {
+                Ok(more) => {
+                    batch += 1;
+                    r = w.write_all(more.as_bytes());
                 }
-            })?;
-        Ok(Log {
-            tx: Mutex::new(Some(tx)),
-            writer: Mutex::new(Some(writer)),
-        })
+                Err(_) => break,
+            }
+        }
+        if let Err(e) = r.and_then(|()| w.flush()) {
+            if errors.fetch_add(batch, Ordering::Relaxed) == 0 {
+                tracing::warn!(
+                    "cannot write the event log ({e}); lines that cannot be written are counted in the summary"
+                );
+            }
+            // The batch is lost; start the next one afresh.
+            w = BufWriter::new(w.into_parts().0);
+        }
     }
 }
 
@@ -217,7 +263,7 @@ impl Events {
     pub(crate) fn open(path: Option<&Path>) -> io::Result<Events> {
         let stats = Stats::default();
         let log = match path {
-            Some(p) => Some(Log::start(File::create(p)?, stats.log_errors.clone())?),
+            Some(p) => Some(Log::new(File::create(p)?, stats.log_errors.clone())),
             None => None,
         };
         Ok(Events {
@@ -252,9 +298,7 @@ impl Events {
         line.append(&mut fields);
         let mut text = Value::Object(line).to_string();
         text.push('\n');
-        let tx = log.tx.lock().expect("event log lock");
-        let queued = tx.as_ref().is_some_and(|tx| tx.try_send(text).is_ok());
-        if !queued {
+        if !log.send(text) {
             self.stats.log_errors.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -262,10 +306,8 @@ impl Events {
     /// Writes out every queued line and closes the log (before the
     /// summary, which counts what was lost).
     pub(crate) fn close(&self) {
-        let Some(log) = &self.log else { return };
-        drop(log.tx.lock().expect("event log lock").take());
-        if let Some(w) = log.writer.lock().expect("event log lock").take() {
-            let _ = w.join();
+        if let Some(log) = &self.log {
+            log.close();
         }
     }
 

@@ -418,10 +418,21 @@ fn the_event_log_records_each_fault_with_its_context() {
         "--fault",
         "reset:after_bytes=10",
     ]);
-    let mut c = connect(proxy.addr());
-    let _ = read_to_end(&mut c);
-    let client = c.local_addr().unwrap().to_string();
-    drop(c);
+    // Bound first, so that its address is known even if the reset (10
+    // bytes into a reply sent at once) lands before connect() returns.
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    sock.bind(
+        &"127.0.0.1:0"
+            .parse::<std::net::SocketAddr>()
+            .unwrap()
+            .into(),
+    )
+    .unwrap();
+    let client = sock.local_addr().unwrap().as_socket().unwrap().to_string();
+    if sock.connect(&proxy.addr().into()).is_ok() {
+        let mut c: std::net::TcpStream = sock.into();
+        let _ = read_to_end(&mut c);
+    }
     proxy.stop();
     let ev = read_events(events.path());
     assert_eq!(ev[0]["event"], "start");
