@@ -126,6 +126,26 @@ impl RelayArgs {
     }
 }
 
+/// TLS for the HTTP layer: whose CA signs, and which upstreams are trusted.
+#[derive(Debug, Args, Clone, Default)]
+pub struct TlsArgs {
+    /// Also trust the CA certificates in FILE (PEM) when verifying HTTPS
+    /// upstreams, beside the host's trust store (a staging CA). Repeatable.
+    #[arg(long, value_name = "FILE")]
+    pub upstream_ca: Vec<PathBuf>,
+    /// Sign with this CA certificate (PEM) instead of a CA made for the run:
+    /// one the clients already trust (a container's, under attach).
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_ca: Option<PathBuf>,
+    /// The private key of --tls-ca (PKCS#8 PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_ca")]
+    pub tls_key: Option<PathBuf>,
+    /// Write the signing CA's certificate (PEM) to FILE, for clients
+    /// netchaos does not set up itself.
+    #[arg(long, value_name = "FILE")]
+    pub tls_ca_out: Option<PathBuf>,
+}
+
 /// The control API's address, and who may use it.
 #[derive(Debug, Args, Clone, Default)]
 pub struct ApiArgs {
@@ -371,6 +391,17 @@ pub struct ProxyArgs {
     /// Name the proxy (rules can match it with match.proxy).
     #[arg(long, value_name = "NAME")]
     pub name: Vec<String>,
+    /// Relay that proxy's connections to HOST:PORT over TLS (verified as
+    /// HOST), with Host: HOST in each request: a client given a plaintext
+    /// local base URL reaches an HTTPS API, with HTTP faults in between.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub upstream_tls: Vec<String>,
+    /// Serve TLS on every --listen, with certificates from the run's CA
+    /// (write it out with --tls-ca-out) or --tls-ca.
+    #[arg(long)]
+    pub tls: bool,
+    #[command(flatten)]
+    pub tls_args: TlsArgs,
     #[command(flatten)]
     pub relay: RelayArgs,
 }
@@ -487,6 +518,15 @@ pub struct RunArgs {
     /// instead of refusing to start.
     #[arg(long, requires = "in_place")]
     pub replace: bool,
+    /// Terminate HTTPS (TLS) for connections whose rules have HTTP faults,
+    /// so that those faults act on each request; re-originate it to the
+    /// real destination, verified. The command trusts the run's CA through
+    /// its own view of the system trust stores and the usual variables
+    /// (SSL_CERT_FILE, REQUESTS_CA_BUNDLE, NODE_EXTRA_CA_CERTS, …).
+    #[arg(long, conflicts_with = "in_place")]
+    pub tls: bool,
+    #[command(flatten)]
+    pub tls_args: TlsArgs,
     /// As root: let the command keep every capability but CAP_NET_ADMIN
     /// over the real system (no user namespace of its own). It can then
     /// enter other namespaces, trace processes and leave the faults
@@ -533,6 +573,11 @@ pub struct AttachArgs {
     /// process's own /etc/resolv.conf with --pid, else /etc/resolv.conf].
     #[arg(long, value_name = "FILE")]
     pub resolv_conf: Option<PathBuf>,
+    /// HTTPS under attach: with --tls-ca and --tls-key (a CA the container
+    /// already trusts), HTTPS is terminated for HTTP faults as with `run
+    /// --tls`. Without them, HTTP faults apply to plaintext HTTP only.
+    #[command(flatten)]
+    pub tls_args: TlsArgs,
     #[command(flatten)]
     pub relay: RelayArgs,
 }
@@ -650,7 +695,7 @@ fn duration_arg(s: &str) -> std::result::Result<Duration, BadArg> {
 /// group starts the next one.
 pub(crate) fn proxy_pairs(m: &ArgMatches) -> Result<Vec<ProxySpec>> {
     let mut flags: Vec<(usize, &'static str, String)> = Vec::new();
-    for id in ["listen", "upstream", "name"] {
+    for id in ["listen", "upstream", "upstream_tls", "name"] {
         if let (Some(idx), Some(vals)) = (m.indices_of(id), m.get_many::<String>(id)) {
             flags.extend(idx.zip(vals).map(|(i, v)| (i, id, v.clone())));
         }
@@ -668,7 +713,17 @@ pub(crate) fn proxy_pairs(m: &ArgMatches) -> Result<Vec<ProxySpec>> {
         .enumerate()
         .map(|(i, g)| {
             let get = |k: &str| g.iter().find(|(id, _)| *id == k).map(|(_, v)| v.clone());
-            let (Some(listen), Some(upstream)) = (get("listen"), get("upstream")) else {
+            if get("upstream").is_some() && get("upstream_tls").is_some() {
+                return Err(Error::Usage(format!(
+                    "proxy #{}: give --upstream or --upstream-tls, not both",
+                    i + 1
+                )));
+            }
+            let upstream_tls = get("upstream_tls").is_some();
+            let (Some(listen), Some(upstream)) = (
+                get("listen"),
+                get("upstream").or_else(|| get("upstream_tls")),
+            ) else {
                 return Err(Error::Usage(format!(
                     "proxy #{} needs both --listen ADDR and --upstream HOST:PORT (got {})",
                     i + 1,
@@ -686,6 +741,8 @@ pub(crate) fn proxy_pairs(m: &ArgMatches) -> Result<Vec<ProxySpec>> {
                 name: get("name").unwrap_or_else(|| format!("proxy-{}", i + 1)),
                 listen: listen_addr,
                 upstream,
+                upstream_tls,
+                serve_tls: m.get_flag("tls"),
                 loc: format!("--listen {listen}"),
             })
         })

@@ -118,6 +118,13 @@ pub(crate) struct Stats {
     pub refused_at_limit: AtomicU64,
     /// DNS queries the forwarder did not forward, by [`DnsRefusal`].
     pub dns_refused: [AtomicU64; 2],
+    /// HTTP requests the HTTP layer followed.
+    pub http_requests: AtomicU64,
+    /// HTTP faults applied, by (kind, status answered: 0 when none was).
+    pub http_faulted: Mutex<BTreeMap<(&'static str, u16), u64>>,
+    /// Connections by the path their bytes took (`splice`, `pipeline`,
+    /// `http`, `https`).
+    pub paths: Mutex<BTreeMap<&'static str, u64>>,
     /// Event lines that could not be written (a full disk, `/dev/full`) or
     /// found the writer's queue full.
     pub log_errors: Arc<AtomicU64>,
@@ -332,10 +339,21 @@ impl Events {
         outcome: Outcome,
         bytes: [u64; 2],
         lived: Duration,
+        path: Option<&'static str>,
     ) {
         self.stats.conns_open.fetch_sub(1, Ordering::Relaxed);
         c.counters.open.fetch_sub(1, Ordering::Relaxed);
         let mut f = conn_fields(c);
+        if let Some(p) = path {
+            *self
+                .stats
+                .paths
+                .lock()
+                .expect("stats lock")
+                .entry(p)
+                .or_default() += 1;
+            f.insert("path".into(), p.into());
+        }
         f.insert("outcome".into(), outcome.as_str().into());
         f.insert("bytes_upstream".into(), bytes[0].into());
         f.insert("bytes_downstream".into(), bytes[1].into());
@@ -371,6 +389,64 @@ impl Events {
         }
         f.insert("params".into(), Value::Object(params));
         self.write("fault", f);
+    }
+
+    /// An HTTP fault acted on one request.
+    pub(crate) fn http_fault(
+        &self,
+        c: &ConnInfo,
+        rule: &str,
+        spec: &FaultSpec,
+        req: &RequestInfo<'_>,
+        status: Option<u16>,
+    ) {
+        *self
+            .stats
+            .faults
+            .lock()
+            .expect("stats lock")
+            .entry((rule.to_string(), spec.name()))
+            .or_default() += 1;
+        *self
+            .stats
+            .http_faulted
+            .lock()
+            .expect("stats lock")
+            .entry((spec.name(), status.unwrap_or(0)))
+            .or_default() += 1;
+        tracing::info!(
+            rule,
+            request = req.n,
+            "fault {spec} on {} {}",
+            req.method,
+            req.path
+        );
+        let mut f = conn_fields(c);
+        f.insert("rule".into(), rule.into());
+        f.insert("fault".into(), spec.name().into());
+        let mut http = Map::new();
+        http.insert("request".into(), req.n.into());
+        http.insert("method".into(), req.method.into());
+        http.insert("path".into(), req.path.into());
+        if let Some(h) = req.host {
+            http.insert("host".into(), h.into());
+        }
+        if let Some(s) = status {
+            http.insert("status".into(), s.into());
+        }
+        f.insert("http".into(), Value::Object(http));
+        let params: Map<String, Value> = spec
+            .all_params()
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), Value::String(v)))
+            .collect();
+        f.insert("params".into(), Value::Object(params));
+        self.write("fault", f);
+    }
+
+    /// The HTTP layer read one more request.
+    pub(crate) fn http_request(&self) {
+        self.stats.http_requests.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Something went wrong in the relay itself (not an injected fault).
@@ -450,6 +526,26 @@ impl Events {
                 out.push_str(&format!("    {rule:<w$}  {kind:<12}  {n:>8}\n"));
             }
         }
+        let requests = s.http_requests.load(Ordering::Relaxed);
+        if requests > 0 {
+            let by_kind = s.http_faulted.lock().expect("stats lock");
+            let faulted: u64 = by_kind.values().sum();
+            let list: Vec<String> = by_kind
+                .iter()
+                .map(|((kind, status), n)| match status {
+                    0 => format!("{kind} {n}"),
+                    s => format!("{kind} {s}: {n}"),
+                })
+                .collect();
+            out.push_str(&format!(
+                "  HTTP requests: {requests} seen, {faulted} faulted{}\n",
+                if list.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", list.join(", "))
+                }
+            ));
+        }
         let pauses = s.pauses.lock().expect("stats lock");
         if !pauses.is_empty() {
             let list: Vec<String> = pauses.iter().map(|(k, n)| format!("{k} {n}")).collect();
@@ -510,6 +606,15 @@ fn conn_fields(c: &ConnInfo) -> Map<String, Value> {
         f.insert("proxy".into(), p.to_string().into());
     }
     f
+}
+
+/// One HTTP request, as the event log names it.
+pub(crate) struct RequestInfo<'a> {
+    /// Its number on the connection: 0, 1, …
+    pub n: u64,
+    pub method: &'a str,
+    pub path: &'a str,
+    pub host: Option<&'a str>,
 }
 
 /// Where a hit is recorded: the log, the connection, the rule, the fault.

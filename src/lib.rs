@@ -60,6 +60,7 @@ pub(crate) mod events;
 pub(crate) mod fault;
 #[doc(hidden)]
 pub mod fuzzing;
+pub(crate) mod http;
 pub(crate) mod intercept;
 pub(crate) mod netem;
 pub(crate) mod plan;
@@ -67,5 +68,6 @@ pub(crate) mod profile;
 pub(crate) mod relay;
 pub(crate) mod ruleset;
 pub mod settings;
+pub(crate) mod tls;
 pub(crate) mod tool;
 pub(crate) mod units;

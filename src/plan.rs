@@ -206,7 +206,30 @@ pub(crate) struct ProxySpec {
     pub listen: SocketAddr,
     /// `host:port` as written; resolved per connection.
     pub upstream: String,
+    /// The upstream speaks TLS (`--upstream-tls`, `upstream_tls = true`):
+    /// netchaos does, verifying it as the upstream's host.
+    pub upstream_tls: bool,
+    /// Clients speak TLS to the listener (`--tls`, `tls = true`).
+    pub serve_tls: bool,
     pub loc: String,
+}
+
+impl ProxySpec {
+    /// How the proxy's endpoint meets TLS.
+    pub(crate) fn endpoint_tls(&self) -> crate::relay::EndpointTls {
+        crate::relay::EndpointTls {
+            serve: self.serve_tls,
+            upstream: self.upstream_tls.then(|| upstream_host(&self.upstream)),
+        }
+    }
+}
+
+/// The host part of `host:port` (`[v6]:port` unbracketed).
+pub(crate) fn upstream_host(upstream: &str) -> String {
+    let host = upstream.rsplit_once(':').map_or(upstream, |(h, _)| h);
+    host.trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_string()
 }
 
 /// Checks an upstream `host:port` (`[v6]:port` for IPv6 literals).
@@ -243,6 +266,8 @@ pub(crate) struct Plan {
     pub descriptions: Vec<(String, String)>,
     pub rules: Vec<Arc<Rule>>,
     pub proxies: Vec<ProxySpec>,
+    /// A profile asked for HTTPS interception (`tls = "intercept"`).
+    pub tls_intercept: bool,
 }
 
 impl Plan {

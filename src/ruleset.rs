@@ -199,7 +199,8 @@ type FaultsRx = watch::Receiver<Arc<Vec<FaultEntry>>>;
 
 impl ConnFaults {
     /// The connection's faults now: each matched rule's faults, in order,
-    /// kept or dropped by their own seeded draw.
+    /// kept or dropped by their own seeded draw (HTTP faults are all kept:
+    /// they draw per request).
     pub(crate) fn chosen(&mut self, elapsed: Duration) -> Vec<Chosen> {
         let mut out = Vec::new();
         for (rule, rx) in &mut self.rules {
@@ -207,7 +208,9 @@ impl ConnFaults {
             for f in faults.iter() {
                 let (keep, seed) =
                     plan::draw(self.seed, rule.key, f.id, self.seq, f.spec.probability);
-                if keep && !f.spec.active.is_over(elapsed) {
+                // HTTP faults draw per request (the HTTP layer's), not here.
+                let per_request = f.spec.kind.layer() == crate::fault::Layer::Http;
+                if (keep || per_request) && !f.spec.active.is_over(elapsed) {
                     out.push(Chosen {
                         id: plan::mix(0, rule.key, f.id),
                         rule: rule.name.clone(),

@@ -77,7 +77,9 @@ fn resolvers(given: Option<&Path>, default: &Path) -> Result<Vec<std::net::Socke
 pub(super) fn attach(g: &Global, args: &AttachArgs) -> Result<u8> {
     let plan = profile::build_plan(&args.faults.profiles, &args.faults.faults, g.seed)?;
     let api = ApiConfig::new(args.api.api, &args.api.access)?;
-    let opts = args.relay.options()?;
+    let mut opts = args.relay.options()?;
+    // HTTPS under attach needs a CA the container already trusts.
+    opts.tls = super::tls::setup(&args.tls_args, args.tls_args.tls_ca.is_some())?;
     let (path, hint, resolv) = namespace(args.pid, args.netns.as_deref())?;
     let losses = LossTable::from_plan(&plan).map_err(|e| Error::Usage(e.to_string()))?;
     attach::check_privileges(Mode::Attach.command(), Mode::Attach).map_err(Error::runtime)?;

@@ -63,6 +63,13 @@ pub(crate) fn faults(only: Option<&str>) -> Result<u8> {
             .iter()
             .map(|(p, form, meaning)| (*p, format!("{meaning} ({form})")))
             .collect();
+        if k.layer == crate::fault::Layer::Http {
+            params.extend(
+                crate::fault::http_match::PARAMS
+                    .iter()
+                    .map(|(p, form, meaning)| (*p, format!("{meaning} ({form})"))),
+            );
+        }
         if k.streamed {
             let d = k.default_stream.as_str();
             params.push((
@@ -77,9 +84,11 @@ pub(crate) fn faults(only: Option<&str>) -> Result<u8> {
     }
     println!(
         "\nEvery fault also takes probability (0 to 1, default 1: the share of matching connections\n\
-         that get it, drawn per connection from the seed) and active (a window like \"10s..40s\").\n\
+         that get it, drawn per connection from the seed; per request for HTTP faults) and active\n\
+         (a window like \"10s..40s\").\n\
          Use one with --fault TYPE:key=value,... or as a [[rules.faults]] table of a profile.\n\
-         Connect and packet faults need interception: netchaos run, attach or run --in-place."
+         Connect and packet faults need interception: netchaos run, attach or run --in-place.\n\
+         HTTP faults act on HTTP/1.1 requests (keep-alive included); on HTTPS with run --tls."
     );
     Ok(0)
 }

@@ -11,6 +11,7 @@ mod demo;
 mod netem;
 mod proxy;
 mod run;
+mod tls;
 mod wrap;
 
 use std::sync::Arc;

@@ -29,13 +29,17 @@ pub(super) fn run(g: &Global, args: &ProxyArgs, m: &ArgMatches) -> Result<u8> {
         ));
     }
     let api = ApiConfig::new(args.api.api, &args.api.access)?;
-    serve(g, plan, api, &args.relay, "proxy")
+    let wanted = args.tls
+        || args.tls_args.tls_ca.is_some()
+        || plan.proxies.iter().any(|p| p.serve_tls || p.upstream_tls);
+    let tls = super::tls::setup(&args.tls_args, wanted)?;
+    serve(g, plan, api, &args.relay, "proxy", tls)
 }
 
 pub(super) fn server(g: &Global, args: &ServerArgs) -> Result<u8> {
     let plan = profile::build_plan(&args.faults.profiles, &args.faults.faults, g.seed)?;
     let api = ApiConfig::new(Some(args.api), &args.access)?;
-    serve(g, plan, api, &args.relay, "server")
+    serve(g, plan, api, &args.relay, "server", None)
 }
 
 fn serve(
@@ -44,6 +48,7 @@ fn serve(
     api: Option<ApiConfig>,
     relay_args: &RelayArgs,
     mode: &str,
+    tls: Option<Arc<crate::tls::Tls>>,
 ) -> Result<u8> {
     if let Some((rule, f)) = plan.namespace_only_fault() {
         let what = f.kind.layer().acts_on();
@@ -55,7 +60,8 @@ fn serve(
         )));
     }
     raise_nofile_limit();
-    let opts = relay_args.options()?;
+    let mut opts = relay_args.options()?;
+    opts.tls = tls;
     let drain = relay_args.drain;
     let rt = runtime()?;
     rt.block_on(async {
@@ -74,14 +80,20 @@ fn serve(
         for (p, l) in plan.proxies.iter().zip(listeners) {
             let addr = l.local_addr().map_err(|e| Error::Runtime(e.into()))?;
             eprintln!(
-                "netchaos: proxy {:?} listening on {addr} -> {}",
-                p.name, p.upstream
+                "netchaos: proxy {:?} listening on {}{addr} -> {}{}",
+                p.name,
+                if p.serve_tls { "https://" } else { "" },
+                if p.upstream_tls { "https://" } else { "" },
+                p.upstream
             );
-            let ep = Arc::new(Endpoint::new(
-                p.name.as_str(),
-                Target::Fixed(p.upstream.clone()),
-                Flow::Outbound,
-            ));
+            let ep = Arc::new(
+                Endpoint::new(
+                    p.name.as_str(),
+                    Target::Fixed(p.upstream.clone()),
+                    Flow::Outbound,
+                )
+                .with_tls(p.endpoint_tls()),
+            );
             relay.serve(l, ep.clone());
             control
                 .adopt_listener(&p.name, &p.listen.to_string(), addr, &p.upstream, ep)

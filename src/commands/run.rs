@@ -38,6 +38,8 @@ struct RunConfig {
     resolvers: Vec<std::net::SocketAddr>,
     argv: Vec<CString>,
     containment: privilege::Containment,
+    /// HTTPS interception (`--tls`, `tls = "intercept"`).
+    tls: bool,
 }
 
 impl RunConfig {
@@ -83,7 +85,21 @@ impl RunConfig {
             }
             (false, _) => privilege::Containment::Full,
         };
+        let tls = args.tls || plan.tls_intercept;
+        if tls
+            && !plan
+                .rules
+                .iter()
+                .flat_map(|r| &r.faults)
+                .any(|f| f.kind.layer() == crate::fault::Layer::Http)
+            && args.api.api.is_none()
+        {
+            tracing::warn!(
+                "--tls: no rule has an HTTP fault, so no connection is terminated (every one stays a byte relay)"
+            );
+        }
         Ok(RunConfig {
+            tls,
             api: ApiConfig::new(args.api.api, &args.api.access)?,
             opts: args.relay.options()?,
             drain: args.relay.drain,
@@ -106,7 +122,9 @@ pub(super) fn run(g: &Global, args: &RunArgs) -> Result<u8> {
         resolvers,
         argv,
         containment,
+        tls,
     } = RunConfig::from_args(g, args)?;
+    let mut opts = opts;
     // Host-side listeners first: a busy port stops us before anything runs.
     let expose_listeners = exposes
         .iter()
@@ -129,6 +147,13 @@ pub(super) fn run(g: &Global, args: &RunArgs) -> Result<u8> {
         udp_mark: crate::intercept::nft::random_udp_mark(),
     };
     let (sandbox, listeners, control) = sandbox::create(cfg, losses).map_err(Error::runtime)?;
+    // Made after the agent's fork: the CA's key is in netchaos's memory
+    // only, never in the namespace's processes.
+    opts.tls = super::tls::setup(&args.tls_args, tls)?;
+    let trust = opts.tls.as_ref().map(|t| crate::intercept::agent::TrustCa {
+        pem: t.authority().cert_pem().to_string(),
+        der: t.authority().cert_der().to_vec(),
+    });
     let seed = plan.seed;
     let plan = Arc::new(plan);
     let rt = runtime()?;
@@ -185,7 +210,7 @@ pub(super) fn run(g: &Global, args: &RunArgs) -> Result<u8> {
         let control = Arc::new(control);
         let pid_for_signals = wrap::forward_signals()?;
         let c = control.clone();
-        let pid = tokio::task::spawn_blocking(move || c.start_command())
+        let pid = tokio::task::spawn_blocking(move || c.start_command(trust))
             .await
             .map_err(|e| Error::runtime(e.to_string()))?
             .map_err(Error::runtime)?;

@@ -17,6 +17,7 @@
 //! whose SYN gate and nftables table carry them out.
 
 pub(crate) mod connect;
+pub(crate) mod http_match;
 pub(crate) mod stage;
 pub(crate) mod trigger;
 
@@ -97,6 +98,9 @@ pub(crate) enum Layer {
     Stream,
     /// On the flow's packets, in the kernel.
     Packet,
+    /// On each HTTP request and its response (keep-alive connections
+    /// included; HTTPS through the run's CA).
+    Http,
 }
 
 impl Layer {
@@ -105,13 +109,14 @@ impl Layer {
             Layer::Connect => "connect",
             Layer::Stream => "stream",
             Layer::Packet => "packet",
+            Layer::Http => "http",
         }
     }
 
     /// Whether the layer needs interception (the SYN gate, the namespace's
     /// packet rules): explicit proxies cannot apply it.
     pub(crate) fn needs_interception(self) -> bool {
-        self != Layer::Stream
+        matches!(self, Layer::Connect | Layer::Packet)
     }
 
     /// What the layer acts on, for messages.
@@ -120,6 +125,7 @@ impl Layer {
             Layer::Connect => "the SYN",
             Layer::Stream => "the bytes",
             Layer::Packet => "packets",
+            Layer::Http => "HTTP requests",
         }
     }
 }
@@ -275,6 +281,10 @@ registry! {
     connect_delay: ConnectDelay;
     loss: Loss;
     blackout: Blackout;
+    http_status: HttpStatus;
+    http_delay: HttpDelay;
+    sse: Sse;
+    http_truncate: HttpTruncate;
 }
 
 impl FaultKind {
@@ -306,6 +316,18 @@ pub(crate) struct Chosen {
 }
 
 impl Chosen {
+    /// The random source for the `n`th request (0, 1, …) of this fault's
+    /// connection, and whether its `probability` draw picks that request:
+    /// a pure function of (seed, rule, fault, connection, request number).
+    pub(crate) fn request_draw(&self, n: u64) -> (bool, ChaCha8Rng) {
+        use rand::Rng;
+        let mut rng = ChaCha8Rng::seed_from_u64(self.seed);
+        // Streams 0 and 1 are the directions'.
+        rng.set_stream(2 + n);
+        let u: f64 = rng.random();
+        (u < self.spec.probability, rng)
+    }
+
     /// The random source for one direction of this fault.
     pub(crate) fn rng(&self, dir: Direction) -> ChaCha8Rng {
         let mut rng = ChaCha8Rng::seed_from_u64(self.seed);
@@ -319,7 +341,7 @@ impl Chosen {
 pub(crate) struct FaultSpec {
     pub kind: FaultKind,
     /// Share of matching connections that get the fault, decided once per
-    /// connection.
+    /// connection (per request, for HTTP faults).
     pub probability: f64,
     pub stream: Stream,
     pub active: Window,

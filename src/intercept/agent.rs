@@ -78,8 +78,15 @@ pub(crate) enum AgentMsg {
 /// netchaos → agent, on the control channel.
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) enum ParentMsg {
-    /// Start the command.
-    Go,
+    /// Start the command; with `trust`, trusting that CA first.
+    Go { trust: Option<TrustCa> },
+}
+
+/// The CA the command must trust (`run --tls`): its certificate only.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) struct TrustCa {
+    pub pem: String,
+    pub der: Vec<u8>,
 }
 
 /// A request on the request channel.
@@ -148,11 +155,22 @@ pub(crate) fn main(control: Channel, requests: Channel, cfg: &AgentConfig) -> ! 
     }
     drop(fds);
     drop(sockets); // netchaos holds them now
-    match control.recv::<ParentMsg>() {
-        Ok(Some((ParentMsg::Go, _))) => {}
+    let trust = match control.recv::<ParentMsg>() {
+        Ok(Some((ParentMsg::Go { trust }, _))) => trust,
         _ => std::process::exit(0),
-    }
-    let (pid, status) = match spawn_init(cfg) {
+    };
+    let env = match trust {
+        Some(ca) => match super::trust::install(&ca.pem, &ca.der, &cfg.env) {
+            Ok(env) => env,
+            Err(e) => {
+                let message = e.to_string();
+                let _ = control.send(&AgentMsg::Failed { message }, &[]);
+                std::process::exit(1);
+            }
+        },
+        None => cfg.env.clone(),
+    };
+    let (pid, status) = match spawn_init(cfg, &env) {
         Ok(x) => x,
         Err(e) => {
             let message = e.to_string();
@@ -329,7 +347,7 @@ fn local_port(s: &Socket) -> Result<u16> {
 
 /// Starts the command's PID namespace: its first process ([`init`]) runs
 /// the command. Returns that process and the pipe its report comes on.
-fn spawn_init(cfg: &AgentConfig) -> Result<(Pid, OwnedFd)> {
+fn spawn_init(cfg: &AgentConfig, env: &[CString]) -> Result<(Pid, OwnedFd)> {
     unshare(CloneFlags::CLONE_NEWPID).map_err(InterceptError::sys(
         "cannot make a PID namespace for the command",
     ))?;
@@ -350,7 +368,7 @@ fn spawn_init(cfg: &AgentConfig) -> Result<(Pid, OwnedFd)> {
             drop((status_r, alive_w));
             init::main(InitConfig {
                 argv: &cfg.argv,
-                env: &cfg.env,
+                env,
                 rootless: cfg.rootless,
                 containment: cfg.containment,
                 status: status_w,

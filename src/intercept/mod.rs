@@ -42,6 +42,7 @@ pub(crate) mod privilege;
 pub(crate) mod sandbox;
 pub(crate) mod sock_diag;
 pub(crate) mod syn_gate;
+pub(crate) mod trust;
 
 use std::future::Future;
 use std::net::SocketAddr;

@@ -210,10 +210,10 @@ fn split_listeners(fds: Vec<OwnedFd>, v6: bool) -> Result<(Listeners, OwnedFd)> 
 }
 
 impl Control {
-    /// Starts the command; returns its pid.
-    pub(crate) fn start_command(&self) -> Result<Pid> {
+    /// Starts the command (trusting `trust`, when given); returns its pid.
+    pub(crate) fn start_command(&self, trust: Option<agent::TrustCa>) -> Result<Pid> {
         self.channel
-            .send(&ParentMsg::Go, &[])
+            .send(&ParentMsg::Go { trust }, &[])
             .map_err(InterceptError::sys("the namespace agent is gone"))?;
         match self.channel.recv::<AgentMsg>() {
             Ok(Some((AgentMsg::Started { pid }, _))) => Ok(Pid::from_raw(pid)),

@@ -231,7 +231,7 @@ async fn decide(syn: Syn, relay: &Arc<Relay>, sandbox: &Arc<Sandbox>) -> (Fate, 
         relay.events.conn_open(&info);
         relay
             .events
-            .conn_close(&info, outcome, [0, 0], Duration::ZERO);
+            .conn_close(&info, outcome, [0, 0], Duration::ZERO, None);
     };
     let plan = connect::plan(&chosen, elapsed, relay.at_capacity());
     plan.delayed_by.iter().for_each(|c| hit(c));

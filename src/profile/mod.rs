@@ -26,6 +26,8 @@ pub(crate) struct ProfileDoc {
     pub proxies: Vec<ProxySpec>,
     /// Host-level shaping for `netchaos netem apply -p`.
     pub netem: Option<crate::netem::Netem>,
+    /// `tls = "intercept"`: HTTPS is terminated for HTTP faults (`run`).
+    pub tls_intercept: bool,
 }
 
 /// Reads a profile given as a built-in name or a path.
@@ -80,6 +82,7 @@ pub(crate) fn parse(
     for (i, node) in top.tables("proxies")?.into_iter().enumerate() {
         proxies.push(parse_proxy(i, node)?);
     }
+    let tls_intercept = top.choice("tls", &["intercept", "off"])? == Some("intercept");
     let netem = match top.take("netem") {
         Some(node) => {
             let mut f = Fields::new("netem", node)?;
@@ -97,6 +100,7 @@ pub(crate) fn parse(
         rules,
         proxies,
         netem,
+        tls_intercept,
     })
 }
 
@@ -201,11 +205,15 @@ fn parse_proxy(i: usize, node: Node) -> Result<ProxySpec, ProfileError> {
     if !matches!(listen_node.value, Value::Str(_) | Value::Int(_)) {
         return Err(f.error("listen", &listen_node.loc, "expected a string"));
     }
+    let upstream_tls = f.boolean("upstream_tls")?.unwrap_or(false);
+    let serve_tls = f.boolean("tls")?.unwrap_or(false);
     f.finish()?;
     Ok(ProxySpec {
         name,
         listen,
         upstream,
+        upstream_tls,
+        serve_tls,
         loc,
     })
 }
@@ -301,6 +309,7 @@ pub(crate) fn build_plan(
         }
         plan.rules.extend(doc.rules.into_iter().map(Arc::new));
         plan.proxies.extend(doc.proxies);
+        plan.tls_intercept |= doc.tls_intercept;
     }
     if !faults.is_empty() {
         let specs = faults

@@ -11,8 +11,12 @@
 //! Errors stay in this task: they are recorded and never reach the accept
 //! loop.
 
+mod http;
+
+pub(crate) use http::EndpointTls;
+
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tokio::io::Interest;
@@ -23,6 +27,7 @@ use tracing::Instrument;
 
 use super::dial::{self, Dest, DialError};
 use super::interception::Interception;
+use super::peer::Sink;
 use super::pipeline::{self, Feed, Wanted};
 use super::{DirEnd, Endpoint, Relay, Target, sockopt, splice};
 use crate::events::{ConnInfo, FaultHit, Meter, Outcome};
@@ -82,7 +87,7 @@ pub(crate) async fn serve(
             sockopt::set_linger_zero(&client);
             relay
                 .events
-                .conn_close(&info, Outcome::Disabled, [0, 0], opened.elapsed());
+                .conn_close(&info, Outcome::Disabled, [0, 0], opened.elapsed(), None);
             return;
         }
         let (chosen_tx, chosen) = watch::channel(Arc::new(faults.chosen(relay.epoch.elapsed())));
@@ -96,6 +101,8 @@ pub(crate) async fn serve(
             chosen,
             opened,
             partition,
+            tls: &ep.tls,
+            path: OnceLock::new(),
         };
         let ended = faults.end_signals();
         // Follows the connection's rules: each change republishes its faults.
@@ -118,9 +125,13 @@ pub(crate) async fn serve(
             }
             _ = relay.abort.cancelled() => (Outcome::Aborted, [0, 0]),
         };
-        relay
-            .events
-            .conn_close(&info, outcome, bytes, opened.elapsed());
+        relay.events.conn_close(
+            &info,
+            outcome,
+            bytes,
+            opened.elapsed(),
+            conn.path.get().copied(),
+        );
     }
     .instrument(span)
     .await
@@ -140,6 +151,11 @@ struct Conn<'a> {
     chosen: watch::Receiver<Arc<Vec<Chosen>>>,
     opened: Instant,
     partition: Option<Arc<dyn Partition>>,
+    /// Where TLS is served or spoken for this endpoint.
+    tls: &'a EndpointTls,
+    /// The path the bytes took (`splice`, `pipeline`, `http`, `https`),
+    /// once known: for the event log and the counters.
+    path: OnceLock<&'static str>,
 }
 
 /// A direction's view of the connection's faults.
@@ -204,6 +220,14 @@ impl Conn<'_> {
             },
         };
         sockopt::tune(&upstream, self.relay.opts.peer_timeout);
+        if http::wanted(&first, self.tls) {
+            let dst = dest.addrs.first().copied();
+            if let Some(done) = Box::pin(self.http(client, &upstream, self.tls, dst)).await {
+                return done;
+            }
+        }
+        let stages = first.iter().any(|c| c.spec.kind.has_stage());
+        let _ = self.path.set(if stages { "pipeline" } else { "splice" });
         let up = self.direction(client, &upstream, Direction::Upstream);
         let down = self.direction(&upstream, client, Direction::Downstream);
         let (outcome, bytes) = run_pair(up, down, client, Some(&upstream)).await;
@@ -284,7 +308,7 @@ impl Conn<'_> {
         // connection should not carry room for it.
         let (end, n) = Box::pin(pipeline::run(
             pipeline::Source::Socket(src),
-            dst,
+            Sink::Tcp(dst),
             dir,
             &mut feed,
             &meter,
@@ -316,7 +340,7 @@ impl Conn<'_> {
         let mut feed = self.feed(Direction::Downstream);
         let down = pipeline::run(
             pipeline::Source::Script(r.script()),
-            client,
+            Sink::Tcp(client),
             Direction::Downstream,
             &mut feed,
             &meter,

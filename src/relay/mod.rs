@@ -14,6 +14,7 @@
 pub(crate) mod conn;
 pub(crate) mod dial;
 pub(crate) mod interception;
+pub(crate) mod peer;
 pub(crate) mod pipeline;
 pub(crate) mod sockopt;
 pub(crate) mod splice;
@@ -35,6 +36,7 @@ use crate::events::Events;
 use crate::plan::Flow;
 use crate::ruleset::RuleSet;
 
+pub(crate) use conn::EndpointTls;
 pub(crate) use dial::is_loopback;
 pub(crate) use interception::{Handoff, Interception, Route};
 pub(crate) use pipeline::RESET_DRAIN;
@@ -61,6 +63,8 @@ pub(crate) struct Endpoint {
     pub cancel: CancellationToken,
     /// Fires once the listener is closed.
     pub closed: CancellationToken,
+    /// TLS served to its clients or spoken to its upstream.
+    pub tls: EndpointTls,
 }
 
 impl Endpoint {
@@ -71,7 +75,14 @@ impl Endpoint {
             flow,
             cancel: CancellationToken::new(),
             closed: CancellationToken::new(),
+            tls: EndpointTls::default(),
         }
+    }
+
+    /// The same endpoint, with TLS on its client or upstream side.
+    pub(crate) fn with_tls(mut self, tls: EndpointTls) -> Endpoint {
+        self.tls = tls;
+        self
     }
 
     /// Closes the listener (and ends its connections); completes once the
@@ -108,6 +119,9 @@ pub(crate) struct RelayOptions {
     /// How long a peer may leave data unacknowledged, or keepalive probes
     /// unanswered, before the relay gives up on it (a vanished host).
     pub peer_timeout: Duration,
+    /// Terminating and re-originating TLS for the HTTP layer (`--tls`, or
+    /// a listener's TLS), when set up.
+    pub tls: Option<Arc<crate::tls::Tls>>,
 }
 
 impl Default for RelayOptions {
@@ -116,6 +130,7 @@ impl Default for RelayOptions {
             dial_timeout: Duration::from_secs(30),
             max_connections: default_max_connections(),
             peer_timeout: DEFAULT_PEER_TIMEOUT,
+            tls: None,
         }
     }
 }
@@ -131,6 +146,7 @@ impl RelayOptions {
             dial_timeout,
             max_connections: max_connections.map_or_else(default_max_connections, |n| n as usize),
             peer_timeout: peer_timeout_from_env()?,
+            tls: None,
         })
     }
 }

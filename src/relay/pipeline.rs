@@ -21,6 +21,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::peer::Sink;
 use super::{DirEnd, sockopt};
 use crate::events::Meter;
 use crate::fault::{Direction, FaultSpec, Item, ItemKind, Output, StageCtx, StageFuture, StageIo};
@@ -38,7 +39,13 @@ pub(crate) enum Source<'a> {
     Socket(&'a TcpStream),
     /// A canned reply (`respond`): these items, then silence.
     Script(Vec<ItemKind>),
+    /// A task that reads elsewhere and sends into the pipeline (the HTTP
+    /// layer): it is given the pipeline's input and polled as its reader.
+    Driven(Box<dyn FnOnce(Output) -> Driver<'a> + Send + 'a>),
 }
+
+/// The future of a [`Source::Driven`] reader.
+pub(crate) type Driver<'a> = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + 'a>>;
 
 /// A stage the direction should run.
 pub(crate) struct Wanted {
@@ -71,7 +78,7 @@ struct Link {
 /// Runs the direction until the writer delivers FIN, RST or a close.
 pub(crate) async fn run(
     src: Source<'_>,
-    dst: &TcpStream,
+    dst: Sink<'_>,
     dir: Direction,
     feed: &mut impl Feed,
     meter: &Meter<'_>,
@@ -215,6 +222,7 @@ async fn relink(
 async fn read_source(src: Source<'_>, out: Output) {
     match src {
         Source::Socket(s) => read_socket(s, out).await,
+        Source::Driven(task) => task(out).await,
         Source::Script(items) => {
             for kind in items {
                 if out
@@ -287,7 +295,7 @@ async fn read_socket(src: &TcpStream, out: Output) {
 pub(crate) const RESET_DRAIN: Duration = Duration::from_secs(1);
 
 async fn write_items(
-    dst: &TcpStream,
+    mut dst: Sink<'_>,
     mut rx: mpsc::Receiver<Item>,
     dir: Direction,
     meter: &Meter<'_>,
@@ -296,22 +304,22 @@ async fn write_items(
     while let Some(item) = rx.recv().await {
         match item.kind {
             ItemKind::Data(bytes) => {
-                if write_all(dst, &bytes).await.is_err() {
+                if dst.write_all(&bytes).await.is_err() {
                     return (DirEnd::Reset, total);
                 }
                 total += bytes.len() as u64;
                 meter.add(dir, bytes.len() as u64);
             }
             ItemKind::Fin => {
-                sockopt::shutdown_write(dst);
+                dst.finish().await;
                 return (DirEnd::Fin, total);
             }
             ItemKind::Close => {
-                sockopt::shutdown_write(dst);
+                dst.finish().await;
                 return (DirEnd::Close, total);
             }
             ItemKind::Reset => {
-                sockopt::drain(dst, RESET_DRAIN).await;
+                sockopt::drain(dst.socket(), RESET_DRAIN).await;
                 return (DirEnd::Reset, total);
             }
         }

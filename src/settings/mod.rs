@@ -290,11 +290,38 @@ impl Fields {
         self.entries.iter().any(|(k, _, _)| k == key)
     }
 
+    /// Whether `key` holds a table (without reading it).
+    pub fn is_table(&self, key: &str) -> bool {
+        self.entries
+            .iter()
+            .any(|(k, _, n)| k == key && matches!(n.value, Value::Table(_)))
+    }
+
     /// Removes and returns the raw node for `key`.
     pub fn take(&mut self, key: &'static str) -> Option<Node> {
         self.known.push(key);
         let i = self.entries.iter().position(|(k, _, _)| k == key)?;
         Some(self.entries.remove(i).2)
+    }
+
+    /// Removes and returns every `PREFIX.REST` key as `(REST, node)` (a
+    /// `--fault` flag or an API body spelling a nested table with dotted
+    /// keys, like `body.model`).
+    pub fn take_prefixed(&mut self, prefix: &'static str) -> Vec<(String, Node)> {
+        self.known.push(prefix);
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < self.entries.len() {
+            match self.entries[i].0.strip_prefix(prefix) {
+                Some(rest) if rest.starts_with('.') && rest.len() > 1 => {
+                    let rest = rest[1..].to_string();
+                    let (_, _, node) = self.entries.remove(i);
+                    out.push((rest, node));
+                }
+                _ => i += 1,
+            }
+        }
+        out
     }
 
     /// An error about `key` at `node`'s place.

@@ -1,0 +1,349 @@
+//! What every HTTP fault shares: which requests it applies to (method,
+//! path, host, headers, fields of a JSON body), and sequence controls for
+//! retry tests (`first = N`: only the first N matching requests of the run;
+//! `every = N`: every Nth). The per-request `probability` draw is the
+//! HTTP layer's, from (seed, connection, request number).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use wildmatch::WildMatch;
+
+use crate::settings::{Fields, Node, ProfileError, Value, node_text};
+
+/// A request, as far as matching looks at it.
+pub(crate) struct RequestView<'a> {
+    pub(crate) method: &'a str,
+    /// The request target as sent (`/v1/messages?beta=true`).
+    pub(crate) path: &'a str,
+    /// The Host header, else the TLS server name.
+    pub(crate) host: Option<&'a str>,
+    pub(crate) headers: &'a [(String, String)],
+    /// The body, when a rule asked to see it (JSON fields).
+    pub(crate) body: Option<&'a serde_json::Value>,
+}
+
+/// Which requests an HTTP fault applies to.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct RequestMatch {
+    methods: Vec<String>,
+    path: Option<Pattern>,
+    host: Option<Pattern>,
+    headers: Vec<(String, Pattern)>,
+    /// (dotted path into the JSON body, pattern of its value).
+    body: Vec<(String, Pattern)>,
+    first: Option<u64>,
+    every: Option<u64>,
+    /// Matching requests seen so far (for `first` and `every`), shared by
+    /// every connection of the run.
+    seen: Arc<AtomicU64>,
+}
+
+/// A glob (`*`, `?`) as written, for display.
+#[derive(Debug, Clone)]
+struct Pattern {
+    text: String,
+    glob: WildMatch,
+}
+
+impl Pattern {
+    fn new(text: &str) -> Pattern {
+        Pattern {
+            text: text.to_string(),
+            glob: WildMatch::new(text),
+        }
+    }
+
+    fn matches(&self, s: &str) -> bool {
+        self.glob.matches(s)
+    }
+}
+
+impl RequestMatch {
+    /// Reads `method`, `path`, `host`, `header`, `body`, `first` and `every`.
+    pub(crate) fn parse(f: &mut Fields) -> Result<RequestMatch, ProfileError> {
+        let mut m = RequestMatch {
+            methods: f
+                .strings("method")?
+                .unwrap_or_default()
+                .iter()
+                .map(|n| node_text(n).to_ascii_uppercase())
+                .collect(),
+            path: f.string("path")?.map(|p| Pattern::new(&p)),
+            host: f
+                .string("host")?
+                .map(|h| Pattern::new(&h.to_ascii_lowercase())),
+            ..RequestMatch::default()
+        };
+        if let Some(node) = f.take("header") {
+            match node.value {
+                Value::Table(entries) => {
+                    for (k, loc, v) in entries {
+                        let text = scalar(&v)
+                            .ok_or_else(|| f.error("header", &loc, "expected a string pattern"))?;
+                        m.headers
+                            .push((k.to_ascii_lowercase(), Pattern::new(&text)));
+                    }
+                }
+                _ => {
+                    let items = match node.value {
+                        Value::Array(items) => items,
+                        _ => vec![node],
+                    };
+                    for item in items {
+                        let text = node_text(&item);
+                        let (name, value) = text.split_once(':').ok_or_else(|| {
+                            f.error(
+                                "header",
+                                &item.loc,
+                                format!("expected \"Name: pattern\", got {text:?}"),
+                            )
+                        })?;
+                        m.headers
+                            .push((name.trim().to_ascii_lowercase(), Pattern::new(value.trim())));
+                    }
+                }
+            }
+        }
+        for (name, node) in f.take_prefixed("header") {
+            let text = scalar(&node)
+                .ok_or_else(|| f.error("header", &node.loc, "expected a string pattern"))?;
+            m.headers
+                .push((name.to_ascii_lowercase(), Pattern::new(&text)));
+        }
+        if let Some(node) = f.take("body") {
+            let loc = node.loc.clone();
+            flatten("", node, &mut m.body).map_err(|()| {
+                f.error(
+                    "body",
+                    &loc,
+                    "expected a table of JSON fields to match, like { model = \"claude-*\" }",
+                )
+            })?;
+        }
+        for (path, node) in f.take_prefixed("body") {
+            let text = scalar(&node)
+                .ok_or_else(|| f.error("body", &node.loc, "expected a string pattern"))?;
+            m.body.push((path, Pattern::new(&text)));
+        }
+        m.first = f.integer_in("first", 1, u64::MAX)?;
+        m.every = f.integer_in("every", 1, u64::MAX)?;
+        Ok(m)
+    }
+
+    /// Whether a rule needs to see request bodies (and so buffers them).
+    pub(crate) fn needs_body(&self) -> bool {
+        !self.body.is_empty()
+    }
+
+    /// Whether the request is one of this fault's, counting it for `first`
+    /// and `every` if it matches.
+    pub(crate) fn admits(&self, r: &RequestView<'_>) -> bool {
+        if !self.matches(r) {
+            return false;
+        }
+        let n = self.seen.fetch_add(1, Ordering::Relaxed) + 1;
+        self.first.is_none_or(|first| n <= first) && self.every.is_none_or(|every| n % every == 0)
+    }
+
+    fn matches(&self, r: &RequestView<'_>) -> bool {
+        let header_matches = |name: &str, p: &Pattern| {
+            r.headers
+                .iter()
+                .any(|(k, v)| k.eq_ignore_ascii_case(name) && p.matches(v))
+        };
+        (self.methods.is_empty()
+            || self
+                .methods
+                .iter()
+                .any(|m| m.eq_ignore_ascii_case(r.method)))
+            && self.path.as_ref().is_none_or(|p| {
+                p.matches(r.path) || p.matches(r.path.split('?').next().unwrap_or(""))
+            })
+            && self.host.as_ref().is_none_or(|p| {
+                r.host.is_some_and(|h| {
+                    let h = h.to_ascii_lowercase();
+                    // With or without the port.
+                    p.matches(&h) || p.matches(h.rsplit_once(':').map_or(h.as_str(), |(n, _)| n))
+                })
+            })
+            && self.headers.iter().all(|(name, p)| header_matches(name, p))
+            && self.body.iter().all(|(path, p)| {
+                r.body
+                    .and_then(|b| lookup(b, path))
+                    .is_some_and(|v| match v {
+                        serde_json::Value::String(s) => p.matches(s),
+                        other => p.matches(&other.to_string()),
+                    })
+            })
+    }
+
+    /// The criteria, as `key = value` text (for `check`, the event log).
+    pub(crate) fn params(&self) -> Vec<(&'static str, String)> {
+        let mut p = Vec::new();
+        if !self.methods.is_empty() {
+            p.push(("method", self.methods.join("|")));
+        }
+        if let Some(x) = &self.path {
+            p.push(("path", x.text.clone()));
+        }
+        if let Some(x) = &self.host {
+            p.push(("host", x.text.clone()));
+        }
+        for (k, v) in &self.headers {
+            p.push(("header", format!("{k}: {}", v.text)));
+        }
+        for (k, v) in &self.body {
+            p.push(("body", format!("{k} = {}", v.text)));
+        }
+        if let Some(n) = self.first {
+            p.push(("first", n.to_string()));
+        }
+        if let Some(n) = self.every {
+            p.push(("every", n.to_string()));
+        }
+        p
+    }
+}
+
+/// The parameters every HTTP fault takes, for `netchaos faults`.
+pub(crate) const PARAMS: &[(&str, &str, &str)] = &[
+    (
+        "method",
+        "a method or a list, default any",
+        "only requests with this method",
+    ),
+    (
+        "path",
+        "a glob like \"/v1/*\", default any",
+        "only requests for this path",
+    ),
+    (
+        "host",
+        "a glob, default any",
+        "only requests for this host (Host header, or TLS server name)",
+    ),
+    (
+        "header",
+        "\"Name: glob\" strings, or a table",
+        "only requests with these headers",
+    ),
+    (
+        "body",
+        "a table of JSON fields, like { model = \"claude-opus-*\" } (body.model in flags)",
+        "only requests whose JSON body has these values",
+    ),
+    (
+        "first",
+        "a number",
+        "only the first N matching requests of the run",
+    ),
+    ("every", "a number", "only every Nth matching request"),
+];
+
+fn scalar(n: &Node) -> Option<String> {
+    match &n.value {
+        Value::Str(_) | Value::Int(_) | Value::Float(_) | Value::Bool(_) => Some(node_text(n)),
+        _ => None,
+    }
+}
+
+/// `{ a = { b = "x" } }` -> `a.b = "x"`.
+fn flatten(prefix: &str, node: Node, out: &mut Vec<(String, Pattern)>) -> Result<(), ()> {
+    match node.value {
+        Value::Table(entries) => {
+            for (k, _, v) in entries {
+                let path = if prefix.is_empty() {
+                    k
+                } else {
+                    format!("{prefix}.{k}")
+                };
+                flatten(&path, v, out)?;
+            }
+            Ok(())
+        }
+        _ if prefix.is_empty() => Err(()),
+        _ => {
+            let text = scalar(&node).ok_or(())?;
+            out.push((prefix.to_string(), Pattern::new(&text)));
+            Ok(())
+        }
+    }
+}
+
+/// A dotted path into JSON: object keys, and array indexes as numbers.
+fn lookup<'a>(v: &'a serde_json::Value, path: &str) -> Option<&'a serde_json::Value> {
+    path.split('.').try_fold(v, |v, part| match v {
+        serde_json::Value::Object(m) => m.get(part),
+        serde_json::Value::Array(a) => part.parse::<usize>().ok().and_then(|i| a.get(i)),
+        _ => None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn m(pairs: &[(&str, &str)]) -> RequestMatch {
+        let pairs = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let mut f = Fields::from_pairs("t", "test", pairs);
+        let m = RequestMatch::parse(&mut f).unwrap();
+        f.finish().unwrap();
+        m
+    }
+
+    fn view<'a>(
+        method: &'a str,
+        path: &'a str,
+        headers: &'a [(String, String)],
+        body: Option<&'a serde_json::Value>,
+    ) -> RequestView<'a> {
+        RequestView {
+            method,
+            path,
+            host: Some("api.example.com:443"),
+            headers,
+            body,
+        }
+    }
+
+    #[test]
+    fn criteria_all_hold() {
+        let body = serde_json::json!({"model": "claude-opus-4", "messages": [{"role": "user"}]});
+        let h = vec![("X-Api-Key".to_string(), "sk-123".to_string())];
+        let r = m(&[
+            ("method", "post"),
+            ("path", "/v1/*"),
+            ("host", "api.example.com"),
+            ("header.x-api-key", "sk-*"),
+            ("body.model", "claude-opus-*"),
+            ("body.messages.0.role", "user"),
+        ]);
+        assert!(r.needs_body());
+        assert!(r.matches(&view("POST", "/v1/messages?beta=1", &h, Some(&body))));
+        assert!(!r.matches(&view("GET", "/v1/messages", &h, Some(&body))));
+        assert!(!r.matches(&view("POST", "/v2/x", &h, Some(&body))));
+        assert!(!r.matches(&view("POST", "/v1/messages", &[], Some(&body))));
+        let other = serde_json::json!({"model": "claude-haiku"});
+        assert!(!r.matches(&view("POST", "/v1/messages", &h, Some(&other))));
+        assert!(!r.matches(&view("POST", "/v1/messages", &h, None)));
+    }
+
+    #[test]
+    fn first_and_every_count_matching_requests_of_the_run() {
+        let r = m(&[("first", "2")]);
+        let got: Vec<bool> = (0..5)
+            .map(|_| r.admits(&view("GET", "/", &[], None)))
+            .collect();
+        assert_eq!(got, [true, true, false, false, false]);
+        let r = m(&[("every", "3"), ("path", "/x")]);
+        let got: Vec<bool> = (0..7)
+            .map(|i| r.admits(&view("GET", if i == 0 { "/y" } else { "/x" }, &[], None)))
+            .collect();
+        // The /y request neither matches nor counts.
+        assert_eq!(got, [false, false, false, true, false, false, true]);
+    }
+}

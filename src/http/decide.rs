@@ -1,0 +1,168 @@
+//! Which of a connection's HTTP faults act on one request, and how: each
+//! fault's `active` window, its request match (`first` and `every`
+//! counted there), then its own `probability` draw for this request
+//! number. Pure: the caller brings the request and the time.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::fault::http_delay::Phase;
+use crate::fault::http_match::RequestView;
+use crate::fault::http_status::HttpStatus;
+use crate::fault::http_truncate::HttpTruncate;
+use crate::fault::sse::Sse;
+use crate::fault::{Chosen, FaultKind};
+
+/// What the HTTP layer does with one request.
+#[derive(Default)]
+pub(crate) struct Decision {
+    /// Answered in the upstream's place (the first `http_status` that
+    /// applies).
+    pub(crate) answer: Option<(Chosen, HttpStatus)>,
+    /// Held before it is forwarded (or answered).
+    pub(crate) request_delay: Duration,
+    /// Its response's head held.
+    pub(crate) headers_delay: Duration,
+    pub(crate) sse: Option<(Chosen, Sse)>,
+    pub(crate) truncate: Option<(Chosen, HttpTruncate)>,
+    /// The `http_delay` faults that apply (recorded with the response).
+    pub(crate) delays: Vec<Chosen>,
+}
+
+/// Whether any of the faults would look at request bodies.
+pub(crate) fn needs_body(faults: &[Chosen]) -> bool {
+    faults
+        .iter()
+        .any(|c| matcher_of(&c.spec.kind).is_some_and(|m| m.needs_body()))
+}
+
+fn matcher_of(kind: &FaultKind) -> Option<&crate::fault::http_match::RequestMatch> {
+    match kind {
+        FaultKind::HttpStatus(k) => Some(k.matcher()),
+        FaultKind::HttpDelay(k) => Some(k.matcher()),
+        FaultKind::Sse(k) => Some(k.matcher()),
+        FaultKind::HttpTruncate(k) => Some(k.matcher()),
+        _ => None,
+    }
+}
+
+/// Decides request `n` of a connection, `elapsed` after netchaos started.
+pub(crate) fn decide(
+    faults: &Arc<Vec<Chosen>>,
+    n: u64,
+    view: &RequestView<'_>,
+    elapsed: Duration,
+) -> Decision {
+    let mut d = Decision::default();
+    for c in faults.iter() {
+        let Some(m) = matcher_of(&c.spec.kind) else {
+            continue;
+        };
+        if !c.spec.active.contains(elapsed) || !m.admits(view) {
+            continue;
+        }
+        let (picked, mut rng) = c.request_draw(n);
+        if !picked {
+            continue;
+        }
+        match &c.spec.kind {
+            FaultKind::HttpStatus(s) if d.answer.is_none() => {
+                d.answer = Some((c.clone(), s.clone()))
+            }
+            FaultKind::HttpDelay(h) => {
+                let t = h.sample(&mut rng);
+                match h.phase() {
+                    Phase::Request => d.request_delay += t,
+                    Phase::Headers => d.headers_delay += t,
+                }
+                d.delays.push(c.clone());
+            }
+            FaultKind::Sse(s) if d.sse.is_none() => d.sse = Some((c.clone(), s.clone())),
+            FaultKind::HttpTruncate(t) if d.truncate.is_none() => {
+                d.truncate = Some((c.clone(), t.clone()));
+            }
+            _ => {}
+        }
+    }
+    d
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fault::testing::spec;
+
+    fn chosen(kind: &str, pairs: &[(&str, &str)], seed: u64) -> Chosen {
+        Chosen {
+            id: 1,
+            rule: "r".into(),
+            spec: Arc::new(spec(kind, pairs).unwrap()),
+            seed,
+        }
+    }
+
+    fn get(path: &str) -> RequestView<'_> {
+        RequestView {
+            method: "GET",
+            path,
+            host: None,
+            headers: &[],
+            body: None,
+        }
+    }
+
+    #[test]
+    fn probability_is_per_request_and_replays() {
+        let faults = Arc::new(vec![chosen(
+            "http_status",
+            &[("status", "429"), ("probability", "0.3")],
+            77,
+        )]);
+        let run = || {
+            (0..1000)
+                .map(|n| {
+                    decide(&faults, n, &get("/"), Duration::ZERO)
+                        .answer
+                        .is_some()
+                })
+                .collect::<Vec<bool>>()
+        };
+        let a = run();
+        let hits = a.iter().filter(|x| **x).count();
+        assert!((240..360).contains(&hits), "{hits} of 1000 at 0.3");
+        assert_eq!(a, run(), "the same requests, the same draws");
+        let other = Arc::new(vec![chosen(
+            "http_status",
+            &[("status", "429"), ("probability", "0.3")],
+            78,
+        )]);
+        let b: Vec<bool> = (0..1000)
+            .map(|n| {
+                decide(&other, n, &get("/"), Duration::ZERO)
+                    .answer
+                    .is_some()
+            })
+            .collect();
+        assert_ne!(a, b, "another connection or seed, other draws");
+    }
+
+    #[test]
+    fn faults_combine_and_windows_apply() {
+        let faults = Arc::new(vec![
+            chosen("http_delay", &[("delay", "2s"), ("phase", "request")], 1),
+            chosen("http_delay", &[("delay", "1s")], 2),
+            chosen("http_status", &[("status", "503"), ("path", "/x")], 3),
+            chosen(
+                "http_truncate",
+                &[("after_bytes", "10"), ("active", "5s..")],
+                4,
+            ),
+        ]);
+        let d = decide(&faults, 0, &get("/x"), Duration::ZERO);
+        assert_eq!(d.request_delay, Duration::from_secs(2));
+        assert_eq!(d.headers_delay, Duration::from_secs(1));
+        assert!(d.answer.is_some() && d.truncate.is_none());
+        let d = decide(&faults, 1, &get("/y"), Duration::from_secs(6));
+        assert!(d.answer.is_none() && d.truncate.is_some());
+    }
+}

@@ -1,0 +1,149 @@
+//! Server-sent events on the wire: a `text/event-stream` payload split
+//! into whole events (each ends at a blank line; CRLF, LF and CR line ends
+//! alike, split anywhere across reads), and the two ways `sse` spoils one —
+//! its `data:` made invalid JSON at the same length, or half of it.
+
+/// One event block as it arrived, blank line included.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Block {
+    pub(crate) bytes: Vec<u8>,
+    /// Whether it carries a field (`data:`, `event:` …): comment-only and
+    /// empty blocks dispatch nothing to the client and are not counted.
+    pub(crate) counts: bool,
+}
+
+/// Splits a payload arriving in pieces into event blocks.
+#[derive(Debug, Default)]
+pub(crate) struct Splitter {
+    cur: Vec<u8>,
+    /// Bytes of the current line so far, its end excluded.
+    line: usize,
+    /// The last byte was a CR: an LF next belongs to the same line end.
+    after_cr: bool,
+    has_field: bool,
+}
+
+impl Splitter {
+    /// The blocks that `data` completes.
+    pub(crate) fn push(&mut self, data: &[u8]) -> Vec<Block> {
+        let mut out = Vec::new();
+        for &b in data {
+            self.cur.push(b);
+            if std::mem::replace(&mut self.after_cr, false) && b == b'\n' {
+                continue;
+            }
+            match b {
+                b'\r' | b'\n' => {
+                    self.after_cr = b == b'\r';
+                    if self.line == 0 {
+                        out.push(Block {
+                            bytes: std::mem::take(&mut self.cur),
+                            counts: std::mem::replace(&mut self.has_field, false),
+                        });
+                    }
+                    self.line = 0;
+                }
+                _ => {
+                    if self.line == 0 && b != b':' {
+                        self.has_field = true;
+                    }
+                    self.line += 1;
+                }
+            }
+        }
+        out
+    }
+
+    /// What arrived of an event not yet complete.
+    pub(crate) fn rest(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.cur)
+    }
+}
+
+/// The block with its first `data:` value made invalid JSON, at the same
+/// length (so that any framing stays right): the value cut to its first
+/// half and padded with spaces.
+pub(crate) fn spoil(block: &[u8]) -> Vec<u8> {
+    let mut out = block.to_vec();
+    let mut start = 0;
+    while start < out.len() {
+        let end = out[start..]
+            .iter()
+            .position(|b| *b == b'\n' || *b == b'\r')
+            .map_or(out.len(), |p| start + p);
+        if out[start..end].starts_with(b"data:") {
+            let mut v = start + 5;
+            if out.get(v) == Some(&b' ') {
+                v += 1;
+            }
+            let value = &mut out[v..end];
+            let keep = value.len() / 2;
+            for b in &mut value[keep..] {
+                *b = b' ';
+            }
+            // A half that is still JSON (a number's digits) starts wrong.
+            if serde_json::from_slice::<serde_json::Value>(value).is_ok() {
+                value[0] = b'{';
+            }
+            return out;
+        }
+        start = end + 1;
+    }
+    out
+}
+
+/// The first half of a block: an event cut off in the middle.
+pub(crate) fn half(block: &[u8]) -> &[u8] {
+    &block[..(block.len() / 2).max(1).min(block.len())]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blocks_split_anywhere_with_any_line_ends() {
+        let wire = b": ping\n\nevent: a\ndata: {\"x\":1}\n\ndata: 2\r\n\r\ndata: 3\r\rdata: par";
+        for step in 1..wire.len() {
+            let mut s = Splitter::default();
+            let mut got = Vec::new();
+            for piece in wire.chunks(step) {
+                got.extend(s.push(piece));
+            }
+            let counted: Vec<&[u8]> = got
+                .iter()
+                .filter(|b| b.counts)
+                .map(|b| b.bytes.as_slice())
+                .collect();
+            assert_eq!(counted.len(), 3, "step {step}: {got:?}");
+            assert_eq!(counted[0], b"event: a\ndata: {\"x\":1}\n\n");
+            let all: Vec<u8> = got
+                .iter()
+                .flat_map(|b| b.bytes.clone())
+                .chain(s.rest())
+                .collect();
+            assert_eq!(all, wire, "no byte lost or moved");
+        }
+    }
+
+    #[test]
+    fn spoiled_data_is_not_json_and_keeps_its_length() {
+        for block in [
+            &b"event: delta\ndata: {\"type\":\"content_block_delta\",\"text\":\"hi\"}\n\n"[..],
+            b"data: 12345\n\n",
+            b"data: [DONE]\n\n",
+            b"data:{}\n\n",
+        ] {
+            let bad = spoil(block);
+            assert_eq!(bad.len(), block.len());
+            let text = String::from_utf8(bad).unwrap();
+            let data = text.lines().find_map(|l| l.strip_prefix("data:")).unwrap();
+            assert!(
+                serde_json::from_str::<serde_json::Value>(data).is_err(),
+                "{data:?}"
+            );
+        }
+        assert_eq!(half(b"data: abcd\n\n"), b"data: ");
+        assert!(!half(b"data: x\n\n").ends_with(b"\n\n"));
+    }
+}

@@ -1,0 +1,815 @@
+//! One HTTP/1.1 connection, request by request: the request side reads
+//! what the client sends, decides each request's faults and forwards it
+//! (or not); the response side follows the upstream's responses in the
+//! same order and applies the faults that act on them. The two sides are
+//! joined by a queue of what each request needs ([`Pending`]) — so an
+//! answer given in the upstream's place goes out in its turn, after the
+//! responses to the requests before it (pipelining).
+//!
+//! Both sides send into the connection's pipelines, so stream faults
+//! (latency, bandwidth …) still apply after the HTTP layer. Bytes netchaos
+//! does not change go through as they came: an unfaulted request and its
+//! response are relayed byte for byte. What it cannot follow (an upgrade,
+//! CONNECT, a framing error) turns the rest of the connection into a plain
+//! byte relay, after what is queued.
+
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+
+use super::decide::{self, Decision};
+use super::events::{self as sse_events, Splitter};
+use super::wire::{self, Body, Framing, MAX_HEAD, WireError};
+use crate::events::{ConnInfo, Events, RequestInfo};
+use crate::fault::http_match::RequestView;
+use crate::fault::http_status::After;
+use crate::fault::sse::Breakage;
+use crate::fault::{Chosen, Gone, Item, ItemKind, Output};
+
+/// Requests read ahead of their responses, at most (pipelining).
+const QUEUE: usize = 32;
+/// The largest body read whole to match its JSON fields.
+const MAX_BODY: usize = 1024 * 1024;
+/// Bytes asked for per read.
+const READ: usize = 16 * 1024;
+
+/// What one connection's HTTP layer works with.
+pub(crate) struct Exchange {
+    /// The connection's faults (the HTTP ones act here), as they change.
+    pub(crate) faults: watch::Receiver<Arc<Vec<Chosen>>>,
+    /// When netchaos started: `active` windows count from here.
+    pub(crate) epoch: Instant,
+    pub(crate) events: Arc<Events>,
+    pub(crate) conn: Arc<ConnInfo>,
+    /// The TLS server name the client asked for, if it came through TLS.
+    pub(crate) sni: Option<String>,
+    /// A Host header to put in every request (a proxy to an HTTPS
+    /// upstream, whose clients name the proxy).
+    pub(crate) rewrite_host: Option<String>,
+}
+
+/// A request, as events name it.
+#[derive(Debug, Clone)]
+struct Meta {
+    n: u64,
+    method: String,
+    target: String,
+    host: Option<String>,
+}
+
+/// What the response side must do next, in request order.
+enum Pending {
+    /// The request went upstream: follow its response, with these faults.
+    Forwarded(Box<(Meta, Decision)>),
+    /// The request was answered here.
+    Answered(Box<Answer>),
+    /// What follows is not HTTP netchaos follows: relay it as bytes.
+    Raw,
+}
+
+struct Answer {
+    meta: Meta,
+    chosen: Chosen,
+    status: u16,
+    reply: Bytes,
+    then: After,
+    /// The headers' delay, and the `http_delay` faults behind it.
+    delay: Duration,
+    delays: Vec<Chosen>,
+}
+
+/// Builds the two sides; each is run as the reader of its pipeline.
+pub(crate) fn sides(x: Exchange) -> (RequestSide, ResponseSide) {
+    let (tx, rx) = mpsc::channel(QUEUE);
+    let x = Arc::new(x);
+    (RequestSide { x: x.clone(), tx }, ResponseSide { x, rx })
+}
+
+pub(crate) struct RequestSide {
+    x: Arc<Exchange>,
+    tx: mpsc::Sender<Pending>,
+}
+
+pub(crate) struct ResponseSide {
+    x: Arc<Exchange>,
+    rx: mpsc::Receiver<Pending>,
+}
+
+impl Exchange {
+    fn record(&self, c: &Chosen, m: &Meta, status: Option<u16>) {
+        let req = RequestInfo {
+            n: m.n,
+            method: &m.method,
+            path: &m.target,
+            host: m.host.as_deref(),
+        };
+        self.events
+            .http_fault(&self.conn, &c.rule, &c.spec, &req, status);
+    }
+}
+
+async fn send(out: &Output, kind: ItemKind) -> Result<(), Gone> {
+    out.send(Item {
+        at: Instant::now(),
+        kind,
+    })
+    .await
+}
+
+async fn send_data(out: &Output, bytes: Bytes) -> Result<(), Gone> {
+    if bytes.is_empty() {
+        return Ok(());
+    }
+    send(out, ItemKind::Data(bytes)).await
+}
+
+async fn fill<R: AsyncRead + Unpin>(src: &mut R, buf: &mut BytesMut) -> io::Result<usize> {
+    buf.reserve(READ);
+    src.read_buf(buf).await
+}
+
+/// Relays the rest as bytes: what is buffered, then all the source sends.
+async fn raw<R: AsyncRead + Unpin>(
+    src: &mut R,
+    buf: &mut BytesMut,
+    out: &Output,
+) -> Result<(), Gone> {
+    send_data(out, buf.split().freeze()).await?;
+    loop {
+        match fill(src, buf).await {
+            Ok(0) => return send(out, ItemKind::Fin).await,
+            Ok(_) => send_data(out, buf.split().freeze()).await?,
+            Err(_) => return send(out, ItemKind::Reset).await,
+        }
+    }
+}
+
+/// What reading a head came to.
+enum Head<T> {
+    Parsed(T),
+    /// The source closed (with or without part of a head).
+    Eof,
+    Failed,
+    NotHttp,
+}
+
+async fn read_head<R: AsyncRead + Unpin, T>(
+    src: &mut R,
+    buf: &mut BytesMut,
+    parse: impl Fn(&[u8]) -> Result<Option<T>, WireError>,
+) -> Head<T> {
+    loop {
+        if !buf.is_empty() {
+            match parse(buf) {
+                Ok(Some(h)) => return Head::Parsed(h),
+                Ok(None) => {}
+                Err(_) => return Head::NotHttp,
+            }
+        }
+        match fill(src, buf).await {
+            Ok(0) => return Head::Eof,
+            Ok(_) => {}
+            Err(_) => return Head::Failed,
+        }
+    }
+}
+
+/// How passing a body on ended.
+#[derive(Debug, PartialEq, Eq)]
+enum BodyEnd {
+    /// The body is complete; what follows it stays in the buffer.
+    Done,
+    /// The source closed (the end of an until-close body, or a cut).
+    Eof,
+    Failed,
+    /// `limit` bytes of it were passed.
+    Limit,
+    /// Its framing is not what the head said: relay the rest as bytes.
+    Bad,
+}
+
+/// Passes a body on as it arrives: `buf[..start]` (its head) goes with the
+/// first piece; at most `limit` body bytes when given.
+async fn pass_body<R: AsyncRead + Unpin>(
+    src: &mut R,
+    buf: &mut BytesMut,
+    mut start: usize,
+    body: &mut Body,
+    out: &Output,
+    limit: Option<u64>,
+) -> Result<BodyEnd, Gone> {
+    let mut passed = 0u64;
+    loop {
+        if buf.len() > start || body.is_done() {
+            let scan = match body.scan(&buf[start..], None) {
+                Ok(s) => s,
+                Err(_) => {
+                    send_data(out, buf.split_to(start).freeze()).await?;
+                    return Ok(BodyEnd::Bad);
+                }
+            };
+            let used = scan.used as u64;
+            // A body that ends by the limit is whole: no cut.
+            let (take, cut) = match limit {
+                Some(l) if passed + used >= l && !(scan.done && passed + used <= l) => {
+                    (l - passed, true)
+                }
+                _ => (used, false),
+            };
+            passed += take;
+            send_data(out, buf.split_to(start + take as usize).freeze()).await?;
+            start = 0;
+            if cut {
+                return Ok(BodyEnd::Limit);
+            }
+            if scan.done {
+                return Ok(BodyEnd::Done);
+            }
+        }
+        match fill(src, buf).await {
+            Ok(0) => {
+                send_data(out, buf.split().freeze()).await?;
+                return Ok(BodyEnd::Eof);
+            }
+            Ok(_) => {}
+            Err(_) => return Ok(BodyEnd::Failed),
+        }
+    }
+}
+
+/// Reads (and drops) a body the upstream will never see.
+async fn drop_body<R: AsyncRead + Unpin>(
+    src: &mut R,
+    buf: &mut BytesMut,
+    body: &mut Body,
+) -> Result<(), BodyEnd> {
+    loop {
+        let scan = body.scan(buf, None).map_err(|_| BodyEnd::Bad)?;
+        let _ = buf.split_to(scan.used);
+        if scan.done {
+            return Ok(());
+        }
+        match fill(src, buf).await {
+            Ok(0) => return Err(BodyEnd::Eof),
+            Ok(_) => {}
+            Err(_) => return Err(BodyEnd::Failed),
+        }
+    }
+}
+
+/// Reads a whole body (at most [`MAX_BODY`]) into the buffer, after its
+/// head, and returns its payload: for matching a JSON field. `None` when it
+/// is larger, or the client waits for a go-ahead before sending it.
+async fn peek_body<R: AsyncRead + Unpin>(
+    src: &mut R,
+    buf: &mut BytesMut,
+    head_len: usize,
+    framing: Framing,
+    waits: bool,
+) -> Result<Option<Vec<u8>>, BodyEnd> {
+    let mut body = Body::new(framing);
+    let mut payload = Vec::new();
+    let mut at = head_len;
+    loop {
+        let scan = body
+            .scan(&buf[at..], Some(&mut payload))
+            .map_err(|_| BodyEnd::Bad)?;
+        at += scan.used;
+        if scan.done {
+            return Ok(Some(payload));
+        }
+        if waits || at - head_len > MAX_BODY {
+            return Ok(None);
+        }
+        match fill(src, buf).await {
+            Ok(0) => return Ok(None),
+            Ok(_) => {}
+            Err(_) => return Err(BodyEnd::Failed),
+        }
+    }
+}
+
+impl RequestSide {
+    /// Reads requests from the client until it closes, sending what goes
+    /// upstream to `out`.
+    pub(crate) async fn run<R: AsyncRead + Unpin>(self, mut src: R, out: Output) {
+        let _ = self.requests(&mut src, &out).await;
+    }
+
+    async fn requests<R: AsyncRead + Unpin>(&self, src: &mut R, out: &Output) -> Result<(), Gone> {
+        let x = &self.x;
+        let mut buf = BytesMut::new();
+        for n in 0u64.. {
+            let head = match read_head(src, &mut buf, wire::request).await {
+                Head::Parsed(h) => h,
+                Head::Eof => {
+                    send_data(out, buf.split().freeze()).await?;
+                    return send(out, ItemKind::Fin).await;
+                }
+                Head::Failed => return send(out, ItemKind::Reset).await,
+                Head::NotHttp => return self.go_raw(src, &mut buf, out).await,
+            };
+            x.events.http_request();
+            let Ok(framing) = head.framing() else {
+                return self.go_raw(src, &mut buf, out).await;
+            };
+            let faults = x.faults.borrow().clone();
+            let waits = head.expects_continue();
+            let mut json = None;
+            if decide::needs_body(&faults) && framing != Framing::Empty {
+                match peek_body(src, &mut buf, head.head_len, framing, waits).await {
+                    Ok(payload) => {
+                        json = payload.and_then(|p| serde_json::from_slice(&p).ok());
+                    }
+                    Err(BodyEnd::Failed) => return send(out, ItemKind::Reset).await,
+                    Err(_) => return self.go_raw(src, &mut buf, out).await,
+                }
+            }
+            let host = head
+                .header("host")
+                .map(str::to_string)
+                .or_else(|| x.sni.clone());
+            let view = RequestView {
+                method: &head.method,
+                path: &head.target,
+                host: host.as_deref(),
+                headers: &head.headers,
+                body: json.as_ref(),
+            };
+            let d = decide::decide(&faults, n, &view, x.epoch.elapsed());
+            let meta = Meta {
+                n,
+                method: head.method.clone(),
+                target: head.target.clone(),
+                host,
+            };
+            if !d.request_delay.is_zero() {
+                tokio::time::sleep(d.request_delay).await;
+            }
+            if let Some((chosen, status)) = d.answer {
+                let whole = matches!(framing, Framing::Empty) || (json.is_some() && !waits);
+                // A client waiting for a go-ahead may or may not send its
+                // body after the answer: the connection cannot go on.
+                let closing = !head.keep_alive() || (waits && !whole);
+                let then = match status.then() {
+                    After::Keep if closing => After::Close,
+                    t => t,
+                };
+                let answer = Answer {
+                    meta,
+                    status: status.status(),
+                    reply: status.reply(closing),
+                    then,
+                    chosen,
+                    delay: d.headers_delay,
+                    delays: d.delays,
+                };
+                if self
+                    .tx
+                    .send(Pending::Answered(Box::new(answer)))
+                    .await
+                    .is_err()
+                {
+                    return Ok(());
+                }
+                if then != After::Keep {
+                    return Ok(());
+                }
+                buf.advance_to(head.head_len);
+                let mut body = Body::new(framing);
+                match drop_body(src, &mut buf, &mut body).await {
+                    Ok(()) => continue,
+                    Err(BodyEnd::Eof) => return send(out, ItemKind::Fin).await,
+                    Err(BodyEnd::Failed) => return send(out, ItemKind::Reset).await,
+                    Err(_) => return self.go_raw(src, &mut buf, out).await,
+                }
+            }
+            let tunnel =
+                head.method.eq_ignore_ascii_case("CONNECT") || head.header("upgrade").is_some();
+            if self
+                .tx
+                .send(Pending::Forwarded(Box::new((meta, d))))
+                .await
+                .is_err()
+            {
+                return Ok(());
+            }
+            let start = match &x.rewrite_host {
+                Some(h) => {
+                    send_data(out, rewrite_host(&buf[..head.head_len], h)).await?;
+                    buf.advance_to(head.head_len);
+                    0
+                }
+                None => head.head_len,
+            };
+            let mut body = Body::new(framing);
+            match pass_body(src, &mut buf, start, &mut body, out, None).await? {
+                BodyEnd::Done if tunnel => return self.go_raw(src, &mut buf, out).await,
+                BodyEnd::Done => {}
+                BodyEnd::Eof => return send(out, ItemKind::Fin).await,
+                BodyEnd::Failed => return send(out, ItemKind::Reset).await,
+                BodyEnd::Limit | BodyEnd::Bad => return self.go_raw(src, &mut buf, out).await,
+            }
+        }
+        Ok(())
+    }
+
+    async fn go_raw<R: AsyncRead + Unpin>(
+        &self,
+        src: &mut R,
+        buf: &mut BytesMut,
+        out: &Output,
+    ) -> Result<(), Gone> {
+        let _ = self.tx.send(Pending::Raw).await;
+        raw(src, buf, out).await
+    }
+}
+
+/// The head with its Host header replaced by `host`.
+fn rewrite_host(bytes: &[u8], host: &str) -> Bytes {
+    let mut out = Vec::with_capacity(bytes.len() + host.len());
+    let mut seen = false;
+    for line in bytes.split_inclusive(|b| *b == b'\n') {
+        let name = line.split(|b| *b == b':').next().unwrap_or(b"");
+        if line.contains(&b':') && name.eq_ignore_ascii_case(b"host") {
+            if !seen {
+                out.extend_from_slice(format!("Host: {host}\r\n").as_bytes());
+                seen = true;
+            }
+            continue;
+        }
+        if !seen && (line == b"\r\n" || line == b"\n") {
+            out.extend_from_slice(format!("Host: {host}\r\n").as_bytes());
+            seen = true;
+        }
+        out.extend_from_slice(line);
+    }
+    Bytes::from(out)
+}
+
+trait AdvanceTo {
+    /// Drops the first `n` bytes.
+    fn advance_to(&mut self, n: usize);
+}
+
+impl AdvanceTo for BytesMut {
+    fn advance_to(&mut self, n: usize) {
+        let _ = self.split_to(n);
+    }
+}
+
+/// How the response side goes on after one response.
+enum Next {
+    Continue,
+    /// The connection is over (its last item sent).
+    End,
+    Raw,
+}
+
+impl ResponseSide {
+    /// Follows the upstream's responses, sending what reaches the client
+    /// to `out`.
+    pub(crate) async fn run<R: AsyncRead + Unpin>(mut self, mut src: R, out: Output) {
+        let _ = self.responses(&mut src, &out).await;
+    }
+
+    async fn responses<R: AsyncRead + Unpin>(
+        &mut self,
+        src: &mut R,
+        out: &Output,
+    ) -> Result<(), Gone> {
+        let mut buf = BytesMut::new();
+        loop {
+            // The upstream may speak with nothing asked of it (closing an
+            // idle connection, a 408): held until a request claims it.
+            let pending = loop {
+                tokio::select! {
+                    biased;
+                    p = self.rx.recv() => break p,
+                    r = fill(src, &mut buf), if buf.len() <= MAX_HEAD => match r {
+                        Ok(0) => {
+                            send_data(out, buf.split().freeze()).await?;
+                            return send(out, ItemKind::Fin).await;
+                        }
+                        Ok(_) => {}
+                        Err(_) => {
+                            send_data(out, buf.split().freeze()).await?;
+                            return send(out, ItemKind::Reset).await;
+                        }
+                    },
+                }
+            };
+            let next = match pending {
+                None | Some(Pending::Raw) => Next::Raw,
+                Some(Pending::Answered(a)) => self.answer(*a, out).await?,
+                Some(Pending::Forwarded(f)) => {
+                    let (meta, d) = *f;
+                    self.response(src, &mut buf, out, meta, d).await?
+                }
+            };
+            match next {
+                Next::Continue => {}
+                Next::End => return Ok(()),
+                Next::Raw => return raw(src, &mut buf, out).await,
+            }
+        }
+    }
+
+    async fn answer(&self, a: Answer, out: &Output) -> Result<Next, Gone> {
+        if !a.delay.is_zero() {
+            tokio::time::sleep(a.delay).await;
+        }
+        for c in &a.delays {
+            self.x.record(c, &a.meta, Some(a.status));
+        }
+        self.x.record(&a.chosen, &a.meta, Some(a.status));
+        send_data(out, a.reply).await?;
+        match a.then {
+            After::Keep => Ok(Next::Continue),
+            After::Close => send(out, ItemKind::Close).await.map(|()| Next::End),
+            After::Reset => send(out, ItemKind::Reset).await.map(|()| Next::End),
+        }
+    }
+
+    async fn response<R: AsyncRead + Unpin>(
+        &mut self,
+        src: &mut R,
+        buf: &mut BytesMut,
+        out: &Output,
+        meta: Meta,
+        d: Decision,
+    ) -> Result<Next, Gone> {
+        let head = loop {
+            match read_head(src, buf, wire::response).await {
+                Head::Parsed(h) if h.is_interim() => {
+                    // 100 Continue, 103 Early Hints: on at once.
+                    send_data(out, buf.split_to(h.head_len).freeze()).await?;
+                }
+                Head::Parsed(h) => break h,
+                Head::Eof => {
+                    send_data(out, buf.split().freeze()).await?;
+                    return send(out, ItemKind::Fin).await.map(|()| Next::End);
+                }
+                Head::Failed => {
+                    send_data(out, buf.split().freeze()).await?;
+                    return send(out, ItemKind::Reset).await.map(|()| Next::End);
+                }
+                Head::NotHttp => return Ok(Next::Raw),
+            }
+        };
+        if !d.headers_delay.is_zero() {
+            tokio::time::sleep(d.headers_delay).await;
+        }
+        for c in &d.delays {
+            self.x.record(c, &meta, Some(head.status));
+        }
+        let Ok(framing) = head.framing(&meta.method) else {
+            return Ok(Next::Raw);
+        };
+        if framing == Framing::Tunnel {
+            send_data(out, buf.split_to(head.head_len).freeze()).await?;
+            return Ok(Next::Raw);
+        }
+        let mut body = Body::new(framing);
+        let sse = d.sse.filter(|_| head.is_event_stream());
+        let end = if let Some((c, t)) = &d.truncate {
+            let end = pass_body(
+                src,
+                buf,
+                head.head_len,
+                &mut body,
+                out,
+                Some(t.after_bytes()),
+            )
+            .await?;
+            if end == BodyEnd::Limit {
+                self.x.record(c, &meta, Some(head.status));
+                return cut(out, t.then()).await;
+            }
+            end
+        } else if let Some((c, s)) = sse {
+            send_data(out, buf.split_to(head.head_len).freeze()).await?;
+            let mut stream = Stream {
+                x: &self.x,
+                chosen: &c,
+                sse: &s,
+                meta: &meta,
+                status: head.status,
+                chunked: framing == Framing::Chunked,
+                counted: 0,
+                recorded: false,
+            };
+            return stream.run(src, buf, &mut body, out, &mut self.rx).await;
+        } else {
+            pass_body(src, buf, head.head_len, &mut body, out, None).await?
+        };
+        Ok(match end {
+            BodyEnd::Done => Next::Continue,
+            BodyEnd::Eof => {
+                send(out, ItemKind::Fin).await?;
+                Next::End
+            }
+            BodyEnd::Failed => {
+                send(out, ItemKind::Reset).await?;
+                Next::End
+            }
+            BodyEnd::Limit | BodyEnd::Bad => Next::Raw,
+        })
+    }
+}
+
+async fn cut(out: &Output, then: After) -> Result<Next, Gone> {
+    let kind = match then {
+        After::Reset => ItemKind::Reset,
+        _ => ItemKind::Close,
+    };
+    send(out, kind).await.map(|()| Next::End)
+}
+
+/// One `text/event-stream` response under an `sse` fault.
+struct Stream<'a> {
+    x: &'a Exchange,
+    chosen: &'a Chosen,
+    sse: &'a crate::fault::sse::Sse,
+    meta: &'a Meta,
+    status: u16,
+    /// Chunked: each event goes out as a chunk of its own (a cut then
+    /// falls between events for clients that read whole chunks).
+    chunked: bool,
+    /// Counted events sent so far.
+    counted: u64,
+    recorded: bool,
+}
+
+impl Stream<'_> {
+    fn record(&mut self) {
+        if !std::mem::replace(&mut self.recorded, true) {
+            self.x.record(self.chosen, self.meta, Some(self.status));
+        }
+    }
+
+    async fn emit(&self, out: &Output, bytes: &[u8]) -> Result<(), Gone> {
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        if !self.chunked {
+            return send_data(out, Bytes::copy_from_slice(bytes)).await;
+        }
+        let mut chunk = format!("{:x}\r\n", bytes.len()).into_bytes();
+        chunk.extend_from_slice(bytes);
+        chunk.extend_from_slice(b"\r\n");
+        send_data(out, Bytes::from(chunk)).await
+    }
+
+    /// What happens once `counted` events are out, before any more.
+    async fn after_events<R: AsyncRead + Unpin>(
+        &mut self,
+        src: &mut R,
+        out: &Output,
+        rx: &mut mpsc::Receiver<Pending>,
+    ) -> Result<Option<Next>, Gone> {
+        match self.sse.breaks() {
+            Some((n, Breakage::Stall)) if n == self.counted => {
+                self.record();
+                Ok(Some(stall(src, out, rx).await?))
+            }
+            Some((n, Breakage::Drop(then))) if n == self.counted => {
+                self.record();
+                Ok(Some(cut(out, then).await?))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    async fn run<R: AsyncRead + Unpin>(
+        &mut self,
+        src: &mut R,
+        buf: &mut BytesMut,
+        body: &mut Body,
+        out: &Output,
+        rx: &mut mpsc::Receiver<Pending>,
+    ) -> Result<Next, Gone> {
+        let mut split = Splitter::default();
+        if let Some(next) = self.after_events(src, out, rx).await? {
+            return Ok(next);
+        }
+        let delay = self.sse.event_delay();
+        loop {
+            if buf.is_empty() && !body.is_done() {
+                match fill(src, buf).await {
+                    Ok(0) => {
+                        self.emit(out, &split.rest()).await?;
+                        send(out, ItemKind::Fin).await?;
+                        return Ok(Next::End);
+                    }
+                    Ok(_) => {}
+                    Err(_) => {
+                        send(out, ItemKind::Reset).await?;
+                        return Ok(Next::End);
+                    }
+                }
+            }
+            let mut payload = Vec::new();
+            let scan = match body.scan(buf, Some(&mut payload)) {
+                Ok(s) => s,
+                Err(_) => {
+                    // Re-chunked already: there is no going back to bytes.
+                    send(out, ItemKind::Reset).await?;
+                    return Ok(Next::End);
+                }
+            };
+            let _ = buf.split_to(scan.used);
+            for block in split.push(&payload) {
+                if !block.counts {
+                    self.emit(out, &block.bytes).await?;
+                    continue;
+                }
+                let nth = self.counted + 1;
+                match self.sse.breaks() {
+                    Some((n, Breakage::BadJson)) if nth == n + 1 => {
+                        self.record();
+                        self.emit(out, &sse_events::spoil(&block.bytes)).await?;
+                    }
+                    Some((n, Breakage::Truncate)) if nth == n + 1 => {
+                        self.record();
+                        self.emit(out, sse_events::half(&block.bytes)).await?;
+                        return cut(out, After::Close).await;
+                    }
+                    _ => {
+                        if !delay.is_zero() {
+                            self.record();
+                            tokio::time::sleep(delay).await;
+                        }
+                        self.emit(out, &block.bytes).await?;
+                    }
+                }
+                self.counted = nth;
+                if let Some(next) = self.after_events(src, out, rx).await? {
+                    return Ok(next);
+                }
+            }
+            if scan.done {
+                self.emit(out, &split.rest()).await?;
+                if self.chunked {
+                    send_data(out, Bytes::from_static(b"0\r\n\r\n")).await?;
+                }
+                return Ok(Next::Continue);
+            }
+        }
+    }
+}
+
+/// Silence, the connection open: what the upstream still sends is read and
+/// dropped, until it or the client ends the connection.
+async fn stall<R: AsyncRead + Unpin>(
+    src: &mut R,
+    out: &Output,
+    rx: &mut mpsc::Receiver<Pending>,
+) -> Result<Next, Gone> {
+    let mut scratch = BytesMut::new();
+    loop {
+        tokio::select! {
+            r = fill(src, &mut scratch) => match r {
+                Ok(0) => {
+                    send(out, ItemKind::Fin).await?;
+                    return Ok(Next::End);
+                }
+                Ok(_) => scratch.clear(),
+                Err(_) => {
+                    send(out, ItemKind::Reset).await?;
+                    return Ok(Next::End);
+                }
+            },
+            p = rx.recv() => if p.is_none() {
+                // The client is done with the connection.
+                send(out, ItemKind::Fin).await?;
+                return Ok(Next::End);
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_is_replaced_or_added() {
+        let raw = b"GET / HTTP/1.1\r\nhost: 127.0.0.1:8080\r\nAccept: */*\r\n\r\n";
+        let out = rewrite_host(raw, "api.example.com");
+        assert_eq!(
+            &out[..],
+            b"GET / HTTP/1.1\r\nHost: api.example.com\r\nAccept: */*\r\n\r\n"
+        );
+        let raw = b"GET / HTTP/1.0\r\n\r\n";
+        assert_eq!(
+            &rewrite_host(raw, "a")[..],
+            b"GET / HTTP/1.0\r\nHost: a\r\n\r\n"
+        );
+    }
+}

@@ -1,0 +1,499 @@
+//! HTTP/1.1 on the wire, read without rewriting: where a message's head
+//! ends and what it says (method, target, status, headers), and where its
+//! body ends — `content-length`, chunked, until the connection closes, or a
+//! tunnel after an upgrade — so that an unfaulted request passes byte for
+//! byte, and a faulted one can be answered, delayed or cut at the right
+//! byte. Heads are parsed by httparse; bodies by [`Body`], fed in pieces.
+
+/// The largest head read; a longer one is not HTTP netchaos will parse.
+pub(crate) const MAX_HEAD: usize = 64 * 1024;
+/// Headers per head.
+const MAX_HEADERS: usize = 256;
+
+/// Why bytes are not the HTTP/1.1 netchaos can follow. The HTTP layer then
+/// relays the rest as plain bytes (it never breaks a connection over it).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("not HTTP/1.1 netchaos can follow: {0}")]
+pub(crate) struct WireError(&'static str);
+
+/// A parsed request head.
+#[derive(Debug, Clone)]
+pub(crate) struct Request {
+    pub(crate) method: String,
+    pub(crate) target: String,
+    /// 0 for HTTP/1.0, 1 for HTTP/1.1.
+    pub(crate) minor: u8,
+    pub(crate) headers: Vec<(String, String)>,
+    /// Bytes of the head, blank line included.
+    pub(crate) head_len: usize,
+}
+
+/// A parsed response head.
+#[derive(Debug, Clone)]
+pub(crate) struct Response {
+    pub(crate) status: u16,
+    pub(crate) headers: Vec<(String, String)>,
+    pub(crate) head_len: usize,
+}
+
+/// Where a message's body ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Framing {
+    Empty,
+    Length(u64),
+    Chunked,
+    /// Until the connection closes (a response without a length).
+    UntilClose,
+    /// Not HTTP any more: an upgrade (101) or a CONNECT tunnel.
+    Tunnel,
+}
+
+/// A head, if `buf` holds a whole one.
+pub(crate) fn request(buf: &[u8]) -> Result<Option<Request>, WireError> {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut r = httparse::Request::new(&mut headers);
+    match r.parse(buf) {
+        Ok(httparse::Status::Complete(head_len)) => Ok(Some(Request {
+            method: r.method.unwrap_or("").to_string(),
+            target: r.path.unwrap_or("").to_string(),
+            minor: r.version.unwrap_or(1),
+            headers: owned(r.headers),
+            head_len,
+        })),
+        Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD => Err(WireError("head too large")),
+        Ok(httparse::Status::Partial) => Ok(None),
+        Err(_) => Err(WireError("malformed request head")),
+    }
+}
+
+/// A head, if `buf` holds a whole one.
+pub(crate) fn response(buf: &[u8]) -> Result<Option<Response>, WireError> {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut r = httparse::Response::new(&mut headers);
+    match r.parse(buf) {
+        Ok(httparse::Status::Complete(head_len)) => Ok(Some(Response {
+            status: r.code.unwrap_or(0),
+            headers: owned(r.headers),
+            head_len,
+        })),
+        Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD => Err(WireError("head too large")),
+        Ok(httparse::Status::Partial) => Ok(None),
+        Err(_) => Err(WireError("malformed response head")),
+    }
+}
+
+/// Whether the first bytes of a connection look like an HTTP/1.x request
+/// (a method token, a space): enough to try parsing it as one.
+pub(crate) fn looks_like_request(first: &[u8]) -> bool {
+    let method = first.iter().take_while(|b| b.is_ascii_uppercase()).count();
+    (3..=10).contains(&method) && first.get(method) == Some(&b' ')
+}
+
+fn owned(headers: &[httparse::Header<'_>]) -> Vec<(String, String)> {
+    headers
+        .iter()
+        .map(|h| {
+            (
+                h.name.to_string(),
+                String::from_utf8_lossy(h.value).trim().to_string(),
+            )
+        })
+        .collect()
+}
+
+fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_str())
+}
+
+/// Whether a comma-separated header holds `token` (case-insensitive).
+fn has_token(headers: &[(String, String)], name: &str, token: &str) -> bool {
+    headers
+        .iter()
+        .filter(|(k, _)| k.eq_ignore_ascii_case(name))
+        .flat_map(|(_, v)| v.split(','))
+        .any(|t| t.trim().eq_ignore_ascii_case(token))
+}
+
+/// The body's framing from `transfer-encoding` and `content-length`.
+fn body_framing(headers: &[(String, String)], otherwise: Framing) -> Result<Framing, WireError> {
+    if headers
+        .iter()
+        .any(|(k, _)| k.eq_ignore_ascii_case("transfer-encoding"))
+    {
+        // Chunked must come last; anything else is not ours to follow.
+        let last = headers
+            .iter()
+            .filter(|(k, _)| k.eq_ignore_ascii_case("transfer-encoding"))
+            .flat_map(|(_, v)| v.split(','))
+            .next_back()
+            .map(str::trim);
+        return match last {
+            Some(t) if t.eq_ignore_ascii_case("chunked") => Ok(Framing::Chunked),
+            _ => Err(WireError("a transfer-encoding other than chunked")),
+        };
+    }
+    let mut lengths = headers
+        .iter()
+        .filter(|(k, _)| k.eq_ignore_ascii_case("content-length"))
+        .flat_map(|(_, v)| v.split(','));
+    let Some(first) = lengths.next() else {
+        return Ok(otherwise);
+    };
+    let n: u64 = first
+        .trim()
+        .parse()
+        .map_err(|_| WireError("a content-length that is not a number"))?;
+    if lengths.any(|v| v.trim().parse::<u64>() != Ok(n)) {
+        return Err(WireError("conflicting content-lengths"));
+    }
+    Ok(if n == 0 {
+        Framing::Empty
+    } else {
+        Framing::Length(n)
+    })
+}
+
+impl Request {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
+        header(&self.headers, name)
+    }
+
+    pub(crate) fn framing(&self) -> Result<Framing, WireError> {
+        if self.method.eq_ignore_ascii_case("CONNECT") {
+            return Ok(Framing::Empty);
+        }
+        body_framing(&self.headers, Framing::Empty)
+    }
+
+    /// `Expect: 100-continue`: the client waits for a go-ahead (or the
+    /// answer) before it sends the body.
+    pub(crate) fn expects_continue(&self) -> bool {
+        has_token(&self.headers, "expect", "100-continue")
+    }
+
+    /// Whether the connection may carry another request after this one.
+    pub(crate) fn keep_alive(&self) -> bool {
+        if self.minor == 0 {
+            has_token(&self.headers, "connection", "keep-alive")
+        } else {
+            !has_token(&self.headers, "connection", "close")
+        }
+    }
+}
+
+impl Response {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
+        header(&self.headers, name)
+    }
+
+    /// A 1xx other than 101: the final response is still to come.
+    pub(crate) fn is_interim(&self) -> bool {
+        (100..200).contains(&self.status) && self.status != 101
+    }
+
+    /// Where the body ends, for a response to a request with `method`.
+    pub(crate) fn framing(&self, method: &str) -> Result<Framing, WireError> {
+        if self.status == 101
+            || (method.eq_ignore_ascii_case("CONNECT") && (200..300).contains(&self.status))
+        {
+            return Ok(Framing::Tunnel);
+        }
+        if self.is_interim()
+            || self.status == 204
+            || self.status == 304
+            || method.eq_ignore_ascii_case("HEAD")
+        {
+            return Ok(Framing::Empty);
+        }
+        body_framing(&self.headers, Framing::UntilClose)
+    }
+
+    pub(crate) fn is_event_stream(&self) -> bool {
+        self.header("content-type").is_some_and(|t| {
+            t.split(';')
+                .next()
+                .is_some_and(|m| m.trim().eq_ignore_ascii_case("text/event-stream"))
+        })
+    }
+}
+
+/// Follows a body arriving in pieces: where it ends, and (if asked) the
+/// payload it carries, de-chunked.
+#[derive(Debug, Clone)]
+pub(crate) struct Body {
+    state: State,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// So many payload bytes still to come.
+    Length(u64),
+    /// Everything until the connection closes.
+    Until,
+    /// A chunk-size line: its value so far, its digits, and whether past
+    /// them (in an extension).
+    Size {
+        value: u64,
+        digits: u32,
+        ext: bool,
+    },
+    /// The CR of a chunk-size line was read; its LF is next.
+    SizeLf {
+        value: u64,
+        digits: u32,
+    },
+    /// So many bytes of the current chunk still to come.
+    Data(u64),
+    /// The CRLF after a chunk's data.
+    DataCr,
+    DataLf,
+    /// Trailer lines: at the start of one, or within one.
+    TrailerStart,
+    TrailerLine,
+    TrailerLf {
+        empty: bool,
+    },
+    Done,
+}
+
+/// What [`Body::scan`] did with its input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Scan {
+    /// Input bytes that belong to this body.
+    pub(crate) used: usize,
+    /// The body ended within them.
+    pub(crate) done: bool,
+}
+
+impl Body {
+    pub(crate) fn new(framing: Framing) -> Body {
+        Body {
+            state: match framing {
+                Framing::Empty => State::Done,
+                Framing::Length(n) => State::Length(n),
+                Framing::Chunked => NEW_SIZE,
+                Framing::UntilClose | Framing::Tunnel => State::Until,
+            },
+        }
+    }
+
+    pub(crate) fn is_done(&self) -> bool {
+        self.state == State::Done
+    }
+
+    /// Consumes what of `input` is this body's; appends its payload (the
+    /// data without chunk framing) to `payload` when given.
+    pub(crate) fn scan(
+        &mut self,
+        input: &[u8],
+        mut payload: Option<&mut Vec<u8>>,
+    ) -> Result<Scan, WireError> {
+        let mut i = 0;
+        while i < input.len() && self.state != State::Done {
+            // Runs of payload are taken whole; framing bytes one at a time.
+            if let State::Length(left) | State::Data(left) = self.state {
+                let n = left.min((input.len() - i) as u64) as usize;
+                if let Some(p) = payload.as_deref_mut() {
+                    p.extend_from_slice(&input[i..i + n]);
+                }
+                i += n;
+                let left = left - n as u64;
+                self.state = match (self.state, left) {
+                    (State::Length(_), 0) => State::Done,
+                    (State::Length(_), l) => State::Length(l),
+                    (_, 0) => State::DataCr,
+                    (_, l) => State::Data(l),
+                };
+                continue;
+            }
+            if self.state == State::Until {
+                if let Some(p) = payload.as_deref_mut() {
+                    p.extend_from_slice(&input[i..]);
+                }
+                i = input.len();
+                continue;
+            }
+            self.state = framing_byte(self.state, input[i])?;
+            i += 1;
+        }
+        Ok(Scan {
+            used: i,
+            done: self.state == State::Done,
+        })
+    }
+}
+
+const NEW_SIZE: State = State::Size {
+    value: 0,
+    digits: 0,
+    ext: false,
+};
+
+/// The state after one byte of chunk framing.
+fn framing_byte(state: State, b: u8) -> Result<State, WireError> {
+    Ok(match state {
+        State::Size { value, digits, ext } => match b {
+            b'\r' => State::SizeLf { value, digits },
+            b'\n' => size_done(value, digits)?,
+            _ if ext => state,
+            b';' | b' ' | b'\t' => State::Size {
+                value,
+                digits,
+                ext: true,
+            },
+            _ => {
+                let d = (b as char)
+                    .to_digit(16)
+                    .ok_or(WireError("a chunk size that is not hex"))?;
+                if digits >= 15 {
+                    return Err(WireError("a chunk size too large"));
+                }
+                State::Size {
+                    value: value * 16 + u64::from(d),
+                    digits: digits + 1,
+                    ext,
+                }
+            }
+        },
+        State::SizeLf { value, digits } => match b {
+            b'\n' => size_done(value, digits)?,
+            _ => return Err(WireError("a chunk size line without its LF")),
+        },
+        State::DataCr => match b {
+            b'\r' => State::DataLf,
+            b'\n' => NEW_SIZE,
+            _ => return Err(WireError("a chunk without its CRLF")),
+        },
+        State::DataLf => match b {
+            b'\n' => NEW_SIZE,
+            _ => return Err(WireError("a chunk without its CRLF")),
+        },
+        State::TrailerStart => match b {
+            b'\r' => State::TrailerLf { empty: true },
+            b'\n' => State::Done,
+            _ => State::TrailerLine,
+        },
+        State::TrailerLine => match b {
+            b'\r' => State::TrailerLf { empty: false },
+            b'\n' => State::TrailerStart,
+            _ => State::TrailerLine,
+        },
+        State::TrailerLf { empty } => match (b, empty) {
+            (b'\n', true) => State::Done,
+            (b'\n', false) => State::TrailerStart,
+            _ => return Err(WireError("a trailer line without its LF")),
+        },
+        State::Length(_) | State::Data(_) | State::Until | State::Done => state,
+    })
+}
+
+fn size_done(value: u64, digits: u32) -> Result<State, WireError> {
+    if digits == 0 {
+        return Err(WireError("an empty chunk size"));
+    }
+    Ok(if value == 0 {
+        State::TrailerStart
+    } else {
+        State::Data(value)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Feeds `input` in pieces of `step` bytes; the bytes used and payload.
+    fn scan_in(framing: Framing, input: &[u8], step: usize) -> (usize, bool, Vec<u8>) {
+        let mut body = Body::new(framing);
+        let mut payload = Vec::new();
+        let mut used = 0;
+        for piece in input.chunks(step) {
+            let s = body.scan(piece, Some(&mut payload)).unwrap();
+            used += s.used;
+            if s.done {
+                return (used, true, payload);
+            }
+        }
+        (used, body.is_done(), payload)
+    }
+
+    #[test]
+    fn chunked_bodies_end_where_they_end_in_any_split() {
+        let wire = b"4;ext=1\r\nWiki\r\n5\r\npedia\r\nE\r\n in\r\n\r\nchunks.\r\n0\r\nX-Trailer: 1\r\n\r\nNEXT";
+        for step in 1..wire.len() {
+            let (used, done, payload) = scan_in(Framing::Chunked, wire, step);
+            assert!(done, "step {step}");
+            assert_eq!(used, wire.len() - 4, "step {step}");
+            assert_eq!(payload, b"Wikipedia in\r\n\r\nchunks.", "step {step}");
+        }
+        let (used, done, _) = scan_in(Framing::Chunked, b"0\r\n\r\nGET", 2);
+        assert!(done);
+        assert_eq!(used, 5);
+    }
+
+    #[test]
+    fn lengths_and_bad_chunks() {
+        let (used, done, payload) = scan_in(Framing::Length(3), b"abcdef", 2);
+        assert_eq!((used, done, payload.as_slice()), (3, true, &b"abc"[..]));
+        let (used, done, _) = scan_in(Framing::UntilClose, b"abcdef", 4);
+        assert_eq!((used, done), (6, false));
+        assert!(Body::new(Framing::Chunked).scan(b"zz\r\n", None).is_err());
+        assert!(Body::new(Framing::Chunked).scan(b"\r\n", None).is_err());
+        assert!(Body::new(Framing::Chunked).scan(b"1\r\nab", None).is_err());
+        assert!(
+            Body::new(Framing::Chunked)
+                .scan(b"fffffffffffffffff\r\n", None)
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn heads_and_framing() {
+        let r = request(b"POST /v1/messages HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\nhello")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (r.method.as_str(), r.target.as_str(), r.head_len),
+            ("POST", "/v1/messages", 80)
+        );
+        assert_eq!(r.framing(), Ok(Framing::Length(5)));
+        assert!(r.expects_continue() && r.keep_alive());
+        assert!(request(b"GET / HTTP/1.1\r\nHost: a\r\n").unwrap().is_none());
+        assert!(
+            request(b"GET / HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n")
+                .unwrap()
+                .unwrap()
+                .framing()
+                .is_err()
+        );
+        let r = request(b"GET / HTTP/1.0\r\n\r\n").unwrap().unwrap();
+        assert!(!r.keep_alive());
+        assert_eq!(r.framing(), Ok(Framing::Empty));
+        let r = response(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream; charset=utf-8\r\nTransfer-Encoding: chunked\r\n\r\n").unwrap().unwrap();
+        assert!(r.is_event_stream());
+        assert_eq!(r.framing("POST"), Ok(Framing::Chunked));
+        assert_eq!(r.framing("HEAD"), Ok(Framing::Empty));
+        let r = response(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(r.framing("GET"), Ok(Framing::Tunnel));
+        let r = response(b"HTTP/1.1 100 Continue\r\n\r\n").unwrap().unwrap();
+        assert!(r.is_interim());
+        let r = response(b"HTTP/1.0 200 OK\r\n\r\n").unwrap().unwrap();
+        assert_eq!(r.framing("GET"), Ok(Framing::UntilClose));
+        assert!(
+            response(b"HTTP/1.1 200 OK\r\nContent-Length: 3, 4\r\n\r\n")
+                .unwrap()
+                .unwrap()
+                .framing("GET")
+                .is_err()
+        );
+        assert!(looks_like_request(b"GET / HTTP/1.1"));
+        assert!(looks_like_request(b"OPTIONS * HTTP/1.1"));
+        assert!(!looks_like_request(b"\x16\x03\x01"));
+        assert!(!looks_like_request(b"SSH-2.0-OpenSSH"));
+    }
+}

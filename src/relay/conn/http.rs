@@ -1,0 +1,295 @@
+//! A connection through the HTTP layer: find out what it carries (the
+//! client's first bytes: an HTTP request, a TLS hello, or neither), set up
+//! TLS where netchaos terminates or originates it, and run the HTTP
+//! layer's two sides as the readers of the connection's two pipelines —
+//! so stream faults still act on the bytes after the HTTP faults.
+//!
+//! A connection that carries neither HTTP/1.1 nor TLS netchaos may
+//! terminate is handed back untouched: it is relayed as bytes (and
+//! spliced, when no stream fault touches it).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+
+use super::{Conn, run_pair, teardown};
+use crate::events::Outcome;
+use crate::fault::{Chosen, Direction, Layer};
+use crate::http::exchange::{self, Exchange};
+use crate::relay::peer::{Sink, TcpRef};
+use crate::relay::pipeline::{self, Source};
+use crate::relay::sockopt;
+use crate::tls::{self, Hello, Tls};
+
+/// How an endpoint's connections meet TLS.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct EndpointTls {
+    /// Serve TLS to clients, with the run's certificates (`--tls` on a
+    /// listener).
+    pub serve: bool,
+    /// Speak TLS to the upstream, verified as this name (`proxy
+    /// --upstream-tls HOST:PORT`); requests are sent with this Host.
+    pub upstream: Option<String>,
+}
+
+impl EndpointTls {
+    pub(crate) fn is_plain(&self) -> bool {
+        !self.serve && self.upstream.is_none()
+    }
+}
+
+/// What a connection turned out to carry.
+enum Carries {
+    Http,
+    Tls(Hello),
+    /// Something else (or the server speaks first): relay it as bytes.
+    Other,
+}
+
+type Reader<'a> = Box<dyn AsyncRead + Send + Unpin + 'a>;
+
+/// One side of the connection, after TLS (if any).
+struct Side<'a> {
+    read: Reader<'a>,
+    sink: Sink<'a>,
+}
+
+impl<'a> Side<'a> {
+    fn plain(sock: &'a TcpStream) -> Side<'a> {
+        Side {
+            read: Box::new(TcpRef(sock)),
+            sink: Sink::Tcp(sock),
+        }
+    }
+
+    fn tls<S: AsyncRead + AsyncWrite + Send + Unpin + 'a>(
+        stream: S,
+        sock: &'a TcpStream,
+    ) -> Side<'a> {
+        let (read, write) = tokio::io::split(stream);
+        Side {
+            read: Box::new(read),
+            sink: Sink::Tls {
+                session: Box::new(write),
+                socket: sock,
+            },
+        }
+    }
+}
+
+/// Whether a connection with these faults goes through the HTTP layer.
+pub(super) fn wanted(chosen: &[Chosen], ep: &EndpointTls) -> bool {
+    !ep.is_plain() || chosen.iter().any(|c| c.spec.kind.layer() == Layer::Http)
+}
+
+impl Conn<'_> {
+    /// Runs the connection through the HTTP layer; `None` when it carries
+    /// something else, untouched: the caller relays it as bytes.
+    pub(super) async fn http(
+        &self,
+        client: &TcpStream,
+        upstream: &TcpStream,
+        ep: &EndpointTls,
+        dst: Option<SocketAddr>,
+    ) -> Option<(Outcome, [u64; 2])> {
+        let tls = self.relay.opts.tls.clone();
+        let carries = if ep.serve {
+            match tls::hello::peek(client).await {
+                Some(h) => Carries::Tls(h),
+                None => Carries::Other,
+            }
+        } else {
+            sniff(client, upstream, tls.is_some()).await
+        };
+        let (client_side, upstream_side, sni, path) = match carries {
+            Carries::Other => return None,
+            Carries::Http => {
+                let up = match &ep.upstream {
+                    Some(name) => match self.tls_upstream(upstream, name).await {
+                        Ok(s) => s,
+                        Err(e) => return Some(self.bad_gateway(client, upstream, name, &e).await),
+                    },
+                    None => Side::plain(upstream),
+                };
+                (Side::plain(client), up, None, "http")
+            }
+            Carries::Tls(hello) => {
+                let tls = tls?;
+                if !hello.speaks_http1() {
+                    tracing::debug!("TLS client offers no HTTP/1.1 (ALPN): relayed as bytes");
+                    return None;
+                }
+                // The name the client meant: its SNI, else the address it
+                // dialled (a listener's own, for `--tls`).
+                let name = hello.server_name.clone().unwrap_or_else(|| {
+                    let ip = if ep.serve {
+                        client.local_addr().ok().map(|a| a.ip())
+                    } else {
+                        dst.map(|a| a.ip())
+                    };
+                    ip.map_or_else(|| "localhost".to_string(), |ip| ip.to_string())
+                });
+                let up = if ep.serve && ep.upstream.is_none() {
+                    Side::plain(upstream)
+                } else {
+                    let up_name = ep.upstream.clone().unwrap_or_else(|| name.clone());
+                    match self.tls_upstream(upstream, &up_name).await {
+                        Ok(s) => s,
+                        Err(e) => {
+                            return Some(
+                                self.refuse_tls(&tls, client, upstream, &name, &hello, &e)
+                                    .await,
+                            );
+                        }
+                    }
+                };
+                let session = match tls.accept(TcpRef(client), &name, &hello, true).await {
+                    Ok(s) => s,
+                    Err(e) => {
+                        tracing::debug!("TLS handshake with the client failed: {e}");
+                        sockopt::set_linger_zero(client);
+                        sockopt::set_linger_zero(upstream);
+                        return Some((Outcome::Reset, [0, 0]));
+                    }
+                };
+                (Side::tls(session, client), up, hello.server_name, "https")
+            }
+        };
+        let _ = self.path.set(path);
+        let (requests, responses) = exchange::sides(Exchange {
+            faults: self.chosen.clone(),
+            epoch: self.relay.epoch,
+            events: self.relay.events.clone(),
+            conn: self.info.clone(),
+            sni,
+            rewrite_host: ep.upstream.clone(),
+        });
+        let meter = self.meter();
+        let mut up_feed = self.feed(Direction::Upstream);
+        let mut down_feed = self.feed(Direction::Downstream);
+        let client_read = client_side.read;
+        let upstream_read = upstream_side.read;
+        let up = pipeline::run(
+            Source::Driven(Box::new(move |out| {
+                Box::pin(requests.run(client_read, out))
+            })),
+            upstream_side.sink,
+            Direction::Upstream,
+            &mut up_feed,
+            &meter,
+        );
+        let down = pipeline::run(
+            Source::Driven(Box::new(move |out| {
+                Box::pin(responses.run(upstream_read, out))
+            })),
+            client_side.sink,
+            Direction::Downstream,
+            &mut down_feed,
+            &meter,
+        );
+        let (outcome, bytes) = run_pair(Box::pin(up), Box::pin(down), client, Some(upstream)).await;
+        teardown(outcome, client, Some(upstream)).await;
+        Some((outcome, bytes))
+    }
+
+    async fn tls_upstream<'a>(
+        &self,
+        upstream: &'a TcpStream,
+        name: &str,
+    ) -> std::io::Result<Side<'a>> {
+        let tls = self
+            .relay
+            .opts
+            .tls
+            .clone()
+            .ok_or_else(|| std::io::Error::other("TLS is not set up"))?;
+        let s = tls.connect(TcpRef(upstream), name).await?;
+        Ok(Side::tls(s, upstream))
+    }
+
+    /// The upstream's TLS failed: the client, whose hello is still unread,
+    /// fails as it would have without netchaos — shown a certificate it
+    /// does not trust when the upstream's was not trusted, reset otherwise.
+    async fn refuse_tls(
+        &self,
+        tls: &Arc<Tls>,
+        client: &TcpStream,
+        upstream: &TcpStream,
+        name: &str,
+        hello: &Hello,
+        e: &std::io::Error,
+    ) -> (Outcome, [u64; 2]) {
+        let _ = self.path.set("https");
+        let kind = if tls::is_certificate_error(e) {
+            "upstream_tls_untrusted"
+        } else {
+            "upstream_tls_failed"
+        };
+        self.relay
+            .events
+            .relay_error(self.info, kind, &format!("TLS to {name}: {e}"));
+        sockopt::set_linger_zero(upstream);
+        if kind == "upstream_tls_untrusted" {
+            if let Ok(mut s) = tls.accept(TcpRef(client), name, hello, false).await {
+                let _ = tokio::io::AsyncWriteExt::shutdown(&mut s).await;
+            }
+            return (Outcome::Closed, [0, 0]);
+        }
+        sockopt::set_linger_zero(client);
+        (Outcome::Reset, [0, 0])
+    }
+
+    /// A plaintext client of a proxy whose upstream's TLS failed: a 502
+    /// that says why, then the connection closes.
+    async fn bad_gateway(
+        &self,
+        client: &TcpStream,
+        upstream: &TcpStream,
+        name: &str,
+        e: &std::io::Error,
+    ) -> (Outcome, [u64; 2]) {
+        let _ = self.path.set("http");
+        let kind = if tls::is_certificate_error(e) {
+            "upstream_tls_untrusted"
+        } else {
+            "upstream_tls_failed"
+        };
+        let detail = format!("TLS to {name}: {e}");
+        self.relay.events.relay_error(self.info, kind, &detail);
+        sockopt::set_linger_zero(upstream);
+        let body = format!("netchaos: {detail}\n");
+        let reply = format!(
+            "HTTP/1.1 502 Bad Gateway\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        // The request is read first: the reply must not overtake it.
+        let mut probe = [0u8; 1];
+        let _ =
+            tokio::time::timeout(std::time::Duration::from_secs(5), client.peek(&mut probe)).await;
+        let _ = pipeline::write_all(client, reply.as_bytes()).await;
+        teardown(Outcome::Closed, client, None).await;
+        (Outcome::Closed, [0, reply.len() as u64])
+    }
+}
+
+/// Waits for the first bytes: the client's (an HTTP request, a TLS hello
+/// when netchaos terminates TLS) or the server's (a server-first protocol).
+async fn sniff(client: &TcpStream, upstream: &TcpStream, tls: bool) -> Carries {
+    let mut first = [0u8; 16];
+    let mut theirs = [0u8; 1];
+    tokio::select! {
+        r = client.peek(&mut first) => match r {
+            // A method and a space; or the start of one, still arriving.
+            Ok(n) if n > 0 && (crate::http::wire::looks_like_request(&first[..n])
+                || (n < 11 && first[..n].iter().all(u8::is_ascii_uppercase))) => Carries::Http,
+            Ok(n) if n > 0 && first[0] == 0x16 && tls => match tls::hello::peek(client).await {
+                Some(h) => Carries::Tls(h),
+                None => Carries::Other,
+            },
+            _ => Carries::Other,
+        },
+        _ = upstream.peek(&mut theirs) => Carries::Other,
+    }
+}

@@ -1,0 +1,112 @@
+//! A peer as a direction writes to it: its TCP socket, or a TLS session
+//! over that socket (HTTPS terminated or originated for the HTTP layer).
+//! The socket stays at hand either way, for what TLS cannot say itself: a
+//! half-close, a reset, a readiness error.
+//!
+//! [`TcpRef`] lets TLS (and the HTTP layer's readers) use a socket the
+//! connection shares by reference: the socket is owned by the connection's
+//! task, which also needs it for lingers and RSTs.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::net::TcpStream;
+
+use super::sockopt;
+
+/// A shared socket as an async byte stream.
+#[derive(Clone, Copy)]
+pub(crate) struct TcpRef<'a>(pub(crate) &'a TcpStream);
+
+impl AsyncRead for TcpRef<'_> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        loop {
+            ready!(self.0.poll_read_ready(cx))?;
+            match self.0.try_read(buf.initialize_unfilled()) {
+                Ok(n) => {
+                    buf.advance(n);
+                    return Poll::Ready(Ok(()));
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+    }
+}
+
+impl AsyncWrite for TcpRef<'_> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        loop {
+            ready!(self.0.poll_write_ready(cx))?;
+            match self.0.try_write(buf) {
+                Ok(n) => return Poll::Ready(Ok(n)),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+        sockopt::shutdown_write(self.0);
+        Poll::Ready(Ok(()))
+    }
+}
+
+/// The write side of a TLS session.
+pub(crate) type TlsWrite<'a> = Box<dyn AsyncWrite + Send + Unpin + 'a>;
+
+/// Where a direction writes.
+pub(crate) enum Sink<'a> {
+    Tcp(&'a TcpStream),
+    Tls {
+        session: TlsWrite<'a>,
+        socket: &'a TcpStream,
+    },
+}
+
+/// How long a TLS close (its close_notify) may take before the socket is
+/// half-closed anyway.
+const TLS_CLOSE: std::time::Duration = std::time::Duration::from_secs(2);
+
+impl Sink<'_> {
+    /// The socket under the sink.
+    pub(crate) fn socket(&self) -> &TcpStream {
+        match self {
+            Sink::Tcp(s) => s,
+            Sink::Tls { socket, .. } => socket,
+        }
+    }
+
+    /// Writes all of `buf` (through TLS: and flushes it to the socket).
+    pub(crate) async fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
+        match self {
+            Sink::Tcp(s) => super::pipeline::write_all(s, buf).await,
+            Sink::Tls { session, .. } => {
+                session.write_all(buf).await?;
+                session.flush().await
+            }
+        }
+    }
+
+    /// Half-closes: a FIN (after TLS's close_notify).
+    pub(crate) async fn finish(&mut self) {
+        if let Sink::Tls { session, .. } = self {
+            let _ = tokio::time::timeout(TLS_CLOSE, session.shutdown()).await;
+        }
+        sockopt::shutdown_write(self.socket());
+    }
+}

@@ -1,0 +1,175 @@
+//! The certificate authority HTTPS interception signs with: made fresh for
+//! each run (its private key exists only in netchaos's memory and dies with
+//! it), or one the user brings (`--tls-ca`/`--tls-key`, a CA an attached
+//! container already trusts). Leaf certificates for each server name (or
+//! IP address) are made on first use and kept for the run.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose,
+};
+use rustls::crypto::ring::sign::any_supported_type;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+use rustls::sign::CertifiedKey;
+use time::{Duration, OffsetDateTime};
+
+use super::TlsError;
+
+/// Leaf certificates kept, at most (one per server name).
+const LEAVES: usize = 4096;
+
+/// A CA and the leaves it signed.
+pub(crate) struct Authority {
+    issuer: Issuer<'static, KeyPair>,
+    cert_pem: String,
+    cert_der: CertificateDer<'static>,
+    leaves: Mutex<HashMap<String, Arc<CertifiedKey>>>,
+}
+
+impl std::fmt::Debug for Authority {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Authority")
+    }
+}
+
+impl Authority {
+    /// A new CA for this run: valid from a day ago (clocks differ) for a
+    /// week, able to sign server certificates only.
+    pub(crate) fn generate() -> Result<Authority, TlsError> {
+        let key = KeyPair::generate().map_err(TlsError::generate)?;
+        let mut params = CertificateParams::default();
+        let mut dn = DistinguishedName::new();
+        dn.push(DnType::OrganizationName, "netchaos");
+        dn.push(
+            DnType::CommonName,
+            format!("netchaos run CA (pid {})", std::process::id()),
+        );
+        params.distinguished_name = dn;
+        params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let now = OffsetDateTime::now_utc();
+        params.not_before = now - Duration::days(1);
+        params.not_after = now + Duration::days(7);
+        let cert = params.self_signed(&key).map_err(TlsError::generate)?;
+        Ok(Authority {
+            cert_pem: cert.pem(),
+            cert_der: cert.der().clone(),
+            issuer: Issuer::new(params, key),
+            leaves: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// A CA from its certificate and PKCS#8 private key, both PEM.
+    pub(crate) fn load(cert_pem: &str, key_pem: &str) -> Result<Authority, TlsError> {
+        use rustls::pki_types::pem::PemObject;
+        let key = KeyPair::from_pem(key_pem).map_err(|e| {
+            TlsError::Load(format!(
+                "the key is not a PKCS#8 private key in PEM ({e}); convert it with `openssl pkcs8 -topk8 -nocrypt`"
+            ))
+        })?;
+        let cert_der = CertificateDer::from_pem_slice(cert_pem.as_bytes())
+            .map_err(|e| TlsError::Load(format!("the certificate is not PEM: {e}")))?;
+        let issuer = Issuer::from_ca_cert_der(&cert_der, key)
+            .map_err(|e| TlsError::Load(format!("the certificate cannot sign: {e}")))?;
+        Ok(Authority {
+            cert_pem: cert_pem.to_string(),
+            cert_der,
+            issuer,
+            leaves: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The CA certificate, PEM: what clients must trust.
+    pub(crate) fn cert_pem(&self) -> &str {
+        &self.cert_pem
+    }
+
+    pub(crate) fn cert_der(&self) -> &CertificateDer<'static> {
+        &self.cert_der
+    }
+
+    /// The leaf for `name` (a DNS name or an IP address), made on first use.
+    pub(crate) fn leaf(&self, name: &str) -> Result<Arc<CertifiedKey>, TlsError> {
+        let name = name.trim_end_matches('.').to_ascii_lowercase();
+        if let Some(k) = self.leaves.lock().expect("leaf cache").get(&name) {
+            return Ok(k.clone());
+        }
+        let key = Arc::new(self.sign(&name)?);
+        let mut leaves = self.leaves.lock().expect("leaf cache");
+        if leaves.len() >= LEAVES {
+            leaves.clear();
+        }
+        leaves.insert(name, key.clone());
+        Ok(key)
+    }
+
+    fn sign(&self, name: &str) -> Result<CertifiedKey, TlsError> {
+        let key = KeyPair::generate().map_err(TlsError::generate)?;
+        let params = leaf_params(name)?;
+        let cert = params
+            .signed_by(&key, &self.issuer)
+            .map_err(TlsError::generate)?;
+        certified(vec![cert.der().clone(), self.cert_der.clone()], &key)
+    }
+}
+
+/// A certificate for `name` that no client trusts (self-signed by a key
+/// made for it): what a client is shown when the upstream's own
+/// certificate failed verification, so that it fails as it would have.
+pub(crate) fn untrusted(name: &str) -> Result<CertifiedKey, TlsError> {
+    let key = KeyPair::generate().map_err(TlsError::generate)?;
+    let mut params = leaf_params(name)?;
+    params.distinguished_name.push(
+        DnType::OrganizationName,
+        "netchaos: upstream certificate rejected",
+    );
+    let cert = params.self_signed(&key).map_err(TlsError::generate)?;
+    certified(vec![cert.der().clone()], &key)
+}
+
+fn leaf_params(name: &str) -> Result<CertificateParams, TlsError> {
+    let mut params = CertificateParams::new(vec![name.to_string()])
+        .map_err(|e| TlsError::Load(format!("{name:?} cannot be a certificate's name: {e}")))?;
+    params.distinguished_name = DistinguishedName::new();
+    params.distinguished_name.push(DnType::CommonName, name);
+    params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+    params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+    params.use_authority_key_identifier_extension = true;
+    let now = OffsetDateTime::now_utc();
+    params.not_before = now - Duration::days(1);
+    params.not_after = now + Duration::days(7);
+    Ok(params)
+}
+
+fn certified(chain: Vec<CertificateDer<'static>>, key: &KeyPair) -> Result<CertifiedKey, TlsError> {
+    let der = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
+    let signing = any_supported_type(&der).map_err(|e| TlsError::Load(e.to_string()))?;
+    Ok(CertifiedKey::new(chain, signing))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn leaves_are_signed_per_name_and_kept() {
+        let ca = Authority::generate().unwrap();
+        assert!(ca.cert_pem().starts_with("-----BEGIN CERTIFICATE-----"));
+        let a = ca.leaf("api.example.com").unwrap();
+        let b = ca.leaf("API.example.com.").unwrap();
+        assert!(Arc::ptr_eq(&a, &b), "one leaf per name");
+        assert_eq!(a.cert.len(), 2, "leaf and CA");
+        assert!(ca.leaf("127.0.0.1").is_ok(), "an IP address is a name too");
+        let ca2 = Authority::load(ca.cert_pem(), &ca.issuer.key().serialize_pem()).unwrap();
+        assert!(ca2.leaf("x.test").is_ok());
+        let e = Authority::load(ca.cert_pem(), "junk").unwrap_err();
+        assert!(e.to_string().contains("PKCS#8"), "{e}");
+    }
+}

@@ -1,0 +1,172 @@
+//! TLS for the HTTP layer: HTTPS is terminated with certificates from an
+//! [`Authority`] (the run's own CA, or the user's) so that HTTP faults can
+//! act on requests, and re-originated to the real destination, verified
+//! against the host's trust store plus the user's `--upstream-ca` files.
+//! An upstream whose certificate fails verification is never accepted: its
+//! client is shown a certificate nobody trusts, and fails as it would have
+//! without netchaos.
+//!
+//! Only HTTP/1.1 is offered to clients (ALPN); a client that offers only
+//! something else (h2 alone: gRPC) is not terminated — its connection stays
+//! a byte relay.
+
+pub(crate) mod authority;
+pub(crate) mod hello;
+pub(crate) mod jks;
+
+use std::io;
+use std::sync::Arc;
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::server::ResolvesServerCert;
+use rustls::sign::CertifiedKey;
+use rustls::{ClientConfig, RootCertStore, ServerConfig};
+use tokio_rustls::{TlsAcceptor, TlsConnector, client, server};
+
+pub(crate) use authority::Authority;
+pub(crate) use hello::Hello;
+
+use crate::relay::peer::TcpRef;
+
+/// The only application protocol netchaos speaks inside TLS.
+pub(crate) const HTTP11: &[u8] = b"http/1.1";
+
+/// Why TLS could not be set up (at start: a bad CA or CA file).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum TlsError {
+    #[error("cannot make a certificate: {0}")]
+    Generate(String),
+    #[error("{0}")]
+    Load(String),
+}
+
+impl TlsError {
+    fn generate(e: rcgen::Error) -> TlsError {
+        TlsError::Generate(e.to_string())
+    }
+}
+
+/// Terminating and re-originating TLS, for one run.
+pub(crate) struct Tls {
+    authority: Authority,
+    upstream: Arc<ClientConfig>,
+}
+
+impl std::fmt::Debug for Tls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Tls")
+    }
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+impl Tls {
+    /// Signs with `authority`; verifies upstreams against the host's trust
+    /// store and the certificates in `extra_roots` (PEM files' contents,
+    /// with the names to show in errors).
+    pub(crate) fn new(
+        authority: Authority,
+        extra_roots: &[(String, Vec<u8>)],
+    ) -> Result<Tls, TlsError> {
+        let mut roots = RootCertStore::empty();
+        let native = rustls_native_certs::load_native_certs();
+        let (added, _) = roots.add_parsable_certificates(native.certs);
+        for (name, pem) in extra_roots {
+            let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(pem)
+                .collect::<Result<_, _>>()
+                .map_err(|e| TlsError::Load(format!("{name}: not a PEM certificate file: {e}")))?;
+            if certs.is_empty() {
+                return Err(TlsError::Load(format!("{name}: no PEM certificate in it")));
+            }
+            for c in certs {
+                roots.add(c).map_err(|e| {
+                    TlsError::Load(format!("{name}: a certificate netchaos cannot use: {e}"))
+                })?;
+            }
+        }
+        if added == 0 && extra_roots.is_empty() {
+            tracing::warn!(
+                "TLS: no trusted certificate found on this host; upstreams can only be verified with --upstream-ca"
+            );
+        }
+        let mut upstream = ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| TlsError::Load(e.to_string()))?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        upstream.alpn_protocols = vec![HTTP11.to_vec()];
+        Ok(Tls {
+            authority,
+            upstream: Arc::new(upstream),
+        })
+    }
+
+    pub(crate) fn authority(&self) -> &Authority {
+        &self.authority
+    }
+
+    /// TLS to the upstream, verified as `name`.
+    pub(crate) async fn connect<'a>(
+        &self,
+        sock: TcpRef<'a>,
+        name: &str,
+    ) -> io::Result<client::TlsStream<TcpRef<'a>>> {
+        let server = ServerName::try_from(name.to_string())
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("{name:?}: {e}")))?;
+        TlsConnector::from(self.upstream.clone())
+            .connect(server, sock)
+            .await
+    }
+
+    /// Completes the client's handshake (its hello is still unread) with a
+    /// certificate for `name`: the authority's leaf, or, when the upstream
+    /// was not trusted, one the client will not trust either.
+    pub(crate) async fn accept<'a>(
+        &self,
+        sock: TcpRef<'a>,
+        name: &str,
+        hello: &Hello,
+        trusted: bool,
+    ) -> io::Result<server::TlsStream<TcpRef<'a>>> {
+        let key = if trusted {
+            self.authority.leaf(name)
+        } else {
+            authority::untrusted(name).map(Arc::new)
+        }
+        .map_err(io::Error::other)?;
+        let mut config = ServerConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .map_err(io::Error::other)?
+            .with_no_client_auth()
+            .with_cert_resolver(Arc::new(Fixed(key)));
+        if hello.offers_alpn() {
+            config.alpn_protocols = vec![HTTP11.to_vec()];
+        }
+        TlsAcceptor::from(Arc::new(config)).accept(sock).await
+    }
+}
+
+/// The one certificate a connection is served.
+#[derive(Debug)]
+struct Fixed(Arc<CertifiedKey>);
+
+impl ResolvesServerCert for Fixed {
+    fn resolve(&self, _: rustls::server::ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        Some(self.0.clone())
+    }
+}
+
+/// Whether a TLS error is the upstream's certificate failing verification.
+pub(crate) fn is_certificate_error(e: &io::Error) -> bool {
+    e.get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        .is_some_and(|r| {
+            matches!(
+                r,
+                rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented
+            )
+        })
+}
