@@ -3,8 +3,8 @@
 # the aarch64 cross build (tests under qemu) and a short fuzzing round.
 #
 # As root on a Debian-like machine it first installs what the tests use
-# (apt: curl, python3, iproute2, nftables, iptables, iperf3, socat, ...;
-# pip: requests, toxiproxy-python), a Rust toolchain with rustup when
+# (apt: curl, python3, iproute2, nftables, iptables, iperf3, socat, nodejs,
+# a JDK, Go, ...; pip: requests, httpx, toxiproxy-python), a Rust toolchain with rustup when
 # there is none, and for the later stages an aarch64 cross compiler with
 # qemu-user and cargo-fuzz on a nightly toolchain. Opt-outs:
 # NETCHAOS_NO_CROSS=1 skips the aarch64 stage and NETCHAOS_FUZZ_SECONDS=0
@@ -23,6 +23,10 @@ stage() { echo; echo "== $*"; }
 fail_stage() { failed+=("$1"); echo "test.sh: FAILED: $1" >&2; }
 
 packages=(curl python3 python3-requests iproute2 nftables iptables util-linux procps iperf3 socat)
+# Clients for the HTTPS tests, unless the machine has its own.
+command -v node >/dev/null || packages+=(nodejs)
+command -v java >/dev/null || packages+=(default-jdk-headless)
+command -v go >/dev/null || packages+=(golang-go)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -38,9 +42,10 @@ if ((${#missing[@]})); then
   fi
 fi
 
-# The Python client tests use `requests` and a Toxiproxy client written by
-# someone else (toxiproxy-python), from whichever python3 is first on PATH.
-for mod in requests:requests toxiproxy:toxiproxy-python; do
+# The Python client tests use `requests`, `httpx` and a Toxiproxy client
+# written by someone else (toxiproxy-python), from whichever python3 is
+# first on PATH. The HTTPS tests also run Node, Java and Go clients.
+for mod in requests:requests httpx:httpx toxiproxy:toxiproxy-python; do
   if ! python3 -c "import ${mod%%:*}" 2>/dev/null; then
     python3 -m pip install -q "${mod#*:}" 2>/dev/null ||
       python3 -m pip install -q --break-system-packages "${mod#*:}" 2>/dev/null ||

@@ -335,9 +335,18 @@ impl Plan {
         }
         for p in &self.proxies {
             out.push_str(&format!(
-                "proxy {:?}: listen {} -> upstream {}\n",
-                p.name, p.listen, p.upstream
+                "proxy {:?}: listen {}{} -> upstream {}{}\n",
+                p.name,
+                if p.serve_tls { "https://" } else { "" },
+                p.listen,
+                if p.upstream_tls { "https://" } else { "" },
+                p.upstream
             ));
+        }
+        if self.tls_intercept {
+            out.push_str(
+                "tls: intercept (under `netchaos run`, HTTPS is terminated for HTTP faults, with the run's CA)\n",
+            );
         }
         if self.rules.is_empty() {
             out.push_str("rules: none (traffic passes unharmed)\n");

@@ -121,6 +121,41 @@ pub(crate) fn render(stats: &Stats) -> String {
     }
     family_into(
         &mut out,
+        "netchaos_connections_by_path_total",
+        "counter",
+        "Connections by the path their bytes took: splice (in the kernel, no fault on the bytes), pipeline (stream faults), http or https (the HTTP layer).",
+    );
+    for (path, n) in stats.paths.lock().expect("stats lock").iter() {
+        let _ = writeln!(
+            out,
+            "netchaos_connections_by_path_total{{path=\"{path}\"}} {n}"
+        );
+    }
+    family_into(
+        &mut out,
+        "netchaos_http_requests_total",
+        "counter",
+        "HTTP requests the HTTP layer read.",
+    );
+    let _ = writeln!(
+        out,
+        "netchaos_http_requests_total {}",
+        stats.http_requests.load(Ordering::Relaxed)
+    );
+    family_into(
+        &mut out,
+        "netchaos_http_faults_total",
+        "counter",
+        "HTTP faults applied to requests, by fault and status answered (0: none).",
+    );
+    for ((fault, status), n) in stats.http_faulted.lock().expect("stats lock").iter() {
+        let _ = writeln!(
+            out,
+            "netchaos_http_faults_total{{fault=\"{fault}\",status=\"{status}\"}} {n}"
+        );
+    }
+    family_into(
+        &mut out,
         "netchaos_event_log_errors_total",
         "counter",
         "Event lines that could not be written.",

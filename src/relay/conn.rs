@@ -197,7 +197,7 @@ impl Conn<'_> {
         });
         if let Some((chosen, r)) = respond {
             self.hit(chosen, None).fire();
-            return Box::pin(self.respond(client, r)).await;
+            return Box::pin(self.respond(client, r, dest.addrs.first().copied())).await;
         }
         if let Some((kind, e)) = dest.error {
             self.relay.events.relay_error(self.info, kind, &e);
@@ -319,20 +319,54 @@ impl Conn<'_> {
 
     /// `respond`: the canned reply flows down the downstream pipeline (so
     /// other downstream faults still apply); what the client sends is read
-    /// and discarded.
+    /// and discarded. With TLS set up, a TLS client is answered inside TLS
+    /// (the upstream still never contacted).
     async fn respond(
         &self,
         client: &TcpStream,
         r: crate::fault::respond::Respond,
+        dst: Option<SocketAddr>,
     ) -> (Outcome, [u64; 2]) {
-        if r.waits_for_request() {
+        let tls = self.relay.opts.tls.clone();
+        let mut probe = [0u8; 1];
+        if r.waits_for_request() || tls.is_some() {
             // `peek`, not `readable`: readiness may be a false positive (as
             // it is for the first connection of a fresh runtime), and the
             // reply must not overtake the request it answers.
-            let mut probe = [0u8; 1];
             let _ = tokio::time::timeout(
                 crate::fault::respond::Respond::REQUEST_WAIT,
                 client.peek(&mut probe),
+            )
+            .await;
+        }
+        if let (Some(tls), 0x16) = (tls, probe[0]) {
+            let _ = self.path.set("https");
+            return match self.accept_tls(&tls, client, dst).await {
+                Some(side) => self.respond_on(client, r, side, true).await,
+                None => {
+                    sockopt::set_linger_zero(client);
+                    (Outcome::Reset, [0, 0])
+                }
+            };
+        }
+        self.respond_on(client, r, http::Side::plain(client), false)
+            .await
+    }
+
+    async fn respond_on<'s>(
+        &self,
+        client: &'s TcpStream,
+        r: crate::fault::respond::Respond,
+        side: http::Side<'s>,
+        tls: bool,
+    ) -> (Outcome, [u64; 2]) {
+        let http::Side { mut read, sink } = side;
+        if tls && r.waits_for_request() {
+            // Inside TLS, the request is the first application data.
+            let mut first = bytes::BytesMut::with_capacity(16 * 1024);
+            let _ = tokio::time::timeout(
+                crate::fault::respond::Respond::REQUEST_WAIT,
+                tokio::io::AsyncReadExt::read_buf(&mut read, &mut first),
             )
             .await;
         }
@@ -340,15 +374,31 @@ impl Conn<'_> {
         let mut feed = self.feed(Direction::Downstream);
         let down = pipeline::run(
             pipeline::Source::Script(r.script()),
-            Sink::Tcp(client),
+            sink,
             Direction::Downstream,
             &mut feed,
             &meter,
         );
-        let up = discard(client);
-        let (outcome, bytes) = run_pair(up, down, client, None).await;
+        let (outcome, bytes) = if tls {
+            run_pair(discard_from(read), down, client, None).await
+        } else {
+            run_pair(discard(client), down, client, None).await
+        };
         teardown(outcome, client, None).await;
         (outcome, bytes)
+    }
+}
+
+/// Reads and drops what a TLS client sends.
+async fn discard_from(mut read: impl tokio::io::AsyncRead + Unpin) -> (DirEnd, u64) {
+    let mut buf = vec![0u8; 16 * 1024];
+    let mut total = 0u64;
+    loop {
+        match tokio::io::AsyncReadExt::read(&mut read, &mut buf).await {
+            Ok(0) => return (DirEnd::Fin, total),
+            Ok(n) => total += n as u64,
+            Err(_) => return (DirEnd::Reset, total),
+        }
     }
 }
 

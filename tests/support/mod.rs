@@ -96,7 +96,8 @@ impl Proxy {
                 let Ok(line) = line else { break };
                 log.lock().unwrap().push_str(&format!("{line}\n"));
                 if let Some(rest) = line.split(" listening on ").nth(1) {
-                    let addr = rest.split(" -> ").next().unwrap().trim().to_string();
+                    let addr = rest.split(" -> ").next().unwrap().trim();
+                    let addr = addr.trim_start_matches("https://").to_string();
                     let _ = tx.send(Some(addr));
                 } else if let Some(rest) = line.split("control API on http://").nth(1) {
                     let addr = rest.split_whitespace().next().unwrap().to_string();

@@ -51,13 +51,13 @@ enum Carries {
 type Reader<'a> = Box<dyn AsyncRead + Send + Unpin + 'a>;
 
 /// One side of the connection, after TLS (if any).
-struct Side<'a> {
-    read: Reader<'a>,
-    sink: Sink<'a>,
+pub(super) struct Side<'a> {
+    pub(super) read: Reader<'a>,
+    pub(super) sink: Sink<'a>,
 }
 
 impl<'a> Side<'a> {
-    fn plain(sock: &'a TcpStream) -> Side<'a> {
+    pub(super) fn plain(sock: &'a TcpStream) -> Side<'a> {
         Side {
             read: Box::new(TcpRef(sock)),
             sink: Sink::Tcp(sock),
@@ -121,16 +121,7 @@ impl Conn<'_> {
                     tracing::debug!("TLS client offers no HTTP/1.1 (ALPN): relayed as bytes");
                     return None;
                 }
-                // The name the client meant: its SNI, else the address it
-                // dialled (a listener's own, for `--tls`).
-                let name = hello.server_name.clone().unwrap_or_else(|| {
-                    let ip = if ep.serve {
-                        client.local_addr().ok().map(|a| a.ip())
-                    } else {
-                        dst.map(|a| a.ip())
-                    };
-                    ip.map_or_else(|| "localhost".to_string(), |ip| ip.to_string())
-                });
+                let name = server_name(&hello, client, if ep.serve { None } else { dst });
                 let up = if ep.serve && ep.upstream.is_none() {
                     Side::plain(upstream)
                 } else {
@@ -192,6 +183,25 @@ impl Conn<'_> {
         let (outcome, bytes) = run_pair(Box::pin(up), Box::pin(down), client, Some(upstream)).await;
         teardown(outcome, client, Some(upstream)).await;
         Some((outcome, bytes))
+    }
+
+    /// Terminates a TLS client whose hello is waiting (`respond` over
+    /// TLS: no upstream to verify); `None` when it cannot be.
+    pub(super) async fn accept_tls<'s>(
+        &self,
+        tls: &Tls,
+        client: &'s TcpStream,
+        dst: Option<SocketAddr>,
+    ) -> Option<Side<'s>> {
+        let hello = tls::hello::peek(client).await?;
+        let name = server_name(&hello, client, dst);
+        match tls.accept(TcpRef(client), &name, &hello, true).await {
+            Ok(s) => Some(Side::tls(s, client)),
+            Err(e) => {
+                tracing::debug!("TLS handshake with the client failed: {e}");
+                None
+            }
+        }
     }
 
     async fn tls_upstream<'a>(
@@ -272,6 +282,16 @@ impl Conn<'_> {
         teardown(Outcome::Closed, client, None).await;
         (Outcome::Closed, [0, reply.len() as u64])
     }
+}
+
+/// The name the client meant: its SNI, else the address it dialled (`dst`,
+/// or the listener's own).
+fn server_name(hello: &Hello, client: &TcpStream, dst: Option<SocketAddr>) -> String {
+    hello.server_name.clone().unwrap_or_else(|| {
+        dst.map(|a| a.ip())
+            .or_else(|| client.local_addr().ok().map(|a| a.ip()))
+            .map_or_else(|| "localhost".to_string(), |ip| ip.to_string())
+    })
 }
 
 /// Waits for the first bytes: the client's (an HTTP request, a TLS hello

@@ -1,0 +1,716 @@
+//! The HTTP layer with real clients: per-request faults on keep-alive
+//! connections, over plaintext and over HTTPS through `run --tls` (the
+//! clients unmodified: curl, Python requests and httpx, Node fetch, Java
+//! HttpClient, Go net/http), proxy mode with TLS on either side, and what
+//! must pass through untouched.
+//!
+//! The upstream is `support/httpd.py` on loopback; HTTPS upstreams use a
+//! CA made here (rcgen) and given to netchaos with `--upstream-ca`.
+
+mod support;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::time::Duration;
+
+use support::*;
+
+/// `support/httpd.py`, stopped when dropped.
+struct Httpd {
+    child: Child,
+    _stdin: ChildStdin,
+    port: u16,
+}
+
+impl Httpd {
+    fn start(tls: Option<&TestCa>) -> Httpd {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/httpd.py");
+        let mut c = Command::new("python3");
+        c.arg(script);
+        if let Some(ca) = tls {
+            c.arg("--cert").arg(ca.path("leaf.pem"));
+            c.arg("--key").arg(ca.path("leaf.key"));
+        }
+        let mut child = c
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start httpd.py");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let port = line.trim().parse().expect("httpd.py prints its port");
+        let stdin = child.stdin.take().unwrap();
+        Httpd {
+            child,
+            _stdin: stdin,
+            port,
+        }
+    }
+
+    fn http(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    fn https(&self) -> String {
+        format!("https://localhost:{}", self.port)
+    }
+}
+
+impl Drop for Httpd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A CA of the test's own and a certificate it signed for localhost and
+/// 127.0.0.1, as PEM files in a temporary directory.
+struct TestCa {
+    dir: tempfile::TempDir,
+}
+
+impl TestCa {
+    fn new() -> TestCa {
+        use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair, KeyUsagePurpose};
+        let dir = tempfile::tempdir().unwrap();
+        let ca_key = KeyPair::generate().unwrap();
+        let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        ca.distinguished_name
+            .push(rcgen::DnType::CommonName, "netchaos tests' upstream CA");
+        let ca_cert = ca.self_signed(&ca_key).unwrap();
+        let issuer = Issuer::new(ca, ca_key);
+        let leaf_key = KeyPair::generate().unwrap();
+        let leaf = CertificateParams::new(vec!["localhost".into(), "127.0.0.1".into()])
+            .unwrap()
+            .signed_by(&leaf_key, &issuer)
+            .unwrap();
+        std::fs::write(dir.path().join("ca.pem"), ca_cert.pem()).unwrap();
+        std::fs::write(dir.path().join("leaf.pem"), leaf.pem()).unwrap();
+        std::fs::write(dir.path().join("leaf.key"), leaf_key.serialize_pem()).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        for f in ["ca.pem", "leaf.pem", "leaf.key"] {
+            std::fs::set_permissions(dir.path().join(f), std::fs::Permissions::from_mode(0o644))
+                .unwrap();
+        }
+        TestCa { dir }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn ca(&self) -> String {
+        self.path("ca.pem").display().to_string()
+    }
+}
+
+/// Python's 200 keep-alive requests through one session of `requests` and
+/// one `httpx.Client`: the status and Retry-After of each, and whether
+/// every 200 was byte-exact.
+const PY_POOLED: &str = r#"
+import json, sys, requests, httpx
+base = sys.argv[1]
+out = {}
+s = requests.Session()
+res = []
+for i in range(200):
+    r = s.get(f"{base}/p/{i}", timeout=10)
+    if r.status_code == 200:
+        assert r.content == (f"body-{i};" * 10).encode(), (i, r.content[:50])
+    else:
+        assert r.headers.get("Retry-After") == "1", dict(r.headers)
+    res.append(r.status_code)
+out["requests"] = res
+res = []
+with httpx.Client(timeout=10) as c:
+    for i in range(200):
+        r = c.get(f"{base}/p/{i}")
+        if r.status_code == 200:
+            assert r.content == (f"body-{i};" * 10).encode(), (i, r.content[:50])
+        else:
+            assert r.headers.get("retry-after") == "1", dict(r.headers)
+        res.append(r.status_code)
+out["httpx"] = res
+print(json.dumps(out))
+"#;
+
+fn opens(events: &Path) -> usize {
+    read_events(events)
+        .iter()
+        .filter(|e| e["event"] == "open")
+        .count()
+}
+
+#[test]
+fn pooled_https_clients_get_429_per_request_and_the_same_requests_on_a_replay() {
+    if !need(&["python3", "ip", "nft"]) {
+        return;
+    }
+    if python("import httpx", &[]).0 != 0 {
+        assert!(
+            !in_ci(),
+            "httpx is required in CI (scripts/test.sh installs it)"
+        );
+        eprintln!("SKIPPED: python3 has no httpx");
+        return;
+    }
+    let ca = TestCa::new();
+    let up = Httpd::start(Some(&ca));
+    let dir = tempfile::tempdir().unwrap();
+    let mut runs = Vec::new();
+    for round in 0..2 {
+        let events = dir.path().join(format!("events-{round}.jsonl"));
+        let ev = events.display().to_string();
+        let (code, out, err) = wrapped(
+            &[
+                "--tls",
+                "--upstream-ca",
+                &ca.ca(),
+                "--seed",
+                "11",
+                "--events",
+                &ev,
+                "--fault",
+                "http_status:status=429,probability=0.3,retry_after=1s",
+            ],
+            &["python3", "-c", PY_POOLED, &up.https()],
+        );
+        assert_eq!(code, 0, "{out}\n{err}");
+        let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+        for client in ["requests", "httpx"] {
+            let statuses: Vec<u64> = v[client]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s.as_u64().unwrap())
+                .collect();
+            let faulted = statuses.iter().filter(|s| **s == 429).count();
+            assert!(
+                (45..=75).contains(&faulted),
+                "{client}: {faulted} of 200 got 429 at probability 0.3"
+            );
+            assert_eq!(
+                faulted + statuses.iter().filter(|s| **s == 200).count(),
+                200
+            );
+        }
+        // One pooled connection per client: the faults were per request.
+        assert_eq!(opens(&events), 2, "connections opened");
+        let faults: Vec<_> = read_events(&events)
+            .into_iter()
+            .filter(|e| e["event"] == "fault")
+            .collect();
+        assert!(
+            faults
+                .iter()
+                .all(|f| f["http"]["status"] == 429 && f["http"]["method"] == "GET")
+        );
+        let closes: Vec<_> = read_events(&events)
+            .into_iter()
+            .filter(|e| e["event"] == "close")
+            .collect();
+        assert!(closes.iter().all(|c| c["path"] == "https"), "{closes:?}");
+        runs.push(v);
+    }
+    assert_eq!(runs[0], runs[1], "the same seed faults the same requests");
+}
+
+#[test]
+fn curl_node_java_and_go_see_the_fault_over_https_with_no_flag() {
+    if !need(&["curl", "ip", "nft", "node", "java", "go"]) {
+        return;
+    }
+    let ca = TestCa::new();
+    let up = Httpd::start(Some(&ca));
+    let work = tempfile::tempdir().unwrap();
+    let java = work.path().join("Main.java");
+    std::fs::write(
+        &java,
+        r#"import java.net.http.*; import java.net.URI;
+public class Main { public static void main(String[] a) throws Exception {
+  var r = HttpClient.newHttpClient().send(HttpRequest.newBuilder(URI.create(a[0])).build(),
+      HttpResponse.BodyHandlers.ofString());
+  System.out.println("java " + r.statusCode());
+}}"#,
+    )
+    .unwrap();
+    let go = work.path().join("main.go");
+    std::fs::write(
+        &go,
+        r#"package main
+import ("fmt"; "net/http"; "os")
+func main() {
+	r, err := http.Get(os.Args[1])
+	if err != nil { fmt.Println("go error:", err); os.Exit(1) }
+	fmt.Println("go", r.StatusCode)
+}"#,
+    )
+    .unwrap();
+    // Built before the run (its toolchain is not the client under test).
+    let gobin = work.path().join("goclient");
+    let built = Command::new("go")
+        .arg("build")
+        .arg("-o")
+        .arg(&gobin)
+        .arg(&go)
+        .env("GOCACHE", work.path().join("gocache"))
+        .env("GOPATH", work.path().join("gopath"))
+        .env("GO111MODULE", "off")
+        .env("GOTOOLCHAIN", "local")
+        .output()
+        .unwrap();
+    assert!(
+        built.status.success(),
+        "{}",
+        String::from_utf8_lossy(&built.stderr)
+    );
+    let url = format!("{}/p/1", up.https());
+    let script = format!(
+        "curl -sS -o /dev/null -w 'curl %{{http_code}}\\n' {url}; \
+         node -e 'fetch(process.argv[1]).then(r => console.log(\"node\", r.status), e => console.log(\"node error:\", e.cause || e))' {url}; \
+         java {java} {url}; {gobin} {url}",
+        java = java.display(),
+        gobin = gobin.display()
+    );
+    let (code, out, err) = wrapped(
+        &[
+            "--tls",
+            "--upstream-ca",
+            &ca.ca(),
+            "--fault",
+            "http_status:status=503,envelope=openai",
+        ],
+        &["sh", "-c", &script],
+    );
+    assert_eq!(code, 0, "{out}\n{err}");
+    for client in ["curl", "node", "java", "go"] {
+        assert!(
+            out.lines().any(|l| l == format!("{client} 503")),
+            "{client} did not see the 503:\n{out}\n{err}"
+        );
+    }
+}
+
+#[test]
+fn first_two_fail_then_every_request_passes() {
+    if !need(&["curl", "ip", "nft"]) {
+        return;
+    }
+    let up = Httpd::start(None);
+    let script = format!(
+        "for i in 1 2 3 4 5; do curl -s -o /dev/null -w '%{{http_code}} ' {}/p/$i; done",
+        up.http()
+    );
+    let (code, out, err) = wrapped(&["-p", "first-two-fail"], &["sh", "-c", &script]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.trim(), "503 503 200 200 200", "{err}");
+    assert!(
+        err.contains("HTTP requests: 5 seen, 2 faulted (http_status 503: 2)"),
+        "{err}"
+    );
+}
+
+/// Reads an event stream with `requests` (read timeout 2 s): the events
+/// parsed, then how the stream ended.
+const PY_SSE: &str = r#"
+import json, sys, requests
+events, end = [], "complete"
+try:
+    r = requests.get(sys.argv[1], stream=True, timeout=(5, 2))
+    for line in r.iter_lines():
+        if line.startswith(b"data:"):
+            try:
+                events.append(json.loads(line[5:]))
+            except json.JSONDecodeError:
+                end = "bad json"
+                events.append(None)
+except requests.exceptions.ConnectionError as e:
+    end = "read timeout" if "timed out" in str(e) else "broken: " + type(e).__name__
+except requests.exceptions.ChunkedEncodingError as e:
+    end = "broken: ChunkedEncodingError"
+print(json.dumps({"events": events, "end": end}))
+"#;
+
+fn sse(fault: &str, url: &str) -> serde_json::Value {
+    let (code, out, err) = wrapped(&["--fault", fault], &["python3", "-c", PY_SSE, url]);
+    assert_eq!(code, 0, "{err}");
+    serde_json::from_str(out.trim()).unwrap_or_else(|_| panic!("{out}\n{err}"))
+}
+
+#[test]
+fn event_streams_stall_drop_and_turn_malformed_after_whole_events() {
+    if !need(&["python3", "ip", "nft"]) {
+        return;
+    }
+    let up = Httpd::start(None);
+    let url = format!("{}/sse/8", up.http());
+    let v = sse("sse:stall_after_events=4", &url);
+    assert_eq!(v["events"].as_array().unwrap().len(), 4, "{v}");
+    assert_eq!(v["end"], "read timeout", "{v}");
+    let v = sse("sse:drop_after_events=3", &url);
+    assert_eq!(v["events"].as_array().unwrap().len(), 3, "{v}");
+    assert!(v["end"].as_str().unwrap().starts_with("broken"), "{v}");
+    let v = sse("sse:malformed_after_events=2", &url);
+    let events = v["events"].as_array().unwrap();
+    assert_eq!(events.len(), 8, "{v}");
+    assert_eq!(v["end"], "bad json", "{v}");
+    assert!(events[2].is_null() && events[3]["i"] == 3, "{v}");
+    let v = sse("sse:malformed_after_events=5,malformed=truncate", &url);
+    assert_eq!(v["events"].as_array().unwrap().len(), 5, "{v}");
+    assert!(v["end"].as_str().unwrap().starts_with("broken"), "{v}");
+    // Not an event stream: an sse fault leaves it alone.
+    let (code, out, err) = wrapped(
+        &["--fault", "sse:stall_after_events=0"],
+        &["curl", "-sS", &format!("{}/p/3", up.http())],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, "body-3;".repeat(10));
+}
+
+#[test]
+fn an_upstream_with_an_untrusted_certificate_fails_the_clients_tls() {
+    if !need(&["curl", "python3", "ip", "nft"]) {
+        return;
+    }
+    let ca = TestCa::new();
+    let up = Httpd::start(Some(&ca));
+    let url = format!("{}/p/1", up.https());
+    let script = format!(
+        "curl -sS -o /dev/null {url}; echo \"curl exit $?\"; \
+         python3 -c 'import requests,sys\ntry: requests.get(sys.argv[1]); print(\"python: no error\")\nexcept requests.exceptions.SSLError: print(\"python: SSLError\")' {url}"
+    );
+    // No --upstream-ca: the test CA is trusted nowhere.
+    let (code, out, err) = wrapped(
+        &["--tls", "--fault", "http_status:status=503,probability=0"],
+        &["sh", "-c", &script],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("curl exit 60"),
+        "curl: certificate problem expected:\n{out}\n{err}"
+    );
+    assert!(out.contains("python: SSLError"), "{out}\n{err}");
+    assert!(err.contains("upstream_tls_untrusted"), "{err}");
+}
+
+#[test]
+fn connections_without_http_faults_stay_spliced() {
+    if !need(&["curl", "ip", "nft"]) {
+        return;
+    }
+    let ca = TestCa::new();
+    let faulted = Httpd::start(Some(&ca));
+    let other = Httpd::start(None);
+    let dir = tempfile::tempdir().unwrap();
+    let events = dir.path().join("events.jsonl");
+    let profile = dir.path().join("p.toml");
+    std::fs::write(
+        &profile,
+        format!(
+            "tls = \"intercept\"\n[[rules]]\nname = \"api\"\nmatch.ports = [{}]\n  [[rules.faults]]\n  type = \"http_status\"\n  status = 529\n",
+            faulted.port
+        ),
+    )
+    .unwrap();
+    let script = format!(
+        "curl -s -o /dev/null -w '%{{http_code}} ' {}/p/1; curl -s -o /dev/null -w '%{{http_code}}' {}/big/100000",
+        faulted.https(),
+        other.http()
+    );
+    let (code, out, err) = wrapped(
+        &[
+            "-p",
+            &profile.display().to_string(),
+            "--upstream-ca",
+            &ca.ca(),
+            "--events",
+            &events.display().to_string(),
+        ],
+        &["sh", "-c", &script],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, "529 200", "{err}");
+    let paths: Vec<String> = read_events(&events)
+        .iter()
+        .filter(|e| e["event"] == "close")
+        .map(|e| e["path"].as_str().unwrap_or("?").to_string())
+        .collect();
+    assert_eq!(paths, ["https", "splice"], "{err}");
+}
+
+/// The proxy's listener as a base URL.
+fn base(p: &Proxy) -> String {
+    format!("http://{}", p.addr())
+}
+
+/// Sends raw bytes to `addr` and reads until the peer closes or 5 s pass.
+fn exchange(addr: std::net::SocketAddr, send: &[u8]) -> Vec<u8> {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(send).unwrap();
+    let mut out = Vec::new();
+    let mut buf = [0u8; 65536];
+    while let Ok(n) = s.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        out.extend_from_slice(&buf[..n]);
+    }
+    out
+}
+
+#[test]
+fn pipelined_requests_are_answered_in_order_and_unfaulted_bytes_pass_exactly() {
+    if !need(&["python3"]) {
+        return;
+    }
+    let up = Httpd::start(None);
+    let p = Proxy::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        &format!("127.0.0.1:{}", up.port),
+        "--fault",
+        "http_status:status=418,path=/p/2",
+    ]);
+    // Three pipelined requests: the middle one is answered by netchaos,
+    // after the first's response and before the third's.
+    let reqs = "GET /p/1 HTTP/1.1\r\nHost: x\r\n\r\nGET /p/2 HTTP/1.1\r\nHost: x\r\n\r\nGET /p/3 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    let out = String::from_utf8(exchange(p.addr(), reqs.as_bytes())).unwrap();
+    let first = out.find(&"body-1;".repeat(10)).expect(&out);
+    let teapot = out.find("HTTP/1.1 418 I'm a teapot").expect(&out);
+    let third = out.find(&"body-3;".repeat(10)).expect(&out);
+    assert!(first < teapot && teapot < third, "{out}");
+    // A chunked upload and a large download, unfaulted: byte for byte.
+    let body: Vec<u8> = pattern(5, 300_000);
+    let mut req = b"POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n".to_vec();
+    for c in body.chunks(7777) {
+        req.extend_from_slice(format!("{:x};ext=1\r\n", c.len()).as_bytes());
+        req.extend_from_slice(c);
+        req.extend_from_slice(b"\r\n");
+    }
+    req.extend_from_slice(b"0\r\nTrailer: x\r\n\r\n");
+    let out = exchange(p.addr(), &req);
+    assert!(out.ends_with(&body), "the echoed body differs");
+    let direct = exchange(
+        format!("127.0.0.1:{}", up.port).parse().unwrap(),
+        b"GET /big/500000 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
+    let relayed = exchange(
+        p.addr(),
+        b"GET /big/500000 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
+    // The Date header differs; the rest is the same.
+    let body_of = |r: &[u8]| r[r.windows(4).position(|w| w == b"\r\n\r\n").unwrap()..].to_vec();
+    assert_eq!(body_of(&direct), body_of(&relayed));
+}
+
+#[test]
+fn upgrades_pass_through_and_expect_continue_works_both_ways() {
+    if !need(&["python3", "curl"]) {
+        return;
+    }
+    let up = Httpd::start(None);
+    let p = Proxy::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        &format!("127.0.0.1:{}", up.port),
+        "--fault",
+        "http_status:status=413,method=POST,path=/too-big",
+    ]);
+    // A WebSocket-style upgrade: after the 101, raw bytes both ways.
+    let mut s = TcpStream::connect(p.addr()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.write_all(
+        b"GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
+    )
+    .unwrap();
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        s.read_exact(&mut b).unwrap();
+        head.push(b[0]);
+    }
+    assert!(
+        head.starts_with(b"HTTP/1.1 101"),
+        "{}",
+        String::from_utf8_lossy(&head)
+    );
+    s.write_all(b"\x81\x05GET / not http at all").unwrap();
+    let mut echo = [0u8; 23];
+    s.read_exact(&mut echo).unwrap();
+    assert_eq!(&echo, b"\x81\x05GET / not http at all");
+    drop(s);
+    // curl sends Expect: 100-continue for a large body: forwarded, the
+    // upstream's 100 goes back; answered here, the body is never needed.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("body");
+    std::fs::write(&file, pattern(9, 2_000_000)).unwrap();
+    let data = format!("@{}", file.display());
+    for (path, want) in [("/echo", "200 2000000"), ("/too-big", "413 22")] {
+        let out = Command::new("curl")
+            .args([
+                "-sS",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code} %{size_download}",
+            ])
+            .args(["-H", "Expect: 100-continue", "--data-binary", &data])
+            .arg(format!("{}{path}", base(&p)))
+            .output()
+            .unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            want,
+            "{path}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn json_body_fields_pick_the_requests() {
+    if !need(&["python3"]) {
+        return;
+    }
+    let up = Httpd::start(None);
+    let p = Proxy::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        &format!("127.0.0.1:{}", up.port),
+        "--fault",
+        "http_status:status=529,envelope=anthropic,body.model=claude-opus-*",
+    ]);
+    let code = r#"
+import json, sys, requests
+s = requests.Session()
+for model in ["claude-opus-4", "claude-haiku-4", "claude-opus-4-1"]:
+    r = s.post(sys.argv[1] + "/echo", json={"model": model, "max_tokens": 5})
+    print(model, r.status_code, r.json().get("error", {}).get("type", "-"))
+"#;
+    let (rc, out, err) = python(code, &[&base(&p)]);
+    assert_eq!(rc, 0, "{err}");
+    assert_eq!(
+        out,
+        "claude-opus-4 529 overloaded_error\nclaude-haiku-4 200 -\nclaude-opus-4-1 529 overloaded_error\n"
+    );
+}
+
+#[test]
+fn a_proxy_reaches_an_https_upstream_and_serves_tls_itself() {
+    if !need(&["python3", "curl"]) {
+        return;
+    }
+    let ca = TestCa::new();
+    let up = Httpd::start(Some(&ca));
+    // Plaintext in, HTTPS out, with the Host of the upstream.
+    let p = Proxy::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream-tls",
+        &format!("localhost:{}", up.port),
+        "--upstream-ca",
+        &ca.ca(),
+        "--fault",
+        "http_delay:delay=300ms,first=1",
+    ]);
+    let code = r#"
+import sys, time, requests
+s = requests.Session()
+for i in range(3):
+    t = time.monotonic()
+    r = s.get(f"{sys.argv[1]}/p/{i}")
+    assert r.content == (f"body-{i};" * 10).encode(), r.content
+    print(i, r.status_code, time.monotonic() - t >= 0.3)
+"#;
+    let (rc, out, err) = python(code, &[&base(&p)]);
+    assert_eq!(rc, 0, "{err}");
+    assert_eq!(out, "0 200 True\n1 200 False\n2 200 False\n");
+    drop(p);
+    // An upstream the proxy cannot trust: a 502 that says why.
+    let p = Proxy::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream-tls",
+        &format!("localhost:{}", up.port),
+    ]);
+    let (status, body) = http("GET", &format!("{}/p/1", base(&p)), None, &[]);
+    assert_eq!(status, 502, "{body}");
+    assert!(body.to_string().contains("UnknownIssuer"), "{body}");
+    drop(p);
+    // TLS on the listener, with the run's CA written out.
+    let plain = Httpd::start(None);
+    let dir = tempfile::tempdir().unwrap();
+    let out_ca = dir.path().join("ca.pem");
+    let p = Proxy::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        &format!("127.0.0.1:{}", plain.port),
+        "--tls",
+        "--tls-ca-out",
+        &out_ca.display().to_string(),
+    ]);
+    for host in ["127.0.0.1", "localhost"] {
+        let out = Command::new("curl")
+            .args(["-sS", "--cacert"])
+            .arg(&out_ca)
+            .arg(format!("https://{host}:{}/p/7", p.addr().port()))
+            .output()
+            .unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "body-7;".repeat(10),
+            "{host}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn rootless_https_interception_with_a_stock_user_path() {
+    let Some(nobody) = Nobody::new() else {
+        return;
+    };
+    if !need(&["curl"]) {
+        return;
+    }
+    let ca = TestCa::new();
+    let up = Httpd::start(Some(&ca));
+    let mut c = nobody.command();
+    // A user's PATH: no /usr/sbin, so ip and nft come from netchaos's own
+    // lookup.
+    c.env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("HOME", "/");
+    let (code, out, err) = wrapped_with(
+        c,
+        &[
+            "--tls",
+            "--upstream-ca",
+            &ca.ca(),
+            "--fault",
+            "http_status:status=503,first=1",
+        ],
+        &[
+            "sh",
+            "-c",
+            &format!(
+                "id -u; for i in 1 2; do curl -sS -o /dev/null -w '%{{http_code}} ' {}/p/$i; done",
+                up.https()
+            ),
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.trim(), "65534\n503 200", "{err}");
+}

@@ -1,0 +1,111 @@
+"""A small HTTP/1.1 server for the HTTP-layer tests, on loopback.
+
+python3 httpd.py [--cert CERT --key KEY]   prints its port, then serves:
+
+  GET  /p/N          200, body "body-N;" * 10 (content-length), keep-alive
+  GET  /big/N        200, N bytes of a fixed pattern (content-length)
+  GET  /sse/N        200 text/event-stream, N events {"i": i}, one chunk each
+  POST /echo         200, the request body back (any framing in)
+  GET  /ws           101 Switching Protocols, then echoes raw bytes
+  GET  /close        200 with Connection: close, then closes
+
+Each response is written in one piece with TCP_NODELAY, so timing is the
+relay's, not Nagle's. Ends when stdin closes (the test dropped it).
+"""
+import http.server
+import json
+import socketserver
+import ssl
+import sys
+import threading
+import time
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+
+    def log_message(self, *args):
+        pass
+
+    def reply(self, status, body, headers=()):
+        head = f"HTTP/1.1 {status} {'OK' if status == 200 else 'X'}\r\n"
+        for k, v in headers:
+            head += f"{k}: {v}\r\n"
+        head += f"Content-Length: {len(body)}\r\n\r\n"
+        self.wfile.write(head.encode() + body)
+        self.wfile.flush()
+
+    def do_GET(self):
+        parts = self.path.split("/")
+        if self.path.startswith("/p/"):
+            self.reply(200, (f"body-{parts[2]};" * 10).encode())
+        elif self.path.startswith("/big/"):
+            n = int(parts[2])
+            self.reply(200, bytes((i * 7 + i // 251) & 0xFF for i in range(n)))
+        elif self.path.startswith("/sse/"):
+            n = int(parts[2])
+            self.wfile.write(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                b"Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n"
+            )
+            self.wfile.flush()
+            for i in range(n):
+                ev = f"event: delta\ndata: {json.dumps({'i': i})}\n\n".encode()
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(ev), ev))
+                self.wfile.flush()
+                time.sleep(0.005)
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        elif self.path == "/ws" and self.headers.get("Upgrade"):
+            self.wfile.write(
+                b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n"
+            )
+            self.wfile.flush()
+            while True:
+                b = self.connection.recv(65536)
+                if not b:
+                    break
+                self.connection.sendall(b)
+            self.close_connection = True
+        elif self.path == "/close":
+            self.close_connection = True
+            self.reply(200, b"bye", [("Connection", "close")])
+        else:
+            self.reply(404, b"not found")
+
+    def do_POST(self):
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            body = b""
+            while True:
+                size = int(self.rfile.readline().split(b";")[0], 16)
+                if size == 0:
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass
+                    break
+                body += self.rfile.read(size)
+                self.rfile.readline()
+        else:
+            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.reply(200, body)
+
+
+class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+def main():
+    srv = Server(("127.0.0.1", 0), Handler)
+    if "--cert" in sys.argv:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(
+            sys.argv[sys.argv.index("--cert") + 1], sys.argv[sys.argv.index("--key") + 1]
+        )
+        srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+    print(srv.server_address[1], flush=True)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    sys.stdin.read()
+
+
+main()
