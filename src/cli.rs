@@ -85,6 +85,9 @@ pub enum Command {
     DemoClient {
         /// The demo server's address.
         addr: String,
+        /// Send this many requests over one HTTPS keep-alive connection.
+        #[arg(long, value_name = "N")]
+        pooled: Option<u32>,
     },
 }
 

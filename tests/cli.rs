@@ -268,6 +268,12 @@ fn demo_table(args: &[&str]) -> (String, String) {
         ("truncated", "truncated: "),
         ("stall (read timeout)", "read timeout"),
         ("canned 503", "HTTP 503"),
+        ("HTTPS 429 at 30%", "10 requests on one connection: "),
+        (
+            "HTTPS first 2 fail",
+            "10 requests on one connection: 503 503 200 200 200 200 200 200 200 200",
+        ),
+        ("HTTPS slow TTFB", "200 200 200(3"),
     ] {
         let line = out
             .lines()

@@ -4,7 +4,9 @@
 //! the machine allows namespaces, else a client in this process behind
 //! `netchaos proxy` — fetches a 64 KiB page from it with one fault switched
 //! on, and a table shows what the client saw: time to connect, to the first
-//! byte, in all, the bytes received and the outcome.
+//! byte, in all, the bytes received and the outcome. The HTTPS rows send ten
+//! requests over one pooled keep-alive connection (`run --tls`: the client
+//! trusts the run's CA without being told), and show each request's status.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -31,50 +33,83 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 struct Scenario {
     name: &'static str,
     fault: Option<&'static str>,
+    /// Requests over one HTTPS keep-alive connection (the HTTP layer's
+    /// rows); `None`: one plain GET on its own connection.
+    pooled: Option<u32>,
 }
 
 const SCENARIOS: &[Scenario] = &[
     Scenario {
         name: "healthy",
         fault: None,
+        pooled: None,
     },
     Scenario {
         name: "latency",
         fault: Some("latency:delay=300ms"),
+        pooled: None,
     },
     Scenario {
         name: "slow stream",
         fault: Some("bandwidth:rate=64KB/s"),
+        pooled: None,
     },
     Scenario {
         name: "mid-stream reset",
         fault: Some("reset:after_bytes=16KiB"),
+        pooled: None,
     },
     Scenario {
         name: "truncated",
         fault: Some("close:after_bytes=20000"),
+        pooled: None,
     },
     Scenario {
         name: "stall (read timeout)",
         fault: Some("stall:after_bytes=0"),
+        pooled: None,
     },
     Scenario {
         name: "canned 503",
         fault: Some("respond:status=503"),
+        pooled: None,
     },
     Scenario {
         name: "slow connect",
         fault: Some("connect_delay:delay=1s"),
+        pooled: None,
     },
     Scenario {
         name: "connect timeout",
         fault: Some("connect_timeout"),
+        pooled: None,
     },
     Scenario {
         name: "refused",
         fault: Some("refuse"),
+        pooled: None,
+    },
+    Scenario {
+        name: "HTTPS 429 at 30%",
+        fault: Some("http_status:status=429,probability=0.3"),
+        pooled: Some(POOLED),
+    },
+    Scenario {
+        name: "HTTPS first 2 fail",
+        fault: Some("http_status:status=503,first=2"),
+        pooled: Some(POOLED),
+    },
+    Scenario {
+        name: "HTTPS slow TTFB",
+        fault: Some("http_delay:delay=300ms,every=3"),
+        pooled: Some(POOLED),
     },
 ];
+
+/// Requests per pooled row.
+const POOLED: u32 = 10;
+/// The pooled rows' page (small: the rows are about statuses).
+const POOLED_LEN: usize = 4 * 1024;
 
 impl Scenario {
     /// Connect faults act on the SYN: only under `netchaos run`.
@@ -117,6 +152,9 @@ pub(super) fn run(g: &Global, args: &DemoArgs) -> Result<u8> {
         let server = start_server()
             .await
             .map_err(|e| Error::runtime(format!("cannot start the demo server: {e}")))?;
+        let https = HttpsServer::start()
+            .await
+            .map_err(|e| Error::runtime(format!("cannot start the demo's HTTPS server: {e}")))?;
         let events = open_events(g)?;
         let seed = g.seed.unwrap_or_else(rand::random);
         announce_seed(seed);
@@ -143,25 +181,29 @@ pub(super) fn run(g: &Global, args: &DemoArgs) -> Result<u8> {
             READ_TIMEOUT.as_secs()
         );
         println!(
-            "{:<22} {:<24} {:>9} {:>9} {:>11} {:>7}  outcome",
+            "{:<22} {:<40} {:>9} {:>9} {:>11} {:>7}  outcome",
             "scenario", "fault", "connect", "read", "first byte", "bytes"
         );
-        println!("{}", "-".repeat(120));
+        println!("{}", "-".repeat(136));
         for s in chosen {
-            let seen = match &mode {
-                Mode::Wrapped(exe) => fetch_wrapped(exe, seed, s.fault, server).await,
-                Mode::InProcess(_) if s.needs_run() => {
-                    println!("{:<22} {:<24} (acts on the SYN: needs `netchaos run`)", s.name, s.fault.unwrap_or("-"));
+            let seen = match (&mode, s.pooled) {
+                (Mode::Wrapped(exe), None) => fetch_wrapped(exe, seed, s.fault, server, None).await,
+                (Mode::Wrapped(exe), Some(n)) => {
+                    fetch_wrapped(exe, seed, s.fault, https.addr, Some((n, &https.ca_file))).await
+                }
+                (Mode::InProcess(_), _) if s.needs_run() => {
+                    println!("{:<22} {:<40} (acts on the SYN: needs `netchaos run`)", s.name, s.fault.unwrap_or("-"));
                     continue;
                 }
-                Mode::InProcess(_) => fetch_proxied(&events, seed, s.fault, server).await?,
+                (Mode::InProcess(_), None) => fetch_proxied(&events, seed, s.fault, server).await?,
+                (Mode::InProcess(_), Some(n)) => fetch_proxied_tls(&events, seed, s.fault, &https, n).await?,
             };
             let connect = match (seen.connect, seen.connected) {
                 (Some(d), false) => format!("{} ✗", ms(Some(d))),
                 (d, _) => ms(d),
             };
             println!(
-                "{:<22} {:<24} {:>9} {:>9} {:>11} {:>7}  {}",
+                "{:<22} {:<40} {:>9} {:>9} {:>11} {:>7}  {}",
                 s.name,
                 s.fault.unwrap_or("-"),
                 connect,
@@ -215,12 +257,15 @@ async fn probe_run() -> Mode {
     }
 }
 
-/// One scenario with the client wrapped by `netchaos run`.
+/// One scenario with the client wrapped by `netchaos run` (`pooled`: its
+/// requests, over HTTPS under `--tls` with the demo server's CA trusted
+/// upstream).
 async fn fetch_wrapped(
     exe: &std::path::Path,
     seed: u64,
     fault: Option<&str>,
     server: SocketAddr,
+    pooled: Option<(u32, &std::path::Path)>,
 ) -> Seen {
     let mut cmd = tokio::process::Command::new(exe);
     cmd.args([
@@ -234,9 +279,15 @@ async fn fetch_wrapped(
     if let Some(f) = fault {
         cmd.args(["--fault", f]);
     }
+    if let Some((_, ca)) = pooled {
+        cmd.arg("--tls").arg("--upstream-ca").arg(ca);
+    }
     cmd.arg("--")
         .arg(exe)
         .args(["demo-client", &server.to_string()]);
+    if let Some((n, _)) = pooled {
+        cmd.args(["--pooled", &n.to_string()]);
+    }
     cmd.stdin(std::process::Stdio::null());
     let failed = |outcome: String| Seen {
         connect: None,
@@ -286,16 +337,62 @@ async fn fetch_proxied(
     Ok(seen)
 }
 
-/// `netchaos demo-client ADDR`: the demo's client as its own process; prints
-/// what it saw as one JSON line.
-pub(super) fn client(addr: &str) -> Result<u8> {
+/// One pooled HTTPS scenario through a relay in this process: TLS served
+/// to the client with the relay's CA, and spoken to the demo server.
+async fn fetch_proxied_tls(
+    events: &Arc<crate::events::Events>,
+    seed: u64,
+    fault: Option<&str>,
+    https: &HttpsServer,
+    n: u32,
+) -> Result<Seen> {
+    let faults: Vec<String> = fault.iter().map(|f| f.to_string()).collect();
+    let plan = Arc::new(build_plan(&[], &faults, Some(seed))?);
+    let tls = crate::tls::Tls::new(
+        crate::tls::Authority::generate().map_err(Error::runtime)?,
+        &[("the demo CA".into(), https.ca_pem.clone().into_bytes())],
+    )
+    .map_err(Error::runtime)?;
+    let roots = vec![tls.authority().cert_der().clone()];
+    let opts = RelayOptions {
+        tls: Some(Arc::new(tls)),
+        ..RelayOptions::default()
+    };
+    let relay = Relay::new(Arc::new(RuleSet::from_plan(&plan)), events.clone(), opts);
+    let listener = relay::bind("127.0.0.1:0".parse().expect("literal"))
+        .map_err(|e| Error::Runtime(e.into()))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| Error::Runtime(e.into()))?;
+    let ep = Endpoint::new(
+        "demo-https",
+        Target::Fixed(https.addr.to_string()),
+        Flow::Outbound,
+    )
+    .with_tls(relay::EndpointTls {
+        serve: true,
+        upstream: Some(https.addr.ip().to_string()),
+    });
+    relay.serve(listener, ep);
+    let seen = fetch_pooled(addr, n, crate::tls::client_trusting(&roots)).await;
+    relay.shutdown(Duration::from_millis(100)).await;
+    Ok(seen)
+}
+
+/// `netchaos demo-client ADDR [--pooled N]`: the demo's client as its own
+/// process; prints what it saw as one JSON line.
+pub(super) fn client(addr: &str, pooled: Option<u32>) -> Result<u8> {
     let addr: SocketAddr = addr.parse().map_err(|_| {
         Error::Usage(format!(
             "demo-client: expected an address like 127.0.0.1:8080, got {addr:?}"
         ))
     })?;
     let rt = runtime()?;
-    let seen = rt.block_on(fetch(addr));
+    let seen = match pooled {
+        // The host's trust store: under `run --tls`, it holds the run's CA.
+        Some(n) => rt.block_on(fetch_pooled(addr, n, crate::tls::client_trusting(&[]))),
+        None => rt.block_on(fetch(addr)),
+    };
     println!(
         "{}",
         serde_json::to_string(&seen).map_err(|e| Error::runtime(e.to_string()))?
@@ -338,6 +435,187 @@ async fn start_server() -> std::io::Result<SocketAddr> {
         }
     });
     Ok(addr)
+}
+
+/// The demo's HTTPS server: keep-alive, a 4 KiB page per request, with a
+/// certificate from a CA of its own (written to a file for `--upstream-ca`,
+/// removed when the demo ends).
+struct HttpsServer {
+    addr: SocketAddr,
+    ca_pem: String,
+    ca_file: std::path::PathBuf,
+}
+
+impl Drop for HttpsServer {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.ca_file);
+    }
+}
+
+impl HttpsServer {
+    async fn start() -> std::io::Result<HttpsServer> {
+        let ca = crate::tls::Authority::generate().map_err(std::io::Error::other)?;
+        let config = crate::tls::serving(&ca, "127.0.0.1").map_err(std::io::Error::other)?;
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let ca_file =
+            std::env::temp_dir().join(format!("netchaos-demo-ca-{}.pem", std::process::id()));
+        std::fs::write(&ca_file, ca.cert_pem())?;
+        let acceptor = tokio_rustls::TlsAcceptor::from(config);
+        tokio::spawn(async move {
+            while let Ok((sock, _)) = listener.accept().await {
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    let _ = sock.set_nodelay(true);
+                    if let Ok(mut s) = acceptor.accept(sock).await {
+                        serve_keep_alive(&mut s).await;
+                    }
+                });
+            }
+        });
+        Ok(HttpsServer {
+            addr,
+            ca_pem: ca.cert_pem().to_string(),
+            ca_file,
+        })
+    }
+}
+
+async fn serve_keep_alive<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(s: &mut S) {
+    let mut req = Vec::new();
+    let mut buf = [0u8; 4096];
+    let mut reply = format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {POOLED_LEN}\r\n\r\n"
+    )
+    .into_bytes();
+    reply.extend((0..POOLED_LEN).map(|i| b'a' + (i % 26) as u8));
+    loop {
+        while let Some(end) = req.windows(4).position(|w| w == b"\r\n\r\n") {
+            req.drain(..end + 4);
+            if s.write_all(&reply).await.is_err() {
+                return;
+            }
+        }
+        match s.read(&mut buf).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => req.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+/// `n` GETs over one HTTPS keep-alive connection; the outcome lists each
+/// response's status.
+async fn fetch_pooled(addr: SocketAddr, n: u32, config: Arc<rustls::ClientConfig>) -> Seen {
+    let t0 = Instant::now();
+    let mut seen = Seen {
+        connect: None,
+        connected: false,
+        first_byte: None,
+        read: None,
+        total: Duration::ZERO,
+        bytes: 0,
+        outcome: String::new(),
+    };
+    let tcp = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            seen.outcome = format!("connect failed: {e}");
+            return seen;
+        }
+        Err(_) => {
+            seen.outcome = "connect timeout".into();
+            return seen;
+        }
+    };
+    seen.connect = Some(t0.elapsed());
+    seen.connected = true;
+    let t_connected = Instant::now();
+    let _ = tcp.set_nodelay(true);
+    let name = rustls::pki_types::ServerName::IpAddress(addr.ip().into());
+    let mut s = match tokio::time::timeout(
+        READ_TIMEOUT,
+        tokio_rustls::TlsConnector::from(config).connect(name, tcp),
+    )
+    .await
+    {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            seen.outcome = format!("TLS failed: {e}");
+            return seen;
+        }
+        Err(_) => {
+            seen.outcome = "TLS handshake timeout".into();
+            return seen;
+        }
+    };
+    let mut statuses = Vec::new();
+    let mut buf = Vec::new();
+    let mut chunk = vec![0u8; 16 * 1024];
+    let ending = 'requests: loop {
+        if statuses.len() == n as usize {
+            break String::new();
+        }
+        let asked = Instant::now();
+        if s.write_all(b"GET /demo HTTP/1.1\r\nHost: demo\r\n\r\n")
+            .await
+            .is_err()
+        {
+            break "write failed".into();
+        }
+        // One response: its head, then content-length bytes.
+        let mut want: Option<usize> = None;
+        loop {
+            if want.is_none()
+                && let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n")
+            {
+                let head = String::from_utf8_lossy(&buf[..end]).to_string();
+                let status = head.split_whitespace().nth(1).unwrap_or("?").to_string();
+                let len = head
+                    .lines()
+                    .find_map(|l| {
+                        l.to_ascii_lowercase()
+                            .strip_prefix("content-length:")
+                            .map(|v| v.trim().parse().unwrap_or(0))
+                    })
+                    .unwrap_or(0);
+                seen.first_byte.get_or_insert(t0.elapsed());
+                // A slow answer shows its wait.
+                let waited = asked.elapsed();
+                statuses.push(if waited > Duration::from_millis(100) {
+                    format!("{status}({})", ms(Some(waited)).replace(' ', ""))
+                } else {
+                    status
+                });
+                buf.drain(..end + 4);
+                want = Some(len);
+            }
+            if let Some(len) = want
+                && buf.len() >= len
+            {
+                buf.drain(..len);
+                seen.bytes += len;
+                continue 'requests;
+            }
+            match tokio::time::timeout(READ_TIMEOUT, s.read(&mut chunk)).await {
+                Err(_) => break 'requests "read timeout".into(),
+                Ok(Ok(0)) => break 'requests "the connection closed".into(),
+                Ok(Err(e)) => break 'requests format!("read error: {e}"),
+                Ok(Ok(k)) => buf.extend_from_slice(&chunk[..k]),
+            }
+        }
+    };
+    seen.read = Some(t_connected.elapsed());
+    seen.total = t0.elapsed();
+    seen.outcome = format!(
+        "{} on one connection: {}",
+        if ending.is_empty() {
+            format!("{n} requests")
+        } else {
+            format!("{ending} after {} requests", statuses.len())
+        },
+        statuses.join(" ")
+    );
+    seen
 }
 
 /// A plain HTTP/1.1 GET with connect and read timeouts, timing each phase.

@@ -44,7 +44,7 @@ pub fn run(cli: Cli, matches: &ArgMatches) -> Result<u8> {
         }
         Command::Faults { name } => check::faults(name.as_deref()),
         Command::Demo(args) => demo::run(&cli.global, args),
-        Command::DemoClient { addr } => demo::client(addr),
+        Command::DemoClient { addr, pooled } => demo::client(addr, *pooled),
     }
 }
 

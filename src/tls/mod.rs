@@ -149,6 +149,37 @@ impl Tls {
     }
 }
 
+/// A server configuration serving the authority's leaf for `name` (the
+/// demo's HTTPS server).
+pub(crate) fn serving(authority: &Authority, name: &str) -> Result<Arc<ServerConfig>, TlsError> {
+    let key = authority.leaf(name)?;
+    let mut config = ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| TlsError::Load(e.to_string()))?
+        .with_no_client_auth()
+        .with_cert_resolver(Arc::new(Fixed(key)));
+    config.alpn_protocols = vec![HTTP11.to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// A client configuration trusting `roots` (DER) only, or the host's
+/// trust store (which honours `SSL_CERT_FILE`) when `roots` is empty.
+pub(crate) fn client_trusting(roots: &[CertificateDer<'static>]) -> Arc<ClientConfig> {
+    let mut store = RootCertStore::empty();
+    if roots.is_empty() {
+        store.add_parsable_certificates(rustls_native_certs::load_native_certs().certs);
+    } else {
+        store.add_parsable_certificates(roots.iter().cloned());
+    }
+    let mut config = ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .expect("the default protocol versions")
+        .with_root_certificates(store)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![HTTP11.to_vec()];
+    Arc::new(config)
+}
+
 /// The one certificate a connection is served.
 #[derive(Debug)]
 struct Fixed(Arc<CertifiedKey>);
