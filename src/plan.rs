@@ -123,6 +123,17 @@ pub(crate) struct Match {
     pub flow: Option<Flow>,
     /// Names of explicit proxies (`netchaos proxy`).
     pub proxies: Vec<String>,
+    /// How the HTTP layer treats the rule's connections: `Http` parses them
+    /// as HTTP without waiting to see (a fallback to bytes remains);
+    /// `Tcp` keeps them byte relays, HTTP faults or not.
+    pub protocol: Option<Protocol>,
+}
+
+/// `match.protocol`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Protocol {
+    Http,
+    Tcp,
 }
 
 /// What the relay knows about a connection when it decides its faults.
@@ -167,6 +178,12 @@ impl fmt::Display for Match {
                 })
                 .collect();
             parts.push(format!("ports {}", p.join(", ")));
+        }
+        if let Some(p) = self.protocol {
+            parts.push(format!(
+                "protocol {}",
+                if p == Protocol::Http { "http" } else { "tcp" }
+            ));
         }
         if let Some(flow) = self.flow {
             parts.push(format!(

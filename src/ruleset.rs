@@ -236,6 +236,21 @@ impl ConnFaults {
         }
     }
 
+    /// How the HTTP layer treats the connection (`match.protocol` of its
+    /// rules: `tcp` wins over `http`).
+    pub(crate) fn protocol(&self) -> Option<crate::plan::Protocol> {
+        use crate::plan::Protocol;
+        let mut out = None;
+        for (r, _) in &self.rules {
+            match r.matcher.protocol {
+                Some(Protocol::Tcp) => return Some(Protocol::Tcp),
+                Some(Protocol::Http) => out = Some(Protocol::Http),
+                None => {}
+            }
+        }
+        out
+    }
+
     /// Whether any matched rule is disabled.
     pub(crate) fn disabled(&self) -> bool {
         self.rules.iter().any(|(r, _)| !r.enabled())

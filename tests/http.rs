@@ -714,3 +714,42 @@ fn rootless_https_interception_with_a_stock_user_path() {
     assert_eq!(code, 0, "{err}");
     assert_eq!(out.trim(), "65534\n503 200", "{err}");
 }
+
+#[test]
+fn match_protocol_tcp_keeps_http_faults_off_a_connection() {
+    if !need(&["python3", "curl"]) {
+        return;
+    }
+    let up = Httpd::start(None);
+    let dir = tempfile::tempdir().unwrap();
+    let events = dir.path().join("events.jsonl");
+    let profile = dir.path().join("p.toml");
+    std::fs::write(
+        &profile,
+        "[[rules]]\nname = \"raw\"\nmatch.protocol = \"tcp\"\n  [[rules.faults]]\n  type = \"http_status\"\n  status = 500\n",
+    )
+    .unwrap();
+    let p = Proxy::start(&[
+        "--events",
+        &events.display().to_string(),
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        &format!("127.0.0.1:{}", up.port),
+        "-p",
+        &profile.display().to_string(),
+    ]);
+    let out = Command::new("curl")
+        .args(["-sS", "-o", "/dev/null", "-w", "%{http_code}"])
+        .arg(format!("{}/p/1", base(&p)))
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "200");
+    let (_, err) = p.stop();
+    let paths: Vec<String> = read_events(&events)
+        .iter()
+        .filter(|e| e["event"] == "close")
+        .map(|e| e["path"].as_str().unwrap_or("?").to_string())
+        .collect();
+    assert_eq!(paths, ["splice"], "{err}");
+}

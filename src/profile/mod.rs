@@ -170,6 +170,11 @@ fn parse_match(path: &str, node: Node) -> Result<Match, ProfileError> {
     for n in f.strings("proxy")?.unwrap_or_default() {
         m.proxies.push(node_text(&n));
     }
+    m.protocol = match f.choice("protocol", &["http", "tcp"])? {
+        Some("http") => Some(plan::Protocol::Http),
+        Some(_) => Some(plan::Protocol::Tcp),
+        None => None,
+    };
     f.finish()?;
     Ok(m)
 }

@@ -102,6 +102,7 @@ pub(crate) async fn serve(
             opened,
             partition,
             tls: &ep.tls,
+            protocol: faults.protocol(),
             path: OnceLock::new(),
         };
         let ended = faults.end_signals();
@@ -153,6 +154,8 @@ struct Conn<'a> {
     partition: Option<Arc<dyn Partition>>,
     /// Where TLS is served or spoken for this endpoint.
     tls: &'a EndpointTls,
+    /// `match.protocol` of the connection's rules.
+    protocol: Option<crate::plan::Protocol>,
     /// The path the bytes took (`splice`, `pipeline`, `http`, `https`),
     /// once known: for the event log and the counters.
     path: OnceLock<&'static str>,
@@ -220,7 +223,7 @@ impl Conn<'_> {
             },
         };
         sockopt::tune(&upstream, self.relay.opts.peer_timeout);
-        if http::wanted(&first, self.tls) {
+        if http::wanted(&first, self.tls, self.protocol) {
             let dst = dest.addrs.first().copied();
             if let Some(done) = Box::pin(self.http(client, &upstream, self.tls, dst)).await {
                 return done;

@@ -18,6 +18,7 @@ use super::{Conn, run_pair, teardown};
 use crate::events::Outcome;
 use crate::fault::{Chosen, Direction, Layer};
 use crate::http::exchange::{self, Exchange};
+use crate::plan::Protocol;
 use crate::relay::peer::{Sink, TcpRef};
 use crate::relay::pipeline::{self, Source};
 use crate::relay::sockopt;
@@ -80,8 +81,13 @@ impl<'a> Side<'a> {
 }
 
 /// Whether a connection with these faults goes through the HTTP layer.
-pub(super) fn wanted(chosen: &[Chosen], ep: &EndpointTls) -> bool {
-    !ep.is_plain() || chosen.iter().any(|c| c.spec.kind.layer() == Layer::Http)
+pub(super) fn wanted(chosen: &[Chosen], ep: &EndpointTls, protocol: Option<Protocol>) -> bool {
+    match protocol {
+        _ if !ep.is_plain() => true,
+        Some(Protocol::Tcp) => false,
+        Some(Protocol::Http) => true,
+        None => chosen.iter().any(|c| c.spec.kind.layer() == Layer::Http),
+    }
 }
 
 impl Conn<'_> {
@@ -101,7 +107,11 @@ impl Conn<'_> {
                 None => Carries::Other,
             }
         } else {
-            sniff(client, upstream, tls.is_some()).await
+            match sniff(client, upstream, tls.is_some()).await {
+                // `match.protocol = "http"`: HTTP, whatever came first.
+                Carries::Other if self.protocol == Some(Protocol::Http) => Carries::Http,
+                c => c,
+            }
         };
         let (client_side, upstream_side, sni, path) = match carries {
             Carries::Other => return None,
