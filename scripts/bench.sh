@@ -13,6 +13,10 @@
 #   run         startup cost of `netchaos run -- true` against plain `true`,
 #               and a single iperf3 stream from a command wrapped by
 #               `netchaos run` (interception + relay) against direct
+#   HTTP        keep-alive requests per second on one connection and one large
+#               download, HTTP and HTTPS, direct vs through the HTTP layer
+#               (an HTTP fault that never fires, so every request is parsed;
+#               HTTPS terminated and re-originated), rounds interleaved
 #
 # usage: scripts/bench.sh [--seconds N] [--rounds N] [--idle N] [--out FILE]
 set -euo pipefail
@@ -32,9 +36,10 @@ for tool in iperf3 python3; do
   command -v "$tool" >/dev/null || { echo "bench.sh: needs $tool (apt-get install $tool)" >&2; exit 1; }
 done
 
-cargo build --release --quiet --bin netchaos --example bench_client
+cargo build --release --quiet --bin netchaos --example bench_client --example http_bench
 NC=target/release/netchaos
 BC=target/release/examples/bench_client
+HB=target/release/examples/http_bench
 ulimit -n "$(ulimit -Hn)"
 
 WORK=$(mktemp -d)
@@ -53,13 +58,20 @@ free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",
 # cannot be kept in a variable, and netchaos must not hold its stdout).
 start_proxy() {
   local name=$1 upstream=$2; shift 2
-  local args=(proxy -q --listen 127.0.0.1:0 --upstream "$upstream")
+  local args=(--upstream "$upstream")
   for f in "$@"; do args+=(--fault "$f"); done
+  start_proxy_args "$name" "${args[@]}"
+}
+
+# start_proxy_args NAME ARGS...: the same, with the proxy's own arguments.
+start_proxy_args() {
+  local name=$1; shift
+  local args=(proxy -q --listen 127.0.0.1:0 "$@")
   "$NC" "${args[@]}" >/dev/null 2>"$WORK/$name.log" &
   echo $! >"$WORK/$name.pid"
   for _ in $(seq 100); do
     if grep -q "listening on" "$WORK/$name.log"; then
-      sed -n 's/.* listening on \([^ ]*\) .*/\1/p' "$WORK/$name.log" | head -1
+      sed -n 's/.* listening on \(https:\/\/\)\{0,1\}\([^ ]*\) .*/\2/p' "$WORK/$name.log" | head -1
       return
     fi
     sleep 0.05
@@ -164,6 +176,34 @@ RSS_MB=$(python3 -c "print(f'{$RSS1/1024:.1f}')")
 RSS_D=$(python3 -c "print(f'{($RSS1-$RSS0)/1024:.1f}')")
 FDPC=$(python3 -c "print(f'{($FD1-$FD0)/$IDLE:.2f}')")
 
+# --- HTTP layer -------------------------------------------------------------------
+coproc HTTPD { "$HB" server "$WORK/httpd-ca.pem"; }
+PIDS+=("$HTTPD_PID")
+read -r HPLAIN HTLS <&"${HTTPD[0]}"
+NOFIRE="http_status:status=503,probability=0"
+HSPLICE=$(start_proxy hsplice "$HPLAIN")
+HLAYER=$(start_proxy hlayer "$HPLAIN" "$NOFIRE")
+HSLAYER=$(start_proxy_args hslayer --upstream-tls "$HTLS" --upstream-ca "$WORK/httpd-ca.pem" \
+  --tls --tls-ca-out "$WORK/nc-ca.pem" --fault "$NOFIRE")
+RPS_SECS=$(python3 -c "print(max(1, $SECS // 2))")
+HD="" HS="" HL="" HTD="" HTL="" HDP="" HLP="" HTDP="" HTLP="" GD="" GL="" GTD="" GTL=""
+for r in $(seq "$ROUNDS"); do
+  echo "HTTP round $r/$ROUNDS" >&2
+  read -r a b < <("$HB" rps "$HPLAIN" "$RPS_SECS"); HD+=" $a"; HDP+=" $b"
+  read -r a _ < <("$HB" rps "$HSPLICE" "$RPS_SECS"); HS+=" $a"
+  read -r a b < <("$HB" rps "$HLAYER" "$RPS_SECS"); HL+=" $a"; HLP+=" $b"
+  read -r a b < <("$HB" rps "$HTLS" "$RPS_SECS" "$WORK/httpd-ca.pem"); HTD+=" $a"; HTDP+=" $b"
+  read -r a b < <("$HB" rps "$HSLAYER" "$RPS_SECS" "$WORK/nc-ca.pem"); HTL+=" $a"; HTLP+=" $b"
+  GD+=" $("$HB" get "$HPLAIN" 1073741824)"
+  GL+=" $("$HB" get "$HLAYER" 1073741824)"
+  GTD+=" $("$HB" get "$HTLS" 536870912 "$WORK/httpd-ca.pem")"
+  GTL+=" $("$HB" get "$HSLAYER" 536870912 "$WORK/nc-ca.pem")"
+done
+for v in HD HS HL HTD HTL HDP HLP HTDP HTLP GD GL GTD GTL; do
+  printf -v "$v" '%s' "$(echo "${!v}" | median)"
+done
+exec {HTTPD[1]}>&-
+
 # --- report ---------------------------------------------------------------------
 {
   echo "# Benchmarks"
@@ -192,6 +232,20 @@ FDPC=$(python3 -c "print(f'{($FD1-$FD0)/$IDLE:.2f}')")
   else
     echo "| \`netchaos run\` | — | not available: $(head -1 "$WORK/run.err") | — | — |"
   fi
+  echo
+  echo "HTTP layer: one keep-alive connection sending GET requests for a 100-byte"
+  echo "body for ${RPS_SECS}s, and one GET of 1 GiB (HTTPS: 512 MiB), medians of $ROUNDS"
+  echo "interleaved rounds. \"HTTP layer\" is a proxy with an HTTP fault that never"
+  echo "fires (\`$NOFIRE\`): every request and response is parsed."
+  echo "HTTPS through netchaos is terminated (the proxy's CA) and re-originated."
+  echo
+  echo "| measure | direct | netchaos | ratio | per request |"
+  echo "|---|---|---|---|---|"
+  echo "| HTTP requests/s, no HTTP fault (splice) | $HD /s | $HS /s | $(ratio "$HS" "$HD")× | — |"
+  echo "| HTTP requests/s, HTTP layer | $HD /s | $HL /s | $(ratio "$HL" "$HD")× | p50 $HDP → $HLP µs ($(python3 -c "print(f'{$HLP-$HDP:+.1f}')") µs) |"
+  echo "| HTTPS requests/s, HTTP layer (TLS terminated and re-originated) | $HTD /s | $HTL /s | $(ratio "$HTL" "$HTD")× | p50 $HTDP → $HTLP µs ($(python3 -c "print(f'{$HTLP-$HTDP:+.1f}')") µs) |"
+  echo "| HTTP download, HTTP layer | $GD Gbit/s | $GL Gbit/s | $(ratio "$GL" "$GD")× | — |"
+  echo "| HTTPS download, HTTP layer | $GTD Gbit/s | $GTL Gbit/s | $(ratio "$GTL" "$GTD")× | — |"
   echo
   echo "For scale (DESIGN.md, same kind of machine): Toxiproxy 2.12 passes about"
   echo "0.2× direct loopback, adds about 100 µs to a 64-byte round trip and holds"

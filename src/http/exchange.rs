@@ -35,8 +35,9 @@ use crate::fault::{Chosen, Gone, Item, ItemKind, Output};
 const QUEUE: usize = 32;
 /// The largest body read whole to match its JSON fields.
 const MAX_BODY: usize = 1024 * 1024;
-/// Bytes asked for per read.
+/// Bytes asked for per read: at first, and at most.
 const READ: usize = 16 * 1024;
+const MAX_READ: usize = 512 * 1024;
 
 /// What one connection's HTTP layer works with.
 pub(crate) struct Exchange {
@@ -128,20 +129,41 @@ async fn send_data(out: &Output, bytes: Bytes) -> Result<(), Gone> {
     send(out, ItemKind::Data(bytes)).await
 }
 
-async fn fill<R: AsyncRead + Unpin>(src: &mut R, buf: &mut BytesMut) -> io::Result<usize> {
-    buf.reserve(READ);
-    src.read_buf(buf).await
+/// A side's source, read in sizes that follow the traffic: small while
+/// requests and responses are small (an idle keep-alive connection holds
+/// little), growing while reads fill the buffer (a large body).
+pub(crate) struct Src<R> {
+    inner: R,
+    want: usize,
+}
+
+impl<R: AsyncRead + Unpin> Src<R> {
+    fn new(inner: R) -> Src<R> {
+        Src { inner, want: READ }
+    }
+
+    async fn fill(&mut self, buf: &mut BytesMut) -> io::Result<usize> {
+        buf.reserve(self.want);
+        let room = buf.capacity() - buf.len();
+        let n = self.inner.read_buf(buf).await?;
+        if n == room {
+            self.want = (self.want * 2).min(MAX_READ);
+        } else if n < self.want / 4 {
+            self.want = (self.want / 2).max(READ);
+        }
+        Ok(n)
+    }
 }
 
 /// Relays the rest as bytes: what is buffered, then all the source sends.
 async fn raw<R: AsyncRead + Unpin>(
-    src: &mut R,
+    src: &mut Src<R>,
     buf: &mut BytesMut,
     out: &Output,
 ) -> Result<(), Gone> {
     send_data(out, buf.split().freeze()).await?;
     loop {
-        match fill(src, buf).await {
+        match src.fill(buf).await {
             Ok(0) => return send(out, ItemKind::Fin).await,
             Ok(_) => send_data(out, buf.split().freeze()).await?,
             Err(_) => return send(out, ItemKind::Reset).await,
@@ -159,7 +181,7 @@ enum Head<T> {
 }
 
 async fn read_head<R: AsyncRead + Unpin, T>(
-    src: &mut R,
+    src: &mut Src<R>,
     buf: &mut BytesMut,
     parse: impl Fn(&[u8]) -> Result<Option<T>, WireError>,
 ) -> Head<T> {
@@ -171,7 +193,7 @@ async fn read_head<R: AsyncRead + Unpin, T>(
                 Err(_) => return Head::NotHttp,
             }
         }
-        match fill(src, buf).await {
+        match src.fill(buf).await {
             Ok(0) => return Head::Eof,
             Ok(_) => {}
             Err(_) => return Head::Failed,
@@ -196,7 +218,7 @@ enum BodyEnd {
 /// Passes a body on as it arrives: `buf[..start]` (its head) goes with the
 /// first piece; at most `limit` body bytes when given.
 async fn pass_body<R: AsyncRead + Unpin>(
-    src: &mut R,
+    src: &mut Src<R>,
     buf: &mut BytesMut,
     mut start: usize,
     body: &mut Body,
@@ -231,7 +253,7 @@ async fn pass_body<R: AsyncRead + Unpin>(
                 return Ok(BodyEnd::Done);
             }
         }
-        match fill(src, buf).await {
+        match src.fill(buf).await {
             Ok(0) => {
                 send_data(out, buf.split().freeze()).await?;
                 return Ok(BodyEnd::Eof);
@@ -244,7 +266,7 @@ async fn pass_body<R: AsyncRead + Unpin>(
 
 /// Reads (and drops) a body the upstream will never see.
 async fn drop_body<R: AsyncRead + Unpin>(
-    src: &mut R,
+    src: &mut Src<R>,
     buf: &mut BytesMut,
     body: &mut Body,
 ) -> Result<(), BodyEnd> {
@@ -254,7 +276,7 @@ async fn drop_body<R: AsyncRead + Unpin>(
         if scan.done {
             return Ok(());
         }
-        match fill(src, buf).await {
+        match src.fill(buf).await {
             Ok(0) => return Err(BodyEnd::Eof),
             Ok(_) => {}
             Err(_) => return Err(BodyEnd::Failed),
@@ -266,7 +288,7 @@ async fn drop_body<R: AsyncRead + Unpin>(
 /// head, and returns its payload: for matching a JSON field. `None` when it
 /// is larger, or the client waits for a go-ahead before sending it.
 async fn peek_body<R: AsyncRead + Unpin>(
-    src: &mut R,
+    src: &mut Src<R>,
     buf: &mut BytesMut,
     head_len: usize,
     framing: Framing,
@@ -286,7 +308,7 @@ async fn peek_body<R: AsyncRead + Unpin>(
         if waits || at - head_len > MAX_BODY {
             return Ok(None);
         }
-        match fill(src, buf).await {
+        match src.fill(buf).await {
             Ok(0) => return Ok(None),
             Ok(_) => {}
             Err(_) => return Err(BodyEnd::Failed),
@@ -297,11 +319,15 @@ async fn peek_body<R: AsyncRead + Unpin>(
 impl RequestSide {
     /// Reads requests from the client until it closes, sending what goes
     /// upstream to `out`.
-    pub(crate) async fn run<R: AsyncRead + Unpin>(self, mut src: R, out: Output) {
-        let _ = self.requests(&mut src, &out).await;
+    pub(crate) async fn run<R: AsyncRead + Unpin>(self, src: R, out: Output) {
+        let _ = self.requests(&mut Src::new(src), &out).await;
     }
 
-    async fn requests<R: AsyncRead + Unpin>(&self, src: &mut R, out: &Output) -> Result<(), Gone> {
+    async fn requests<R: AsyncRead + Unpin>(
+        &self,
+        src: &mut Src<R>,
+        out: &Output,
+    ) -> Result<(), Gone> {
         let x = &self.x;
         let mut buf = BytesMut::new();
         for n in 0u64.. {
@@ -421,7 +447,7 @@ impl RequestSide {
 
     async fn go_raw<R: AsyncRead + Unpin>(
         &self,
-        src: &mut R,
+        src: &mut Src<R>,
         buf: &mut BytesMut,
         out: &Output,
     ) -> Result<(), Gone> {
@@ -474,13 +500,13 @@ enum Next {
 impl ResponseSide {
     /// Follows the upstream's responses, sending what reaches the client
     /// to `out`.
-    pub(crate) async fn run<R: AsyncRead + Unpin>(mut self, mut src: R, out: Output) {
-        let _ = self.responses(&mut src, &out).await;
+    pub(crate) async fn run<R: AsyncRead + Unpin>(mut self, src: R, out: Output) {
+        let _ = self.responses(&mut Src::new(src), &out).await;
     }
 
     async fn responses<R: AsyncRead + Unpin>(
         &mut self,
-        src: &mut R,
+        src: &mut Src<R>,
         out: &Output,
     ) -> Result<(), Gone> {
         let mut buf = BytesMut::new();
@@ -491,7 +517,7 @@ impl ResponseSide {
                 tokio::select! {
                     biased;
                     p = self.rx.recv() => break p,
-                    r = fill(src, &mut buf), if buf.len() <= MAX_HEAD => match r {
+                    r = src.fill(&mut buf), if buf.len() <= MAX_HEAD => match r {
                         Ok(0) => {
                             send_data(out, buf.split().freeze()).await?;
                             return send(out, ItemKind::Fin).await;
@@ -538,7 +564,7 @@ impl ResponseSide {
 
     async fn response<R: AsyncRead + Unpin>(
         &mut self,
-        src: &mut R,
+        src: &mut Src<R>,
         buf: &mut BytesMut,
         out: &Output,
         meta: Meta,
@@ -669,7 +695,7 @@ impl Stream<'_> {
     /// What happens once `counted` events are out, before any more.
     async fn after_events<R: AsyncRead + Unpin>(
         &mut self,
-        src: &mut R,
+        src: &mut Src<R>,
         out: &Output,
         rx: &mut mpsc::Receiver<Pending>,
     ) -> Result<Option<Next>, Gone> {
@@ -688,7 +714,7 @@ impl Stream<'_> {
 
     async fn run<R: AsyncRead + Unpin>(
         &mut self,
-        src: &mut R,
+        src: &mut Src<R>,
         buf: &mut BytesMut,
         body: &mut Body,
         out: &Output,
@@ -701,7 +727,7 @@ impl Stream<'_> {
         let delay = self.sse.event_delay();
         loop {
             if buf.is_empty() && !body.is_done() {
-                match fill(src, buf).await {
+                match src.fill(buf).await {
                     Ok(0) => {
                         self.emit(out, &split.rest()).await?;
                         send(out, ItemKind::Fin).await?;
@@ -767,14 +793,14 @@ impl Stream<'_> {
 /// Silence, the connection open: what the upstream still sends is read and
 /// dropped, until it or the client ends the connection.
 async fn stall<R: AsyncRead + Unpin>(
-    src: &mut R,
+    src: &mut Src<R>,
     out: &Output,
     rx: &mut mpsc::Receiver<Pending>,
 ) -> Result<Next, Gone> {
     let mut scratch = BytesMut::new();
     loop {
         tokio::select! {
-            r = fill(src, &mut scratch) => match r {
+            r = src.fill(&mut scratch) => match r {
                 Ok(0) => {
                     send(out, ItemKind::Fin).await?;
                     return Ok(Next::End);
