@@ -428,6 +428,7 @@ mod tests {
             ],
             flow: Some(Flow::Outbound),
             proxies: vec![],
+            protocol: None,
         };
         assert!(m.matches(&meta("10.1.2.3", 443, &[])));
         assert!(m.matches(&meta("10.1.2.3", 8050, &[])));
