@@ -18,7 +18,7 @@
 //! What to do:
 //!
 //! * `fault` — the fault kinds, one file each, registered in one place, in
-//!   layers (connect, stream, packet); stream faults are pipeline stages
+//!   layers (connect, stream, packet, http); stream faults are pipeline stages
 //!   that know no socket; connect-phase decisions are pure functions
 //!   (`fault::connect`).
 //! * `plan` — validated rules: matches, faults, explicit proxies, the seed.
@@ -30,18 +30,26 @@
 //!
 //! Where bytes move:
 //!
+//! * `http` — the HTTP layer: HTTP/1.1 on the wire without rewriting
+//!   (`http::wire`), each request's faults (`http::decide`, pure),
+//!   server-sent events (`http::events`), and the two sides that follow one
+//!   connection's requests and responses (`http::exchange`).
+//! * `tls` — the CA that signs (per run, or the user's) and its leaves,
+//!   terminating and re-originating TLS, reading a ClientHello without
+//!   consuming it, and a Java key store writer.
 //! * `relay` — listeners and the accept loop, one task per connection
 //!   (`relay::conn`), dialling (`relay::dial`), a `splice(2)` fast path
 //!   (`relay::splice`) and fault pipelines (`relay::pipeline`). What it
 //!   needs from interception is a trait of its own
-//!   (`relay::interception`).
+//!   (`relay::interception`); a connection with HTTP faults runs the HTTP
+//!   layer's sides as its pipelines' readers (`relay::conn::http`).
 //!
 //! Where connections come from:
 //!
 //! * `intercept` — namespaces (the agent, its PID namespace's first
 //!   process), nftables, the SYN gate (its memory, `intercept::gate`, and
-//!   its NFQUEUE driver), the DNS forwarder; implements the relay's
-//!   `Interception`.
+//!   its NFQUEUE driver), the DNS forwarder, the command's trust in the
+//!   run's CA (`intercept::trust`); implements the relay's `Interception`.
 //! * `netem` — host-level tc/netem shaping (beside the relay, not in it).
 //!
 //! Driving it:

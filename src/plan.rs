@@ -231,16 +231,6 @@ pub(crate) struct ProxySpec {
     pub loc: String,
 }
 
-impl ProxySpec {
-    /// How the proxy's endpoint meets TLS.
-    pub(crate) fn endpoint_tls(&self) -> crate::relay::EndpointTls {
-        crate::relay::EndpointTls {
-            serve: self.serve_tls,
-            upstream: self.upstream_tls.then(|| upstream_host(&self.upstream)),
-        }
-    }
-}
-
 /// The host part of `host:port` (`[v6]:port` unbracketed).
 pub(crate) fn upstream_host(upstream: &str) -> String {
     let host = upstream.rsplit_once(':').map_or(upstream, |(h, _)| h);

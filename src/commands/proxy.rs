@@ -92,7 +92,12 @@ fn serve(
                     Target::Fixed(p.upstream.clone()),
                     Flow::Outbound,
                 )
-                .with_tls(p.endpoint_tls()),
+                .with_tls(relay::EndpointTls {
+                    serve: p.serve_tls,
+                    upstream: p
+                        .upstream_tls
+                        .then(|| crate::plan::upstream_host(&p.upstream)),
+                }),
             );
             relay.serve(l, ep.clone());
             control

@@ -27,7 +27,7 @@ use tokio_rustls::{TlsAcceptor, TlsConnector, client, server};
 pub(crate) use authority::Authority;
 pub(crate) use hello::Hello;
 
-use crate::relay::peer::TcpRef;
+use tokio::io::{AsyncRead, AsyncWrite};
 
 /// The only application protocol netchaos speaks inside TLS.
 pub(crate) const HTTP11: &[u8] = b"http/1.1";
@@ -109,11 +109,11 @@ impl Tls {
     }
 
     /// TLS to the upstream, verified as `name`.
-    pub(crate) async fn connect<'a>(
+    pub(crate) async fn connect<S: AsyncRead + AsyncWrite + Unpin>(
         &self,
-        sock: TcpRef<'a>,
+        sock: S,
         name: &str,
-    ) -> io::Result<client::TlsStream<TcpRef<'a>>> {
+    ) -> io::Result<client::TlsStream<S>> {
         let server = ServerName::try_from(name.to_string())
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("{name:?}: {e}")))?;
         TlsConnector::from(self.upstream.clone())
@@ -124,13 +124,13 @@ impl Tls {
     /// Completes the client's handshake (its hello is still unread) with a
     /// certificate for `name`: the authority's leaf, or, when the upstream
     /// was not trusted, one the client will not trust either.
-    pub(crate) async fn accept<'a>(
+    pub(crate) async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
         &self,
-        sock: TcpRef<'a>,
+        sock: S,
         name: &str,
         hello: &Hello,
         trusted: bool,
-    ) -> io::Result<server::TlsStream<TcpRef<'a>>> {
+    ) -> io::Result<server::TlsStream<S>> {
         let key = if trusted {
             self.authority.leaf(name)
         } else {
