@@ -712,3 +712,82 @@ print(attempt(), flush=True)
         "the fault added through the API refused the next connect"
     );
 }
+
+#[test]
+fn http_faults_are_extension_toxics_counted_in_metrics() {
+    let web = Server::start("127.0.0.1:0", |mut s| {
+        // Keep-alive: answers every request on the connection.
+        let mut buf = Vec::new();
+        let mut tmp = [0u8; 4096];
+        loop {
+            while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                buf.drain(..end + 4);
+                if s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                    .is_err()
+                {
+                    return;
+                }
+            }
+            match s.read(&mut tmp) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buf.extend_from_slice(&tmp[..n]),
+            }
+        }
+    });
+    let s = server(&[]);
+    let u = s.url();
+    let body = json!({"name": "api", "listen": "127.0.0.1:0", "upstream": web.addr.to_string()});
+    let (st, v) = http(
+        "POST",
+        &format!("{u}/proxies"),
+        Some(&body.to_string()),
+        &[],
+    );
+    assert_eq!(st, 201, "{v}");
+    let addr = listen_of(&v);
+    let toxic = json!({"type": "http_status", "attributes": {"status": 429, "retry_after": "1s", "first": 2}});
+    let (st, v) = http(
+        "POST",
+        &format!("{u}/proxies/api/toxics"),
+        Some(&toxic.to_string()),
+        &[],
+    );
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["type"], "http_status");
+    // Three requests on one keep-alive connection.
+    let mut c = connect(addr);
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut statuses = Vec::new();
+    let mut buf = Vec::new();
+    let mut tmp = [0u8; 4096];
+    for _ in 0..3 {
+        c.write_all(b"GET / HTTP/1.1\r\nHost: api\r\n\r\n").unwrap();
+        loop {
+            if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                let head = String::from_utf8_lossy(&buf[..end]).to_lowercase();
+                let len: usize = head
+                    .lines()
+                    .find_map(|l| l.strip_prefix("content-length:"))
+                    .map_or(0, |v| v.trim().parse().unwrap());
+                while buf.len() < end + 4 + len {
+                    let n = c.read(&mut tmp).unwrap();
+                    buf.extend_from_slice(&tmp[..n]);
+                }
+                statuses.push(head[9..12].to_string());
+                buf.drain(..end + 4 + len);
+                break;
+            }
+            let n = c.read(&mut tmp).unwrap();
+            assert!(n > 0, "closed after {statuses:?}");
+            buf.extend_from_slice(&tmp[..n]);
+        }
+    }
+    assert_eq!(statuses, ["429", "429", "200"]);
+    let (_, m) = http("GET", &format!("{u}/metrics"), None, &[]);
+    let m = m.as_str().unwrap().to_string();
+    assert!(m.contains("netchaos_http_requests_total 3"), "{m}");
+    assert!(
+        m.contains("netchaos_http_faults_total{fault=\"http_status\",status=\"429\"} 2"),
+        "{m}"
+    );
+}

@@ -642,3 +642,56 @@ fn under_attach_rules_are_proxies_of_the_control_api() {
     assert!(status.success(), "{err}");
     assert!(!installed(&ns).contains("netchaos"));
 }
+
+#[test]
+fn attach_terminates_https_with_a_ca_the_namespace_already_trusts() {
+    let Some(ns) = setup() else { return };
+    if missing_tool("curl") {
+        return;
+    }
+    let host = ns.host_ip.to_string();
+    // The upstream's own CA, and the CA "the container" trusts.
+    let upstream_ca = TestCa::for_names(&[&host]);
+    let trusted = TestCa::new();
+    let web = Httpd::start_on(&host, Some(&upstream_ca));
+    let url = format!("https://{host}:{}/p/4", web.port);
+    let curl = format!(
+        "for i in 1 2; do curl -sS --cacert {} -o /dev/null -w '%{{http_code}} ' {url}; done",
+        trusted.ca()
+    );
+    let p = attach(
+        &ns,
+        &[
+            "--tls-ca",
+            &trusted.ca(),
+            "--tls-key",
+            &trusted.path("ca.key").display().to_string(),
+            "--upstream-ca",
+            &upstream_ca.ca(),
+            "--fault",
+            "http_status:status=503,first=1",
+        ],
+    );
+    let out = ns.sh(&curl);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "503 200",
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        p.stderr()
+    );
+    let (status, err) = p.stop();
+    assert!(status.success(), "{err}");
+    assert!(err.contains("http_status 503: 1"), "{err}");
+    // Without a CA of its own, attach leaves HTTPS alone: the client's
+    // connection reaches the upstream untouched (its certificate, verified
+    // against the upstream's CA).
+    let p = attach(&ns, &["--fault", "http_status:status=503"]);
+    let plain = format!(
+        "curl -sS --cacert {} -o /dev/null -w '%{{http_code}}' {url}",
+        upstream_ca.ca()
+    );
+    let out = ns.sh(&plain);
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "200");
+    drop(p);
+}

@@ -9,107 +9,13 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::time::Duration;
 
 use support::*;
-
-/// `support/httpd.py`, stopped when dropped.
-struct Httpd {
-    child: Child,
-    _stdin: ChildStdin,
-    port: u16,
-}
-
-impl Httpd {
-    fn start(tls: Option<&TestCa>) -> Httpd {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/httpd.py");
-        let mut c = Command::new("python3");
-        c.arg(script);
-        if let Some(ca) = tls {
-            c.arg("--cert").arg(ca.path("leaf.pem"));
-            c.arg("--key").arg(ca.path("leaf.key"));
-        }
-        let mut child = c
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start httpd.py");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let port = line.trim().parse().expect("httpd.py prints its port");
-        let stdin = child.stdin.take().unwrap();
-        Httpd {
-            child,
-            _stdin: stdin,
-            port,
-        }
-    }
-
-    fn http(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
-
-    fn https(&self) -> String {
-        format!("https://localhost:{}", self.port)
-    }
-}
-
-impl Drop for Httpd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A CA of the test's own and a certificate it signed for localhost and
-/// 127.0.0.1, as PEM files in a temporary directory.
-struct TestCa {
-    dir: tempfile::TempDir,
-}
-
-impl TestCa {
-    fn new() -> TestCa {
-        use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair, KeyUsagePurpose};
-        let dir = tempfile::tempdir().unwrap();
-        let ca_key = KeyPair::generate().unwrap();
-        let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
-        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-        ca.distinguished_name
-            .push(rcgen::DnType::CommonName, "netchaos tests' upstream CA");
-        let ca_cert = ca.self_signed(&ca_key).unwrap();
-        let issuer = Issuer::new(ca, ca_key);
-        let leaf_key = KeyPair::generate().unwrap();
-        let leaf = CertificateParams::new(vec!["localhost".into(), "127.0.0.1".into()])
-            .unwrap()
-            .signed_by(&leaf_key, &issuer)
-            .unwrap();
-        std::fs::write(dir.path().join("ca.pem"), ca_cert.pem()).unwrap();
-        std::fs::write(dir.path().join("leaf.pem"), leaf.pem()).unwrap();
-        std::fs::write(dir.path().join("leaf.key"), leaf_key.serialize_pem()).unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-        for f in ["ca.pem", "leaf.pem", "leaf.key"] {
-            std::fs::set_permissions(dir.path().join(f), std::fs::Permissions::from_mode(0o644))
-                .unwrap();
-        }
-        TestCa { dir }
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    fn ca(&self) -> String {
-        self.path("ca.pem").display().to_string()
-    }
-}
 
 /// Python's 200 keep-alive requests through one session of `requests` and
 /// one `httpx.Client`: the status and Retry-After of each, and whether

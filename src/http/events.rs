@@ -12,6 +12,10 @@ pub(crate) struct Block {
     pub(crate) counts: bool,
 }
 
+/// The most of one event held back while it is incomplete: a longer one
+/// (an upstream that never ends its event) goes on in pieces, uncounted.
+const MAX_EVENT: usize = 1024 * 1024;
+
 /// Splits a payload arriving in pieces into event blocks.
 #[derive(Debug, Default)]
 pub(crate) struct Splitter {
@@ -49,6 +53,12 @@ impl Splitter {
                     }
                     self.line += 1;
                 }
+            }
+            if self.cur.len() >= MAX_EVENT {
+                out.push(Block {
+                    bytes: std::mem::take(&mut self.cur),
+                    counts: false,
+                });
             }
         }
         out

@@ -1,6 +1,6 @@
 """A small HTTP/1.1 server for the HTTP-layer tests, on loopback.
 
-python3 httpd.py [--cert CERT --key KEY]   prints its port, then serves:
+python3 httpd.py [--bind ADDR] [--cert CERT --key KEY]   prints its port, then serves:
 
   GET  /p/N          200, body "body-N;" * 10 (content-length), keep-alive
   GET  /big/N        200, N bytes of a fixed pattern (content-length)
@@ -96,7 +96,8 @@ class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
 
 
 def main():
-    srv = Server(("127.0.0.1", 0), Handler)
+    bind = sys.argv[sys.argv.index("--bind") + 1] if "--bind" in sys.argv else "127.0.0.1"
+    srv = Server((bind, 0), Handler)
     if "--cert" in sys.argv:
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.load_cert_chain(

@@ -664,3 +664,110 @@ pub(crate) fn assert_nothing_left(ns: &str) {
 pub(crate) fn need(tools: &[&str]) -> bool {
     tools.iter().all(|t| !missing_tool(t))
 }
+
+/// `support/httpd.py`, stopped when dropped.
+pub(crate) struct Httpd {
+    child: Child,
+    _stdin: std::process::ChildStdin,
+    pub(crate) port: u16,
+}
+
+impl Httpd {
+    pub(crate) fn start(tls: Option<&TestCa>) -> Httpd {
+        Httpd::start_on("127.0.0.1", tls)
+    }
+
+    /// On `bind` (an address of this host).
+    pub(crate) fn start_on(bind: &str, tls: Option<&TestCa>) -> Httpd {
+        let script =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/httpd.py");
+        let mut c = Command::new("python3");
+        c.arg(script).args(["--bind", bind]);
+        if let Some(ca) = tls {
+            c.arg("--cert").arg(ca.path("leaf.pem"));
+            c.arg("--key").arg(ca.path("leaf.key"));
+        }
+        let mut child = c
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start httpd.py");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let port = line.trim().parse().expect("httpd.py prints its port");
+        let stdin = child.stdin.take().unwrap();
+        Httpd {
+            child,
+            _stdin: stdin,
+            port,
+        }
+    }
+
+    pub(crate) fn http(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    pub(crate) fn https(&self) -> String {
+        format!("https://localhost:{}", self.port)
+    }
+}
+
+impl Drop for Httpd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A CA of the test's own and a certificate it signed for localhost and
+/// 127.0.0.1, as PEM files in a temporary directory.
+pub(crate) struct TestCa {
+    dir: tempfile::TempDir,
+}
+
+impl TestCa {
+    pub(crate) fn new() -> TestCa {
+        TestCa::for_names(&["localhost", "127.0.0.1"])
+    }
+
+    /// A CA, and a leaf for `names`.
+    pub(crate) fn for_names(names: &[&str]) -> TestCa {
+        use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair, KeyUsagePurpose};
+        let dir = tempfile::tempdir().unwrap();
+        let ca_key = KeyPair::generate().unwrap();
+        let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        ca.distinguished_name
+            .push(rcgen::DnType::CommonName, "netchaos tests' upstream CA");
+        let ca_cert = ca.self_signed(&ca_key).unwrap();
+        let issuer = Issuer::new(ca, ca_key);
+        let leaf_key = KeyPair::generate().unwrap();
+        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        let leaf = CertificateParams::new(names)
+            .unwrap()
+            .signed_by(&leaf_key, &issuer)
+            .unwrap();
+        std::fs::write(dir.path().join("ca.pem"), ca_cert.pem()).unwrap();
+        std::fs::write(dir.path().join("leaf.pem"), leaf.pem()).unwrap();
+        std::fs::write(dir.path().join("leaf.key"), leaf_key.serialize_pem()).unwrap();
+        std::fs::write(dir.path().join("ca.key"), issuer.key().serialize_pem()).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        for f in ["ca.pem", "ca.key", "leaf.pem", "leaf.key"] {
+            std::fs::set_permissions(dir.path().join(f), std::fs::Permissions::from_mode(0o644))
+                .unwrap();
+        }
+        TestCa { dir }
+    }
+
+    pub(crate) fn path(&self, name: &str) -> std::path::PathBuf {
+        self.dir.path().join(name)
+    }
+
+    pub(crate) fn ca(&self) -> String {
+        self.path("ca.pem").display().to_string()
+    }
+}
