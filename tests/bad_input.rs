@@ -421,3 +421,96 @@ fn checking_many_rules_takes_time_in_proportion() {
     // would be 64); generous for a busy machine.
     assert!(b < 24.0 * a + 2.0, "5k rules {a:.2}s, 40k rules {b:.2}s");
 }
+
+#[test]
+fn tls_files_and_flags_are_checked_before_anything_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let junk = dir.path().join("junk.pem");
+    std::fs::write(&junk, "not a certificate\n").unwrap();
+    let junk = junk.display().to_string();
+    for (args, expect) in [
+        (
+            vec![
+                "run",
+                "--tls",
+                "--upstream-ca",
+                "/nonexistent.pem",
+                "--",
+                "true",
+            ],
+            "--upstream-ca /nonexistent.pem: No such file",
+        ),
+        (
+            vec!["run", "--tls", "--upstream-ca", &junk, "--", "true"],
+            "no PEM certificate in it",
+        ),
+        (
+            vec![
+                "run",
+                "--tls",
+                "--tls-ca",
+                &junk,
+                "--tls-key",
+                &junk,
+                "--",
+                "true",
+            ],
+            "PKCS#8",
+        ),
+        (
+            vec!["run", "--tls-ca-out", "/tmp/x.pem", "--", "true"],
+            "--tls-ca-out has no effect without TLS",
+        ),
+        (
+            vec![
+                "run",
+                "--tls",
+                "--tls-ca-out",
+                "/nonexistent/dir/ca.pem",
+                "--",
+                "true",
+            ],
+            "no such directory",
+        ),
+        (
+            vec![
+                "proxy",
+                "--listen",
+                "127.0.0.1:0",
+                "--upstream-tls",
+                "localhost:1",
+                "--upstream",
+                "127.0.0.1:2",
+            ],
+            "give --upstream or --upstream-tls, not both",
+        ),
+        (
+            vec!["check", "--fault", "http_status:status=99"],
+            "http_status.status: expected a whole number from 100 to 599",
+        ),
+        (
+            vec![
+                "check",
+                "--fault",
+                "sse:stall_after_events=1,drop_after_events=2",
+            ],
+            "give at most one of",
+        ),
+        (
+            vec!["check", "--fault", "http_delay:delay=1s,phase=body"],
+            "http_delay.phase: expected one of",
+        ),
+        (
+            vec!["check", "--fault", "http_status:status=429,headers=nocolon"],
+            "expected \"Name: value\"",
+        ),
+    ] {
+        let (code, _, err) = netchaos(&args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(
+            err.contains(expect),
+            "{args:?}: expected {expect:?} in {err}"
+        );
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}

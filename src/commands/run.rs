@@ -38,8 +38,8 @@ struct RunConfig {
     resolvers: Vec<std::net::SocketAddr>,
     argv: Vec<CString>,
     containment: privilege::Containment,
-    /// HTTPS interception (`--tls`, `tls = "intercept"`).
-    tls: bool,
+    /// HTTPS interception (`--tls`, `tls = "intercept"`), its files read.
+    tls: Option<super::tls::Prepared>,
 }
 
 impl RunConfig {
@@ -86,6 +86,7 @@ impl RunConfig {
             (false, _) => privilege::Containment::Full,
         };
         let tls = args.tls || plan.tls_intercept;
+        let prepared = super::tls::prepare(&args.tls_args, tls)?;
         if tls
             && !plan
                 .rules
@@ -99,7 +100,7 @@ impl RunConfig {
             );
         }
         Ok(RunConfig {
-            tls,
+            tls: prepared,
             api: ApiConfig::new(args.api.api, &args.api.access)?,
             opts: args.relay.options()?,
             drain: args.relay.drain,
@@ -149,7 +150,7 @@ pub(super) fn run(g: &Global, args: &RunArgs) -> Result<u8> {
     let (sandbox, listeners, control) = sandbox::create(cfg, losses).map_err(Error::runtime)?;
     // Made after the agent's fork: the CA's key is in netchaos's memory
     // only, never in the namespace's processes.
-    opts.tls = super::tls::setup(&args.tls_args, tls)?;
+    opts.tls = tls.map(super::tls::Prepared::build).transpose()?;
     let trust = opts.tls.as_ref().map(|t| crate::intercept::agent::TrustCa {
         pem: t.authority().cert_pem().to_string(),
         der: t.authority().cert_der().to_vec(),

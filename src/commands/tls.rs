@@ -1,17 +1,28 @@
 //! A command's TLS set-up for the HTTP layer: the CA that signs (made for
 //! the run, or the user's `--tls-ca`/`--tls-key`), the upstreams' extra
 //! trust (`--upstream-ca`), and `--tls-ca-out`. Every file is read and
-//! every certificate checked here, before anything starts.
+//! checked by [`prepare`], before anything starts; [`Prepared::build`] makes
+//! the CA (for `run`: after the namespace's agent was forked, so that the
+//! key never exists in its memory).
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::cli::TlsArgs;
 use crate::error::{Error, Result};
 use crate::tls::{Authority, Tls};
 
-/// TLS for this run, when `wanted` (or when the user gave TLS flags that
-/// only make sense with it).
-pub(super) fn setup(args: &TlsArgs, wanted: bool) -> Result<Option<Arc<Tls>>> {
+/// TLS settings, read and checked.
+pub(super) struct Prepared {
+    /// The user's CA: certificate and key, PEM.
+    authority: Option<(String, String)>,
+    extra_roots: Vec<(String, Vec<u8>)>,
+    ca_out: Option<PathBuf>,
+}
+
+/// The TLS settings, when `wanted` (else an error for TLS flags given
+/// without TLS).
+pub(super) fn prepare(args: &TlsArgs, wanted: bool) -> Result<Option<Prepared>> {
     if !wanted {
         if let Some(flag) = [
             (!args.upstream_ca.is_empty()).then_some("--upstream-ca"),
@@ -30,36 +41,67 @@ pub(super) fn setup(args: &TlsArgs, wanted: bool) -> Result<Option<Arc<Tls>>> {
     let read = |flag: &str, p: &std::path::Path| {
         std::fs::read(p).map_err(|e| Error::Usage(format!("{flag} {}: {e}", p.display())))
     };
+    let text = |flag: &str, p: &std::path::Path| {
+        String::from_utf8(read(flag, p)?)
+            .map_err(|_| Error::Usage(format!("{flag} {}: not a PEM file", p.display())))
+    };
     let authority = match (&args.tls_ca, &args.tls_key) {
         (Some(cert), Some(key)) => {
-            let cert_pem = String::from_utf8(read("--tls-ca", cert)?).map_err(|_| {
-                Error::Usage(format!("--tls-ca {}: not a PEM file", cert.display()))
-            })?;
-            let key_pem = String::from_utf8(read("--tls-key", key)?).map_err(|_| {
-                Error::Usage(format!("--tls-key {}: not a PEM file", key.display()))
-            })?;
-            Authority::load(&cert_pem, &key_pem).map_err(|e| {
+            let pair = (text("--tls-ca", cert)?, text("--tls-key", key)?);
+            Authority::load(&pair.0, &pair.1).map_err(|e| {
                 Error::Usage(format!(
                     "--tls-ca {} / --tls-key {}: {e}",
                     cert.display(),
                     key.display()
                 ))
-            })?
+            })?;
+            Some(pair)
         }
-        _ => Authority::generate().map_err(Error::runtime)?,
+        _ => None,
     };
-    let mut extra = Vec::new();
+    let mut extra_roots = Vec::new();
     for p in &args.upstream_ca {
-        extra.push((
+        extra_roots.push((
             format!("--upstream-ca {}", p.display()),
             read("--upstream-ca", p)?,
         ));
     }
-    let tls = Tls::new(authority, &extra).map_err(|e| Error::Usage(e.to_string()))?;
+    crate::tls::check_roots(&extra_roots).map_err(|e| Error::Usage(e.to_string()))?;
     if let Some(out) = &args.tls_ca_out {
-        std::fs::write(out, tls.authority().cert_pem())
-            .map_err(|e| Error::Usage(format!("--tls-ca-out {}: {e}", out.display())))?;
-        eprintln!("netchaos: TLS: the CA certificate is in {}", out.display());
+        let dir = out.parent().filter(|d| !d.as_os_str().is_empty());
+        if dir.is_some_and(|d| !d.is_dir()) {
+            return Err(Error::Usage(format!(
+                "--tls-ca-out {}: no such directory",
+                out.display()
+            )));
+        }
     }
-    Ok(Some(Arc::new(tls)))
+    Ok(Some(Prepared {
+        authority,
+        extra_roots,
+        ca_out: args.tls_ca_out.clone(),
+    }))
+}
+
+impl Prepared {
+    /// The CA (loaded, or made now), upstream trust, and `--tls-ca-out`.
+    pub(super) fn build(self) -> Result<Arc<Tls>> {
+        let authority = match &self.authority {
+            Some((cert, key)) => Authority::load(cert, key).map_err(Error::runtime)?,
+            None => Authority::generate().map_err(Error::runtime)?,
+        };
+        let tls =
+            Tls::new(authority, &self.extra_roots).map_err(|e| Error::Usage(e.to_string()))?;
+        if let Some(out) = &self.ca_out {
+            std::fs::write(out, tls.authority().cert_pem())
+                .map_err(|e| Error::Usage(format!("--tls-ca-out {}: {e}", out.display())))?;
+            eprintln!("netchaos: TLS: the CA certificate is in {}", out.display());
+        }
+        Ok(Arc::new(tls))
+    }
+}
+
+/// [`prepare`] and [`Prepared::build`] at once (commands without a fork).
+pub(super) fn setup(args: &TlsArgs, wanted: bool) -> Result<Option<Arc<Tls>>> {
+    prepare(args, wanted)?.map(Prepared::build).transpose()
 }

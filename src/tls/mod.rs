@@ -47,6 +47,31 @@ impl TlsError {
     }
 }
 
+/// The certificates of CA files (PEM contents, with the names to show in
+/// errors): each file must hold at least one, each usable as a trust
+/// anchor.
+pub(crate) fn check_roots(
+    files: &[(String, Vec<u8>)],
+) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let mut out = Vec::new();
+    for (name, pem) in files {
+        let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(pem)
+            .collect::<Result<_, _>>()
+            .map_err(|e| TlsError::Load(format!("{name}: not a PEM certificate file: {e}")))?;
+        if certs.is_empty() {
+            return Err(TlsError::Load(format!("{name}: no PEM certificate in it")));
+        }
+        let mut probe = RootCertStore::empty();
+        for c in &certs {
+            probe.add(c.clone()).map_err(|e| {
+                TlsError::Load(format!("{name}: a certificate netchaos cannot use: {e}"))
+            })?;
+        }
+        out.extend(certs);
+    }
+    Ok(out)
+}
+
 /// Terminating and re-originating TLS, for one run.
 pub(crate) struct Tls {
     authority: Authority,
@@ -74,18 +99,10 @@ impl Tls {
         let mut roots = RootCertStore::empty();
         let native = rustls_native_certs::load_native_certs();
         let (added, _) = roots.add_parsable_certificates(native.certs);
-        for (name, pem) in extra_roots {
-            let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(pem)
-                .collect::<Result<_, _>>()
-                .map_err(|e| TlsError::Load(format!("{name}: not a PEM certificate file: {e}")))?;
-            if certs.is_empty() {
-                return Err(TlsError::Load(format!("{name}: no PEM certificate in it")));
-            }
-            for c in certs {
-                roots.add(c).map_err(|e| {
-                    TlsError::Load(format!("{name}: a certificate netchaos cannot use: {e}"))
-                })?;
-            }
+        for c in check_roots(extra_roots)? {
+            roots
+                .add(c)
+                .map_err(|e| TlsError::Load(format!("a certificate netchaos cannot use: {e}")))?;
         }
         if added == 0 && extra_roots.is_empty() {
             tracing::warn!(
