@@ -528,7 +528,7 @@ fn a_proxy_reaches_an_https_upstream_and_serves_tls_itself() {
         "--upstream-ca",
         &ca.ca(),
         "--fault",
-        "http_delay:delay=300ms,first=1",
+        "http_delay:delay=800ms,first=1",
     ]);
     let code = r#"
 import sys, time, requests
@@ -537,7 +537,7 @@ for i in range(3):
     t = time.monotonic()
     r = s.get(f"{sys.argv[1]}/p/{i}")
     assert r.content == (f"body-{i};" * 10).encode(), r.content
-    print(i, r.status_code, time.monotonic() - t >= 0.3)
+    print(i, r.status_code, time.monotonic() - t >= 0.8)
 "#;
     let (rc, out, err) = python(code, &[&base(&p)]);
     assert_eq!(rc, 0, "{err}");
