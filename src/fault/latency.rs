@@ -135,6 +135,10 @@ impl Latency {
                     }
                     let release = (item.at + delay).max(last_release);
                     last_release = release;
+                    // What comes next in the chain counts from here: two
+                    // latencies add up, as Toxiproxy's chained toxics do.
+                    let mut item = item;
+                    item.at = release;
                     if line.is_empty() && release <= Instant::now() {
                         if io.send(item).await.is_err() {
                             return;
@@ -189,10 +193,30 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn chained_latencies_add_up() {
+        let (tx, mut mid_rx, io1) = channels();
+        let (mid_tx, mut rx, io2) = channels();
+        for io in [io1, io2] {
+            let l = latency(&[("delay", "100ms")]);
+            tokio::spawn(async move { l.run(ctx(Window::ALWAYS), &mut { io }).await });
+        }
+        tokio::spawn(async move {
+            while let Some(item) = mid_rx.recv().await {
+                mid_tx.send(item).await.unwrap();
+            }
+        });
+        let t0 = Instant::now();
+        tx.send(data(10)).await.unwrap();
+        rx.recv().await.unwrap();
+        assert_eq!(t0.elapsed(), Duration::from_millis(200));
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn jitter_stays_in_bounds_and_never_reorders() {
         let (tx, mut rx, io) = channels();
         let l = latency(&[("delay", "50ms"), ("jitter", "20ms")]);
         tokio::spawn(async move { l.run(ctx(Window::ALWAYS), &mut { io }).await });
+        let t0 = Instant::now();
         let sender = tokio::spawn(async move {
             for i in 0..50u8 {
                 let item = Item::data(Instant::now(), bytes::Bytes::from(vec![i]));
@@ -202,7 +226,10 @@ mod tests {
         });
         for i in 0..50u8 {
             let item = rx.recv().await.unwrap();
-            let waited = item.at.elapsed();
+            let sent = t0 + Duration::from_millis(5) * u32::from(i);
+            let waited = sent.elapsed();
+            // Stamped with its release: the next stage counts from there.
+            assert!(item.at <= Instant::now() && item.at >= sent);
             assert!(
                 waited >= Duration::from_millis(30) - Duration::from_millis(1),
                 "{waited:?}"

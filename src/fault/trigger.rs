@@ -65,17 +65,19 @@ pub(crate) async fn pass_until(
         Trigger::Time(t) => Some((ctx.opened + t).max(ctx.window_start())),
         Trigger::Bytes(_) => None,
     };
+    // The clock is read here, not left to the timer: the runtime's timer
+    // fires up to a tick late, and a byte that arrives at or after the
+    // deadline must not slip through meanwhile (a `timeout` toxic in force
+    // when the connection opens holds its first byte).
+    let due = |now: Instant| deadline.is_some_and(|d| now >= d);
     loop {
+        let now = Instant::now();
+        if due(now) {
+            return fire_at(ctx, io, now).await;
+        }
         let next = tokio::select! {
             biased;
-            _ = sleep_opt(deadline) => {
-                if ctx.active_at(Instant::now()) {
-                    return Ok(Until::Fired(None));
-                }
-                // The time came outside the window: pass the rest unharmed.
-                io.pass_rest().await;
-                return Ok(Until::Ended);
-            }
+            _ = sleep_opt(deadline) => return fire_at(ctx, io, Instant::now()).await,
             n = io.next() => n,
         };
         let item = match next {
@@ -84,6 +86,10 @@ pub(crate) async fn pass_until(
             Next::Stopped => return Ok(Until::Stopped),
         };
         let Trigger::Bytes(limit) = trigger else {
+            if due(item.at.max(Instant::now())) && ctx.active_at(Instant::now()) {
+                // It arrived when the fault was due: it is held with the rest.
+                return Ok(Until::Fired(Some(item)));
+            }
             io.send(item).await?;
             continue;
         };
@@ -104,6 +110,16 @@ pub(crate) async fn pass_until(
             _ => io.send(item).await?,
         }
     }
+}
+
+/// The time trigger came due at `now`: it fires, or, outside the fault's
+/// window, lets the rest pass unharmed.
+async fn fire_at(ctx: &StageCtx, io: &mut StageIo, now: Instant) -> Result<Until, Gone> {
+    if ctx.active_at(now) {
+        return Ok(Until::Fired(None));
+    }
+    io.pass_rest().await;
+    Ok(Until::Ended)
 }
 
 async fn sleep_opt(deadline: Option<Instant>) {
