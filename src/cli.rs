@@ -225,13 +225,91 @@ impl ApiAccess {
 pub struct ServerArgs {
     #[command(flatten)]
     pub faults: FaultArgs,
-    /// Where the control API listens.
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8474", value_parser = listen_arg)]
-    pub api: std::net::SocketAddr,
+    /// Where the control API listens [default: 127.0.0.1:8474]; off
+    /// loopback only with a token.
+    #[arg(long, value_name = "ADDR", value_parser = listen_arg, conflicts_with_all = ["host", "port"])]
+    pub api: Option<std::net::SocketAddr>,
+    /// toxiproxy-server's -host: the API's host [default: localhost]. As
+    /// with toxiproxy-server, any host is accepted without a token (a
+    /// warning says so off loopback): give --api-token-file to require one.
+    #[arg(long, value_name = "HOST")]
+    pub host: Option<String>,
+    /// toxiproxy-server's -port: the API's port [default: 8474].
+    #[arg(long, value_name = "PORT")]
+    pub port: Option<u16>,
+    /// toxiproxy-server's -config: proxies to create at start, as a JSON
+    /// array in /populate's form. As with toxiproxy-server, a bad file is
+    /// reported and the server starts anyway.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// toxiproxy-server's -proxy-metrics. netchaos serves /metrics always,
+    /// Toxiproxy's toxiproxy_proxy_* series included, so it changes nothing.
+    #[arg(long)]
+    pub proxy_metrics: bool,
+    /// toxiproxy-server's -runtime-metrics: /metrics also shows the
+    /// process's series (process_*, and go_goroutines and go_info, which
+    /// count netchaos's tasks: netchaos is not Go).
+    #[arg(long)]
+    pub runtime_metrics: bool,
+    /// toxiproxy-server's -version: print the Toxiproxy version netchaos
+    /// answers as, and exit.
+    #[arg(long = "toxiproxy-version", hide = true)]
+    pub toxiproxy_version: bool,
     #[command(flatten)]
     pub access: ApiAccess,
+    /// How a client's connection ends when netchaos gives up on it (upstream
+    /// unreachable; proxy disabled, deleted or repointed): fin, as Toxiproxy
+    /// does (the default), or rst.
+    #[arg(long, value_enum, value_name = "fin|rst")]
+    pub end: Option<crate::relay::EndStyle>,
     #[command(flatten)]
     pub relay: RelayArgs,
+}
+
+/// toxiproxy-server's flags, for a drop-in: `-host X`, `-port=8474`, `-config
+/// FILE` … become `--host X`, `--port=8474`, `--config FILE` … after the
+/// `server` subcommand, and a binary named `toxiproxy-server` (or
+/// `toxiproxy`, as in Toxiproxy's image) is `netchaos server`.
+pub fn toxiproxy_argv(
+    args: impl IntoIterator<Item = std::ffi::OsString>,
+) -> Vec<std::ffi::OsString> {
+    const GO_FLAGS: &[&str] = &[
+        "host",
+        "port",
+        "config",
+        "seed",
+        "proxy-metrics",
+        "runtime-metrics",
+        "version",
+        "help",
+    ];
+    let mut args: Vec<std::ffi::OsString> = args.into_iter().collect();
+    let invoked = args
+        .first()
+        .and_then(|a| std::path::Path::new(a).file_name())
+        .and_then(|n| n.to_str())
+        .unwrap_or("")
+        .to_string();
+    if matches!(invoked.as_str(), "toxiproxy" | "toxiproxy-server") {
+        args.insert(1, "server".into());
+    }
+    let Some(server) = args.iter().position(|a| a == "server") else {
+        return args;
+    };
+    for a in &mut args[server + 1..] {
+        let Some(text) = a.to_str() else { continue };
+        let Some(flag) = text.strip_prefix('-').filter(|f| !f.starts_with('-')) else {
+            continue;
+        };
+        let name = flag.split('=').next().unwrap_or("");
+        if GO_FLAGS.contains(&name) {
+            *a = match name {
+                "version" => "--toxiproxy-version".into(),
+                _ => format!("--{flag}").into(),
+            };
+        }
+    }
+    args
 }
 
 #[derive(Debug, Args)]
@@ -394,6 +472,13 @@ pub struct ProxyArgs {
     /// Name the proxy (rules can match it with match.proxy).
     #[arg(long, value_name = "NAME")]
     pub name: Vec<String>,
+    /// How a client's connection ends when netchaos gives up on it (upstream
+    /// unreachable; proxy disabled, deleted or repointed through the API):
+    /// rst (the default for --listen proxies: the nearest thing to a refused
+    /// connect) or fin (as Toxiproxy does; the default for proxies the API
+    /// makes).
+    #[arg(long, value_enum, value_name = "fin|rst")]
+    pub end: Option<crate::relay::EndStyle>,
     /// Relay that proxy's connections to HOST:PORT over TLS (verified as
     /// HOST), with Host: HOST in each request: a client given a plaintext
     /// local base URL reaches an HTTPS API, with HTTP faults in between.

@@ -82,6 +82,11 @@ pub(crate) struct ProxyStats {
     pub total: AtomicU64,
     /// Bytes delivered, indexed by [`Direction::index`].
     pub bytes: [AtomicU64; 2],
+    /// Bytes read from the direction's source.
+    pub received: [AtomicU64; 2],
+    /// What Toxiproxy's metrics label the proxy with: its listen address
+    /// and upstream (set by the control API).
+    pub labels: Mutex<Option<(String, String)>>,
 }
 
 /// Where a direction counts the bytes it delivers: the totals and its
@@ -92,9 +97,15 @@ pub(crate) struct Meter<'a> {
 }
 
 impl Meter<'_> {
+    /// Bytes delivered.
     pub(crate) fn add(&self, dir: Direction, n: u64) {
         self.global.bytes[dir.index()].fetch_add(n, Ordering::Relaxed);
         self.proxy.bytes[dir.index()].fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Bytes read from the direction's source.
+    pub(crate) fn read(&self, dir: Direction, n: u64) {
+        self.proxy.received[dir.index()].fetch_add(n, Ordering::Relaxed);
     }
 }
 
@@ -151,6 +162,12 @@ impl DnsRefusal {
 }
 
 impl Stats {
+    /// Labels proxy `name`'s counters with its listen address and upstream.
+    pub(crate) fn label_proxy(&self, name: &str, listen: &str, upstream: &str) {
+        *self.proxy(name).labels.lock().expect("stats lock") =
+            Some((listen.to_string(), upstream.to_string()));
+    }
+
     /// The counters of proxy `name` (made on first use).
     pub(crate) fn proxy(&self, name: &str) -> Arc<ProxyStats> {
         self.proxies

@@ -66,7 +66,12 @@ fn api() -> &'static Api {
                 Arc::new(Events::in_memory()),
                 RelayOptions::default(),
             );
-            Control::new(relay, false, crate::settings::files::FilePolicy::Nowhere)
+            Control::new(
+                relay,
+                false,
+                crate::settings::files::FilePolicy::Nowhere,
+                Default::default(),
+            )
         });
         Api { rt, control }
     })

@@ -76,6 +76,7 @@ pub(crate) mod profile;
 pub(crate) mod relay;
 pub(crate) mod ruleset;
 pub mod settings;
+pub(crate) mod timer;
 pub(crate) mod tls;
 pub(crate) mod tool;
 pub(crate) mod units;

@@ -9,11 +9,16 @@ use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
     // clap prints usage errors itself and exits with 2.
-    let matches = Cli::command().get_matches();
+    let matches =
+        Cli::command().get_matches_from(netchaos::cli::toxiproxy_argv(std::env::args_os()));
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     // The demo's output is its table; its fault log lines only with -v.
     let quiet = cli.global.quiet + u8::from(matches!(cli.command, Command::Demo(_)));
-    init_logging(cli.global.verbose, quiet);
+    init_logging(
+        cli.global.verbose,
+        quiet,
+        matches!(cli.command, Command::Server(_)),
+    );
     match netchaos::commands::run(cli, &matches) {
         Ok(code) => ExitCode::from(code),
         Err(e) => {
@@ -23,7 +28,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_logging(verbose: u8, quiet: u8) {
+fn init_logging(verbose: u8, quiet: u8, server: bool) {
     let level = match i16::from(verbose) - i16::from(quiet) {
         i16::MIN..=-2 => "error",
         -1 => "warn",
@@ -31,7 +36,17 @@ fn init_logging(verbose: u8, quiet: u8) {
         1 => "debug",
         _ => "trace",
     };
-    // NETCHAOS_LOG overrides, in tracing's filter syntax.
+    // For `server`, Toxiproxy's LOG_LEVEL sets the level; NETCHAOS_LOG overrides both, in
+    // tracing's filter syntax.
+    let toxiproxy_level = std::env::var("LOG_LEVEL").ok().filter(|_| server);
+    let level = match toxiproxy_level.as_deref() {
+        Some("trace") => "trace",
+        Some("debug") => "debug",
+        Some("info") => "info",
+        Some("warn") => "warn",
+        Some("error" | "fatal" | "panic") => "error",
+        _ => level,
+    };
     let filter = EnvFilter::try_from_env("NETCHAOS_LOG")
         .unwrap_or_else(|_| EnvFilter::new(format!("netchaos={level},warn")));
     tracing_subscriber::fmt()

@@ -129,11 +129,9 @@ fn routes_and_status_codes_follow_toxiproxy() {
         &[],
     );
     assert_eq!((st, v["enabled"].as_bool()), (200, Some(false)));
+    // As Toxiproxy ends them: a FIN.
     let (_, err) = read_to_end(&mut open);
-    assert!(
-        err.is_some_and(|e| e.kind() == std::io::ErrorKind::ConnectionReset),
-        "open connections end"
-    );
+    assert!(err.is_none(), "open connections end with a FIN: {err:?}");
     assert!(
         std::net::TcpStream::connect(addr).is_err(),
         "no listener while disabled"
@@ -317,7 +315,7 @@ fn ctl_round_trip() {
     assert!(rtt(addr) < Duration::from_millis(200));
     let out = ctl(&["list"]);
     assert!(
-        out.contains("- slow (latency both, toxicity 1.0)") && out.contains("10ms"),
+        out.contains("- slow (latency both, toxicity 1)") && out.contains("10ms"),
         "{out}"
     );
     ctl(&["disable", "echo"]);
@@ -478,7 +476,6 @@ fn hostile_input_gets_4xx_and_never_a_crash() {
         r#"{"type": "respond", "attributes": {"status": 99999}}"#.into(),
         r#"{"type": "stall", "attributes": {"duration": "0s"}}"#.into(),
         r#"{"type": "refuse"}"#.into(),
-        r#"{"name": "q", "upstream": "no-port"}"#.into(),
         r#"{"name": "q", "upstream": "127.0.0.1:9", "listen": "not an address"}"#.into(),
         format!("{{\"name\": \"{}\"}}", "x".repeat(100_000)),
         "\u{0}\u{1}\u{2}".into(),
@@ -495,29 +492,34 @@ fn hostile_input_gets_4xx_and_never_a_crash() {
     for (method, path) in routes {
         for b in &bodies {
             let (st, v) = http(method, &format!("{u}{path}"), Some(b), &[]);
-            // Objects with fields a route does not use are accepted, as
-            // Toxiproxy (Go's JSON) ignores unknown fields; everything else
-            // here is a 4xx with a JSON error.
-            let ignorable =
-                b.starts_with('{') && path.starts_with("/proxies/p") && !path.contains("toxics")
-                    || path == "/populate" && b == "[]";
-            if ignorable {
-                assert!(st < 500, "{method} {path} {:.60}: {st} {v}", b);
-                continue;
-            }
+            // What Toxiproxy accepts is accepted (unknown fields, a
+            // negative rate, a slicer's variation above its size: the
+            // nearest sane thing, warned about); what it refuses is a 4xx,
+            // or a 500 where Go fails to listen — always with a JSON error,
+            // and the server goes on.
             assert!(
-                (400..500).contains(&st),
+                st < 500
+                    || st == 500
+                        && v["error"]
+                            .as_str()
+                            .is_some_and(|e| e.starts_with("listen tcp")),
                 "{method} {path} {:.60}: {st} {v}",
                 b
             );
-            if st != 413 {
+            if st >= 400 && st != 413 {
                 assert!(
                     v.get("error").is_some() && v["status"] == st,
                     "{method} {path}: {v}"
                 );
             }
+            // The created ones would clash with the next round's.
+            if method == "POST" && path == "/proxies" && st == 201 {
+                http("DELETE", &format!("{u}/proxies/q"), None, &[]);
+            }
         }
     }
+    let (st, _) = http("GET", &format!("{u}/version"), None, &[]);
+    assert_eq!(st, 200, "still serving");
     let (st, _) = http(
         "POST",
         &format!("{u}/proxies"),
@@ -577,8 +579,12 @@ fn metrics_move_as_faults_are_injected() {
     assert_eq!(metric("netchaos_connections_total{proxy=\"m\"}"), 3.0);
     assert!(metric("netchaos_bytes_total{proxy=\"m\",direction=\"downstream\"}") >= 3.0);
     let (_, v) = http("GET", &format!("{u}/metrics"), None, &[]);
+    // netchaos's own series, and Toxiproxy's per-proxy byte counters.
     for line in v.as_str().unwrap().lines().filter(|l| !l.starts_with('#')) {
-        assert!(line.starts_with("netchaos_"), "{line}");
+        assert!(
+            line.starts_with("netchaos_") || line.starts_with("toxiproxy_proxy_"),
+            "{line}"
+        );
     }
 }
 

@@ -89,6 +89,8 @@ pub(crate) struct ApiConfig {
     pub(crate) addr: std::net::SocketAddr,
     pub(crate) token: Option<String>,
     pub(crate) files: crate::settings::files::FilePolicy,
+    /// What `/metrics` adds (`server --runtime-metrics`).
+    pub(crate) metrics: crate::control::metrics::Extra,
 }
 
 impl ApiConfig {
@@ -104,6 +106,7 @@ impl ApiConfig {
             addr,
             token,
             files: access.files()?,
+            metrics: Default::default(),
         }))
     }
 }
@@ -117,7 +120,8 @@ pub(crate) fn api_control(
     let files = api.map_or(crate::settings::files::FilePolicy::Nowhere, |a| {
         a.files.clone()
     });
-    crate::control::Control::new(relay.clone(), transparent, files)
+    let metrics = api.map(|a| a.metrics).unwrap_or_default();
+    crate::control::Control::new(relay.clone(), transparent, files, metrics)
 }
 
 /// Starts the control API when one was asked for, printing where it

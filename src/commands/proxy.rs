@@ -33,13 +33,86 @@ pub(super) fn run(g: &Global, args: &ProxyArgs, m: &ArgMatches) -> Result<u8> {
         || args.tls_args.tls_ca.is_some()
         || plan.proxies.iter().any(|p| p.serve_tls || p.upstream_tls);
     let tls = super::tls::setup(&args.tls_args, wanted)?;
-    serve(g, plan, api, &args.relay, "proxy", tls)
+    serve(g, plan, api, &args.relay, Mode::Proxy, tls, args.end)
 }
 
 pub(super) fn server(g: &Global, args: &ServerArgs) -> Result<u8> {
+    if args.toxiproxy_version {
+        println!(
+            "toxiproxy-server version {} (netchaos {})",
+            crate::control::model::TOXIPROXY_VERSION,
+            env!("CARGO_PKG_VERSION")
+        );
+        return Ok(0);
+    }
     let plan = profile::build_plan(&args.faults.profiles, &args.faults.faults, g.seed)?;
-    let api = ApiConfig::new(Some(args.api), &args.access)?;
-    serve(g, plan, api, &args.relay, "server", None)
+    let api = match (&args.api, &args.host, args.port) {
+        (Some(addr), _, _) => ApiConfig::new(Some(*addr), &args.access)?,
+        // toxiproxy-server's -host/-port: any host, token or not.
+        (None, host, port) => {
+            let host = host.as_deref().unwrap_or("localhost");
+            let port = port.unwrap_or(8474);
+            let addr = resolve_api_host(host, port)?;
+            let mut cfg =
+                ApiConfig::new(Some("127.0.0.1:0".parse().expect("literal")), &args.access)?
+                    .expect("an address was given");
+            if !addr.ip().is_loopback() && cfg.token.is_none() {
+                tracing::warn!(
+                    "the control API listens on {addr} without a token, as toxiproxy-server does: anyone                      who can reach it can change the faults (--api-token-file FILE requires a token)"
+                );
+            }
+            cfg.addr = addr;
+            Some(cfg)
+        }
+    };
+    let api = api.map(|mut a| {
+        a.metrics.runtime = args.runtime_metrics;
+        a
+    });
+    let config = match &args.config {
+        Some(path) => match std::fs::read_to_string(path) {
+            Ok(text) => Some(text),
+            Err(e) => {
+                // As toxiproxy-server: reported, and the server starts anyway.
+                tracing::error!("Error reading config file {}: {e}", path.display());
+                None
+            }
+        },
+        None => None,
+    };
+    serve(
+        g,
+        plan,
+        api,
+        &args.relay,
+        Mode::Server(config),
+        None,
+        args.end,
+    )
+}
+
+/// toxiproxy-server's -host, resolved as Go's listener would (the first
+/// IPv4 address of a name).
+fn resolve_api_host(host: &str, port: u16) -> Result<std::net::SocketAddr> {
+    use std::net::ToSocketAddrs;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let addrs: Vec<std::net::SocketAddr> = (host, port)
+        .to_socket_addrs()
+        .map_err(|e| Error::Usage(format!("--host {host}: {e}")))?
+        .collect();
+    addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(addrs.first())
+        .copied()
+        .ok_or_else(|| Error::Usage(format!("--host {host}: no address")))
+}
+
+/// Which command serves.
+enum Mode {
+    Proxy,
+    /// `server`, with the text of its `-config` file.
+    Server(Option<String>),
 }
 
 fn serve(
@@ -47,9 +120,14 @@ fn serve(
     plan: Plan,
     api: Option<ApiConfig>,
     relay_args: &RelayArgs,
-    mode: &str,
+    mode: Mode,
     tls: Option<Arc<crate::tls::Tls>>,
+    ends: Option<relay::EndStyle>,
 ) -> Result<u8> {
+    let name = match mode {
+        Mode::Proxy => "proxy",
+        Mode::Server(_) => "server",
+    };
     if let Some((rule, f)) = plan.namespace_only_fault() {
         let what = f.kind.layer().acts_on();
         return Err(Error::Usage(format!(
@@ -62,6 +140,7 @@ fn serve(
     raise_nofile_limit();
     let mut opts = relay_args.options()?;
     opts.tls = tls;
+    opts.ends = ends;
     let drain = relay_args.drain;
     let rt = runtime()?;
     rt.block_on(async {
@@ -74,7 +153,7 @@ fn serve(
         }
         let events = open_events(g)?;
         announce_seed(plan.seed);
-        events.start(plan.seed, mode);
+        events.start(plan.seed, name);
         let relay = Relay::new(Arc::new(RuleSet::from_plan(&plan)), events.clone(), opts);
         let control = api_control(&relay, false, api.as_ref());
         for (p, l) in plan.proxies.iter().zip(listeners) {
@@ -100,11 +179,12 @@ fn serve(
                 }),
             );
             relay.serve(l, ep.clone());
-            control
-                .adopt_listener(&p.name, &p.listen.to_string(), addr, &p.upstream, ep)
-                .await;
+            control.adopt_listener(&p.name, addr, &p.upstream, ep).await;
         }
         control.adopt_rules().await;
+        if let Mode::Server(Some(config)) = &mode {
+            crate::control::api::load_config(&control, config).await;
+        }
         let stop = tokio_util::sync::CancellationToken::new();
         start_api(api.as_ref(), control, stop.clone()).await?;
         eprintln!("netchaos: ready");

@@ -1,10 +1,15 @@
-//! The HTTP routes, following Toxiproxy's v2 API where it defines behaviour:
-//! the same paths, methods, status codes (proxy create 201, toxic create
-//! 200, deletes and reset 204, errors 400/404/409 with `{"error", "status"}`
-//! bodies), case-insensitive JSON keys, partial updates.
+//! The HTTP routes, as Toxiproxy 2.12 answers them: the same paths and
+//! methods, status codes (proxy create 201, toxic create 200, deletes and
+//! reset 204, populate 201), shapes (`"Logger":{}` in proxies, upstream
+//! toxics listed first), errors (`{"error","status"}` as `text/plain` with a
+//! newline, Go's messages), an `X-Toxiproxy-Request-Id` on every answer of
+//! a route, `404 page not found` off the routes and 405 for a method a route
+//! lacks (HEAD included). Request bodies are read as Go reads them
+//! ([`super::gojson`]), whatever their content type.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use axum::Router;
 use axum::body::Bytes;
@@ -13,10 +18,11 @@ use axum::extract::{DefaultBodyLimit, Path, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{MethodRouter, any, get, post};
 use serde_json::{Map, Value, json};
 
-use super::model::{ApiError, TOXIPROXY_VERSION, Toxic, lowercase_keys};
+use super::gojson::{self, lowercase_keys};
+use super::model::{ApiError, TOXIPROXY_VERSION, Toxic};
 use super::{ApiProxy, BODY_LIMIT, Control, Listener};
 
 #[derive(Clone)]
@@ -35,39 +41,92 @@ pub(crate) fn router(control: Arc<Control>, token: Option<String>, bound: Socket
         token: token.filter(|t| !t.is_empty()).map(Arc::from),
         bound,
     };
+    // HEAD is not GET: Toxiproxy's router answers it 405.
+    let no_head = |r: MethodRouter<ApiState>| r.head(|| async { StatusCode::METHOD_NOT_ALLOWED });
     Router::new()
-        .route("/version", get(version))
-        .route("/metrics", get(metrics))
+        .route("/version", no_head(get(version)))
+        .route("/metrics", any(metrics))
         .route("/reset", post(reset))
         .route("/populate", post(populate))
-        .route("/proxies", get(proxy_index).post(proxy_create))
+        .route("/proxies", no_head(get(proxy_index).post(proxy_create)))
         .route(
             "/proxies/{proxy}",
-            get(proxy_show)
-                .post(proxy_update)
-                .patch(proxy_update)
-                .delete(proxy_delete),
+            no_head(
+                get(proxy_show)
+                    .post(proxy_update)
+                    .patch(proxy_update)
+                    .delete(proxy_delete),
+            ),
         )
         .route(
             "/proxies/{proxy}/toxics",
-            get(toxic_index).post(toxic_create),
+            no_head(get(toxic_index).post(toxic_create)),
         )
         .route(
             "/proxies/{proxy}/toxics/{toxic}",
-            get(toxic_show)
-                .post(toxic_update)
-                .patch(toxic_update)
-                .delete(toxic_delete),
+            no_head(
+                get(toxic_show)
+                    .post(toxic_update)
+                    .patch(toxic_update)
+                    .delete(toxic_delete),
+            ),
         )
-        .fallback(|| async { fail(ApiError::new(StatusCode::NOT_FOUND, "not found")) })
+        .route_layer(middleware::from_fn(request_id))
+        .fallback(|| async {
+            (
+                StatusCode::NOT_FOUND,
+                [(header::X_CONTENT_TYPE_OPTIONS, "nosniff")],
+                "404 page not found\n",
+            )
+        })
         .layer(middleware::from_fn_with_state(state.clone(), guard))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(state)
 }
 
+/// Toxiproxy's request ids are xids: 12 bytes (seconds, machine, process,
+/// counter) in base32hex, 20 characters.
+fn xid() -> String {
+    static MACHINE: std::sync::OnceLock<[u8; 3]> = std::sync::OnceLock::new();
+    static COUNTER: std::sync::OnceLock<AtomicU32> = std::sync::OnceLock::new();
+    let machine = MACHINE.get_or_init(rand::random);
+    let n = COUNTER
+        .get_or_init(|| AtomicU32::new(rand::random()))
+        .fetch_add(1, Ordering::Relaxed);
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as u32);
+    let pid = std::process::id() as u16;
+    let mut raw = [0u8; 12];
+    raw[..4].copy_from_slice(&secs.to_be_bytes());
+    raw[4..7].copy_from_slice(machine);
+    raw[7..9].copy_from_slice(&pid.to_be_bytes());
+    raw[9..].copy_from_slice(&n.to_be_bytes()[1..]);
+    const ALPHABET: &[u8; 32] = b"0123456789abcdefghijklmnopqrstuv";
+    let mut bits: u128 = 0;
+    for b in raw {
+        bits = bits << 8 | u128::from(b);
+    }
+    // 96 bits, padded to 100, in 20 groups of five.
+    bits <<= 4;
+    (0..20)
+        .rev()
+        .map(|i| ALPHABET[((bits >> (i * 5)) & 31) as usize] as char)
+        .collect()
+}
+
+/// Every answer of a route carries a request id, as Toxiproxy's do.
+async fn request_id(req: Request, next: Next) -> Response {
+    let mut r = next.run(req).await;
+    if let Ok(v) = HeaderValue::from_str(&xid()) {
+        r.headers_mut().insert("x-toxiproxy-request-id", v);
+    }
+    r
+}
+
 /// Refuses browsers (as Toxiproxy does: a web page must not drive the API)
 /// and, when a token is set, requests without it; bounds each request's
-/// time.
+/// time (Toxiproxy's 25 s, answered as Go's timeout handler answers).
 async fn guard(State(st): State<ApiState>, req: Request, next: Next) -> Response {
     if let Some(refusal) = refuse_browsers(&st, req.headers()) {
         return refusal;
@@ -88,10 +147,11 @@ async fn guard(State(st): State<ApiState>, req: Request, next: Next) -> Response
     }
     match tokio::time::timeout(super::server::REQUEST_TIMEOUT, next.run(req)).await {
         Ok(r) => r,
-        Err(_) => fail(ApiError::new(
-            StatusCode::REQUEST_TIMEOUT,
-            "the request took too long",
-        )),
+        Err(_) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "<html><head><title>Timeout</title></head><body><h1>Timeout</h1></body></html>",
+        )
+            .into_response(),
     }
 }
 
@@ -173,43 +233,52 @@ fn reply(status: StatusCode, v: Value) -> Response {
     r
 }
 
+/// An error as Toxiproxy sends it (through Go's `http.Error`): the JSON as
+/// plain text, with a newline.
 fn fail(e: ApiError) -> Response {
-    reply(e.status, e.to_json())
+    (
+        e.status,
+        [
+            (header::CONTENT_TYPE, "text/plain; charset=utf-8"),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        ],
+        format!("{}\n", e.to_json()),
+    )
+        .into_response()
 }
 
 fn no_content() -> Response {
     StatusCode::NO_CONTENT.into_response()
 }
 
-/// The body as a JSON value with lower-cased keys (Go matches keys without
-/// regard to case); too big is 413, not JSON is 400.
+fn not_found(what: &str) -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, format!("{what} not found"))
+}
+
+/// The body as JSON with lower-cased keys (Go matches keys without regard
+/// to case); too big is 413, not JSON is 400 (`bad request body: EOF` for
+/// none, as Go says).
 fn parse(body: Result<Bytes, BytesRejection>) -> Result<Value, ApiError> {
     let body = body.map_err(|r| ApiError::new(r.status(), r.body_text()))?;
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Err(ApiError::bad_request("EOF"));
+    }
     let v: Value = serde_json::from_slice(&body).map_err(ApiError::bad_request)?;
     Ok(lowercase_keys(v))
 }
 
-fn object(v: Value) -> Result<Map<String, Value>, ApiError> {
+fn object(v: Value, go: &str) -> Result<Map<String, Value>, ApiError> {
     match v {
         Value::Object(m) => Ok(m),
-        _ => Err(ApiError::bad_request("expected a JSON object")),
-    }
-}
-
-fn string_field(m: &Map<String, Value>, key: &str) -> Result<Option<String>, ApiError> {
-    match m.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s.clone())),
-        Some(_) => Err(ApiError::bad_request(format!("{key} must be a string"))),
-    }
-}
-
-fn bool_field(m: &Map<String, Value>, key: &str) -> Result<Option<bool>, ApiError> {
-    match m.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Bool(b)) => Ok(Some(*b)),
-        Some(_) => Err(ApiError::bad_request(format!(
-            "{key} must be true or false"
+        other => Err(ApiError::bad_request(format!(
+            "json: cannot unmarshal {} into Go value of type {go}",
+            match other {
+                Value::Array(_) => "array",
+                Value::String(_) => "string",
+                Value::Bool(_) => "bool",
+                Value::Number(_) => "number",
+                _ => "null",
+            }
         ))),
     }
 }
@@ -218,33 +287,46 @@ fn proxy_json(p: &ApiProxy) -> Value {
     let (listen, upstream) = match &p.listener {
         Listener::Transparent => ("transparent".to_string(), p.rule.matcher.to_string()),
         Listener::Socket {
-            requested,
-            bound,
-            upstream,
-            ..
-        } => (
-            bound.map_or_else(|| requested.clone(), |b| b.to_string()),
-            upstream.clone(),
-        ),
+            listen, upstream, ..
+        } => (listen.clone(), upstream.clone()),
     };
     json!({
         "name": p.name,
         "listen": listen,
         "upstream": upstream,
         "enabled": p.enabled,
-        "toxics": p.toxics.iter().map(Toxic::to_json).collect::<Vec<_>>(),
+        // Toxiproxy serialises its proxies' logger, which shows as this.
+        "Logger": {},
+        "toxics": toxics_json(p),
     })
 }
 
+/// A proxy's toxics, upstream first, each stream in the order added.
+fn toxics_json(p: &ApiProxy) -> Vec<Value> {
+    let mut list: Vec<&Toxic> = p.toxics.iter().collect();
+    list.sort_by_key(|t| t.stream.rank());
+    list.into_iter().map(Toxic::to_json).collect()
+}
+
 async fn version() -> Response {
-    reply(
+    let mut r = (
         StatusCode::OK,
-        json!({"version": TOXIPROXY_VERSION, "netchaos": env!("CARGO_PKG_VERSION")}),
+        format!("{{\"version\": \"{TOXIPROXY_VERSION}\"}}\n"),
     )
+        .into_response();
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json;charset=utf-8"),
+    );
+    r.headers_mut().insert(
+        "x-netchaos-version",
+        HeaderValue::from_static(env!("CARGO_PKG_VERSION")),
+    );
+    r
 }
 
 async fn metrics(State(st): State<ApiState>) -> Response {
-    let text = super::metrics::render(&st.control.relay.events.stats);
+    let text = super::metrics::render(&st.control.relay.events.stats, &st.control.metrics);
     let mut r = (StatusCode::OK, text).into_response();
     r.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -262,7 +344,7 @@ async fn proxy_index(State(st): State<ApiState>) -> Response {
     reply(StatusCode::OK, Value::Object(all))
 }
 
-/// Validated fields of a new proxy.
+/// A proxy as a request describes it.
 struct NewProxy {
     name: String,
     listen: String,
@@ -270,29 +352,21 @@ struct NewProxy {
     enabled: bool,
 }
 
+/// Reads a proxy: `enabled` missing or null means enabled; `at` names its
+/// place in a populate request.
 fn new_proxy(m: &Map<String, Value>, at: &str) -> Result<NewProxy, ApiError> {
-    let name = string_field(m, "name")?.filter(|n| !n.is_empty());
-    let name = name.ok_or_else(|| {
-        ApiError::new(
-            StatusCode::BAD_REQUEST,
-            format!("missing required field: name{at}"),
-        )
-    })?;
-    let upstream = string_field(m, "upstream")?.filter(|u| !u.is_empty());
-    let upstream = upstream.ok_or_else(|| {
-        ApiError::new(
-            StatusCode::BAD_REQUEST,
-            format!("missing required field: upstream{at}"),
-        )
-    })?;
-    let upstream = crate::plan::parse_upstream(&upstream)
-        .map_err(|e| ApiError::bad_request(format!("upstream: expected {e}, got {upstream:?}")))?;
-    let listen = string_field(m, "listen")?
-        .filter(|l| !l.is_empty())
-        .unwrap_or_else(|| "127.0.0.1:0".into());
-    crate::plan::parse_listen(&listen)
-        .map_err(|e| ApiError::bad_request(format!("listen: expected {e}, got {listen:?}")))?;
-    let enabled = bool_field(m, "enabled")?.unwrap_or(true);
+    let name = gojson::string(m, "name", "Proxy.name")?.unwrap_or_default();
+    let listen = gojson::string(m, "listen", "Proxy.listen")?.unwrap_or_default();
+    let upstream = gojson::string(m, "upstream", "Proxy.upstream")?.unwrap_or_default();
+    let enabled = gojson::boolean(m, "enabled", "Proxy.enabled")?.unwrap_or(true);
+    for (field, v) in [("name", &name), ("upstream", &upstream)] {
+        if v.is_empty() {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                format!("missing required field: {field}{at}"),
+            ));
+        }
+    }
     Ok(NewProxy {
         name,
         listen,
@@ -301,33 +375,68 @@ fn new_proxy(m: &Map<String, Value>, at: &str) -> Result<NewProxy, ApiError> {
     })
 }
 
-/// Creates a listener proxy (binding it when enabled).
-fn create(control: &Control, n: NewProxy) -> Result<ApiProxy, ApiError> {
-    let (bound, endpoint) = if n.enabled {
-        let (b, e) = control.start(&n.name, &n.listen, &n.upstream)?;
-        (Some(b), Some(e))
-    } else {
-        (None, None)
-    };
-    let rule = control.proxy_rule(&n.name);
-    let p = ApiProxy {
+/// Makes a listener proxy, listening when it is enabled.
+async fn create(control: &Control, n: NewProxy) -> Result<ApiProxy, ApiError> {
+    let mut p = ApiProxy {
+        rule: control.proxy_rule(&n.name),
         name: n.name,
         listener: Listener::Socket {
-            requested: n.listen,
-            bound,
+            listen: n.listen,
             upstream: n.upstream,
-            endpoint,
+            endpoint: None,
         },
-        enabled: n.enabled,
-        rule,
+        enabled: false,
         toxics: Vec::new(),
     };
     Control::publish(&p);
+    if n.enabled {
+        if let Err(e) = start(control, &mut p).await {
+            control.relay.rules.remove(&p.name);
+            return Err(e);
+        }
+    }
     Ok(p)
 }
 
+/// Starts a listener proxy that is not listening; `listen` becomes the
+/// address it listens on.
+async fn start(control: &Control, p: &mut ApiProxy) -> Result<(), ApiError> {
+    if let Listener::Socket {
+        listen,
+        upstream,
+        endpoint,
+    } = &mut p.listener
+    {
+        if endpoint.is_none() {
+            let (shown, ep) = control.start(&p.name, listen, upstream).await?;
+            *listen = shown;
+            *endpoint = Some(ep);
+        }
+    } else {
+        p.rule.set_enabled(true);
+    }
+    p.enabled = true;
+    Ok(())
+}
+
+/// Stops a proxy: its listener closes and its connections end.
+async fn stop(p: &mut ApiProxy) {
+    match &mut p.listener {
+        Listener::Socket { endpoint, .. } => {
+            if let Some(ep) = endpoint.take() {
+                ep.close().await;
+            }
+        }
+        Listener::Transparent => p.rule.set_enabled(false),
+    }
+    p.enabled = false;
+}
+
 async fn proxy_create(State(st): State<ApiState>, body: Result<Bytes, BytesRejection>) -> Response {
-    let n = match parse(body).and_then(object).and_then(|m| new_proxy(&m, "")) {
+    let n = match parse(body)
+        .and_then(|v| object(v, "toxiproxy.Proxy"))
+        .and_then(|m| new_proxy(&m, ""))
+    {
         Ok(n) => n,
         Err(e) => return fail(e),
     };
@@ -335,7 +444,7 @@ async fn proxy_create(State(st): State<ApiState>, body: Result<Bytes, BytesRejec
     if proxies.contains_key(&n.name) {
         return fail(ApiError::new(StatusCode::CONFLICT, "proxy already exists"));
     }
-    match create(&st.control, n) {
+    match create(&st.control, n).await {
         Ok(p) => {
             let v = proxy_json(&p);
             proxies.insert(p.name.clone(), p);
@@ -345,78 +454,115 @@ async fn proxy_create(State(st): State<ApiState>, body: Result<Bytes, BytesRejec
     }
 }
 
+/// Creates or replaces the proxies of the request, in order: one whose
+/// listen and upstream are unchanged is kept as it is (toxics and all);
+/// the first that fails stops the rest, and those made before it stay.
 async fn populate(State(st): State<ApiState>, body: Result<Bytes, BytesRejection>) -> Response {
-    // Check every proxy before changing anything.
-    let wanted = (|| {
-        let Value::Array(items) = parse(body)? else {
-            return Err(ApiError::bad_request("expected a JSON array of proxies"));
-        };
-        let mut wanted: Vec<NewProxy> = Vec::new();
-        for (i, item) in items.into_iter().enumerate() {
-            let n = new_proxy(&object(item)?, &format!(" at proxy {}", i + 1))?;
-            if wanted.iter().any(|w| w.name == n.name) {
-                return Err(ApiError::bad_request(format!(
-                    "duplicate proxy name {:?}",
-                    n.name
-                )));
-            }
-            wanted.push(n);
+    match parse(body) {
+        Ok(v) => {
+            let (e, done) = populate_with(&st.control, v).await;
+            populated(e, done)
         }
-        Ok(wanted)
+        Err(e) => populated(Some(e), Vec::new()),
+    }
+}
+
+/// toxiproxy-server's `-config`: the proxies of a JSON file in populate's
+/// form, made before the API starts; what fails is reported, and the
+/// server starts anyway, as Toxiproxy's does.
+pub(crate) async fn load_config(control: &Arc<Control>, text: &str) {
+    let v = match serde_json::from_str::<Value>(text) {
+        Ok(v) => lowercase_keys(v),
+        Err(e) => {
+            tracing::error!("Failed to populate proxies from file: {e}");
+            return;
+        }
+    };
+    let (e, done) = populate_with(control, v).await;
+    if let Some(e) = e {
+        tracing::error!("Failed to populate proxies from file: {}", e.message);
+    }
+    for p in done {
+        eprintln!(
+            "netchaos: proxy {} listening on {} -> {}",
+            p["name"], p["listen"], p["upstream"]
+        );
+    }
+}
+
+async fn populate_with(control: &Control, v: Value) -> (Option<ApiError>, Vec<Value>) {
+    let wanted = (|| {
+        let items = match v {
+            Value::Array(items) => items,
+            _ => {
+                return Err(ApiError::bad_request(
+                    "json: cannot unmarshal object into Go value of type []toxiproxy.Proxy",
+                ));
+            }
+        };
+        items
+            .into_iter()
+            .enumerate()
+            .map(|(i, item)| {
+                new_proxy(
+                    &object(item, "toxiproxy.Proxy")?,
+                    &format!(" at proxy {}", i + 1),
+                )
+            })
+            .collect::<Result<Vec<NewProxy>, ApiError>>()
     })();
     let wanted = match wanted {
         Ok(w) => w,
-        Err(e) => return fail(e),
+        Err(e) => return (Some(e), Vec::new()),
     };
-    let mut proxies = st.control.proxies.lock().await;
-    let names: Vec<String> = wanted.iter().map(|n| n.name.clone()).collect();
+    let mut proxies = control.proxies.lock().await;
+    let mut done = Vec::new();
     for n in wanted {
-        // The same listen and upstream: kept as it is, toxics and all.
         let same = proxies.get(&n.name).is_some_and(|p| match &p.listener {
             Listener::Socket {
-                requested,
-                upstream,
-                ..
-            } => *requested == n.listen && *upstream == n.upstream,
+                listen, upstream, ..
+            } => *listen == n.listen && *upstream == n.upstream,
             Listener::Transparent => false,
         });
         if same {
+            done.push(proxy_json(&proxies[&n.name]));
             continue;
         }
-        if let Some(old) = proxies.remove(&n.name) {
-            stop(&old).await;
+        if let Some(mut old) = proxies.remove(&n.name) {
+            stop(&mut old).await;
         }
-        match create(&st.control, n) {
+        match create(control, n).await {
             Ok(p) => {
+                done.push(proxy_json(&p));
                 proxies.insert(p.name.clone(), p);
             }
-            Err(e) => return fail(e),
+            Err(e) => return (Some(e), done),
         }
     }
-    // As Toxiproxy answers: the proxies of the request.
-    let out: Vec<Value> = names
-        .iter()
-        .filter_map(|n| proxies.get(n))
-        .map(proxy_json)
-        .collect();
-    reply(StatusCode::CREATED, json!({"proxies": out}))
+    (None, done)
 }
 
-/// Closes a listener proxy's socket and ends its connections; returns once
-/// the port is free.
-async fn stop(p: &ApiProxy) {
-    if let Listener::Socket {
-        endpoint: Some(ep), ..
-    } = &p.listener
-    {
-        ep.close().await;
+/// Populate's answer: `{"proxies": […]}` (`null` when none), with the error
+/// beside it when one stopped it.
+fn populated(e: Option<ApiError>, done: Vec<Value>) -> Response {
+    let list = if done.is_empty() {
+        Value::Null
+    } else {
+        Value::Array(done)
+    };
+    match e {
+        None => reply(StatusCode::CREATED, json!({"proxies": list})),
+        Some(e) => reply(
+            e.status,
+            json!({"error": e.message, "status": e.status.as_u16(), "proxies": list}),
+        ),
     }
 }
 
 async fn proxy_show(State(st): State<ApiState>, Path(name): Path<String>) -> Response {
     match st.control.proxies.lock().await.get(&name) {
         Some(p) => reply(StatusCode::OK, proxy_json(p)),
-        None => fail(ApiError::new(StatusCode::NOT_FOUND, "proxy not found")),
+        None => fail(not_found("proxy")),
     }
 }
 
@@ -425,14 +571,14 @@ async fn proxy_update(
     Path(name): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let m = match parse(body).and_then(object) {
-        Ok(m) => m,
-        Err(e) => return fail(e),
-    };
     let control = st.control.clone();
     let mut proxies = control.proxies.lock().await;
     let Some(p) = proxies.get_mut(&name) else {
-        return fail(ApiError::new(StatusCode::NOT_FOUND, "proxy not found"));
+        return fail(not_found("proxy"));
+    };
+    let m = match parse(body).and_then(|v| object(v, "toxiproxy.Proxy")) {
+        Ok(m) => m,
+        Err(e) => return fail(e),
     };
     match update(&control, p, &m).await {
         Ok(()) => reply(StatusCode::OK, proxy_json(p)),
@@ -440,95 +586,88 @@ async fn proxy_update(
     }
 }
 
-/// Applies a proxy update: `enabled`, `listen`, `upstream`, each optional.
+/// Applies a proxy update as Toxiproxy does: the body over the proxy's
+/// listen, upstream and enabled; a changed address stops the proxy (its
+/// connections end) and keeps the new one; then it is started or stopped
+/// as `enabled` says. A start that fails leaves it disabled (a 500).
 async fn update(
     control: &Control,
     p: &mut ApiProxy,
     m: &Map<String, Value>,
 ) -> Result<(), ApiError> {
-    let enabled = bool_field(m, "enabled")?.unwrap_or(p.enabled);
-    let listen = string_field(m, "listen")?.filter(|l| !l.is_empty());
-    let new_upstream = string_field(m, "upstream")?.filter(|u| !u.is_empty());
-    match &mut p.listener {
-        Listener::Transparent => {
-            if listen.is_some() || new_upstream.is_some() {
-                return Err(ApiError::bad_request(
-                    "a transparent rule has no listen address or upstream to change",
-                ));
-            }
-            p.rule.set_enabled(enabled);
-        }
+    let enabled = gojson::boolean(m, "enabled", "Proxy.enabled")?.unwrap_or(p.enabled);
+    let new_listen = gojson::string(m, "listen", "Proxy.listen")?;
+    let new_upstream = gojson::string(m, "upstream", "Proxy.upstream")?;
+    let changed = match &p.listener {
         Listener::Socket {
-            requested,
-            bound,
-            upstream,
-            endpoint,
-        } => {
-            let changed = listen.as_ref().is_some_and(|l| l != requested)
-                || new_upstream.as_ref().is_some_and(|u| u != upstream);
-            if let Some(u) = &new_upstream {
-                *upstream = crate::plan::parse_upstream(u).map_err(|e| {
-                    ApiError::bad_request(format!("upstream: expected {e}, got {u:?}"))
-                })?;
+            listen, upstream, ..
+        } => Some(
+            new_listen.as_ref().is_some_and(|l| l != listen)
+                || new_upstream.as_ref().is_some_and(|u| u != upstream),
+        ),
+        Listener::Transparent => None,
+    };
+    if changed == Some(true) {
+        stop(p).await;
+        if let Listener::Socket {
+            listen, upstream, ..
+        } = &mut p.listener
+        {
+            if let Some(l) = new_listen {
+                *listen = l;
             }
-            if let Some(l) = &listen {
-                crate::plan::parse_listen(l).map_err(|e| {
-                    ApiError::bad_request(format!("listen: expected {e}, got {l:?}"))
-                })?;
-                *requested = l.clone();
-                *bound = None;
-            }
-            if changed || !enabled {
-                if let Some(ep) = endpoint.take() {
-                    ep.close().await;
-                }
-            }
-            if enabled && endpoint.is_none() {
-                // Re-opening keeps the port it had.
-                let at = bound.map_or_else(|| requested.clone(), |b| b.to_string());
-                let (b, ep) = control.start(&p.name, &at, upstream)?;
-                *bound = Some(b);
-                *endpoint = Some(ep);
+            if let Some(u) = new_upstream {
+                *upstream = u;
             }
         }
+    } else if changed.is_none()
+        && (new_listen.is_some_and(|l| l != "transparent") || new_upstream.is_some())
+    {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "a transparent rule has no listen address or upstream to change",
+        ));
     }
-    p.enabled = enabled;
-    Ok(())
+    match (enabled, p.enabled) {
+        (true, false) => start(control, p).await,
+        (false, true) => {
+            stop(p).await;
+            Ok(())
+        }
+        _ => Ok(()),
+    }
 }
 
 async fn proxy_delete(State(st): State<ApiState>, Path(name): Path<String>) -> Response {
     let removed = st.control.proxies.lock().await.remove(&name);
     match removed {
-        Some(p) => {
-            stop(&p).await;
+        Some(mut p) => {
+            stop(&mut p).await;
             st.control.relay.rules.remove(&p.name);
             no_content()
         }
-        None => fail(ApiError::new(StatusCode::NOT_FOUND, "proxy not found")),
+        None => fail(not_found("proxy")),
     }
 }
 
+/// Every proxy listening again, and without toxics.
 async fn reset(State(st): State<ApiState>) -> Response {
     let control = st.control.clone();
     let mut proxies = control.proxies.lock().await;
-    let on = Map::from_iter([("enabled".to_string(), Value::Bool(true))]);
     for p in proxies.values_mut() {
-        p.toxics.clear();
-        Control::publish(p);
-        if let Err(e) = update(&control, p, &on).await {
+        if let Err(e) = start(&control, p).await {
             return fail(e);
         }
+        p.toxics.clear();
+        Control::publish(p);
     }
     no_content()
 }
 
 async fn toxic_index(State(st): State<ApiState>, Path(name): Path<String>) -> Response {
     match st.control.proxies.lock().await.get(&name) {
-        Some(p) => reply(
-            StatusCode::OK,
-            Value::Array(p.toxics.iter().map(Toxic::to_json).collect()),
-        ),
-        None => fail(ApiError::new(StatusCode::NOT_FOUND, "proxy not found")),
+        Some(p) => reply(StatusCode::OK, Value::Array(toxics_json(p))),
+        None => fail(not_found("proxy")),
     }
 }
 
@@ -537,21 +676,33 @@ async fn toxic_create(
     Path(name): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let m = match parse(body).and_then(object) {
-        Ok(m) => m,
+    let Some(scope) = st.control.scope(&name).await else {
+        return fail(not_found("proxy"));
+    };
+    let mut t = match parse(body)
+        .and_then(|v| object(v, "toxics.ToxicWrapper"))
+        .and_then(|m| Toxic::from_request(&m))
+    {
+        Ok(t) => t,
         Err(e) => return fail(e),
     };
-    let Some(scope) = st.control.scope(&name).await else {
-        return fail(ApiError::new(StatusCode::NOT_FOUND, "proxy not found"));
-    };
+    {
+        let proxies = st.control.proxies.lock().await;
+        if proxies
+            .get(&name)
+            .is_some_and(|p| p.toxics.iter().any(|x| x.name == t.name))
+        {
+            return fail(ApiError::new(StatusCode::CONFLICT, "toxic already exists"));
+        }
+    }
     let id = st.control.relay.rules.new_fault_id();
-    let t = match off_runtime(move || Toxic::from_request(&m, &scope, id)).await {
+    let t = match off_runtime(move || t.build(&scope, id).map(|()| t)).await {
         Ok(t) => t,
         Err(e) => return fail(e),
     };
     let mut proxies = st.control.proxies.lock().await;
     let Some(p) = proxies.get_mut(&name) else {
-        return fail(ApiError::new(StatusCode::NOT_FOUND, "proxy not found"));
+        return fail(not_found("proxy"));
     };
     if p.toxics.iter().any(|x| x.name == t.name) {
         return fail(ApiError::new(StatusCode::CONFLICT, "toxic already exists"));
@@ -578,7 +729,8 @@ async fn off_runtime(
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("building the toxic failed: {e}"),
         )),
-        Err(_) => Err(ApiError::bad_request(
+        Err(_) => Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
             "reading the toxic's file took longer than 5s; giving up",
         )),
     }
@@ -590,11 +742,11 @@ async fn toxic_show(
 ) -> Response {
     let proxies = st.control.proxies.lock().await;
     let Some(p) = proxies.get(&name) else {
-        return fail(ApiError::new(StatusCode::NOT_FOUND, "proxy not found"));
+        return fail(not_found("proxy"));
     };
     match p.toxics.iter().find(|t| t.name == toxic) {
         Some(t) => reply(StatusCode::OK, t.to_json()),
-        None => fail(ApiError::new(StatusCode::NOT_FOUND, "toxic not found")),
+        None => fail(not_found("toxic")),
     }
 }
 
@@ -603,22 +755,22 @@ async fn toxic_update(
     Path((name, toxic)): Path<(String, String)>,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let m = match parse(body).and_then(object) {
-        Ok(m) => m,
-        Err(e) => return fail(e),
-    };
     let current = {
         let proxies = st.control.proxies.lock().await;
         let Some(p) = proxies.get(&name) else {
-            return fail(ApiError::new(StatusCode::NOT_FOUND, "proxy not found"));
+            return fail(not_found("proxy"));
         };
         let Some(t) = p.toxics.iter().find(|t| t.name == toxic) else {
-            return fail(ApiError::new(StatusCode::NOT_FOUND, "toxic not found"));
+            return fail(not_found("toxic"));
         };
         t.clone()
     };
+    let m = match parse(body).and_then(|v| object(v, "toxics.ToxicWrapper")) {
+        Ok(m) => m,
+        Err(e) => return fail(e),
+    };
     let Some(scope) = st.control.scope(&name).await else {
-        return fail(ApiError::new(StatusCode::NOT_FOUND, "proxy not found"));
+        return fail(not_found("proxy"));
     };
     let fresh = st.control.relay.rules.new_fault_id();
     let t = match off_runtime(move || current.updated(&m, &scope, fresh)).await {
@@ -627,10 +779,10 @@ async fn toxic_update(
     };
     let mut proxies = st.control.proxies.lock().await;
     let Some(p) = proxies.get_mut(&name) else {
-        return fail(ApiError::new(StatusCode::NOT_FOUND, "proxy not found"));
+        return fail(not_found("proxy"));
     };
     let Some(i) = p.toxics.iter().position(|x| x.name == toxic) else {
-        return fail(ApiError::new(StatusCode::NOT_FOUND, "toxic not found"));
+        return fail(not_found("toxic"));
     };
     let v = t.to_json();
     p.toxics[i] = t;
@@ -644,12 +796,30 @@ async fn toxic_delete(
 ) -> Response {
     let mut proxies = st.control.proxies.lock().await;
     let Some(p) = proxies.get_mut(&name) else {
-        return fail(ApiError::new(StatusCode::NOT_FOUND, "proxy not found"));
+        return fail(not_found("proxy"));
     };
     let Some(i) = p.toxics.iter().position(|t| t.name == toxic) else {
-        return fail(ApiError::new(StatusCode::NOT_FOUND, "toxic not found"));
+        return fail(not_found("toxic"));
     };
     p.toxics.remove(i);
     Control::publish(p);
     no_content()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_ids_look_like_xids() {
+        let a = xid();
+        let b = xid();
+        assert_eq!(a.len(), 20);
+        assert!(
+            a.bytes()
+                .all(|c| c.is_ascii_digit() || (b'a'..=b'v').contains(&c)),
+            "{a}"
+        );
+        assert_ne!(a, b);
+    }
 }

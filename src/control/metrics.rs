@@ -1,13 +1,24 @@
-//! `GET /metrics`: the counters in Prometheus's text format, every series
-//! named `netchaos_…`.
+//! `GET /metrics`: the counters in Prometheus's text format — netchaos's
+//! own series (`netchaos_…`), Toxiproxy's per-proxy byte counters
+//! (`toxiproxy_proxy_{received,sent}_bytes_total` with its labels, so that
+//! dashboards and checks written for Toxiproxy keep working), and with
+//! `--runtime-metrics` the process's (`process_…`, and the `go_goroutines`
+//! and `go_info` that Toxiproxy's checks look for, counting tasks).
 
 use std::fmt::Write;
 use std::sync::atomic::Ordering;
 
 use crate::events::Stats;
 
+/// What `/metrics` shows beyond netchaos's own series.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Extra {
+    /// The process's series (`-runtime-metrics`).
+    pub runtime: bool,
+}
+
 /// Renders the counters.
-pub(crate) fn render(stats: &Stats) -> String {
+pub(crate) fn render(stats: &Stats, extra: &Extra) -> String {
     let mut out = String::new();
     let proxies: Vec<_> = stats
         .proxies
@@ -154,6 +165,43 @@ pub(crate) fn render(stats: &Stats) -> String {
             "netchaos_http_faults_total{{fault=\"{fault}\",status=\"{status}\"}} {n}"
         );
     }
+    for (name, kind, index) in [
+        ("toxiproxy_proxy_received_bytes_total", "received", 0),
+        ("toxiproxy_proxy_sent_bytes_total", "sent", 1),
+    ] {
+        family_into(
+            &mut out,
+            name,
+            "counter",
+            &format!("Bytes {kind} by the proxy, by direction (Toxiproxy's series and labels)."),
+        );
+        for (proxy, p) in &proxies {
+            let Some((listener, upstream)) = p.labels.lock().expect("stats lock").clone() else {
+                continue;
+            };
+            for dir in [
+                crate::fault::Direction::Downstream,
+                crate::fault::Direction::Upstream,
+            ] {
+                let n = if index == 0 {
+                    p.received[dir.index()].load(Ordering::Relaxed)
+                } else {
+                    p.bytes[dir.index()].load(Ordering::Relaxed)
+                };
+                let _ = writeln!(
+                    out,
+                    "{name}{{direction=\"{}\",listener=\"{}\",proxy=\"{}\",upstream=\"{}\"}} {n}",
+                    dir.as_str(),
+                    escape(&listener),
+                    escape(proxy),
+                    escape(&upstream),
+                );
+            }
+        }
+    }
+    if extra.runtime {
+        runtime_into(&mut out);
+    }
     family_into(
         &mut out,
         "netchaos_event_log_errors_total",
@@ -166,6 +214,106 @@ pub(crate) fn render(stats: &Stats) -> String {
         stats.log_errors.load(Ordering::Relaxed)
     );
     out
+}
+
+/// The process's own series, from `/proc/self`.
+fn runtime_into(out: &mut String) {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let fds = std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count());
+    let max_fds = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+        .map_or(0, |(soft, _)| soft);
+    let ticks = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .unwrap_or(100) as f64;
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    // The fields after the command name (which may hold spaces).
+    let after: Vec<&str> = stat
+        .rsplit_once(')')
+        .map_or(vec![], |(_, rest)| rest.split_whitespace().collect());
+    let num = |i: usize| {
+        after
+            .get(i)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let cpu = (num(11) + num(12)) / ticks;
+    let boot = std::fs::read_to_string("/proc/stat")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("btime "))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .unwrap_or(0.0);
+    let start = boot + num(19) / ticks;
+    let tasks = tokio::runtime::Handle::try_current().map_or(0, |h| h.metrics().num_alive_tasks());
+    for (name, kind, help, value) in [
+        (
+            "process_cpu_seconds_total",
+            "counter",
+            "User and system CPU time spent, in seconds.",
+            format!("{cpu}"),
+        ),
+        (
+            "process_open_fds",
+            "gauge",
+            "Open file descriptors.",
+            fds.to_string(),
+        ),
+        (
+            "process_max_fds",
+            "gauge",
+            "The open-files limit.",
+            max_fds.to_string(),
+        ),
+        (
+            "process_resident_memory_bytes",
+            "gauge",
+            "Resident memory, in bytes.",
+            (field("VmRSS:") * 1024).to_string(),
+        ),
+        (
+            "process_virtual_memory_bytes",
+            "gauge",
+            "Virtual memory, in bytes.",
+            (field("VmSize:") * 1024).to_string(),
+        ),
+        (
+            "process_start_time_seconds",
+            "gauge",
+            "Start time of the process since the epoch, in seconds.",
+            format!("{start}"),
+        ),
+        // Toxiproxy's runtime series, for the checks that look for them:
+        // netchaos is not Go, so these count its tasks and name netchaos.
+        (
+            "go_goroutines",
+            "gauge",
+            "Tasks alive in netchaos's runtime (netchaos is not written in Go).",
+            tasks.to_string(),
+        ),
+    ] {
+        family_into(out, name, kind, help);
+        let _ = writeln!(out, "{name} {value}");
+    }
+    family_into(
+        out,
+        "go_info",
+        "gauge",
+        "What runs here (netchaos, not Go).",
+    );
+    let _ = writeln!(
+        out,
+        "go_info{{version=\"netchaos {}\"}} 1",
+        env!("CARGO_PKG_VERSION")
+    );
 }
 
 fn family_into(out: &mut String, name: &str, kind: &str, help: &str) {
@@ -192,7 +340,7 @@ mod tests {
             .lock()
             .unwrap()
             .insert(("r".into(), "latency"), 2);
-        let text = render(&stats);
+        let text = render(&stats, &Extra::default());
         assert!(
             text.contains("netchaos_connections_total{proxy=\"we\\\"ird\"} 3"),
             "{text}"
@@ -208,5 +356,17 @@ mod tests {
         for line in text.lines().filter(|l| !l.starts_with('#')) {
             assert!(line.starts_with("netchaos_"), "{line}");
         }
+        stats.label_proxy("p", "127.0.0.1:20000", "localhost:20002");
+        stats.proxy("p").bytes[1].fetch_add(7, Ordering::Relaxed);
+        let text = render(&stats, &Extra { runtime: true });
+        assert!(
+            text.contains("toxiproxy_proxy_sent_bytes_total{direction=\"downstream\",listener=\"127.0.0.1:20000\",proxy=\"p\",upstream=\"localhost:20002\"} 7"),
+            "{text}"
+        );
+        assert!(
+            text.lines().any(|l| l.starts_with("go_goroutines ")),
+            "{text}"
+        );
+        assert!(text.lines().any(|l| l.starts_with("go_info{")), "{text}");
     }
 }

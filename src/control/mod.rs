@@ -16,6 +16,8 @@
 //! unless the operator named a folder for it (`--api-files`).
 
 pub(crate) mod api;
+pub(crate) mod gojson;
+pub(crate) mod listen;
 pub(crate) mod metrics;
 pub(crate) mod model;
 pub(crate) mod server;
@@ -24,7 +26,6 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::http::StatusCode;
 use tokio::sync::Mutex;
 
 use model::Toxic;
@@ -45,10 +46,14 @@ pub(crate) enum Listener {
     Transparent,
     /// An explicit listener.
     Socket {
-        /// As asked (`127.0.0.1:0`); rebinding reuses the bound port.
-        requested: String,
-        bound: Option<SocketAddr>,
+        /// As given until the proxy first listens, then the address it
+        /// listens on (`localhost:0` becomes `127.0.0.1:PORT`), kept while
+        /// disabled so that re-enabling takes the same port — Toxiproxy's
+        /// `listen`.
+        listen: String,
+        /// As given, never resolved here.
         upstream: String,
+        /// While listening.
         endpoint: Option<Arc<Endpoint>>,
     },
 }
@@ -71,15 +76,23 @@ pub(crate) struct Control {
     pub transparent: bool,
     /// Where toxics may read files from (`--api-files`; none by default).
     pub files: FilePolicy,
+    /// What `/metrics` adds to netchaos's own series.
+    pub metrics: metrics::Extra,
 }
 
 impl Control {
-    pub(crate) fn new(relay: Arc<Relay>, transparent: bool, files: FilePolicy) -> Arc<Control> {
+    pub(crate) fn new(
+        relay: Arc<Relay>,
+        transparent: bool,
+        files: FilePolicy,
+        metrics: metrics::Extra,
+    ) -> Arc<Control> {
         Arc::new(Control {
             relay,
             proxies: Mutex::new(BTreeMap::new()),
             transparent,
             files,
+            metrics,
         })
     }
 
@@ -117,17 +130,17 @@ impl Control {
     pub(crate) async fn adopt_listener(
         &self,
         name: &str,
-        requested: &str,
         bound: SocketAddr,
         upstream: &str,
         endpoint: Arc<Endpoint>,
     ) {
         let rule = self.proxy_rule(name);
+        let listen = listen::shown(bound);
+        self.relay.events.stats.label_proxy(name, &listen, upstream);
         let p = ApiProxy {
             name: name.to_string(),
             listener: Listener::Socket {
-                requested: requested.to_string(),
-                bound: Some(bound),
+                listen,
                 upstream: upstream.to_string(),
                 endpoint: Some(endpoint),
             },
@@ -160,34 +173,24 @@ impl Control {
             .set_faults(p.toxics.iter().filter_map(|t| t.fault.clone()).collect());
     }
 
-    /// Opens a listener proxy's socket and starts serving it.
-    pub(crate) fn start(
+    /// Opens a listener proxy's socket (its `listen` resolved as Go's
+    /// `net.Listen` would) and starts serving it; returns the address it
+    /// listens on, as Toxiproxy shows it. Errors are Toxiproxy's 500s
+    /// (`listen tcp 127.0.0.1:3310: bind: address already in use`).
+    pub(crate) async fn start(
         &self,
         name: &str,
-        requested: &str,
+        listen: &str,
         upstream: &str,
-    ) -> Result<(SocketAddr, Arc<Endpoint>), model::ApiError> {
-        let addr = crate::plan::parse_listen(requested).map_err(|e| {
-            model::ApiError::bad_request(format!("listen: expected {e}, got {requested:?}"))
-        })?;
-        let listener = relay::bind(addr).map_err(|e| {
-            let status = if e.failure == relay::BindFailure::InUse {
-                StatusCode::CONFLICT
-            } else {
-                StatusCode::INTERNAL_SERVER_ERROR
-            };
-            model::ApiError::new(status, e.to_string())
-        })?;
-        let bound = listener
-            .local_addr()
-            .map_err(|e| model::ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
-        let ep = Arc::new(Endpoint::new(
-            name,
-            Target::Fixed(upstream.to_string()),
-            Flow::Outbound,
-        ));
+    ) -> Result<(String, Arc<Endpoint>), model::ApiError> {
+        let (listener, shown) = listen::bind(listen).await?;
+        let ep = Arc::new(
+            Endpoint::new(name, Target::Fixed(upstream.to_string()), Flow::Outbound)
+                .ending(self.relay.opts.ends.unwrap_or(relay::EndStyle::Fin)),
+        );
         self.relay.serve(listener, ep.clone());
-        Ok((bound, ep))
+        self.relay.events.stats.label_proxy(name, &shown, upstream);
+        Ok((shown, ep))
     }
 }
 

@@ -1,20 +1,25 @@
 //! Toxics, as Toxiproxy's API shows them, and the netchaos faults they
 //! become.
 //!
-//! Toxiproxy's own types keep Toxiproxy's attribute names and units
-//! (`latency`/`jitter` in ms, `bandwidth.rate` in KB/s with 0 meaning a
-//! stall, `slicer.delay` in µs, …). Every netchaos fault is accepted too,
-//! with its netchaos parameter names and units. A type both share
-//! (`latency`, `bandwidth`, `slicer`, `slow_close`) is read in Toxiproxy's
-//! form when every attribute is one of Toxiproxy's and a number, and in
-//! netchaos's form otherwise (`{"delay": "100ms"}`).
+//! Toxiproxy's own types (`latency`, `bandwidth`, `slow_close`, `timeout`,
+//! `reset_peer`, `slicer`, `limit_data`, `corrupt`, `noop`) are read as
+//! Toxiproxy reads them: its attribute names and units (milliseconds, KB/s,
+//! microseconds for `slicer.delay`), unknown attributes ignored, values it
+//! accepts accepted (a negative latency, a toxicity of 7, a slicer with its
+//! default attributes), type errors in Go's words ([`super::gojson`]).
+//! Every netchaos fault is accepted too, with netchaos's parameter names
+//! and units; a type both share is read in netchaos's form when an
+//! attribute only netchaos knows is given (`{"delay": "100ms"}` for
+//! latency), or a shared one is written as a string (`"jitter": "5ms"`).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::http::StatusCode;
 use serde_json::{Map, Value, json};
 
-use crate::fault::{self, FaultKind, FaultSpec, Stream};
+use super::gojson;
+use crate::fault::{self, FaultKind, FaultSpec, KindInfo, Stream};
 use crate::ruleset::FaultEntry;
 use crate::settings::Fields;
 use crate::settings::files::FilePolicy;
@@ -39,6 +44,7 @@ impl ApiError {
         }
     }
 
+    /// A 400 for a body Toxiproxy could not decode.
     pub(crate) fn bad_request(message: impl std::fmt::Display) -> ApiError {
         ApiError::new(
             StatusCode::BAD_REQUEST,
@@ -59,81 +65,138 @@ pub(crate) struct Scope {
     pub files: FilePolicy,
 }
 
+/// A toxic's type: a netchaos fault kind (Toxiproxy's own types are among
+/// them), or Toxiproxy's `noop`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum ToxicType {
+    Noop,
+    Fault(&'static KindInfo),
+}
+
+impl ToxicType {
+    fn parse(name: &str) -> Option<ToxicType> {
+        if name == "noop" {
+            return Some(ToxicType::Noop);
+        }
+        // Exactly as registered: Toxiproxy's names are case-sensitive.
+        fault::KINDS
+            .iter()
+            .find(|k| k.name == name)
+            .map(|k| ToxicType::Fault(k))
+    }
+
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            ToxicType::Noop => "noop",
+            ToxicType::Fault(k) => k.name,
+        }
+    }
+}
+
+/// A toxic's stream: the direction, and the word as the client wrote it
+/// (Toxiproxy keeps `"UPSTREAM"` as sent).
+#[derive(Clone, Debug)]
+pub(crate) struct ToxicStream {
+    pub dir: Stream,
+    text: String,
+}
+
+impl ToxicStream {
+    fn parse(text: &str) -> Option<ToxicStream> {
+        let dir = match text.to_ascii_lowercase().as_str() {
+            "upstream" => Stream::Upstream,
+            "downstream" => Stream::Downstream,
+            // A netchaos extension: both directions at once.
+            "both" => Stream::Both,
+            _ => return None,
+        };
+        Some(ToxicStream {
+            dir,
+            text: text.to_string(),
+        })
+    }
+
+    fn of(dir: Stream) -> ToxicStream {
+        ToxicStream {
+            dir,
+            text: dir.as_str().to_string(),
+        }
+    }
+
+    /// Where it sorts in a listing: upstream first, as Toxiproxy lists.
+    pub(crate) fn rank(&self) -> u8 {
+        match self.dir {
+            Stream::Upstream => 0,
+            Stream::Downstream => 1,
+            Stream::Both => 2,
+        }
+    }
+}
+
 /// A toxic as the API shows it.
 #[derive(Debug, Clone)]
 pub(crate) struct Toxic {
     pub name: String,
-    pub kind: String,
-    pub stream: String,
+    pub kind: ToxicType,
+    pub stream: ToxicStream,
+    /// As given (Toxiproxy does not range-check it); the fault's
+    /// probability is this clamped to 0..1.
     pub toxicity: f64,
     pub attributes: Map<String, Value>,
-    /// The fault it became, with its identity (`None` for `noop`).
+    /// The fault it became, with its identity (`None` for `noop`, and for
+    /// Toxiproxy values that mean "do nothing").
     pub fault: Option<FaultEntry>,
 }
 
 impl Toxic {
     pub(crate) fn to_json(&self) -> Value {
         json!({
-            "name": self.name,
-            "type": self.kind,
-            "stream": self.stream,
-            "toxicity": self.toxicity,
             "attributes": Value::Object(self.attributes.clone()),
+            "name": self.name,
+            "type": self.kind.name(),
+            "stream": self.stream.text,
+            "toxicity": go_number(self.toxicity),
         })
     }
 
-    /// A toxic from a request body (keys already lower-cased), with
-    /// Toxiproxy's defaults: downstream, toxicity 1, name `TYPE_STREAM`.
-    /// `id` identifies the fault on open connections.
-    pub(crate) fn from_request(
-        body: &Map<String, Value>,
-        scope: &Scope,
-        id: u64,
-    ) -> Result<Toxic, ApiError> {
-        let kind = match body.get("type") {
-            Some(Value::String(t)) if !t.is_empty() => t.clone(),
-            Some(_) => return Err(ApiError::bad_request("type must be a string")),
-            None => return Err(ApiError::new(StatusCode::BAD_REQUEST, "invalid toxic type")),
-        };
-        let stream = match body.get("stream") {
-            None | Some(Value::Null) => "downstream".to_string(),
-            Some(Value::String(s)) if ["upstream", "downstream", "both"].contains(&s.as_str()) => {
-                s.clone()
-            }
-            Some(_) => {
-                return Err(ApiError::new(
+    /// A toxic from a request body (keys already lower-cased), checked in
+    /// Toxiproxy's order: stream, name, type, then attributes (the caller
+    /// checks the name is free before [`Toxic::build`]). `id` identifies
+    /// the fault on open connections.
+    pub(crate) fn from_request(body: &Map<String, Value>) -> Result<Toxic, ApiError> {
+        let stream_text = gojson::string(body, "stream", "Toxic.stream")?;
+        let stream = match stream_text.as_deref() {
+            None => ToxicStream::of(Stream::Downstream),
+            Some(t) => ToxicStream::parse(t).ok_or_else(|| {
+                ApiError::new(
                     StatusCode::BAD_REQUEST,
                     "stream was invalid, can be either upstream or downstream",
-                ));
-            }
+                )
+            })?,
         };
-        let toxicity = toxicity(body.get("toxicity"), 1.0)?;
-        let name = match body.get("name") {
-            None | Some(Value::Null) => format!("{kind}_{stream}"),
-            Some(Value::String(n)) if n.is_empty() => format!("{kind}_{stream}"),
-            Some(Value::String(n)) => n.clone(),
-            Some(_) => return Err(ApiError::bad_request("name must be a string")),
-        };
-        let attributes = match body.get("attributes") {
-            None | Some(Value::Null) => Map::new(),
-            Some(Value::Object(m)) => m.clone(),
-            Some(_) => return Err(ApiError::bad_request("attributes must be an object")),
-        };
-        let mut t = Toxic {
+        let toxicity = gojson::float(body, "toxicity", "Toxic.toxicity", "float32")?.unwrap_or(1.0);
+        let type_text = gojson::string(body, "type", "Toxic.type")?.unwrap_or_default();
+        let name = gojson::string(body, "name", "Toxic.name")?
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| format!("{type_text}_{}", stream.text));
+        let kind = ToxicType::parse(&type_text)
+            .ok_or_else(|| ApiError::new(StatusCode::BAD_REQUEST, "invalid toxic type"))?;
+        let attributes =
+            gojson::object(body, "attributes", "Toxic.attributes")?.unwrap_or_default();
+        Ok(Toxic {
             name,
             kind,
             stream,
             toxicity,
             attributes,
             fault: None,
-        };
-        t.build(scope, id)?;
-        Ok(t)
+        })
     }
 
-    /// Applies a partial update: given attributes replace theirs, the others
-    /// stay; toxicity changes if given. `fresh` identifies the fault if the
-    /// toxic had none (a noop).
+    /// Applies an update: given attributes replace theirs, the others stay;
+    /// toxicity changes if given; name, type and stream are kept (as
+    /// Toxiproxy ignores them). The fault keeps its identity, so open
+    /// connections replace its stage in place.
     pub(crate) fn updated(
         &self,
         body: &Map<String, Value>,
@@ -141,56 +204,64 @@ impl Toxic {
         fresh: u64,
     ) -> Result<Toxic, ApiError> {
         let mut t = self.clone();
-        if let Some(v) = body.get("toxicity") {
-            t.toxicity = toxicity(Some(v), self.toxicity)?;
+        if let Some(x) = gojson::float(body, "toxicity", "Toxic.toxicity", "float32")? {
+            t.toxicity = x;
         }
-        match body.get("attributes") {
-            None | Some(Value::Null) => {}
-            Some(Value::Object(m)) => {
-                for (k, v) in m {
-                    t.attributes.insert(k.clone(), v.clone());
-                }
+        if let Some(m) = gojson::object(body, "attributes", "Toxic.attributes")? {
+            for (k, v) in m {
+                t.attributes.insert(k, v);
             }
-            Some(_) => return Err(ApiError::bad_request("attributes must be an object")),
         }
-        // The same identity with new parameters: open connections replace
-        // the fault's stage in place.
         let id = self.fault.as_ref().map_or(fresh, |f| f.id);
         t.build(scope, id)?;
         Ok(t)
     }
 
-    /// Turns type, stream, toxicity and attributes into the fault (filling
-    /// in Toxiproxy's defaults for its own types).
-    fn build(&mut self, scope: &Scope, id: u64) -> Result<(), ApiError> {
-        if self.kind == "noop" {
-            self.fault = None;
-            return Ok(());
-        }
-        let stream = match self.stream.as_str() {
-            "upstream" => Stream::Upstream,
-            "both" => Stream::Both,
-            _ => Stream::Downstream,
+    /// Turns type, stream, toxicity and attributes into the fault.
+    pub(crate) fn build(&mut self, scope: &Scope, id: u64) -> Result<(), ApiError> {
+        let go = go_type(self.kind.name());
+        let info = match self.kind {
+            ToxicType::Noop => None,
+            ToxicType::Fault(k) => Some(k),
         };
-        let kind = match toxiproxy_form(&self.kind, &self.attributes) {
-            Some(form) => {
-                let (kind, full) = form?;
-                self.attributes = full;
+        let kind = match go {
+            Some(go) if toxiproxy_form(go, info, &self.attributes) => {
+                let (kind, attrs) = go.build(&self.attributes)?;
+                self.attributes = attrs;
                 kind
             }
-            None => self.netchaos_form(&scope.files)?,
+            _ => Some(self.netchaos_form(&scope.files)?),
+        };
+        let Some(kind) = kind else {
+            self.fault = None;
+            return Ok(());
         };
         if kind.layer().needs_interception() && !scope.connect_ok {
-            return Err(ApiError::bad_request(format!(
-                "{} acts on {} and needs transparent interception (netchaos run): an explicit proxy cannot apply it",
-                self.kind,
-                kind.layer().acts_on()
-            )));
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "{} acts on {} and needs transparent interception (netchaos run): an explicit proxy cannot apply it",
+                    self.kind.name(),
+                    kind.layer().acts_on()
+                ),
+            ));
+        }
+        if !(0.0..=1.0).contains(&self.toxicity) {
+            tracing::warn!(
+                "toxic {:?}: toxicity {} is outside 0..1; applied as {} (as Toxiproxy does)",
+                self.name,
+                self.toxicity,
+                self.toxicity.clamp(0.0, 1.0)
+            );
         }
         let spec = FaultSpec {
             kind,
-            probability: self.toxicity,
-            stream,
+            probability: if self.toxicity.is_nan() {
+                0.0
+            } else {
+                self.toxicity.clamp(0.0, 1.0)
+            },
+            stream: self.stream.dir,
             active: Window::ALWAYS,
         };
         self.fault = Some(FaultEntry {
@@ -202,162 +273,193 @@ impl Toxic {
 
     /// A netchaos fault type with netchaos parameters.
     fn netchaos_form(&self, files: &FilePolicy) -> Result<FaultKind, ApiError> {
-        if fault::find_kind(&self.kind).is_none() {
-            return Err(ApiError::new(StatusCode::BAD_REQUEST, "invalid toxic type"));
-        }
         let mut table = Map::new();
-        table.insert("type".into(), Value::String(self.kind.clone()));
+        table.insert("type".into(), Value::String(self.kind.name().into()));
         for (k, v) in &self.attributes {
             table.insert(k.clone(), v.clone());
         }
         let node = crate::settings::from_json(&Value::Object(table), "attributes");
-        let fields = Fields::new(self.kind.clone(), node)
-            .map_err(|e| ApiError::bad_request(e.message))?
+        let fields = Fields::new(self.kind.name(), node)
+            .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.message))?
             .with_files(files.clone());
         fault::parse_fault(fields)
             .map(|s| s.kind)
-            .map_err(|e| ApiError::bad_request(e.message))
+            .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.message))
     }
 }
 
-fn toxicity(v: Option<&Value>, default: f64) -> Result<f64, ApiError> {
-    match v {
-        None | Some(Value::Null) => Ok(default),
-        Some(Value::Number(n)) => match n.as_f64() {
-            Some(x) if (0.0..=1.0).contains(&x) => Ok(x),
-            _ => Err(ApiError::bad_request(
-                "toxicity must be a number from 0 to 1",
-            )),
-        },
-        Some(_) => Err(ApiError::bad_request(
-            "toxicity must be a number from 0 to 1",
-        )),
+/// A float as Go writes it: `1`, not `1.0`.
+fn go_number(x: f64) -> Value {
+    if x.fract() == 0.0 && x.abs() < 9e15 {
+        json!(x as i64)
+    } else {
+        json!(x)
     }
 }
 
-/// Toxiproxy's attributes (all numbers) and their defaults, per type.
-fn toxiproxy_attrs(kind: &str) -> Option<&'static [(&'static str, i64)]> {
-    Some(match kind {
-        "latency" => &[("latency", 0), ("jitter", 0)],
-        "bandwidth" => &[("rate", 0)],
-        "slow_close" => &[("delay", 0)],
-        "timeout" => &[("timeout", 0)],
-        "reset_peer" => &[("timeout", 0)],
-        "slicer" => &[("average_size", 0), ("size_variation", 0), ("delay", 0)],
-        "limit_data" => &[("bytes", 0)],
-        _ => return None,
+/// A Toxiproxy toxic type: its Go struct (named in type errors) and its
+/// attributes, with their Go types.
+struct GoType {
+    name: &'static str,
+    go: &'static str,
+    attrs: &'static [(&'static str, &'static str)],
+}
+
+const GO_TYPES: &[GoType] = &[
+    GoType {
+        name: "latency",
+        go: "LatencyToxic",
+        attrs: &[("latency", "int64"), ("jitter", "int64")],
+    },
+    GoType {
+        name: "bandwidth",
+        go: "BandwidthToxic",
+        attrs: &[("rate", "int64")],
+    },
+    GoType {
+        name: "slow_close",
+        go: "SlowCloseToxic",
+        attrs: &[("delay", "int64")],
+    },
+    GoType {
+        name: "timeout",
+        go: "TimeoutToxic",
+        attrs: &[("timeout", "int64")],
+    },
+    GoType {
+        name: "reset_peer",
+        go: "ResetToxic",
+        attrs: &[("timeout", "int64")],
+    },
+    GoType {
+        name: "slicer",
+        go: "SlicerToxic",
+        attrs: &[
+            ("average_size", "int"),
+            ("size_variation", "int"),
+            ("delay", "int"),
+        ],
+    },
+    GoType {
+        name: "limit_data",
+        go: "LimitDataToxic",
+        attrs: &[("bytes", "int64")],
+    },
+    GoType {
+        name: "corrupt",
+        go: "CorruptToxic",
+        attrs: &[("probability", "float64")],
+    },
+    GoType {
+        name: "noop",
+        go: "NoopToxic",
+        attrs: &[],
+    },
+];
+
+fn go_type(name: &str) -> Option<&'static GoType> {
+    GO_TYPES.iter().find(|g| g.name == name)
+}
+
+/// Whether attributes are in Toxiproxy's form: none that only netchaos
+/// knows, and no shared one written as a string (`"delay": "100ms"`).
+fn toxiproxy_form(go: &GoType, info: Option<&KindInfo>, attrs: &Map<String, Value>) -> bool {
+    let netchaos = |k: &str| info.is_some_and(|i| i.params.iter().any(|(p, _, _)| *p == k));
+    !attrs.iter().any(|(k, v)| {
+        let toxiproxy = go.attrs.iter().any(|(a, _)| a == k);
+        netchaos(k) && (!toxiproxy || v.is_string())
     })
 }
 
-/// The fault for a Toxiproxy-form toxic, and its attributes with defaults;
-/// `None` when the toxic is not in Toxiproxy's form.
-/// A fault, and the attributes that describe it (defaults filled in).
-type Built = (FaultKind, Map<String, Value>);
+fn ms(n: i64) -> Duration {
+    Duration::from_millis(n.max(0) as u64)
+}
 
-fn toxiproxy_form(kind: &str, attrs: &Map<String, Value>) -> Option<Result<Built, ApiError>> {
-    let known = toxiproxy_attrs(kind)?;
-    let only_known_numbers = attrs
-        .iter()
-        .all(|(k, v)| known.iter().any(|(n, _)| n == k) && v.is_number());
-    // Toxiproxy-only types must be in Toxiproxy's form.
-    let netchaos_type = fault::find_kind(kind).is_some();
-    if !only_known_numbers && netchaos_type {
-        return None;
-    }
-    Some((|| {
-        let mut full = Map::new();
-        let mut get = |name: &str, default: i64| -> Result<u64, ApiError> {
-            let v = match attrs.get(name) {
-                None => default,
-                Some(Value::Number(n)) => match (n.as_i64(), n.as_f64()) {
-                    (Some(i), _) => i,
-                    (None, Some(x)) if x.fract() == 0.0 && x.abs() < 9e15 => x as i64,
-                    (None, Some(x)) if x.fract() == 0.0 || n.is_u64() => {
-                        return Err(ApiError::bad_request(format!(
-                            "{kind}.{name} is too large: {n} (at most {})",
-                            i64::MAX
-                        )));
-                    }
-                    _ => {
-                        return Err(ApiError::bad_request(format!(
-                            "{kind}.{name} must be a whole number, got {n}"
-                        )));
-                    }
-                },
-                Some(_) => {
-                    return Err(ApiError::bad_request(format!(
-                        "{kind}.{name} must be a number"
-                    )));
-                }
-            };
-            if v < 0 {
-                return Err(ApiError::bad_request(format!(
-                    "{kind}.{name} must not be negative"
-                )));
+/// A fault and the attributes that show it; `None` for values that mean
+/// "do nothing".
+type Built = (Option<FaultKind>, Map<String, Value>);
+
+impl GoType {
+    /// Reads the attributes as Toxiproxy's Go struct would (unknown keys
+    /// ignored, absent ones 0), and makes the fault. Values Toxiproxy takes
+    /// but cannot act on sensibly (a negative rate crashes it, a slicer of
+    /// average size 0 recurses forever) are applied as the nearest sane
+    /// thing, with a warning.
+    fn build(&self, attrs: &Map<String, Value>) -> Result<Built, ApiError> {
+        // Integer attributes in order; the float one (corrupt's) apart.
+        let mut ints = Vec::new();
+        let mut float = 0.0;
+        let mut shown = Map::new();
+        for (a, ty) in self.attrs {
+            let path = format!("{}.attributes.{a}", self.go);
+            if *ty == "float64" {
+                float = gojson::float(attrs, a, &path, ty)?.unwrap_or(0.0);
+                shown.insert(a.to_string(), go_number(float));
+            } else {
+                let v = gojson::integer(attrs, a, &path, ty)?.unwrap_or(0);
+                shown.insert(a.to_string(), json!(v));
+                ints.push(v);
             }
-            full.insert(name.to_string(), json!(v));
-            Ok(v as u64)
+        }
+        let warn = |what: &str| tracing::warn!("{} toxic: {what}", self.name);
+        let pairs = |p: &[(&str, String)]| -> Result<Option<FaultKind>, ApiError> {
+            let mut all = vec![("type".to_string(), self.name.to_string())];
+            all.extend(p.iter().map(|(k, v)| (k.to_string(), v.clone())));
+            fault::parse_fault(Fields::from_pairs(self.name, "attributes", all))
+                .map(|s| Some(s.kind))
+                .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, e.message))
         };
-        // Toxiproxy's attributes in netchaos's words (units spelt out), read
-        // by the one parser every fault goes through.
-        let ms = |n: u64| format!("{n}ms");
-        let pairs: Vec<(&str, String)> = match kind {
-            "latency" => vec![
-                ("type", "latency".into()),
-                ("delay", ms(get("latency", 0)?)),
-                ("jitter", ms(get("jitter", 0)?)),
-            ],
-            // KB/s, as Toxiproxy counts them (1000 bytes); 0 stalls.
-            "bandwidth" => vec![
-                ("type", "bandwidth".into()),
-                (
-                    "rate",
-                    format!("{}B/s", get("rate", 0)?.saturating_mul(1000)),
-                ),
-            ],
-            "slow_close" => vec![
-                ("type", "slow_close".into()),
-                ("delay", ms(get("delay", 0)?)),
-            ],
-            "timeout" => match get("timeout", 0)? {
-                0 => vec![("type", "stall".into()), ("after", "0s".into())],
-                t => vec![
-                    ("type", "stall".into()),
-                    ("after", "0s".into()),
-                    ("duration", ms(t)),
-                    ("then", "close".into()),
-                ],
-            },
-            "reset_peer" => match get("timeout", 0)? {
-                0 => vec![("type", "reset".into())],
-                t => vec![("type", "reset".into()), ("after", ms(t))],
-            },
+        let kind = match self.name {
+            "latency" => {
+                if ints[0] < 0 || ints[1] < 0 {
+                    warn("a negative latency or jitter counts as 0");
+                }
+                pairs(&[
+                    ("delay", format!("{}ms", ints[0].max(0))),
+                    ("jitter", format!("{}ms", ints[1].max(0))),
+                ])?
+            }
+            "bandwidth" if ints[0] < 0 => {
+                warn("a negative rate limits nothing (Toxiproxy would crash)");
+                None
+            }
+            // KB/s, as Toxiproxy counts them (1000 bytes); 0 holds the stream.
+            "bandwidth" => pairs(&[("rate", format!("{}B/s", ints[0].saturating_mul(1000)))])?,
+            "slow_close" => pairs(&[("delay", format!("{}ms", ints[0].max(0)))])?,
+            "timeout" => Some(FaultKind::Timeout(fault::timeout::Timeout::new(Some(ms(
+                ints[0],
+            ))))),
+            "reset_peer" => Some(FaultKind::ResetPeer(fault::reset_peer::ResetPeer::new(ms(
+                ints[0],
+            )))),
+            "limit_data" => Some(FaultKind::LimitData(fault::limit_data::LimitData::new(
+                ints[0].max(0) as u64,
+            ))),
+            "slicer" if ints[0] <= 0 => {
+                warn("average_size 0 slices nothing (Toxiproxy would recurse until it crashes)");
+                None
+            }
             "slicer" => {
-                let size = get("average_size", 0)?;
-                if size == 0 {
-                    return Err(ApiError::bad_request(
-                        "slicer.average_size must be more than 0",
-                    ));
+                let (size, variation) = (ints[0], ints[1].max(0));
+                if variation >= size {
+                    warn("size_variation is held below average_size");
                 }
-                vec![
-                    ("type", "slicer".into()),
+                pairs(&[
                     ("size", size.to_string()),
-                    ("size_variation", get("size_variation", 0)?.to_string()),
-                    ("delay", format!("{}us", get("delay", 0)?)),
-                ]
+                    ("size_variation", variation.min(size - 1).to_string()),
+                    ("delay", format!("{}us", ints[2].max(0))),
+                ])?
             }
-            "limit_data" => vec![
-                ("type", "close".into()),
-                ("after_bytes", get("bytes", 0)?.to_string()),
-            ],
-            _ => unreachable!("listed in toxiproxy_attrs"),
+            "corrupt" => {
+                if !(0.0..=1.0).contains(&float) {
+                    warn("a probability outside 0..1 is held to it");
+                }
+                Some(FaultKind::Corrupt(fault::corrupt::Corrupt::new(float)))
+            }
+            _ => None,
         };
-        let pairs = pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
-        let spec = fault::parse_fault(Fields::from_pairs(kind, "attributes", pairs))
-            .map_err(|e| ApiError::bad_request(e.message))?;
-        let kind = spec.kind;
-        Ok((kind, full))
-    })())
+        Ok((kind, shown))
+    }
 }
 
 /// The toxics that show a rule's profile faults: netchaos types with their
@@ -366,8 +468,8 @@ pub(crate) fn toxics_for(faults: &[FaultEntry]) -> Vec<Toxic> {
     let mut out: Vec<Toxic> = Vec::new();
     for f in faults {
         let spec = &f.spec;
-        let stream = spec.stream.as_str().to_string();
-        let base = format!("{}_{stream}", spec.name());
+        let stream = ToxicStream::of(spec.stream);
+        let base = format!("{}_{}", spec.name(), stream.text);
         let mut name = base.clone();
         let mut n = 2;
         while out.iter().any(|t| t.name == name) {
@@ -382,7 +484,7 @@ pub(crate) fn toxics_for(faults: &[FaultEntry]) -> Vec<Toxic> {
             .collect();
         out.push(Toxic {
             name,
-            kind: spec.name().to_string(),
+            kind: ToxicType::Fault(spec.kind.info()),
             stream,
             toxicity: spec.probability,
             attributes,
@@ -392,29 +494,17 @@ pub(crate) fn toxics_for(faults: &[FaultEntry]) -> Vec<Toxic> {
     out
 }
 
-/// Lower-cases every object key, as Go's JSON decoding (and so Toxiproxy)
-/// matches keys without regard to case.
-pub(crate) fn lowercase_keys(v: Value) -> Value {
-    match v {
-        Value::Object(m) => Value::Object(
-            m.into_iter()
-                .map(|(k, v)| (k.to_ascii_lowercase(), lowercase_keys(v)))
-                .collect(),
-        ),
-        Value::Array(a) => Value::Array(a.into_iter().map(lowercase_keys).collect()),
-        other => other,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn toxic(body: Value) -> Result<Toxic, ApiError> {
-        let Value::Object(m) = lowercase_keys(body) else {
+        let Value::Object(m) = gojson::lowercase_keys(body) else {
             panic!()
         };
-        Toxic::from_request(&m, &any(), 1)
+        let mut t = Toxic::from_request(&m)?;
+        t.build(&any(), 1)?;
+        Ok(t)
     }
 
     fn any() -> Scope {
@@ -424,27 +514,66 @@ mod tests {
         }
     }
 
-    #[test]
-    fn toxiproxy_latency_in_milliseconds_with_defaults() {
-        let t = toxic(json!({"type": "latency", "Attributes": {"Latency": 100}})).unwrap();
-        assert_eq!(t.name, "latency_downstream");
-        assert_eq!(t.toxicity, 1.0);
-        assert_eq!(
-            t.to_json()["attributes"],
-            json!({"latency": 100, "jitter": 0})
-        );
-        assert_eq!(fault_of(&t), "latency:delay=100ms,stream=downstream");
-    }
-
     /// The fault a toxic became, as `check` shows it.
     fn fault_of(t: &Toxic) -> String {
         t.fault.as_ref().unwrap().spec.to_string()
     }
 
     #[test]
+    fn toxiproxy_latency_in_milliseconds_with_defaults_in_its_field_order() {
+        let t = toxic(json!({"type": "latency", "Attributes": {"Latency": 100}})).unwrap();
+        assert_eq!(t.name, "latency_downstream");
+        assert_eq!(
+            t.to_json().to_string(),
+            r#"{"attributes":{"latency":100,"jitter":0},"name":"latency_downstream","type":"latency","stream":"downstream","toxicity":1}"#
+        );
+        assert_eq!(fault_of(&t), "latency:delay=100ms,stream=downstream");
+        // Unknown attributes are ignored, as Go ignores them.
+        let t =
+            toxic(json!({"type": "latency", "attributes": {"latency": 5, "bogus": 1}})).unwrap();
+        assert_eq!(
+            t.to_json()["attributes"],
+            json!({"latency": 5, "jitter": 0})
+        );
+    }
+
+    #[test]
+    fn what_toxiproxy_accepts_is_accepted() {
+        let t = toxic(json!({"type": "latency", "toxicity": 1.5, "attributes": {"latency": -5}}))
+            .unwrap();
+        assert_eq!(t.toxicity, 1.5, "shown as given");
+        assert_eq!(t.fault.as_ref().unwrap().spec.probability, 1.0);
+        assert_eq!(t.to_json()["attributes"]["latency"], -5);
+        let t = toxic(json!({"type": "latency", "stream": "UPSTREAM"})).unwrap();
+        assert_eq!(t.name, "latency_UPSTREAM");
+        assert_eq!(t.to_json()["stream"], "UPSTREAM");
+        assert_eq!(t.stream.dir, Stream::Upstream);
+        // A slicer with Toxiproxy's defaults slices nothing (Toxiproxy would crash).
+        let t = toxic(json!({"type": "slicer"})).unwrap();
+        assert!(t.fault.is_none());
+        let t = toxic(
+            json!({"type": "slicer", "attributes": {"average_size": 8, "size_variation": 8}}),
+        )
+        .unwrap();
+        assert!(
+            fault_of(&t).starts_with("slicer:size=8,size_variation=7"),
+            "{}",
+            fault_of(&t)
+        );
+        let t = toxic(json!({"type": "bandwidth", "attributes": {"rate": -1}})).unwrap();
+        assert!(t.fault.is_none());
+    }
+
+    #[test]
     fn netchaos_form_for_shared_types_and_netchaos_types() {
         let t = toxic(json!({"type": "latency", "attributes": {"delay": "250ms"}})).unwrap();
         assert_eq!(fault_of(&t), "latency:delay=250ms,stream=downstream");
+        let t = toxic(json!({"type": "slow_close", "attributes": {"delay": "2s"}})).unwrap();
+        assert!(
+            fault_of(&t).starts_with("slow_close:delay=2s"),
+            "{}",
+            fault_of(&t)
+        );
         let t = toxic(
             json!({"type": "stall", "stream": "upstream", "attributes": {"after_bytes": 10}}),
         )
@@ -456,55 +585,50 @@ mod tests {
     }
 
     #[test]
-    fn bandwidth_is_kilobytes_per_second_and_zero_stalls() {
+    fn toxiproxy_types_become_their_own_faults() {
+        let t = toxic(json!({"type": "timeout", "attributes": {"timeout": 0}})).unwrap();
+        assert!(matches!(t.fault.unwrap().spec.kind, FaultKind::Timeout(_)));
+        let t = toxic(json!({"type": "reset_peer", "attributes": {"timeout": 500}})).unwrap();
+        assert!(matches!(
+            t.fault.unwrap().spec.kind,
+            FaultKind::ResetPeer(_)
+        ));
+        let t = toxic(json!({"type": "limit_data", "attributes": {"bytes": 5}})).unwrap();
+        assert!(matches!(
+            t.fault.unwrap().spec.kind,
+            FaultKind::LimitData(_)
+        ));
+        let t = toxic(json!({"type": "corrupt", "attributes": {"probability": 0.5}})).unwrap();
+        assert!(matches!(t.fault.unwrap().spec.kind, FaultKind::Corrupt(_)));
         let t = toxic(json!({"type": "bandwidth", "attributes": {"rate": 100}})).unwrap();
         assert!(fault_of(&t).contains("(100000 B/s)"), "{}", fault_of(&t));
-        let t = toxic(json!({"type": "bandwidth", "attributes": {"rate": 0}})).unwrap();
-        assert!(fault_of(&t).contains("(0 B/s)"), "{}", fault_of(&t));
-    }
-
-    #[test]
-    fn timeout_reset_peer_limit_data_slicer_noop() {
-        let t = toxic(json!({"type": "timeout", "attributes": {"timeout": 0}})).unwrap();
-        assert!(
-            fault_of(&t).starts_with("stall:after=0s,duration=forever"),
-            "{}",
-            fault_of(&t)
-        );
-        let t = toxic(json!({"type": "limit_data", "attributes": {"bytes": 5}})).unwrap();
-        assert!(matches!(t.fault.unwrap().spec.kind, FaultKind::Close(_)));
-        let t = toxic(json!({"type": "slicer", "attributes": {"average_size": 64, "delay": 10}}))
-            .unwrap();
-        assert!(
-            fault_of(&t).starts_with("slicer:size=64,delay=10us"),
-            "{}",
-            fault_of(&t)
-        );
         assert!(toxic(json!({"type": "noop"})).unwrap().fault.is_none());
     }
 
     #[test]
-    fn bad_toxics_are_400s() {
+    fn errors_are_toxiproxys() {
         for (body, want) in [
             (json!({"type": "teleport"}), "invalid toxic type"),
             (json!({}), "invalid toxic type"),
             (
                 json!({"type": "latency", "stream": "sideways"}),
+                "stream was invalid, can be either upstream or downstream",
+            ),
+            (
+                json!({"type": "latency", "stream": ""}),
                 "stream was invalid",
             ),
-            (json!({"type": "latency", "toxicity": 2}), "toxicity"),
             (
-                json!({"type": "latency", "attributes": {"latency": -5}}),
-                "must not be negative",
+                json!({"type": "latency", "attributes": {"latency": "100"}}),
+                "bad request body: json: cannot unmarshal string into Go struct field LatencyToxic.attributes.latency of type int64",
             ),
             (
-                json!({"type": "latency", "attributes": []}),
-                "attributes must be an object",
+                json!({"type": "latency", "attributes": {"latency": 1.5}}),
+                "cannot unmarshal number 1.5",
             ),
-            (json!({"type": 7}), "type must be a string"),
             (
-                json!({"type": "slicer", "attributes": {"average_size": 0}}),
-                "average_size",
+                json!({"type": 7}),
+                "cannot unmarshal number 7 into Go struct field Toxic.type",
             ),
         ] {
             let e = toxic(body.clone()).unwrap_err();
@@ -518,8 +642,9 @@ mod tests {
         let Value::Object(m) = json!({"type": "refuse"}) else {
             panic!()
         };
-        assert!(Toxic::from_request(&m, &any(), 1).is_ok());
-        let e = Toxic::from_request(&m, &Scope::default(), 1).unwrap_err();
+        let mut t = Toxic::from_request(&m).unwrap();
+        assert!(t.clone().build(&any(), 1).is_ok());
+        let e = t.build(&Scope::default(), 1).unwrap_err();
         assert!(
             e.message.contains("needs transparent interception"),
             "{e:?}"
@@ -528,9 +653,11 @@ mod tests {
 
     #[test]
     fn partial_updates_keep_other_attributes() {
-        let t = toxic(json!({"type": "latency", "attributes": {"latency": 100, "jitter": 10}}))
+        let t = toxic(json!({"type": "latency", "toxicity": 0.5, "attributes": {"latency": 100, "jitter": 10}}))
             .unwrap();
-        let Value::Object(up) = json!({"attributes": {"latency": 300}}) else {
+        let Value::Object(up) =
+            json!({"attributes": {"latency": 300}, "type": "bandwidth", "stream": "upstream"})
+        else {
             panic!()
         };
         let u = t.updated(&up, &any(), 9).unwrap();
@@ -538,7 +665,12 @@ mod tests {
             u.to_json()["attributes"],
             json!({"latency": 300, "jitter": 10})
         );
-        assert_eq!(u.toxicity, 1.0);
+        assert_eq!(u.toxicity, 0.5, "kept when not given");
+        assert_eq!(
+            u.kind.name(),
+            "latency",
+            "type and stream are not changed by an update"
+        );
         assert_eq!(
             u.fault.as_ref().unwrap().id,
             t.fault.as_ref().unwrap().id,

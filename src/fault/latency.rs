@@ -7,7 +7,9 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use rand::Rng;
-use tokio::time::{Instant, sleep_until};
+use tokio::time::Instant;
+
+use crate::timer::sleep_until;
 
 use super::{Kind, KindInfo, Layer, StageFuture, Stream, Item, Next, StageCtx, StageIo};
 use crate::settings::{Fields, ProfileError};

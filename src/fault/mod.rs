@@ -189,6 +189,7 @@ impl StageCtx {
 pub(crate) type StageFuture<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
 
 /// What a fault kind declares about itself, once, in its own file.
+#[derive(Debug)]
 pub(crate) struct KindInfo {
     pub name: &'static str,
     pub layer: Layer,
@@ -275,6 +276,10 @@ registry! {
     stall: Stall;
     cut: Reset Close;
     slow_close: SlowClose;
+    timeout: Timeout;
+    reset_peer: ResetPeer;
+    limit_data: LimitData;
+    corrupt: Corrupt;
     respond: Respond;
     refuse: Refuse;
     connect_timeout: ConnectTimeout;

@@ -126,7 +126,7 @@ impl StageIo {
         tokio::select! {
             biased;
             _ = self.stop.cancelled() => false,
-            _ = tokio::time::sleep_until(t) => true,
+            _ = crate::timer::sleep_until(t) => true,
         }
     }
 

@@ -124,7 +124,7 @@ async fn fire_at(ctx: &StageCtx, io: &mut StageIo, now: Instant) -> Result<Until
 
 async fn sleep_opt(deadline: Option<Instant>) {
     match deadline {
-        Some(t) => tokio::time::sleep_until(t).await,
+        Some(t) => crate::timer::sleep_until(t).await,
         None => std::future::pending().await,
     }
 }

@@ -84,7 +84,7 @@ pub(crate) async fn serve(
     async move {
         relay.events.conn_open(&info);
         if faults.disabled() {
-            sockopt::set_linger_zero(&client);
+            give_up(&client, ep.ends);
             relay
                 .events
                 .conn_close(&info, Outcome::Disabled, [0, 0], opened.elapsed(), None);
@@ -102,6 +102,7 @@ pub(crate) async fn serve(
             opened,
             partition,
             tls: &ep.tls,
+            ends: ep.ends,
             protocol: faults.protocol(),
             path: OnceLock::new(),
         };
@@ -117,11 +118,11 @@ pub(crate) async fn serve(
             r = conn.run(&client, dest, upstream) => r,
             _ = follow => unreachable!("following never ends"),
             _ = wait_any(&ended) => {
-                sockopt::set_linger_zero(&client);
+                give_up(&client, ep.ends);
                 (Outcome::Disabled, [0, 0])
             }
             _ = ep.cancel.cancelled() => {
-                sockopt::set_linger_zero(&client);
+                give_up(&client, ep.ends);
                 (Outcome::Disabled, [0, 0])
             }
             _ = relay.abort.cancelled() => (Outcome::Aborted, [0, 0]),
@@ -136,6 +137,16 @@ pub(crate) async fn serve(
     }
     .instrument(span)
     .await
+}
+
+/// Ends a client netchaos gives up on, the endpoint's way: an RST, or a
+/// FIN (Toxiproxy's way; what the client sent unread may still turn it
+/// into an RST, as with Toxiproxy).
+fn give_up(client: &TcpStream, ends: super::EndStyle) {
+    match ends {
+        super::EndStyle::Rst => sockopt::set_linger_zero(client),
+        super::EndStyle::Fin => sockopt::shutdown_write(client),
+    }
 }
 
 async fn wait_any(tokens: &[tokio_util::sync::CancellationToken]) {
@@ -156,6 +167,8 @@ struct Conn<'a> {
     tls: &'a EndpointTls,
     /// `match.protocol` of the connection's rules.
     protocol: Option<crate::plan::Protocol>,
+    /// How a connection given up on ends.
+    ends: super::EndStyle,
     /// The path the bytes took (`splice`, `pipeline`, `http`, `https`),
     /// once known: for the event log and the counters.
     path: OnceLock<&'static str>,
@@ -204,7 +217,7 @@ impl Conn<'_> {
         }
         if let Some((kind, e)) = dest.error {
             self.relay.events.relay_error(self.info, kind, &e);
-            sockopt::set_linger_zero(client);
+            give_up(client, self.ends);
             return (Outcome::DialFailed, [0, 0]);
         }
         // Without the SYN gate (explicit proxies), a failed dial can only
@@ -217,7 +230,7 @@ impl Conn<'_> {
                     self.relay
                         .events
                         .relay_error(self.info, e.kind(), &e.to_string());
-                    sockopt::set_linger_zero(client);
+                    give_up(client, self.ends);
                     return (Outcome::DialFailed, [0, 0]);
                 }
             },

@@ -65,6 +65,22 @@ pub(crate) struct Endpoint {
     pub closed: CancellationToken,
     /// TLS served to its clients or spoken to its upstream.
     pub tls: EndpointTls,
+    /// How a client's connection ends when netchaos gives up on it.
+    pub ends: EndStyle,
+}
+
+/// How a client's connection ends when netchaos gives up on it: its
+/// upstream cannot be reached, or its proxy is disabled, removed or
+/// pointed elsewhere.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum EndStyle {
+    /// An RST: the client's read fails (ECONNRESET), as close as an
+    /// explicit proxy comes to a refused connect. `netchaos proxy`'s
+    /// listeners.
+    Rst,
+    /// A FIN: the client reads the end of the stream, as Toxiproxy does.
+    /// Proxies of the control API.
+    Fin,
 }
 
 impl Endpoint {
@@ -76,7 +92,14 @@ impl Endpoint {
             cancel: CancellationToken::new(),
             closed: CancellationToken::new(),
             tls: EndpointTls::default(),
+            ends: EndStyle::Rst,
         }
+    }
+
+    /// The same endpoint, ending given-up connections `ends`.
+    pub(crate) fn ending(mut self, ends: EndStyle) -> Endpoint {
+        self.ends = ends;
+        self
     }
 
     /// The same endpoint, with TLS on its client or upstream side.
@@ -122,6 +145,9 @@ pub(crate) struct RelayOptions {
     /// Terminating and re-originating TLS for the HTTP layer (`--tls`, or
     /// a listener's TLS), when set up.
     pub tls: Option<Arc<crate::tls::Tls>>,
+    /// `--end`: how every explicit endpoint ends given-up connections
+    /// (`None`: each kind's default).
+    pub ends: Option<EndStyle>,
 }
 
 impl Default for RelayOptions {
@@ -131,6 +157,7 @@ impl Default for RelayOptions {
             max_connections: default_max_connections(),
             peer_timeout: DEFAULT_PEER_TIMEOUT,
             tls: None,
+            ends: None,
         }
     }
 }
@@ -147,6 +174,7 @@ impl RelayOptions {
             max_connections: max_connections.map_or_else(default_max_connections, |n| n as usize),
             peer_timeout: peer_timeout_from_env()?,
             tls: None,
+            ends: None,
         })
     }
 }
@@ -521,7 +549,41 @@ pub(crate) fn numbered(addr: SocketAddr) -> io::Result<SocketAddr> {
     Ok(SocketAddr::new(addr.ip(), port))
 }
 
+/// A listener on every address, IPv6 and IPv4 alike (`[::]` without
+/// IPV6_V6ONLY), as Go listens for `:PORT` or `0.0.0.0:PORT`; plain IPv4
+/// where the host has no IPv6.
+pub(crate) fn bind_any(port: u16) -> Result<TcpListener, BindError> {
+    let v6 = SocketAddr::new(std::net::Ipv6Addr::UNSPECIFIED.into(), port);
+    let l = match numbered(v6).map_err(|e| BindError {
+        addr: v6,
+        failure: BindFailure::Other,
+        reason: e.to_string(),
+    }) {
+        Ok(at) => bind_socket(at, false),
+        Err(e) => Err(e),
+    };
+    let l = match l {
+        Ok(l) => l,
+        Err(e) if e.failure == BindFailure::Other || e.failure == BindFailure::NotLocal => {
+            return bind(SocketAddr::new(
+                std::net::Ipv4Addr::UNSPECIFIED.into(),
+                port,
+            ));
+        }
+        Err(e) => return Err(e),
+    };
+    TcpListener::from_std(l).map_err(|e| BindError {
+        addr: v6,
+        failure: BindFailure::Other,
+        reason: e.to_string(),
+    })
+}
+
 fn bind_once(addr: SocketAddr) -> Result<std::net::TcpListener, BindError> {
+    bind_socket(addr, true)
+}
+
+fn bind_socket(addr: SocketAddr, v6_only: bool) -> Result<std::net::TcpListener, BindError> {
     let fail = |reason: String| BindError {
         addr,
         failure: BindFailure::Other,
@@ -533,7 +595,7 @@ fn bind_once(addr: SocketAddr) -> Result<std::net::TcpListener, BindError> {
     // A restarted netchaos must not trip over its own TIME_WAIT sockets.
     let _ = sock.set_reuse_address(true);
     if addr.is_ipv6() {
-        let _ = sock.set_only_v6(true);
+        let _ = sock.set_only_v6(v6_only);
     }
     sock.set_nonblocking(true)
         .map_err(|e| fail(e.to_string()))?;

@@ -99,7 +99,7 @@ pub(crate) async fn run(
             }
         }
     };
-    let reader = read_source(src, head.clone());
+    let reader = read_source(src, head.clone(), meter, dir);
     let writer = write_items(dst, writer_rx, dir, meter);
     tokio::pin!(runner, reader, writer);
     let mut reader_done = false;
@@ -219,9 +219,9 @@ async fn relink(
     }
 }
 
-async fn read_source(src: Source<'_>, out: Output) {
+async fn read_source(src: Source<'_>, out: Output, meter: &Meter<'_>, dir: Direction) {
     match src {
-        Source::Socket(s) => read_socket(s, out).await,
+        Source::Socket(s) => read_socket(s, out, meter, dir).await,
         Source::Driven(task) => task(out).await,
         Source::Script(items) => {
             for kind in items {
@@ -246,7 +246,7 @@ async fn read_source(src: Source<'_>, out: Output) {
 /// Reads chunks until FIN or an error; a read error (RST) becomes a Reset
 /// item so that it reaches the other side in order, after the bytes before
 /// it.
-async fn read_socket(src: &TcpStream, out: Output) {
+async fn read_socket(src: &TcpStream, out: Output, meter: &Meter<'_>, dir: Direction) {
     let mut buf = BytesMut::new();
     let mut want = MIN_READ;
     loop {
@@ -266,6 +266,7 @@ async fn read_socket(src: &TcpStream, out: Output) {
         let kind = match src.try_read_buf(&mut buf) {
             Ok(0) => ItemKind::Fin,
             Ok(n) => {
+                meter.read(dir, n as u64);
                 if n == room {
                     want = (want * 2).min(MAX_READ);
                 } else if n < want / 4 {

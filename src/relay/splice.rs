@@ -149,7 +149,10 @@ pub(crate) async fn run(
                 let p = pipe.as_ref().expect("pipe taken above");
                 match splice_in(src, p, in_pipe) {
                     Ok(In::Bytes(0)) => state = SrcState::Eof,
-                    Ok(In::Bytes(n)) => in_pipe += n,
+                    Ok(In::Bytes(n)) => {
+                        in_pipe += n;
+                        meter.read(dir, n as u64);
+                    }
                     Ok(In::PipeFull) => pipe_full = true,
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                     Err(_) => state = SrcState::Failed,
@@ -214,6 +217,7 @@ async fn copy_once(
             Ok(Some(DirEnd::Fin))
         }
         Ok(n) => {
+            meter.read(dir, n as u64);
             super::pipeline::write_all(dst, &buf[..n])
                 .await
                 .map_err(|_| DirEnd::Reset)?;

@@ -1,0 +1,98 @@
+//! `limit_data` (Toxiproxy's): the first `bytes` bytes of the direction
+//! pass, and the moment the last of them is delivered the connection
+//! closes (FIN); with `bytes = 0`, at the first data. For a cut that waits
+//! for the byte beyond the mark, see `close`.
+
+use tokio::time::Instant;
+
+use super::{Item, ItemKind, Kind, KindInfo, Layer, Next, StageCtx, StageFuture, StageIo, Stream};
+use crate::settings::{Fields, ProfileError};
+
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct LimitData {
+    bytes: u64,
+}
+
+impl LimitData {
+    pub(crate) fn new(bytes: u64) -> LimitData {
+        LimitData { bytes }
+    }
+}
+
+impl Kind for LimitData {
+    const INFO: KindInfo = KindInfo {
+        name: "limit_data",
+        layer: Layer::Stream,
+        default_stream: Stream::Downstream,
+        streamed: true,
+        stages: true,
+        about: "the first N bytes pass, then the connection closes at once (Toxiproxy's limit_data)",
+        params: &[("bytes", "a size, default 0", "bytes that pass before the close")],
+    };
+
+    fn parse(f: &mut Fields) -> Result<Self, ProfileError> {
+        Ok(LimitData::new(f.size("bytes")?.unwrap_or(0)))
+    }
+
+    fn params(&self) -> Vec<(&'static str, String)> {
+        vec![("bytes", self.bytes.to_string())]
+    }
+
+    fn stage<'a>(&self, ctx: StageCtx, io: &'a mut StageIo) -> Option<StageFuture<'a>> {
+        Some(Box::pin(self.clone().run(ctx, io)))
+    }
+}
+
+impl LimitData {
+    async fn run(self, mut ctx: StageCtx, io: &mut StageIo) {
+        let mut left = self.bytes;
+        loop {
+            let item = match io.next().await {
+                Next::Item(item) => item,
+                Next::Ended => break,
+                Next::Stopped => return io.pass_rest().await,
+            };
+            let ItemKind::Data(bytes) = &item.kind else {
+                break;
+            };
+            let take = (bytes.len() as u64).min(left) as usize;
+            if take > 0 && io.send(Item::data(item.at, bytes.slice(..take))).await.is_err() {
+                return;
+            }
+            left -= take as u64;
+            if left == 0 {
+                break;
+            }
+        }
+        ctx.hit.fire();
+        let _ = io
+            .send(Item {
+                at: Instant::now(),
+                kind: ItemKind::Close,
+            })
+            .await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::*;
+    use super::*;
+    use crate::fault::FaultKind;
+    use crate::units::Window;
+
+    #[tokio::test]
+    async fn exactly_n_bytes_then_a_close_without_waiting_for_more() {
+        let (tx, mut rx, io) = channels();
+        let kind = match spec("limit_data", &[("bytes", "5")]).unwrap().kind {
+            k @ FaultKind::LimitData(_) => k,
+            _ => unreachable!(),
+        };
+        let _stop = spawn(kind, ctx(Window::ALWAYS), io);
+        tx.send(data(3)).await.unwrap();
+        tx.send(data(2)).await.unwrap();
+        assert_eq!(rx.recv().await.unwrap().len(), 3);
+        assert_eq!(rx.recv().await.unwrap().len(), 2);
+        assert_eq!(rx.recv().await.unwrap().kind, ItemKind::Close);
+    }
+}
