@@ -117,7 +117,7 @@ pub fn api_request(data: &[u8]) {
         // that cannot be bound (busy, not local, privileged).
         let text = String::from_utf8_lossy(&bytes);
         assert!(
-            !status.is_server_error() || (status == 500 && text.contains("cannot listen on")),
+            !status.is_server_error() || (status == 500 && text.contains("listen tcp")),
             "{method} /{path}: {status} {text}"
         );
         let names: Vec<String> = a.control.proxies.lock().await.keys().cloned().collect();

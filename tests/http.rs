@@ -356,10 +356,10 @@ fn base(p: &Proxy) -> String {
     format!("http://{}", p.addr())
 }
 
-/// Sends raw bytes to `addr` and reads until the peer closes or 5 s pass.
+/// Sends raw bytes to `addr` and reads until the peer closes or 20 s pass.
 fn exchange(addr: std::net::SocketAddr, send: &[u8]) -> Vec<u8> {
     let mut s = TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     s.write_all(send).unwrap();
     let mut out = Vec::new();
     let mut buf = [0u8; 65536];

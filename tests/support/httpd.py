@@ -42,7 +42,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.reply(200, (f"body-{parts[2]};" * 10).encode())
         elif self.path.startswith("/big/"):
             n = int(parts[2])
-            self.reply(200, bytes((i * 7 + i // 251) & 0xFF for i in range(n)))
+            self.reply(200, (bytes(range(251)) * (n // 251 + 1))[:n])
         elif self.path.startswith("/sse/"):
             n = int(parts[2])
             self.wfile.write(
