@@ -257,12 +257,29 @@ pub(crate) fn parse_upstream(s: &str) -> Result<String, &'static str> {
 /// Parses a listen address: `127.0.0.1:8080`, `[::1]:8080`, or a bare port
 /// (meaning 127.0.0.1, never every interface by accident).
 pub(crate) fn parse_listen(s: &str) -> Result<SocketAddr, &'static str> {
-    const FORM: &str = "a listen address like \"127.0.0.1:8080\", \"[::1]:8080\" or a port";
+    const FORM: &str =
+        "a listen address like \"127.0.0.1:8080\", \"localhost:8080\", \"[::1]:8080\" or a port";
     let s = s.trim();
     if let Ok(port) = s.trim_start_matches(':').parse::<u16>() {
         return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
     }
-    s.parse().map_err(|_| FORM)
+    if let Ok(addr) = s.parse() {
+        return Ok(addr);
+    }
+    // A host name, as Toxiproxy takes one: its first IPv4 address.
+    let (host, port) = s.rsplit_once(':').ok_or(FORM)?;
+    let port: u16 = port.parse().map_err(|_| FORM)?;
+    if host.is_empty() || host.contains(':') || host.contains(char::is_whitespace) {
+        return Err(FORM);
+    }
+    use std::net::ToSocketAddrs;
+    let addrs: Vec<SocketAddr> = (host, port).to_socket_addrs().map_err(|_| FORM)?.collect();
+    addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(addrs.first())
+        .copied()
+        .ok_or(FORM)
 }
 
 /// Everything netchaos was told to do, validated.

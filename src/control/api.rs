@@ -483,9 +483,12 @@ pub(crate) async fn load_config(control: &Arc<Control>, text: &str) {
         tracing::error!("Failed to populate proxies from file: {}", e.message);
     }
     for p in done {
+        let field = |k: &str| p[k].as_str().unwrap_or("").to_string();
         eprintln!(
-            "netchaos: proxy {} listening on {} -> {}",
-            p["name"], p["listen"], p["upstream"]
+            "netchaos: proxy {:?} listening on {} -> {}",
+            field("name"),
+            field("listen"),
+            field("upstream")
         );
     }
 }
