@@ -4,7 +4,8 @@
 #
 # As root on a Debian-like machine it first installs what the tests use
 # (apt: curl, python3, iproute2, nftables, iptables, iperf3, socat, nodejs,
-# a JDK, Go, ...; pip: requests, httpx, toxiproxy-python), a Rust toolchain with rustup when
+# npm, a JDK, Go, ...; pip: requests, httpx, toxiproxy-python; npm:
+# toxiproxy-node-client), a Rust toolchain with rustup when
 # there is none, and for the later stages an aarch64 cross compiler with
 # qemu-user and cargo-fuzz on a nightly toolchain. Opt-outs:
 # NETCHAOS_NO_CROSS=1 skips the aarch64 stage and NETCHAOS_FUZZ_SECONDS=0
@@ -25,6 +26,7 @@ fail_stage() { failed+=("$1"); echo "test.sh: FAILED: $1" >&2; }
 packages=(curl python3 python3-requests iproute2 nftables iptables util-linux procps iperf3 socat)
 # Clients for the HTTPS tests, unless the machine has its own.
 command -v node >/dev/null || packages+=(nodejs)
+command -v npm >/dev/null || packages+=(npm)
 command -v java >/dev/null || packages+=(default-jdk-headless)
 command -v go >/dev/null || packages+=(golang-go)
 missing=()
@@ -52,6 +54,16 @@ for mod in requests:requests httpx:httpx toxiproxy:toxiproxy-python; do
       echo "test.sh: could not pip install ${mod#*:}" >&2
   fi
 done
+
+# toxiproxy-node-client (npm), for the Toxiproxy drop-in tests.
+node_clients="$PWD/target/node-clients"
+if command -v npm >/dev/null && [ ! -d "$node_clients/node_modules/toxiproxy-node-client" ]; then
+  npm install --silent --no-audit --no-fund --prefix "$node_clients" toxiproxy-node-client >/dev/null 2>&1 ||
+    echo "test.sh: could not npm install toxiproxy-node-client" >&2
+fi
+if [ -d "$node_clients/node_modules/toxiproxy-node-client" ]; then
+  export NETCHAOS_NODE_MODULES="$node_clients/node_modules"
+fi
 
 source scripts/rust-env.sh
 ensure_rust fmt:rustfmt clippy:clippy

@@ -91,6 +91,10 @@ pub(crate) struct ApiConfig {
     pub(crate) files: crate::settings::files::FilePolicy,
     /// What `/metrics` adds (`server --runtime-metrics`).
     pub(crate) metrics: crate::control::metrics::Extra,
+    /// A second address on the same port, served when it can be bound:
+    /// `[::1]` beside `127.0.0.1` for the host `localhost`, which clients
+    /// may try first on IPv6.
+    pub(crate) also: Option<std::net::SocketAddr>,
 }
 
 impl ApiConfig {
@@ -107,6 +111,7 @@ impl ApiConfig {
             token,
             files: access.files()?,
             metrics: Default::default(),
+            also: None,
         }))
     }
 }
@@ -132,8 +137,19 @@ pub(crate) async fn start_api(
     stop: tokio_util::sync::CancellationToken,
 ) -> Result<()> {
     if let Some(api) = api {
-        let bound = crate::control::serve(api.addr, control, api.token.clone(), stop).await?;
+        let bound =
+            crate::control::serve(api.addr, control.clone(), api.token.clone(), stop.clone())
+                .await?;
         eprintln!("netchaos: control API on http://{bound} (Toxiproxy-compatible)");
+        if let Some(also) = api.also {
+            let also = std::net::SocketAddr::new(also.ip(), bound.port());
+            if crate::control::serve(also, control, api.token.clone(), stop)
+                .await
+                .is_ok()
+            {
+                tracing::debug!("control API also on http://{also}");
+            }
+        }
     }
     Ok(())
 }

@@ -62,6 +62,12 @@ pub(super) fn server(g: &Global, args: &ServerArgs) -> Result<u8> {
                 );
             }
             cfg.addr = addr;
+            if host.eq_ignore_ascii_case("localhost") && addr.is_ipv4() {
+                cfg.also = Some(std::net::SocketAddr::new(
+                    std::net::Ipv6Addr::LOCALHOST.into(),
+                    port,
+                ));
+            }
             Some(cfg)
         }
     };

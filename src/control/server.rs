@@ -26,7 +26,7 @@ pub(crate) const MAX_CONNECTIONS: usize = 64;
 /// a keep-alive connection may sit idle between requests.
 pub(crate) const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long one request may take from its first byte to its answer.
-pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(25);
 
 /// Serves `app` on `listener` until `stop` fires.
 pub(crate) async fn serve(listener: TcpListener, app: Router, stop: CancellationToken) {
