@@ -41,9 +41,6 @@ pub struct Global {
     /// Less log output (-q warnings only, -qq errors only).
     #[arg(short, long, action = ArgAction::Count, global = true)]
     pub quiet: u8,
-    /// Write one JSON line per connection open/close and per injected fault.
-    #[arg(long, value_name = "FILE", global = true)]
-    pub events: Option<PathBuf>,
     /// Seed for every random choice; printed at start, so a run can be replayed.
     #[arg(long, value_name = "N", global = true)]
     pub seed: Option<u64>,
@@ -80,6 +77,17 @@ pub enum Command {
     },
     /// Show the faults hitting a real client, against a built-in server.
     Demo(DemoArgs),
+    /// Print a shell's completion script: `netchaos completions bash > /etc/bash_completion.d/netchaos`.
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff): `netchaos man | man -l -`; with a command, that command's.
+    Man {
+        /// A command (run, proxy, …) for its own page.
+        command: Option<String>,
+    },
     /// The demo's client (run by `netchaos demo` under `netchaos run`).
     #[command(hide = true)]
     DemoClient {
@@ -91,6 +99,14 @@ pub enum Command {
     },
 }
 
+/// The event log, for the commands that relay.
+#[derive(Debug, Args, Clone, Default)]
+pub struct EventsArg {
+    /// Write one JSON line per connection open/close and per injected fault.
+    #[arg(long, value_name = "FILE")]
+    pub events: Option<PathBuf>,
+}
+
 /// Where faults come from: profiles and `--fault` flags.
 #[derive(Debug, Args, Clone, Default)]
 pub struct FaultArgs {
@@ -98,7 +114,8 @@ pub struct FaultArgs {
     #[arg(short = 'p', long = "profile", value_name = "NAME|PATH")]
     pub profiles: Vec<String>,
     /// Add a fault to a catch-all rule: TYPE:key=value,... (e.g.
-    /// latency:delay=100ms,jitter=20ms). Repeatable.
+    /// latency:delay=100ms,jitter=20ms; `netchaos faults` lists every type
+    /// with its parameters). Repeatable.
     #[arg(long = "fault", value_name = "SPEC")]
     pub faults: Vec<String>,
 }
@@ -223,6 +240,8 @@ impl ApiAccess {
 
 #[derive(Debug, Args)]
 pub struct ServerArgs {
+    #[command(flatten)]
+    pub log: EventsArg,
     #[command(flatten)]
     pub faults: FaultArgs,
     /// Where the control API listens [default: 127.0.0.1:8474]; off
@@ -458,6 +477,8 @@ pub struct NetemApply {
 #[derive(Debug, Args)]
 pub struct ProxyArgs {
     #[command(flatten)]
+    pub log: EventsArg,
+    #[command(flatten)]
     pub faults: FaultArgs,
     #[command(flatten)]
     pub api: ApiArgs,
@@ -577,6 +598,8 @@ when the command exits (`netchaos clean --here` after a SIGKILL).";
 #[derive(Debug, Args)]
 pub struct RunArgs {
     #[command(flatten)]
+    pub log: EventsArg,
+    #[command(flatten)]
     pub faults: FaultArgs,
     #[command(flatten)]
     pub api: ApiArgs,
@@ -624,7 +647,6 @@ pub struct RunArgs {
     /// The command to run, and its arguments (after --).
     #[arg(
         value_name = "CMD",
-        required = true,
         trailing_var_arg = true,
         allow_hyphen_values = true
     )]
@@ -634,6 +656,8 @@ pub struct RunArgs {
 #[derive(Debug, Args)]
 #[command(group = clap::ArgGroup::new("namespace").required(true).args(["pid", "netns"]))]
 pub struct AttachArgs {
+    #[command(flatten)]
+    pub log: EventsArg,
     /// The process whose network namespace to attach to (a container's
     /// main process, for instance).
     #[arg(long, value_name = "PID")]
@@ -739,6 +763,8 @@ pub struct CheckArgs {
 
 #[derive(Debug, Args)]
 pub struct DemoArgs {
+    #[command(flatten)]
+    pub log: EventsArg,
     /// Run only the scenarios whose names contain this text. Repeatable.
     #[arg(long, value_name = "TEXT")]
     pub only: Vec<String>,
@@ -882,10 +908,10 @@ mod tests {
         .unwrap();
         let Command::Run(r) = m.command else { panic!() };
         assert_eq!(r.command, ["sh", "-c", "exit 7"]);
-        assert!(
-            Cli::try_parse_from(["netchaos", "run"]).is_err(),
-            "a command is required"
-        );
+        // A missing command is `run`'s own error (it says where it goes).
+        let m = Cli::try_parse_from(["netchaos", "run"]).unwrap();
+        let Command::Run(r) = m.command else { panic!() };
+        assert!(r.command.is_empty());
     }
 
     #[test]

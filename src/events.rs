@@ -22,7 +22,7 @@ use serde_json::{Map, Value, json};
 use crate::fault::{Direction, FaultSpec};
 
 /// Who a connection is: what the event lines and logs name.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct ConnInfo {
     pub id: u64,
     pub client: SocketAddr,
@@ -35,6 +35,9 @@ pub(crate) struct ConnInfo {
     pub proxy: Option<Arc<str>>,
     /// That proxy's counters.
     pub counters: Arc<ProxyStats>,
+    /// The (rule, fault) pairs already counted for this connection: the
+    /// summary counts connections faulted, not hits per direction.
+    pub faulted: Mutex<Vec<(Arc<str>, &'static str)>>,
 }
 
 /// How a connection ended, as the event log and summary say it.
@@ -117,7 +120,7 @@ pub(crate) struct Stats {
     /// Bytes delivered, indexed by [`Direction::index`].
     pub bytes: [AtomicU64; 2],
     /// Faults injected, by (rule, kind).
-    pub faults: Mutex<BTreeMap<(String, &'static str), u64>>,
+    pub faults: Mutex<BTreeMap<(String, &'static str), FaultCount>>,
     /// Relay errors by kind (`dial_refused`, `dial_timeout`, …).
     pub errors: Mutex<BTreeMap<&'static str, u64>>,
     /// Counters per proxy.
@@ -139,6 +142,19 @@ pub(crate) struct Stats {
     /// Event lines that could not be written (a full disk, `/dev/full`) or
     /// found the writer's queue full.
     pub log_errors: Arc<AtomicU64>,
+}
+
+/// How often one fault of one rule took effect.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct FaultCount {
+    /// Every time (once per connection and direction; per HTTP request).
+    pub hits: u64,
+    /// Connections it acted on (HTTP faults: requests).
+    pub units: u64,
+    /// Connections it acted on in each direction ([`Direction::index`]).
+    pub dirs: [u64; 2],
+    /// It acts on HTTP requests: `units` counts requests.
+    pub requests: bool,
 }
 
 /// Why the DNS forwarder dropped a query.
@@ -184,6 +200,11 @@ pub(crate) struct Events {
     started: Instant,
     log: Option<Log>,
     pub stats: Stats,
+    /// Per-fault log lines at debug level (`-v` shows them): under `run`,
+    /// where they would flood a wrapped test suite's output.
+    quiet_faults: std::sync::atomic::AtomicBool,
+    /// `--duration`: when the faults stop, for the summary.
+    faults_end: Mutex<Option<Duration>>,
 }
 
 /// Event lines waiting for the writer, at most.
@@ -294,6 +315,8 @@ impl Events {
             started: Instant::now(),
             log,
             stats,
+            quiet_faults: Default::default(),
+            faults_end: Mutex::new(None),
         })
     }
 
@@ -303,6 +326,8 @@ impl Events {
             started: Instant::now(),
             log: None,
             stats: Stats::default(),
+            quiet_faults: Default::default(),
+            faults_end: Mutex::new(None),
         }
     }
 
@@ -325,6 +350,16 @@ impl Events {
         if !log.send(text) {
             self.stats.log_errors.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// The faults stop `d` after the start (`--duration`).
+    pub(crate) fn faults_end_at(&self, d: Duration) {
+        *self.faults_end.lock().expect("stats lock") = Some(d);
+    }
+
+    /// Per-fault log lines at debug level from now on (`-v` shows them).
+    pub(crate) fn quiet_faults(&self) {
+        self.quiet_faults.store(true, Ordering::Relaxed);
     }
 
     /// Writes out every queued line and closes the log (before the
@@ -380,24 +415,35 @@ impl Events {
 
     /// A fault took effect.
     pub(crate) fn fault(&self, c: &ConnInfo, rule: &str, spec: &FaultSpec, dir: Option<Direction>) {
-        *self
-            .stats
-            .faults
-            .lock()
-            .expect("stats lock")
-            .entry((rule.to_string(), spec.name()))
-            .or_default() += 1;
+        let first = {
+            let mut seen = c.faulted.lock().expect("stats lock");
+            let first = !seen.iter().any(|(r, k)| &**r == rule && *k == spec.name());
+            if first {
+                seen.push((rule.into(), spec.name()));
+            }
+            first
+        };
+        {
+            let mut faults = self.stats.faults.lock().expect("stats lock");
+            let n = faults.entry((rule.to_string(), spec.name())).or_default();
+            n.hits += 1;
+            n.units += u64::from(first);
+            if let Some(d) = dir {
+                n.dirs[d.index()] += 1;
+            }
+        }
         let params: Map<String, Value> = spec
             .all_params()
             .into_iter()
             .map(|(k, v)| (k.to_string(), Value::String(v)))
             .collect();
         // (The connection's span names it: id, client, destination.)
-        tracing::info!(
-            rule,
-            direction = dir.map_or("connection", |d| d.as_str()),
-            "fault {spec}"
-        );
+        let direction = dir.map_or("connection", |d| d.as_str());
+        if self.quiet_faults.load(Ordering::Relaxed) {
+            tracing::debug!(rule, direction, "fault {spec}");
+        } else {
+            tracing::info!(rule, direction, "fault {spec}");
+        }
         let mut f = conn_fields(c);
         f.insert("rule".into(), rule.into());
         f.insert("fault".into(), spec.name().into());
@@ -417,13 +463,13 @@ impl Events {
         req: &RequestInfo<'_>,
         status: Option<u16>,
     ) {
-        *self
-            .stats
-            .faults
-            .lock()
-            .expect("stats lock")
-            .entry((rule.to_string(), spec.name()))
-            .or_default() += 1;
+        {
+            let mut faults = self.stats.faults.lock().expect("stats lock");
+            let n = faults.entry((rule.to_string(), spec.name())).or_default();
+            n.hits += 1;
+            n.units += 1;
+            n.requests = true;
+        }
         *self
             .stats
             .http_faulted
@@ -431,13 +477,23 @@ impl Events {
             .expect("stats lock")
             .entry((spec.name(), status.unwrap_or(0)))
             .or_default() += 1;
-        tracing::info!(
-            rule,
-            request = req.n,
-            "fault {spec} on {} {}",
-            req.method,
-            req.path
-        );
+        if self.quiet_faults.load(Ordering::Relaxed) {
+            tracing::debug!(
+                rule,
+                request = req.n,
+                "fault {spec} on {} {}",
+                req.method,
+                req.path
+            );
+        } else {
+            tracing::info!(
+                rule,
+                request = req.n,
+                "fault {spec} on {} {}",
+                req.method,
+                req.path
+            );
+        }
         let mut f = conn_fields(c);
         f.insert("rule".into(), rule.into());
         f.insert("fault".into(), spec.name().into());
@@ -540,8 +596,36 @@ impl Events {
                 "rule", "fault", "count"
             ));
             for ((rule, kind), n) in faults.iter() {
-                out.push_str(&format!("    {rule:<w$}  {kind:<12}  {n:>8}\n"));
+                let unit = match (n.requests, n.units) {
+                    (true, 1) => "request",
+                    (true, _) => "requests",
+                    (false, 1) => "connection",
+                    (false, _) => "connections",
+                };
+                // Which ways, where it says more than the count.
+                let detail = match n.dirs {
+                    [0, 0] => String::new(),
+                    [u, 0] if u == n.units => " (upstream)".into(),
+                    [0, d] if d == n.units => " (downstream)".into(),
+                    [u, d] if u == n.units && d == n.units => " (both ways)".into(),
+                    [u, d] => format!(" (upstream on {u}, downstream on {d})"),
+                };
+                out.push_str(&format!(
+                    "    {rule:<w$}  {kind:<12}  {:>8} {unit}{detail}\n",
+                    n.units
+                ));
             }
+        }
+        if let Some(d) = *self.faults_end.lock().expect("stats lock") {
+            let state = if self.started.elapsed() >= d {
+                "stopped"
+            } else {
+                "were to stop"
+            };
+            out.push_str(&format!(
+                "  --duration: the faults {state} {} after the start; every one counted here came before\n",
+                crate::units::format_duration(d)
+            ));
         }
         let requests = s.http_requests.load(Ordering::Relaxed);
         if requests > 0 {

@@ -49,8 +49,12 @@ fn init_logging(verbose: u8, quiet: u8, server: bool) {
     };
     let filter = EnvFilter::try_from_env("NETCHAOS_LOG")
         .unwrap_or_else(|_| EnvFilter::new(format!("netchaos={level},warn")));
+    // Colour only for a person at a terminal, and never with NO_COLOR.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr())
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr)
         .with_target(false)
         .compact()

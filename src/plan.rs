@@ -349,6 +349,45 @@ impl Plan {
     }
 
     /// The plan as `netchaos check` prints it.
+    /// Rules that can never match where the plan would run: a `proxy`
+    /// name no `[[proxies]]` defines, a `direction` that rule's connections
+    /// cannot have.
+    pub(crate) fn warnings(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let defined: Vec<&str> = self.proxies.iter().map(|p| p.name.as_str()).collect();
+        for r in &self.rules {
+            let m = &r.matcher;
+            if m.proxies.is_empty() {
+                continue;
+            }
+            if m.flow == Some(Flow::Inbound) {
+                out.push(format!(
+                    "rule {:?} ({}) matches proxies and direction = \"inbound\": explicit proxies' connections are outbound, so it never matches",
+                    r.name, r.loc
+                ));
+            }
+            if !m.proxies.iter().any(|p| defined.contains(&p.as_str())) {
+                let names = crate::settings::quoted_list(
+                    &m.proxies.iter().map(String::as_str).collect::<Vec<_>>(),
+                );
+                out.push(if defined.is_empty() {
+                    format!(
+                        "rule {:?} ({}) matches only proxies named {names}, and none is defined here: add it under [[proxies]], or name a --listen with --name",
+                        r.name, r.loc
+                    )
+                } else {
+                    format!(
+                        "rule {:?} ({}) matches only proxies named {names}, which no [[proxies]] defines (they are {}): it never matches",
+                        r.name,
+                        r.loc,
+                        crate::settings::quoted_list(&defined)
+                    )
+                });
+            }
+        }
+        out
+    }
+
     pub(crate) fn render(&self) -> String {
         let mut out = format!("seed: {}\n", self.seed);
         for (src, d) in &self.descriptions {

@@ -174,9 +174,9 @@ fn runtime_failures_exit_1_and_say_what_to_do() {
     );
     outcome(
         &[
+            "proxy",
             "--events",
             "/nonexistent/dir/e.jsonl",
-            "proxy",
             "--listen",
             "127.0.0.1:0",
             "--upstream",

@@ -4,6 +4,9 @@
 
 mod support;
 
+use std::io::Write;
+use std::time::Duration;
+
 use support::*;
 
 fn profile_file(text: &str) -> (tempfile::TempDir, String) {
@@ -348,4 +351,109 @@ fn the_example_profiles_are_valid() {
     let (code, out, err) = netchaos(&["check", p.to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("payments"), "{out}");
+}
+
+/// The README's example profile, as written there.
+fn readme_profile() -> String {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let at = readme.find("A profile is a TOML file").unwrap();
+    let block = &readme[at..];
+    let start = block.find("```toml\n").unwrap() + 8;
+    let end = block[start..].find("```").unwrap();
+    block[start..start + end].to_string()
+}
+
+#[test]
+fn the_readme_profile_checks_cleanly_and_injects() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("slow.toml");
+    std::fs::write(&path, readme_profile()).unwrap();
+    let (code, out, err) = netchaos(&["check", path.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    assert!(!err.contains("warning"), "{err}");
+    assert!(
+        out.contains("seed: 7"),
+        "the profile's seed is shown: {out}"
+    );
+    // Pointed at a test server and a free port, it stalls replies.
+    static BODY: [u8; 4096] = [b'r'; 4096];
+    let http = Server::http(&BODY);
+    let text = readme_profile()
+        .replace("127.0.0.1:26379", "127.0.0.1:0")
+        .replace("127.0.0.1:6379", &http.addr.to_string());
+    std::fs::write(&path, text).unwrap();
+    let p = Proxy::start(&["-p", path.to_str().unwrap()]);
+    let mut stalled = 0;
+    for _ in 0..8 {
+        let mut c = connect(p.addr());
+        c.set_read_timeout(Some(Duration::from_millis(700)))
+            .unwrap();
+        c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        let (got, _) = read_to_end(&mut c);
+        if got.len() == 512 {
+            stalled += 1;
+        }
+    }
+    assert!(
+        (1..8).contains(&stalled),
+        "{stalled} of 8 stalled at 512 bytes"
+    );
+}
+
+#[test]
+fn check_warns_about_rules_that_never_match() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("p.toml");
+    std::fs::write(
+        &path,
+        "[[rules]]\nname = \"api\"\nmatch = { proxy = [\"api\"] }\n  [[rules.faults]]\n  type = \"reset\"\n\n[[proxies]]\nname = \"redis\"\nlisten = \"127.0.0.1:26379\"\nupstream = \"127.0.0.1:6379\"\n",
+    )
+    .unwrap();
+    let (code, _, err) = netchaos(&["check", path.to_str().unwrap()]);
+    assert_eq!(code, 0, "a warning, not an error: {err}");
+    assert!(
+        err.contains("warning: rule \"api\"") && err.contains("which no [[proxies]] defines"),
+        "{err}"
+    );
+}
+
+#[test]
+fn completions_and_manual_pages_generate() {
+    for shell in ["bash", "zsh", "fish"] {
+        let (code, out, err) = netchaos(&["completions", shell]);
+        assert_eq!(code, 0, "{err}");
+        assert!(
+            out.contains("netchaos") && out.contains("--fault"),
+            "{shell}: {out:.200}"
+        );
+    }
+    let (code, out, _) = netchaos(&["man"]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains(".TH netchaos 1") && out.contains("run"),
+        "{out:.300}"
+    );
+    let (code, out, _) = netchaos(&["man", "run"]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains(".TH netchaos-run 1") && out.contains("\\-\\-tls"),
+        "{out:.300}"
+    );
+    let (code, _, err) = netchaos(&["man", "nope"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("no command \"nope\""), "{err}");
+}
+
+#[test]
+fn logs_have_no_colour_on_a_pipe_and_run_without_a_command_says_where_it_goes() {
+    // (A warning logged before anything starts.)
+    let (_, _, err) = netchaos(&["run", "--tls", "--", "true"]);
+    assert!(err.contains("WARN"), "{err}");
+    assert!(!err.contains('\u{1b}'), "ANSI escapes on a pipe: {err:?}");
+    let (code, _, err) = netchaos(&["run", "--fault", "latency:delay=1ms"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("give the command after `--`"), "{err}");
+    let (_, out, _) = netchaos(&["check", "--help"]);
+    assert!(!out.contains("--events"), "check has no event log: {out}");
 }

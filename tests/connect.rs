@@ -164,8 +164,16 @@ print(round(c, 3), round(r, 3))
     );
     assert_eq!(code, 0, "{err}");
     let t: Vec<f64> = out.split_whitespace().map(|x| x.parse().unwrap()).collect();
-    assert!((0.28..1.0).contains(&t[0]), "connect took {}s", t[0]);
-    assert!(t[1] < 0.1, "the read took {}s", t[1]);
+    // The delay is in connect(); the read is a plain round trip. Measured
+    // against each other, so that a loaded machine slowing both does not
+    // matter.
+    assert!(t[0] >= 0.28, "connect took {}s", t[0]);
+    assert!(
+        t[1] < t[0] / 3.0,
+        "the read took {}s, connect {}s",
+        t[1],
+        t[0]
+    );
 }
 
 #[test]

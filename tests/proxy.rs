@@ -433,3 +433,30 @@ fn a_slow_reader_still_gets_every_byte_in_order() {
     assert_eq!(total, data.len());
     assert_eq!(sum, want.0);
 }
+
+#[test]
+fn the_summary_counts_connections_and_says_which_ways() {
+    let echo = Server::echo("127.0.0.1:0");
+    let up = echo.addr.to_string();
+    let proxy = Proxy::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        &up,
+        "--fault",
+        "latency:delay=1ms,stream=both",
+    ]);
+    for _ in 0..3 {
+        let mut c = connect(proxy.addr());
+        c.write_all(b"x").unwrap();
+        let mut b = [0u8; 1];
+        c.read_exact(&mut b).unwrap();
+    }
+    let (_, err) = proxy.stop();
+    assert!(
+        err.lines().any(|l| l.contains("cli")
+            && l.contains("latency")
+            && l.contains("3 connections (both ways)")),
+        "{err}"
+    );
+}

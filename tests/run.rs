@@ -474,3 +474,55 @@ fn disabled_user_namespaces_are_explained_and_the_command_never_runs() {
     assert!(text.contains("user.max_user_namespaces is 0"), "{text}");
     assert!(text.contains("ok (HTTP 200, complete)"), "{text}");
 }
+
+#[test]
+fn duration_says_when_the_faults_stop() {
+    if !need(&["ip", "nft"]) {
+        return;
+    }
+    let (code, _, err) = wrapped(
+        &["--duration", "300ms", "--fault", "latency:delay=1ms"],
+        &["sleep", "1"],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("--duration 300ms: the faults stop now"),
+        "{err}"
+    );
+    assert!(
+        err.contains("--duration: the faults stopped 300ms after the start"),
+        "{err}"
+    );
+}
+
+#[test]
+fn rootless_run_finds_its_tools_on_a_stock_user_path() {
+    let Some(nobody) = Nobody::new() else {
+        return;
+    };
+    if !need(&["curl"]) {
+        return;
+    }
+    let http = Server::http(b"through the namespace");
+    let mut c = nobody.command();
+    // Debian's login PATH for ordinary users: no /usr/sbin, where nft and
+    // ip live.
+    c.env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("HOME", "/");
+    let (code, out, err) = wrapped_with(
+        c,
+        &["--fault", "latency:delay=200ms"],
+        &[
+            "curl",
+            "-sS",
+            "-w",
+            " %{time_total}",
+            &format!("http://{}/", http.addr),
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let (body, secs) = out.rsplit_once(' ').unwrap();
+    assert_eq!(body, "through the namespace");
+    assert!(secs.parse::<f64>().unwrap() >= 0.19, "{out}");
+}

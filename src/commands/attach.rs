@@ -84,7 +84,7 @@ pub(super) fn attach(g: &Global, args: &AttachArgs) -> Result<u8> {
     let losses = LossTable::from_plan(&plan).map_err(|e| Error::Usage(e.to_string()))?;
     attach::check_privileges(Mode::Attach.command(), Mode::Attach).map_err(Error::runtime)?;
     let resolvers = resolvers(args.resolv_conf.as_deref(), &resolv)?;
-    let events = open_events(g)?;
+    let events = open_events(&args.log)?;
     raise_nofile_limit();
     let ns = Arc::new(NsThread::enter(Some(&path)).map_err(Error::runtime)?);
     let seed = plan.seed;
@@ -143,7 +143,7 @@ pub(super) fn in_place(g: &Global, args: &RunArgs) -> Result<u8> {
     let resolvers = resolvers(args.resolv_conf.as_deref(), Path::new("/etc/resolv.conf"))?;
     let losses = LossTable::from_plan(&plan).map_err(|e| Error::Usage(e.to_string()))?;
     attach::check_privileges(Mode::InPlace.command(), Mode::InPlace).map_err(Error::runtime)?;
-    let events = open_events(g)?;
+    let events = open_events(&args.log)?;
     raise_nofile_limit();
     let ns = Arc::new(NsThread::enter(None).map_err(Error::runtime)?);
     let seed = plan.seed;
@@ -168,7 +168,11 @@ pub(super) fn in_place(g: &Global, args: &RunArgs) -> Result<u8> {
         let serving = Serving::start(&mut att, rules, events.clone(), opts, resolvers)?;
         serving.api(api.as_ref()).await?;
         announce_seed(seed);
+        events.quiet_faults();
         events.start(seed, "in-place");
+        if let Some(d) = args.duration {
+            super::wrap::announce_faults_end(&events, d);
+        }
         let mut cmd = std::process::Command::new(&args.command[0]);
         cmd.args(&args.command[1..]);
         for secret in SECRET_ENV {

@@ -17,16 +17,23 @@ pub(super) fn check(g: &Global, args: &CheckArgs) -> Result<u8> {
         profile::load(f)?;
         eprintln!("{f}: ok");
     }
-    let plan = profile::build_plan(&args.files, &args.faults, g.seed.or(Some(0)))?;
+    let profile_seed = args
+        .files
+        .iter()
+        .find_map(|f| profile::load(f).ok().and_then(|d| d.seed));
+    let plan = profile::build_plan(&args.files, &args.faults, g.seed)?;
     let mut text = plan.render();
-    if g.seed.is_none() {
+    if g.seed.is_none() && profile_seed.is_none() {
         text = text.replacen(
-            "seed: 0\n",
+            &format!("seed: {}\n", plan.seed),
             "seed: (drawn at start unless a profile or --seed sets one)\n",
             1,
         );
     }
     print!("{text}");
+    for w in plan.warnings() {
+        eprintln!("netchaos: warning: {w}");
+    }
     Ok(0)
 }
 

@@ -155,7 +155,7 @@ pub(super) fn run(g: &Global, args: &DemoArgs) -> Result<u8> {
         let https = HttpsServer::start()
             .await
             .map_err(|e| Error::runtime(format!("cannot start the demo's HTTPS server: {e}")))?;
-        let events = open_events(g)?;
+        let events = open_events(&args.log)?;
         let seed = g.seed.unwrap_or_else(rand::random);
         announce_seed(seed);
         events.start(seed, "demo");

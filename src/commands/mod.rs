@@ -19,7 +19,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::ArgMatches;
 
-use crate::cli::{Cli, Command, Global};
+use crate::cli::{Cli, Command};
 use crate::error::{Error, Result};
 use crate::events::Events;
 
@@ -30,6 +30,11 @@ pub fn run(cli: Cli, matches: &ArgMatches) -> Result<u8> {
             let sub = matches.subcommand_matches("proxy").expect("proxy matches");
             proxy::run(&cli.global, args, sub)
         }
+        Command::Run(args) if args.command.is_empty() => Err(Error::Usage(
+            "nothing to run: give the command after `--`, as in \
+             `netchaos run --fault latency:delay=100ms -- curl -s http://127.0.0.1:8080/`"
+                .into(),
+        )),
         Command::Run(args) if args.in_place => attach::in_place(&cli.global, args),
         Command::Run(args) => run::run(&cli.global, args),
         Command::Attach(args) => attach::attach(&cli.global, args),
@@ -45,7 +50,46 @@ pub fn run(cli: Cli, matches: &ArgMatches) -> Result<u8> {
         Command::Faults { name } => check::faults(name.as_deref()),
         Command::Demo(args) => demo::run(&cli.global, args),
         Command::DemoClient { addr, pooled } => demo::client(addr, *pooled),
+        Command::Completions { shell } => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(*shell, &mut cmd, "netchaos", &mut std::io::stdout());
+            Ok(0)
+        }
+        Command::Man { command } => man(command.as_deref()),
     }
+}
+
+/// `netchaos man [COMMAND]`: the manual page, from the clap definitions.
+fn man(command: Option<&str>) -> Result<u8> {
+    let root = <Cli as clap::CommandFactory>::command();
+    let cmd = match command {
+        None => root,
+        Some(name) => {
+            let names: Vec<String> = root
+                .get_subcommands()
+                .filter(|c| !c.is_hide_set())
+                .map(|c| c.get_name().to_string())
+                .collect();
+            root.find_subcommand(name)
+                .cloned()
+                .map(|c| c.name(format!("netchaos-{name}")))
+                .ok_or_else(|| {
+                    Error::Usage(format!(
+                        "no command {name:?}; the commands are {}",
+                        names.join(", ")
+                    ))
+                })?
+        }
+    };
+    let mut out = Vec::new();
+    clap_mangen::Man::new(cmd)
+        .render(&mut out)
+        .map_err(|e| Error::runtime(e.to_string()))?;
+    use std::io::Write;
+    std::io::stdout()
+        .write_all(&out)
+        .map_err(|e| Error::runtime(e.to_string()))?;
+    Ok(0)
 }
 
 /// A multi-threaded runtime sized to the machine.
@@ -69,13 +113,13 @@ pub(crate) fn raise_nofile_limit() {
 }
 
 /// Opens the event log named by `--events`.
-pub(crate) fn open_events(g: &Global) -> Result<Arc<Events>> {
-    Events::open(g.events.as_deref())
+pub(crate) fn open_events(log: &crate::cli::EventsArg) -> Result<Arc<Events>> {
+    Events::open(log.events.as_deref())
         .map(Arc::new)
         .with_context(|| {
             format!(
                 "cannot write the event log {}",
-                g.events
+                log.events
                     .as_ref()
                     .map_or(String::new(), |p| p.display().to_string())
             )

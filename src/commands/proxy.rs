@@ -33,7 +33,15 @@ pub(super) fn run(g: &Global, args: &ProxyArgs, m: &ArgMatches) -> Result<u8> {
         || args.tls_args.tls_ca.is_some()
         || plan.proxies.iter().any(|p| p.serve_tls || p.upstream_tls);
     let tls = super::tls::setup(&args.tls_args, wanted)?;
-    serve(g, plan, api, &args.relay, Mode::Proxy, tls, args.end)
+    serve(
+        &args.log,
+        plan,
+        api,
+        &args.relay,
+        Mode::Proxy,
+        tls,
+        args.end,
+    )
 }
 
 pub(super) fn server(g: &Global, args: &ServerArgs) -> Result<u8> {
@@ -87,7 +95,7 @@ pub(super) fn server(g: &Global, args: &ServerArgs) -> Result<u8> {
         None => None,
     };
     serve(
-        g,
+        &args.log,
         plan,
         api,
         &args.relay,
@@ -122,7 +130,7 @@ enum Mode {
 }
 
 fn serve(
-    g: &Global,
+    log: &crate::cli::EventsArg,
     plan: Plan,
     api: Option<ApiConfig>,
     relay_args: &RelayArgs,
@@ -157,7 +165,7 @@ fn serve(
             let l = relay::bind(p.listen).map_err(|e| Error::Runtime(e.into()))?;
             listeners.push(l);
         }
-        let events = open_events(g)?;
+        let events = open_events(log)?;
         announce_seed(plan.seed);
         events.start(plan.seed, name);
         let relay = Relay::new(Arc::new(RuleSet::from_plan(&plan)), events.clone(), opts);

@@ -131,7 +131,7 @@ pub(super) fn run(g: &Global, args: &RunArgs) -> Result<u8> {
         .iter()
         .map(|e| relay::bind_std(e.host).map_err(|e| Error::Runtime(e.into())))
         .collect::<Result<Vec<_>>>()?;
-    let events = open_events(g)?;
+    let events = open_events(&args.log)?;
     raise_nofile_limit();
 
     let losses = LossTable::from_plan(&plan).map_err(|e| Error::Usage(e.to_string()))?;
@@ -207,7 +207,11 @@ pub(super) fn run(g: &Global, args: &RunArgs) -> Result<u8> {
         api.adopt_rules().await;
         start_api(api_cfg.as_ref(), api, api_stop.clone()).await?;
         announce_seed(seed);
+        events.quiet_faults();
         events.start(seed, "run");
+        if let Some(d) = args.duration {
+            wrap::announce_faults_end(&events, d);
+        }
         let control = Arc::new(control);
         let pid_for_signals = wrap::forward_signals()?;
         let c = control.clone();

@@ -33,6 +33,23 @@ pub(super) fn command_env() -> Vec<CString> {
         .collect()
 }
 
+/// `--duration`: says when the faults stop (a log line then, a line in the
+/// summary at the end); the windows themselves end by
+/// [`stop_faults_after`].
+pub(super) fn announce_faults_end(
+    events: &std::sync::Arc<crate::events::Events>,
+    d: std::time::Duration,
+) {
+    events.faults_end_at(d);
+    tokio::spawn(async move {
+        tokio::time::sleep(d).await;
+        tracing::info!(
+            "--duration {}: the faults stop now; traffic goes on unharmed",
+            crate::units::format_duration(d)
+        );
+    });
+}
+
 /// `--duration`: every fault's window ends at `d`.
 pub(super) fn stop_faults_after(plan: &mut Plan, d: std::time::Duration) {
     plan.rules = plan

@@ -77,7 +77,8 @@ pub(crate) fn render(stats: &Stats, extra: &Extra) -> String {
         "counter",
         "Faults that took effect, by rule and kind.",
     );
-    for ((rule, kind), n) in stats.faults.lock().expect("stats lock").iter() {
+    for ((rule, kind), count) in stats.faults.lock().expect("stats lock").iter() {
+        let n = count.hits;
         let _ = writeln!(
             out,
             "netchaos_faults_injected_total{{rule=\"{}\",fault=\"{kind}\"}} {n}",
@@ -335,11 +336,13 @@ mod tests {
     fn renders_counters_with_escaped_labels() {
         let stats = Stats::default();
         stats.proxy("we\"ird").total.fetch_add(3, Ordering::Relaxed);
-        stats
-            .faults
-            .lock()
-            .unwrap()
-            .insert(("r".into(), "latency"), 2);
+        stats.faults.lock().unwrap().insert(
+            ("r".into(), "latency"),
+            crate::events::FaultCount {
+                hits: 2,
+                ..Default::default()
+            },
+        );
         let text = render(&stats, &Extra::default());
         assert!(
             text.contains("netchaos_connections_total{proxy=\"we\\\"ird\"} 3"),

@@ -215,6 +215,7 @@ async fn decide(syn: Syn, relay: &Arc<Relay>, sandbox: &Arc<Sandbox>) -> (Fate, 
         host: names.first().cloned(),
         proxy: Some(sandbox.label.clone()),
         counters: relay.events.stats.proxy(&sandbox.label),
+        faulted: Default::default(),
     });
     let hit = |c: &Chosen| {
         FaultHit::new(

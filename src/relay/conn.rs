@@ -78,6 +78,7 @@ pub(crate) async fn serve(
         host: dest.names.first().cloned(),
         proxy: Some(ep.name.clone()),
         counters: relay.events.stats.proxy(&ep.name),
+        faulted: Default::default(),
     });
     // Every log line of this connection names it.
     let span = tracing::info_span!("conn", id = seq, client = %peer, dst = %info.dst);
