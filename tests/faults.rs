@@ -175,7 +175,17 @@ fn reset_gives_econnreset_after_exactly_the_stated_bytes() {
     let proxy = proxy_to(&source, &["reset:after_bytes=4096"]);
     let code = r#"
 import socket, sys
-s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=10)
+# A reset that comes right after the bytes can beat connect()'s return on a
+# loaded machine (the handshake completes while the client waits for a
+# core): that is the fault too early for this client, not a wrong fault, so
+# it connects again.
+for attempt in range(5):
+    try:
+        s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=10)
+        break
+    except ConnectionResetError:
+        if attempt == 4:
+            raise
 n = 0
 try:
     while True:
