@@ -136,6 +136,10 @@ pub(crate) struct Stats {
     pub http_requests: AtomicU64,
     /// HTTP faults applied, by (kind, status answered: 0 when none was).
     pub http_faulted: Mutex<BTreeMap<(&'static str, u16), u64>>,
+    /// DNS queries the DNS layer saw (retransmissions not counted).
+    pub dns_queries: AtomicU64,
+    /// DNS faults applied, by kind.
+    pub dns_faulted: Mutex<BTreeMap<&'static str, u64>>,
     /// Connections by the path their bytes took (`splice`, `pipeline`,
     /// `http`, `https`).
     pub paths: Mutex<BTreeMap<&'static str, u64>>,
@@ -155,6 +159,8 @@ pub(crate) struct FaultCount {
     pub dirs: [u64; 2],
     /// It acts on HTTP requests: `units` counts requests.
     pub requests: bool,
+    /// It acts on DNS queries: `units` counts queries.
+    pub queries: bool,
 }
 
 /// Why the DNS forwarder dropped a query.
@@ -518,6 +524,63 @@ impl Events {
     }
 
     /// The HTTP layer read one more request.
+    /// The DNS layer saw a new query.
+    pub(crate) fn dns_query(&self) {
+        self.stats.dns_queries.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A DNS fault acted on query `seq` (once per query, not per retry).
+    pub(crate) fn dns_fault(
+        &self,
+        client: SocketAddr,
+        rule: &str,
+        spec: &FaultSpec,
+        q: &crate::dns::Query,
+        seq: u64,
+        transport: crate::dns::Transport,
+    ) {
+        {
+            let mut faults = self.stats.faults.lock().expect("stats lock");
+            let n = faults.entry((rule.to_string(), spec.name())).or_default();
+            n.hits += 1;
+            n.units += 1;
+            n.queries = true;
+        }
+        *self
+            .stats
+            .dns_faulted
+            .lock()
+            .expect("stats lock")
+            .entry(spec.name())
+            .or_default() += 1;
+        let qtype = crate::fault::dns_match::type_name(q.qtype);
+        if self.quiet_faults.load(Ordering::Relaxed) {
+            tracing::debug!(rule, query = seq, "fault {spec} on {qtype} {}", q.name);
+        } else {
+            tracing::info!(rule, query = seq, "fault {spec} on {qtype} {}", q.name);
+        }
+        let mut f = Map::new();
+        f.insert("client".into(), client.to_string().into());
+        f.insert("rule".into(), rule.into());
+        f.insert("fault".into(), spec.name().into());
+        f.insert(
+            "dns".into(),
+            json!({
+                "query": seq,
+                "name": q.name,
+                "qtype": qtype,
+                "transport": transport.as_str(),
+            }),
+        );
+        let params: Map<String, Value> = spec
+            .all_params()
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), Value::String(v)))
+            .collect();
+        f.insert("params".into(), Value::Object(params));
+        self.write("fault", f);
+    }
+
     pub(crate) fn http_request(&self) {
         self.stats.http_requests.fetch_add(1, Ordering::Relaxed);
     }
@@ -596,7 +659,9 @@ impl Events {
                 "rule", "fault", "count"
             ));
             for ((rule, kind), n) in faults.iter() {
-                let unit = match (n.requests, n.units) {
+                let unit = match (n.requests || n.queries, n.units) {
+                    (true, 1) if n.queries => "query",
+                    (true, _) if n.queries => "queries",
                     (true, 1) => "request",
                     (true, _) => "requests",
                     (false, 1) => "connection",
@@ -640,6 +705,20 @@ impl Events {
                 .collect();
             out.push_str(&format!(
                 "  HTTP requests: {requests} seen, {faulted} faulted{}\n",
+                if list.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", list.join(", "))
+                }
+            ));
+        }
+        let queries = s.dns_queries.load(Ordering::Relaxed);
+        if queries > 0 {
+            let by_kind = s.dns_faulted.lock().expect("stats lock");
+            let faulted: u64 = by_kind.values().sum();
+            let list: Vec<String> = by_kind.iter().map(|(k, n)| format!("{k} {n}")).collect();
+            out.push_str(&format!(
+                "  DNS queries: {queries} seen, {faulted} faulted{}\n",
                 if list.is_empty() {
                     String::new()
                 } else {

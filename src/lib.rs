@@ -18,7 +18,7 @@
 //! What to do:
 //!
 //! * `fault` — the fault kinds, one file each, registered in one place, in
-//!   layers (connect, stream, packet, http); stream faults are pipeline stages
+//!   layers (connect, stream, packet, http, dns); stream faults are pipeline stages
 //!   that know no socket; connect-phase decisions are pure functions
 //!   (`fault::connect`).
 //! * `plan` — validated rules: matches, faults, explicit proxies, the seed.
@@ -34,6 +34,10 @@
 //!   (`http::wire`), each request's faults (`http::decide`, pure),
 //!   server-sent events (`http::events`), and the two sides that follow one
 //!   connection's requests and responses (`http::exchange`).
+//! * `dns` — the DNS layer: each query of the namespace numbered and its
+//!   faults decided (`dns::decide`, pure), answers made in the resolver's
+//!   place (`dns::reply`), DNS over TCP (`dns::tcp`), and the names learned
+//!   from answers (`dns::names`).
 //! * `tls` — the CA that signs (per run, or the user's) and its leaves,
 //!   terminating and re-originating TLS, reading a ClientHello without
 //!   consuming it, and a Java key store writer.
@@ -63,6 +67,7 @@
 pub mod cli;
 pub mod commands;
 pub(crate) mod control;
+pub(crate) mod dns;
 pub mod error;
 pub(crate) mod events;
 pub(crate) mod fault;

@@ -62,6 +62,14 @@ impl DstPattern {
         }
     }
 
+    /// Whether a host pattern matches `name` (never an address pattern).
+    pub(crate) fn matches_name(&self, name: &str) -> bool {
+        match self {
+            DstPattern::Host(pat) => host_matches(pat, name),
+            DstPattern::Net(_) => false,
+        }
+    }
+
     fn matches(&self, ip: Option<IpAddr>, names: &[String]) -> bool {
         match self {
             DstPattern::Net(net) => ip.is_some_and(|ip| net.contains(&canonical(ip))),
@@ -155,6 +163,18 @@ impl Match {
             && self.flow.is_none_or(|f| f == m.flow)
             && (self.proxies.is_empty()
                 || m.proxy.is_some_and(|p| self.proxies.iter().any(|x| x == p)))
+    }
+}
+
+impl Match {
+    /// Whether a DNS query for `name` from the namespace falls under the
+    /// rule: `dst` host patterns name the queried name (address patterns
+    /// never match a query); ports and `protocol` are about connections
+    /// and do not narrow it.
+    pub(crate) fn matches_query(&self, name: &str) -> bool {
+        (self.dst.is_empty() || self.dst.iter().any(|d| d.matches_name(name)))
+            && self.flow.is_none_or(|f| f == Flow::Outbound)
+            && self.proxies.is_empty()
     }
 }
 

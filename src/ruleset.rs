@@ -187,6 +187,38 @@ impl RuleSet {
     }
 }
 
+impl RuleSet {
+    /// The DNS-layer faults for query `seq` (for `name`) at `elapsed`:
+    /// each enabled matching rule's, kept by its own seeded draw — a pure
+    /// function of (seed, rule, fault, query number), so a retransmission
+    /// numbered as its query gets its fate.
+    pub(crate) fn query(&self, name: &str, seq: u64, elapsed: Duration) -> Vec<Chosen> {
+        let mut out = Vec::new();
+        for rule in self.rules.read().expect("rules lock").iter() {
+            if !rule.enabled() || !rule.matcher.matches_query(name) {
+                continue;
+            }
+            for f in rule.faults().iter() {
+                if f.spec.kind.layer() != crate::fault::Layer::Dns
+                    || !f.spec.active.contains(elapsed)
+                {
+                    continue;
+                }
+                let (keep, seed) = plan::draw(self.seed, rule.key, f.id, seq, f.spec.probability);
+                if keep {
+                    out.push(Chosen {
+                        id: plan::mix(0, rule.key, f.id),
+                        rule: rule.name.clone(),
+                        spec: f.spec.clone(),
+                        seed,
+                    });
+                }
+            }
+        }
+        out
+    }
+}
+
 /// One connection's view of the rules it matched.
 pub(crate) struct ConnFaults {
     seed: u64,

@@ -23,7 +23,7 @@ use crate::intercept::attach::{self, Attached, Config, Mode};
 use crate::intercept::loss::LossTable;
 use crate::intercept::nsthread::NsThread;
 use crate::intercept::syn_gate;
-use crate::intercept::{dns, privilege};
+use crate::intercept::{dns_forward as dns, privilege};
 use crate::plan::Flow;
 use crate::profile;
 use crate::relay::{Endpoint, Interception, Relay, RelayOptions, Target};
@@ -271,15 +271,17 @@ impl Serving {
                 ),
             );
         }
-        let resolvers = Arc::new(resolvers);
+        let dns_layer = relay.start_dns(
+            sandbox.names.clone(),
+            resolvers,
+            Some(sandbox.clone() as Arc<dyn Interception>),
+        );
         for u in std::mem::take(&mut att.listeners.dns) {
             let u = tokio::net::UdpSocket::from_std(u).map_err(io)?;
             tasks.push(tokio::spawn(dns::serve(
                 u,
-                resolvers.clone(),
-                sandbox.names.clone(),
+                dns_layer.clone(),
                 sandbox.thread(),
-                relay.events.clone(),
             )));
         }
         Ok(Serving {

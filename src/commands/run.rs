@@ -21,7 +21,7 @@ use crate::intercept::addresses::NsAddrs;
 use crate::intercept::agent::AgentConfig;
 use crate::intercept::loss::LossTable;
 use crate::intercept::syn_gate;
-use crate::intercept::{dns, privilege, sandbox};
+use crate::intercept::{dns_forward as dns, privilege, sandbox};
 use crate::plan::{Flow, Plan};
 use crate::profile;
 use crate::relay::{self, Endpoint, Interception, Relay, RelayOptions, Target};
@@ -176,17 +176,11 @@ pub(super) fn run(g: &Global, args: &RunArgs) -> Result<u8> {
                 ),
             );
         }
-        let resolvers = Arc::new(resolvers);
+        let dns_layer = relay.start_dns(sandbox.names.clone(), resolvers, None);
         let mut dns_tasks = Vec::new();
         for u in listeners.dns {
             let u = tokio::net::UdpSocket::from_std(u).map_err(|e| Error::Runtime(e.into()))?;
-            dns_tasks.push(tokio::spawn(dns::serve(
-                u,
-                resolvers.clone(),
-                sandbox.names.clone(),
-                None,
-                events.clone(),
-            )));
+            dns_tasks.push(tokio::spawn(dns::serve(u, dns_layer.clone(), None)));
         }
         for (e, l) in exposes.iter().zip(expose_listeners) {
             let l = tokio::net::TcpListener::from_std(l).map_err(|e| Error::Runtime(e.into()))?;

@@ -166,6 +166,26 @@ pub(crate) fn render(stats: &Stats, extra: &Extra) -> String {
             "netchaos_http_faults_total{{fault=\"{fault}\",status=\"{status}\"}} {n}"
         );
     }
+    family_into(
+        &mut out,
+        "netchaos_dns_queries_total",
+        "counter",
+        "DNS queries of the namespace the DNS layer saw (retransmissions not counted).",
+    );
+    let _ = writeln!(
+        out,
+        "netchaos_dns_queries_total {}",
+        stats.dns_queries.load(Ordering::Relaxed)
+    );
+    family_into(
+        &mut out,
+        "netchaos_dns_faults_total",
+        "counter",
+        "DNS faults applied to queries, by fault.",
+    );
+    for (fault, n) in stats.dns_faulted.lock().expect("stats lock").iter() {
+        let _ = writeln!(out, "netchaos_dns_faults_total{{fault=\"{fault}\"}} {n}");
+    }
     for (name, kind, index) in [
         ("toxiproxy_proxy_received_bytes_total", "received", 0),
         ("toxiproxy_proxy_sent_bytes_total", "sent", 1),

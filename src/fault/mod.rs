@@ -14,9 +14,11 @@
 //! the client's SYN, decided by [`connect`] (pure: the caller brings the
 //! clock), and packet-layer ones (`loss`, `blackout`) on the packets of the
 //! flow; both need interception (`netchaos run`, `attach`, `--in-place`),
-//! whose SYN gate and nftables table carry them out.
+//! whose SYN gate and nftables table carry them out. DNS-layer ones act on
+//! the namespace's queries in its DNS forwarder ([`crate::dns`]).
 
 pub(crate) mod connect;
+pub(crate) mod dns_match;
 pub(crate) mod http_match;
 pub(crate) mod stage;
 pub(crate) mod trigger;
@@ -101,6 +103,9 @@ pub(crate) enum Layer {
     /// On each HTTP request and its response (keep-alive connections
     /// included; HTTPS through the run's CA).
     Http,
+    /// On each DNS query of the namespace (UDP and TCP port 53), in the
+    /// forwarder: resolution fails, waits or answers wrongly.
+    Dns,
 }
 
 impl Layer {
@@ -110,13 +115,14 @@ impl Layer {
             Layer::Stream => "stream",
             Layer::Packet => "packet",
             Layer::Http => "http",
+            Layer::Dns => "dns",
         }
     }
 
     /// Whether the layer needs interception (the SYN gate, the namespace's
     /// packet rules): explicit proxies cannot apply it.
     pub(crate) fn needs_interception(self) -> bool {
-        matches!(self, Layer::Connect | Layer::Packet)
+        matches!(self, Layer::Connect | Layer::Packet | Layer::Dns)
     }
 
     /// What the layer acts on, for messages.
@@ -126,6 +132,7 @@ impl Layer {
             Layer::Stream => "the bytes",
             Layer::Packet => "packets",
             Layer::Http => "HTTP requests",
+            Layer::Dns => "DNS queries",
         }
     }
 }
@@ -290,6 +297,11 @@ registry! {
     http_delay: HttpDelay;
     sse: Sse;
     http_truncate: HttpTruncate;
+    dns_timeout: DnsTimeout;
+    dns_error: DnsError;
+    dns_delay: DnsDelay;
+    dns_answer: DnsAnswer;
+    dns_truncate: DnsTruncate;
 }
 
 impl FaultKind {

@@ -5,7 +5,7 @@
 //! ([`agent`], at [`addresses`] the host does not use): `lo` up with a
 //! default route, one nftables table ([`nft`]) redirecting every outbound
 //! TCP connection to the relay's listeners and every UDP DNS query to a
-//! forwarder ([`dns`]), all created inside the namespace and handed to
+//! forwarder ([`dns_forward`]), all created inside the namespace and handed to
 //! netchaos over a socket pair ([`channel`]). The command runs in a PID
 //! namespace whose first process ([`init`]) ties its life to netchaos's
 //! and keeps it inside the boundary ([`privilege`]). `attach` and
@@ -30,7 +30,7 @@ pub(crate) mod addresses;
 pub(crate) mod agent;
 pub(crate) mod attach;
 pub(crate) mod channel;
-pub(crate) mod dns;
+pub(crate) mod dns_forward;
 pub(crate) mod error;
 pub(crate) mod gate;
 pub(crate) mod init;

@@ -19,13 +19,13 @@ use tokio::net::TcpStream;
 use super::addresses::NsAddrs;
 use super::agent::{self, AgentConfig, AgentMsg, ParentMsg, Reply, Request};
 use super::channel::Channel;
-use super::dns::NameTable;
 use super::error::{InterceptError, Result};
 use super::gate::Gate;
 use super::loss::LossTable;
 use super::nft::Redirects;
 use super::nsthread::NsThread;
 use super::sock_diag;
+use crate::dns::NameTable;
 use crate::fault::Partition;
 use crate::relay::interception::{DialFuture, Handoff, Interception, Route};
 

@@ -196,6 +196,11 @@ fn gate_fate(fate: SynFate, loss: u8) -> Fate {
 
 /// One connection's fate: its faults, then the upstream's own answer.
 async fn decide(syn: Syn, relay: &Arc<Relay>, sandbox: &Arc<Sandbox>) -> (Fate, Option<Handoff>) {
+    // DNS over TCP is the DNS layer's (its faults, the run's resolvers):
+    // through to the relay, which hands it over.
+    if syn.dst.port() == 53 && relay.dns.get().is_some() {
+        return (gate_fate(SynFate::Pass, 0), None);
+    }
     let seq = relay.next_seq();
     let names = sandbox.names.names(syn.dst.ip());
     let meta = ConnMeta {

@@ -48,6 +48,21 @@ pub(crate) async fn serve(
     // upstream, dialled while its SYN was held.
     let mut dest = dial::destination(&ep, &client).await;
     let first = dest.addrs.first().copied();
+    // The namespace's DNS over TCP belongs to the DNS layer.
+    if let (Some((layer, inside)), Target::Transparent(_), Some(dst)) =
+        (relay.dns.get(), &ep.target, first)
+        && dst.port() == 53
+        && ep.flow == crate::plan::Flow::Outbound
+    {
+        let timeout = relay.opts.dial_timeout;
+        let dial = |r: SocketAddr| async move {
+            dial::dial(r, timeout, inside.as_ref())
+                .await
+                .map_err(|e| std::io::Error::other(e.to_string()))
+        };
+        crate::dns::tcp::serve(layer.clone(), client, peer, dial).await;
+        return;
+    }
     let handoff = match &ep.target {
         Target::Transparent(ns) if ep.flow == crate::plan::Flow::Outbound => {
             first.and_then(|dst| ns.claim(peer, dst))

@@ -21,8 +21,8 @@ pub(crate) mod splice;
 
 use std::io;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use futures_util::FutureExt;
@@ -222,6 +222,9 @@ pub(crate) fn default_max_connections() -> usize {
     (soft.saturating_sub(128) / 3).clamp(16, 100_000) as usize
 }
 
+/// The DNS layer and how its resolvers are reached (`None`: from the host).
+pub(crate) type DnsService = (Arc<crate::dns::DnsLayer>, Option<Arc<dyn Interception>>);
+
 /// The running relay: shared by the accept loops and every connection.
 pub(crate) struct Relay {
     pub rules: Arc<RuleSet>,
@@ -239,6 +242,9 @@ pub(crate) struct Relay {
     /// Ends the connections still open after the drain period.
     abort: CancellationToken,
     tasks: TaskTracker,
+    /// The DNS layer, under interception: TCP port 53 goes to it, with
+    /// resolvers dialled from the host or (`Some`) through the namespace.
+    pub dns: OnceLock<DnsService>,
 }
 
 impl Relay {
@@ -254,7 +260,27 @@ impl Relay {
             stop: CancellationToken::new(),
             abort: CancellationToken::new(),
             tasks: TaskTracker::new(),
+            dns: OnceLock::new(),
         })
+    }
+
+    /// Starts the DNS layer of an interception (once): the forwarder's
+    /// queries and TCP port 53 both go through it, to `resolvers`.
+    pub(crate) fn start_dns(
+        &self,
+        names: Arc<crate::dns::NameTable>,
+        resolvers: Vec<SocketAddr>,
+        inside: Option<Arc<dyn Interception>>,
+    ) -> Arc<crate::dns::DnsLayer> {
+        let layer = Arc::new(crate::dns::DnsLayer::new(
+            self.rules.clone(),
+            self.events.clone(),
+            self.epoch,
+            names,
+            Arc::new(resolvers),
+        ));
+        let _ = self.dns.set((layer.clone(), inside));
+        layer
     }
 
     /// Accepts on `listener` and relays each connection to `ep`, until

@@ -1,21 +1,35 @@
-"""A tiny authoritative DNS responder for tests: answers A queries for the
-names given on the command line, every other query with an empty NOERROR
-(or NXDOMAIN for unknown names). Prints its port, then serves until stdin
-closes.
+"""A tiny authoritative DNS responder for tests, on loopback, over UDP and
+TCP (the same port): answers A (and AAAA) queries for the names given on
+the command line, every other query for them with an empty NOERROR, and
+unknown names with NXDOMAIN. Prints its port, then serves until stdin
+closes. With --log FILE, appends a line "TRANSPORT NAME QTYPE" per query.
 
-usage: python3 dnsd.py NAME=IPV4 [NAME=IPV4 ...]
+usage: python3 dnsd.py [--log FILE] NAME=IP [NAME=IP ...]
 """
+import ipaddress
 import socket
 import struct
 import sys
 import threading
 
-records = dict(arg.split("=", 1) for arg in sys.argv[1:])
-records = {k.lower().rstrip("."): v for k, v in records.items()}
+args = sys.argv[1:]
+log = None
+if args[:1] == ["--log"]:
+    log = open(args[1], "a", buffering=1)
+    args = args[2:]
+records = {}
+for arg in args:
+    name, ip = arg.split("=", 1)
+    records.setdefault(name.lower().rstrip("."), []).append(ipaddress.ip_address(ip))
 
-sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-sock.bind(("127.0.0.1", 0))
-print(sock.getsockname()[1], flush=True)
+udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+udp.bind(("127.0.0.1", 0))
+port = udp.getsockname()[1]
+tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+tcp.bind(("127.0.0.1", port))
+tcp.listen(16)
+print(port, flush=True)
 
 
 def qname(data, off):
@@ -27,30 +41,66 @@ def qname(data, off):
     return ".".join(labels).lower(), off + 1
 
 
-def answer(query):
+def answer(query, transport):
     ident, flags, qd = struct.unpack("!HHH", query[:6])
     name, end = qname(query, 12)
     qtype, qclass = struct.unpack("!HH", query[end : end + 4])
+    if log:
+        log.write(f"{transport} {name} {qtype}\n")
     question = query[12 : end + 4]
     known = name in records
     rcode = 0 if known else 3
     answers = b""
     count = 0
-    if known and qtype == 1:
-        answers = b"\xc0\x0c" + struct.pack("!HHIH", 1, 1, 30, 4) + socket.inet_aton(records[name])
-        count = 1
+    for ip in records.get(name, []):
+        if qtype == 1 and ip.version == 4:
+            answers += b"\xc0\x0c" + struct.pack("!HHIH", 1, 1, 30, 4) + ip.packed
+            count += 1
+        elif qtype == 28 and ip.version == 6:
+            answers += b"\xc0\x0c" + struct.pack("!HHIH", 28, 1, 30, 16) + ip.packed
+            count += 1
     header = struct.pack("!HHHHHH", ident, 0x8180 | rcode, 1, count, 0, 0)
     return header + question + answers
 
 
-def serve():
+def serve_udp():
     while True:
-        data, addr = sock.recvfrom(4096)
+        data, addr = udp.recvfrom(4096)
         try:
-            sock.sendto(answer(data), addr)
+            udp.sendto(answer(data, "udp"), addr)
         except Exception as e:  # a malformed query: ignore it
             print("dnsd:", e, file=sys.stderr)
 
 
-threading.Thread(target=serve, daemon=True).start()
+def read_exact(c, n):
+    buf = b""
+    while len(buf) < n:
+        got = c.recv(n - len(buf))
+        if not got:
+            raise EOFError
+        buf += got
+    return buf
+
+
+def serve_tcp_client(c):
+    c.settimeout(10)
+    try:
+        while True:
+            (n,) = struct.unpack("!H", read_exact(c, 2))
+            a = answer(read_exact(c, n), "tcp")
+            c.sendall(struct.pack("!H", len(a)) + a)
+    except Exception:
+        pass
+    finally:
+        c.close()
+
+
+def serve_tcp():
+    while True:
+        c, _ = tcp.accept()
+        threading.Thread(target=serve_tcp_client, args=(c,), daemon=True).start()
+
+
+threading.Thread(target=serve_udp, daemon=True).start()
+threading.Thread(target=serve_tcp, daemon=True).start()
 sys.stdin.read()

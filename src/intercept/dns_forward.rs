@@ -1,103 +1,32 @@
 //! DNS for the namespace. UDP queries to port 53 are redirected to this
 //! forwarder, which passes them to the host's resolvers from the host's
-//! network namespace (so a loopback resolver such as 127.0.0.53 works), and
-//! learns from the answers which names resolved to which addresses, so that
-//! rules can match host names (`match.dst = ["api.example.com"]`).
+//! network namespace (so a loopback resolver such as 127.0.0.53 works),
+//! after the DNS layer ([`crate::dns`]) has decided each query's fate —
+//! forwarded, held, answered in the resolver's place, or never answered —
+//! and learns from the answers which names resolved to which addresses.
 //!
 //! In an existing namespace (`attach`, `run --in-place`) the forwarder asks
 //! that namespace's own resolvers, from inside it, with marked sockets that
 //! interception lets through.
 //!
-//! TCP queries (port 53) are relayed like any other TCP connection, to the
-//! resolver the client asked; names are learned from UDP answers only.
+//! TCP queries (port 53) reach the relay, which hands them to the DNS
+//! layer's TCP side ([`crate::dns::tcp`]), towards the same resolvers.
 
-use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::Path;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
-use simple_dns::rdata::RData;
 use simple_dns::{OPCODE, Packet, PacketFlag};
 use tokio::net::UdpSocket;
 use tokio::sync::Semaphore;
 
 use super::nsthread::NsThread;
-use crate::events::{DnsRefusal, Events};
+use crate::dns::{Action, DnsLayer, Transport};
+use crate::events::DnsRefusal;
 
-/// How long a learned name is kept at least, whatever the record's TTL: a
-/// client may connect well after its lookup (connection pools, caches).
-const KEEP_AT_LEAST: Duration = Duration::from_secs(600);
-/// Most addresses remembered; beyond it, expired entries are dropped.
-const MAX_ADDRESSES: usize = 65_536;
 /// How long one resolver gets before the next is tried.
 const RESOLVER_TIMEOUT: Duration = Duration::from_millis(1500);
-
-/// Which names resolved to which addresses.
-#[derive(Default)]
-pub(crate) struct NameTable {
-    map: Mutex<HashMap<IpAddr, Vec<(String, Instant)>>>,
-}
-
-impl NameTable {
-    pub(crate) fn learn(&self, name: &str, ip: IpAddr, ttl: u32) {
-        let name = name.trim_end_matches('.').to_ascii_lowercase();
-        if name.is_empty() {
-            return;
-        }
-        let until = Instant::now() + KEEP_AT_LEAST.max(Duration::from_secs(u64::from(ttl)));
-        let mut map = self.map.lock().expect("name table lock");
-        if map.len() >= MAX_ADDRESSES && !map.contains_key(&ip) {
-            let now = Instant::now();
-            map.retain(|_, names| {
-                names.retain(|(_, t)| *t > now);
-                !names.is_empty()
-            });
-            if map.len() >= MAX_ADDRESSES {
-                return;
-            }
-        }
-        let names = map.entry(ip).or_default();
-        match names.iter_mut().find(|(n, _)| *n == name) {
-            Some(entry) => entry.1 = entry.1.max(until),
-            None => names.push((name, until)),
-        }
-    }
-
-    /// Names known for `ip` (IPv4-mapped IPv6 addresses count as IPv4).
-    pub(crate) fn names(&self, ip: IpAddr) -> Vec<String> {
-        let ip = match ip {
-            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-            v4 => v4,
-        };
-        self.map
-            .lock()
-            .expect("name table lock")
-            .get(&ip)
-            .map(|names| names.iter().map(|(n, _)| n.clone()).collect())
-            .unwrap_or_default()
-    }
-
-    /// Records every address in a DNS response under the names it answers
-    /// for: the question's name and each record's owner (CNAME chains).
-    pub(crate) fn learn_response(&self, response: &[u8]) {
-        let Ok(packet) = Packet::parse(response) else {
-            return;
-        };
-        let question: Option<String> = packet.questions.first().map(|q| q.qname.to_string());
-        for rr in &packet.answers {
-            let ip = match &rr.rdata {
-                RData::A(a) => IpAddr::V4(Ipv4Addr::from(a.address)),
-                RData::AAAA(a) => IpAddr::V6(Ipv6Addr::from(a.address)),
-                _ => continue,
-            };
-            self.learn(&rr.name.to_string(), ip, rr.ttl);
-            if let Some(q) = &question {
-                self.learn(q, ip, rr.ttl);
-            }
-        }
-    }
-}
 
 /// Reads the `nameserver` lines of a resolv.conf. Besides addresses,
 /// `ADDR:PORT` and `[V6]:PORT` are accepted (a netchaos extension, for
@@ -162,11 +91,10 @@ pub(crate) struct BadResolvConf(String);
 /// counted in `events`.
 pub(crate) async fn serve(
     socket: UdpSocket,
-    resolvers: Arc<Vec<SocketAddr>>,
-    names: Arc<NameTable>,
+    layer: Arc<DnsLayer>,
     inside: Option<(Arc<NsThread>, u32)>,
-    events: Arc<Events>,
 ) {
+    let events = layer.events.clone();
     let socket = Arc::new(socket);
     let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
     let inside = inside.map(Arc::new);
@@ -184,12 +112,28 @@ pub(crate) async fn serve(
             continue;
         };
         let query = buf[..n].to_vec();
-        let (socket, resolvers, names) = (socket.clone(), resolvers.clone(), names.clone());
+        let (socket, layer) = (socket.clone(), layer.clone());
         let inside = inside.clone();
         tokio::spawn(async move {
-            let answer = forward(&query, reply_size, &resolvers, inside.as_deref()).await;
+            let Some(decision) = layer.decide(client, &query, Transport::Udp) else {
+                return;
+            };
+            let answer = match decision.action {
+                Action::Silence => None,
+                Action::Answer(made) => crate::dns::reply::build(&query, &made),
+                Action::Forward => {
+                    let answer =
+                        forward(&query, reply_size, &layer.resolvers, inside.as_deref()).await;
+                    if let Some(a) = &answer {
+                        layer.names.learn_response(a);
+                    }
+                    answer
+                }
+            };
             if let Some(answer) = answer {
-                names.learn_response(&answer);
+                if !decision.delay.is_zero() {
+                    tokio::time::sleep(decision.delay).await;
+                }
                 let _ = socket.send_to(&answer, client).await;
             }
             drop(slot);
@@ -289,41 +233,7 @@ async fn query_socket(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use simple_dns::rdata::{A, CNAME};
-    use simple_dns::{CLASS, Name, Question, ResourceRecord};
-
-    #[test]
-    fn learns_names_and_cname_chains() {
-        let mut p = Packet::new_reply(7);
-        p.questions.push(Question::new(
-            Name::new_unchecked("api.example.com"),
-            simple_dns::TYPE::A.into(),
-            simple_dns::CLASS::IN.into(),
-            false,
-        ));
-        p.answers.push(ResourceRecord::new(
-            Name::new_unchecked("api.example.com"),
-            CLASS::IN,
-            60,
-            RData::CNAME(CNAME(Name::new_unchecked("lb.example.net"))),
-        ));
-        p.answers.push(ResourceRecord::new(
-            Name::new_unchecked("lb.example.net"),
-            CLASS::IN,
-            60,
-            RData::A(A {
-                address: u32::from(Ipv4Addr::new(10, 1, 2, 3)),
-            }),
-        ));
-        let t = NameTable::default();
-        t.learn_response(&p.build_bytes_vec().unwrap());
-        let mut names = t.names("10.1.2.3".parse().unwrap());
-        names.sort();
-        assert_eq!(names, vec!["api.example.com", "lb.example.net"]);
-        assert_eq!(t.names("::ffff:10.1.2.3".parse().unwrap()).len(), 2);
-        assert!(t.names("10.9.9.9".parse().unwrap()).is_empty());
-        t.learn_response(b"garbage");
-    }
+    use simple_dns::{Name, Question};
 
     #[test]
     fn only_well_formed_queries_are_forwarded() {

@@ -1,0 +1,228 @@
+//! The fate of one DNS query, decided from the faults drawn for it — pure:
+//! no sockets, no clock; the caller brings the query and the draws.
+//!
+//! The first fault in rule order that ends the query decides it (never
+//! answered, an error, an answer of ours, truncated); every `dns_delay`
+//! that matches adds its hold to the answer, ours or the resolver's.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use simple_dns::{OPCODE, Packet, PacketFlag};
+
+use crate::fault::dns_error::Rcode;
+use crate::fault::dns_match::QueryView;
+use crate::fault::{Chosen, Direction, FaultKind};
+
+/// How a query reached the forwarder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Transport {
+    Udp,
+    Tcp,
+}
+
+impl Transport {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Transport::Udp => "udp",
+            Transport::Tcp => "tcp",
+        }
+    }
+}
+
+/// A well-formed standard query, as the DNS layer looks at it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Query {
+    pub id: u16,
+    /// Lower case, without the trailing dot.
+    pub name: String,
+    pub qtype: u16,
+}
+
+impl Query {
+    /// `None` for anything but a standard query with one question.
+    pub(crate) fn parse(bytes: &[u8]) -> Option<Query> {
+        let p = Packet::parse(bytes).ok()?;
+        if p.has_flags(PacketFlag::RESPONSE)
+            || p.opcode() != OPCODE::StandardQuery
+            || p.questions.len() != 1
+        {
+            return None;
+        }
+        let q = &p.questions[0];
+        Some(Query {
+            id: p.id(),
+            name: q
+                .qname
+                .to_string()
+                .trim_end_matches('.')
+                .to_ascii_lowercase(),
+            qtype: u16::from(q.qtype),
+        })
+    }
+
+    fn view(&self) -> QueryView<'_> {
+        QueryView {
+            name: &self.name,
+            qtype: self.qtype,
+        }
+    }
+}
+
+/// An answer made in the resolver's place.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Made {
+    Error(Rcode),
+    /// NOERROR with these addresses (maybe none).
+    Addresses {
+        addrs: Vec<IpAddr>,
+        ttl: u32,
+    },
+    /// TC set, no records: retry over TCP.
+    Truncated,
+}
+
+/// What happens to the query.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Action {
+    /// To the resolvers, as without netchaos.
+    Forward,
+    /// Never answered.
+    Silence,
+    /// Answered by netchaos.
+    Answer(Made),
+}
+
+/// A query's fate and the faults that made it.
+#[derive(Debug, Clone)]
+pub(crate) struct Decision {
+    pub action: Action,
+    /// How long the answer (any answer) is held.
+    pub delay: Duration,
+    /// The faults that took effect, in rule order.
+    pub acting: Vec<Chosen>,
+}
+
+/// Decides `query`'s fate from the faults drawn for it.
+pub(crate) fn decide(chosen: &[Chosen], query: &Query, transport: Transport) -> Decision {
+    let view = query.view();
+    let mut d = Decision {
+        action: Action::Forward,
+        delay: Duration::ZERO,
+        acting: Vec::new(),
+    };
+    for c in chosen {
+        let ends = match &c.spec.kind {
+            FaultKind::DnsDelay(k) if k.matcher().matches(&view) => {
+                if d.action != Action::Silence {
+                    d.delay += k.sample(&mut c.rng(Direction::Downstream));
+                    d.acting.push(c.clone());
+                }
+                continue;
+            }
+            FaultKind::DnsTimeout(k) if k.matcher().matches(&view) => Action::Silence,
+            FaultKind::DnsError(k) if k.matcher().matches(&view) => {
+                Action::Answer(Made::Error(k.rcode()))
+            }
+            FaultKind::DnsAnswer(k) if k.matcher().matches(&view) => {
+                Action::Answer(Made::Addresses {
+                    addrs: k.for_type(query.qtype).collect(),
+                    ttl: k.ttl(),
+                })
+            }
+            FaultKind::DnsTruncate(k)
+                if transport == Transport::Udp && k.matcher().matches(&view) =>
+            {
+                Action::Answer(Made::Truncated)
+            }
+            _ => continue,
+        };
+        if d.action == Action::Forward {
+            d.action = ends;
+            d.acting.push(c.clone());
+        }
+    }
+    if d.action == Action::Silence {
+        // Nothing is held that is never sent.
+        d.delay = Duration::ZERO;
+        d.acting
+            .retain(|c| !matches!(c.spec.kind, FaultKind::DnsDelay(_)));
+    }
+    d
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fault::testing::spec;
+    use std::sync::Arc;
+
+    fn chosen(list: &[(&str, &[(&str, &str)])]) -> Vec<Chosen> {
+        list.iter()
+            .enumerate()
+            .map(|(i, (k, p))| Chosen {
+                id: i as u64,
+                rule: "r".into(),
+                spec: Arc::new(spec(k, p).unwrap()),
+                seed: 7,
+            })
+            .collect()
+    }
+
+    fn q(name: &str, qtype: u16) -> Query {
+        Query {
+            id: 1,
+            name: name.into(),
+            qtype,
+        }
+    }
+
+    #[test]
+    fn first_ending_fault_wins_and_delays_add() {
+        let c = chosen(&[
+            ("dns_delay", &[("delay", "300ms")]),
+            ("dns_error", &[("rcode", "SERVFAIL"), ("name", "a.test")]),
+            ("dns_timeout", &[]),
+            ("dns_delay", &[("delay", "100ms")]),
+        ]);
+        let d = decide(&c, &q("a.test", 1), Transport::Udp);
+        assert_eq!(d.action, Action::Answer(Made::Error(Rcode::ServFail)));
+        assert_eq!(d.delay, Duration::from_millis(400));
+        assert_eq!(d.acting.len(), 3, "both delays and the error");
+        let d = decide(&c, &q("b.test", 1), Transport::Udp);
+        assert_eq!(d.action, Action::Silence, "the error is for a.test only");
+        assert_eq!(d.delay, Duration::ZERO);
+        assert_eq!(d.acting.len(), 1);
+    }
+
+    #[test]
+    fn answers_by_family_and_truncation_only_over_udp() {
+        let c = chosen(&[("dns_answer", &[("addresses", "10.0.0.9|::9")])]);
+        let a = decide(&c, &q("x", 1), Transport::Udp);
+        assert_eq!(
+            a.action,
+            Action::Answer(Made::Addresses {
+                addrs: vec!["10.0.0.9".parse().unwrap()],
+                ttl: 60
+            })
+        );
+        let aaaa = decide(&c, &q("x", 28), Transport::Udp);
+        assert!(
+            matches!(aaaa.action, Action::Answer(Made::Addresses { ref addrs, .. }) if addrs == &["::9".parse::<IpAddr>().unwrap()])
+        );
+        assert_eq!(
+            decide(&c, &q("x", 15), Transport::Udp).action,
+            Action::Forward,
+            "MX is not answered"
+        );
+        let t = chosen(&[("dns_truncate", &[])]);
+        assert_eq!(
+            decide(&t, &q("x", 1), Transport::Udp).action,
+            Action::Answer(Made::Truncated)
+        );
+        assert_eq!(
+            decide(&t, &q("x", 1), Transport::Tcp).action,
+            Action::Forward
+        );
+    }
+}

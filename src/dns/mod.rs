@@ -1,0 +1,189 @@
+//! The DNS layer: faults on the namespace's name resolution. Each query
+//! (UDP from the forwarder, TCP from the relay) is numbered, its faults
+//! drawn from the rules as of now ([`RuleSet::query`]), and its fate
+//! decided ([`decide`]) — forwarded, held, answered in the resolver's
+//! place ([`reply`]), or never answered. A retransmission of a query (same
+//! client, id, name and type, within [`SAME_QUERY`]) keeps its number, so
+//! a timed-out query stays unanswered through every retry and a
+//! probability draw is not re-rolled by the client's resolver.
+
+pub(crate) mod decide;
+pub(crate) mod names;
+pub(crate) mod reply;
+pub(crate) mod tcp;
+
+pub(crate) use decide::{Action, Decision, Query, Transport};
+pub(crate) use names::NameTable;
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::events::Events;
+use crate::ruleset::RuleSet;
+
+/// How long a query is remembered as the same query for its retries
+/// (glibc retries after 5 s, twice; other stubs sooner).
+pub(crate) const SAME_QUERY: Duration = Duration::from_secs(30);
+/// Most queries remembered; a flood forgets the oldest first.
+const MAX_REMEMBERED: usize = 4096;
+
+type QueryKey = (IpAddr, Transport, u16, u16, String);
+
+/// The DNS layer of one run: rules, numbering, and where answers go.
+pub(crate) struct DnsLayer {
+    rules: Arc<RuleSet>,
+    pub(crate) events: Arc<Events>,
+    /// When netchaos started: `active` windows count from here.
+    epoch: Instant,
+    next: AtomicU64,
+    recent: Mutex<HashMap<QueryKey, (u64, Instant)>>,
+    /// Names learned from answers, for `match.dst` host names.
+    pub(crate) names: Arc<NameTable>,
+    /// Where queries are forwarded.
+    pub(crate) resolvers: Arc<Vec<SocketAddr>>,
+}
+
+impl DnsLayer {
+    pub(crate) fn new(
+        rules: Arc<RuleSet>,
+        events: Arc<Events>,
+        epoch: Instant,
+        names: Arc<NameTable>,
+        resolvers: Arc<Vec<SocketAddr>>,
+    ) -> DnsLayer {
+        DnsLayer {
+            rules,
+            events,
+            epoch,
+            next: AtomicU64::new(0),
+            recent: Mutex::new(HashMap::new()),
+            names,
+            resolvers,
+        }
+    }
+
+    /// The fate of one query from `client` (`None`: not a standard query).
+    /// The faults that act are recorded the first time a query is seen,
+    /// not again for its retransmissions.
+    pub(crate) fn decide(
+        &self,
+        client: SocketAddr,
+        bytes: &[u8],
+        transport: Transport,
+    ) -> Option<Decision> {
+        let query = Query::parse(bytes)?;
+        let (seq, fresh) = self.number(client.ip(), transport, &query);
+        let chosen = self.rules.query(&query.name, seq, self.epoch.elapsed());
+        let d = decide::decide(&chosen, &query, transport);
+        if fresh {
+            self.events.dns_query();
+            for c in &d.acting {
+                self.events
+                    .dns_fault(client, &c.rule, &c.spec, &query, seq, transport);
+            }
+        }
+        Some(d)
+    }
+
+    /// The query's number, and whether it is new (not a retransmission).
+    fn number(&self, ip: IpAddr, transport: Transport, q: &Query) -> (u64, bool) {
+        let now = Instant::now();
+        let key = (ip, transport, q.id, q.qtype, q.name.clone());
+        let mut recent = self.recent.lock().expect("dns lock");
+        if let Some((seq, at)) = recent.get(&key)
+            && now.duration_since(*at) < SAME_QUERY
+        {
+            return (*seq, false);
+        }
+        if recent.len() >= MAX_REMEMBERED {
+            recent.retain(|_, (_, at)| now.duration_since(*at) < SAME_QUERY);
+            if recent.len() >= MAX_REMEMBERED {
+                recent.clear();
+            }
+        }
+        let seq = self.next.fetch_add(1, Ordering::Relaxed);
+        recent.insert(key, (seq, now));
+        (seq, true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fault::testing::spec;
+    use crate::plan::{Match, Plan, Rule};
+    use simple_dns::{CLASS, Name, Packet, Question, TYPE};
+
+    fn query(id: u16, name: &str) -> Vec<u8> {
+        let mut q = Packet::new_query(id);
+        q.questions.push(Question::new(
+            Name::new_unchecked(name),
+            TYPE::A.into(),
+            CLASS::IN.into(),
+            false,
+        ));
+        q.build_bytes_vec().unwrap()
+    }
+
+    fn layer(seed: u64, p: &str) -> DnsLayer {
+        let plan = Plan {
+            seed,
+            rules: vec![Arc::new(Rule {
+                name: "r".into(),
+                matcher: Match::default(),
+                faults: vec![Arc::new(
+                    spec("dns_timeout", &[("probability", p)]).unwrap(),
+                )],
+                loc: "t".into(),
+            })],
+            ..Plan::default()
+        };
+        DnsLayer::new(
+            Arc::new(RuleSet::from_plan(&plan)),
+            Arc::new(Events::in_memory()),
+            Instant::now(),
+            Default::default(),
+            Arc::new(Vec::new()),
+        )
+    }
+
+    fn fates(l: &DnsLayer, n: u16) -> Vec<bool> {
+        let client: SocketAddr = "10.0.0.2:4000".parse().unwrap();
+        (0..n)
+            .map(|i| {
+                l.decide(client, &query(i, "a.test"), Transport::Udp)
+                    .unwrap()
+                    .action
+                    == Action::Silence
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn same_seed_same_queries_and_retries_keep_their_fate() {
+        let a = fates(&layer(42, "0.5"), 40);
+        assert_eq!(
+            a,
+            fates(&layer(42, "0.5"), 40),
+            "a replay faults the same queries"
+        );
+        assert_ne!(a, fates(&layer(43, "0.5"), 40), "another seed, others");
+        let hit = a.iter().filter(|x| **x).count();
+        assert!((8..=32).contains(&hit), "{hit} of 40");
+        // Retransmissions (same id from the same client) keep the query's
+        // number, so its fate: every retry of a timed-out query is silent.
+        let l = layer(42, "0.5");
+        let first = fates(&l, 40);
+        assert_eq!(first, fates(&l, 40));
+        assert_eq!(
+            l.next.load(Ordering::Relaxed),
+            40,
+            "retries are not new queries"
+        );
+    }
+}

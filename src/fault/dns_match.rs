@@ -1,0 +1,146 @@
+//! What every DNS fault shares: which queries it applies to — the queried
+//! name (`name`: exact, or `*.example.com` for its subdomains) and the
+//! query type (`qtype`: `A`, `AAAA`, …). The per-query `probability` draw
+//! is the DNS layer's, from (seed, rule, fault, query number).
+
+use crate::plan::DstPattern;
+use crate::settings::{Fields, ProfileError, node_text};
+
+/// A query, as far as matching looks at it.
+pub(crate) struct QueryView<'a> {
+    /// Lower case, without the trailing dot.
+    pub(crate) name: &'a str,
+    pub(crate) qtype: u16,
+}
+
+/// Which queries a DNS fault applies to; empty criteria match every query.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct QueryMatch {
+    names: Vec<DstPattern>,
+    qtypes: Vec<u16>,
+}
+
+/// The record types people name, by number.
+const TYPES: &[(&str, u16)] = &[
+    ("A", 1),
+    ("NS", 2),
+    ("CNAME", 5),
+    ("SOA", 6),
+    ("PTR", 12),
+    ("MX", 15),
+    ("TXT", 16),
+    ("AAAA", 28),
+    ("SRV", 33),
+    ("SVCB", 64),
+    ("HTTPS", 65),
+    ("ANY", 255),
+    ("CAA", 257),
+];
+
+/// A query type's name (`TYPE99` for one without a name here).
+pub(crate) fn type_name(t: u16) -> String {
+    TYPES
+        .iter()
+        .find(|(_, n)| *n == t)
+        .map_or_else(|| format!("TYPE{t}"), |(s, _)| s.to_string())
+}
+
+fn parse_type(s: &str) -> Option<u16> {
+    let up = s.trim().to_ascii_uppercase();
+    TYPES
+        .iter()
+        .find(|(n, _)| *n == up)
+        .map(|(_, t)| *t)
+        .or_else(|| up.strip_prefix("TYPE")?.parse().ok())
+}
+
+impl QueryMatch {
+    pub(crate) fn parse(f: &mut Fields) -> Result<QueryMatch, ProfileError> {
+        let mut m = QueryMatch::default();
+        for n in f.strings("name")?.unwrap_or_default() {
+            let text = node_text(&n);
+            match DstPattern::parse(&text) {
+                Ok(p @ DstPattern::Host(_)) => m.names.push(p),
+                _ => {
+                    return Err(f.error(
+                        "name",
+                        &n.loc,
+                        format!(
+                            "expected a host name like \"api.example.com\" or \"*.example.com\", got {text:?}"
+                        ),
+                    ));
+                }
+            }
+        }
+        for t in f.strings("qtype")?.unwrap_or_default() {
+            let text = node_text(&t);
+            let Some(n) = parse_type(&text) else {
+                let known: Vec<&str> = TYPES.iter().map(|(n, _)| *n).collect();
+                return Err(f.error(
+                    "qtype",
+                    &t.loc,
+                    format!(
+                        "unknown query type {text:?}; expected one of {} or TYPEnn",
+                        known.join(", ")
+                    ),
+                ));
+            };
+            m.qtypes.push(n);
+        }
+        Ok(m)
+    }
+
+    /// The same, with `qtype` defaulting to `types` when none was given.
+    pub(crate) fn or_types(mut self, types: &[u16]) -> QueryMatch {
+        if self.qtypes.is_empty() {
+            self.qtypes = types.to_vec();
+        }
+        self
+    }
+
+    pub(crate) fn matches(&self, q: &QueryView<'_>) -> bool {
+        (self.names.is_empty() || self.names.iter().any(|p| p.matches_name(q.name)))
+            && (self.qtypes.is_empty() || self.qtypes.contains(&q.qtype))
+    }
+
+    pub(crate) fn params(&self) -> Vec<(&'static str, String)> {
+        let mut p = Vec::new();
+        if !self.names.is_empty() {
+            let n: Vec<String> = self.names.iter().map(|n| n.to_string()).collect();
+            p.push(("name", n.join(",")));
+        }
+        if !self.qtypes.is_empty() {
+            let t: Vec<String> = self.qtypes.iter().map(|t| type_name(*t)).collect();
+            p.push(("qtype", t.join(",")));
+        }
+        p
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::fault::testing::spec;
+
+    #[test]
+    fn names_and_types() {
+        let s = spec("dns_error", &[("name", "*.example.com"), ("qtype", "aaaa")]).unwrap();
+        let crate::fault::FaultKind::DnsError(e) = &s.kind else {
+            panic!()
+        };
+        let m = e.matcher();
+        let q = |name, qtype| super::QueryView { name, qtype };
+        assert!(m.matches(&q("api.example.com", 28)));
+        assert!(!m.matches(&q("api.example.com", 1)), "A is not AAAA");
+        assert!(
+            !m.matches(&q("example.com", 28)),
+            "the glob is for subdomains"
+        );
+        assert!(!m.matches(&q("example.org", 28)));
+        let e = spec("dns_error", &[("qtype", "AAAAA")]).unwrap_err();
+        assert!(e.message.contains("unknown query type"), "{e}");
+        let e = spec("dns_error", &[("name", "10.0.0.0/8")]).unwrap_err();
+        assert!(e.message.contains("expected a host name"), "{e}");
+        assert_eq!(super::type_name(65), "HTTPS");
+        assert_eq!(super::parse_type("type99"), Some(99));
+    }
+}

@@ -1,0 +1,458 @@
+//! The DNS layer under `netchaos run`: real clients (curl, Python's
+//! resolver, `requests`, a raw UDP client) resolving through the run's
+//! forwarder against a responder the test starts on loopback
+//! (`--resolv-conf`), with `dns_error`, `dns_timeout`, `dns_delay`,
+//! `dns_answer` and `dns_truncate` — each seen by the client as the
+//! resolution failure (or answer) it is, in the resolve phase.
+
+mod support;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+use support::*;
+
+/// The loopback DNS responder (tests/support/dnsd.py), UDP and TCP.
+struct Dnsd {
+    child: Child,
+    port: u16,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Dnsd {
+    fn start(records: &[&str]) -> Dnsd {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("queries.log");
+        let mut child = Command::new("python3")
+            .arg(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/support/dnsd.py"
+            ))
+            .arg("--log")
+            .arg(&log)
+            .args(records)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.as_mut().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let port = line.trim().parse().expect("dnsd's port");
+        Dnsd {
+            child,
+            port,
+            log,
+            _dir: dir,
+        }
+    }
+
+    /// The queries the responder saw: "TRANSPORT NAME QTYPE" lines.
+    fn queries(&self) -> Vec<String> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+impl Drop for Dnsd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A profile file and a resolv.conf naming the responder, in `dir`.
+fn setup(dir: &Path, dnsd: &Dnsd, profile: &str) -> (String, String) {
+    let resolv = dir.join("resolv.conf");
+    std::fs::write(&resolv, format!("nameserver 127.0.0.1:{}\n", dnsd.port)).unwrap();
+    let p = dir.join("p.toml");
+    std::fs::write(&p, profile).unwrap();
+    (
+        resolv.to_str().unwrap().to_string(),
+        p.to_str().unwrap().to_string(),
+    )
+}
+
+/// `netchaos run` with the responder and profile, glibc's resolver told
+/// to wait `timeout` seconds per try and try `attempts` times.
+fn run_dns(
+    resolv: &str,
+    profile: &str,
+    events: Option<&Path>,
+    res_options: &str,
+    cmd: &[&str],
+) -> (i32, String, String) {
+    let mut c = Command::new(BIN);
+    c.env("RES_OPTIONS", res_options);
+    let mut args = vec!["--resolv-conf", resolv, "-p", profile];
+    if let Some(e) = events {
+        args.extend(["--events", e.to_str().unwrap()]);
+    }
+    wrapped_with(c, &args, cmd)
+}
+
+fn ok_server(bind: &str, body: &'static str) -> Server {
+    Server::start(bind, move |mut s| {
+        let mut buf = [0u8; 4096];
+        let _ = s.read(&mut buf);
+        let _ = s.write_all(
+            format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            )
+            .as_bytes(),
+        );
+    })
+}
+
+const GAI: &str = r#"
+import socket, sys
+for name in sys.argv[1:]:
+    try:
+        socket.getaddrinfo(name, 80, socket.AF_INET, socket.SOCK_STREAM)
+        print(name, "ok")
+    except socket.gaierror as e:
+        print(name, e.errno)
+"#;
+
+#[test]
+fn nxdomain_and_servfail_are_the_clients_own_resolution_errors() {
+    if !need(&["python3", "curl", "ip", "nft"]) {
+        return;
+    }
+    let web = ok_server("127.0.0.2:0", "ok");
+    let port = web.addr.port();
+    let dnsd = Dnsd::start(&[
+        "nx.test=127.0.0.2",
+        "sf.test=127.0.0.2",
+        "fine.test=127.0.0.2",
+    ]);
+    let dir = tempfile::tempdir().unwrap();
+    let (resolv, profile) = setup(
+        dir.path(),
+        &dnsd,
+        r#"
+[[rules]]
+name = "dns"
+  [[rules.faults]]
+  type = "dns_error"
+  rcode = "NXDOMAIN"
+  name = "nx.test"
+  [[rules.faults]]
+  type = "dns_error"
+  rcode = "SERVFAIL"
+  name = "sf.test"
+"#,
+    );
+    let events = dir.path().join("events.jsonl");
+    let script = format!(
+        "curl -sS http://nx.test:{port}/; echo \" curl-nx=$?\"; \
+         curl -sS http://sf.test:{port}/; echo \" curl-sf=$?\"; \
+         curl -sS http://fine.test:{port}/; echo \" curl-fine=$?\"; \
+         python3 -c '{GAI}' nx.test sf.test fine.test"
+    );
+    let (code, out, err) = run_dns(
+        &resolv,
+        &profile,
+        Some(&events),
+        "timeout:2 attempts:1",
+        &["sh", "-c", &script],
+    );
+    assert_eq!(code, 0, "{out}\n{err}");
+    // curl: exit 6, "Could not resolve host", for both; the healthy name
+    // still resolves and connects.
+    assert!(out.contains("curl-nx=6"), "{out}\n{err}");
+    assert!(out.contains("curl-sf=6"), "{out}\n{err}");
+    assert!(out.contains("ok curl-fine=0"), "{out}\n{err}");
+    assert!(err.contains("Could not resolve host: nx.test"), "{err}");
+    // glibc: NXDOMAIN is EAI_NONAME (-2), "Name or service not known";
+    // SERVFAIL is EAI_AGAIN (-3), "Temporary failure in name resolution".
+    assert!(out.contains("nx.test -2"), "{out}");
+    assert!(out.contains("sf.test -3"), "{out}");
+    assert!(out.contains("fine.test ok"), "{out}");
+    // Answered in the resolver's place: it never saw the faulted names.
+    let seen = dnsd.queries();
+    assert!(!seen.iter().any(|q| q.contains(" nx.test ")), "{seen:?}");
+    assert!(seen.iter().any(|q| q.contains(" fine.test ")), "{seen:?}");
+    let ev = read_events(&events);
+    let faults: Vec<_> = ev.iter().filter(|e| e["event"] == "fault").collect();
+    assert!(
+        faults
+            .iter()
+            .all(|f| f["fault"] == "dns_error" && f["dns"]["name"].is_string())
+    );
+    assert!(
+        faults
+            .iter()
+            .any(|f| f["dns"]["name"] == "nx.test" && f["params"]["rcode"] == "NXDOMAIN")
+    );
+    assert!(err.contains("DNS queries:"), "summary: {err}");
+}
+
+#[test]
+fn a_dns_timeout_fails_in_the_resolve_phase_and_outlasts_a_connect_timeout() {
+    if !need(&["python3", "curl", "ip", "nft"]) {
+        return;
+    }
+    let web = ok_server("127.0.0.2:0", "ok");
+    let port = web.addr.port();
+    let dnsd = Dnsd::start(&["api.test=127.0.0.2"]);
+    let dir = tempfile::tempdir().unwrap();
+    let (resolv, profile) = setup(
+        dir.path(),
+        &dnsd,
+        "[[rules]]\nname = \"dns\"\n  [[rules.faults]]\n  type = \"dns_timeout\"\n  name = \"api.test\"\n",
+    );
+    let requests = format!(
+        r#"
+import time, requests
+t = time.monotonic()
+try:
+    requests.get("http://api.test:{port}/", timeout=(1, 2))
+    print("requests: no error")
+except Exception as e:
+    print("requests:", type(e).__name__)
+print("requests-hung %.2f" % (time.monotonic() - t))
+"#
+    );
+    let script = format!(
+        "curl -sS --connect-timeout 1 -o /dev/null http://api.test:{port}/; echo \"curl=$?\"; \
+         python3 -c '{requests}'"
+    );
+    let (code, out, err) = run_dns(
+        &resolv,
+        &profile,
+        None,
+        "timeout:3 attempts:1",
+        &["sh", "-c", &script],
+    );
+    assert_eq!(code, 0, "{out}\n{err}");
+    // curl's --connect-timeout bounds resolution: exit 28 in the resolve phase.
+    assert!(out.contains("curl=28"), "{out}\n{err}");
+    assert!(err.contains("Resolving timed out"), "{err}");
+    // requests' connect timeout (1 s) does not: it waits out the resolver.
+    let hung: f64 = out
+        .lines()
+        .find_map(|l| l.strip_prefix("requests-hung "))
+        .expect("requests' time")
+        .parse()
+        .unwrap();
+    assert!(out.contains("requests: ConnectionError"), "{out}");
+    assert!(
+        hung >= 2.5,
+        "requests gave up after {hung:.2}s, within its connect timeout"
+    );
+    println!("requests with timeout=(1, 2) hung {hung:.2}s on an unanswered name");
+    assert!(
+        dnsd.queries().iter().all(|q| !q.contains("api.test")),
+        "the resolver saw a timed-out query: {:?}",
+        dnsd.queries()
+    );
+}
+
+#[test]
+fn dns_delay_is_time_in_resolution_not_in_connect() {
+    if !need(&["curl", "ip", "nft"]) {
+        return;
+    }
+    let web = ok_server("127.0.0.2:0", "ok");
+    let port = web.addr.port();
+    let dnsd = Dnsd::start(&["slow.test=127.0.0.2"]);
+    let dir = tempfile::tempdir().unwrap();
+    let (resolv, profile) = setup(
+        dir.path(),
+        &dnsd,
+        "[[rules]]\nname = \"dns\"\n  [[rules.faults]]\n  type = \"dns_delay\"\n  delay = \"300ms\"\n",
+    );
+    let url = format!("http://slow.test:{port}/");
+    let (code, out, err) = run_dns(
+        &resolv,
+        &profile,
+        None,
+        "timeout:3 attempts:1",
+        &[
+            "curl",
+            "-sS",
+            "-o",
+            "/dev/null",
+            "-4",
+            "-w",
+            "%{time_namelookup} %{time_connect}",
+            &url,
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let t: Vec<f64> = out.split(' ').map(|x| x.trim().parse().unwrap()).collect();
+    assert!(t[0] >= 0.29, "name lookup {:.3}s", t[0]);
+    // The connect itself stays fast: the delay is all in resolution. The
+    // bound is loose for a busy machine; the lookup's is what it asserts.
+    assert!(
+        t[1] - t[0] < t[0],
+        "connect took {:.3}s after the lookup",
+        t[1] - t[0]
+    );
+}
+
+#[test]
+fn dns_answer_sends_a_name_elsewhere_and_truncation_retries_over_tcp() {
+    if !need(&["curl", "ip", "nft"]) {
+        return;
+    }
+    let real = ok_server("127.0.0.2:0", "real");
+    let port = real.addr.port();
+    let _moved = ok_server(&format!("127.0.0.3:{port}"), "moved");
+    let dnsd = Dnsd::start(&["moved.test=127.0.0.2", "tc.test=127.0.0.2"]);
+    let dir = tempfile::tempdir().unwrap();
+    // tc.test: truncated over UDP, so glibc asks again over TCP, where the
+    // answer is learned too — the latency rule matches it by name.
+    let (resolv, profile) = setup(
+        dir.path(),
+        &dnsd,
+        r#"
+[[rules]]
+name = "dns"
+  [[rules.faults]]
+  type = "dns_answer"
+  name = "moved.test"
+  addresses = ["127.0.0.3"]
+  ttl = 5
+  [[rules.faults]]
+  type = "dns_truncate"
+  name = "tc.test"
+
+[[rules]]
+name = "slow-by-name"
+match = { dst = ["tc.test"] }
+  [[rules.faults]]
+  type = "latency"
+  delay = "400ms"
+"#,
+    );
+    let script = format!(
+        "curl -sS -4 http://moved.test:{port}/; echo; \
+         curl -sS -4 -o /dev/null -w '%{{time_total}}' http://tc.test:{port}/"
+    );
+    let (code, out, err) = run_dns(
+        &resolv,
+        &profile,
+        None,
+        "timeout:3 attempts:1",
+        &["sh", "-c", &script],
+    );
+    assert_eq!(code, 0, "{out}\n{err}");
+    let mut lines = out.lines();
+    assert_eq!(lines.next(), Some("moved"), "{out}");
+    let t: f64 = lines.next().unwrap().trim().parse().unwrap();
+    assert!(
+        t >= 0.38,
+        "tc.test was not matched by the name learned over TCP: {t}"
+    );
+    let seen = dnsd.queries();
+    assert!(
+        seen.iter().any(|q| q == "tcp tc.test 1"),
+        "no TCP retry: {seen:?}"
+    );
+    assert!(!seen.iter().any(|q| q.contains("moved.test")), "{seen:?}");
+}
+
+/// Sends each query (name `q{i}.test`, id `i`) twice, the second a
+/// retransmission; prints per query "i rcode rcode" ("-" for no answer).
+const RAW: &str = r#"
+import socket, struct, sys
+n = int(sys.argv[1])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(0.4)
+s.connect(("127.0.0.53", 53))
+def q(i):
+    name = b"".join(bytes([len(l)]) + l for l in (b"q%d" % i, b"test")) + b"\0"
+    return struct.pack("!HHHHHH", i, 0x0100, 1, 0, 0, 0) + name + struct.pack("!HH", 1, 1)
+for i in range(n):
+    codes = []
+    for attempt in range(2):
+        s.send(q(i))
+        try:
+            while True:
+                r = s.recv(512)
+                if struct.unpack("!H", r[:2])[0] == i:
+                    codes.append(str(r[3] & 15))
+                    break
+        except socket.timeout:
+            codes.append("-")
+    print(i, *codes)
+"#;
+
+#[test]
+fn probability_draws_per_query_replay_with_the_seed_and_retries_keep_their_fate() {
+    if !need(&["python3", "ip", "nft"]) {
+        return;
+    }
+    let records: Vec<String> = (0..20).map(|i| format!("q{i}.test=127.0.0.2")).collect();
+    let records: Vec<&str> = records.iter().map(String::as_str).collect();
+    let dnsd = Dnsd::start(&records);
+    let dir = tempfile::tempdir().unwrap();
+    let (resolv, profile) = setup(
+        dir.path(),
+        &dnsd,
+        r#"seed = 7
+[[rules]]
+name = "flaky-dns"
+  [[rules.faults]]
+  type = "dns_error"
+  rcode = "SERVFAIL"
+  probability = 0.5
+  name = "*.test"
+  [[rules.faults]]
+  type = "dns_timeout"
+  name = "q19.test"
+"#,
+    );
+    let once = || {
+        let (code, out, err) = run_dns(
+            &resolv,
+            &profile,
+            None,
+            "timeout:1 attempts:1",
+            &["python3", "-c", RAW, "20"],
+        );
+        assert_eq!(code, 0, "{err}");
+        out
+    };
+    let first = once();
+    let second = once();
+    assert_eq!(first, second, "the same seed faults the same queries");
+    let rows: Vec<Vec<&str>> = first.lines().map(|l| l.split(' ').collect()).collect();
+    assert_eq!(rows.len(), 20, "{first}");
+    for r in &rows {
+        // A retransmission gets its query's fate: the same code, or silence.
+        assert_eq!(
+            r[1], r[2],
+            "query {} changed its fate on retry: {first}",
+            r[0]
+        );
+    }
+    let servfail = rows[..19].iter().filter(|r| r[1] == "2").count();
+    let ok = rows[..19].iter().filter(|r| r[1] == "0").count();
+    assert!(
+        (3..=16).contains(&servfail),
+        "{servfail} of 19 SERVFAIL: {first}"
+    );
+    assert_eq!(
+        servfail + ok,
+        19,
+        "only SERVFAIL or the real answer: {first}"
+    );
+    // q19: the first ending fault in rule order wins — SERVFAIL when its
+    // draw says so, else never answered; never the real answer.
+    assert_ne!(rows[19][1], "0", "{first}");
+    assert!(
+        !dnsd.queries().iter().any(|q| q.contains("q19.test")),
+        "the resolver saw q19: {:?}",
+        dnsd.queries()
+    );
+}
