@@ -294,6 +294,30 @@ fn demo_table(args: &[&str]) -> (String, String) {
 fn demo_wraps_a_client_process_with_run() {
     let (out, _) = demo_table(&[]);
     let wrapped = out.contains("as a separate process wrapped by `netchaos run");
+    if wrapped {
+        // The DNS rows: the client resolves a name through the run's
+        // forwarder, and each fault shows in the resolve phase.
+        for (scenario, outcome) in [
+            ("DNS: slow", "ok (HTTP 200, complete)"),
+            ("DNS: NXDOMAIN", "resolve failed: Name or service not known"),
+            ("DNS: SERVFAIL", "resolve failed: Temporary failure in name resolution"),
+            ("DNS: timeout", "resolve timeout"),
+        ] {
+            let line = out
+                .lines()
+                .find(|l| l.starts_with(scenario))
+                .unwrap_or_else(|| panic!("no {scenario} row:\n{out}"));
+            assert!(line.contains(outcome), "{scenario}: {line:?}");
+        }
+        let slow = out.lines().find(|l| l.starts_with("DNS: slow")).unwrap();
+        let resolve_ms: f64 = slow
+            .split_whitespace()
+            .skip_while(|w| !w.starts_with("dns_delay"))
+            .nth(1)
+            .and_then(|w| w.parse().ok())
+            .unwrap_or_else(|| panic!("no resolve time in {slow:?}"));
+        assert!(resolve_ms >= 290.0, "{slow}");
+    }
     if !wrapped {
         // Only where namespaces are unavailable, and then it says why.
         assert!(

@@ -456,3 +456,95 @@ name = "flaky-dns"
         dnsd.queries()
     );
 }
+
+#[test]
+fn dns_faults_are_extension_toxics_of_the_api_counted_in_metrics() {
+    if !need(&["python3", "ip", "nft"]) {
+        return;
+    }
+    let dnsd = Dnsd::start(&["api.test=127.0.0.2"]);
+    let dir = tempfile::tempdir().unwrap();
+    let (resolv, profile) = setup(dir.path(), &dnsd, "[[rules]]\nname = \"dns\"\n");
+    let (ready, go, end) = (
+        dir.path().join("ready"),
+        dir.path().join("go"),
+        dir.path().join("end"),
+    );
+    // Resolves, waits for the test to add a toxic through the API,
+    // resolves again, then waits for the test to read the metrics.
+    let script = format!(
+        r#"
+import os, socket, time
+def attempt():
+    try:
+        socket.getaddrinfo("api.test", 80, socket.AF_INET); return "ok"
+    except socket.gaierror as e:
+        return str(e.errno)
+def wait(path):
+    for _ in range(400):
+        if os.path.exists(path): return
+        time.sleep(0.05)
+print(attempt(), flush=True)
+open("{ready}", "w").close()
+wait("{go}")
+print(attempt(), flush=True)
+wait("{end}")
+"#,
+        ready = ready.display(),
+        go = go.display(),
+        end = end.display()
+    );
+    let mut child = Command::new(BIN)
+        .env("RES_OPTIONS", "timeout:2 attempts:1")
+        .args(["run", "--api", "127.0.0.1:0", "--resolv-conf", &resolv, "-p", &profile])
+        .args(["--", "python3", "-c", &script])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut api = None;
+    for _ in 0..50 {
+        let mut line = String::new();
+        err.read_line(&mut line).unwrap();
+        if let Some(rest) = line.split("control API on http://").nth(1) {
+            api = Some(rest.split_whitespace().next().unwrap().to_string());
+            break;
+        }
+    }
+    let u = format!("http://{}", api.expect("the API address"));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !ready.exists() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the wrapped command did not get ready");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let (st, v) = http(
+        "POST",
+        &format!("{u}/proxies/dns/toxics"),
+        Some(r#"{"name": "nx", "type": "dns_error", "attributes": {"rcode": "NXDOMAIN", "name": "api.test"}}"#),
+        &[],
+    );
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["type"], "dns_error");
+    std::fs::write(&go, "").unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut lines = String::new();
+    for _ in 0..2 {
+        out.read_line(&mut lines).unwrap();
+    }
+    let (st, metrics) = http("GET", &format!("{u}/metrics"), None, &[]);
+    std::fs::write(&end, "").unwrap();
+    let status = child.wait().unwrap();
+    assert!(status.success());
+    assert_eq!(lines, "ok\n-2\n", "the toxic added through the API answered NXDOMAIN");
+    assert_eq!(st, 200);
+    let metrics = metrics.as_str().unwrap_or_default().to_string();
+    assert!(
+        metrics.contains("netchaos_dns_faults_total{fault=\"dns_error\"} 1"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("netchaos_dns_queries_total "), "{metrics}");
+}

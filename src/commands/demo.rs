@@ -7,6 +7,9 @@
 //! byte, in all, the bytes received and the outcome. The HTTPS rows send ten
 //! requests over one pooled keep-alive connection (`run --tls`: the client
 //! trusts the run's CA without being told), and show each request's status.
+//! The DNS rows make the client resolve a name first, through the run's
+//! DNS forwarder to a responder inside this process, so the time in name
+//! resolution — and how it fails — has a column of its own.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -29,6 +32,11 @@ const BODY_LEN: usize = 64 * 1024;
 /// The client's read timeout: a read that waits this long gives up.
 const READ_TIMEOUT: Duration = Duration::from_secs(2);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// The client gives name resolution this long (as curl's
+/// `--connect-timeout` bounds it; many clients' connect timeouts do not).
+const RESOLVE_TIMEOUT: Duration = Duration::from_secs(2);
+/// The name the DNS rows resolve; the demo's own responder answers it.
+const DEMO_HOST: &str = "demo.netchaos.test";
 
 struct Scenario {
     name: &'static str,
@@ -36,6 +44,8 @@ struct Scenario {
     /// Requests over one HTTPS keep-alive connection (the HTTP layer's
     /// rows); `None`: one plain GET on its own connection.
     pooled: Option<u32>,
+    /// The client resolves [`DEMO_HOST`] before it connects.
+    by_name: bool,
 }
 
 const SCENARIOS: &[Scenario] = &[
@@ -43,66 +53,103 @@ const SCENARIOS: &[Scenario] = &[
         name: "healthy",
         fault: None,
         pooled: None,
+        by_name: false,
     },
     Scenario {
         name: "latency",
         fault: Some("latency:delay=300ms"),
         pooled: None,
+        by_name: false,
     },
     Scenario {
         name: "slow stream",
         fault: Some("bandwidth:rate=64KB/s"),
         pooled: None,
+        by_name: false,
     },
     Scenario {
         name: "mid-stream reset",
         fault: Some("reset:after_bytes=16KiB"),
         pooled: None,
+        by_name: false,
     },
     Scenario {
         name: "truncated",
         fault: Some("close:after_bytes=20000"),
         pooled: None,
+        by_name: false,
     },
     Scenario {
         name: "stall (read timeout)",
         fault: Some("stall:after_bytes=0"),
         pooled: None,
+        by_name: false,
     },
     Scenario {
         name: "canned 503",
         fault: Some("respond:status=503"),
         pooled: None,
+        by_name: false,
     },
     Scenario {
         name: "slow connect",
         fault: Some("connect_delay:delay=1s"),
         pooled: None,
+        by_name: false,
     },
     Scenario {
         name: "connect timeout",
         fault: Some("connect_timeout"),
         pooled: None,
+        by_name: false,
     },
     Scenario {
         name: "refused",
         fault: Some("refuse"),
         pooled: None,
+        by_name: false,
+    },
+    Scenario {
+        name: "DNS: slow",
+        fault: Some("dns_delay:delay=300ms"),
+        pooled: None,
+        by_name: true,
+    },
+    Scenario {
+        name: "DNS: NXDOMAIN",
+        fault: Some("dns_error:rcode=NXDOMAIN"),
+        pooled: None,
+        by_name: true,
+    },
+    Scenario {
+        name: "DNS: SERVFAIL",
+        fault: Some("dns_error:rcode=SERVFAIL"),
+        pooled: None,
+        by_name: true,
+    },
+    Scenario {
+        name: "DNS: timeout",
+        fault: Some("dns_timeout"),
+        pooled: None,
+        by_name: true,
     },
     Scenario {
         name: "HTTPS 429 at 30%",
         fault: Some("http_status:status=429,probability=0.3"),
         pooled: Some(POOLED),
+        by_name: false,
     },
     Scenario {
         name: "HTTPS first 2 fail",
         fault: Some("http_status:status=503,first=2"),
         pooled: Some(POOLED),
+        by_name: false,
     },
     Scenario {
         name: "HTTPS slow TTFB",
         fault: Some("http_delay:delay=300ms,every=3"),
         pooled: Some(POOLED),
+        by_name: false,
     },
 ];
 
@@ -123,6 +170,9 @@ impl Scenario {
 /// What the client saw.
 #[derive(serde::Serialize, serde::Deserialize)]
 struct Seen {
+    /// Time spent resolving the server's name (the DNS rows).
+    #[serde(default)]
+    resolve: Option<Duration>,
     /// Time spent in connect(), whether it succeeded or not.
     connect: Option<Duration>,
     connected: bool,
@@ -155,6 +205,9 @@ pub(super) fn run(g: &Global, args: &DemoArgs) -> Result<u8> {
         let https = HttpsServer::start()
             .await
             .map_err(|e| Error::runtime(format!("cannot start the demo's HTTPS server: {e}")))?;
+        let dns = DemoDns::start(server.ip())
+            .await
+            .map_err(|e| Error::runtime(format!("cannot start the demo's DNS responder: {e}")))?;
         let events = open_events(&args.log)?;
         let seed = g.seed.unwrap_or_else(rand::random);
         announce_seed(seed);
@@ -176,20 +229,28 @@ pub(super) fn run(g: &Global, args: &DemoArgs) -> Result<u8> {
             }
         }
         println!(
-            "Client timeouts: connect {}s, read {}s.\n",
+            "Client timeouts: resolve {}s, connect {}s, read {}s. The DNS rows resolve {DEMO_HOST} first.\n",
+            RESOLVE_TIMEOUT.as_secs(),
             CONNECT_TIMEOUT.as_secs(),
             READ_TIMEOUT.as_secs()
         );
         println!(
-            "{:<22} {:<40} {:>9} {:>9} {:>11} {:>7}  outcome",
-            "scenario", "fault", "connect", "read", "first byte", "bytes"
+            "{:<22} {:<40} {:>9} {:>9} {:>9} {:>11} {:>7}  outcome",
+            "scenario", "fault", "resolve", "connect", "read", "first byte", "bytes"
         );
-        println!("{}", "-".repeat(136));
+        println!("{}", "-".repeat(146));
         for s in chosen {
             let seen = match (&mode, s.pooled) {
-                (Mode::Wrapped(exe), None) => fetch_wrapped(exe, seed, s.fault, server, None).await,
+                (Mode::Wrapped(exe), None) => {
+                    let target = match s.by_name {
+                        true => format!("{DEMO_HOST}:{}", server.port()),
+                        false => server.to_string(),
+                    };
+                    fetch_wrapped(exe, seed, s.fault, &target, &dns, None).await
+                }
                 (Mode::Wrapped(exe), Some(n)) => {
-                    fetch_wrapped(exe, seed, s.fault, https.addr, Some((n, &https.ca_file))).await
+                    let target = https.addr.to_string();
+                    fetch_wrapped(exe, seed, s.fault, &target, &dns, Some((n, &https.ca_file))).await
                 }
                 (Mode::InProcess(_), _) if s.needs_run() => {
                     println!("{:<22} {:<40} (acts on the SYN: needs `netchaos run`)", s.name, s.fault.unwrap_or("-"));
@@ -203,9 +264,10 @@ pub(super) fn run(g: &Global, args: &DemoArgs) -> Result<u8> {
                 (d, _) => ms(d),
             };
             println!(
-                "{:<22} {:<40} {:>9} {:>9} {:>11} {:>7}  {}",
+                "{:<22} {:<40} {:>9} {:>9} {:>9} {:>11} {:>7}  {}",
                 s.name,
                 s.fault.unwrap_or("-"),
+                ms(seen.resolve),
                 connect,
                 ms(seen.read),
                 ms(seen.first_byte),
@@ -213,7 +275,7 @@ pub(super) fn run(g: &Global, args: &DemoArgs) -> Result<u8> {
                 seen.outcome
             );
         }
-        println!("\nconnect: time in connect() (✗: it failed); read: from connected to the end of the reply.");
+        println!("\nresolve: time in name resolution; connect: time in connect() (✗: it failed); read: from connected to the end of the reply.");
         println!();
         if matches!(mode, Mode::InProcess(_)) {
             eprint!("{}", events.summary(seed));
@@ -264,7 +326,8 @@ async fn fetch_wrapped(
     exe: &std::path::Path,
     seed: u64,
     fault: Option<&str>,
-    server: SocketAddr,
+    target: &str,
+    dns: &DemoDns,
     pooled: Option<(u32, &std::path::Path)>,
 ) -> Seen {
     let mut cmd = tokio::process::Command::new(exe);
@@ -282,14 +345,16 @@ async fn fetch_wrapped(
     if let Some((_, ca)) = pooled {
         cmd.arg("--tls").arg("--upstream-ca").arg(ca);
     }
-    cmd.arg("--")
-        .arg(exe)
-        .args(["demo-client", &server.to_string()]);
+    cmd.arg("--resolv-conf").arg(&dns.resolv_conf);
+    // glibc's resolver would wait 5 s, twice; the client gives up sooner.
+    cmd.env("RES_OPTIONS", "timeout:1 attempts:2");
+    cmd.arg("--").arg(exe).args(["demo-client", target]);
     if let Some((n, _)) = pooled {
         cmd.args(["--pooled", &n.to_string()]);
     }
     cmd.stdin(std::process::Stdio::null());
     let failed = |outcome: String| Seen {
+        resolve: None,
         connect: None,
         connected: false,
         first_byte: None,
@@ -381,23 +446,124 @@ async fn fetch_proxied_tls(
 
 /// `netchaos demo-client ADDR [--pooled N]`: the demo's client as its own
 /// process; prints what it saw as one JSON line.
-pub(super) fn client(addr: &str, pooled: Option<u32>) -> Result<u8> {
-    let addr: SocketAddr = addr.parse().map_err(|_| {
-        Error::Usage(format!(
-            "demo-client: expected an address like 127.0.0.1:8080, got {addr:?}"
-        ))
-    })?;
+pub(super) fn client(target: &str, pooled: Option<u32>) -> Result<u8> {
+    let (addr, resolve) = match target.parse::<SocketAddr>() {
+        Ok(a) => (Ok(a), None),
+        Err(_) if target.contains(':') => {
+            let t0 = std::time::Instant::now();
+            let r = resolve_first(target);
+            (r, Some(t0.elapsed()))
+        }
+        Err(_) => {
+            return Err(Error::Usage(format!(
+                "demo-client: expected an address like 127.0.0.1:8080 or host:port, got {target:?}"
+            )));
+        }
+    };
     let rt = runtime()?;
-    let seen = match pooled {
+    let seen = match (addr, pooled) {
+        (Err(why), _) => Seen {
+            resolve,
+            connect: None,
+            connected: false,
+            first_byte: None,
+            read: None,
+            total: resolve.unwrap_or_default(),
+            bytes: 0,
+            outcome: why,
+        },
         // The host's trust store: under `run --tls`, it holds the run's CA.
-        Some(n) => rt.block_on(fetch_pooled(addr, n, crate::tls::client_trusting(&[]))),
-        None => rt.block_on(fetch(addr)),
+        (Ok(addr), Some(n)) => {
+            rt.block_on(fetch_pooled(addr, n, crate::tls::client_trusting(&[])))
+        }
+        (Ok(addr), None) => Seen {
+            resolve,
+            ..rt.block_on(fetch(addr))
+        },
     };
     println!(
         "{}",
         serde_json::to_string(&seen).map_err(|e| Error::runtime(e.to_string()))?
     );
     Ok(0)
+}
+
+/// Resolves `host:port` with the system's resolver (getaddrinfo), giving
+/// up after [`RESOLVE_TIMEOUT`] as a client with a resolve timeout does;
+/// the error says how resolution failed.
+fn resolve_first(target: &str) -> std::result::Result<SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let t = target.to_string();
+    // A detached thread: getaddrinfo cannot be cancelled, and the process
+    // exits without waiting for it.
+    std::thread::spawn(move || {
+        let _ = tx.send(t.to_socket_addrs().map(|mut a| a.next()));
+    });
+    match rx.recv_timeout(RESOLVE_TIMEOUT) {
+        Ok(Ok(Some(a))) => Ok(a),
+        Ok(Ok(None)) => Err("resolve failed: no address".into()),
+        Ok(Err(e)) => Err(format!(
+            "resolve failed: {}",
+            e.to_string()
+                .trim_start_matches("failed to lookup address information: ")
+        )),
+        Err(_) => Err(format!(
+            "resolve timeout: no answer for {}s",
+            RESOLVE_TIMEOUT.as_secs()
+        )),
+    }
+}
+
+/// The demo's DNS responder on loopback: [`DEMO_HOST`] is the demo
+/// server's address (A), without an IPv6 one; every other name NXDOMAIN.
+/// Wrapped clients reach it through the run's forwarder (`--resolv-conf`,
+/// a file removed when the demo ends).
+struct DemoDns {
+    resolv_conf: std::path::PathBuf,
+}
+
+impl Drop for DemoDns {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.resolv_conf);
+    }
+}
+
+impl DemoDns {
+    async fn start(ip: std::net::IpAddr) -> std::io::Result<DemoDns> {
+        let sock = tokio::net::UdpSocket::bind("127.0.0.1:0").await?;
+        let port = sock.local_addr()?.port();
+        let resolv_conf =
+            std::env::temp_dir().join(format!("netchaos-demo-resolv-{}.conf", std::process::id()));
+        std::fs::write(&resolv_conf, format!("nameserver 127.0.0.1:{port}\n"))?;
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; 1500];
+            while let Ok((n, from)) = sock.recv_from(&mut buf).await {
+                if let Some(reply) = demo_answer(&buf[..n], ip) {
+                    let _ = sock.send_to(&reply, from).await;
+                }
+            }
+        });
+        Ok(DemoDns { resolv_conf })
+    }
+}
+
+fn demo_answer(query: &[u8], ip: std::net::IpAddr) -> Option<Vec<u8>> {
+    use crate::dns::decide::{Made, Query};
+    use crate::fault::dns_error::Rcode;
+    let q = Query::parse(query)?;
+    let made = match (q.name == DEMO_HOST, q.qtype, ip) {
+        (true, 1, std::net::IpAddr::V4(_)) => Made::Addresses {
+            addrs: vec![ip],
+            ttl: 5,
+        },
+        (true, _, _) => Made::Addresses {
+            addrs: Vec::new(),
+            ttl: 5,
+        },
+        (false, _, _) => Made::Error(Rcode::NxDomain),
+    };
+    crate::dns::reply::build(query, &made)
 }
 
 fn ms(d: Option<Duration>) -> String {
@@ -508,6 +674,7 @@ async fn serve_keep_alive<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpi
 async fn fetch_pooled(addr: SocketAddr, n: u32, config: Arc<rustls::ClientConfig>) -> Seen {
     let t0 = Instant::now();
     let mut seen = Seen {
+        resolve: None,
         connect: None,
         connected: false,
         first_byte: None,
@@ -622,6 +789,7 @@ async fn fetch_pooled(addr: SocketAddr, n: u32, config: Arc<rustls::ClientConfig
 async fn fetch(addr: SocketAddr) -> Seen {
     let t0 = Instant::now();
     let mut seen = Seen {
+        resolve: None,
         connect: None,
         connected: false,
         first_byte: None,

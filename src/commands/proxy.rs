@@ -144,9 +144,12 @@ fn serve(
     };
     if let Some((rule, f)) = plan.namespace_only_fault() {
         let what = f.kind.layer().acts_on();
+        let lives = match f.kind.layer() {
+            crate::fault::Layer::Dns => "where the namespace's DNS forwarder lives; a proxy's clients resolve names themselves",
+            _ => "where the SYN gate and packet rules live; explicit proxies cannot apply it",
+        };
         return Err(Error::Usage(format!(
-            "rule {:?}: the {} fault acts on {what} and needs `netchaos run` (or `attach`, `run --in-place`), \
-             where the SYN gate and packet rules live; explicit proxies cannot apply it",
+            "rule {:?}: the {} fault acts on {what} and needs `netchaos run` (or `attach`, `run --in-place`), {lives}",
             rule.name,
             f.name()
         )));
