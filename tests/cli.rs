@@ -300,7 +300,10 @@ fn demo_wraps_a_client_process_with_run() {
         for (scenario, outcome) in [
             ("DNS: slow", "ok (HTTP 200, complete)"),
             ("DNS: NXDOMAIN", "resolve failed: Name or service not known"),
-            ("DNS: SERVFAIL", "resolve failed: Temporary failure in name resolution"),
+            (
+                "DNS: SERVFAIL",
+                "resolve failed: Temporary failure in name resolution",
+            ),
             ("DNS: timeout", "resolve timeout"),
         ] {
             let line = out

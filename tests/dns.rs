@@ -496,7 +496,15 @@ wait("{end}")
     );
     let mut child = Command::new(BIN)
         .env("RES_OPTIONS", "timeout:2 attempts:1")
-        .args(["run", "--api", "127.0.0.1:0", "--resolv-conf", &resolv, "-p", &profile])
+        .args([
+            "run",
+            "--api",
+            "127.0.0.1:0",
+            "--resolv-conf",
+            &resolv,
+            "-p",
+            &profile,
+        ])
         .args(["--", "python3", "-c", &script])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -524,7 +532,9 @@ wait("{end}")
     let (st, v) = http(
         "POST",
         &format!("{u}/proxies/dns/toxics"),
-        Some(r#"{"name": "nx", "type": "dns_error", "attributes": {"rcode": "NXDOMAIN", "name": "api.test"}}"#),
+        Some(
+            r#"{"name": "nx", "type": "dns_error", "attributes": {"rcode": "NXDOMAIN", "name": "api.test"}}"#,
+        ),
         &[],
     );
     assert_eq!(st, 200, "{v}");
@@ -539,7 +549,10 @@ wait("{end}")
     std::fs::write(&end, "").unwrap();
     let status = child.wait().unwrap();
     assert!(status.success());
-    assert_eq!(lines, "ok\n-2\n", "the toxic added through the API answered NXDOMAIN");
+    assert_eq!(
+        lines, "ok\n-2\n",
+        "the toxic added through the API answered NXDOMAIN"
+    );
     assert_eq!(st, 200);
     let metrics = metrics.as_str().unwrap_or_default().to_string();
     assert!(

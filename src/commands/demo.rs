@@ -473,9 +473,7 @@ pub(super) fn client(target: &str, pooled: Option<u32>) -> Result<u8> {
             outcome: why,
         },
         // The host's trust store: under `run --tls`, it holds the run's CA.
-        (Ok(addr), Some(n)) => {
-            rt.block_on(fetch_pooled(addr, n, crate::tls::client_trusting(&[])))
-        }
+        (Ok(addr), Some(n)) => rt.block_on(fetch_pooled(addr, n, crate::tls::client_trusting(&[]))),
         (Ok(addr), None) => Seen {
             resolve,
             ..rt.block_on(fetch(addr))

@@ -145,7 +145,9 @@ fn serve(
     if let Some((rule, f)) = plan.namespace_only_fault() {
         let what = f.kind.layer().acts_on();
         let lives = match f.kind.layer() {
-            crate::fault::Layer::Dns => "where the namespace's DNS forwarder lives; a proxy's clients resolve names themselves",
+            crate::fault::Layer::Dns => {
+                "where the namespace's DNS forwarder lives; a proxy's clients resolve names themselves"
+            }
             _ => "where the SYN gate and packet rules live; explicit proxies cannot apply it",
         };
         return Err(Error::Usage(format!(
