@@ -339,6 +339,8 @@ fn attach_learns_names_from_the_namespaces_own_resolver() {
             "/tests/support/dnsd.py"
         ))
         .arg(format!("api.test={}", ns.host_ip))
+        .arg(format!("tcp.test={}", ns.host_ip))
+        .arg(format!("gone.test={}", ns.host_ip))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -354,7 +356,9 @@ fn attach_learns_names_from_the_namespaces_own_resolver() {
     let profile = dir.path().join("p.toml");
     std::fs::write(
         &profile,
-        "[[rules]]\nname = \"api\"\nmatch = { dst = [\"api.test\"] }\n  [[rules.faults]]\n  type = \"latency\"\n  delay = \"400ms\"\n",
+        "[[rules]]\nname = \"api\"\nmatch = { dst = [\"api.test\"] }\n  [[rules.faults]]\n  type = \"latency\"\n  delay = \"400ms\"\n\
+         [[rules]]\nname = \"dns\"\n  [[rules.faults]]\n  type = \"dns_error\"\n  name = \"gone.test\"\n\
+         [[rules.faults]]\n  type = \"dns_truncate\"\n  name = \"tcp.test\"\n",
     )
     .unwrap();
     let p = attach(
@@ -369,12 +373,32 @@ fn attach_learns_names_from_the_namespaces_own_resolver() {
     // Whatever resolver the namespace's resolv.conf names, UDP port 53 goes
     // to netchaos's forwarder, which asks the one in --resolv-conf.
     let by_name = client_in(&ns, &dir, "api.test", echo.addr.port());
+    // DNS faults in the attached namespace: NXDOMAIN in the resolver's
+    // place, and a truncated answer retried over TCP — dialled from inside
+    // the namespace to its own resolver.
+    let gai_py = dir.path().join("gai.py");
+    std::fs::write(
+        &gai_py,
+        "import socket\nfor n in ('gone.test', 'tcp.test'):\n    try:\n        print(n, socket.getaddrinfo(n, 80, socket.AF_INET)[0][4][0])\n    except socket.gaierror as e:\n        print(n, e.errno)\n",
+    )
+    .unwrap();
+    let gai = ns.sh(&format!(
+        "RES_OPTIONS='timeout:2 attempts:1' timeout 20 python3 {}",
+        gai_py.display()
+    ));
+    let gai = String::from_utf8_lossy(&gai.stdout).to_string();
     let (status, err) = p.stop();
     let _ = dnsd.kill();
     let _ = dnsd.wait();
     assert!(status.success(), "{err}");
     assert!(by_name.starts_with("ok"), "{by_name}");
     assert!(seconds(&by_name, 2) >= 0.38, "matched by name: {by_name}");
+    assert!(gai.contains("gone.test -2"), "{gai}\n{err}");
+    assert!(
+        gai.contains(&format!("tcp.test {}", ns.host_ip)),
+        "{gai}\n{err}"
+    );
+    assert!(err.contains("DNS queries:"), "{err}");
 }
 
 #[test]
