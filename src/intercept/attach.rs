@@ -210,6 +210,7 @@ pub(crate) fn install(ns: Arc<NsThread>, cfg: Config) -> Result<Attached> {
         inbound_port: made.inbound_port,
         exempt: cfg.exempt.clone(),
         owner: Some(owner.clone()),
+        fresh_namespace: false,
     };
     let installed = ns.run(move || nft::install(&ruleset))??;
     let sandbox = Sandbox::over_thread(

@@ -103,6 +103,9 @@ pub(crate) struct Ruleset {
     pub owner: Option<Owner>,
     /// The DNS forwarder's socket mark ([`random_udp_mark`]).
     pub udp_mark: u32,
+    /// The namespace is netchaos's own, new (`run`): no table of anyone
+    /// else's can be in it, so none is looked for.
+    pub fresh_namespace: bool,
 }
 
 impl Ruleset {
@@ -230,7 +233,11 @@ pub(crate) fn install(rs: &Ruleset) -> Result<Installed> {
     }
     rs.native_gate = false;
     apply_with_comment_fallback(&rs)?;
-    let made_mangle = XT_FAMILIES.map(|(_, family)| !table_exists(family, "mangle"));
+    // (Each look is an `nft` run: milliseconds of `run`'s start-up.)
+    let made_mangle = match rs.fresh_namespace {
+        true => [true; 2],
+        false => XT_FAMILIES.map(|(_, family)| !table_exists(family, "mangle")),
+    };
     let installed = Installed {
         xt_gate: true,
         made_mangle,
