@@ -196,6 +196,7 @@ fn gate_fate(fate: SynFate, loss: u8) -> Fate {
 
 /// One connection's fate: its faults, then the upstream's own answer.
 async fn decide(syn: Syn, relay: &Arc<Relay>, sandbox: &Arc<Sandbox>) -> (Fate, Option<Handoff>) {
+    let syn_at = std::time::Instant::now();
     let seq = relay.next_seq();
     let names = sandbox.names.names(syn.dst.ip());
     let meta = ConnMeta {
@@ -216,6 +217,7 @@ async fn decide(syn: Syn, relay: &Arc<Relay>, sandbox: &Arc<Sandbox>) -> (Fate, 
         proxy: Some(sandbox.label.clone()),
         counters: relay.events.stats.proxy(&sandbox.label),
         faulted: Default::default(),
+        marks: Default::default(),
     });
     let hit = |c: &Chosen| {
         FaultHit::new(
@@ -293,6 +295,7 @@ async fn decide(syn: Syn, relay: &Arc<Relay>, sandbox: &Arc<Sandbox>) -> (Fate, 
         faults,
         names,
         upstream,
+        syn_at,
     };
     (
         gate_fate(SynFate::Pass, loss_index.unwrap_or(0)),
