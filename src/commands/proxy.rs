@@ -165,9 +165,11 @@ fn serve(
             let l = relay::bind(p.listen).map_err(|e| Error::Runtime(e.into()))?;
             listeners.push(l);
         }
-        let events = open_events(log)?;
+        let recording = open_events(log)?;
+        let events = recording.events.clone();
         announce_seed(plan.seed);
         events.start(plan.seed, name);
+        events.plan(&plan);
         let relay = Relay::new(Arc::new(RuleSet::from_plan(&plan)), events.clone(), opts);
         let control = api_control(&relay, false, api.as_ref());
         for (p, l) in plan.proxies.iter().zip(listeners) {
@@ -209,7 +211,7 @@ fn serve(
         );
         stop.cancel();
         relay.shutdown(drain).await;
-        eprint!("{}", events.summary(plan.seed));
+        recording.finish(plan.seed);
         Ok(0)
     })
 }
