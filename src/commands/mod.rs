@@ -242,19 +242,6 @@ pub(crate) fn announce_seed(seed: u64) {
     eprintln!("netchaos: seed {seed} (replay this run with --seed {seed})");
 }
 
-/// Completes on SIGINT or SIGTERM (and SIGHUP), naming the signal.
-pub(crate) async fn shutdown_signal() -> &'static str {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
-    let mut hup = signal(SignalKind::hangup()).expect("SIGHUP handler");
-    tokio::select! {
-        _ = term.recv() => "SIGTERM",
-        _ = int.recv() => "SIGINT",
-        _ = hup.recv() => "SIGHUP",
-    }
-}
-
 /// SIGINT, SIGTERM and SIGHUP handlers, installed up front: between
 /// installing something (a table in another namespace) and waiting for the
 /// signal to remove it, a signal must find them in place.

@@ -7,8 +7,7 @@ use std::sync::Arc;
 use clap::ArgMatches;
 
 use super::{
-    ApiConfig, announce_seed, api_control, open_events, raise_nofile_limit, runtime,
-    shutdown_signal, start_api,
+    ApiConfig, announce_seed, api_control, open_events, raise_nofile_limit, runtime, start_api,
 };
 use crate::cli::{Global, ProxyArgs, RelayArgs, ServerArgs};
 use crate::error::{Error, Result};
@@ -203,8 +202,11 @@ fn serve(
         }
         let stop = tokio_util::sync::CancellationToken::new();
         start_api(api.as_ref(), control, stop.clone()).await?;
+        // Handlers first: a signal sent as soon as "ready" is read must
+        // find them, or it kills netchaos before the summary and report.
+        let mut signals = super::ShutdownSignals::install()?;
         eprintln!("netchaos: ready");
-        let sig = shutdown_signal().await;
+        let sig = signals.recv().await;
         eprintln!(
             "netchaos: {sig}: shutting down (open connections get {})",
             crate::units::format_duration(drain)
