@@ -4,7 +4,7 @@
 #
 # As root on a Debian-like machine it first installs what the tests use
 # (apt: curl, python3, iproute2, nftables, iptables, iperf3, socat, nodejs,
-# npm, a JDK, Go, ...; pip: requests, httpx, toxiproxy-python; npm:
+# npm, a JDK, Go, chromium, ...; pip: requests, httpx, toxiproxy-python; npm:
 # toxiproxy-node-client), a Rust toolchain with rustup when
 # there is none, and for the later stages an aarch64 cross compiler with
 # qemu-user and cargo-fuzz on a nightly toolchain. Opt-outs:
@@ -24,6 +24,8 @@ stage() { echo; echo "== $*"; }
 fail_stage() { failed+=("$1"); echo "test.sh: FAILED: $1" >&2; }
 
 packages=(curl python3 python3-requests iproute2 nftables iptables util-linux procps iperf3 socat)
+# Headless Chromium opens the HTML reports (tests/report.rs).
+command -v chromium >/dev/null || packages+=(chromium)
 # Clients for the HTTPS tests, unless the machine has its own.
 command -v node >/dev/null || packages+=(nodejs)
 command -v npm >/dev/null || packages+=(npm)

@@ -77,6 +77,8 @@ pub enum Command {
     },
     /// Show the faults hitting a real client, against a built-in server.
     Demo(DemoArgs),
+    /// Turn an event log (--events) into one self-contained HTML page: a timeline of every connection.
+    Report(ReportArgs),
     /// Print a shell's completion script: `netchaos completions bash > /etc/bash_completion.d/netchaos`.
     Completions {
         /// bash, zsh, fish, elvish or powershell.
@@ -105,6 +107,23 @@ pub struct EventsArg {
     /// Write one JSON line per connection open/close and per injected fault.
     #[arg(long, value_name = "FILE")]
     pub events: Option<PathBuf>,
+    /// At exit (Ctrl-C and SIGTERM too), write an HTML report of the run:
+    /// a timeline of every connection, its faults and retries (see
+    /// `netchaos report`).
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<PathBuf>,
+}
+
+/// `netchaos report`.
+#[derive(Debug, Args, Clone)]
+pub struct ReportArgs {
+    /// Event logs written with --events; several are drawn on one time
+    /// axis, by their wall-clock times.
+    #[arg(value_name = "EVENTS.jsonl", required = true)]
+    pub logs: Vec<PathBuf>,
+    /// Where to write the HTML page.
+    #[arg(short = 'o', long, value_name = "FILE", default_value = "report.html")]
+    pub output: PathBuf,
 }
 
 /// Where faults come from: profiles and `--fault` flags.

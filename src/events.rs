@@ -38,6 +38,61 @@ pub(crate) struct ConnInfo {
     /// The (rule, fault) pairs already counted for this connection: the
     /// summary counts connections faulted, not hits per direction.
     pub faulted: Mutex<Vec<(Arc<str>, &'static str)>>,
+    /// When its phases began, for the close line (and the report).
+    pub marks: Marks,
+}
+
+/// When a connection's phases began: its upstream connected, its first
+/// byte delivered each way. Each is set once; after that a check costs one
+/// load, so the per-chunk meter can afford it.
+#[derive(Debug, Default)]
+pub(crate) struct Marks {
+    /// When the SYN gate got the SYN (under interception; before the open).
+    syn: std::sync::OnceLock<Instant>,
+    dialled: std::sync::OnceLock<Instant>,
+    first: [std::sync::OnceLock<Instant>; 2],
+}
+
+impl Marks {
+    /// The SYN gate held the client's SYN from `at`.
+    pub(crate) fn syn(&self, at: Instant) {
+        let _ = self.syn.set(at);
+    }
+
+    /// The upstream is connected (or was, when the SYN gate dialled it).
+    pub(crate) fn dialled(&self) {
+        let _ = self.dialled.set(Instant::now());
+    }
+
+    /// A byte was delivered in `dir`.
+    fn delivered(&self, dir: Direction) {
+        let cell = &self.first[dir.index()];
+        if cell.get().is_none() {
+            let _ = cell.set(Instant::now());
+        }
+    }
+
+    /// The marks as milliseconds after the connection opened, `lived`
+    /// ago: `dial_ms`, `first_byte_upstream_ms`, `first_byte_downstream_ms`;
+    /// `syn_ms`, how long before the open the SYN came.
+    fn fields(&self, lived: Duration, f: &mut Map<String, Value>) {
+        let ms = |d: Duration| json!((d.as_secs_f64() * 1e6).round() / 1e3);
+        let at = |i: &Instant| ms(lived.saturating_sub(i.elapsed()));
+        if let Some(i) = self.syn.get() {
+            f.insert("syn_ms".into(), ms(i.elapsed().saturating_sub(lived)));
+        }
+        if let Some(i) = self.dialled.get() {
+            f.insert("dial_ms".into(), at(i));
+        }
+        for (dir, key) in [
+            (Direction::Upstream, "first_byte_upstream_ms"),
+            (Direction::Downstream, "first_byte_downstream_ms"),
+        ] {
+            if let Some(i) = self.first[dir.index()].get() {
+                f.insert(key.into(), at(i));
+            }
+        }
+    }
 }
 
 /// How a connection ended, as the event log and summary say it.
@@ -97,6 +152,8 @@ pub(crate) struct ProxyStats {
 pub(crate) struct Meter<'a> {
     pub global: &'a Stats,
     pub proxy: &'a ProxyStats,
+    /// The connection's phase marks (its first byte each way).
+    pub marks: &'a Marks,
 }
 
 impl Meter<'_> {
@@ -104,6 +161,9 @@ impl Meter<'_> {
     pub(crate) fn add(&self, dir: Direction, n: u64) {
         self.global.bytes[dir.index()].fetch_add(n, Ordering::Relaxed);
         self.proxy.bytes[dir.index()].fetch_add(n, Ordering::Relaxed);
+        if n > 0 {
+            self.marks.delivered(dir);
+        }
     }
 
     /// Bytes read from the direction's source.
@@ -361,6 +421,7 @@ impl Events {
     /// The faults stop `d` after the start (`--duration`).
     pub(crate) fn faults_end_at(&self, d: Duration) {
         *self.faults_end.lock().expect("stats lock") = Some(d);
+        self.write("faults_end", obj(json!({ "at_ms": d.as_millis() as u64 })));
     }
 
     /// Per-fault log lines at debug level from now on (`-v` shows them).
@@ -380,6 +441,47 @@ impl Events {
         self.write(
             "start",
             obj(json!({"seed": seed, "version": env!("CARGO_PKG_VERSION"), "mode": what})),
+        );
+    }
+
+    /// What the run was asked to do, once after `start`: netchaos's own
+    /// command line, the profiles, and every rule's faults with their
+    /// windows (what the report shades).
+    pub(crate) fn plan(&self, plan: &crate::plan::Plan) {
+        let rules: Vec<Value> = plan
+            .rules
+            .iter()
+            .map(|r| {
+                let faults: Vec<Value> = r
+                    .faults
+                    .iter()
+                    .map(|f| {
+                        let params: Map<String, Value> = f
+                            .all_params()
+                            .into_iter()
+                            .map(|(k, v)| (k.to_string(), Value::String(v)))
+                            .collect();
+                        let ms = |d: Option<Duration>| d.map(|d| d.as_millis() as u64);
+                        json!({
+                            "fault": f.name(),
+                            "params": params,
+                            "active_from_ms": ms(f.active.start),
+                            "active_until_ms": ms(f.active.end),
+                        })
+                    })
+                    .collect();
+                json!({ "name": &*r.name, "faults": faults })
+            })
+            .collect();
+        let profiles: Vec<Value> = plan
+            .descriptions
+            .iter()
+            .map(|(source, description)| json!({ "source": source, "description": description }))
+            .collect();
+        let argv: Vec<String> = std::env::args().collect();
+        self.write(
+            "plan",
+            obj(json!({ "argv": argv, "profiles": profiles, "rules": rules })),
         );
     }
 
@@ -416,6 +518,7 @@ impl Events {
         f.insert("bytes_upstream".into(), bytes[0].into());
         f.insert("bytes_downstream".into(), bytes[1].into());
         f.insert("duration_ms".into(), json!(lived.as_millis() as u64));
+        c.marks.fields(lived, &mut f);
         self.write("close", f);
     }
 
@@ -583,6 +686,26 @@ impl Events {
 
     pub(crate) fn http_request(&self) {
         self.stats.http_requests.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The upstream answered one request (its own answer, not netchaos's):
+    /// one line per response head, for the report's request marks.
+    pub(crate) fn http_response(&self, c: &ConnInfo, req: &RequestInfo<'_>, status: u16) {
+        if self.log.is_none() {
+            return;
+        }
+        let mut f = conn_fields(c);
+        let path: String = req.path.chars().take(256).collect();
+        let mut http = Map::new();
+        http.insert("request".into(), req.n.into());
+        http.insert("method".into(), req.method.into());
+        http.insert("path".into(), path.into());
+        if let Some(h) = req.host {
+            http.insert("host".into(), h.into());
+        }
+        http.insert("status".into(), status.into());
+        f.insert("http".into(), Value::Object(http));
+        self.write("response", f);
     }
 
     /// Something went wrong in the relay itself (not an injected fault).

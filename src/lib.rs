@@ -27,6 +27,8 @@
 //! * `ruleset` — the rules in force while netchaos runs (changeable by the
 //!   API) and the one engine that decides each connection's faults, seeded.
 //! * `events` — the event log (a writer thread), counters, the summary.
+//! * `report` — an event log read back into a model of the run and drawn
+//!   as one self-contained HTML page (`netchaos report`, `--report`).
 //!
 //! Where bytes move:
 //!
@@ -79,6 +81,7 @@ pub(crate) mod netem;
 pub(crate) mod plan;
 pub(crate) mod profile;
 pub(crate) mod relay;
+pub(crate) mod report;
 pub(crate) mod ruleset;
 pub mod settings;
 pub(crate) mod timer;

@@ -84,7 +84,8 @@ pub(super) fn attach(g: &Global, args: &AttachArgs) -> Result<u8> {
     let losses = LossTable::from_plan(&plan).map_err(|e| Error::Usage(e.to_string()))?;
     attach::check_privileges(Mode::Attach.command(), Mode::Attach).map_err(Error::runtime)?;
     let resolvers = resolvers(args.resolv_conf.as_deref(), &resolv)?;
-    let events = open_events(&args.log)?;
+    let recording = open_events(&args.log)?;
+    let events = recording.events.clone();
     raise_nofile_limit();
     let ns = Arc::new(NsThread::enter(Some(&path)).map_err(Error::runtime)?);
     let seed = plan.seed;
@@ -108,6 +109,7 @@ pub(super) fn attach(g: &Global, args: &AttachArgs) -> Result<u8> {
         serving.api(api.as_ref()).await?;
         announce_seed(seed);
         events.start(seed, "attach");
+        events.plan(&plan);
         eprintln!(
             "netchaos: ready (attached to {}; Ctrl-C or SIGTERM detaches{})",
             path.display(),
@@ -126,7 +128,7 @@ pub(super) fn attach(g: &Global, args: &AttachArgs) -> Result<u8> {
         tracing::info!("detaching ({why})");
         let removed = att.remove();
         serving.stop(args.relay.drain).await;
-        eprint!("{}", events.summary(seed));
+        recording.finish(seed);
         removed.map_err(Error::runtime)?;
         Ok(0)
     })
@@ -143,7 +145,8 @@ pub(super) fn in_place(g: &Global, args: &RunArgs) -> Result<u8> {
     let resolvers = resolvers(args.resolv_conf.as_deref(), Path::new("/etc/resolv.conf"))?;
     let losses = LossTable::from_plan(&plan).map_err(|e| Error::Usage(e.to_string()))?;
     attach::check_privileges(Mode::InPlace.command(), Mode::InPlace).map_err(Error::runtime)?;
-    let events = open_events(&args.log)?;
+    let recording = open_events(&args.log)?;
+    let events = recording.events.clone();
     raise_nofile_limit();
     let ns = Arc::new(NsThread::enter(None).map_err(Error::runtime)?);
     let seed = plan.seed;
@@ -170,6 +173,7 @@ pub(super) fn in_place(g: &Global, args: &RunArgs) -> Result<u8> {
         announce_seed(seed);
         events.quiet_faults();
         events.start(seed, "in-place");
+        events.plan(&plan);
         if let Some(d) = args.duration {
             super::wrap::announce_faults_end(&events, d);
         }
@@ -208,7 +212,7 @@ pub(super) fn in_place(g: &Global, args: &RunArgs) -> Result<u8> {
         };
         let removed = att.remove();
         serving.stop(args.relay.drain).await;
-        eprint!("{}", events.summary(seed));
+        recording.finish(seed);
         removed.map_err(Error::runtime)?;
         Ok(end)
     })

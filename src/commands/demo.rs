@@ -208,7 +208,15 @@ pub(super) fn run(g: &Global, args: &DemoArgs) -> Result<u8> {
         let dns = DemoDns::start(server.ip())
             .await
             .map_err(|e| Error::runtime(format!("cannot start the demo's DNS responder: {e}")))?;
-        let events = open_events(&args.log)?;
+        // The demo always leaves a report of its run (each wrapped
+        // client's `netchaos run` writes a log of its own beside it).
+        let mut log = args.log.clone();
+        if log.report.is_none() {
+            log.report = Some(std::env::temp_dir().join("netchaos-demo-report.html"));
+        }
+        let recording = open_events(&log)?;
+        let events = recording.events.clone();
+        let children = ChildLogs::new();
         let seed = g.seed.unwrap_or_else(rand::random);
         announce_seed(seed);
         events.start(seed, "demo");
@@ -246,11 +254,13 @@ pub(super) fn run(g: &Global, args: &DemoArgs) -> Result<u8> {
                         true => format!("{DEMO_HOST}:{}", server.port()),
                         false => server.to_string(),
                     };
-                    fetch_wrapped(exe, seed, s.fault, &target, &dns, None).await
+                    let log = children.next();
+                    fetch_wrapped(exe, seed, s.fault, &target, &dns, None, &log).await
                 }
                 (Mode::Wrapped(exe), Some(n)) => {
                     let target = https.addr.to_string();
-                    fetch_wrapped(exe, seed, s.fault, &target, &dns, Some((n, &https.ca_file))).await
+                    let log = children.next();
+                    fetch_wrapped(exe, seed, s.fault, &target, &dns, Some((n, &https.ca_file)), &log).await
                 }
                 (Mode::InProcess(_), _) if s.needs_run() => {
                     println!("{:<22} {:<40} (acts on the SYN: needs `netchaos run`)", s.name, s.fault.unwrap_or("-"));
@@ -279,9 +289,55 @@ pub(super) fn run(g: &Global, args: &DemoArgs) -> Result<u8> {
         println!();
         if matches!(mode, Mode::InProcess(_)) {
             eprint!("{}", events.summary(seed));
+        } else {
+            events.close();
+        }
+        let logs = children.written();
+        let logs: Vec<&std::path::Path> = logs.iter().map(|p| p.as_path()).collect();
+        if let Some(out) = recording.report(&logs) {
+            println!("The report of this run (a timeline of every connection and fault): {}", out.display());
         }
         Ok(0)
     })
+}
+
+/// The event logs of the wrapped clients' runs, for the report: files in
+/// a directory of the demo's own, removed with it.
+struct ChildLogs {
+    dir: std::path::PathBuf,
+    n: std::sync::atomic::AtomicUsize,
+}
+
+impl ChildLogs {
+    fn new() -> ChildLogs {
+        let dir = std::env::temp_dir().join(format!("netchaos-demo-{}", std::process::id()));
+        let _ = std::fs::create_dir_all(&dir);
+        ChildLogs {
+            dir,
+            n: Default::default(),
+        }
+    }
+
+    /// Where the next wrapped run writes its log.
+    fn next(&self) -> std::path::PathBuf {
+        let n = self.n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.dir.join(format!("{n:02}.jsonl"))
+    }
+
+    /// The logs the runs wrote.
+    fn written(&self) -> Vec<std::path::PathBuf> {
+        let n = self.n.load(std::sync::atomic::Ordering::Relaxed);
+        (0..n)
+            .map(|i| self.dir.join(format!("{i:02}.jsonl")))
+            .filter(|p| p.exists())
+            .collect()
+    }
+}
+
+impl Drop for ChildLogs {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
 }
 
 /// How the demo runs its client.
@@ -329,6 +385,7 @@ async fn fetch_wrapped(
     target: &str,
     dns: &DemoDns,
     pooled: Option<(u32, &std::path::Path)>,
+    log: &std::path::Path,
 ) -> Seen {
     let mut cmd = tokio::process::Command::new(exe);
     cmd.args([
@@ -339,6 +396,7 @@ async fn fetch_wrapped(
         "--drain",
         "200ms",
     ]);
+    cmd.arg("--events").arg(log);
     if let Some(f) = fault {
         cmd.args(["--fault", f]);
     }

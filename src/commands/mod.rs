@@ -10,6 +10,7 @@ mod ctl;
 mod demo;
 mod netem;
 mod proxy;
+mod report;
 mod run;
 mod tls;
 mod wrap;
@@ -49,6 +50,7 @@ pub fn run(cli: Cli, matches: &ArgMatches) -> Result<u8> {
         }
         Command::Faults { name } => check::faults(name.as_deref()),
         Command::Demo(args) => demo::run(&cli.global, args),
+        Command::Report(args) => report::run(args),
         Command::DemoClient { addr, pooled } => demo::client(addr, *pooled),
         Command::Completions { shell } => {
             let mut cmd = <Cli as clap::CommandFactory>::command();
@@ -112,19 +114,57 @@ pub(crate) fn raise_nofile_limit() {
     }
 }
 
-/// Opens the event log named by `--events`.
-pub(crate) fn open_events(log: &crate::cli::EventsArg) -> Result<Arc<Events>> {
-    Events::open(log.events.as_deref())
+/// Opens the event log named by `--events` (with `--report` and no
+/// `--events`, a temporary one); [`Recording::finish`] ends it.
+pub(crate) fn open_events(log: &crate::cli::EventsArg) -> Result<Recording> {
+    let (path, temporary) = match (&log.events, &log.report) {
+        (Some(p), _) => (Some(p.clone()), false),
+        (None, Some(_)) => (Some(report::temporary_log()), true),
+        (None, None) => (None, false),
+    };
+    let events = Events::open(path.as_deref())
         .map(Arc::new)
         .with_context(|| {
             format!(
                 "cannot write the event log {}",
-                log.events
-                    .as_ref()
+                path.as_ref()
                     .map_or(String::new(), |p| p.display().to_string())
             )
         })
-        .map_err(Error::Runtime)
+        .map_err(Error::Runtime)?;
+    Ok(Recording {
+        events,
+        report: log.report.clone().map(|out| report::Pending {
+            out,
+            log: path.expect("a report has a log"),
+            temporary,
+        }),
+    })
+}
+
+/// The event log and, with `--report`, the report to write from it at
+/// exit.
+pub(crate) struct Recording {
+    pub(crate) events: Arc<Events>,
+    report: Option<report::Pending>,
+}
+
+impl Recording {
+    /// Prints the exit summary (which closes the log), then writes the
+    /// report. A report that cannot be written is a warning: the run's
+    /// own exit status stands.
+    pub(crate) fn finish(&self, seed: u64) {
+        eprint!("{}", self.events.summary(seed));
+        if let Some(out) = self.report(&[]) {
+            eprintln!("netchaos: report written to {}", out.display());
+        }
+    }
+
+    /// Writes the report (if one was asked for) from the log, closed by
+    /// now, and `more` logs on the same time axis.
+    pub(crate) fn report(&self, more: &[&std::path::Path]) -> Option<&std::path::Path> {
+        self.report.as_ref().and_then(|r| r.write(more))
+    }
 }
 
 /// The control API as the command line asked for it, checked before
@@ -200,19 +240,6 @@ pub(crate) async fn start_api(
 
 pub(crate) fn announce_seed(seed: u64) {
     eprintln!("netchaos: seed {seed} (replay this run with --seed {seed})");
-}
-
-/// Completes on SIGINT or SIGTERM (and SIGHUP), naming the signal.
-pub(crate) async fn shutdown_signal() -> &'static str {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
-    let mut int = signal(SignalKind::interrupt()).expect("SIGINT handler");
-    let mut hup = signal(SignalKind::hangup()).expect("SIGHUP handler");
-    tokio::select! {
-        _ = term.recv() => "SIGTERM",
-        _ = int.recv() => "SIGINT",
-        _ = hup.recv() => "SIGHUP",
-    }
 }
 
 /// SIGINT, SIGTERM and SIGHUP handlers, installed up front: between

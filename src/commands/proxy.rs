@@ -7,8 +7,7 @@ use std::sync::Arc;
 use clap::ArgMatches;
 
 use super::{
-    ApiConfig, announce_seed, api_control, open_events, raise_nofile_limit, runtime,
-    shutdown_signal, start_api,
+    ApiConfig, announce_seed, api_control, open_events, raise_nofile_limit, runtime, start_api,
 };
 use crate::cli::{Global, ProxyArgs, RelayArgs, ServerArgs};
 use crate::error::{Error, Result};
@@ -170,9 +169,11 @@ fn serve(
             let l = relay::bind(p.listen).map_err(|e| Error::Runtime(e.into()))?;
             listeners.push(l);
         }
-        let events = open_events(log)?;
+        let recording = open_events(log)?;
+        let events = recording.events.clone();
         announce_seed(plan.seed);
         events.start(plan.seed, name);
+        events.plan(&plan);
         let relay = Relay::new(Arc::new(RuleSet::from_plan(&plan)), events.clone(), opts);
         let control = api_control(&relay, false, api.as_ref());
         for (p, l) in plan.proxies.iter().zip(listeners) {
@@ -206,15 +207,18 @@ fn serve(
         }
         let stop = tokio_util::sync::CancellationToken::new();
         start_api(api.as_ref(), control, stop.clone()).await?;
+        // Handlers first: a signal sent as soon as "ready" is read must
+        // find them, or it kills netchaos before the summary and report.
+        let mut signals = super::ShutdownSignals::install()?;
         eprintln!("netchaos: ready");
-        let sig = shutdown_signal().await;
+        let sig = signals.recv().await;
         eprintln!(
             "netchaos: {sig}: shutting down (open connections get {})",
             crate::units::format_duration(drain)
         );
         stop.cancel();
         relay.shutdown(drain).await;
-        eprint!("{}", events.summary(plan.seed));
+        recording.finish(plan.seed);
         Ok(0)
     })
 }

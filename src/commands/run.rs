@@ -131,7 +131,8 @@ pub(super) fn run(g: &Global, args: &RunArgs) -> Result<u8> {
         .iter()
         .map(|e| relay::bind_std(e.host).map_err(|e| Error::Runtime(e.into())))
         .collect::<Result<Vec<_>>>()?;
-    let events = open_events(&args.log)?;
+    let recording = open_events(&args.log)?;
+    let events = recording.events.clone();
     raise_nofile_limit();
 
     let losses = LossTable::from_plan(&plan).map_err(|e| Error::Usage(e.to_string()))?;
@@ -203,6 +204,7 @@ pub(super) fn run(g: &Global, args: &RunArgs) -> Result<u8> {
         announce_seed(seed);
         events.quiet_faults();
         events.start(seed, "run");
+        events.plan(&plan);
         if let Some(d) = args.duration {
             wrap::announce_faults_end(&events, d);
         }
@@ -228,7 +230,7 @@ pub(super) fn run(g: &Global, args: &RunArgs) -> Result<u8> {
         if left > 0 {
             tracing::warn!("ended {left} process(es) the command left running in its namespace");
         }
-        eprint!("{}", events.summary(seed));
+        recording.finish(seed);
         Ok::<_, Error>(end)
     })?;
     // The runtime's sockets into the namespace close here; with its last

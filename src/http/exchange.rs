@@ -112,6 +112,17 @@ impl Exchange {
         self.events
             .http_fault(&self.conn, &c.rule, &c.spec, &req, status);
     }
+
+    /// The upstream's own answer to request `m`.
+    fn record_response(&self, m: &Meta, status: u16) {
+        let req = RequestInfo {
+            n: m.n,
+            method: &m.method,
+            path: &m.target,
+            host: m.host.as_deref(),
+        };
+        self.events.http_response(&self.conn, &req, status);
+    }
 }
 
 async fn send(out: &Output, kind: ItemKind) -> Result<(), Gone> {
@@ -588,6 +599,7 @@ impl ResponseSide {
                 Head::NotHttp => return Ok(Next::Raw),
             }
         };
+        self.x.record_response(&meta, head.status);
         if !d.headers_delay.is_zero() {
             tokio::time::sleep(d.headers_delay).await;
         }

@@ -305,8 +305,6 @@ fn write_id_maps(uid: u32, gid: u32) -> Result<()> {
     write("/proc/self/gid_map", format!("{gid} {gid} 1\n"))
 }
 
-/// Runs `ip ARGS` (iproute2).
-
 pub(super) fn listener(addr: SocketAddr) -> Result<Socket> {
     let sys = |what: &str| InterceptError::sys(format!("{what} {addr} in the namespace"));
     // By number, so that pausing it (the connection limit) keeps the port

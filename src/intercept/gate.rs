@@ -246,6 +246,7 @@ mod tests {
             faults: rules.connect(&meta, seq),
             names: Vec::new(),
             upstream: None,
+            syn_at: std::time::Instant::now(),
         }
     }
 

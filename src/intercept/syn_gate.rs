@@ -201,6 +201,7 @@ async fn decide(syn: Syn, relay: &Arc<Relay>, sandbox: &Arc<Sandbox>) -> (Fate, 
     if syn.dst.port() == 53 && relay.dns.get().is_some() {
         return (gate_fate(SynFate::Pass, 0), None);
     }
+    let syn_at = std::time::Instant::now();
     let seq = relay.next_seq();
     let names = sandbox.names.names(syn.dst.ip());
     let meta = ConnMeta {
@@ -221,6 +222,7 @@ async fn decide(syn: Syn, relay: &Arc<Relay>, sandbox: &Arc<Sandbox>) -> (Fate, 
         proxy: Some(sandbox.label.clone()),
         counters: relay.events.stats.proxy(&sandbox.label),
         faulted: Default::default(),
+        marks: Default::default(),
     });
     let hit = |c: &Chosen| {
         FaultHit::new(
@@ -298,6 +300,7 @@ async fn decide(syn: Syn, relay: &Arc<Relay>, sandbox: &Arc<Sandbox>) -> (Fate, 
         faults,
         names,
         upstream,
+        syn_at,
     };
     (
         gate_fate(SynFate::Pass, loss_index.unwrap_or(0)),

@@ -69,9 +69,11 @@ pub(crate) async fn serve(
         }
         _ => None,
     };
+    let mut syn_at = None;
     let (seq, mut faults, upstream) = match handoff {
         Some(h) => {
             dest.names = h.names;
+            syn_at = Some(h.syn_at);
             (h.seq, h.faults, h.upstream)
         }
         None => {
@@ -94,7 +96,11 @@ pub(crate) async fn serve(
         proxy: Some(ep.name.clone()),
         counters: relay.events.stats.proxy(&ep.name),
         faulted: Default::default(),
+        marks: Default::default(),
     });
+    if let Some(at) = syn_at {
+        info.marks.syn(at);
+    }
     // Every log line of this connection names it.
     let span = tracing::info_span!("conn", id = seq, client = %peer, dst = %info.dst);
     async move {
@@ -251,6 +257,7 @@ impl Conn<'_> {
                 }
             },
         };
+        self.info.marks.dialled();
         sockopt::tune(&upstream, self.relay.opts.peer_timeout);
         if http::wanted(&first, self.tls, self.protocol) {
             let dst = dest.addrs.first().copied();
@@ -313,6 +320,7 @@ impl Conn<'_> {
         Meter {
             global: &self.relay.events.stats,
             proxy: &self.info.counters,
+            marks: &self.info.marks,
         }
     }
 

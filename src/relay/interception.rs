@@ -34,6 +34,9 @@ pub(crate) struct Handoff {
     /// The upstream, already connected (none for `respond`, or for a
     /// service inside the namespace, dialled when the relay has the client).
     pub upstream: Option<TcpStream>,
+    /// When the SYN arrived: the handshake was held from then on (the
+    /// connect phase the event log's close line reports as `syn_ms`).
+    pub syn_at: std::time::Instant,
 }
 
 pub(crate) type DialFuture<'a> = Pin<Box<dyn Future<Output = io::Result<TcpStream>> + Send + 'a>>;

@@ -1,0 +1,348 @@
+//! The report as one self-contained HTML page: the run's facts and the
+//! summary as static HTML, the timeline drawn by a small embedded script
+//! (`report.js`, `report.css`) from the model embedded as JSON. Nothing is
+//! fetched: no external script, style sheet, font or image.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use serde::Serialize;
+
+use super::{Conn, Model};
+
+const SCRIPT: &str = include_str!("report.js");
+const STYLE: &str = include_str!("report.css");
+
+/// Retry chains listed in the table, at most (the timeline shows them all).
+const MAX_CHAINS: usize = 20;
+
+/// What the script draws from.
+#[derive(Serialize)]
+struct PageData<'a> {
+    conns: &'a [Conn],
+    groups: &'a [String],
+    windows: &'a [super::Band],
+    end: f64,
+    /// Logs drawn: with several, lanes name their log (connection
+    /// numbers restart in each).
+    runs: usize,
+}
+
+/// Escapes text for HTML content and attribute values.
+fn esc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// JSON that is safe inside `<script>`: no `<` can end the element.
+fn script_json(v: &impl Serialize) -> String {
+    serde_json::to_string(v)
+        .expect("the model serializes")
+        .replace('<', "\\u003c")
+}
+
+fn secs(t: f64) -> String {
+    if t < 1.0 {
+        format!("{:.0} ms", t * 1e3)
+    } else {
+        format!("{t:.2} s")
+    }
+}
+
+/// A command line as a shell would read it back.
+fn shell_words(argv: &[String]) -> String {
+    argv.iter()
+        .map(|a| {
+            if !a.is_empty()
+                && a.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_./:=,@%+".contains(c))
+            {
+                a.clone()
+            } else {
+                format!("'{}'", a.replace('\'', "'\\''"))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The page.
+pub(crate) fn render(m: &Model) -> String {
+    let mut h = String::with_capacity(64 * 1024 + m.conns.len() * 400);
+    let title = match m.runs.first() {
+        Some(r) if !r.mode.is_empty() => format!("netchaos report: {} ({})", r.mode, r.started),
+        _ => "netchaos report".to_string(),
+    };
+    let _ = write!(
+        h,
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:\">\
+         <title>{}</title><style>{STYLE}</style></head><body>\n<h1>{}</h1>\n",
+        esc(&title),
+        esc(&title)
+    );
+    runs(&mut h, m);
+    summary(&mut h, m);
+    timeline(&mut h, m);
+    retries(&mut h, m);
+    let data = PageData {
+        conns: &m.conns,
+        groups: &m.groups,
+        windows: &m.windows,
+        end: m.end,
+        runs: m.runs.len(),
+    };
+    let _ = write!(
+        h,
+        "<div id=\"tip\" hidden></div>\n<script type=\"application/json\" id=\"data\">{}</script>\n<script>{SCRIPT}</script>\n</body></html>\n",
+        script_json(&data)
+    );
+    h
+}
+
+fn runs(h: &mut String, m: &Model) {
+    h.push_str("<h2>Run</h2>\n<table class=\"runs\"><tr><th>seed</th><th>mode</th><th>started</th><th>command</th><th>profiles</th><th>faults asked for</th><th>--duration</th></tr>\n");
+    for r in &m.runs {
+        let profiles: Vec<String> = r
+            .profiles
+            .iter()
+            .map(|(s, d)| format!("{}: {}", esc(s), esc(d)))
+            .collect();
+        let rules: Vec<String> = r.rules.iter().map(|s| esc(s)).collect();
+        let _ = writeln!(
+            h,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            r.seed.map_or("?".into(), |s| s.to_string()),
+            esc(&r.mode),
+            esc(&r.started),
+            esc(&shell_words(&r.argv)),
+            profiles.join("<br>"),
+            rules.join("<br>"),
+            r.faults_end.map_or(String::from("—"), |d| format!(
+                "faults stop at {}",
+                secs(d)
+            )),
+        );
+    }
+    h.push_str("</table>\n");
+    if let Some(r) = m.runs.first().and_then(|r| r.seed) {
+        let _ = writeln!(
+            h,
+            "<p class=\"note\">Replay: the same command with <code>--seed {r}</code> gives the same connections the same faults.</p>"
+        );
+    }
+    if m.skipped > 0 {
+        let _ = writeln!(
+            h,
+            "<p class=\"note\">{} line(s) of the log were not understood and are left out.</p>",
+            m.skipped
+        );
+    }
+}
+
+fn summary(h: &mut String, m: &Model) {
+    let s = &m.summary;
+    let outcomes: Vec<String> = s
+        .by_outcome
+        .iter()
+        .map(|(k, n)| format!("{} {n}", esc(k)))
+        .collect();
+    let _ = write!(
+        h,
+        "<h2>Summary</h2>\n<table><tr><th>connections</th><td class=\"n\">{}</td><td>{}</td></tr>\
+         <tr><th>bytes</th><td class=\"n\">{}</td><td>upstream (client→server)</td></tr>\
+         <tr><th></th><td class=\"n\">{}</td><td>downstream (server→client)</td></tr>\
+         <tr><th>faults injected</th><td class=\"n\">{}</td><td>marks on the timeline</td></tr>\
+         <tr><th>HTTP requests</th><td class=\"n\">{}</td><td>{} answered by netchaos</td></tr>\
+         <tr><th>follow-up connections</th><td class=\"n\">{}</td><td>to a destination the same client host had already connected to (retries, pools)</td></tr>",
+        s.conns,
+        outcomes.join(", "),
+        s.bytes_up,
+        s.bytes_down,
+        s.fault_events,
+        s.requests,
+        s.requests_injected,
+        s.retries
+    );
+    for (k, n) in &s.errors {
+        let _ = write!(
+            h,
+            "<tr><th>relay error</th><td class=\"n\">{n}</td><td>{}</td></tr>",
+            esc(k)
+        );
+    }
+    h.push_str("</table>\n");
+    if !s.faults.is_empty() {
+        h.push_str(
+            "<table><tr><th>rule</th><th>fault</th><th>connections</th><th>hits</th></tr>\n",
+        );
+        for (rule, kind, hits, conns) in &s.faults {
+            let _ = writeln!(
+                h,
+                "<tr><td>{}</td><td>{}</td><td class=\"n\">{conns}</td><td class=\"n\">{hits}</td></tr>",
+                esc(rule),
+                esc(kind)
+            );
+        }
+        h.push_str("</table>\n");
+    }
+}
+
+/// The legend's shapes, as the script draws them.
+const LEGEND: &str = r##"<div class="legend">
+<span><svg width="40" height="14"><rect x="0" y="2" width="40" height="10" fill="url(#lhatch)" stroke="#777" stroke-width="0.5"/><defs><pattern id="lhatch" width="4" height="4" patternUnits="userSpaceOnUse" patternTransform="rotate(45)"><line x1="0" y1="0" x2="0" y2="4" stroke="#777" stroke-width="1.5"/></pattern></defs></svg> connect (to the upstream connected)</span>
+<span><svg width="40" height="14"><rect x="0" y="5.5" width="40" height="3" fill="#888"/></svg> waiting (until the first byte to the client)</span>
+<span><svg width="40" height="14"><rect x="0" y="3" width="40" height="8" fill="#4a6fa5"/></svg> transfer</span>
+<span><svg width="14" height="14"><path d="M3,7a4,4 0 1,0 8,0a4,4 0 1,0 -8,0" fill="none" stroke="#2a7f2a" stroke-width="1.8"/></svg> ok (FIN)</span>
+<span><svg width="14" height="14"><path d="M3,3L11,11M11,3L3,11" stroke="#c0392b" stroke-width="2.4"/></svg> reset</span>
+<span><svg width="14" height="14"><path d="M3,3h8v8h-8z" stroke="#d68910" fill="#d6891055" stroke-width="1.8"/></svg> truncated</span>
+<span><svg width="14" height="14"><path d="M3,3h8L3,11h8z" stroke="#7d3c98" fill="#7d3c9855" stroke-width="1.8"/></svg> timed out</span>
+<span><svg width="14" height="14"><path d="M7,3L11,7L7,11L3,7z" stroke="#1f618d" fill="#1f618d55" stroke-width="1.8"/></svg> refused</span>
+<span><svg width="14" height="14"><path d="M7,3v8M3,7h8" stroke="#555" stroke-width="1.8"/></svg> failed / aborted</span>
+<span><svg width="14" height="14"><path d="M3,3h8l-4,6z" fill="#d62728"/></svg> injected fault (hover: kind, rule, parameters)</span>
+<span><svg width="14" height="14"><rect x="5" y="1" width="4" height="12" fill="#2c3e50"/></svg> HTTP request answered by the upstream</span>
+<span><svg width="14" height="14"><rect x="5" y="1" width="4" height="12" fill="#fff" stroke="#d62728" stroke-width="1.5"/></svg> answered by netchaos</span>
+<span><svg width="40" height="14"><path d="M0,3C12,3 28,11 40,11" fill="none" stroke="#9b59b6" stroke-dasharray="3 2"/></svg> next connection, same client host and destination (retry)</span>
+<span><svg width="20" height="14"><rect x="0" y="0" width="20" height="14" fill="rgba(255,200,0,0.3)"/></svg> fault window (active, --duration)</span>
+</div>
+"##;
+
+fn timeline(h: &mut String, m: &Model) {
+    let s = &m.summary;
+    let _ = write!(
+        h,
+        "<h2>Timeline</h2>\n<main id=\"report\" data-lanes=\"{}\" data-faults=\"{}\" data-requests=\"{}\">\n\
+         <div id=\"toolbar\"><button id=\"zin\" type=\"button\">zoom in</button><button id=\"zout\" type=\"button\">zoom out</button>\
+         <button id=\"zreset\" type=\"button\">whole run</button> showing <span id=\"window\"></span>\
+         <span class=\"note\"> — Ctrl+wheel zooms where the pointer is, drag pans, hover a mark for details</span>\
+         <span id=\"canvasmode\" hidden> — <select id=\"rowsel\" aria-label=\"connections per lane\"></select> <span id=\"perrow\" class=\"note\"></span></span></div>\n{LEGEND}\
+         <div id=\"timeline\"><div id=\"axis\"></div><canvas id=\"activity\" height=\"40\"></canvas><div id=\"lanes\"></div>\
+         <div id=\"scroller\"><canvas id=\"cv\"></canvas><div id=\"spacer\"></div></div></div>\n</main>\n\
+         <p class=\"note\">Lanes are grouped by proxy and destination, each group in order of opening. \
+         Phases come from the close line (<code>dial_ms</code>, <code>first_byte_downstream_ms</code>); \
+         a connection with neither did not reach an upstream.</p>\n",
+        s.conns, s.fault_events, s.requests
+    );
+}
+
+/// Successive connections from one client host to one destination, with
+/// the pauses between them: backoff grows them, a retry storm has none.
+fn retries(h: &mut String, m: &Model) {
+    let mut chains: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+    let mut head = vec![0usize; m.conns.len()];
+    for (i, c) in m.conns.iter().enumerate() {
+        head[i] = c.prev.map_or(i, |p| head[p]);
+        chains.entry(head[i]).or_default().push(i);
+    }
+    let mut list: Vec<Vec<usize>> = chains.into_values().filter(|c| c.len() > 1).collect();
+    if list.is_empty() {
+        return;
+    }
+    list.sort_by_key(|c| std::cmp::Reverse(c.len()));
+    h.push_str("<h2>Retries and reconnects</h2>\n<table><tr><th>destination</th><th>client host</th><th>connections</th><th>outcomes in order</th><th>pauses between them (end → next open)</th><th>pattern</th></tr>\n");
+    for chain in list.iter().take(MAX_CHAINS) {
+        let first = &m.conns[chain[0]];
+        let outcomes: Vec<&str> = chain.iter().map(|&i| m.conns[i].class).collect();
+        let gaps: Vec<f64> = chain
+            .windows(2)
+            .map(|w| {
+                let (a, b) = (&m.conns[w[0]], &m.conns[w[1]]);
+                b.open - a.close.unwrap_or(b.open)
+            })
+            .collect();
+        let shown: Vec<String> = gaps
+            .iter()
+            .take(8)
+            .map(|g| if *g < 0.0 { "overlap".into() } else { secs(*g) })
+            .collect();
+        let pattern = if gaps.iter().all(|g| *g < 0.0) {
+            "concurrent (a pool?)"
+        } else if chain.len() >= 5 && gaps.iter().all(|g| *g < 0.05) {
+            "retry storm: no pause"
+        } else if gaps.len() >= 2
+            && gaps.windows(2).all(|w| w[1] >= w[0] * 0.9)
+            && gaps[gaps.len() - 1] >= 1.5 * gaps[0].max(0.001)
+        {
+            "backoff: pauses grow"
+        } else {
+            ""
+        };
+        let _ = writeln!(
+            h,
+            "<tr><td>{}</td><td>{}</td><td class=\"n\">{}</td><td>{}</td><td>{}{}</td><td>{pattern}</td></tr>",
+            esc(&m.groups[first.group]),
+            esc(super::client_host(&first.client)),
+            chain.len(),
+            esc(&runs_of(&outcomes)),
+            shown.join(", "),
+            if gaps.len() > shown.len() {
+                ", …"
+            } else {
+                ""
+            }
+        );
+    }
+    if list.len() > MAX_CHAINS {
+        let _ = writeln!(
+            h,
+            "</table><p class=\"note\">{} more chains are on the timeline.</p>",
+            list.len() - MAX_CHAINS
+        );
+    } else {
+        h.push_str("</table>\n");
+    }
+}
+
+/// Outcomes in order, repeats folded (`reset ×3 → ok`), the first ten
+/// changes shown.
+fn runs_of(outcomes: &[&str]) -> String {
+    let mut runs: Vec<(&str, usize)> = Vec::new();
+    for o in outcomes {
+        match runs.last_mut() {
+            Some((last, n)) if last == o => *n += 1,
+            _ => runs.push((o, 1)),
+        }
+    }
+    let mut text: Vec<String> = runs
+        .iter()
+        .take(10)
+        .map(|(o, n)| match n {
+            1 => o.to_string(),
+            n => format!("{o} ×{n}"),
+        })
+        .collect();
+    if runs.len() > 10 {
+        text.push("…".into());
+    }
+    text.join(" → ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcomes_fold_repeats() {
+        assert_eq!(runs_of(&["reset", "reset", "ok"]), "reset ×2 → ok");
+    }
+
+    #[test]
+    fn embedded_json_cannot_close_the_script() {
+        let lines = r#"{"time":"2026-12-01T10:00:00.000Z","t":0.0,"event":"open","conn":1,"client":"1.2.3.4:5","dst":"</script><b>x","proxy":"p"}"#;
+        let m = super::super::from_lines([lines.lines()]);
+        let page = render(&m);
+        assert!(!page.contains("</script><b>"));
+        assert_eq!(page.matches("</script>").count(), 2);
+        assert!(!page.contains("http://") && !page.contains("https://"));
+    }
+}
