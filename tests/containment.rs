@@ -803,7 +803,9 @@ fn slow_api_clients_are_shed_and_the_relay_keeps_serving() {
     let api = p.api.unwrap();
     let (fds_before, _) = fds_and_rss(p.pid());
     let held = slowloris(api, 1100);
-    assert!(held.len() > 1000, "opened {}", held.len());
+    // Far more than the API serves at once (64); how many of the rest the
+    // listen backlog takes before a connect times out depends on the load.
+    assert!(held.len() > 500, "opened {}", held.len());
     std::thread::sleep(Duration::from_millis(500));
     let (fds, _) = fds_and_rss(p.pid());
     assert!(
