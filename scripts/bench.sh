@@ -333,8 +333,8 @@ exec {HTTPD[1]}>&-
   echo
   echo "For scale (DESIGN.md, same kind of machine): Toxiproxy 2.12 passes about"
   echo "0.2× direct loopback, adds about 100 µs to a 64-byte round trip and holds"
-  echo "5,000 idle connections in about 336 MB. Toxiproxy is not installable here"
-  echo "(no Go toolchain or release download), so it is not measured in this run."
+  echo "5,000 idle connections in about 336 MB. Toxiproxy cannot be fetched here"
+  echo "(only package registries are reachable: no release binary, no Go module download), so it is not measured in this run."
 } >"$OUT.new"
 mv "$OUT.new" "$OUT"
 cat "$OUT"

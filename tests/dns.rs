@@ -193,6 +193,26 @@ name = "dns"
             .any(|f| f["dns"]["name"] == "nx.test" && f["params"]["rcode"] == "NXDOMAIN")
     );
     assert!(err.contains("DNS queries:"), "summary: {err}");
+    // The report's resolve section lists every DNS fault of the log.
+    let html = dir.path().join("report.html");
+    let (code, _, rerr) = netchaos(&[
+        "report",
+        events.to_str().unwrap(),
+        "-o",
+        html.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{rerr}");
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(
+        page.contains(&format!("data-dns-faults=\"{}\"", faults.len())),
+        "{} DNS faults in the log",
+        faults.len()
+    );
+    assert_eq!(page.matches("class=\"dns-fault\"").count(), faults.len());
+    assert!(
+        page.contains("<td>nx.test</td><td>A</td><td>dns_error</td>"),
+        "{page}"
+    );
 }
 
 #[test]

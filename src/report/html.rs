@@ -94,6 +94,7 @@ pub(crate) fn render(m: &Model) -> String {
     runs(&mut h, m);
     summary(&mut h, m);
     timeline(&mut h, m);
+    dns(&mut h, m);
     retries(&mut h, m);
     let data = PageData {
         conns: &m.conns,
@@ -237,6 +238,60 @@ fn timeline(h: &mut String, m: &Model) {
 
 /// Successive connections from one client host to one destination, with
 /// the pauses between them: backoff grows them, a retry storm has none.
+/// Most DNS faults listed one by one; the rest are counted by kind.
+const MAX_DNS_ROWS: usize = 200;
+
+/// The resolve phase: DNS faults, by name and in order. They act before
+/// any connection exists, so they have no lane of their own.
+fn dns(h: &mut String, m: &Model) {
+    if m.dns.is_empty() {
+        return;
+    }
+    let mut by: BTreeMap<(&str, &str, &str), u64> = BTreeMap::new();
+    for d in &m.dns {
+        *by.entry((&d.name, &d.qtype, &d.fault)).or_default() += 1;
+    }
+    let _ = write!(
+        h,
+        "<h2>Name resolution</h2>\n<section id=\"dns\" data-dns-faults=\"{}\">\
+         <table><tr><th>name</th><th>type</th><th>fault</th><th>queries</th></tr>\n",
+        m.dns.len()
+    );
+    for ((name, qtype, fault), n) in &by {
+        let _ = writeln!(
+            h,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td class=\"n\">{n}</td></tr>",
+            esc(name),
+            esc(qtype),
+            esc(fault)
+        );
+    }
+    h.push_str("</table>\n<table><tr><th>time</th><th>client</th><th>query</th><th>over</th><th>rule</th><th>fault</th><th>parameters</th></tr>\n");
+    for d in m.dns.iter().take(MAX_DNS_ROWS) {
+        let _ = writeln!(
+            h,
+            "<tr class=\"dns-fault\"><td class=\"n\">{}</td><td>{}</td><td>{} {}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            secs(d.t),
+            esc(&d.client),
+            esc(&d.qtype),
+            esc(&d.name),
+            esc(&d.transport),
+            esc(&d.rule),
+            esc(&d.fault),
+            esc(&d.params)
+        );
+    }
+    h.push_str("</table>\n");
+    if m.dns.len() > MAX_DNS_ROWS {
+        let _ = writeln!(
+            h,
+            "<p class=\"note\">{} more DNS faults, counted above.</p>",
+            m.dns.len() - MAX_DNS_ROWS
+        );
+    }
+    h.push_str("</section>\n");
+}
+
 fn retries(h: &mut String, m: &Model) {
     let mut chains: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
     let mut head = vec![0usize; m.conns.len()];

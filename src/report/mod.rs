@@ -32,6 +32,8 @@ pub(crate) struct Model {
     pub groups: Vec<String>,
     /// Fault windows (`active`, `--duration`) to shade.
     pub windows: Vec<Band>,
+    /// DNS faults: the resolve phase, which belongs to no connection.
+    pub dns: Vec<DnsMark>,
     /// The end of the time axis: the last event, in seconds.
     pub end: f64,
     pub summary: Summary,
@@ -104,6 +106,19 @@ pub(crate) struct Mark {
     pub params: String,
     /// The HTTP request it acted on.
     pub request: Option<u64>,
+}
+
+/// A DNS fault on one query of the namespace.
+#[derive(Debug, Default, Serialize)]
+pub(crate) struct DnsMark {
+    pub t: f64,
+    pub client: String,
+    pub name: String,
+    pub qtype: String,
+    pub transport: String,
+    pub rule: String,
+    pub fault: String,
+    pub params: String,
 }
 
 /// One HTTP request on a connection.
@@ -355,6 +370,19 @@ impl Builder {
                         .unwrap_or(0);
                     c.path = s(v, "path");
                     c.class = class(&c.outcome, &c.errors);
+                }
+                "fault" if v.get("dns").is_some() => {
+                    let d = &v["dns"];
+                    m.dns.push(DnsMark {
+                        t,
+                        client: s(v, "client"),
+                        name: s(d, "name"),
+                        qtype: s(d, "qtype"),
+                        transport: s(d, "transport"),
+                        rule: s(v, "rule"),
+                        fault: s(v, "fault"),
+                        params: params_text(v),
+                    });
                 }
                 "fault" => {
                     let Some(i) = self.conn(run, offset, v) else {
