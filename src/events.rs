@@ -638,9 +638,9 @@ impl Events {
         client: SocketAddr,
         rule: &str,
         spec: &FaultSpec,
-        q: &crate::dns::Query,
+        (name, qtype): (&str, u16),
         seq: u64,
-        transport: crate::dns::Transport,
+        transport: &'static str,
     ) {
         {
             let mut faults = self.stats.faults.lock().expect("stats lock");
@@ -656,11 +656,11 @@ impl Events {
             .expect("stats lock")
             .entry(spec.name())
             .or_default() += 1;
-        let qtype = crate::fault::dns_match::type_name(q.qtype);
+        let qtype = crate::fault::dns_match::type_name(qtype);
         if self.quiet_faults.load(Ordering::Relaxed) {
-            tracing::debug!(rule, query = seq, "fault {spec} on {qtype} {}", q.name);
+            tracing::debug!(rule, query = seq, "fault {spec} on {qtype} {name}");
         } else {
-            tracing::info!(rule, query = seq, "fault {spec} on {qtype} {}", q.name);
+            tracing::info!(rule, query = seq, "fault {spec} on {qtype} {name}");
         }
         let mut f = Map::new();
         f.insert("client".into(), client.to_string().into());
@@ -670,9 +670,9 @@ impl Events {
             "dns".into(),
             json!({
                 "query": seq,
-                "name": q.name,
+                "name": name,
                 "qtype": qtype,
-                "transport": transport.as_str(),
+                "transport": transport,
             }),
         );
         let params: Map<String, Value> = spec

@@ -83,8 +83,14 @@ impl DnsLayer {
         if fresh {
             self.events.dns_query();
             for c in &d.acting {
-                self.events
-                    .dns_fault(client, &c.rule, &c.spec, &query, seq, transport);
+                self.events.dns_fault(
+                    client,
+                    &c.rule,
+                    &c.spec,
+                    (&query.name, query.qtype),
+                    seq,
+                    transport.as_str(),
+                );
             }
         }
         Some(d)

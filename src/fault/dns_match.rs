@@ -3,7 +3,6 @@
 //! query type (`qtype`: `A`, `AAAA`, …). The per-query `probability` draw
 //! is the DNS layer's, from (seed, rule, fault, query number).
 
-use crate::plan::DstPattern;
 use crate::settings::{Fields, ProfileError, node_text};
 
 /// A query, as far as matching looks at it.
@@ -16,8 +15,56 @@ pub(crate) struct QueryView<'a> {
 /// Which queries a DNS fault applies to; empty criteria match every query.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct QueryMatch {
-    names: Vec<DstPattern>,
+    names: Vec<NamePattern>,
     qtypes: Vec<u16>,
+}
+
+/// A queried name: exactly, or (`*.example.com`) any of its subdomains.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum NamePattern {
+    Exact(String),
+    /// The suffix with its leading dot (`.example.com`).
+    Subdomains(String),
+}
+
+impl NamePattern {
+    fn parse(s: &str) -> Option<NamePattern> {
+        let s = s.trim().trim_end_matches('.').to_ascii_lowercase();
+        let (glob, name) = match s.strip_prefix("*.") {
+            Some(rest) => (true, rest.to_string()),
+            None => (false, s),
+        };
+        let valid = !name.is_empty()
+            && name.len() <= 253
+            && name.split('.').all(|l| {
+                !l.is_empty()
+                    && l.len() <= 63
+                    && l.chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+            });
+        valid.then(|| match glob {
+            true => NamePattern::Subdomains(format!(".{name}")),
+            false => NamePattern::Exact(name),
+        })
+    }
+
+    fn matches(&self, name: &str) -> bool {
+        match self {
+            NamePattern::Exact(n) => n == name,
+            NamePattern::Subdomains(suffix) => {
+                name.len() > suffix.len() && name.ends_with(suffix.as_str())
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for NamePattern {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NamePattern::Exact(n) => f.write_str(n),
+            NamePattern::Subdomains(s) => write!(f, "*{s}"),
+        }
+    }
 }
 
 /// The record types people name, by number.
@@ -59,9 +106,9 @@ impl QueryMatch {
         let mut m = QueryMatch::default();
         for n in f.strings("name")?.unwrap_or_default() {
             let text = node_text(&n);
-            match DstPattern::parse(&text) {
-                Ok(p @ DstPattern::Host(_)) => m.names.push(p),
-                _ => {
+            match NamePattern::parse(&text) {
+                Some(p) => m.names.push(p),
+                None => {
                     return Err(f.error(
                         "name",
                         &n.loc,
@@ -99,7 +146,7 @@ impl QueryMatch {
     }
 
     pub(crate) fn matches(&self, q: &QueryView<'_>) -> bool {
-        (self.names.is_empty() || self.names.iter().any(|p| p.matches_name(q.name)))
+        (self.names.is_empty() || self.names.iter().any(|p| p.matches(q.name)))
             && (self.qtypes.is_empty() || self.qtypes.contains(&q.qtype))
     }
 
