@@ -684,6 +684,35 @@ impl Events {
         self.write("fault", f);
     }
 
+    /// How a DNS query of the namespace ended: `answer` (`NOERROR`,
+    /// `NXDOMAIN`, …, `never`, `no answer`) with its record count, and
+    /// `ms` after it arrived (none when nothing was sent back).
+    pub(crate) fn dns_answered(
+        &self,
+        client: SocketAddr,
+        (name, qtype): (&str, u16),
+        seq: u64,
+        transport: &'static str,
+        ms: Option<f64>,
+        (answer, records): (&str, u16),
+    ) {
+        let mut f = Map::new();
+        f.insert("client".into(), client.to_string().into());
+        f.insert(
+            "dns".into(),
+            json!({
+                "query": seq,
+                "name": name,
+                "qtype": crate::fault::dns_match::type_name(qtype),
+                "transport": transport,
+                "answer": answer,
+                "records": records,
+                "ms": ms.map(|m| (m * 1000.0).round() / 1000.0),
+            }),
+        );
+        self.write("dns", f);
+    }
+
     pub(crate) fn http_request(&self) {
         self.stats.http_requests.fetch_add(1, Ordering::Relaxed);
     }

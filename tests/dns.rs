@@ -291,10 +291,11 @@ fn dns_delay_is_time_in_resolution_not_in_connect() {
         "[[rules]]\nname = \"dns\"\n  [[rules.faults]]\n  type = \"dns_delay\"\n  delay = \"300ms\"\n",
     );
     let url = format!("http://slow.test:{port}/");
+    let events = dir.path().join("events.jsonl");
     let (code, out, err) = run_dns(
         &resolv,
         &profile,
-        None,
+        Some(&events),
         "timeout:3 attempts:1",
         &[
             "curl",

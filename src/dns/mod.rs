@@ -34,6 +34,19 @@ const MAX_REMEMBERED: usize = 4096;
 
 type QueryKey = (IpAddr, Transport, u16, u16, String);
 
+/// One query as the layer took it: its fate, and what recording its end
+/// needs.
+pub(crate) struct Asked {
+    pub(crate) decision: Decision,
+    query: Query,
+    seq: u64,
+    /// Not a retransmission of a query already taken.
+    fresh: bool,
+    at: Instant,
+    client: SocketAddr,
+    transport: Transport,
+}
+
 /// The DNS layer of one run: rules, numbering, and where answers go.
 pub(crate) struct DnsLayer {
     rules: Arc<RuleSet>,
@@ -67,15 +80,12 @@ impl DnsLayer {
         }
     }
 
-    /// The fate of one query from `client` (`None`: not a standard query).
-    /// The faults that act are recorded the first time a query is seen,
-    /// not again for its retransmissions.
-    pub(crate) fn decide(
-        &self,
-        client: SocketAddr,
-        bytes: &[u8],
-        transport: Transport,
-    ) -> Option<Decision> {
+    /// The fate of one query from `client` (`None`: not a standard query),
+    /// with what [`DnsLayer::answered`] needs to record how it ended. The
+    /// faults that act are recorded the first time a query is seen, not
+    /// again for its retransmissions.
+    pub(crate) fn ask(&self, client: SocketAddr, bytes: &[u8], transport: Transport) -> Option<Asked> {
+        let at = Instant::now();
         let query = Query::parse(bytes)?;
         let (seq, fresh) = self.number(client.ip(), transport, &query);
         let chosen = self.rules.query(&query.name, seq, self.epoch.elapsed());
@@ -93,7 +103,50 @@ impl DnsLayer {
                 );
             }
         }
-        Some(d)
+        Some(Asked {
+            decision: d,
+            query,
+            seq,
+            fresh,
+            at,
+            client,
+            transport,
+        })
+    }
+
+    /// Records how a query ended — the answer its client got (`None`: none)
+    /// and when — once per query, not per retransmission: the resolve
+    /// phase of the run's report.
+    pub(crate) fn answered(&self, a: &Asked, reply: Option<&[u8]>) {
+        if !a.fresh {
+            return;
+        }
+        let (answer, records) = match (reply, &a.decision.action) {
+            (None, Action::Silence) => ("never".to_string(), 0),
+            (None, _) => ("no answer".to_string(), 0),
+            (Some(r), _) if r.len() >= 12 => {
+                let records = u16::from_be_bytes([r[6], r[7]]);
+                let answer = match (r[2] & 0x02 != 0, r[3] & 0x0f) {
+                    (true, _) => "truncated".to_string(),
+                    (_, 0) => "NOERROR".to_string(),
+                    (_, 2) => "SERVFAIL".to_string(),
+                    (_, 3) => "NXDOMAIN".to_string(),
+                    (_, 5) => "REFUSED".to_string(),
+                    (_, n) => format!("rcode {n}"),
+                };
+                (answer, records)
+            }
+            (Some(_), _) => ("malformed".to_string(), 0),
+        };
+        let ms = reply.map(|_| a.at.elapsed().as_secs_f64() * 1000.0);
+        self.events.dns_answered(
+            a.client,
+            (&a.query.name, a.query.qtype),
+            a.seq,
+            a.transport.as_str(),
+            ms,
+            (&answer, records),
+        );
     }
 
     /// The query's number, and whether it is new (not a retransmission).
@@ -162,8 +215,9 @@ mod tests {
         let client: SocketAddr = "10.0.0.2:4000".parse().unwrap();
         (0..n)
             .map(|i| {
-                l.decide(client, &query(i, "a.test"), Transport::Udp)
+                l.ask(client, &query(i, "a.test"), Transport::Udp)
                     .unwrap()
+                    .decision
                     .action
                     == Action::Silence
             })

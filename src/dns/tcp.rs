@@ -37,28 +37,37 @@ pub(crate) async fn serve<D, F>(
             Ok(Ok(q)) => q,
             _ => return,
         };
-        let Some(decision) = layer.decide(peer, &query, Transport::Tcp) else {
+        let Some(asked) = layer.ask(peer, &query, Transport::Tcp) else {
             // Not a query: a resolver closes such a connection.
             return;
         };
-        let answer = match decision.action {
+        let decision = &asked.decision;
+        let answer = match &decision.action {
             // Never answered; the client's own timeout ends it.
-            Action::Silence => continue,
-            Action::Answer(made) => super::reply::build(&query, &made),
+            Action::Silence => {
+                layer.answered(&asked, None);
+                continue;
+            }
+            Action::Answer(made) => super::reply::build(&query, made),
             Action::Forward => match ask(&mut upstream, &layer.resolvers, &dial, &query).await {
                 Some(a) => {
                     layer.names.learn_response(&a);
                     Some(a)
                 }
                 // No resolver answered: as a failing resolver does, close.
-                None => return,
+                None => {
+                    layer.answered(&asked, None);
+                    return;
+                }
             },
         };
         let Some(answer) = answer else { return };
         if !decision.delay.is_zero() {
             tokio::time::sleep(decision.delay).await;
         }
-        if write_message(&mut client, &answer).await.is_err() {
+        let sent = write_message(&mut client, &answer).await;
+        layer.answered(&asked, Some(&answer));
+        if sent.is_err() {
             return;
         }
     }

@@ -115,12 +115,13 @@ pub(crate) async fn serve(
         let (socket, layer) = (socket.clone(), layer.clone());
         let inside = inside.clone();
         tokio::spawn(async move {
-            let Some(decision) = layer.decide(client, &query, Transport::Udp) else {
+            let Some(asked) = layer.ask(client, &query, Transport::Udp) else {
                 return;
             };
-            let answer = match decision.action {
+            let decision = &asked.decision;
+            let answer = match &decision.action {
                 Action::Silence => None,
-                Action::Answer(made) => crate::dns::reply::build(&query, &made),
+                Action::Answer(made) => crate::dns::reply::build(&query, made),
                 Action::Forward => {
                     let answer =
                         forward(&query, reply_size, &layer.resolvers, inside.as_deref()).await;
@@ -130,12 +131,13 @@ pub(crate) async fn serve(
                     answer
                 }
             };
-            if let Some(answer) = answer {
+            if let Some(answer) = &answer {
                 if !decision.delay.is_zero() {
                     tokio::time::sleep(decision.delay).await;
                 }
-                let _ = socket.send_to(&answer, client).await;
+                let _ = socket.send_to(answer, client).await;
             }
+            layer.answered(&asked, answer.as_deref());
             drop(slot);
         });
     }

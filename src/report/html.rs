@@ -201,6 +201,7 @@ fn summary(h: &mut String, m: &Model) {
 
 /// The legend's shapes, as the script draws them.
 const LEGEND: &str = r##"<div class="legend">
+<span><svg width="40" height="14"><rect x="0.5" y="5" width="39" height="4" fill="#fff" stroke="#2ca02c" stroke-dasharray="2 1"/></svg> resolve (the name's DNS answer, before the connection)</span>
 <span><svg width="40" height="14"><rect x="0" y="2" width="40" height="10" fill="url(#lhatch)" stroke="#777" stroke-width="0.5"/><defs><pattern id="lhatch" width="4" height="4" patternUnits="userSpaceOnUse" patternTransform="rotate(45)"><line x1="0" y1="0" x2="0" y2="4" stroke="#777" stroke-width="1.5"/></pattern></defs></svg> connect (to the upstream connected)</span>
 <span><svg width="40" height="14"><rect x="0" y="5.5" width="40" height="3" fill="#888"/></svg> waiting (until the first byte to the client)</span>
 <span><svg width="40" height="14"><rect x="0" y="3" width="40" height="8" fill="#4a6fa5"/></svg> transfer</span>
@@ -244,7 +245,7 @@ const MAX_DNS_ROWS: usize = 200;
 /// The resolve phase: DNS faults, by name and in order. They act before
 /// any connection exists, so they have no lane of their own.
 fn dns(h: &mut String, m: &Model) {
-    if m.dns.is_empty() {
+    if m.dns.is_empty() && m.dns_queries == 0 {
         return;
     }
     let mut by: BTreeMap<(&str, &str, &str), u64> = BTreeMap::new();
@@ -254,7 +255,16 @@ fn dns(h: &mut String, m: &Model) {
     let _ = write!(
         h,
         "<h2>Name resolution</h2>\n<section id=\"dns\" data-dns-faults=\"{}\">\
+         <p>{} DNS queries{}; {} faulted. A connection to a name resolved here shows its resolve phase on its lane (dotted).</p>\
          <table><tr><th>name</th><th>type</th><th>fault</th><th>queries</th></tr>\n",
+        m.dns.len(),
+        m.dns_queries,
+        if m.dns_answers.is_empty() {
+            String::new()
+        } else {
+            let a: Vec<String> = m.dns_answers.iter().map(|(k, n)| format!("{} {n}", esc(k))).collect();
+            format!(" (answers: {})", a.join(", "))
+        },
         m.dns.len()
     );
     for ((name, qtype, fault), n) in &by {

@@ -34,6 +34,9 @@ pub(crate) struct Model {
     pub windows: Vec<Band>,
     /// DNS faults: the resolve phase, which belongs to no connection.
     pub dns: Vec<DnsMark>,
+    /// DNS queries of the namespace, and how many got each answer.
+    pub dns_queries: u64,
+    pub dns_answers: BTreeMap<String, u64>,
     /// The end of the time axis: the last event, in seconds.
     pub end: f64,
     pub summary: Summary,
@@ -94,6 +97,13 @@ pub(crate) struct Conn {
     /// destination (an index into [`Model::conns`]): a retry, or the next
     /// of a pool.
     pub prev: Option<usize>,
+    /// The name the destination was known by, when there is one.
+    #[serde(skip)]
+    pub host: String,
+    /// The resolve phase before it: the query for its name from its client
+    /// host that was answered last before it opened (seconds relative to
+    /// `open`, both ≤ 0), with the answer.
+    pub resolve: Option<(f64, f64, String)>,
 }
 
 /// One injected fault.
@@ -238,7 +248,14 @@ struct Builder {
     group_index: HashMap<String, usize>,
     /// (rule, fault) → its hits and the connections it hit.
     faults: BTreeMap<(String, String), Hits>,
+    /// DNS queries that were answered: (client host, name, asked, answered,
+    /// answer), to place each connection's resolve phase.
+    resolves: Vec<(String, String, f64, f64, String)>,
 }
+
+/// How long before a connection its name's answer may have come to count
+/// as that connection's resolve phase.
+const RESOLVE_WINDOW: f64 = 30.0;
 
 /// How often a fault acted, and on which connections ((run, conn)).
 type Hits = (u64, std::collections::HashSet<(usize, u64)>);
@@ -303,6 +320,7 @@ impl Builder {
             group,
             client: s(v, "client"),
             dst,
+            host: s(v, "host"),
             open: t,
             outcome: "open".into(),
             class: "open",
@@ -370,6 +388,20 @@ impl Builder {
                         .unwrap_or(0);
                     c.path = s(v, "path");
                     c.class = class(&c.outcome, &c.errors);
+                }
+                "dns" => {
+                    let d = &v["dns"];
+                    if let Some(ms) = d.get("ms").and_then(Value::as_f64) {
+                        self.resolves.push((
+                            client_host(&s(v, "client")).to_string(),
+                            s(d, "name"),
+                            t - ms / 1e3,
+                            t,
+                            s(d, "answer"),
+                        ));
+                    }
+                    m.dns_queries += 1;
+                    *m.dns_answers.entry(s(d, "answer")).or_default() += 1;
                 }
                 "fault" if v.get("dns").is_some() => {
                     let d = &v["dns"];
@@ -508,9 +540,28 @@ impl Builder {
         // Retries: the previous connection from the same client host to
         // the same group (the client's port changes with every connection).
         let mut last: HashMap<(usize, String), usize> = HashMap::new();
+        // Answers by (client host, name), in order of answering.
+        let mut answers: HashMap<(String, String), Vec<(f64, f64, String)>> = HashMap::new();
+        for (h, n, t0, t1, a) in self.resolves.drain(..) {
+            answers.entry((h, n)).or_default().push((t0, t1, a));
+        }
+        for list in answers.values_mut() {
+            list.sort_by(|a, b| a.1.partial_cmp(&b.1).unwrap_or(std::cmp::Ordering::Equal));
+        }
         let s = &mut m.summary;
         for (i, c) in conns.iter_mut().enumerate() {
             let host = client_host(&c.client).to_string();
+            if !c.host.is_empty()
+                && let Some(list) = answers.get(&(host.clone(), c.host.clone()))
+            {
+                // The last answer before the open (a few ms of slack: the
+                // log's clock and the SYN's are not the same).
+                c.resolve = list
+                    .iter()
+                    .rev()
+                    .find(|(_, t1, _)| *t1 <= c.open + 0.005 && c.open - t1 <= RESOLVE_WINDOW)
+                    .map(|(t0, t1, a)| (t0 - c.open, (t1 - c.open).min(0.0), a.clone()));
+            }
             c.prev = last.insert((c.group, host), i);
             s.retries += u64::from(c.prev.is_some());
             s.conns += 1;

@@ -62,6 +62,8 @@
     var lines = ["connection " + name(c) + " " + c.client + " → " + c.dst,
       "opened " + fmtT(c.open) + (c.close === null ? ", still open" : ", lived " + fmtT(c.close - c.open)),
       "ended: " + c.outcome + " (" + (ENDS[c.class] || c.class) + ")"];
+    if (c.resolve) lines.push("resolved its name in " + fmtT(c.resolve[1] - c.resolve[0]) + " (" + c.resolve[2] + "), " +
+      fmtT(-c.resolve[1]) + " before it opened");
     if (c.dial !== null) lines.push("upstream connected after " + fmtT(c.dial));
     if (c.first_down !== null) lines.push("first byte to the client after " + fmtT(c.first_down));
     lines.push("bytes: " + c.bytes_up + " up, " + c.bytes_down + " down" + (c.path ? " (" + c.path + ")" : ""));
@@ -216,6 +218,7 @@
         if (p1 - p0 <= 0 && !(t1 > t0 && p0 > LABEL_W && p0 < width)) return "";
         return '<rect class="ph ' + cls + '" x="' + p0 + '" y="' + (cy - hh / 2) + '" width="' + Math.max(1, p1 - p0) + '" height="' + hh + '"/>';
       };
+      if (c.resolve) g += seg("ph-resolve", a + c.resolve[0], a + c.resolve[1], 4);
       if (dialEnd > a) g += seg("ph-connect", a, dialEnd, 10);
       if (fb !== null) {
         if (fb > dialEnd) g += seg("ph-wait", dialEnd, fb, 3);
@@ -336,6 +339,11 @@
         var d = c.dial !== null ? x(c.open + c.dial) : a;
         var fb = c.first_down !== null ? x(c.open + c.first_down) : null;
         if (z < LABEL_W || a > width) return;
+        if (c.resolve) {
+          g.fillStyle = "#2ca02c";
+          var r0 = x(c.open + c.resolve[0]), r1 = x(c.open + c.resolve[1]);
+          g.fillRect(r0, cy - 1, Math.max(1, r1 - r0), 2);
+        }
         g.fillStyle = "#888";
         if (d > a) g.fillRect(a, cy - 3, Math.max(1, d - a), 6);
         g.fillStyle = "#666";
