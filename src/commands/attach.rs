@@ -247,6 +247,12 @@ impl Serving {
         let sandbox = att.sandbox.clone();
         let sandbox = &sandbox;
         let io = |e: std::io::Error| Error::Runtime(e.into());
+        // Before the gate: its first TCP port 53 SYN already belongs to it.
+        let dns_layer = relay.start_dns(
+            sandbox.names.clone(),
+            resolvers,
+            Some(sandbox.clone() as Arc<dyn Interception>),
+        );
         let queue = att.listeners.queue.try_clone().map_err(io)?;
         let mut tasks = vec![tokio::spawn(syn_gate::run(
             queue,
@@ -275,11 +281,6 @@ impl Serving {
                 ),
             );
         }
-        let dns_layer = relay.start_dns(
-            sandbox.names.clone(),
-            resolvers,
-            Some(sandbox.clone() as Arc<dyn Interception>),
-        );
         for u in std::mem::take(&mut att.listeners.dns) {
             let u = tokio::net::UdpSocket::from_std(u).map_err(io)?;
             tasks.push(tokio::spawn(dns::serve(

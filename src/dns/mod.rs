@@ -31,6 +31,12 @@ use crate::ruleset::RuleSet;
 pub(crate) const SAME_QUERY: Duration = Duration::from_secs(30);
 /// Most queries remembered; a flood forgets the oldest first.
 const MAX_REMEMBERED: usize = 4096;
+/// Most DNS-over-TCP connections served at once; beyond, a new one is
+/// closed (its stub falls back or retries), as a busy resolver does.
+pub(crate) const MAX_TCP: usize = 256;
+/// Most answers held back by `dns_delay` at once (each is one small
+/// datagram); beyond, an answer is dropped and the client retries.
+pub(crate) const MAX_HELD: usize = 4096;
 
 type QueryKey = (IpAddr, Transport, u16, u16, String);
 
@@ -59,6 +65,10 @@ pub(crate) struct DnsLayer {
     pub(crate) names: Arc<NameTable>,
     /// Where queries are forwarded.
     pub(crate) resolvers: Arc<Vec<SocketAddr>>,
+    /// DNS-over-TCP connections being served ([`MAX_TCP`]).
+    pub(crate) tcp_slots: Arc<tokio::sync::Semaphore>,
+    /// UDP answers being held back ([`MAX_HELD`]).
+    pub(crate) held: Arc<tokio::sync::Semaphore>,
 }
 
 impl DnsLayer {
@@ -77,6 +87,8 @@ impl DnsLayer {
             recent: Mutex::new(HashMap::new()),
             names,
             resolvers,
+            tcp_slots: Arc::new(tokio::sync::Semaphore::new(MAX_TCP)),
+            held: Arc::new(tokio::sync::Semaphore::new(MAX_HELD)),
         }
     }
 
@@ -84,7 +96,12 @@ impl DnsLayer {
     /// with what [`DnsLayer::answered`] needs to record how it ended. The
     /// faults that act are recorded the first time a query is seen, not
     /// again for its retransmissions.
-    pub(crate) fn ask(&self, client: SocketAddr, bytes: &[u8], transport: Transport) -> Option<Asked> {
+    pub(crate) fn ask(
+        &self,
+        client: SocketAddr,
+        bytes: &[u8],
+        transport: Transport,
+    ) -> Option<Asked> {
         let at = Instant::now();
         let query = Query::parse(bytes)?;
         let (seq, fresh) = self.number(client.ip(), transport, &query);
@@ -154,15 +171,22 @@ impl DnsLayer {
         let now = Instant::now();
         let key = (ip, transport, q.id, q.qtype, q.name.clone());
         let mut recent = self.recent.lock().expect("dns lock");
-        if let Some((seq, at)) = recent.get(&key)
+        if let Some((seq, at)) = recent.get_mut(&key)
             && now.duration_since(*at) < SAME_QUERY
         {
+            // Each retry keeps the query alive for the next one.
+            *at = now;
             return (*seq, false);
         }
         if recent.len() >= MAX_REMEMBERED {
             recent.retain(|_, (_, at)| now.duration_since(*at) < SAME_QUERY);
             if recent.len() >= MAX_REMEMBERED {
-                recent.clear();
+                // A flood: forget the older half (one sort per 2,048 queries).
+                let mut times: Vec<Instant> = recent.values().map(|(_, t)| *t).collect();
+                let mid = times.len() / 2;
+                let (_, cut, _) = times.select_nth_unstable(mid);
+                let cut = *cut;
+                recent.retain(|_, (_, t)| *t > cut);
             }
         }
         let seq = self.next.fetch_add(1, Ordering::Relaxed);

@@ -14,6 +14,8 @@ use simple_dns::rdata::RData;
 /// How long a learned name is kept at least, whatever the record's TTL: a
 /// client may connect well after its lookup (connection pools, caches).
 const KEEP_AT_LEAST: Duration = Duration::from_secs(600);
+/// Most names remembered for one address.
+const MAX_NAMES_PER_ADDRESS: usize = 64;
 /// Most addresses remembered; beyond it, expired entries are dropped.
 const MAX_ADDRESSES: usize = 65_536;
 
@@ -44,7 +46,15 @@ impl NameTable {
         let names = map.entry(ip).or_default();
         match names.iter_mut().find(|(n, _)| *n == name) {
             Some(entry) => entry.1 = entry.1.max(until),
-            None => names.push((name, until)),
+            None => {
+                // Many names for one address (a CDN, wildcard DNS): keep
+                // the ones that stay longest.
+                if names.len() >= MAX_NAMES_PER_ADDRESS {
+                    names.sort_by_key(|(_, t)| std::cmp::Reverse(*t));
+                    names.truncate(MAX_NAMES_PER_ADDRESS - 1);
+                }
+                names.push((name, until));
+            }
         }
     }
 

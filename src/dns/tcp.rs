@@ -17,8 +17,12 @@ use super::{Action, DnsLayer, Transport};
 
 /// How long a client's connection may sit without a query.
 const IDLE: Duration = Duration::from_secs(30);
-/// How long a resolver gets to answer one query.
+/// How long a resolver gets to answer one query, and a client to take
+/// an answer.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
+/// Most queries on one connection: a stub sends one or two; a client that
+/// keeps one open forever does not keep its slot forever.
+const MAX_QUERIES: usize = 256;
 
 /// Serves one client connection until it closes or idles out; `dial`
 /// opens a connection to a resolver (from the host, or inside).
@@ -31,8 +35,13 @@ pub(crate) async fn serve<D, F>(
     D: Fn(SocketAddr) -> F,
     F: Future<Output = io::Result<TcpStream>>,
 {
+    // At most MAX_TCP at once (a flood closes the rest).
+    let Ok(_slot) = layer.tcp_slots.clone().try_acquire_owned() else {
+        layer.events.dns_refused(crate::events::DnsRefusal::Busy);
+        return;
+    };
     let mut upstream: Option<TcpStream> = None;
-    loop {
+    for _ in 0..MAX_QUERIES {
         let query = match tokio::time::timeout(IDLE, read_message(&mut client)).await {
             Ok(Ok(q)) => q,
             _ => return,
@@ -48,7 +57,13 @@ pub(crate) async fn serve<D, F>(
                 layer.answered(&asked, None);
                 continue;
             }
-            Action::Answer(made) => super::reply::build(&query, made),
+            Action::Answer(made) => {
+                let a = super::reply::build(&query, made);
+                if let Some(a) = &a {
+                    layer.names.learn_response(a);
+                }
+                a
+            }
             Action::Forward => match ask(&mut upstream, &layer.resolvers, &dial, &query).await {
                 Some(a) => {
                     layer.names.learn_response(&a);
@@ -65,7 +80,9 @@ pub(crate) async fn serve<D, F>(
         if !decision.delay.is_zero() {
             tokio::time::sleep(decision.delay).await;
         }
-        let sent = write_message(&mut client, &answer).await;
+        let sent = tokio::time::timeout(ANSWER_TIMEOUT, write_message(&mut client, &answer))
+            .await
+            .unwrap_or_else(|_| Err(io::ErrorKind::TimedOut.into()));
         layer.answered(&asked, Some(&answer));
         if sent.is_err() {
             return;

@@ -112,16 +112,25 @@ pub(crate) async fn serve(
             continue;
         };
         let query = buf[..n].to_vec();
+        // Numbered here, in arrival order, not in a task the runtime may
+        // start later than the next one: a replay numbers queries alike.
+        let Some(asked) = layer.ask(client, &query, Transport::Udp) else {
+            continue;
+        };
         let (socket, layer) = (socket.clone(), layer.clone());
         let inside = inside.clone();
         tokio::spawn(async move {
-            let Some(asked) = layer.ask(client, &query, Transport::Udp) else {
-                return;
-            };
             let decision = &asked.decision;
             let answer = match &decision.action {
                 Action::Silence => None,
-                Action::Answer(made) => crate::dns::reply::build(&query, made),
+                Action::Answer(made) => {
+                    let a = crate::dns::reply::build(&query, made);
+                    // A name sent elsewhere is known by that address too.
+                    if let Some(a) = &a {
+                        layer.names.learn_response(a);
+                    }
+                    a
+                }
                 Action::Forward => {
                     let answer =
                         forward(&query, reply_size, &layer.resolvers, inside.as_deref()).await;
@@ -131,14 +140,26 @@ pub(crate) async fn serve(
                     answer
                 }
             };
-            if let Some(answer) = &answer {
-                if !decision.delay.is_zero() {
-                    tokio::time::sleep(decision.delay).await;
-                }
-                let _ = socket.send_to(answer, client).await;
-            }
-            layer.answered(&asked, answer.as_deref());
+            // A held answer gives its query's slot back: slow DNS must not
+            // turn into dropped queries; held answers have a bound of their own.
             drop(slot);
+            let mut sent = answer.as_deref();
+            if answer.is_some() && !decision.delay.is_zero() {
+                match layer.held.clone().try_acquire_owned() {
+                    Ok(held) => {
+                        tokio::time::sleep(decision.delay).await;
+                        drop(held);
+                    }
+                    Err(_) => {
+                        layer.events.dns_refused(DnsRefusal::Busy);
+                        sent = None;
+                    }
+                }
+            }
+            if let Some(a) = sent {
+                let _ = socket.send_to(a, client).await;
+            }
+            layer.answered(&asked, sent);
         });
     }
 }

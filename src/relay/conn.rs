@@ -60,7 +60,14 @@ pub(crate) async fn serve(
                 .await
                 .map_err(|e| std::io::Error::other(e.to_string()))
         };
-        crate::dns::tcp::serve(layer.clone(), client, peer, dial).await;
+        // Netchaos stopping, or the endpoint going, ends it as any relayed
+        // connection ends.
+        tokio::select! {
+            _ = crate::dns::tcp::serve(layer.clone(), client, peer, dial) => {}
+            _ = relay.abort.cancelled() => {}
+            _ = relay.stopping() => {}
+            _ = ep.cancel.cancelled() => {}
+        }
         return;
     }
     let handoff = match &ep.target {

@@ -432,6 +432,11 @@ impl Relay {
 
     /// Stops accepting, lets open connections finish for up to `drain`,
     /// then ends the rest.
+    /// Completes when netchaos begins to stop (before the drain).
+    pub(crate) async fn stopping(&self) {
+        self.stop.cancelled().await
+    }
+
     pub(crate) async fn shutdown(&self, drain: Duration) {
         self.stop.cancel();
         self.tasks.close();

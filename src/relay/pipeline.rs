@@ -107,10 +107,10 @@ pub(crate) async fn run(
 
     relink(&mut chain, &head, feed.wanted(), &spawn_tx).await;
     loop {
+        // Biased, the feed first: a fault that arrived before the next
+        // bytes is linked before the reader is polled for them.
         tokio::select! {
-            end = &mut writer => return end,
-            _ = &mut reader, if !reader_done => reader_done = true,
-            _ = &mut runner => unreachable!("the runner never ends"),
+            biased;
             changed = feed.changed(), if live => {
                 if !changed {
                     live = false;
@@ -123,13 +123,17 @@ pub(crate) async fn run(
                 // stopping stage may need room downstream to hand on.
                 loop {
                     tokio::select! {
+                        biased;
+                        () = &mut change => break,
                         end = &mut writer => return end,
                         _ = &mut reader, if !reader_done => reader_done = true,
                         _ = &mut runner => unreachable!("the runner never ends"),
-                        () = &mut change => break,
                     }
                 }
             }
+            end = &mut writer => return end,
+            _ = &mut reader, if !reader_done => reader_done = true,
+            _ = &mut runner => unreachable!("the runner never ends"),
         }
     }
 }

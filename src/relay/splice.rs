@@ -139,7 +139,11 @@ pub(crate) async fn run(
         let room = pipe.as_ref().map_or(usize::MAX, |p| p.size - in_pipe);
         // Once a fault arrived, stop reading and empty the pipe first.
         let want_read = state == SrcState::Open && !pipe_full && room > 0 && !faulted;
+        // Biased, the feed first: a fault that arrived before the next
+        // bytes (an API call that returned before the client wrote) applies
+        // to them, however late this task runs.
         tokio::select! {
+            biased;
             changed = feed.changed(), if live && !faulted => {
                 if !changed {
                     live = false;
@@ -304,7 +308,10 @@ fn copy_small(src: &TcpStream, dst: &TcpStream, dir: Direction, meter: &Meter<'_
             match dst.try_write(&buf[written..n]) {
                 Ok(m) => written += m,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
-                Err(_) => return Copied::DstGone,
+                Err(_) => {
+                    meter.add(dir, written as u64);
+                    return Copied::DstGone;
+                }
             }
         }
         meter.add(dir, written as u64);

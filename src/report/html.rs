@@ -262,7 +262,11 @@ fn dns(h: &mut String, m: &Model) {
         if m.dns_answers.is_empty() {
             String::new()
         } else {
-            let a: Vec<String> = m.dns_answers.iter().map(|(k, n)| format!("{} {n}", esc(k))).collect();
+            let a: Vec<String> = m
+                .dns_answers
+                .iter()
+                .map(|(k, n)| format!("{} {n}", esc(k)))
+                .collect();
             format!(" (answers: {})", a.join(", "))
         },
         m.dns.len()

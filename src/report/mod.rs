@@ -253,6 +253,9 @@ struct Builder {
     resolves: Vec<(String, String, f64, f64, String)>,
 }
 
+/// A DNS answer: asked, answered (seconds on the axis), the answer.
+type Answered = (f64, f64, String);
+
 /// How long before a connection its name's answer may have come to count
 /// as that connection's resolve phase.
 const RESOLVE_WINDOW: f64 = 30.0;
@@ -541,7 +544,7 @@ impl Builder {
         // the same group (the client's port changes with every connection).
         let mut last: HashMap<(usize, String), usize> = HashMap::new();
         // Answers by (client host, name), in order of answering.
-        let mut answers: HashMap<(String, String), Vec<(f64, f64, String)>> = HashMap::new();
+        let mut answers: HashMap<(String, String), Vec<Answered>> = HashMap::new();
         for (h, n, t0, t1, a) in self.resolves.drain(..) {
             answers.entry((h, n)).or_default().push((t0, t1, a));
         }
