@@ -51,6 +51,41 @@ pub(crate) struct Marks {
     syn: std::sync::OnceLock<Instant>,
     dialled: std::sync::OnceLock<Instant>,
     first: [std::sync::OnceLock<Instant>; 2],
+    /// Bytes delivered over time, made at the first byte (an idle
+    /// connection carries none of it).
+    activity: std::sync::OnceLock<Mutex<Activity>>,
+}
+
+/// Bytes delivered each way in time buckets from the first byte: at most
+/// [`Activity::BUCKETS`] per direction, each twice as long whenever the
+/// connection outlives them — coarse, bounded (about 0.5 KiB), and one
+/// uncontended lock per chunk.
+#[derive(Debug)]
+struct Activity {
+    start: Instant,
+    bucket: Duration,
+    bytes: [[u64; Activity::BUCKETS]; 2],
+}
+
+impl Activity {
+    const BUCKETS: usize = 32;
+    const FIRST_BUCKET: Duration = Duration::from_millis(10);
+
+    fn add(&mut self, dir: Direction, n: u64) {
+        let mut i = (self.start.elapsed().as_nanos() / self.bucket.as_nanos().max(1)) as usize;
+        while i >= Self::BUCKETS {
+            // Twice as coarse: pairs merge into the first half.
+            for b in &mut self.bytes {
+                for k in 0..Self::BUCKETS / 2 {
+                    b[k] = b[2 * k] + b[2 * k + 1];
+                }
+                b[Self::BUCKETS / 2..].iter_mut().for_each(|x| *x = 0);
+            }
+            self.bucket *= 2;
+            i /= 2;
+        }
+        self.bytes[dir.index()][i] += n;
+    }
 }
 
 impl Marks {
@@ -64,12 +99,20 @@ impl Marks {
         let _ = self.dialled.set(Instant::now());
     }
 
-    /// A byte was delivered in `dir`.
-    fn delivered(&self, dir: Direction) {
+    /// `n` bytes were delivered in `dir`.
+    fn delivered(&self, dir: Direction, n: u64) {
         let cell = &self.first[dir.index()];
         if cell.get().is_none() {
             let _ = cell.set(Instant::now());
         }
+        let a = self.activity.get_or_init(|| {
+            Mutex::new(Activity {
+                start: Instant::now(),
+                bucket: Activity::FIRST_BUCKET,
+                bytes: [[0; Activity::BUCKETS]; 2],
+            })
+        });
+        a.lock().expect("activity lock").add(dir, n);
     }
 
     /// The marks as milliseconds after the connection opened, `lived`
@@ -91,6 +134,22 @@ impl Marks {
             if let Some(i) = self.first[dir.index()].get() {
                 f.insert(key.into(), at(i));
             }
+        }
+        if let Some(a) = self.activity.get() {
+            let a = a.lock().expect("activity lock");
+            let trimmed = |b: &[u64]| {
+                let end = b.iter().rposition(|x| *x > 0).map_or(0, |p| p + 1);
+                json!(b[..end])
+            };
+            f.insert(
+                "activity".into(),
+                json!({
+                    "start_ms": at(&a.start),
+                    "bucket_ms": a.bucket.as_secs_f64() * 1e3,
+                    "upstream": trimmed(&a.bytes[0]),
+                    "downstream": trimmed(&a.bytes[1]),
+                }),
+            );
         }
     }
 }
@@ -162,7 +221,7 @@ impl Meter<'_> {
         self.global.bytes[dir.index()].fetch_add(n, Ordering::Relaxed);
         self.proxy.bytes[dir.index()].fetch_add(n, Ordering::Relaxed);
         if n > 0 {
-            self.marks.delivered(dir);
+            self.marks.delivered(dir, n);
         }
     }
 
@@ -988,5 +1047,30 @@ impl FaultHit {
 impl crate::fault::Hit for FaultHit {
     fn fire(&mut self) {
         FaultHit::fire(self);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn activity_gets_coarser_instead_of_longer() {
+        let mut a = Activity {
+            start: Instant::now() - Duration::from_millis(1000),
+            bucket: Activity::FIRST_BUCKET,
+            bytes: [[0; Activity::BUCKETS]; 2],
+        };
+        a.bytes[1][0] = 5;
+        a.bytes[1][1] = 7;
+        a.bytes[1][31] = 1;
+        // 1 s after the start: 100 buckets of 10 ms would be needed.
+        a.add(Direction::Downstream, 100);
+        assert_eq!(a.bucket, Duration::from_millis(40), "doubled twice");
+        assert_eq!(a.bytes[1][0], 12, "the first buckets merged");
+        assert_eq!(a.bytes[1][7], 1, "bucket 31 of 10 ms is bucket 7 of 40 ms");
+        assert_eq!(a.bytes[1][25], 100);
+        assert_eq!(a.bytes[1].iter().sum::<u64>(), 113, "no byte lost");
+        assert_eq!(a.bytes[0].iter().sum::<u64>(), 0);
     }
 }

@@ -44,8 +44,13 @@ impl NameTable {
             }
         }
         let names = map.entry(ip).or_default();
-        match names.iter_mut().find(|(n, _)| *n == name) {
-            Some(entry) => entry.1 = entry.1.max(until),
+        // Most recently learned last: a connection that follows a lookup is
+        // named by it, when several names share the address.
+        match names.iter().position(|(n, _)| *n == name) {
+            Some(i) => {
+                let (n, t) = names.remove(i);
+                names.push((n, t.max(until)));
+            }
             None => {
                 // Many names for one address (a CDN, wildcard DNS): keep
                 // the ones that stay longest.
@@ -68,7 +73,7 @@ impl NameTable {
             .lock()
             .expect("name table lock")
             .get(&ip)
-            .map(|names| names.iter().map(|(n, _)| n.clone()).collect())
+            .map(|names| names.iter().rev().map(|(n, _)| n.clone()).collect())
             .unwrap_or_default()
     }
 

@@ -205,6 +205,7 @@ const LEGEND: &str = r##"<div class="legend">
 <span><svg width="40" height="14"><rect x="0" y="2" width="40" height="10" fill="url(#lhatch)" stroke="#777" stroke-width="0.5"/><defs><pattern id="lhatch" width="4" height="4" patternUnits="userSpaceOnUse" patternTransform="rotate(45)"><line x1="0" y1="0" x2="0" y2="4" stroke="#777" stroke-width="1.5"/></pattern></defs></svg> connect (to the upstream connected)</span>
 <span><svg width="40" height="14"><rect x="0" y="5.5" width="40" height="3" fill="#888"/></svg> waiting (until the first byte to the client)</span>
 <span><svg width="40" height="14"><rect x="0" y="3" width="40" height="8" fill="#4a6fa5"/></svg> transfer</span>
+<span><svg width="40" height="14"><rect x="2" y="4" width="6" height="3" fill="#4a6fa5" opacity="0.45"/><rect x="10" y="1" width="6" height="6" fill="#4a6fa5" opacity="0.45"/><rect x="18" y="9" width="6" height="4" fill="#4a6fa5" opacity="0.45"/></svg> bytes over time (above: to the client, below: to the server; log scale)</span>
 <span><svg width="14" height="14"><path d="M3,7a4,4 0 1,0 8,0a4,4 0 1,0 -8,0" fill="none" stroke="#2a7f2a" stroke-width="1.8"/></svg> ok (FIN)</span>
 <span><svg width="14" height="14"><path d="M3,3L11,11M11,3L3,11" stroke="#c0392b" stroke-width="2.4"/></svg> reset</span>
 <span><svg width="14" height="14"><path d="M3,3h8v8h-8z" stroke="#d68910" fill="#d6891055" stroke-width="1.8"/></svg> truncated</span>

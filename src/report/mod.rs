@@ -100,10 +100,22 @@ pub(crate) struct Conn {
     /// The name the destination was known by, when there is one.
     #[serde(skip)]
     pub host: String,
+    /// Bytes delivered over time, coarse: from `start` (seconds after
+    /// `open`) in buckets of `bucket` seconds, each way.
+    pub activity: Option<Activity>,
     /// The resolve phase before it: the query for its name from its client
     /// host that was answered last before it opened (seconds relative to
     /// `open`, both ≤ 0), with the answer.
     pub resolve: Option<(f64, f64, String)>,
+}
+
+/// Bytes over time on one connection (the close line's `activity`).
+#[derive(Debug, Default, Serialize)]
+pub(crate) struct Activity {
+    pub start: f64,
+    pub bucket: f64,
+    pub up: Vec<u64>,
+    pub down: Vec<u64>,
 }
 
 /// One injected fault.
@@ -383,6 +395,21 @@ impl Builder {
                     c.dial = after("dial_ms");
                     c.first_down = after("first_byte_downstream_ms");
                     c.first_up = after("first_byte_upstream_ms");
+                    if let Some(a) = v.get("activity") {
+                        let list = |k: &str| -> Vec<u64> {
+                            a.get(k)
+                                .and_then(Value::as_array)
+                                .map(|x| x.iter().filter_map(Value::as_u64).collect())
+                                .unwrap_or_default()
+                        };
+                        let num = |k: &str| a.get(k).and_then(Value::as_f64).unwrap_or(0.0) / 1e3;
+                        c.activity = Some(Activity {
+                            start: num("start_ms") + shift,
+                            bucket: num("bucket_ms"),
+                            up: list("upstream"),
+                            down: list("downstream"),
+                        });
+                    }
                     c.outcome = s(v, "outcome");
                     c.bytes_up = v.get("bytes_upstream").and_then(Value::as_u64).unwrap_or(0);
                     c.bytes_down = v
@@ -543,10 +570,12 @@ impl Builder {
         // Retries: the previous connection from the same client host to
         // the same group (the client's port changes with every connection).
         let mut last: HashMap<(usize, String), usize> = HashMap::new();
-        // Answers by (client host, name), in order of answering.
-        let mut answers: HashMap<(String, String), Vec<Answered>> = HashMap::new();
-        for (h, n, t0, t1, a) in self.resolves.drain(..) {
-            answers.entry((h, n)).or_default().push((t0, t1, a));
+        // Answers by name, in order of answering. (Not by client: under
+        // `run` a query leaves from the namespace's own address, its
+        // connections often from loopback; one namespace is one client.)
+        let mut answers: HashMap<String, Vec<Answered>> = HashMap::new();
+        for (_, n, t0, t1, a) in self.resolves.drain(..) {
+            answers.entry(n).or_default().push((t0, t1, a));
         }
         for list in answers.values_mut() {
             list.sort_by(|a, b| a.1.partial_cmp(&b.1).unwrap_or(std::cmp::Ordering::Equal));
@@ -555,7 +584,7 @@ impl Builder {
         for (i, c) in conns.iter_mut().enumerate() {
             let host = client_host(&c.client).to_string();
             if !c.host.is_empty()
-                && let Some(list) = answers.get(&(host.clone(), c.host.clone()))
+                && let Some(list) = answers.get(&c.host)
             {
                 // The last answer before the open (a few ms of slack: the
                 // log's clock and the SYN's are not the same).

@@ -226,6 +226,22 @@
       } else if (z > dialEnd) {
         g += seg("ph-wait", dialEnd, z, 3);
       }
+      if (c.activity && c.activity.bucket > 0) {
+        // Bytes over time: bars above the lane (down) and below it (up),
+        // their height on a log scale of the busiest bucket.
+        var act = c.activity, top = 1;
+        act.down.concat(act.up).forEach(function (b) { top = Math.max(top, b); });
+        [[act.down, -1], [act.up, 1]].forEach(function (pair) {
+          pair[0].forEach(function (b, k) {
+            if (!b) return;
+            var t0 = a + act.start + k * act.bucket, p0 = clip(x(t0)), p1 = clip(x(t0 + act.bucket));
+            if (p1 <= p0) return;
+            var hh = 1 + 5 * Math.log(1 + b) / Math.log(1 + top);
+            g += '<rect class="act" x="' + p0 + '" y="' + (pair[1] < 0 ? cy - 4 - hh : cy + 4) + '" width="' + Math.max(1, p1 - p0 - 0.5) +
+              '" height="' + hh + '"/>';
+          });
+        });
+      }
       var ex = x(z);
       if (ex >= LABEL_W && ex <= width) g += '<path class="endmark ' + c.class + '" d="' + endPath(c.class, ex, cy, 4) + '"/>';
       c.requests.forEach(function (r, k) {
