@@ -404,8 +404,10 @@ async fn fetch_wrapped(
         cmd.arg("--tls").arg("--upstream-ca").arg(ca);
     }
     cmd.arg("--resolv-conf").arg(&dns.resolv_conf);
-    // glibc's resolver would wait 5 s, twice; the client gives up sooner.
-    cmd.env("RES_OPTIONS", "timeout:1 attempts:2");
+    // glibc's resolver would wait 5 s, twice; 3 s, twice, is still well
+    // past the client's own 2 s (so the DNS timeout row is the client's
+    // timeout, never glibc's giving up first), and the row stays short.
+    cmd.env("RES_OPTIONS", "timeout:3 attempts:2");
     cmd.arg("--").arg(exe).args(["demo-client", target]);
     if let Some((n, _)) = pooled {
         cmd.args(["--pooled", &n.to_string()]);
