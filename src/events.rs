@@ -270,16 +270,48 @@ pub(crate) struct Stats {
 /// How often one fault of one rule took effect.
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct FaultCount {
-    /// Every time (once per connection and direction; per HTTP request).
+    /// Every time (once per connection and direction; per HTTP request or
+    /// DNS query).
     pub hits: u64,
-    /// Connections it acted on (HTTP faults: requests).
+    /// What it acted on, counted in `unit`s.
     pub units: u64,
+    pub unit: Unit,
     /// Connections it acted on in each direction ([`Direction::index`]).
     pub dirs: [u64; 2],
-    /// It acts on HTTP requests: `units` counts requests.
-    pub requests: bool,
-    /// It acts on DNS queries: `units` counts queries.
-    pub queries: bool,
+}
+
+/// What a fault's count counts.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Unit {
+    #[default]
+    Connection,
+    /// HTTP faults act per request.
+    Request,
+    /// DNS faults act per query.
+    Query,
+}
+
+impl Unit {
+    fn name(self, n: u64) -> &'static str {
+        match (self, n) {
+            (Unit::Connection, 1) => "connection",
+            (Unit::Connection, _) => "connections",
+            (Unit::Request, 1) => "request",
+            (Unit::Request, _) => "requests",
+            (Unit::Query, 1) => "query",
+            (Unit::Query, _) => "queries",
+        }
+    }
+}
+
+/// A fault's parameters as the event log writes them.
+fn params_json(spec: &FaultSpec) -> Value {
+    Value::Object(
+        spec.all_params()
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), Value::String(v)))
+            .collect(),
+    )
 }
 
 /// Why the DNS forwarder dropped a query.
@@ -600,11 +632,6 @@ impl Events {
                 n.dirs[d.index()] += 1;
             }
         }
-        let params: Map<String, Value> = spec
-            .all_params()
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), Value::String(v)))
-            .collect();
         // (The connection's span names it: id, client, destination.)
         let direction = dir.map_or("connection", |d| d.as_str());
         if self.quiet_faults.load(Ordering::Relaxed) {
@@ -618,8 +645,17 @@ impl Events {
         if let Some(d) = dir {
             f.insert("direction".into(), d.as_str().into());
         }
-        f.insert("params".into(), Value::Object(params));
+        f.insert("params".into(), params_json(spec));
         self.write("fault", f);
+    }
+
+    /// One more request or query that a fault acted on, in the counters.
+    fn count_one(&self, rule: &str, spec: &FaultSpec, unit: Unit) {
+        let mut faults = self.stats.faults.lock().expect("stats lock");
+        let n = faults.entry((rule.to_string(), spec.name())).or_default();
+        n.hits += 1;
+        n.units += 1;
+        n.unit = unit;
     }
 
     /// An HTTP fault acted on one request.
@@ -631,13 +667,7 @@ impl Events {
         req: &RequestInfo<'_>,
         status: Option<u16>,
     ) {
-        {
-            let mut faults = self.stats.faults.lock().expect("stats lock");
-            let n = faults.entry((rule.to_string(), spec.name())).or_default();
-            n.hits += 1;
-            n.units += 1;
-            n.requests = true;
-        }
+        self.count_one(rule, spec, Unit::Request);
         *self
             .stats
             .http_faulted
@@ -676,16 +706,10 @@ impl Events {
             http.insert("status".into(), s.into());
         }
         f.insert("http".into(), Value::Object(http));
-        let params: Map<String, Value> = spec
-            .all_params()
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), Value::String(v)))
-            .collect();
-        f.insert("params".into(), Value::Object(params));
+        f.insert("params".into(), params_json(spec));
         self.write("fault", f);
     }
 
-    /// The HTTP layer read one more request.
     /// The DNS layer saw a new query.
     pub(crate) fn dns_query(&self) {
         self.stats.dns_queries.fetch_add(1, Ordering::Relaxed);
@@ -701,13 +725,7 @@ impl Events {
         seq: u64,
         transport: &'static str,
     ) {
-        {
-            let mut faults = self.stats.faults.lock().expect("stats lock");
-            let n = faults.entry((rule.to_string(), spec.name())).or_default();
-            n.hits += 1;
-            n.units += 1;
-            n.queries = true;
-        }
+        self.count_one(rule, spec, Unit::Query);
         *self
             .stats
             .dns_faulted
@@ -734,12 +752,7 @@ impl Events {
                 "transport": transport,
             }),
         );
-        let params: Map<String, Value> = spec
-            .all_params()
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), Value::String(v)))
-            .collect();
-        f.insert("params".into(), Value::Object(params));
+        f.insert("params".into(), params_json(spec));
         self.write("fault", f);
     }
 
@@ -772,6 +785,7 @@ impl Events {
         self.write("dns", f);
     }
 
+    /// The HTTP layer read one more request.
     pub(crate) fn http_request(&self) {
         self.stats.http_requests.fetch_add(1, Ordering::Relaxed);
     }
@@ -870,14 +884,7 @@ impl Events {
                 "rule", "fault", "count"
             ));
             for ((rule, kind), n) in faults.iter() {
-                let unit = match (n.requests || n.queries, n.units) {
-                    (true, 1) if n.queries => "query",
-                    (true, _) if n.queries => "queries",
-                    (true, 1) => "request",
-                    (true, _) => "requests",
-                    (false, 1) => "connection",
-                    (false, _) => "connections",
-                };
+                let unit = n.unit.name(n.units);
                 // Which ways, where it says more than the count.
                 let detail = match n.dirs {
                     [0, 0] => String::new(),

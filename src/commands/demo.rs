@@ -168,7 +168,7 @@ impl Scenario {
 }
 
 /// What the client saw.
-#[derive(serde::Serialize, serde::Deserialize)]
+#[derive(serde::Serialize, serde::Deserialize, Default)]
 struct Seen {
     /// Time spent resolving the server's name (the DNS rows).
     #[serde(default)]
@@ -414,14 +414,8 @@ async fn fetch_wrapped(
     }
     cmd.stdin(std::process::Stdio::null());
     let failed = |outcome: String| Seen {
-        resolve: None,
-        connect: None,
-        connected: false,
-        first_byte: None,
-        read: None,
-        total: Duration::ZERO,
-        bytes: 0,
         outcome,
+        ..Seen::default()
     };
     match cmd.output().await {
         Ok(o) => serde_json::from_slice(&o.stdout).unwrap_or_else(|_| {
@@ -524,13 +518,9 @@ pub(super) fn client(target: &str, pooled: Option<u32>) -> Result<u8> {
     let seen = match (addr, pooled) {
         (Err(why), _) => Seen {
             resolve,
-            connect: None,
-            connected: false,
-            first_byte: None,
-            read: None,
             total: resolve.unwrap_or_default(),
-            bytes: 0,
             outcome: why,
+            ..Seen::default()
         },
         // The host's trust store: under `run --tls`, it holds the run's CA.
         (Ok(addr), Some(n)) => rt.block_on(fetch_pooled(addr, n, crate::tls::client_trusting(&[]))),
@@ -731,16 +721,7 @@ async fn serve_keep_alive<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpi
 /// response's status.
 async fn fetch_pooled(addr: SocketAddr, n: u32, config: Arc<rustls::ClientConfig>) -> Seen {
     let t0 = Instant::now();
-    let mut seen = Seen {
-        resolve: None,
-        connect: None,
-        connected: false,
-        first_byte: None,
-        read: None,
-        total: Duration::ZERO,
-        bytes: 0,
-        outcome: String::new(),
-    };
+    let mut seen = Seen::default();
     let tcp = match tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
@@ -846,16 +827,7 @@ async fn fetch_pooled(addr: SocketAddr, n: u32, config: Arc<rustls::ClientConfig
 /// A plain HTTP/1.1 GET with connect and read timeouts, timing each phase.
 async fn fetch(addr: SocketAddr) -> Seen {
     let t0 = Instant::now();
-    let mut seen = Seen {
-        resolve: None,
-        connect: None,
-        connected: false,
-        first_byte: None,
-        read: None,
-        total: Duration::ZERO,
-        bytes: 0,
-        outcome: String::new(),
-    };
+    let mut seen = Seen::default();
     let connected = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr)).await;
     seen.connect = Some(t0.elapsed());
     let mut sock = match connected {

@@ -37,10 +37,13 @@ pub(crate) struct Query {
     /// Lower case, without the trailing dot.
     pub name: String,
     pub qtype: u16,
+    /// The reply size it allows: its EDNS UDP size, 512 bytes without.
+    pub reply_size: usize,
 }
 
 impl Query {
-    /// `None` for anything but a standard query with one question.
+    /// `None` for anything but a standard query with one question (a
+    /// response, another opcode, not DNS at all).
     pub(crate) fn parse(bytes: &[u8]) -> Option<Query> {
         let p = Packet::parse(bytes).ok()?;
         if p.has_flags(PacketFlag::RESPONSE)
@@ -58,6 +61,10 @@ impl Query {
                 .trim_end_matches('.')
                 .to_ascii_lowercase(),
             qtype: u16::from(q.qtype),
+            reply_size: p
+                .opt()
+                .map_or(512, |o| usize::from(o.udp_packet_size))
+                .clamp(512, 65_535),
         })
     }
 
@@ -174,6 +181,7 @@ mod tests {
             id: 1,
             name: name.into(),
             qtype,
+            reply_size: 512,
         }
     }
 

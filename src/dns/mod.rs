@@ -92,18 +92,12 @@ impl DnsLayer {
         }
     }
 
-    /// The fate of one query from `client` (`None`: not a standard query),
+    /// The fate of one query from `client`,
     /// with what [`DnsLayer::answered`] needs to record how it ended. The
     /// faults that act are recorded the first time a query is seen, not
     /// again for its retransmissions.
-    pub(crate) fn ask(
-        &self,
-        client: SocketAddr,
-        bytes: &[u8],
-        transport: Transport,
-    ) -> Option<Asked> {
+    pub(crate) fn ask(&self, client: SocketAddr, query: Query, transport: Transport) -> Asked {
         let at = Instant::now();
-        let query = Query::parse(bytes)?;
         let (seq, fresh) = self.number(client.ip(), transport, &query);
         let chosen = self.rules.query(&query.name, seq, self.epoch.elapsed());
         let d = decide::decide(&chosen, &query, transport);
@@ -120,7 +114,7 @@ impl DnsLayer {
                 );
             }
         }
-        Some(Asked {
+        Asked {
             decision: d,
             query,
             seq,
@@ -128,7 +122,7 @@ impl DnsLayer {
             at,
             client,
             transport,
-        })
+        }
     }
 
     /// Records how a query ended — the answer its client got (`None`: none)
@@ -239,11 +233,8 @@ mod tests {
         let client: SocketAddr = "10.0.0.2:4000".parse().unwrap();
         (0..n)
             .map(|i| {
-                l.ask(client, &query(i, "a.test"), Transport::Udp)
-                    .unwrap()
-                    .decision
-                    .action
-                    == Action::Silence
+                let q = Query::parse(&query(i, "a.test")).unwrap();
+                l.ask(client, q, Transport::Udp).decision.action == Action::Silence
             })
             .collect()
     }

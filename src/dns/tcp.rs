@@ -46,10 +46,11 @@ pub(crate) async fn serve<D, F>(
             Ok(Ok(q)) => q,
             _ => return,
         };
-        let Some(asked) = layer.ask(peer, &query, Transport::Tcp) else {
+        let Some(parsed) = super::Query::parse(&query) else {
             // Not a query: a resolver closes such a connection.
             return;
         };
+        let asked = layer.ask(peer, parsed, Transport::Tcp);
         let decision = &asked.decision;
         let answer = match &decision.action {
             // Never answered; the client's own timeout ends it.
@@ -64,17 +65,19 @@ pub(crate) async fn serve<D, F>(
                 }
                 a
             }
-            Action::Forward => match ask(&mut upstream, &layer.resolvers, &dial, &query).await {
-                Some(a) => {
-                    layer.names.learn_response(&a);
-                    Some(a)
+            Action::Forward => {
+                match forward(&mut upstream, &layer.resolvers, &dial, &query).await {
+                    Some(a) => {
+                        layer.names.learn_response(&a);
+                        Some(a)
+                    }
+                    // No resolver answered: as a failing resolver does, close.
+                    None => {
+                        layer.answered(&asked, None);
+                        return;
+                    }
                 }
-                // No resolver answered: as a failing resolver does, close.
-                None => {
-                    layer.answered(&asked, None);
-                    return;
-                }
-            },
+            }
         };
         let Some(answer) = answer else { return };
         if !decision.delay.is_zero() {
@@ -92,7 +95,7 @@ pub(crate) async fn serve<D, F>(
 
 /// Asks over the open resolver connection, or a new one to each resolver
 /// in turn.
-async fn ask<D, F>(
+async fn forward<D, F>(
     upstream: &mut Option<TcpStream>,
     resolvers: &[SocketAddr],
     dial: &D,

@@ -17,12 +17,11 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use simple_dns::{OPCODE, Packet, PacketFlag};
 use tokio::net::UdpSocket;
 use tokio::sync::Semaphore;
 
 use super::nsthread::NsThread;
-use crate::dns::{Action, DnsLayer, Transport};
+use crate::dns::{Action, DnsLayer, Query, Transport};
 use crate::events::DnsRefusal;
 
 /// How long one resolver gets before the next is tried.
@@ -103,10 +102,11 @@ pub(crate) async fn serve(
         let Ok((n, client)) = socket.recv_from(&mut buf).await else {
             continue;
         };
-        let Some(reply_size) = query_reply_size(&buf[..n]) else {
+        let Some(parsed) = Query::parse(&buf[..n]) else {
             events.dns_refused(DnsRefusal::Malformed);
             continue;
         };
+        let reply_size = parsed.reply_size;
         let Ok(slot) = slots.clone().try_acquire_owned() else {
             events.dns_refused(DnsRefusal::Busy);
             continue;
@@ -114,9 +114,7 @@ pub(crate) async fn serve(
         let query = buf[..n].to_vec();
         // Numbered here, in arrival order, not in a task the runtime may
         // start later than the next one: a replay numbers queries alike.
-        let Some(asked) = layer.ask(client, &query, Transport::Udp) else {
-            continue;
-        };
+        let asked = layer.ask(client, parsed, Transport::Udp);
         let (socket, layer) = (socket.clone(), layer.clone());
         let inside = inside.clone();
         tokio::spawn(async move {
@@ -162,20 +160,6 @@ pub(crate) async fn serve(
             layer.answered(&asked, sent);
         });
     }
-}
-
-/// The reply size a well-formed standard query allows (its EDNS UDP size,
-/// 512 bytes without EDNS); `None` for anything else (a response, another
-/// opcode, not one question, not DNS at all).
-pub(crate) fn query_reply_size(datagram: &[u8]) -> Option<usize> {
-    let p = Packet::parse(datagram).ok()?;
-    let ok = !p.has_flags(PacketFlag::RESPONSE)
-        && p.opcode() == OPCODE::StandardQuery
-        && p.questions.len() == 1;
-    ok.then(|| {
-        let edns = p.opt().map_or(512, |o| usize::from(o.udp_packet_size));
-        edns.clamp(512, 65_535)
-    })
 }
 
 /// Asks each resolver in turn; the first response to the query (same id,
@@ -256,7 +240,12 @@ async fn query_socket(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use simple_dns::{Name, Question};
+    use simple_dns::{Name, Packet, Question};
+
+    /// A query's reply size, `None` for what is not a standard query.
+    fn query_reply_size(datagram: &[u8]) -> Option<usize> {
+        Query::parse(datagram).map(|q| q.reply_size)
+    }
 
     #[test]
     fn only_well_formed_queries_are_forwarded() {

@@ -198,7 +198,7 @@ fn gate_fate(fate: SynFate, loss: u8) -> Fate {
 async fn decide(syn: Syn, relay: &Arc<Relay>, sandbox: &Arc<Sandbox>) -> (Fate, Option<Handoff>) {
     // DNS over TCP is the DNS layer's (its faults, the run's resolvers):
     // through to the relay, which hands it over.
-    if syn.dst.port() == 53 && relay.dns.get().is_some() {
+    if relay.dns_for(syn.dst).is_some() {
         return (gate_fate(SynFate::Pass, 0), None);
     }
     let syn_at = std::time::Instant::now();

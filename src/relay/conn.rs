@@ -49,10 +49,9 @@ pub(crate) async fn serve(
     let mut dest = dial::destination(&ep, &client).await;
     let first = dest.addrs.first().copied();
     // The namespace's DNS over TCP belongs to the DNS layer.
-    if let (Some((layer, inside)), Target::Transparent(_), Some(dst)) =
-        (relay.dns.get(), &ep.target, first)
-        && dst.port() == 53
+    if let (Target::Transparent(_), Some(dst)) = (&ep.target, first)
         && ep.flow == crate::plan::Flow::Outbound
+        && let Some((layer, inside)) = relay.dns_for(dst)
     {
         let timeout = relay.opts.dial_timeout;
         let dial = |r: SocketAddr| async move {

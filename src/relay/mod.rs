@@ -244,7 +244,7 @@ pub(crate) struct Relay {
     tasks: TaskTracker,
     /// The DNS layer, under interception: TCP port 53 goes to it, with
     /// resolvers dialled from the host or (`Some`) through the namespace.
-    pub dns: OnceLock<DnsService>,
+    dns: OnceLock<DnsService>,
 }
 
 impl Relay {
@@ -432,6 +432,12 @@ impl Relay {
 
     /// Stops accepting, lets open connections finish for up to `drain`,
     /// then ends the rest.
+    /// The DNS layer, when an intercepted connection to `dst` is DNS over
+    /// TCP (port 53) that it serves.
+    pub(crate) fn dns_for(&self, dst: SocketAddr) -> Option<&DnsService> {
+        self.dns.get().filter(|_| dst.port() == 53)
+    }
+
     /// Completes when netchaos begins to stop (before the drain).
     pub(crate) async fn stopping(&self) {
         self.stop.cancelled().await

@@ -156,6 +156,15 @@ pub(crate) async fn run(
                     state = SrcState::Failed;
                     continue;
                 }
+                if !copying && pipe.is_none() {
+                    match take_pipe() {
+                        Ok(p) => pipe = Some(p),
+                        // Out of file descriptors: the small-message path
+                        // carries everything (a partial write then waits
+                        // in user space).
+                        Err(_) => copying = true,
+                    }
+                }
                 if copying && in_pipe == 0 {
                     match copy_small(src, dst, dir, meter) {
                         Copied::Nothing => {}
@@ -188,18 +197,7 @@ pub(crate) async fn run(
                     }
                     continue;
                 }
-                if pipe.is_none() {
-                    match take_pipe() {
-                        Ok(p) => pipe = Some(p),
-                        // Out of file descriptors: degrade to copying.
-                        Err(_) => match copy_once(src, dst, dir, meter, &mut total).await {
-                            Ok(Some(end)) => return Spliced::End(end, total),
-                            Ok(None) => continue,
-                            Err(end) => return Spliced::End(end, total),
-                        },
-                    }
-                }
-                let p = pipe.as_ref().expect("pipe taken above");
+                let p = pipe.as_ref().expect("a pipe, unless copying");
                 match splice_in(src, p, in_pipe) {
                     Ok(In::Bytes(0)) => state = SrcState::Eof,
                     Ok(In::Bytes(n)) => {
@@ -336,33 +334,4 @@ fn fill_pipe(p: Pipe, bytes: &[u8]) -> io::Result<Pipe> {
         return Err(io::Error::other("short pipe write"));
     }
     Ok(p)
-}
-
-/// One read-and-write through a user-space buffer, for when no pipe can be
-/// had. `Ok(Some(end))` ends the direction.
-async fn copy_once(
-    src: &TcpStream,
-    dst: &TcpStream,
-    dir: Direction,
-    meter: &Meter<'_>,
-    total: &mut u64,
-) -> Result<Option<DirEnd>, DirEnd> {
-    let mut buf = vec![0u8; 16 * 1024];
-    match src.try_read(&mut buf) {
-        Ok(0) => {
-            sockopt::shutdown_write(dst);
-            Ok(Some(DirEnd::Fin))
-        }
-        Ok(n) => {
-            meter.read(dir, n as u64);
-            super::pipeline::write_all(dst, &buf[..n])
-                .await
-                .map_err(|_| DirEnd::Reset)?;
-            *total += n as u64;
-            meter.add(dir, n as u64);
-            Ok(None)
-        }
-        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
-        Err(_) => Err(DirEnd::Reset),
-    }
 }

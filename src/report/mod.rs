@@ -260,9 +260,9 @@ struct Builder {
     group_index: HashMap<String, usize>,
     /// (rule, fault) → its hits and the connections it hit.
     faults: BTreeMap<(String, String), Hits>,
-    /// DNS queries that were answered: (client host, name, asked, answered,
-    /// answer), to place each connection's resolve phase.
-    resolves: Vec<(String, String, f64, f64, String)>,
+    /// DNS queries that were answered: (name, asked, answered, answer), to
+    /// place each connection's resolve phase.
+    resolves: Vec<(String, f64, f64, String)>,
 }
 
 /// A DNS answer: asked, answered (seconds on the axis), the answer.
@@ -422,13 +422,8 @@ impl Builder {
                 "dns" => {
                     let d = &v["dns"];
                     if let Some(ms) = d.get("ms").and_then(Value::as_f64) {
-                        self.resolves.push((
-                            client_host(&s(v, "client")).to_string(),
-                            s(d, "name"),
-                            t - ms / 1e3,
-                            t,
-                            s(d, "answer"),
-                        ));
+                        self.resolves
+                            .push((s(d, "name"), t - ms / 1e3, t, s(d, "answer")));
                     }
                     m.dns_queries += 1;
                     *m.dns_answers.entry(s(d, "answer")).or_default() += 1;
@@ -574,7 +569,7 @@ impl Builder {
         // `run` a query leaves from the namespace's own address, its
         // connections often from loopback; one namespace is one client.)
         let mut answers: HashMap<String, Vec<Answered>> = HashMap::new();
-        for (_, n, t0, t1, a) in self.resolves.drain(..) {
+        for (n, t0, t1, a) in self.resolves.drain(..) {
             answers.entry(n).or_default().push((t0, t1, a));
         }
         for list in answers.values_mut() {
