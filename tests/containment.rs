@@ -833,6 +833,7 @@ fn slow_api_clients_are_shed_and_the_relay_keeps_serving() {
         );
         std::thread::sleep(Duration::from_millis(200));
     }
+    let n = held.len();
     let mut closed = 0;
     for mut s in held {
         s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
@@ -841,7 +842,11 @@ fn slow_api_clients_are_shed_and_the_relay_keeps_serving() {
             closed += 1;
         }
     }
-    assert!(closed > 1000, "only {closed} slow connections were closed");
+    // (As the count opened: the listen backlog's share varies with load.)
+    assert!(
+        closed * 10 > n * 9,
+        "only {closed} of {n} slow connections were closed"
+    );
 }
 
 #[test]
