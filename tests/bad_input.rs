@@ -509,6 +509,39 @@ fn tls_files_and_flags_are_checked_before_anything_starts() {
             vec!["check", "--fault", "http_status:status=429,headers=nocolon"],
             "expected \"Name: value\"",
         ),
+        (
+            vec!["check", "--fault", "dns_error:rcode=BOGUS"],
+            "rcode: expected \"NXDOMAIN\", \"SERVFAIL\" or \"REFUSED\"",
+        ),
+        (
+            vec!["check", "--fault", "dns_answer:addresses=notanip"],
+            "expected an IP address",
+        ),
+        (vec!["check", "--fault", "dns_delay"], "missing \"delay\""),
+        (
+            vec!["check", "--fault", "dns_timeout:qtype=AAAAA"],
+            "unknown query type \"AAAAA\"",
+        ),
+        (
+            vec!["check", "--fault", "dns_timeout:name=bad name"],
+            "expected a host name",
+        ),
+        (
+            vec![
+                "proxy",
+                "--listen",
+                "127.0.0.1:0",
+                "--upstream",
+                "127.0.0.1:2",
+                "-p",
+                "nxdomain",
+            ],
+            "needs `netchaos run`",
+        ),
+        (
+            vec!["report", "/nonexistent/events.jsonl"],
+            "cannot read /nonexistent/events.jsonl",
+        ),
     ] {
         let (code, _, err) = netchaos(&args);
         assert_eq!(code, 2, "{args:?}: {err}");

@@ -8,7 +8,10 @@ use crate::error::{Error, Result};
 
 pub(super) fn run(args: &ReportArgs) -> Result<u8> {
     let logs: Vec<&Path> = args.logs.iter().map(PathBuf::as_path).collect();
-    let model = crate::report::write(&logs, &args.output).map_err(Error::runtime)?;
+    // A log that cannot be read is bad input (nothing was written); a page
+    // that cannot be written is a failure at run time.
+    let model = crate::report::read(&logs).map_err(|e| Error::Usage(e.to_string()))?;
+    crate::report::write_model(&model, &args.output).map_err(Error::runtime)?;
     eprintln!(
         "netchaos: report of {} connection(s) and {} fault(s) written to {}",
         model.summary.conns,

@@ -652,11 +652,15 @@ fn request<'c>(c: &'c mut Conn, h: &Value, t: f64) -> &'c mut Request {
 /// Writes the report of the logs at `logs` to `out`.
 pub(crate) fn write(logs: &[&Path], out: &Path) -> std::io::Result<Model> {
     let model = read(logs)?;
-    let page = html::render(&model);
-    std::fs::write(out, page).map_err(|e| {
-        std::io::Error::new(e.kind(), format!("cannot write {}: {e}", out.display()))
-    })?;
+    write_model(&model, out)?;
     Ok(model)
+}
+
+/// Renders `model` into the page at `out`.
+pub(crate) fn write_model(model: &Model, out: &Path) -> std::io::Result<()> {
+    let page = html::render(model);
+    std::fs::write(out, page)
+        .map_err(|e| std::io::Error::new(e.kind(), format!("cannot write {}: {e}", out.display())))
 }
 
 #[cfg(test)]
