@@ -124,6 +124,10 @@ fn options(g: &Global, a: &NetemApply) -> Result<Netem> {
         n.dst = a.dst.clone();
     }
     n.ingress |= a.ingress;
+    n.mtu = Some(&n.dev)
+        .filter(|d| !d.is_empty() && !d.contains('/'))
+        .and_then(|d| std::fs::read_to_string(format!("/sys/class/net/{d}/mtu")).ok())
+        .and_then(|m| m.trim().parse().ok());
     n.validate().map_err(|e| Error::Usage(e.0))?;
     Ok(n)
 }

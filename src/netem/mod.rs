@@ -60,6 +60,9 @@ pub(crate) struct Netem {
     pub dport: Option<u16>,
     pub sport: Option<u16>,
     pub ingress: bool,
+    /// The device's MTU, read when the command runs (not a setting): a
+    /// token bucket must hold a full-size packet, or tbf drops them all.
+    pub mtu: Option<u32>,
 }
 
 impl Netem {
@@ -226,7 +229,9 @@ pub(crate) fn netem_args(n: &Netem) -> String {
                 let _ = write!(a, " {}", pct(c));
             }
         }
-        if let Some(dist) = &n.distribution {
+        // Uniform is netem's own jitter when no table is given; tc has
+        // no uniform.dist to load.
+        if let Some(dist) = n.distribution.as_deref().filter(|d| *d != "uniform") {
             let _ = write!(a, " distribution {dist}");
         }
     }
@@ -272,9 +277,13 @@ fn tc_rate(bytes_per_sec: u64) -> String {
     format!("{}bit", bytes_per_sec.saturating_mul(8))
 }
 
-/// tbf's burst: 10 ms at the rate, at least a few full-size frames.
-fn burst(rate: u64) -> u64 {
-    (rate / 100).max(16 * 1024)
+/// tbf's burst: 10 ms at the rate, at least a few full-size frames, and
+/// always more than one packet of the device (tbf drops a packet that does
+/// not fit its bucket: every segment on `lo`, whose MTU is 65536).
+fn burst(rate: u64, mtu: Option<u32>) -> u64 {
+    (rate / 100)
+        .max(16 * 1024)
+        .max(u64::from(mtu.unwrap_or(0)) + 1024)
 }
 
 /// The commands that apply `n`, in order.
@@ -304,7 +313,7 @@ pub(crate) fn plan(n: &Netem) -> Vec<Cmd> {
             out.push(cmd(&format!(
                 "tc qdisc add dev {dev} root handle {HANDLE} tbf rate {} burst {} latency 50ms",
                 tc_rate(r),
-                burst(r)
+                burst(r, n.mtu)
             )));
         }
         (true, true) => {
@@ -329,7 +338,7 @@ pub(crate) fn plan(n: &Netem) -> Vec<Cmd> {
                 "tc class add dev {dev} parent {HANDLE} classid {HANDLE}2 htb rate {} ceil {} burst {}",
                 tc_rate(r),
                 tc_rate(r),
-                burst(r)
+                burst(r, n.mtu)
             )));
             out.extend(filters(n, &dev, &format!("{HANDLE}2")));
         }
@@ -453,6 +462,27 @@ mod tests {
             render(&unplan(&n)),
             "tc qdisc del dev eth0 root handle 4e43:\n"
         );
+    }
+
+    #[test]
+    fn uniform_jitter_is_netems_default_not_a_table() {
+        let n = netem(|n| {
+            n.delay = Some(Duration::from_millis(50));
+            n.jitter = Some(Duration::from_millis(10));
+            n.distribution = Some("uniform".into());
+        });
+        assert_eq!(netem_args(&n), " delay 50000us 10000us");
+    }
+
+    #[test]
+    fn the_bucket_holds_a_full_packet_of_the_device() {
+        let n = netem(|n| {
+            n.dev = "lo".into();
+            n.rate = Some(1_000_000);
+            n.mtu = Some(65536);
+        });
+        let plan = render(&plan(&n));
+        assert!(plan.contains("burst 66560 "), "{plan}");
     }
 
     #[test]
