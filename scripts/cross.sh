@@ -38,9 +38,8 @@ if ! rustup target list --installed | grep -qx "$TARGET"; then
     rustup target add "$TARGET"
 fi
 
-export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
-export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64 -L $SYSROOT"
-export CC_aarch64_unknown_linux_gnu=aarch64-linux-gnu-gcc
+source scripts/rust-env.sh
+cross_env
 
 say "release build for $TARGET"
 cargo build --release --locked --target "$TARGET"

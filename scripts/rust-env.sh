@@ -1,4 +1,4 @@
-# Sourced by demo.sh and test.sh: puts a Rust toolchain on PATH, installing
+# Sourced by demo.sh, test.sh, cross.sh and vm.sh: puts a Rust toolchain on PATH, installing
 # it with rustup (https://rustup.rs) when the machine has none, with the
 # components the given script needs (rustfmt and clippy for the tests).
 # shellcheck shell=bash
@@ -20,4 +20,12 @@ ensure_rust() {
       rustup component add "${c#*:}"
     fi
   done
+}
+
+# Cargo's settings for the aarch64 cross build (cross.sh, vm.sh): Debian's
+# gcc-aarch64-linux-gnu links, and qemu-user runs what cargo runs.
+cross_env() {
+  export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc
+  export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64 -L /usr/aarch64-linux-gnu"
+  export CC_aarch64_unknown_linux_gnu=aarch64-linux-gnu-gcc
 }

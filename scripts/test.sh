@@ -8,8 +8,9 @@
 # toxiproxy-node-client), a Rust toolchain with rustup when
 # there is none, and for the later stages an aarch64 cross compiler with
 # qemu-user and cargo-fuzz on a nightly toolchain. Opt-outs:
-# NETCHAOS_NO_CROSS=1 skips the aarch64 stage and NETCHAOS_FUZZ_SECONDS=0
-# the fuzzing (both are refused in CI).
+# NETCHAOS_NO_CROSS=1 skips the aarch64 stage, NETCHAOS_NO_VM=1 the VM
+# stage (scripts/vm.sh: Debian's kernel under qemu) and
+# NETCHAOS_FUZZ_SECONDS=0 the fuzzing (all refused in CI).
 #
 # Every download and build happens first; then the tests run inside a
 # network namespace of their own (only `lo`), so that no test can reach
@@ -112,7 +113,7 @@ fi
 # gives instead; name what they could not measure (cargo hides their output).
 if [ "$(id -u)" = 0 ] && command -v unshare >/dev/null &&
   ! unshare -n sh -c 'tc qdisc add dev lo root netem delay 1ms' 2>/dev/null; then
-  echo "SKIPPED (kernel feature absent): sch_netem — tests/netem.rs checked the 'modprobe sch_netem' error instead of measuring netem delay"
+  echo "SKIPPED (kernel feature absent): sch_netem — tests/netem.rs checked the 'modprobe sch_netem' error here; the VM stage measures netem on Debian's kernel"
 fi
 
 # aarch64: cross build, unit tests and a smoke test under qemu-aarch64.
@@ -122,6 +123,19 @@ if [ -n "${NETCHAOS_NO_CROSS:-}" ] && [ -z "${CI:-}" ]; then
   echo "SKIPPED: aarch64 build (NETCHAOS_NO_CROSS is set)"
 else
   bash scripts/cross.sh || fail_stage "aarch64 (scripts/cross.sh)"
+fi
+
+# Debian's own kernel (6.1) under qemu: netem measured on traffic, and run,
+# attach and the SYN gate on that kernel (tests/vm). NETCHAOS_VM_ARCHES
+# picks the architectures (default both); NETCHAOS_NO_VM=1 skips the stage
+# locally (never in CI).
+stage "VM: Debian's kernel under qemu (scripts/vm.sh)"
+if [ -n "${NETCHAOS_NO_VM:-}" ] && [ -z "${CI:-}" ]; then
+  echo "SKIPPED: the VM stage (NETCHAOS_NO_VM is set)"
+else
+  for vm_arch in ${NETCHAOS_VM_ARCHES:-x86_64 aarch64}; do
+    bash scripts/vm.sh "$vm_arch" || fail_stage "VM $vm_arch (scripts/vm.sh)"
+  done
 fi
 
 # Fuzzing: each cargo-fuzz target for a short bounded time where nightly
