@@ -5,7 +5,9 @@
 
 mod support;
 
+use std::io::Write;
 use std::process::{Command, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use support::*;
@@ -325,6 +327,129 @@ print(n, h, round(gap, 2))
         (1.9..8.0).contains(&gap),
         "the longest pause was {gap}s for a 2 s blackout"
     );
+}
+
+/// A server that sends 32 KiB every 20 ms (1.6 MB/s) for 6 s, then
+/// closes; it reports the longest its `send()` blocked.
+fn paced_server() -> (Server, std::sync::mpsc::Receiver<f64>) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let tx = std::sync::Mutex::new(tx);
+    let server = Server::start("127.0.0.1:0", move |mut c| {
+        // A fixed send buffer, as many servers set: what it holds is then
+        // the same on every path, and the relay's own buffering shows.
+        let _ = socket2::SockRef::from(&c).set_send_buffer_size(128 << 10);
+        let chunk = vec![b'x'; 32 << 10];
+        let mut worst = 0f64;
+        for _ in 0..300 {
+            let t = Instant::now();
+            if c.write_all(&chunk).is_err() {
+                break;
+            }
+            worst = worst.max(t.elapsed().as_secs_f64());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = tx.lock().unwrap().send(worst);
+    });
+    (server, rx)
+}
+
+#[test]
+fn a_blackout_cuts_the_server_off_too() {
+    if !need(&["python3", "ip", "nft"]) {
+        return;
+    }
+    let script = r#"
+import socket, sys
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=40)
+n = 0
+while True:
+    b = s.recv(1 << 16)
+    if not b:
+        break
+    n += len(b)
+print(n)
+"#;
+    let mut worst = Vec::new();
+    for fault in ["latency:delay=1ms", "blackout:after=1s,duration=3s"] {
+        let (server, done) = paced_server();
+        let (ip, port) = (server.addr.ip().to_string(), server.addr.port().to_string());
+        let (code, out, err) = wrapped(&["--fault", fault], &["python3", "-c", script, &ip, &port]);
+        assert_eq!(code, 0, "{err}");
+        assert_eq!(out.trim(), (300 * (32 << 10)).to_string(), "{fault}: {err}");
+        worst.push(done.recv_timeout(Duration::from_secs(30)).unwrap());
+    }
+    eprintln!(
+        "longest send() block: {:.2}s without, {:.2}s with a 3 s blackout",
+        worst[0], worst[1]
+    );
+    // In a real partition the server's window fills and its send() blocks
+    // until the path is back; a relay that went on reading would hide that.
+    assert!(
+        worst[0] < 1.0,
+        "without a partition send() blocked {}s",
+        worst[0]
+    );
+    assert!(
+        worst[1] >= 1.5,
+        "during a 3 s blackout the server's send() blocked at most {}s",
+        worst[1]
+    );
+}
+
+/// Writes to a server that never reads until no write has gone through
+/// for 2 s; prints the bytes the path accepted.
+const WRITE_UNTIL_BLOCKED: &str = r#"
+import select, socket, sys, time
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=10)
+s.setblocking(False)
+total, idle, buf = 0, None, b"x" * 65536
+deadline = time.monotonic() + 60
+while time.monotonic() < deadline:
+    try:
+        total += s.send(buf)
+        idle = None
+    except BlockingIOError:
+        idle = idle or time.monotonic()
+        if time.monotonic() - idle > 2.0:
+            break
+        select.select([], [s], [], 0.1)
+print(total)
+"#;
+
+#[test]
+fn a_server_that_never_reads_stops_the_client_as_soon_as_directly() {
+    if !need(&["python3", "ip", "nft"]) {
+        return;
+    }
+    // Holds every connection open, unread, until the test ends.
+    let held = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let keep = held.clone();
+    let sink = Server::start("127.0.0.1:0", move |c| keep.lock().unwrap().push(c));
+    let (ip, port) = (sink.addr.ip().to_string(), sink.addr.port().to_string());
+    let accepted = |out: &str| -> f64 { out.trim().parse().unwrap_or_else(|_| panic!("{out:?}")) };
+    let (_, direct, _) = python(WRITE_UNTIL_BLOCKED, &[&ip, &port]);
+    let direct = accepted(&direct);
+    let proxy = Proxy::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        &sink.addr.to_string(),
+    ]);
+    let (_, via_proxy, _) = python(
+        WRITE_UNTIL_BLOCKED,
+        &["127.0.0.1", &proxy.addrs[0].port().to_string()],
+    );
+    let (code, via_run, err) = wrapped(&[], &["python3", "-c", WRITE_UNTIL_BLOCKED, &ip, &port]);
+    assert_eq!(code, 0, "{err}");
+    for (path, bytes) in [("proxy", accepted(&via_proxy)), ("run", accepted(&via_run))] {
+        // The relay adds its own buffers to the two peers'; they must not
+        // let a client believe megabytes more were taken than directly.
+        assert!(
+            bytes <= 1.5 * direct,
+            "{path}: {bytes} bytes accepted before the write blocked, directly {direct}"
+        );
+        assert!(bytes >= direct * 0.9, "{path}: {bytes} of {direct}");
+    }
 }
 
 /// Which of 20 connection attempts were refused, under a seed.

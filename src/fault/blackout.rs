@@ -1,8 +1,11 @@
 //! `blackout` (packet layer): after `after_bytes` (or `after` a time) every
 //! packet of the connection between the client and the relay is dropped for
 //! `duration` (or for good): a partition that TCP survives by retransmitting,
-//! or gives up on, as it would on a real network. The stage itself passes
-//! every byte on; the kernel does the dropping.
+//! or gives up on, as it would on a real network. The kernel does the
+//! dropping on the client's side; on the upstream's, the stage holds its
+//! direction for the same time, so the relay stops reading from the server
+//! (whose window fills and whose `send()` blocks, as in a real partition)
+//! instead of draining it into buffers nobody can reach.
 
 use std::time::Duration;
 
@@ -59,15 +62,22 @@ impl Blackout {
         match &ctx.partition {
             Some(p) => match p.blackout(self.duration).await {
                 Ok(()) => ctx.hit.fire(),
-                Err(e) => tracing::warn!("blackout could not start: {e}"),
+                Err(e) => {
+                    tracing::warn!("blackout could not start: {e}");
+                    return io.pass_rest_after(rest).await;
+                }
             },
-            None => tracing::warn!("blackout needs netchaos run; ignored on this connection"),
-        }
-        if let Some(item) = rest {
-            if io.send(item).await.is_err() {
-                return;
+            None => {
+                tracing::warn!("blackout needs netchaos run; ignored on this connection");
+                return io.pass_rest_after(rest).await;
             }
         }
-        io.pass_rest().await;
+        // Nothing of this direction moves while the partition lasts: the
+        // relay's reads of it stop once the (bounded) pipeline is full.
+        if io.wait_for(ctx.hold_end(self.duration)).await {
+            io.pass_rest_after(rest).await;
+        } else if let Some(item) = rest {
+            let _ = io.send(item).await;
+        }
     }
 }

@@ -187,6 +187,16 @@ impl StageCtx {
         self.window.end.map(|e| self.epoch + e)
     }
 
+    /// When a hold of `duration` starting now ends (`None`: forever), and
+    /// at the latest when the fault's window closes.
+    pub(crate) fn hold_end(&self, duration: Option<std::time::Duration>) -> Option<Instant> {
+        let end = duration.map(|d| Instant::now() + d);
+        match (end, self.window_end()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
     /// When the window opens (`epoch` for an open start).
     pub(crate) fn window_start(&self) -> Instant {
         self.epoch + self.window.start.unwrap_or_default()

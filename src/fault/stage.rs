@@ -150,6 +150,17 @@ impl StageIo {
         }
     }
 
+    /// Forwards `first` (an item a trigger held back), then everything
+    /// else, as [`pass_rest`](Self::pass_rest).
+    pub(crate) async fn pass_rest_after(&mut self, first: Option<Item>) {
+        if let Some(item) = first {
+            if self.send(item).await.is_err() {
+                return;
+            }
+        }
+        self.pass_rest().await;
+    }
+
     /// After a stop: forwards what is still queued in the input (the
     /// previous stage is paused, so this is finite).
     pub(crate) async fn drain_input(&mut self) {

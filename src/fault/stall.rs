@@ -87,12 +87,7 @@ impl Stall {
             Ok(Until::Ended | Until::Stopped) | Err(_) => return,
         };
         ctx.hit.fire();
-        let end = self.duration.map(|d| Instant::now() + d);
-        let end = match (end, ctx.window_end()) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
-        let ran_out = io.wait_for(end).await;
+        let ran_out = io.wait_for(ctx.hold_end(self.duration)).await;
         if ran_out && self.then != Then::Release {
             // The held bytes are never delivered: the connection ends.
             let kind = if self.then == Then::Close {

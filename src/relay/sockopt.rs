@@ -35,6 +35,38 @@ pub(crate) fn tune(s: &TcpStream, peer_timeout: Duration) {
     let sock = SockRef::from(s);
     let _ = sock.set_tcp_keepalive(&ka);
     let _ = sock.set_tcp_user_timeout(Some(peer_timeout));
+    // What the relay holds of a stream that cannot move on stays close to
+    // what a direct path would hold (the peers' own buffers): a bounded
+    // receive buffer instead of one autotuned to megabytes, and no more
+    // than LOWAT unsent bytes queued towards a peer that is not reading.
+    let _ = sock.set_recv_buffer_size(RECV_BUF);
+    let _ = set_notsent_lowat(s.as_raw_fd(), NOTSENT_LOWAT);
+}
+
+/// The relay's receive buffer on each socket (the kernel doubles it for
+/// its own overhead).
+const RECV_BUF: usize = 256 * 1024;
+/// Unsent bytes the kernel queues on a relay socket before it stops
+/// reporting it writable.
+const NOTSENT_LOWAT: libc::c_int = 128 * 1024;
+
+fn set_notsent_lowat(fd: RawFd, bytes: libc::c_int) -> io::Result<()> {
+    // SAFETY: `fd` is a live TCP socket borrowed from the caller, and the
+    // option value is a c_int whose address and size are passed together.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_NOTSENT_LOWAT,
+            &bytes as *const libc::c_int as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 /// The destination a redirected connection was originally addressed to
