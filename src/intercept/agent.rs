@@ -184,6 +184,9 @@ pub(crate) fn main(control: Channel, requests: Channel, cfg: &AgentConfig) -> ! 
 
 type Setup = (Redirects, bool, Vec<OwnedFd>);
 
+/// The MTU of the path `loss` stands for (Ethernet).
+const PATH_MTU: u32 = 1500;
+
 fn setup(cfg: &AgentConfig) -> Result<Setup> {
     if cfg.rootless {
         unshare(CloneFlags::CLONE_NEWUSER | CloneFlags::CLONE_NEWNET | CloneFlags::CLONE_NEWNS)
@@ -215,17 +218,35 @@ fn setup(cfg: &AgentConfig) -> Result<Setup> {
         _ => e,
     };
     let (a4, a6) = (cfg.addrs.v4.to_string(), cfg.addrs.v6.to_string());
+    // `loss` drops packets of the size an Ethernet path carries: on `lo`
+    // (MTU 65,536, with segmentation offload) a bulk transfer is ~45
+    // times fewer, larger packets, and dropping a share of those is far
+    // milder than the same share of a real path's segments. The MTU sets
+    // the segment size; gso_max_size keeps TCP from batching segments
+    // into one packet the loss rules would see whole.
+    let mtu = match cfg.losses.is_empty() {
+        true => String::new(),
+        false => format!("link set lo mtu {PATH_MTU}\n"),
+    };
     // One `ip -batch` per family: each `ip` started costs milliseconds of
     // `netchaos run`'s start-up.
     crate::tool::run(
         "ip",
         &["-batch", "-"],
         Some(&format!(
-            "link set lo up\naddr add {a4}/32 dev lo\nroute add default dev lo src {a4}\n"
+            "{mtu}link set lo up\naddr add {a4}/32 dev lo\nroute add default dev lo src {a4}\n"
         )),
     )
     .map_err(InterceptError::from)
     .map_err(rootless_hint)?;
+    if !cfg.losses.is_empty() {
+        let gso = format!("{PATH_MTU}");
+        if let Err(e) = crate::tool::run("ip", &["link", "set", "lo", "gso_max_size", &gso], None) {
+            tracing::warn!(
+                "loss acts on larger packets than a real path's (cannot set lo's gso_max_size: {e})"
+            );
+        }
+    }
     // IPv6 may be disabled; then only IPv4 is intercepted.
     let v6 = crate::tool::run(
         "ip",
