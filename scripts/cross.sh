@@ -22,23 +22,8 @@ fail() { echo "cross.sh: $*" >&2; exit 1; }
 
 have() { command -v "$1" >/dev/null 2>&1; }
 
-if ! have aarch64-linux-gnu-gcc || ! have qemu-aarch64; then
-    if [[ $(id -u) -eq 0 ]] && have apt-get; then
-        say "installing the aarch64 cross compiler and qemu-user"
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
-            gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user >/dev/null \
-            || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
-                gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user >/dev/null; }
-    fi
-fi
-have aarch64-linux-gnu-gcc || fail "aarch64-linux-gnu-gcc not found: apt-get install gcc-aarch64-linux-gnu"
-have qemu-aarch64 || fail "qemu-aarch64 not found: apt-get install qemu-user"
-if ! rustup target list --installed | grep -qx "$TARGET"; then
-    say "adding the rust target $TARGET"
-    rustup target add "$TARGET"
-fi
-
 source scripts/rust-env.sh
+ensure_cross || exit 1
 cross_env
 
 say "release build for $TARGET"

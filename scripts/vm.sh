@@ -53,24 +53,40 @@ if ! have "${qemu[0]}" || ! have busybox; then
       { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$qemu_pkg" busybox-static >/dev/null; }
   fi
 fi
-have "${qemu[0]}" || fail "${qemu[0]} not found: apt-get install $qemu_pkg"
-have busybox || fail "busybox not found (it packs the initramfs): apt-get install busybox-static"
+# Exit 3: a prerequisite is missing and cannot be installed here (test.sh
+# skips the stage then, outside CI).
+missing() { echo "vm.sh: $*" >&2; exit 3; }
+have "${qemu[0]}" || missing "${qemu[0]} not found: apt-get install $qemu_pkg"
+have busybox || missing "busybox not found (it packs the initramfs): apt-get install busybox-static"
+have readelf || missing "readelf not found (it finds the guest's libraries): apt-get install binutils"
+have setpriv || missing "setpriv not found (it ties qemu's life to this script's): apt-get install util-linux"
+keyring=/usr/share/keyrings/debian-archive-keyring.gpg
+[ -r "$keyring" ] || missing "$keyring not found: apt-get install debian-archive-keyring"
 
 cache=$PWD/target/vm/$arch
 mkdir -p "$cache/debs" "$cache/apt/lists/partial" "$cache/apt/archives/partial"
 work=$(mktemp -d)
 qemu_pid=
+tail_pid=
 cleanup() {
-  [ -n "$qemu_pid" ] && kill "$qemu_pid" 2>/dev/null || true
+  [ -n "$qemu_pid" ] && kill "$qemu_pid" 2>/dev/null && wait "$qemu_pid" 2>/dev/null
+  [ -n "$tail_pid" ] && kill "$tail_pid" 2>/dev/null
   rm -rf "$work"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # --- Debian's packages for the guest's architecture ---------------------
+# Bookworm's archive, whatever the host's own sources say: the guest is
+# Debian 12 on every host.
+for suite in "debian bookworm" "debian bookworm-updates" "debian-security bookworm-security"; do
+  echo "deb [signed-by=$keyring] http://deb.debian.org/${suite% *} ${suite#* } main"
+done >"$cache/apt/sources.list"
 cat >"$cache/apt/apt.conf" <<EOF
 APT::Architecture "$deb";
 APT::Architectures { "$deb"; };
+Dir::Etc::sourcelist "$cache/apt/sources.list";
+Dir::Etc::sourceparts "-";
 Dir::State "$cache/apt";
 Dir::State::Lists "$cache/apt/lists";
 Dir::State::status "$cache/apt/status";
@@ -93,21 +109,25 @@ if [ ! -e "$root/.complete" ]; then
   pkgs=$(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts --no-breaks \
     --no-replaces --no-enhances iproute2 nftables iptables |
     grep -v '^[ <]' | sort -u | grep -vxE 'debconf|cdebconf|dpkg|install-info|tar|libdebian-installer4|libnewt0.52|libslang2|libtextwrap1')
+  rm -f "$cache"/debs/*.deb
   (cd "$cache/debs" && apt-get download -qq "${sandbox[@]}" "$kpkg" busybox-static $pkgs)
   rm -rf "$root"
   mkdir -p "$root"
   for d in "$cache"/debs/*.deb; do dpkg -x "$d" "$root"; done
-  touch "$root/.complete"
+  echo "${kpkg#linux-image-}" >"$root/.complete"
 fi
-kver=$(ls "$root/lib/modules" | head -1)
+kver=$(cat "$root/.complete")
+[ -n "$kver" ] || kver=$(ls "$root/lib/modules" | sort -V | tail -1)
 kernel=$root/boot/vmlinuz-$kver
 [ -f "$kernel" ] || fail "no kernel in $root/boot"
 
 # --- netchaos and the guest checks ---------------------------------------
 say "building netchaos and the guest checks (release, $target)"
+source scripts/rust-env.sh
+ensure_rust
 cargo_target=()
 if [ "$arch" = aarch64 ]; then
-  source scripts/rust-env.sh
+  ensure_cross || exit 1
   cross_env
   cargo_target=(--target "$target")
 fi
@@ -146,7 +166,7 @@ printf '127.0.0.1 localhost\n::1 localhost\n' >"$fs/etc/hosts"
 : >"$fs/etc/resolv.conf"
 
 # Every shared library the binaries and plugins need, from the package
-# tree (and, for the cross build, the cross toolchain's libc beside it).
+# tree.
 lib_dirs=("$root/lib/$triplet" "$root/usr/lib/$triplet" "$root/lib" "$root/usr/lib")
 find_lib() {
   local d
@@ -172,6 +192,13 @@ while ((${#queue[@]})); do
 done
 mkdir -p "$fs$(dirname "$ld")"
 [ -e "$fs$ld" ] || cp -L "$(find_lib "$(basename "$ld")")" "$fs$ld"
+# netchaos is linked on this host; the guest has bookworm's glibc.
+newest() { readelf -V --wide "$@" 2>/dev/null | grep -o 'GLIBC_2\.[0-9]*' | sort -uV | tail -1; }
+need=$(newest "$fs/bin/netchaos" "$fs/bin/vm_guest")
+provided=$(newest "$fs/lib/$triplet/libc.so.6")
+if [ "$(printf '%s\n%s\n' "$need" "$provided" | sort -V | tail -1)" != "$provided" ]; then
+  fail "netchaos was linked against $need, newer than the guest's glibc ($provided, Debian 12): build on Debian 12 or older"
+fi
 
 # The kernel modules of the network stack (netfilter, qdiscs, classifiers,
 # actions, veth, ifb) and what they build on; modules.dep is made at boot.
@@ -214,7 +241,10 @@ checks=$(IFS=,; echo "$*")
 say "booting $kver under ${qemu[0]} (software emulation)"
 log=$cache/console.log
 : >"$log"
-timeout "${NETCHAOS_VM_TIMEOUT:-1500}" "${qemu[@]}" -smp 2 -m 1024 -nic none \
+# Both timeout and qemu die with their parent, even if this script is
+# killed with SIGKILL.
+setpriv --pdeathsig KILL timeout "${NETCHAOS_VM_TIMEOUT:-1500}" \
+  setpriv --pdeathsig KILL "${qemu[@]}" -smp 2 -m 1024 -nic none \
   -display none -monitor none -serial "file:$log" -no-reboot \
   -kernel "$kernel" -initrd "$initrd" \
   -append "console=$console panic=-1 quiet loglevel=4 checks=$checks" </dev/null &
@@ -229,6 +259,7 @@ set -e
 qemu_pid=
 sleep 0.2
 kill "$tail_pid" 2>/dev/null || true
+tail_pid=
 result=$(tr -d '\r' <"$log" | grep -E '^[0-9]+ passed, [0-9]+ failed$' | tail -1 || true)
 if [ -z "$result" ]; then
   fail "the VM ended (qemu exit $qrc) without a result line; console in $log"

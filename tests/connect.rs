@@ -289,6 +289,7 @@ print(n, h, struct.unpack("I", info[100:104])[0], struct.unpack("I", info[16:20]
     // Loss drops the segments of an Ethernet path (MSS 1448 with
     // timestamps), not the 64 KiB packets of a bare loopback: the client's
     // TCP sees that path.
+    assert!(!err.contains("gso_max_size"), "{err}");
     assert!(
         (1400..=1460).contains(&f[3]),
         "the client's MSS under loss is {} (a real path's is 1448)",
@@ -435,8 +436,10 @@ fn a_server_that_never_reads_stops_the_client_as_soon_as_directly() {
     let sink = Server::start("127.0.0.1:0", move |c| keep.lock().unwrap().push(c));
     let (ip, port) = (sink.addr.ip().to_string(), sink.addr.port().to_string());
     let accepted = |out: &str| -> f64 { out.trim().parse().unwrap_or_else(|_| panic!("{out:?}")) };
-    let (_, direct, _) = python(WRITE_UNTIL_BLOCKED, &[&ip, &port]);
-    let direct = accepted(&direct);
+    // Autotuning varies from run to run: the direct path's larger figure.
+    let direct = (0..2)
+        .map(|_| accepted(&python(WRITE_UNTIL_BLOCKED, &[&ip, &port]).1))
+        .fold(0f64, f64::max);
     let proxy = Proxy::start(&[
         "--listen",
         "127.0.0.1:0",

@@ -81,3 +81,80 @@ impl Blackout {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::future::Future;
+    use std::pin::Pin;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use tokio::time::Instant;
+
+    use super::super::testing::*;
+    use super::super::{Partition, PartitionError};
+    use super::*;
+    use crate::fault::FaultKind;
+    use crate::units::Window;
+
+    /// Counts the partitions asked for.
+    #[derive(Default)]
+    struct Counted(AtomicUsize);
+
+    impl Partition for Counted {
+        fn blackout(
+            &self,
+            _: Option<Duration>,
+        ) -> Pin<Box<dyn Future<Output = Result<(), PartitionError>> + Send + '_>> {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async { Ok(()) })
+        }
+    }
+
+    fn blackout(pairs: &[(&str, &str)]) -> FaultKind {
+        spec("blackout", pairs).unwrap().kind
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn holds_its_direction_for_the_partition_then_passes_everything() {
+        let (tx, mut rx, io) = channels();
+        let part = Arc::new(Counted::default());
+        let mut c = ctx(Window::ALWAYS);
+        c.partition = Some(part.clone());
+        spawn(blackout(&[("after_bytes", "5"), ("duration", "3s")]), c, io);
+        let t0 = Instant::now();
+        tx.send(data(8)).await.unwrap();
+        assert_eq!(rx.recv().await.unwrap().len(), 5);
+        // Nothing moves while the partition lasts.
+        tx.send(data(4)).await.unwrap();
+        assert_eq!(rx.recv().await.unwrap().len(), 3);
+        assert_eq!(t0.elapsed(), Duration::from_secs(3));
+        assert_eq!(rx.recv().await.unwrap().len(), 4);
+        assert_eq!(part.0.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stop_mid_partition_gives_back_what_was_held() {
+        let (tx, mut rx, io) = channels();
+        let mut c = ctx(Window::ALWAYS);
+        c.partition = Some(Arc::new(Counted::default()));
+        let stop = spawn(blackout(&[("after_bytes", "5"), ("duration", "forever")]), c, io);
+        tx.send(data(8)).await.unwrap();
+        assert_eq!(rx.recv().await.unwrap().len(), 5);
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert!(rx.try_recv().is_err(), "held during the partition");
+        stop.cancel();
+        assert_eq!(rx.recv().await.unwrap().len(), 3);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_a_partition_nothing_is_held() {
+        let (tx, mut rx, io) = channels();
+        spawn(blackout(&[("after_bytes", "5"), ("duration", "3s")]), ctx(Window::ALWAYS), io);
+        let t0 = Instant::now();
+        tx.send(data(8)).await.unwrap();
+        assert_eq!(rx.recv().await.unwrap().len(), 5);
+        assert_eq!(rx.recv().await.unwrap().len(), 3);
+        assert_eq!(t0.elapsed(), Duration::ZERO);
+    }
+}

@@ -36,16 +36,49 @@ pub(crate) fn tune(s: &TcpStream, peer_timeout: Duration) {
     let _ = sock.set_tcp_keepalive(&ka);
     let _ = sock.set_tcp_user_timeout(Some(peer_timeout));
     // What the relay holds of a stream that cannot move on stays close to
-    // what a direct path would hold (the peers' own buffers): a bounded
-    // receive buffer instead of one autotuned to megabytes, and no more
-    // than LOWAT unsent bytes queued towards a peer that is not reading.
-    let _ = sock.set_recv_buffer_size(RECV_BUF);
+    // what a direct path would hold (the peers' own buffers): no more than
+    // LOWAT unsent bytes queued towards a peer that is not reading, and,
+    // towards a peer on this host, a bounded receive buffer instead of one
+    // autotuned to megabytes. Over a longer path the buffer stays
+    // autotuned: a fixed one would cap the rate at RECV_BUF per round trip.
     let _ = set_notsent_lowat(s.as_raw_fd(), NOTSENT_LOWAT);
+    if path_rtt(s).is_some_and(|rtt| rtt < LOCAL_RTT) {
+        let _ = sock.set_recv_buffer_size(RECV_BUF);
+    }
 }
 
-/// The relay's receive buffer on each socket (the kernel doubles it for
-/// its own overhead).
+/// The relay's receive buffer towards a local peer (the kernel doubles it
+/// for its own overhead; `rmem_max` may cap it).
 const RECV_BUF: usize = 256 * 1024;
+/// Below this handshake round trip a peer is on this host (or next to
+/// it): RECV_BUF per round trip is then gigabytes per second.
+const LOCAL_RTT: Duration = Duration::from_micros(500);
+
+/// The connection's smoothed round-trip time, from the handshake on.
+fn path_rtt(s: &TcpStream) -> Option<Duration> {
+    let mut info = std::mem::MaybeUninit::<libc::tcp_info>::zeroed();
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: `s` is a live TCP socket; the kernel writes at most `len`
+    // bytes of `struct tcp_info` into `info`, which is that large, and
+    // stores the length it wrote in `len`.
+    let r = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            info.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    if r != 0 || (len as usize) < std::mem::offset_of!(libc::tcp_info, tcpi_rttvar) {
+        return None;
+    }
+    // SAFETY: zero-initialised, and the kernel filled at least the fields
+    // up to tcpi_rtt.
+    let info = unsafe { info.assume_init() };
+    // 0: no sample yet, so nothing is known of the path.
+    (info.tcpi_rtt > 0).then(|| Duration::from_micros(u64::from(info.tcpi_rtt)))
+}
 /// Unsent bytes the kernel queues on a relay socket before it stops
 /// reporting it writable.
 const NOTSENT_LOWAT: libc::c_int = 128 * 1024;

@@ -111,6 +111,11 @@ fn main() {
         // Whatever a check left behind must not decide the next one.
         netem::reset_lo();
     }
+    // A name that picked nothing is a mistake, not a pass.
+    if passed + failed == 0 {
+        println!("FAIL no check is named like {only:?}");
+        failed = 1;
+    }
     println!("{passed} passed, {failed} failed");
     std::process::exit(i32::from(failed > 0));
 }

@@ -257,11 +257,18 @@ fn gate_seen() -> Result<(String, bool, bool), String> {
         .map_err(|e| e.to_string())?;
     let mut line = String::new();
     let _ = BufReader::new(child.stdout.take().unwrap()).read_line(&mut line);
-    let pid = std::fs::read_dir("/proc")
-        .map_err(|e| e.to_string())?
-        .flatten()
-        .find(|e| std::fs::read(e.path().join("cmdline")).is_ok_and(|c| c == b"sleep\x0030.5\x00"))
-        .map(|e| e.file_name().to_string_lossy().into_owned());
+    // The shell execs the sleep just after the client's line.
+    let mut pid = None;
+    let _ = wait_for("the wrapped sleep", Duration::from_secs(5), || {
+        pid = std::fs::read_dir("/proc").ok().and_then(|d| {
+            d.flatten()
+                .find(|e| {
+                    std::fs::read(e.path().join("cmdline")).is_ok_and(|c| c == b"sleep\x0030.5\x00")
+                })
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+        });
+        pid.is_some()
+    });
     let rules = pid.as_ref().map(|p| {
         sh(&format!(
             "nsenter -t {p} -n nft list ruleset; nsenter -t {p} -n iptables -w -t mangle -S"
@@ -289,8 +296,12 @@ fn gate_native() -> Outcome {
 }
 
 fn gate_xt() -> Outcome {
-    // Hide the module for this check: unloaded, and not to be found.
-    let _ = sh("rmmod nft_queue 2>/dev/null");
+    // Hide the module for this check: unloaded (once the last namespace
+    // that used it is gone), and not to be found.
+    wait_for("nft_queue to unload", Duration::from_secs(10), || {
+        let _ = sh("rmmod nft_queue 2>/dev/null");
+        !std::path::Path::new("/sys/module/nft_queue").exists()
+    })?;
     let k = must("uname -r")?;
     let dir = format!("/lib/modules/{}/kernel/net/netfilter", k.trim());
     must(&format!("mv {dir}/nft_queue.ko /tmp/ && depmod"))?;
