@@ -104,13 +104,10 @@ impl Stall {
             return;
         }
         // Whether the stall ends by time or by removal, held bytes go on.
-        if let Some(item) = held {
-            if io.send(item).await.is_err() {
-                return;
-            }
-        }
         if ran_out {
-            io.pass_rest().await;
+            io.pass_rest_after(held).await;
+        } else if let Some(item) = held {
+            let _ = io.send(item).await;
         }
     }
 }

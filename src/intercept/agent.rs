@@ -224,9 +224,10 @@ fn setup(cfg: &AgentConfig) -> Result<Setup> {
     // milder than the same share of a real path's segments. The MTU sets
     // the segment size; gso_max_size keeps TCP from batching segments
     // into one packet the loss rules would see whole.
-    let mtu = match cfg.losses.is_empty() {
-        true => String::new(),
-        false => format!("link set lo mtu {PATH_MTU}\n"),
+    let lossy = !cfg.losses.is_empty();
+    let mtu = match lossy {
+        true => format!("link set lo mtu {PATH_MTU}\n"),
+        false => String::new(),
     };
     // One `ip -batch` per family: each `ip` started costs milliseconds of
     // `netchaos run`'s start-up.
@@ -239,8 +240,10 @@ fn setup(cfg: &AgentConfig) -> Result<Setup> {
     )
     .map_err(InterceptError::from)
     .map_err(rootless_hint)?;
-    if !cfg.losses.is_empty() {
-        let gso = format!("{PATH_MTU}");
+    // Apart from the batch: a kernel or ip that cannot set it makes loss
+    // milder, not the run impossible.
+    if lossy {
+        let gso = PATH_MTU.to_string();
         if let Err(e) = crate::tool::run("ip", &["link", "set", "lo", "gso_max_size", &gso], None) {
             tracing::warn!(
                 "loss acts on larger packets than a real path's (cannot set lo's gso_max_size: {e})"

@@ -79,6 +79,7 @@ fn path_rtt(s: &TcpStream) -> Option<Duration> {
     // 0: no sample yet, so nothing is known of the path.
     (info.tcpi_rtt > 0).then(|| Duration::from_micros(u64::from(info.tcpi_rtt)))
 }
+
 /// Unsent bytes the kernel queues on a relay socket before it stops
 /// reporting it writable.
 const NOTSENT_LOWAT: libc::c_int = 128 * 1024;

@@ -5,7 +5,7 @@
 //! `nft_queue`, the iptables NFQUEUE chain where it does not.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::probe;
@@ -141,17 +141,8 @@ fn sigterm() -> Outcome {
     let ns = line.trim().to_string();
     ensure!(ns.starts_with("net:["), "the command said {line:?}");
     ensure!(namespaces_in_use().contains(&ns), "no process in {ns}");
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let t = Instant::now();
-    let mut status = None;
-    wait_for(
-        "netchaos to exit after SIGTERM",
-        Duration::from_secs(10),
-        || {
-            status = child.try_wait().ok().flatten();
-            status.is_some()
-        },
-    )?;
+    let code = terminate(&mut child, "netchaos run")?;
     let took = t.elapsed().as_secs_f64();
     wait_for("the namespace to empty", Duration::from_secs(5), || {
         !namespaces_in_use().contains(&ns)
@@ -159,9 +150,28 @@ fn sigterm() -> Outcome {
     let tables = must("nft list tables")?;
     ensure!(!tables.contains("netchaos"), "left: {tables}");
     Ok(format!(
-        "exit {:?} {took:.2} s after SIGTERM; no process in {ns}, no netchaos table",
-        status.and_then(|s| s.code())
+        "exit {code:?} {took:.2} s after SIGTERM; no process in {ns}, no netchaos table"
     ))
+}
+
+/// SIGTERM to `child`, then up to 10 s for it to exit (it is killed
+/// after that): its exit code, or why it did not exit.
+fn terminate(child: &mut Child, what: &str) -> Result<Option<i32>, String> {
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let mut status = None;
+    let exited = wait_for(
+        &format!("{what} to exit after SIGTERM"),
+        Duration::from_secs(10),
+        || {
+            status = child.try_wait().ok().flatten();
+            status.is_some()
+        },
+    );
+    if exited.is_err() {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    exited.map(|()| status.and_then(|s| s.code()))
 }
 
 /// A namespace `ncvm` joined to this one by a veth pair: 10.77.0.1 here,
@@ -205,15 +215,7 @@ fn attach() -> Outcome {
             .contains("netchaos")
     });
     let during = must(&client).unwrap_or_else(|e| e);
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let mut status = None;
-    let exited = wait_for("attach to exit", Duration::from_secs(10), || {
-        status = child.try_wait().ok().flatten();
-        status.is_some()
-    });
-    if exited.is_err() {
-        let _ = child.kill();
-    }
+    let exited = terminate(&mut child, "attach");
     let err = child
         .wait_with_output()
         .map(|o| String::from_utf8_lossy(&o.stderr).into_owned())
@@ -275,8 +277,7 @@ fn gate_seen() -> Result<(String, bool, bool), String> {
         ))
         .1
     });
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-    let _ = child.wait();
+    let _ = terminate(&mut child, "netchaos run");
     let rules = rules.ok_or("the wrapped command's sleep was not found")?;
     let _ = std::fs::write("/tmp/gate.out", &rules);
     // netchaos's own chain, or iptables' (shown by nft as an xt target).
