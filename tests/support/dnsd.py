@@ -22,12 +22,22 @@ for arg in args:
     name, ip = arg.split("=", 1)
     records.setdefault(name.lower().rstrip("."), []).append(ipaddress.ip_address(ip))
 
-udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-udp.bind(("127.0.0.1", 0))
-port = udp.getsockname()[1]
-tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-tcp.bind(("127.0.0.1", port))
+# The kernel picks a free UDP port; the same TCP port may be taken by a
+# parallel test's connection, so try a bounded number of ports.
+for attempt in range(50):
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    udp.bind(("127.0.0.1", 0))
+    port = udp.getsockname()[1]
+    tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        tcp.bind(("127.0.0.1", port))
+        break
+    except OSError:
+        udp.close()
+        tcp.close()
+else:
+    sys.exit("dnsd: no port free for both UDP and TCP after 50 tries")
 tcp.listen(16)
 print(port, flush=True)
 
