@@ -524,3 +524,194 @@ fn connect_faults_are_recorded() {
     );
     assert!(err.contains("cli   refuse"), "{err}");
 }
+
+/// Fetches `http://HOST:PORT/` with Python (no proxy): prints the connect
+/// time, the whole time, the bytes and the client's smoothed RTT (µs).
+const TIMED_GET: &str = r#"
+import socket, struct, sys, time
+t0 = time.monotonic()
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=30)
+t1 = time.monotonic()
+s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+n = 0
+while True:
+    b = s.recv(1 << 16)
+    if not b:
+        break
+    n += len(b)
+info = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)
+print(t1 - t0, time.monotonic() - t0, n, struct.unpack("I", info[68:72])[0])
+"#;
+
+fn timed_get(out: &str) -> (f64, f64, u64, u64) {
+    let f: Vec<&str> = out.split_whitespace().collect();
+    assert_eq!(f.len(), 4, "{out}");
+    (
+        f[0].parse().unwrap(),
+        f[1].parse().unwrap(),
+        f[2].parse().unwrap(),
+        f[3].parse().unwrap(),
+    )
+}
+
+fn megabyte_server() -> Server {
+    Server::http(Box::leak(pattern(3, 1 << 20).into_boxed_slice()))
+}
+
+#[test]
+fn packet_latency_is_a_slower_path_handshake_and_slow_start_included() {
+    if !need(&["python3", "ip", "nft"]) {
+        return;
+    }
+    let server = megabyte_server();
+    let (ip, port) = (server.addr.ip().to_string(), server.addr.port().to_string());
+    let get = ["python3", "-c", TIMED_GET, &ip, &port];
+    let (code, out, err) = wrapped(&["--fault", "packet_latency:delay=50ms"], &get);
+    assert_eq!(code, 0, "{err}");
+    let (connect, total, bytes, rtt) = timed_get(&out);
+    eprintln!(
+        "packet_latency 50ms: connect {connect:.4}s, 1 MiB GET {total:.3}s, tcpi_rtt {rtt} µs"
+    );
+    assert!(bytes > 1 << 20, "{out}");
+    // connect() takes one round trip: the SYN and the SYN-ACK cross the path.
+    assert!(
+        (0.049..0.2).contains(&connect),
+        "connect() took {connect}s over a 50 ms path"
+    );
+    // The client's TCP measures the path.
+    assert!(
+        (49_000..150_000).contains(&rtt),
+        "the client's TCP measured an RTT of {rtt} µs"
+    );
+    // Slow start over 50 ms round trips: a real path (MTU 1500, initial
+    // window 10) needs about 7 of them for 1 MiB, 0.43 s in all (netem, and
+    // the issue's own reference delay line); a stream delay takes ~0.1 s.
+    assert!(
+        (0.3..3.0).contains(&total),
+        "a 1 MiB GET took {total}s over a 50 ms path"
+    );
+    assert!(err.contains("cli   packet_latency"), "{err}");
+}
+
+/// Applies an HTB rate on `dev`'s egress; the root qdisc goes with the
+/// namespace.
+fn htb(dev: &str, rate: &str) {
+    for args in [
+        vec![
+            "qdisc", "add", "dev", dev, "root", "handle", "1:", "htb", "default", "1",
+        ],
+        vec![
+            "class", "add", "dev", dev, "parent", "1:", "classid", "1:1", "htb", "rate", rate,
+        ],
+    ] {
+        let out = Command::new("tc").args(&args).output().expect("tc");
+        assert!(
+            out.status.success(),
+            "tc {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn packet_rate_transfers_as_fast_as_a_real_link_of_that_rate() {
+    if !need(&["python3", "ip", "nft", "tc"]) {
+        return;
+    }
+    let Some(ns) = TestNetns::new() else { return };
+    // The reference: the same server and client across a veth (MTU 1500)
+    // whose server→client side is an 8 mbit HTB link.
+    let reference = Server::start(&format!("{}:0", ns.host_ip), |mut s| {
+        use std::io::Read;
+        let mut buf = [0u8; 4096];
+        let _ = s.read(&mut buf);
+        let body = pattern(3, 1 << 20);
+        let _ = s.write_all(
+            format!(
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            )
+            .as_bytes(),
+        );
+        let _ = s.write_all(&body);
+        let _ = s.shutdown(std::net::Shutdown::Write);
+    });
+    htb(&ns.host_if, "8mbit");
+    let port = reference.addr.port().to_string();
+    let host = ns.host_ip.to_string();
+    let real = ns.sh(&format!(
+        "python3 -c '{}' {host} {port}",
+        TIMED_GET.replace('\'', "'\"'\"'")
+    ));
+    assert!(
+        real.status.success(),
+        "{}",
+        String::from_utf8_lossy(&real.stderr)
+    );
+    let (_, real_total, real_bytes, _) = timed_get(&String::from_utf8_lossy(&real.stdout));
+    // netchaos: the same server, reached from `run`'s namespace over the
+    // host's loopback (the HTB link is not on that path).
+    let (code, out, err) = wrapped(
+        &["--fault", "packet_rate:rate=8mbit"],
+        &["python3", "-c", TIMED_GET, &host, &port],
+    );
+    assert_eq!(code, 0, "{err}");
+    let (_, total, bytes, _) = timed_get(&out);
+    eprintln!("1 MiB at 8 mbit: {real_total:.3}s on an HTB link, {total:.3}s under packet_rate");
+    assert_eq!(bytes, real_bytes);
+    // 1 MiB at 1 MB/s is a second on both.
+    assert!(real_total > 0.9, "the reference link took {real_total}s");
+    let ratio = total / real_total;
+    assert!(
+        (0.67..1.5).contains(&ratio),
+        "packet_rate took {total}s where the real link took {real_total}s"
+    );
+}
+
+#[test]
+fn a_full_link_queue_drops_and_tcp_retransmits_every_byte() {
+    if !need(&["python3", "ip", "nft"]) {
+        return;
+    }
+    let (tx, got) = std::sync::mpsc::channel();
+    let tx = std::sync::Mutex::new(tx);
+    let server = Server::start("127.0.0.1:0", move |mut s| {
+        use std::io::Read;
+        let mut h = Fnv::default();
+        let mut buf = vec![0u8; 65536];
+        loop {
+            match s.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => h.update(&buf[..n]),
+            }
+        }
+        let _ = tx.lock().unwrap().send(h.0);
+    });
+    // 2 MiB up a 16 mbit link that queues 8 packets: slow start overruns
+    // the queue, as it would a shallow router buffer.
+    let script = r#"
+import socket, struct, sys
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=30)
+s.sendall(bytes(range(256)) * 8192)
+s.shutdown(socket.SHUT_WR)
+s.recv(1)
+info = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)
+print(struct.unpack("I", info[100:104])[0])
+"#;
+    let (ip, port) = (server.addr.ip().to_string(), server.addr.port().to_string());
+    let (code, out, err) = wrapped(
+        &["--fault", "packet_rate:rate=16mbit,queue=8,stream=upstream"],
+        &["python3", "-c", script, &ip, &port],
+    );
+    assert_eq!(code, 0, "{err}");
+    let retrans: u64 = out.trim().parse().unwrap();
+    let mut want = Fnv::default();
+    want.update(&(0..=255u8).collect::<Vec<_>>().repeat(8192));
+    assert_eq!(
+        got.recv_timeout(Duration::from_secs(30)).unwrap(),
+        want.0,
+        "byte-exact"
+    );
+    assert!(retrans > 0, "the queue never overflowed: no retransmission");
+}

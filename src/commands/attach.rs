@@ -74,6 +74,26 @@ fn resolvers(given: Option<&Path>, default: &Path) -> Result<Vec<std::net::Socke
     })
 }
 
+/// `packet_latency` and `packet_rate` need `run`'s own namespace: the
+/// delay line would queue an existing namespace's packets, and its `lo`
+/// (whose packet size they depend on) is not netchaos's to change.
+fn no_path_faults(plan: &crate::plan::Plan, command: &str) -> Result<()> {
+    let found = plan
+        .rules
+        .iter()
+        .flat_map(|r| r.faults.iter())
+        .find(|f| crate::fault::path::is_path_fault(&f.kind));
+    match found {
+        Some(f) => Err(Error::Usage(format!(
+            "{} works under `netchaos run` only, not `{command}` (it queues the packets of \
+             netchaos's own namespace); for an existing namespace use `netchaos netem` \
+             inside it, or `latency`/`bandwidth` on the stream",
+            f.name()
+        ))),
+        None => Ok(()),
+    }
+}
+
 pub(super) fn attach(g: &Global, args: &AttachArgs) -> Result<u8> {
     let plan = profile::build_plan(&args.faults.profiles, &args.faults.faults, g.seed)?;
     let api = ApiConfig::new(args.api.api, &args.api.access)?;
@@ -82,6 +102,7 @@ pub(super) fn attach(g: &Global, args: &AttachArgs) -> Result<u8> {
     opts.tls = super::tls::setup(&args.tls_args, args.tls_args.tls_ca.is_some())?;
     let (path, hint, resolv) = namespace(args.pid, args.netns.as_deref())?;
     let losses = LossTable::from_plan(&plan).map_err(|e| Error::Usage(e.to_string()))?;
+    no_path_faults(&plan, "attach")?;
     attach::check_privileges(Mode::Attach.command(), Mode::Attach).map_err(Error::runtime)?;
     let resolvers = resolvers(args.resolv_conf.as_deref(), &resolv)?;
     let recording = open_events(&args.log)?;
@@ -144,6 +165,7 @@ pub(super) fn in_place(g: &Global, args: &RunArgs) -> Result<u8> {
     let opts = args.relay.options()?;
     let resolvers = resolvers(args.resolv_conf.as_deref(), Path::new("/etc/resolv.conf"))?;
     let losses = LossTable::from_plan(&plan).map_err(|e| Error::Usage(e.to_string()))?;
+    no_path_faults(&plan, "run --in-place")?;
     attach::check_privileges(Mode::InPlace.command(), Mode::InPlace).map_err(Error::runtime)?;
     let recording = open_events(&args.log)?;
     let events = recording.events.clone();

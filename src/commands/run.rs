@@ -143,6 +143,11 @@ pub(super) fn run(g: &Global, args: &RunArgs) -> Result<u8> {
         argv,
         env: wrap::command_env(),
         losses: losses.rules(),
+        delayed: plan
+            .rules
+            .iter()
+            .flat_map(|r| r.faults.iter())
+            .any(|f| crate::fault::path::is_path_fault(&f.kind)),
         addrs: NsAddrs::choose().map_err(Error::runtime)?,
         containment,
         parent: nix::unistd::getpid(),
@@ -165,6 +170,15 @@ pub(super) fn run(g: &Global, args: &RunArgs) -> Result<u8> {
             listeners.queue,
             relay.clone(),
             sandbox.clone(),
+        ));
+        let delay_line = tokio::spawn(crate::intercept::delay_line::run(
+            listeners
+                .delay_queue
+                .expect("run's agent opens the delay line's queue"),
+            sandbox
+                .delay_line
+                .clone()
+                .expect("run's sandbox has a delay line"),
         ));
         for l in listeners.tcp {
             let l = tokio::net::TcpListener::from_std(l).map_err(|e| Error::Runtime(e.into()))?;
@@ -226,6 +240,7 @@ pub(super) fn run(g: &Global, args: &RunArgs) -> Result<u8> {
             t.abort();
         }
         gate.abort();
+        delay_line.abort();
         let left = control.kill_leftovers();
         if left > 0 {
             tracing::warn!("ended {left} process(es) the command left running in its namespace");

@@ -29,10 +29,12 @@ pub(crate) enum Verdict<'a> {
     /// Never answer: `connect_timeout`.
     BlackHole(&'a Chosen),
     /// Let the connection go ahead: dial the real destination first
-    /// (unless `respond` replaces it), with the flow's `loss` fault if any.
+    /// (unless `respond` replaces it), with the flow's `loss` fault if any
+    /// and the faults its packets' path is made of ([`super::path`]).
     Proceed {
         dial: bool,
         loss: Option<&'a Chosen>,
+        path: Vec<&'a Chosen>,
     },
 }
 
@@ -50,6 +52,7 @@ pub(crate) fn plan<'a>(
         verdict: Verdict::Proceed {
             dial: true,
             loss: None,
+            path: Vec::new(),
         },
     };
     if at_capacity {
@@ -81,9 +84,15 @@ pub(crate) fn plan<'a>(
         .iter()
         .filter(active)
         .find(|c| matches!(c.spec.kind, FaultKind::Loss(_)));
+    let path = chosen
+        .iter()
+        .filter(active)
+        .filter(|c| super::path::is_path_fault(&c.spec.kind))
+        .collect();
     p.verdict = Verdict::Proceed {
         dial: !respond,
         loss,
+        path,
     };
     p
 }
@@ -185,8 +194,9 @@ mod tests {
             p.verdict,
             Verdict::Proceed {
                 dial: true,
-                loss: None
-            }
+                loss: None,
+                ref path,
+            } if path.is_empty()
         ));
     }
 
@@ -236,12 +246,20 @@ mod tests {
         let c = [
             chosen("respond", &[("status", "503")]),
             chosen("loss", &[("percent", "5")]),
+            chosen("packet_latency", &[("delay", "50ms")]),
+            chosen("packet_rate", &[("rate", "1mbit"), ("active", "10s..")]),
         ];
-        let Verdict::Proceed { dial, loss } = plan(&c, Duration::ZERO, false).verdict else {
+        let Verdict::Proceed { dial, loss, path } = plan(&c, Duration::ZERO, false).verdict else {
             panic!()
         };
         assert!(!dial);
         assert_eq!(loss.unwrap().spec.name(), "loss");
+        let names: Vec<_> = path.iter().map(|c| c.spec.name()).collect();
+        assert_eq!(
+            names,
+            ["packet_latency"],
+            "the rate's window has not opened"
+        );
     }
 
     #[test]

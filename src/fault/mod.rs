@@ -12,14 +12,15 @@
 //!
 //! Connect-layer faults (`refuse`, `connect_timeout`, `connect_delay`) act on
 //! the client's SYN, decided by [`connect`] (pure: the caller brings the
-//! clock), and packet-layer ones (`loss`, `blackout`) on the packets of the
-//! flow; both need interception (`netchaos run`, `attach`, `--in-place`),
+//! clock), and packet-layer ones (`loss`, `blackout`, `packet_latency`,
+//! `packet_rate`, the last two through [`path`]) on the packets of the flow; both need interception (`netchaos run`, `attach`, `--in-place`),
 //! whose SYN gate and nftables table carry them out. DNS-layer ones act on
 //! the namespace's queries in its DNS forwarder ([`crate::dns`]).
 
 pub(crate) mod connect;
 pub(crate) mod dns_match;
 pub(crate) mod http_match;
+pub(crate) mod path;
 pub(crate) mod stage;
 pub(crate) mod trigger;
 
@@ -303,6 +304,8 @@ registry! {
     connect_delay: ConnectDelay;
     loss: Loss;
     blackout: Blackout;
+    packet_latency: PacketLatency;
+    packet_rate: PacketRate;
     http_status: HttpStatus;
     http_delay: HttpDelay;
     sse: Sse;

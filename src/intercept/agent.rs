@@ -42,6 +42,9 @@ pub(crate) struct AgentConfig {
     pub env: Vec<CString>,
     /// The `loss` faults of the plan, as nftables rules.
     pub losses: Vec<nft::LossRule>,
+    /// The plan has `packet_latency` or `packet_rate` faults: like loss,
+    /// they need a real path's packet size.
+    pub delayed: bool,
     /// The namespace's own addresses.
     pub addrs: NsAddrs,
     pub containment: Containment,
@@ -218,13 +221,15 @@ fn setup(cfg: &AgentConfig) -> Result<Setup> {
         _ => e,
     };
     let (a4, a6) = (cfg.addrs.v4.to_string(), cfg.addrs.v6.to_string());
-    // `loss` drops packets of the size an Ethernet path carries: on `lo`
+    // `loss` (and the delay line) act on packets of the size an Ethernet path carries: on `lo`
     // (MTU 65,536, with segmentation offload) a bulk transfer is ~45
     // times fewer, larger packets, and dropping a share of those is far
     // milder than the same share of a real path's segments. The MTU sets
     // the segment size; gso_max_size keeps TCP from batching segments
     // into one packet the loss rules would see whole.
-    let lossy = !cfg.losses.is_empty();
+    // (A delay line on 64 KiB packets would also let slow start grow by
+    // 45 times a real path's segments per round trip.)
+    let lossy = !cfg.losses.is_empty() || cfg.delayed;
     let mtu = match lossy {
         true => format!("link set lo mtu {PATH_MTU}\n"),
         false => String::new(),
@@ -265,7 +270,7 @@ fn setup(cfg: &AgentConfig) -> Result<Setup> {
         InterceptError::sys("cannot let the command bind low ports in its namespace"),
     )?;
 
-    let queue = nfqueue::open(nft::QUEUE).map_err(|e| {
+    let queue = nfqueue::open(nft::QUEUE, nfqueue::GATE_MAXLEN).map_err(|e| {
         let e = InterceptError::Sys {
             what: "cannot open the SYN gate's netlink queue (nfnetlink_queue)".into(),
             source: e,
@@ -279,6 +284,9 @@ fn setup(cfg: &AgentConfig) -> Result<Setup> {
             _ => e,
         }
     })?;
+    let delay_queue = nfqueue::open(nft::DELAY_QUEUE, super::delay_line::MAXLEN).map_err(
+        InterceptError::sys("cannot open the packet delay line's netlink queue (nfnetlink_queue)"),
+    )?;
     let tcp4 = listener(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))?;
     let tcp_port = local_port(&tcp4)?;
     let udp4 = udp(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))?;
@@ -286,7 +294,13 @@ fn setup(cfg: &AgentConfig) -> Result<Setup> {
     let diag = super::sock_diag::open().map_err(InterceptError::sys(
         "cannot open a socket-diagnostics socket in the namespace",
     ))?;
-    let mut sockets = vec![queue, diag, OwnedFd::from(tcp4), OwnedFd::from(udp4)];
+    let mut sockets = vec![
+        queue,
+        delay_queue,
+        diag,
+        OwnedFd::from(tcp4),
+        OwnedFd::from(udp4),
+    ];
     let v6 = v6
         && match (
             listener(SocketAddr::from((Ipv6Addr::LOCALHOST, tcp_port))),
@@ -305,6 +319,7 @@ fn setup(cfg: &AgentConfig) -> Result<Setup> {
         losses: cfg.losses.clone(),
         udp_mark: cfg.udp_mark,
         fresh_namespace: true,
+        delay_line: true,
         ..nft::Ruleset::default()
     };
     // The namespace is new and dies with the command: nothing to record

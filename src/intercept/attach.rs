@@ -210,6 +210,7 @@ pub(crate) fn install(ns: Arc<NsThread>, cfg: Config) -> Result<Attached> {
         inbound_port: made.inbound_port,
         exempt: cfg.exempt.clone(),
         owner: Some(owner.clone()),
+        delay_line: false,
         fresh_namespace: false,
     };
     let installed = ns.run(move || nft::install(&ruleset))??;
@@ -344,7 +345,7 @@ struct Made {
 /// listeners (127.0.0.1 and ::1, one port), the DNS sockets (likewise), and
 /// the inbound listeners (all addresses, one port).
 fn sockets(inbound: bool) -> Result<Made> {
-    let queue: OwnedFd = nfqueue::open(nft::QUEUE).map_err(|e| match e.raw_os_error() {
+    let queue: OwnedFd = nfqueue::open(nft::QUEUE, nfqueue::GATE_MAXLEN).map_err(|e| match e.raw_os_error() {
         // Another process bound the queue between our checks and now.
         Some(libc::EBUSY | libc::EPERM) => InterceptError::InTheWay(format!(
             "the SYN gate's netlink queue {} is taken in this namespace (by another netchaos or an \
@@ -371,6 +372,7 @@ fn sockets(inbound: bool) -> Result<Made> {
         redirects: Redirects { tcp_port, dns_port },
         listeners: Listeners {
             queue,
+            delay_queue: None,
             tcp: tcp.into_iter().map(|s| OwnedFd::from(s).into()).collect(),
             dns: dns.into_iter().map(|s| OwnedFd::from(s).into()).collect(),
         },

@@ -50,7 +50,8 @@ const NF_ACCEPT: u32 = 1;
 
 /// Bytes of each packet copied to user space: IP and TCP headers.
 const COPY_RANGE: u32 = 128;
-const QUEUE_MAXLEN: u32 = 4096;
+/// The SYN gate's queue: SYNs waiting for a verdict.
+pub(crate) const GATE_MAXLEN: u32 = 4096;
 
 /// A queued packet.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,9 +68,10 @@ pub(crate) enum Verdict {
     Drop,
 }
 
-/// Opens a netfilter netlink socket and binds queue `num` in the current
-/// network namespace (needs CAP_NET_ADMIN there).
-pub(crate) fn open(num: u16) -> io::Result<OwnedFd> {
+/// Opens a netfilter netlink socket and binds queue `num`, holding at most
+/// `maxlen` packets, in the current network namespace (needs CAP_NET_ADMIN
+/// there).
+pub(crate) fn open(num: u16, maxlen: u32) -> io::Result<OwnedFd> {
     let fd = socket(
         AddressFamily::Netlink,
         SockType::Raw,
@@ -77,8 +79,19 @@ pub(crate) fn open(num: u16) -> io::Result<OwnedFd> {
         SockProtocol::NetlinkNetFilter,
     )?;
     bind(fd.as_raw_fd(), &NetlinkAddr::new(0, 0))?;
-    // Receive buffer room for bursts of SYNs.
-    let _ = socket2::SockRef::from(&fd).set_recv_buffer_size(1 << 20);
+    // Receive buffer room for bursts: a packet the kernel cannot hand over
+    // is dropped. Past rmem_max where the namespace lets us (the agent
+    // holds CAP_NET_ADMIN over it).
+    let want: libc::c_int = (maxlen as libc::c_int).saturating_mul(512).max(1 << 20);
+    if nix::sys::socket::setsockopt(
+        &fd,
+        nix::sys::socket::sockopt::RcvBufForce,
+        &(want as usize),
+    )
+    .is_err()
+    {
+        let _ = socket2::SockRef::from(&fd).set_recv_buffer_size(want as usize);
+    }
     request(
         &fd,
         config_msg(num, NFQA_CFG_CMD, &[NFQNL_CFG_CMD_BIND, 0, 0, 0]),
@@ -88,7 +101,7 @@ pub(crate) fn open(num: u16) -> io::Result<OwnedFd> {
     request(&fd, config_msg(num, NFQA_CFG_PARAMS, &params))?;
     request(
         &fd,
-        config_msg(num, NFQA_CFG_QUEUE_MAXLEN, &QUEUE_MAXLEN.to_be_bytes()),
+        config_msg(num, NFQA_CFG_QUEUE_MAXLEN, &maxlen.to_be_bytes()),
     )?;
     // No fail-open: a SYN that finds the queue full is dropped (its client
     // retransmits) rather than let through with whatever mark its socket
@@ -141,6 +154,12 @@ pub(crate) fn verdict_msg(num: u16, id: u32, verdict: Verdict) -> Vec<u8> {
     }
     finish(&mut m);
     m
+}
+
+/// Appends the verdict for packet `id` of queue `num` to a batch: netlink
+/// takes many messages in one `send`.
+pub(crate) fn push_verdict(batch: &mut Vec<u8>, num: u16, id: u32, verdict: Verdict) {
+    batch.extend_from_slice(&verdict_msg(num, id, verdict));
 }
 
 /// Sends a verdict (the socket may be non-blocking; a verdict is small).

@@ -54,6 +54,9 @@ pub(crate) mod marks {
     /// from a socket mark, which the namespace's processes can forge): not
     /// redirected.
     pub(crate) const RELAY: u32 = 0x6e64_0600;
+    /// Added to an accepted SYN's mark ([`TRACK`]): the flow's packets go
+    /// through the packet delay line (`packet_latency`, `packet_rate`).
+    pub(crate) const DELAYED: u32 = 0x0000_8000;
 }
 
 /// One `loss` fault as a rule: connections whose mark carries `index`
@@ -71,6 +74,8 @@ pub(crate) struct LossRule {
 /// uncommon one, so that an existing namespace's own NFQUEUE users keep
 /// theirs). 0x4e43 is "NC".
 pub(crate) const QUEUE: u16 = 0x4e43;
+/// The packet delay line's queue: the next number.
+pub(crate) const DELAY_QUEUE: u16 = QUEUE + 1;
 
 /// The ruleset netchaos installs in a namespace:
 ///
@@ -84,6 +89,11 @@ pub(crate) const QUEUE: u16 = 0x4e43;
 /// * `verdicts` (filter output): a refused SYN gets an RST or an ICMP
 ///   error, the gate's mark is copied to the connection, and blackouts drop
 ///   what the namespace sends to a partitioned client;
+/// * `delay_line` (filter prerouting, `run` only): the packets of flows
+///   marked [`marks::DELAYED`] are queued to the packet delay line — on
+///   the way in, after `lo` has orphaned them, so the sender's TCP does not
+///   count them as its own queued bytes (TCP small queues would otherwise
+///   hold it to a couple of packets in flight);
 /// * `packet_faults` (filter input): blackouts (sets of client endpoints
 ///   with timeouts, filled at run time) and per-connection loss.
 #[derive(Debug, Clone, Default)]
@@ -93,6 +103,9 @@ pub(crate) struct Ruleset {
     /// Queue SYNs with nftables' own `queue` (nft_queue); without it the
     /// gate is an iptables chain ([`install`] decides).
     pub native_gate: bool,
+    /// Queue delayed flows' packets to [`DELAY_QUEUE`] (natively, or
+    /// through the iptables chain [`XT_DELAY_CHAIN`]).
+    pub delay_line: bool,
     /// Local ports whose arriving connections go to `inbound_port`.
     pub inbound: Vec<u16>,
     pub inbound_port: u16,
@@ -130,6 +143,18 @@ impl Ruleset {
         } else {
             String::new()
         };
+        let delay_line = if self.native_gate && self.delay_line {
+            format!(
+                "\tchain delay_line {{
+\t\ttype filter hook prerouting priority -150; policy accept;
+\t\tct mark & {DELAYED_MASK:#010x} == {delayed:#010x} queue num {DELAY_QUEUE} bypass
+\t}}
+",
+                delayed = BASE | DELAYED
+            )
+        } else {
+            String::new()
+        };
         let inbound = if self.inbound.is_empty() {
             String::new()
         } else {
@@ -149,7 +174,8 @@ impl Ruleset {
                 .direction
                 .map_or(String::new(), |d| format!("ct direction {d} "));
             loss.push_str(&format!(
-                "\t\tct mark {mark:#010x} {dir}numgen random mod 1000000 < {ppm} drop\n",
+                "\t\tct mark & {not_delayed:#010x} == {mark:#010x} {dir}numgen random mod 1000000 < {ppm} drop\n",
+                not_delayed = !DELAYED,
                 mark = TRACK | u32::from(l.index),
                 ppm = l.ppm
             ));
@@ -169,7 +195,7 @@ impl Ruleset {
 \t\tudp dport 53 redirect to :{dns}
 \t\tmeta l4proto tcp redirect to :{tcp}
 \t}}
-{inbound}\tchain verdicts {{
+{inbound}{delay_line}\tchain verdicts {{
 \t\ttype filter hook output priority 0; policy accept;
 \t\tmeta mark & 0xffff0000 == {BASE:#010x} ct mark set meta mark
 \t\tmeta mark {REFUSE:#010x} reject with tcp reset
@@ -194,6 +220,9 @@ impl Ruleset {
         )
     }
 }
+
+/// The bits of a conntrack mark that say "netchaos's, delayed".
+const DELAYED_MASK: u32 = 0xffff_0000 | marks::DELAYED;
 
 /// `{ 80, 443 }` (or a bare port).
 fn set_of(ports: &[u16]) -> String {
@@ -242,7 +271,7 @@ pub(crate) fn install(rs: &Ruleset) -> Result<Installed> {
         xt_gate: true,
         made_mangle,
     };
-    if let Err(e) = apply_xt_gate(&rs.exempt) {
+    if let Err(e) = apply_xt_gate(&rs.exempt, rs.delay_line) {
         let _ = delete_table();
         remove_xt_gate(&installed);
         return Err(e);
@@ -274,13 +303,19 @@ fn lacks_native_queue(err: &InterceptError) -> bool {
 /// The iptables chain (table `mangle`) holding the SYN gate on kernels
 /// without nft_queue.
 pub(crate) const XT_CHAIN: &str = "NETCHAOS";
+/// The iptables chain (table `mangle`, from PREROUTING) queueing delayed
+/// flows to the packet delay line on kernels without nft_queue.
+pub(crate) const XT_DELAY_CHAIN: &str = "NETCHAOS_DELAY";
+/// netchaos's iptables chains and the `mangle` hook chain each is jumped
+/// to from.
+const XT_JUMPS: [(&str, &str); 2] = [(XT_CHAIN, "OUTPUT"), (XT_DELAY_CHAIN, "PREROUTING")];
 
 /// The SYN gate through iptables-nft's NFQUEUE target (nft_compat with
 /// xt_NFQUEUE), for kernels without nft_queue: a chain of netchaos's own in
 /// the `mangle` table, jumped to first from OUTPUT (which, like the native
 /// gate, runs before NAT). Applied with `iptables-restore --noflush`, so the
 /// chain and its jump go in together and nothing else in the table changes.
-pub(crate) fn apply_xt_gate(exempt: &[u16]) -> Result<()> {
+pub(crate) fn apply_xt_gate(exempt: &[u16], delay_line: bool) -> Result<()> {
     for ((tool, _), lo) in XT_FAMILIES.into_iter().zip(["127.0.0.0/8", "::1/128"]) {
         let mut text = format!("*mangle\n:{XT_CHAIN} - [0:0]\n");
         for p in exempt {
@@ -290,8 +325,19 @@ pub(crate) fn apply_xt_gate(exempt: &[u16]) -> Result<()> {
         }
         text.push_str(&format!(
             "-A {XT_CHAIN} -p tcp --syn -j NFQUEUE --queue-num {QUEUE} --queue-bypass\n\
-             -I OUTPUT 1 -j {XT_CHAIN}\nCOMMIT\n"
+             -I OUTPUT 1 -j {XT_CHAIN}\n"
         ));
+        if delay_line {
+            use marks::{BASE, DELAYED};
+            text.push_str(&format!(
+                ":{XT_DELAY_CHAIN} - [0:0]\n\
+                 -A {XT_DELAY_CHAIN} -m connmark --mark {mark:#010x}/{DELAYED_MASK:#010x} \
+                 -j NFQUEUE --queue-num {DELAY_QUEUE} --queue-bypass\n\
+                 -I PREROUTING 1 -j {XT_DELAY_CHAIN}\n",
+                mark = BASE | DELAYED
+            ));
+        }
+        text.push_str("COMMIT\n");
         let restore = format!("{tool}-restore");
         match crate::tool::run(&restore, &["--noflush"], Some(&text)) {
             Ok(_) => {}
@@ -341,26 +387,29 @@ fn table_exists(family: &str, name: &str) -> bool {
 pub(crate) fn remove_xt_gate(installed: &Installed) -> Vec<String> {
     let mut errors = Vec::new();
     for (i, (tool, family)) in XT_FAMILIES.into_iter().enumerate() {
-        if !mangle(tool, &["-S", XT_CHAIN]) {
-            continue;
-        }
-        // Every jump (a replaced netchaos may have left more than one).
-        for _ in 0..16 {
-            if !mangle(tool, &["-C", "OUTPUT", "-j", XT_CHAIN]) {
-                break;
+        let mut present = false;
+        for (chain, hook) in XT_JUMPS {
+            if !mangle(tool, &["-S", chain]) {
+                continue;
             }
-            if !mangle(tool, &["-D", "OUTPUT", "-j", XT_CHAIN]) {
-                errors.push(format!(
-                    "{tool}: cannot remove the jump to {XT_CHAIN} from mangle OUTPUT"
-                ));
-                break;
+            present = true;
+            // Every jump (a replaced netchaos may have left more than one).
+            for _ in 0..16 {
+                if !mangle(tool, &["-C", hook, "-j", chain]) {
+                    break;
+                }
+                if !mangle(tool, &["-D", hook, "-j", chain]) {
+                    errors.push(format!(
+                        "{tool}: cannot remove the jump to {chain} from mangle {hook}"
+                    ));
+                    break;
+                }
+            }
+            if !(mangle(tool, &["-F", chain]) && mangle(tool, &["-X", chain])) {
+                errors.push(format!("{tool}: cannot delete the chain mangle {chain}"));
             }
         }
-        if !(mangle(tool, &["-F", XT_CHAIN]) && mangle(tool, &["-X", XT_CHAIN])) {
-            errors.push(format!("{tool}: cannot delete the chain mangle {XT_CHAIN}"));
-            continue;
-        }
-        if installed.made_mangle[i] && mangle_is_empty(tool) {
+        if present && installed.made_mangle[i] && mangle_is_empty(tool) {
             let _ = apply(&format!("delete table {family} mangle"));
         }
     }
@@ -561,7 +610,7 @@ mod tests {
         assert!(text.contains("tcp flags & (syn | ack) == syn queue num 20035 bypass"));
         assert!(text.contains("meta mark 0x6e640200 reject with tcp reset"));
         assert!(text.contains(
-            "ct mark 0x6e640101 ct direction original numgen random mod 1000000 < 100000 drop"
+            "ct mark & 0xffff7fff == 0x6e640101 ct direction original numgen random mod 1000000 < 100000 drop"
         ));
         // Every SYN is queued, whatever its mark; only the gate's own verdict
         // for the relay's dials skips the redirect.

@@ -68,6 +68,8 @@ pub(crate) struct Sandbox {
     pub gate: Gate,
     /// The plan's `loss` faults, numbered as the table's rules are.
     pub losses: LossTable,
+    /// The paths of delayed flows (`run` only: its ruleset queues them).
+    pub delay_line: Option<Arc<super::delay_line::DelayLine>>,
     /// What connections through it are called in events and metrics.
     pub label: Arc<str>,
     /// `run`'s namespace's own addresses: connections to them stay inside.
@@ -80,6 +82,8 @@ pub(crate) struct Sandbox {
 pub(crate) struct Listeners {
     /// The SYN gate's netlink queue.
     pub queue: OwnedFd,
+    /// The packet delay line's netlink queue (`run` only).
+    pub delay_queue: Option<OwnedFd>,
     pub tcp: Vec<std::net::TcpListener>,
     pub dns: Vec<std::net::UdpSocket>,
 }
@@ -175,6 +179,7 @@ pub(crate) fn create(
         label: "run".into(),
         gate: Gate::default(),
         losses,
+        delay_line: Some(Arc::default()),
         redirects: Redirects {
             tcp_port: redirects.0,
             dns_port: redirects.1,
@@ -184,10 +189,11 @@ pub(crate) fn create(
     Ok((Arc::new(sandbox), listeners, Control { netns, ..control }))
 }
 
-/// The agent sends: the queue, the diagnostics socket, TCP v4, UDP v4, and
-/// TCP v6, UDP v6 when IPv6 is up in the namespace.
+/// The agent sends: the gate's queue, the delay line's, the diagnostics
+/// socket, TCP v4, UDP v4, and TCP v6, UDP v6 when IPv6 is up in the
+/// namespace.
 fn split_listeners(fds: Vec<OwnedFd>, v6: bool) -> Result<(Listeners, OwnedFd)> {
-    let want = if v6 { 6 } else { 4 };
+    let want = if v6 { 7 } else { 5 };
     if fds.len() != want {
         return Err(InterceptError::Agent(format!(
             "the namespace agent sent {} sockets, expected {want}",
@@ -196,9 +202,11 @@ fn split_listeners(fds: Vec<OwnedFd>, v6: bool) -> Result<(Listeners, OwnedFd)> 
     }
     let mut it = fds.into_iter();
     let queue = it.next().expect("counted");
+    let delay_queue = it.next().expect("counted");
     let diag = it.next().expect("counted");
     let mut l = Listeners {
         queue,
+        delay_queue: Some(delay_queue),
         tcp: Vec::new(),
         dns: Vec::new(),
     };
@@ -298,6 +306,7 @@ impl Sandbox {
             names: Arc::new(NameTable::default()),
             gate: Gate::default(),
             losses,
+            delay_line: None,
             label: label.into(),
         }
     }

@@ -41,6 +41,7 @@ use super::sandbox::Sandbox;
 use crate::events::{ConnInfo, FaultHit, Outcome};
 use crate::fault::Chosen;
 use crate::fault::connect::{self, SynFate};
+use crate::fault::path::Path;
 use crate::plan::{ConnMeta, Flow};
 use crate::relay::{self, Handoff, Relay, Route};
 
@@ -246,7 +247,7 @@ async fn decide(syn: Syn, relay: &Arc<Relay>, sandbox: &Arc<Sandbox>) -> (Fate, 
     if !plan.delay.is_zero() {
         tokio::time::sleep(plan.delay).await;
     }
-    let (dial, loss) = match plan.verdict {
+    let (dial, loss, path) = match plan.verdict {
         connect::Verdict::Refuse(None) => {
             relay.events.refused_at_limit(&info);
             return (gate_fate(SynFate::Refuse, 0), None);
@@ -261,7 +262,7 @@ async fn decide(syn: Syn, relay: &Arc<Relay>, sandbox: &Arc<Sandbox>) -> (Fate, 
             ended(Outcome::ConnectTimeout);
             return (gate_fate(SynFate::Drop, 0), None);
         }
-        connect::Verdict::Proceed { dial, loss } => (dial, loss),
+        connect::Verdict::Proceed { dial, loss, path } => (dial, loss, path),
     };
     // Under `run`, what lives inside the namespace (a service of the
     // command's, its own addresses) is dialled by the relay later, through
@@ -295,6 +296,19 @@ async fn decide(syn: Syn, relay: &Arc<Relay>, sandbox: &Arc<Sandbox>) -> (Fate, 
         hit(c);
         Some(i)
     });
+    // Before the SYN is let through: the SYN itself crosses the path.
+    let delayed = match (&sandbox.delay_line, Path::of(&path, Instant::now())) {
+        (Some(line), Some(p)) => {
+            line.add(syn.src, p);
+            path.iter().for_each(|c| hit(c));
+            marks::DELAYED
+        }
+        _ => 0,
+    };
+    let fate = match gate_fate(SynFate::Pass, loss_index.unwrap_or(0)) {
+        Fate::Accept(mark) => Fate::Accept(mark | delayed),
+        other => other,
+    };
     let handoff = Handoff {
         seq,
         faults,
@@ -302,10 +316,7 @@ async fn decide(syn: Syn, relay: &Arc<Relay>, sandbox: &Arc<Sandbox>) -> (Fate, 
         upstream,
         syn_at,
     };
-    (
-        gate_fate(SynFate::Pass, loss_index.unwrap_or(0)),
-        Some(handoff),
-    )
+    (fate, Some(handoff))
 }
 
 #[cfg(test)]

@@ -241,6 +241,7 @@ pub fn client(args: &[String]) -> i32 {
             return 0;
         }
     };
+    let connect_ms = t.elapsed().as_secs_f64() * 1e3;
     if mode == "connect" {
         println!("connected {}", t.elapsed().as_millis());
         return 0;
@@ -252,7 +253,8 @@ pub fn client(args: &[String]) -> i32 {
     loop {
         match c.read(&mut buf) {
             Ok(0) => {
-                println!("eof after {n}");
+                let total = t.elapsed().as_secs_f64() * 1e3;
+                println!("eof after {n} connect_ms {connect_ms:.1} total_ms {total:.1}");
                 return 0;
             }
             Ok(k) => n += k,

@@ -17,6 +17,7 @@ pub const CHECKS: &[Check] = &[
     ("run_reset", reset),
     ("run_stall", stall),
     ("run_loss", loss),
+    ("run_packet_latency_against_netem", packet_latency),
     ("run_sigterm_leaves_nothing", sigterm),
     ("attach_netns_refuse", attach),
     ("run_gate_nft_queue", gate_native),
@@ -108,6 +109,53 @@ fn loss() -> Outcome {
     );
     Ok(format!(
         "4 MB intact: {plain_s:.2} s without, {lossy_s:.2} s with 10 % loss"
+    ))
+}
+
+/// `(connect ms, total ms)` of a client's "eof after N connect_ms C
+/// total_ms T" line.
+fn timings(line: &str) -> Option<(f64, f64)> {
+    let f: Vec<&str> = line.split_whitespace().collect();
+    Some((f.get(4)?.parse().ok()?, f.get(6)?.parse().ok()?))
+}
+
+/// `packet_latency` against the real thing: netem delaying `lo` (both
+/// ways, 25 ms each: a 50 ms round trip) at an Ethernet MTU, with the same
+/// client and server.
+fn packet_latency() -> Outcome {
+    let src = probe::tcp_source("127.0.0.1:0", 1 << 20);
+    let want = format!("eof after {}", 1 << 20);
+    must("ip link set lo mtu 1500")?;
+    let shaped = must(&format!("{} netem apply --dev lo --delay 25ms", bin()));
+    let (code, real, _) = sh(&format!("{} client read {src} 30", me()));
+    let _ = must(&format!("{} netem clear --dev lo", bin()));
+    let _ = must("ip link set lo mtu 65536");
+    shaped?;
+    ensure!(code == 0 && real.starts_with(&want), "over netem: {real}");
+    let (got, err) = wrapped("--fault packet_latency:delay=50ms", "read", src, 30);
+    ensure!(got.starts_with(&want), "{got}; netchaos: {err}");
+    let ((rc, rt), (c, t)) = match (timings(&real), timings(&got)) {
+        (Some(a), Some(b)) => (a, b),
+        _ => return Err(format!("unreadable timings: {real} / {got}")),
+    };
+    // connect() is one round trip on both; the transfer's slow start over
+    // 50 ms round trips within 1.5 times the real path's.
+    ensure!(
+        (45.0..150.0).contains(&rc),
+        "connect over netem took {rc} ms"
+    );
+    ensure!(
+        (45.0..150.0).contains(&c),
+        "connect under packet_latency took {c} ms"
+    );
+    let ratio = t / rt;
+    ensure!(
+        (0.67..1.5).contains(&ratio),
+        "1 MiB took {t:.0} ms under packet_latency, {rt:.0} ms over netem"
+    );
+    Ok(format!(
+        "1 MiB over a 50 ms round trip: netem connect {rc:.1} ms, total {rt:.0} ms; \
+         packet_latency connect {c:.1} ms, total {t:.0} ms ({ratio:.2}×)"
     ))
 }
 
