@@ -37,6 +37,51 @@ pub(crate) async fn sleep_until(deadline: Instant) {
     }
 }
 
+/// A timer for a loop that waits again and again (the packet delay line):
+/// one timerfd, re-armed for each wait, instead of one made per wait.
+pub(crate) struct Alarm {
+    fd: Option<AsyncFd<Fd>>,
+}
+
+impl Alarm {
+    pub(crate) fn new() -> Alarm {
+        let fd = TimerFd::new(
+            ClockId::CLOCK_MONOTONIC,
+            TimerFlags::TFD_NONBLOCK | TimerFlags::TFD_CLOEXEC,
+        )
+        .ok()
+        // SAFETY: as in `precise`: `Fd` owns the timerfd and always
+        // returns that descriptor; it is dropped with the AsyncFd.
+        .and_then(|t| unsafe { AsyncFd::register(Fd(t)) }.ok());
+        Alarm { fd }
+    }
+
+    /// Sleeps until `deadline`, to within the kernel's timer slack.
+    pub(crate) async fn sleep_until(&self, deadline: Instant) {
+        let Some(fd) = self.fd.as_ref().filter(|_| !cfg!(test)) else {
+            return sleep_until(deadline).await;
+        };
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            let armed = fd.get_ref().0.set(
+                Expiration::OneShot(TimeSpec::from_duration(left)),
+                TimerSetTimeFlags::empty(),
+            );
+            if armed.is_err() {
+                return sleep_until(deadline).await;
+            }
+            let Ok(mut guard) = fd.readable().await else {
+                return sleep_until(deadline).await;
+            };
+            // Consume the expiry (or find it not yet fired: spurious).
+            let _ = guard.try_io(|f| f.get_ref().0.wait().map_err(std::io::Error::from));
+        }
+    }
+}
+
 struct Fd(TimerFd);
 
 impl AsRawFd for Fd {

@@ -162,11 +162,12 @@ pub(crate) async fn run(queue: OwnedFd, line: Arc<DelayLine>) {
     let mut batch = Vec::with_capacity(64 * 1024);
     let mut next_sweep = Instant::now() + IDLE;
     let mut warned = false;
+    let alarm = crate::timer::Alarm::new();
     loop {
         let due = held.peek().map(|Reverse((t, _, _))| *t);
         tokio::select! {
             biased;
-            _ = crate::timer::sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() => {}
+            _ = alarm.sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() => {}
             ready = queue.readable() => {
                 let Ok(mut guard) = ready else { return };
                 // Everything queued now, up to a bound, then releases.

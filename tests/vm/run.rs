@@ -120,43 +120,48 @@ fn timings(line: &str) -> Option<(f64, f64)> {
 }
 
 /// `packet_latency` against the real thing: netem delaying `lo` (both
-/// ways, 25 ms each: a 50 ms round trip) at an Ethernet MTU, with the same
-/// client and server.
+/// ways, 25 ms each: a 50 ms round trip) at an Ethernet MTU, the same
+/// client and server. Under emulation the relay's own CPU time is a large
+/// part of a 1 MiB transfer (about 0.3 s here), so the reference goes
+/// through `netchaos run` too, without a fault: over netem the round trips
+/// are on the relay's upstream leg, under `packet_latency` on the client's.
 fn packet_latency() -> Outcome {
     let src = probe::tcp_source("127.0.0.1:0", 1 << 20);
     let want = format!("eof after {}", 1 << 20);
     must("ip link set lo mtu 1500")?;
     let shaped = must(&format!("{} netem apply --dev lo --delay 25ms", bin()));
-    let (code, real, _) = sh(&format!("{} client read {src} 30", me()));
+    let (real, err) = wrapped("", "read", src, 30);
+    let (direct_code, direct, _) = sh(&format!("{} client read {src} 30", me()));
     let _ = must(&format!("{} netem clear --dev lo", bin()));
     let _ = must("ip link set lo mtu 65536");
     shaped?;
-    ensure!(code == 0 && real.starts_with(&want), "over netem: {real}");
+    ensure!(
+        real.starts_with(&want),
+        "over netem: {real}; netchaos: {err}"
+    );
+    ensure!(
+        direct_code == 0 && direct.starts_with(&want),
+        "over netem: {direct}"
+    );
     let (got, err) = wrapped("--fault packet_latency:delay=50ms", "read", src, 30);
     ensure!(got.starts_with(&want), "{got}; netchaos: {err}");
-    let ((rc, rt), (c, t)) = match (timings(&real), timings(&got)) {
-        (Some(a), Some(b)) => (a, b),
-        _ => return Err(format!("unreadable timings: {real} / {got}")),
+    let ((rc, rt), (dc, dt), (c, t)) = match (timings(&real), timings(&direct), timings(&got)) {
+        (Some(a), Some(b), Some(c)) => (a, b, c),
+        _ => return Err(format!("unreadable timings: {real} / {direct} / {got}")),
     };
-    // connect() is one round trip on both; the transfer's slow start over
-    // 50 ms round trips within 1.5 times the real path's.
-    ensure!(
-        (45.0..150.0).contains(&rc),
-        "connect over netem took {rc} ms"
+    let report = format!(
+        "1 MiB over a 50 ms round trip: netem direct connect {dc:.1} ms, total {dt:.0} ms; \
+         netem through run {rt:.0} ms; packet_latency connect {c:.1} ms, total {t:.0} ms"
     );
-    ensure!(
-        (45.0..150.0).contains(&c),
-        "connect under packet_latency took {c} ms"
-    );
+    // connect() is one round trip on both paths (the relay's dial over
+    // netem happens while the client's SYN waits, so it shows in connect
+    // there too); the transfer within 1.5 times the real path's.
+    ensure!((45.0..150.0).contains(&dc), "{report}");
+    ensure!((45.0..150.0).contains(&c), "{report}");
+    let _ = rc;
     let ratio = t / rt;
-    ensure!(
-        (0.67..1.5).contains(&ratio),
-        "1 MiB took {t:.0} ms under packet_latency, {rt:.0} ms over netem"
-    );
-    Ok(format!(
-        "1 MiB over a 50 ms round trip: netem connect {rc:.1} ms, total {rt:.0} ms; \
-         packet_latency connect {c:.1} ms, total {t:.0} ms ({ratio:.2}×)"
-    ))
+    ensure!((0.67..1.5).contains(&ratio), "{report}");
+    Ok(format!("{report} ({ratio:.2}× the netem path through run)"))
 }
 
 /// The network namespace ids that some process is in.
