@@ -2,7 +2,12 @@
 //! milliseconds and fires up to one late, so a 1 ms slicer delay took 2 ms
 //! and sub-millisecond jitter vanished; the last stretch of a wait goes
 //! through a timerfd on the reactor instead, which the kernel's
-//! high-resolution timers fire on time (within its timer slack, 50 µs).
+//! high-resolution timers fire on time (within its timer slack, 50 µs by
+//! default, which the runtime's threads lower to 1 µs). A thread woken
+//! from a long idle comes back late still — by 0.1 ms after 1 ms, 0.3 ms
+//! after 50 ms on a virtual machine, where an idle CPU is a halted one the
+//! host must schedule again — so the wait ends [`SPIN`] early and spins
+//! the rest, which a timely wake spends and a late one never starts.
 //!
 //! Under the unit tests' paused clock everything stays on the runtime's
 //! (virtual) timer.
@@ -19,7 +24,32 @@ use tokio::time::Instant;
 /// much before the deadline.
 const COARSE: Duration = Duration::from_millis(2);
 
-/// Sleeps until `deadline`, to within the kernel's timer slack.
+/// Waits for a timer end this much early, then spin the rest: the wake-up
+/// latency of an idle CPU (see the module doc), at the cost of at most
+/// this much CPU per wait (a connection's timing faults, never the
+/// fault-free path).
+const SPIN: Duration = Duration::from_micros(200);
+
+/// Lowers the calling thread's timer slack to 1 µs (the default 50 µs is a
+/// power-saving allowance, and a fault injector's timers are its product).
+pub(crate) fn tighten_slack() {
+    // SAFETY: PR_SET_TIMERSLACK takes a plain integer and affects only
+    // the calling thread.
+    unsafe {
+        libc::prctl(libc::PR_SET_TIMERSLACK, 1 as libc::c_ulong);
+    }
+}
+
+/// Spins until `deadline` (at most [`SPIN`]: called once the timer has
+/// fired, or for a wait shorter than that).
+fn spin_until(deadline: Instant) {
+    while Instant::now() < deadline {
+        std::hint::spin_loop();
+    }
+}
+
+/// Sleeps until `deadline`, to within a few microseconds where the CPU
+/// allows.
 pub(crate) async fn sleep_until(deadline: Instant) {
     if cfg!(test) {
         return tokio::time::sleep_until(deadline).await;
@@ -31,10 +61,13 @@ pub(crate) async fn sleep_until(deadline: Instant) {
     if deadline - now > COARSE {
         tokio::time::sleep_until(deadline - COARSE).await;
     }
-    if precise(deadline).await.is_err() {
+    if deadline.saturating_duration_since(Instant::now()) > SPIN
+        && precise(deadline - SPIN).await.is_err()
+    {
         // No timerfd (a seccomp filter, fd exhaustion): the coarse timer.
-        tokio::time::sleep_until(deadline).await;
+        return tokio::time::sleep_until(deadline).await;
     }
+    spin_until(deadline);
 }
 
 /// A timer for a loop that waits again and again (the packet delay line):
@@ -56,7 +89,9 @@ impl Alarm {
         Alarm { fd }
     }
 
-    /// Sleeps until `deadline`, to within the kernel's timer slack.
+    /// Sleeps until `deadline`, to within the kernel's timer slack and the
+    /// CPU's wake-up (no spin: the delay line waits between packets that
+    /// may come every few microseconds, and would spin all the time).
     pub(crate) async fn sleep_until(&self, deadline: Instant) {
         let Some(fd) = self.fd.as_ref().filter(|_| !cfg!(test)) else {
             return sleep_until(deadline).await;

@@ -98,6 +98,7 @@ fn man(command: Option<&str>) -> Result<u8> {
 pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .on_thread_start(crate::timer::tighten_slack)
         .build()
         .context("cannot start the async runtime")
         .map_err(Error::Runtime)
