@@ -48,6 +48,11 @@ fn spin_until(deadline: Instant) {
     }
 }
 
+/// Sleeps for `d` (a fault's delay), as [`sleep_until`].
+pub(crate) async fn sleep(d: Duration) {
+    sleep_until(Instant::now() + d).await
+}
+
 /// Sleeps until `deadline`, to within a few microseconds where the CPU
 /// allows.
 pub(crate) async fn sleep_until(deadline: Instant) {

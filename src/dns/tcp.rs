@@ -81,7 +81,7 @@ pub(crate) async fn serve<D, F>(
         };
         let Some(answer) = answer else { return };
         if !decision.delay.is_zero() {
-            tokio::time::sleep(decision.delay).await;
+            crate::timer::sleep(decision.delay).await;
         }
         let sent = tokio::time::timeout(ANSWER_TIMEOUT, write_message(&mut client, &answer))
             .await

@@ -386,7 +386,7 @@ impl RequestSide {
                 host,
             };
             if !d.request_delay.is_zero() {
-                tokio::time::sleep(d.request_delay).await;
+                crate::timer::sleep(d.request_delay).await;
             }
             if let Some((chosen, status)) = d.answer {
                 let whole = matches!(framing, Framing::Empty) || (json.is_some() && !waits);
@@ -559,7 +559,7 @@ impl ResponseSide {
 
     async fn answer(&self, a: Answer, out: &Output) -> Result<Next, Gone> {
         if !a.delay.is_zero() {
-            tokio::time::sleep(a.delay).await;
+            crate::timer::sleep(a.delay).await;
         }
         for c in &a.delays {
             self.x.record(c, &a.meta, Some(a.status));
@@ -601,7 +601,7 @@ impl ResponseSide {
         };
         self.x.record_response(&meta, head.status);
         if !d.headers_delay.is_zero() {
-            tokio::time::sleep(d.headers_delay).await;
+            crate::timer::sleep(d.headers_delay).await;
         }
         for c in &d.delays {
             self.x.record(c, &meta, Some(head.status));
@@ -781,7 +781,7 @@ impl Stream<'_> {
                     _ => {
                         if !delay.is_zero() {
                             self.record();
-                            tokio::time::sleep(delay).await;
+                            crate::timer::sleep(delay).await;
                         }
                         self.emit(out, &block.bytes).await?;
                     }

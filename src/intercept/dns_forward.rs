@@ -145,7 +145,7 @@ pub(crate) async fn serve(
             if answer.is_some() && !decision.delay.is_zero() {
                 match layer.held.clone().try_acquire_owned() {
                     Ok(held) => {
-                        tokio::time::sleep(decision.delay).await;
+                        crate::timer::sleep(decision.delay).await;
                         drop(held);
                     }
                     Err(_) => {

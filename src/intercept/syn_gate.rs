@@ -245,7 +245,7 @@ async fn decide(syn: Syn, relay: &Arc<Relay>, sandbox: &Arc<Sandbox>) -> (Fate, 
     let plan = connect::plan(&chosen, elapsed, relay.at_capacity());
     plan.delayed_by.iter().for_each(|c| hit(c));
     if !plan.delay.is_zero() {
-        tokio::time::sleep(plan.delay).await;
+        crate::timer::sleep(plan.delay).await;
     }
     let (dial, loss, path) = match plan.verdict {
         connect::Verdict::Refuse(None) => {
