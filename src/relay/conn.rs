@@ -16,6 +16,7 @@ mod http;
 pub(crate) use http::EndpointTls;
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -43,7 +44,7 @@ pub(crate) async fn serve(
     ep: Arc<Endpoint>,
 ) {
     let opened = Instant::now();
-    sockopt::tune(&client, relay.opts.peer_timeout);
+    let client_capped = sockopt::tune(&client, relay.opts.peer_timeout);
     // A client the SYN gate let through comes with its decisions and its
     // upstream, dialled while its SYN was held.
     let mut dest = dial::destination(&ep, &client).await;
@@ -133,6 +134,7 @@ pub(crate) async fn serve(
             ends: ep.ends,
             protocol: faults.protocol(),
             path: OnceLock::new(),
+            capped: [AtomicBool::new(client_capped), AtomicBool::new(false)],
         };
         let ended = faults.end_signals();
         // Follows the connection's rules: each change republishes its faults.
@@ -200,6 +202,9 @@ struct Conn<'a> {
     /// The path the bytes took (`splice`, `pipeline`, `http`, `https`),
     /// once known: for the event log and the counters.
     path: OnceLock<&'static str>,
+    /// Whether the client's and the upstream's receive buffers are
+    /// bounded ([`sockopt::tune`]), so that the splice path grows them.
+    capped: [AtomicBool; 2],
 }
 
 /// A direction's view of the connection's faults.
@@ -264,7 +269,8 @@ impl Conn<'_> {
             },
         };
         self.info.marks.dialled();
-        sockopt::tune(&upstream, self.relay.opts.peer_timeout);
+        let capped = sockopt::tune(&upstream, self.relay.opts.peer_timeout);
+        self.capped[1].store(capped, Ordering::Relaxed);
         if http::wanted(&first, self.tls, self.protocol) {
             let dst = dest.addrs.first().copied();
             if let Some(done) = Box::pin(self.http(client, &upstream, self.tls, dst)).await {
@@ -345,7 +351,10 @@ impl Conn<'_> {
         let meter = self.meter();
         let mut total = 0;
         if feed.wanted().is_empty() {
-            match splice::run(src, dst, dir, &meter, &mut feed).await {
+            // The source of the upstream direction is the client.
+            let capped = self.capped[dir.index()].load(Ordering::Relaxed);
+            let growth = sockopt::RecvGrowth::new(capped);
+            match splice::run(src, dst, dir, &meter, &mut feed, growth).await {
                 splice::Spliced::End(end, n) => return (end, n),
                 splice::Spliced::Faulted(n) => total = n,
             }

@@ -106,6 +106,7 @@ pub(crate) async fn run(
     dir: Direction,
     meter: &Meter<'_>,
     feed: &mut impl Feed,
+    mut growth: sockopt::RecvGrowth,
 ) -> Spliced {
     let mut total = 0u64;
     let mut pipe: Option<Pipe> = None;
@@ -206,7 +207,10 @@ pub(crate) async fn run(
                         // Short: back to small messages once the pipe is empty.
                         copying = n < COPY_BUF;
                     }
-                    Ok(In::PipeFull) => pipe_full = true,
+                    Ok(In::PipeFull) => {
+                        pipe_full = true;
+                        growth.blocked();
+                    }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                     Err(_) => state = SrcState::Failed,
                 }
@@ -222,6 +226,7 @@ pub(crate) async fn run(
                         pipe_full = false;
                         total += m as u64;
                         meter.add(dir, m as u64);
+                        growth.moved(src, m, in_pipe == 0);
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                     // The destination is gone; the pipe's bytes go with it.
