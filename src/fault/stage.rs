@@ -75,6 +75,13 @@ impl Output {
         tx.send(item).await.map_err(|_| Gone)
     }
 
+    /// `(free, total)` slots of the channel now, if nobody holds it (a
+    /// change re-pointing it): how far behind the next stage is.
+    pub(crate) fn room(&self) -> Option<(usize, usize)> {
+        let tx = self.0.try_lock().ok()?;
+        Some((tx.capacity(), tx.max_capacity()))
+    }
+
     /// Pauses the sender until the guard is dropped; the guard can re-point
     /// it.
     pub(crate) async fn lock(&self) -> MutexGuard<'_, mpsc::Sender<Item>> {

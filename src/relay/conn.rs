@@ -350,11 +350,11 @@ impl Conn<'_> {
         let mut feed = self.feed(dir);
         let meter = self.meter();
         let mut total = 0;
+        // The source of the upstream direction is the client.
+        let growth =
+            || sockopt::RecvGrowth::new(src, self.capped[dir.index()].load(Ordering::Relaxed));
         if feed.wanted().is_empty() {
-            // The source of the upstream direction is the client.
-            let capped = self.capped[dir.index()].load(Ordering::Relaxed);
-            let growth = sockopt::RecvGrowth::new(capped);
-            match splice::run(src, dst, dir, &meter, &mut feed, growth).await {
+            match splice::run(src, dst, dir, &meter, &mut feed, growth()).await {
                 splice::Spliced::End(end, n) => return (end, n),
                 splice::Spliced::Faulted(n) => total = n,
             }
@@ -362,7 +362,7 @@ impl Conn<'_> {
         // Boxed: the pipeline's state is large, and an idle fault-free
         // connection should not carry room for it.
         let (end, n) = Box::pin(pipeline::run(
-            pipeline::Source::Socket(src),
+            pipeline::Source::Socket(src, growth()),
             Sink::Tcp(dst),
             dir,
             &mut feed,

@@ -36,7 +36,9 @@ const DEPTH: usize = 4;
 
 /// Where a direction's bytes come from.
 pub(crate) enum Source<'a> {
-    Socket(&'a TcpStream),
+    /// A socket, and how its receive buffer may grow
+    /// ([`sockopt::RecvGrowth`]).
+    Socket(&'a TcpStream, sockopt::RecvGrowth),
     /// A canned reply (`respond`): these items, then silence.
     Script(Vec<ItemKind>),
     /// A task that reads elsewhere and sends into the pipeline (the HTTP
@@ -225,7 +227,7 @@ async fn relink(
 
 async fn read_source(src: Source<'_>, out: Output, meter: &Meter<'_>, dir: Direction) {
     match src {
-        Source::Socket(s) => read_socket(s, out, meter, dir).await,
+        Source::Socket(s, growth) => read_socket(s, growth, out, meter, dir).await,
         Source::Driven(task) => task(out).await,
         Source::Script(items) => {
             for kind in items {
@@ -250,7 +252,13 @@ async fn read_source(src: Source<'_>, out: Output, meter: &Meter<'_>, dir: Direc
 /// Reads chunks until FIN or an error; a read error (RST) becomes a Reset
 /// item so that it reaches the other side in order, after the bytes before
 /// it.
-async fn read_socket(src: &TcpStream, out: Output, meter: &Meter<'_>, dir: Direction) {
+async fn read_socket(
+    src: &TcpStream,
+    mut growth: sockopt::RecvGrowth,
+    out: Output,
+    meter: &Meter<'_>,
+    dir: Direction,
+) {
     let mut buf = BytesMut::new();
     let mut want = MIN_READ;
     loop {
@@ -271,6 +279,13 @@ async fn read_socket(src: &TcpStream, out: Output, meter: &Meter<'_>, dir: Direc
             Ok(0) => ItemKind::Fin,
             Ok(n) => {
                 meter.read(dir, n as u64);
+                // The stages' first channel says whether the destination
+                // keeps up (empty) or the bytes back up (full).
+                match out.room() {
+                    Some((0, _)) => growth.blocked(),
+                    Some((free, all)) => growth.moved(src, n, free == all),
+                    None => {}
+                }
                 if n == room {
                     want = (want * 2).min(MAX_READ);
                 } else if n < want / 4 {

@@ -69,10 +69,13 @@ const GROW_AFTER: u64 = 4;
 const RECV_BUF_MAX: usize = 4 << 20;
 
 impl RecvGrowth {
-    /// For a source whose buffer [`tune`] bounded (`capped`), or not.
-    pub(crate) fn new(capped: bool) -> RecvGrowth {
+    /// For a source whose buffer [`tune`] bounded (`capped`), or not; from
+    /// its size now (an earlier path may have grown it: never shrink).
+    pub(crate) fn new(src: &TcpStream, capped: bool) -> RecvGrowth {
+        // The kernel reports twice what was set (its own overhead).
+        let now = SockRef::from(src).recv_buffer_size().map_or(0, |b| b / 2);
         RecvGrowth {
-            cap: capped.then_some(RECV_BUF),
+            cap: capped.then_some(now.max(RECV_BUF)),
             since_block: 0,
         }
     }
