@@ -98,9 +98,10 @@ fn man(command: Option<&str>) -> Result<u8> {
 /// overrides), and a single-threaded runtime where that is one. A relay is
 /// light on CPU and heavy on wake-ups: the programs it sits between need
 /// the other half of the machine, and on a small machine a second worker
-/// mostly adds cross-thread hand-offs — measured on 2 cores, one thread
-/// added 22.5 µs to a 64-byte round trip where two added 27.8, opened 9%
-/// more connections per second, and moved bulk as fast.
+/// mostly adds cross-thread hand-offs. Measured on 2 cores against two
+/// workers, in interleaved rounds: 9–15 % more connections opened per
+/// second (three runs), bulk as fast, and 64-byte round trips the same
+/// within their spread (one run 5 µs faster, one 4 µs slower).
 pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
     let cpus = std::thread::available_parallelism().map_or(1, usize::from);
     let threads = match std::env::var("NETCHAOS_THREADS") {
