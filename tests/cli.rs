@@ -218,6 +218,7 @@ fn profiles_lists_every_builtin_with_its_description() {
     for name in [
         "flaky",
         "slow-network",
+        "slow-path",
         "slow-stream",
         "mid-stream-drop",
         "truncated",

@@ -715,3 +715,23 @@ print(struct.unpack("I", info[100:104])[0])
     );
     assert!(retrans > 0, "the queue never overflowed: no retransmission");
 }
+
+#[test]
+fn the_slow_path_profile_slows_the_handshake() {
+    if !need(&["python3", "ip", "nft"]) {
+        return;
+    }
+    let server = Server::http(b"ok");
+    let (ip, port) = (server.addr.ip().to_string(), server.addr.port().to_string());
+    let (code, out, err) = wrapped(
+        &["-p", "slow-path"],
+        &["python3", "-c", TIMED_GET, &ip, &port],
+    );
+    assert_eq!(code, 0, "{err}");
+    let (connect, _, _, rtt) = timed_get(&out);
+    assert!(
+        (0.099..0.4).contains(&connect),
+        "connect() took {connect}s on a 100 ms path"
+    );
+    assert!(rtt >= 99_000, "the client's TCP measured {rtt} µs");
+}
