@@ -41,10 +41,12 @@ pub(crate) fn tighten_slack() {
 }
 
 /// Spins until `deadline` (at most [`SPIN`]: called once the timer has
-/// fired, or for a wait shorter than that).
-fn spin_until(deadline: Instant) {
+/// fired, or for a wait shorter than that), yielding to the runtime's other
+/// tasks at each look: on a single-threaded runtime a busy wait would hold
+/// up every other connection.
+async fn spin_until(deadline: Instant) {
     while Instant::now() < deadline {
-        std::hint::spin_loop();
+        tokio::task::yield_now().await;
     }
 }
 
@@ -72,7 +74,7 @@ pub(crate) async fn sleep_until(deadline: Instant) {
         // No timerfd (a seccomp filter, fd exhaustion): the coarse timer.
         return tokio::time::sleep_until(deadline).await;
     }
-    spin_until(deadline);
+    spin_until(deadline).await;
 }
 
 /// A timer for a loop that waits again and again (the packet delay line):

@@ -109,6 +109,36 @@ fn conflicting_and_impossible_options_exit_2() {
         2,
         &["--jitter needs --delay"],
     );
+    // The packet delay line queues `run`'s own namespace only.
+    let me = std::process::id().to_string();
+    outcome(
+        &[
+            "attach",
+            "--pid",
+            &me,
+            "--fault",
+            "packet_latency:delay=10ms",
+        ],
+        2,
+        &["packet_latency works under `netchaos run` only, not `attach`"],
+    );
+    outcome(
+        &[
+            "run",
+            "--in-place",
+            "--fault",
+            "packet_rate:rate=1mbit",
+            "--",
+            "true",
+        ],
+        2,
+        &["packet_rate works under `netchaos run` only, not `run --in-place`"],
+    );
+    outcome(
+        &["check", "--fault", "packet_rate:rate=100bit"],
+        2,
+        &["packet_rate: rate must be at least 8kbit"],
+    );
     outcome(
         &[
             "proxy",

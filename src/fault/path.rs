@@ -129,6 +129,15 @@ impl Path {
         Some(Path { links })
     }
 
+    /// The longest a packet waits on the path, queueing aside.
+    pub(crate) fn longest_delay(&self) -> Duration {
+        self.links
+            .iter()
+            .map(|l| l.delay + l.jitter)
+            .max()
+            .unwrap_or_default()
+    }
+
     pub(crate) fn link(&mut self, dir: Direction) -> &mut Link {
         &mut self.links[dir.index()]
     }

@@ -33,40 +33,73 @@ use crate::fault::path::Path;
 /// Packets the kernel holds for the line: 100 ms of a 1.5 Gbit/s flow at
 /// MTU 1500; beyond it the kernel drops, as a full router queue would.
 pub(crate) const MAXLEN: u32 = 16_384;
-/// Flows remembered at most (a flow is some 200 bytes); the longest idle
-/// is forgotten first.
+/// Flows remembered at most (a flow is some 200 bytes); beyond, new
+/// connections are not delayed (and netchaos says so once).
 const MAX_FLOWS: usize = 65_536;
-/// A flow idle this long is forgotten (its packets would pass at once).
-const IDLE: Duration = Duration::from_secs(600);
+/// A flow forgotten without its connection's end (a client that gave up
+/// before the relay accepted it): idle this long.
+const IDLE: Duration = Duration::from_secs(6 * 3600);
+/// After its connection ends a flow is kept this much longer than its
+/// path's delay, for the last packets (FIN, the final ACKs) still to cross.
+const CLOSE_GRACE: Duration = Duration::from_secs(2);
 /// Packets released together: those due within this of the first.
 const SLACK: Duration = Duration::from_micros(20);
+/// How often ended and idle flows are swept.
+const SWEEP: Duration = Duration::from_secs(1);
 
 struct Flow {
     path: Path,
     seen: Instant,
+    /// When it may be forgotten, once its connection has ended.
+    gone_at: Option<Instant>,
 }
 
 /// The paths of the delayed flows, by client endpoint.
 #[derive(Default)]
 pub(crate) struct DelayLine {
     flows: Mutex<HashMap<SocketAddr, Flow>>,
+    warned_full: std::sync::atomic::AtomicBool,
 }
 
 impl DelayLine {
     /// The flow from `client` crosses `path` from now on (a reused
-    /// endpoint's old path is replaced).
-    pub(crate) fn add(&self, client: SocketAddr, path: Path) {
+    /// endpoint's old path is replaced); `false` when the line remembers
+    /// as many flows as it may, and this one is not delayed.
+    pub(crate) fn add(&self, client: SocketAddr, path: Path) -> bool {
         let now = Instant::now();
         let mut flows = self.flows.lock().expect("delay line lock");
-        if flows.len() >= MAX_FLOWS {
-            flows.retain(|_, f| now.duration_since(f.seen) < IDLE);
-            if flows.len() >= MAX_FLOWS
-                && let Some(oldest) = flows.iter().min_by_key(|(_, f)| f.seen).map(|(k, _)| *k)
-            {
-                flows.remove(&oldest);
+        if flows.len() >= MAX_FLOWS && !flows.contains_key(&client) {
+            sweep(&mut flows, now);
+            if flows.len() >= MAX_FLOWS {
+                if !self
+                    .warned_full
+                    .swap(true, std::sync::atomic::Ordering::Relaxed)
+                {
+                    tracing::warn!(
+                        "the packet delay line holds {MAX_FLOWS} flows: new connections pass undelayed until some end"
+                    );
+                }
+                return false;
             }
         }
-        flows.insert(client, Flow { path, seen: now });
+        flows.insert(
+            client,
+            Flow {
+                path,
+                seen: now,
+                gone_at: None,
+            },
+        );
+        true
+    }
+
+    /// `client`'s connection has ended: its flow goes once the packets
+    /// still on the path have crossed it.
+    pub(crate) fn closed(&self, client: SocketAddr) {
+        let now = Instant::now();
+        if let Some(f) = self.flows.lock().expect("delay line lock").get_mut(&client) {
+            f.gone_at = Some(now + f.path.longest_delay() + CLOSE_GRACE);
+        }
     }
 
     /// When the packet from `src` to `dst` of `len` bytes, arriving at
@@ -91,10 +124,15 @@ impl DelayLine {
         flow.path.link(dir).admit(now, len).map(Some)
     }
 
-    fn forget_idle(&self, now: Instant) {
-        let mut flows = self.flows.lock().expect("delay line lock");
-        flows.retain(|_, f| now.duration_since(f.seen) < IDLE);
+    fn sweep(&self, now: Instant) {
+        sweep(&mut self.flows.lock().expect("delay line lock"), now);
     }
+}
+
+/// Forgets the flows whose connection ended (and the packets after it have
+/// crossed), and those idle past [`IDLE`].
+fn sweep(flows: &mut HashMap<SocketAddr, Flow>, now: Instant) {
+    flows.retain(|_, f| f.gone_at.is_none_or(|t| t > now) && now.duration_since(f.seen) < IDLE);
 }
 
 /// A TCP packet's endpoints and its length on the wire (IP length, plus an
@@ -103,7 +141,7 @@ pub(crate) fn endpoints(p: &[u8]) -> Option<(SocketAddr, SocketAddr, usize)> {
     let (src, dst, len, tcp): (IpAddr, IpAddr, usize, &[u8]) = match p.first()? >> 4 {
         4 => {
             let ihl = usize::from(p[0] & 0x0f) * 4;
-            if p.len() < ihl + 4 || p[9] != 6 {
+            if ihl < 20 || p.len() < ihl + 4 || p[9] != 6 {
                 return None;
             }
             let a = Ipv4Addr::new(p[12], p[13], p[14], p[15]);
@@ -160,7 +198,7 @@ pub(crate) async fn run(queue: OwnedFd, line: Arc<DelayLine>) {
     let mut held: BinaryHeap<Reverse<(Instant, u64, u32)>> = BinaryHeap::new();
     let mut order = 0u64;
     let mut batch = Vec::with_capacity(64 * 1024);
-    let mut next_sweep = Instant::now() + IDLE;
+    let mut next_sweep = Instant::now() + SWEEP;
     let mut warned = false;
     let alarm = crate::timer::Alarm::new();
     loop {
@@ -195,11 +233,13 @@ pub(crate) async fn run(queue: OwnedFd, line: Arc<DelayLine>) {
                             None => Some(None),
                         };
                         match fate {
-                            Some(Some(at)) if at > now => {
+                            // Through the heap even when due now: a flow's
+                            // earlier packets may be due too, and go first.
+                            Some(Some(at)) => {
                                 held.push(Reverse((at, order, p.id)));
                                 order += 1;
                             }
-                            Some(_) => nfqueue::push_verdict(&mut batch, nft::DELAY_QUEUE, p.id, Verdict::Accept(None)),
+                            Some(None) => nfqueue::push_verdict(&mut batch, nft::DELAY_QUEUE, p.id, Verdict::Accept(None)),
                             None => nfqueue::push_verdict(&mut batch, nft::DELAY_QUEUE, p.id, Verdict::Drop),
                         }
                     }
@@ -216,37 +256,128 @@ pub(crate) async fn run(queue: OwnedFd, line: Arc<DelayLine>) {
         }
         flush(&queue, &mut batch).await;
         if now >= next_sweep {
-            line.forget_idle(now);
-            next_sweep = now + IDLE;
+            line.sweep(now);
+            next_sweep = now + SWEEP;
         }
     }
 }
 
 /// Sends the batched verdicts (netlink takes many messages per `send`; a
-/// batch is cut at 60 KiB to stay within one datagram).
+/// batch is cut at 60 KiB to stay within one datagram). Should a batch be
+/// refused, each verdict is sent on its own: a packet left without one
+/// would hold its place in the kernel's queue for good.
 async fn flush(queue: &AsyncFd<OwnedFd>, batch: &mut Vec<u8>) {
-    const CHUNK: usize = 60 * 1024;
+    // Every verdict message has the same length (no mark attribute).
+    let one = nfqueue::verdict_msg(nft::DELAY_QUEUE, 0, Verdict::Accept(None)).len();
+    let chunk = 60 * 1024 / one * one;
     let mut at = 0;
     while at < batch.len() {
-        // Cut on a message boundary: every verdict is the same length.
-        let one = nfqueue::verdict_msg(nft::DELAY_QUEUE, 0, Verdict::Accept(None)).len();
-        let drop_len = nfqueue::verdict_msg(nft::DELAY_QUEUE, 0, Verdict::Drop).len();
-        debug_assert_eq!(one, drop_len);
-        let end = (at + CHUNK / one * one).min(batch.len());
-        let Ok(mut guard) = queue.writable().await else {
-            break;
-        };
-        match guard.try_io(|q| {
-            send(q.get_ref().as_raw_fd(), &batch[at..end], MsgFlags::empty())
-                .map_err(std::io::Error::from)
-        }) {
-            Ok(Ok(_)) => at = end,
-            Ok(Err(e)) => {
-                tracing::warn!("packet delay line verdicts: {e}");
-                break;
+        let end = (at + chunk).min(batch.len());
+        match send_all(queue, &batch[at..end]).await {
+            Ok(()) => {}
+            Err(e) => {
+                tracing::warn!("packet delay line verdicts: {e}; sending them one by one");
+                for m in batch[at..end].chunks(one) {
+                    if let Err(e) = send_all(queue, m).await {
+                        tracing::warn!("packet delay line verdict: {e}");
+                    }
+                }
             }
+        }
+        at = end;
+    }
+    batch.clear();
+}
+
+/// One `send`, waiting for room.
+async fn send_all(queue: &AsyncFd<OwnedFd>, bytes: &[u8]) -> std::io::Result<()> {
+    loop {
+        let mut guard = queue.writable().await?;
+        match guard.try_io(|q| {
+            send(q.get_ref().as_raw_fd(), bytes, MsgFlags::empty()).map_err(std::io::Error::from)
+        }) {
+            Ok(r) => return r.map(drop),
             Err(_would_block) => continue,
         }
     }
-    batch.clear();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fault::Chosen;
+    use std::sync::Arc;
+
+    fn path(delay: &str) -> Path {
+        let c = Chosen {
+            id: 1,
+            rule: "r".into(),
+            spec: Arc::new(
+                crate::fault::testing::spec("packet_latency", &[("delay", delay)]).unwrap(),
+            ),
+            seed: 1,
+        };
+        Path::of(&[&c], Instant::now()).unwrap()
+    }
+
+    fn v4(src: [u8; 4], sport: u16, dst: [u8; 4], dport: u16, len: u16) -> Vec<u8> {
+        let mut p = vec![0u8; 40];
+        p[0] = 0x45;
+        p[2..4].copy_from_slice(&len.to_be_bytes());
+        p[9] = 6;
+        p[12..16].copy_from_slice(&src);
+        p[16..20].copy_from_slice(&dst);
+        p[20..22].copy_from_slice(&sport.to_be_bytes());
+        p[22..24].copy_from_slice(&dport.to_be_bytes());
+        p
+    }
+
+    #[test]
+    fn endpoints_and_wire_length_of_tcp_packets_only() {
+        let (s, d, len) =
+            endpoints(&v4([127, 0, 0, 1], 40000, [127, 0, 0, 1], 8080, 1500)).unwrap();
+        assert_eq!(s, "127.0.0.1:40000".parse().unwrap());
+        assert_eq!(d, "127.0.0.1:8080".parse().unwrap());
+        assert_eq!(len, 1514, "IP length and an Ethernet header");
+        let mut udp = v4([1, 1, 1, 1], 1, [2, 2, 2, 2], 2, 60);
+        udp[9] = 17;
+        assert!(endpoints(&udp).is_none());
+        let mut short_header = v4([1, 1, 1, 1], 1, [2, 2, 2, 2], 2, 60);
+        short_header[0] = 0x41;
+        assert!(
+            endpoints(&short_header).is_none(),
+            "an IHL below 5 is not a header"
+        );
+        assert!(endpoints(&[0x60; 20]).is_none());
+        assert!(endpoints(&[]).is_none());
+    }
+
+    #[test]
+    fn a_flow_is_found_both_ways_and_forgotten_after_its_connection() {
+        let line = DelayLine::default();
+        let client: SocketAddr = "127.0.0.1:40000".parse().unwrap();
+        let relay: SocketAddr = "127.0.0.1:9000".parse().unwrap();
+        let server: SocketAddr = "10.0.0.1:443".parse().unwrap();
+        assert!(line.add(client, path("20ms")));
+        let t0 = Instant::now();
+        let up = line.admit(client, relay, 100, t0).unwrap().unwrap();
+        let down = line.admit(server, client, 100, t0).unwrap().unwrap();
+        assert_eq!(
+            (up - t0, down - t0),
+            (Duration::from_millis(10), Duration::from_millis(10))
+        );
+        assert_eq!(
+            line.admit(server, relay, 100, t0),
+            Some(None),
+            "another flow passes"
+        );
+        line.closed(client);
+        line.sweep(Instant::now() + Duration::from_secs(1));
+        assert!(
+            line.admit(client, relay, 100, t0).unwrap().is_some(),
+            "kept for the last packets"
+        );
+        line.sweep(Instant::now() + Duration::from_secs(3));
+        assert_eq!(line.admit(client, relay, 100, t0), Some(None), "forgotten");
+    }
 }

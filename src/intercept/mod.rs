@@ -56,6 +56,16 @@ use std::time::Duration;
 pub(crate) struct FlowPartition {
     door: Arc<sandbox::Door>,
     client: SocketAddr,
+    /// Told when the connection is gone (this is dropped with it).
+    delay_line: Option<Arc<delay_line::DelayLine>>,
+}
+
+impl Drop for FlowPartition {
+    fn drop(&mut self) {
+        if let Some(line) = &self.delay_line {
+            line.closed(self.client);
+        }
+    }
 }
 
 use crate::fault::PartitionError;

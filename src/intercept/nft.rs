@@ -354,7 +354,10 @@ pub(crate) fn apply_xt_gate(exempt: &[u16], delay_line: bool) -> Result<()> {
                     e.stderr()
                 )));
             }
-            Err(_) => {}
+            Err(e) => tracing::warn!(
+                "IPv6 connections are not gated (nor delayed) here: ip6tables: {}",
+                e.stderr().trim()
+            ),
         }
     }
     Ok(())

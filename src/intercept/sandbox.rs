@@ -403,6 +403,7 @@ impl Interception for Sandbox {
         Arc::new(super::FlowPartition {
             door: self.door.clone(),
             client,
+            delay_line: self.delay_line.clone(),
         })
     }
 }

@@ -297,13 +297,15 @@ async fn decide(syn: Syn, relay: &Arc<Relay>, sandbox: &Arc<Sandbox>) -> (Fate, 
         Some(i)
     });
     // Before the SYN is let through: the SYN itself crosses the path.
-    let delayed = match (&sandbox.delay_line, Path::of(&path, Instant::now())) {
-        (Some(line), Some(p)) => {
-            line.add(syn.src, p);
-            path.iter().for_each(|c| hit(c));
-            marks::DELAYED
-        }
-        _ => 0,
+    let added = match (&sandbox.delay_line, Path::of(&path, Instant::now())) {
+        (Some(line), Some(p)) => line.add(syn.src, p),
+        _ => false,
+    };
+    let delayed = if added {
+        path.iter().for_each(|c| hit(c));
+        marks::DELAYED
+    } else {
+        0
     };
     let fate = match gate_fate(SynFate::Pass, loss_index.unwrap_or(0)) {
         Fate::Accept(mark) => Fate::Accept(mark | delayed),

@@ -121,13 +121,22 @@ fn timings(line: &str) -> Option<(f64, f64)> {
 
 /// `packet_latency` against the real thing: netem delaying `lo` (both
 /// ways, 25 ms each: a 50 ms round trip) at an Ethernet MTU, the same
-/// client and server. Under emulation the relay's own CPU time is a large
-/// part of a 1 MiB transfer (about 0.3 s here), so the reference goes
-/// through `netchaos run` too, without a fault: over netem the round trips
-/// are on the relay's upstream leg, under `packet_latency` on the client's.
+/// client and server. Under emulation `run` itself is slow — its SYN gate
+/// takes some 100 ms to let a connection through and the relay's CPU time
+/// is a large part of a 1 MiB transfer — so connect time is compared with
+/// a plain `run`'s, and the transfer with the netem path through `run`
+/// (its round trips then on the relay's upstream leg, where
+/// `packet_latency` puts them on the client's), within 2×: what the delay
+/// line costs in user space is itself inflated under emulation (natively
+/// the same transfer takes 0.43 s, as over a real 50 ms path).
 fn packet_latency() -> Outcome {
     let src = probe::tcp_source("127.0.0.1:0", 1 << 20);
     let want = format!("eof after {}", 1 << 20);
+    let (plain, err) = wrapped("", "read", src, 30);
+    ensure!(
+        plain.starts_with(&want),
+        "plain run: {plain}; netchaos: {err}"
+    );
     must("ip link set lo mtu 1500")?;
     let shaped = must(&format!("{} netem apply --dev lo --delay 25ms", bin()));
     let (real, err) = wrapped("", "read", src, 30);
@@ -145,22 +154,22 @@ fn packet_latency() -> Outcome {
     );
     let (got, err) = wrapped("--fault packet_latency:delay=50ms", "read", src, 30);
     ensure!(got.starts_with(&want), "{got}; netchaos: {err}");
-    let ((rc, rt), (dc, dt), (c, t)) = match (timings(&real), timings(&direct), timings(&got)) {
-        (Some(a), Some(b), Some(c)) => (a, b, c),
-        _ => return Err(format!("unreadable timings: {real} / {direct} / {got}")),
+    let timed = [&plain, &real, &direct, &got].map(|l| timings(l));
+    let [Some((pc, pt)), Some((_, rt)), Some((dc, dt)), Some((c, t))] = timed else {
+        return Err(format!(
+            "unreadable timings: {plain} / {real} / {direct} / {got}"
+        ));
     };
     let report = format!(
         "1 MiB over a 50 ms round trip: netem direct connect {dc:.1} ms, total {dt:.0} ms; \
-         netem through run {rt:.0} ms; packet_latency connect {c:.1} ms, total {t:.0} ms"
+         through run: plain connect {pc:.1} ms, total {pt:.0} ms; over netem total {rt:.0} ms; \
+         packet_latency connect {c:.1} ms, total {t:.0} ms"
     );
-    // connect() is one round trip on both paths (the relay's dial over
-    // netem happens while the client's SYN waits, so it shows in connect
-    // there too); the transfer within 1.5 times the real path's.
+    // connect() gains one round trip on both paths.
     ensure!((45.0..150.0).contains(&dc), "{report}");
-    ensure!((45.0..150.0).contains(&c), "{report}");
-    let _ = rc;
+    ensure!((40.0..150.0).contains(&(c - pc)), "{report}");
     let ratio = t / rt;
-    ensure!((0.67..1.5).contains(&ratio), "{report}");
+    ensure!((0.67..2.0).contains(&ratio), "{report}");
     Ok(format!("{report} ({ratio:.2}× the netem path through run)"))
 }
 
