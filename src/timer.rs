@@ -77,47 +77,39 @@ pub(crate) async fn sleep_until(deadline: Instant) {
     spin_until(deadline).await;
 }
 
-/// A timer for a loop that waits again and again (the packet delay line):
-/// one timerfd, re-armed for each wait, instead of one made per wait.
+/// A timerfd on the reactor: made once and re-armed for each wait, so a
+/// loop that waits again and again (the packet delay line) keeps one.
 pub(crate) struct Alarm {
-    fd: Option<AsyncFd<Fd>>,
+    fd: AsyncFd<Fd>,
 }
 
 impl Alarm {
-    pub(crate) fn new() -> Alarm {
+    pub(crate) fn new() -> std::io::Result<Alarm> {
         let fd = TimerFd::new(
             ClockId::CLOCK_MONOTONIC,
             TimerFlags::TFD_NONBLOCK | TimerFlags::TFD_CLOEXEC,
-        )
-        .ok()
-        // SAFETY: as in `precise`: `Fd` owns the timerfd and always
-        // returns that descriptor; it is dropped with the AsyncFd.
-        .and_then(|t| unsafe { AsyncFd::register(Fd(t)) }.ok());
-        Alarm { fd }
+        )?;
+        // SAFETY: `Fd` owns the timerfd (an `OwnedFd` inside `TimerFd`) and
+        // always returns that same descriptor; it is dropped with the
+        // AsyncFd.
+        let fd = unsafe { AsyncFd::register(Fd(fd)) }.map_err(std::io::Error::from)?;
+        Ok(Alarm { fd })
     }
 
-    /// Sleeps until `deadline`, to within the kernel's timer slack and the
-    /// CPU's wake-up (no spin: the delay line waits between packets that
+    /// Waits until `deadline`, to within the kernel's timer slack and the
+    /// CPU's wake-up; no spin (the delay line waits between packets that
     /// may come every few microseconds, and would spin all the time).
-    pub(crate) async fn sleep_until(&self, deadline: Instant) {
-        let Some(fd) = self.fd.as_ref().filter(|_| !cfg!(test)) else {
-            return sleep_until(deadline).await;
-        };
+    pub(crate) async fn wait_until(&self, deadline: Instant) -> std::io::Result<()> {
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                return;
+                return Ok(());
             }
-            let armed = fd.get_ref().0.set(
+            self.fd.get_ref().0.set(
                 Expiration::OneShot(TimeSpec::from_duration(left)),
                 TimerSetTimeFlags::empty(),
-            );
-            if armed.is_err() {
-                return sleep_until(deadline).await;
-            }
-            let Ok(mut guard) = fd.readable().await else {
-                return sleep_until(deadline).await;
-            };
+            )?;
+            let mut guard = self.fd.readable().await?;
             // Consume the expiry (or find it not yet fired: spurious).
             let _ = guard.try_io(|f| f.get_ref().0.wait().map_err(std::io::Error::from));
         }
@@ -133,22 +125,5 @@ impl AsRawFd for Fd {
 }
 
 async fn precise(deadline: Instant) -> std::io::Result<()> {
-    let left = deadline.saturating_duration_since(Instant::now());
-    if left.is_zero() {
-        return Ok(());
-    }
-    let fd = TimerFd::new(
-        ClockId::CLOCK_MONOTONIC,
-        TimerFlags::TFD_NONBLOCK | TimerFlags::TFD_CLOEXEC,
-    )?;
-    fd.set(
-        Expiration::OneShot(TimeSpec::from_duration(left)),
-        TimerSetTimeFlags::empty(),
-    )?;
-    // SAFETY: `Fd` owns the timerfd (an `OwnedFd` inside `TimerFd`) and
-    // always returns that same descriptor; it is dropped with the AsyncFd.
-    let fd = unsafe { AsyncFd::register(Fd(fd)) }.map_err(std::io::Error::from)?;
-    // Readable once it has fired; the expiry count itself is not needed.
-    let _ = fd.readable().await?;
-    Ok(())
+    Alarm::new()?.wait_until(deadline).await
 }

@@ -16,12 +16,12 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use nix::sys::socket::{MsgFlags, recv, send};
+use nix::sys::socket::{MsgFlags, recv};
 use tokio::io::unix::AsyncFd;
 use tokio::time::Instant;
 
@@ -138,55 +138,14 @@ fn sweep(flows: &mut HashMap<SocketAddr, Flow>, now: Instant) {
 /// A TCP packet's endpoints and its length on the wire (IP length, plus an
 /// Ethernet header as a link would carry it); `None` for anything else.
 pub(crate) fn endpoints(p: &[u8]) -> Option<(SocketAddr, SocketAddr, usize)> {
-    let (src, dst, len, tcp): (IpAddr, IpAddr, usize, &[u8]) = match p.first()? >> 4 {
-        4 => {
-            let ihl = usize::from(p[0] & 0x0f) * 4;
-            if ihl < 20 || p.len() < ihl + 4 || p[9] != 6 {
-                return None;
-            }
-            let a = Ipv4Addr::new(p[12], p[13], p[14], p[15]);
-            let b = Ipv4Addr::new(p[16], p[17], p[18], p[19]);
-            let len = usize::from(u16::from_be_bytes([p[2], p[3]]));
-            (a.into(), b.into(), len, &p[ihl..])
-        }
-        6 => {
-            if p.len() < 44 || p[6] != 6 {
-                return None;
-            }
-            let a: [u8; 16] = p[8..24].try_into().ok()?;
-            let b: [u8; 16] = p[24..40].try_into().ok()?;
-            let len = 40 + usize::from(u16::from_be_bytes([p[4], p[5]]));
-            (
-                Ipv6Addr::from(a).into(),
-                Ipv6Addr::from(b).into(),
-                len,
-                &p[40..],
-            )
-        }
-        _ => return None,
-    };
-    let sport = u16::from_be_bytes([tcp[0], tcp[1]]);
-    let dport = u16::from_be_bytes([tcp[2], tcp[3]]);
-    Some((
-        SocketAddr::new(src, sport),
-        SocketAddr::new(dst, dport),
-        len + 14,
-    ))
+    let (src, dst, len, _) = nfqueue::tcp_packet(p)?;
+    Some((src, dst, len + 14))
 }
 
 /// Reads the queue and releases every packet at its time, until the task
 /// is dropped.
 pub(crate) async fn run(queue: OwnedFd, line: Arc<DelayLine>) {
-    if let Err(e) = nix::fcntl::fcntl(
-        &queue,
-        nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
-    ) {
-        tracing::error!("packet delay line: {e}");
-        return;
-    }
-    // SAFETY: `queue` is an OwnedFd moved into the AsyncFd, so the
-    // descriptor stays open and the same for the AsyncFd's whole life.
-    let queue = match unsafe { AsyncFd::register(queue) } {
+    let queue = match nfqueue::into_async(queue) {
         Ok(q) => q,
         Err(e) => {
             tracing::error!("packet delay line: {e}");
@@ -200,12 +159,13 @@ pub(crate) async fn run(queue: OwnedFd, line: Arc<DelayLine>) {
     let mut batch = Vec::with_capacity(64 * 1024);
     let mut next_sweep = Instant::now() + SWEEP;
     let mut warned = false;
-    let alarm = crate::timer::Alarm::new();
+    // Without a timerfd (fd exhaustion), the runtime's timer: coarser.
+    let alarm = crate::timer::Alarm::new().ok();
     loop {
         let due = held.peek().map(|Reverse((t, _, _))| *t);
         tokio::select! {
             biased;
-            _ = alarm.sleep_until(due.unwrap_or_else(Instant::now)), if due.is_some() => {}
+            _ = release_at(alarm.as_ref(), due.unwrap_or_else(Instant::now)), if due.is_some() => {}
             ready = queue.readable() => {
                 let Ok(mut guard) = ready else { return };
                 // Everything queued now, up to a bound, then releases.
@@ -262,6 +222,14 @@ pub(crate) async fn run(queue: OwnedFd, line: Arc<DelayLine>) {
     }
 }
 
+/// Waits until `at` for the next release.
+async fn release_at(alarm: Option<&crate::timer::Alarm>, at: Instant) {
+    match alarm {
+        Some(a) if !cfg!(test) && a.wait_until(at).await.is_ok() => {}
+        _ => tokio::time::sleep_until(at).await,
+    }
+}
+
 /// Sends the batched verdicts (netlink takes many messages per `send`; a
 /// batch is cut at 60 KiB to stay within one datagram). Should a batch be
 /// refused, each verdict is sent on its own: a packet left without one
@@ -273,12 +241,12 @@ async fn flush(queue: &AsyncFd<OwnedFd>, batch: &mut Vec<u8>) {
     let mut at = 0;
     while at < batch.len() {
         let end = (at + chunk).min(batch.len());
-        match send_all(queue, &batch[at..end]).await {
+        match nfqueue::send_async(queue, &batch[at..end]).await {
             Ok(()) => {}
             Err(e) => {
                 tracing::warn!("packet delay line verdicts: {e}; sending them one by one");
                 for m in batch[at..end].chunks(one) {
-                    if let Err(e) = send_all(queue, m).await {
+                    if let Err(e) = nfqueue::send_async(queue, m).await {
                         tracing::warn!("packet delay line verdict: {e}");
                     }
                 }
@@ -287,19 +255,6 @@ async fn flush(queue: &AsyncFd<OwnedFd>, batch: &mut Vec<u8>) {
         at = end;
     }
     batch.clear();
-}
-
-/// One `send`, waiting for room.
-async fn send_all(queue: &AsyncFd<OwnedFd>, bytes: &[u8]) -> std::io::Result<()> {
-    loop {
-        let mut guard = queue.writable().await?;
-        match guard.try_io(|q| {
-            send(q.get_ref().as_raw_fd(), bytes, MsgFlags::empty()).map_err(std::io::Error::from)
-        }) {
-            Ok(r) => return r.map(drop),
-            Err(_would_block) => continue,
-        }
-    }
 }
 
 #[cfg(test)]

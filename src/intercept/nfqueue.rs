@@ -14,7 +14,10 @@
 //! native-endian.
 
 use std::io;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::{AsRawFd, OwnedFd};
+
+use tokio::io::unix::AsyncFd;
 
 use nix::sys::socket::{
     AddressFamily, MsgFlags, NetlinkAddr, SockFlag, SockProtocol, SockType, bind, recv, send,
@@ -156,25 +159,76 @@ pub(crate) fn verdict_msg(num: u16, id: u32, verdict: Verdict) -> Vec<u8> {
     m
 }
 
+/// The addresses of a queued TCP packet (IPv4, or IPv6 without extension
+/// headers), its IP length, and its TCP header onwards (at least the ports);
+/// `None` for anything else.
+pub(crate) fn tcp_packet(p: &[u8]) -> Option<(SocketAddr, SocketAddr, usize, &[u8])> {
+    let (src, dst, len, tcp): (IpAddr, IpAddr, usize, &[u8]) = match p.first()? >> 4 {
+        4 => {
+            let ihl = usize::from(p[0] & 0x0f) * 4;
+            if ihl < 20 || p.len() < ihl + 4 || p[9] != 6 {
+                return None;
+            }
+            let a = Ipv4Addr::new(p[12], p[13], p[14], p[15]);
+            let b = Ipv4Addr::new(p[16], p[17], p[18], p[19]);
+            let len = usize::from(u16::from_be_bytes([p[2], p[3]]));
+            (a.into(), b.into(), len, &p[ihl..])
+        }
+        6 => {
+            if p.len() < 44 || p[6] != 6 {
+                return None;
+            }
+            let a: [u8; 16] = p[8..24].try_into().ok()?;
+            let b: [u8; 16] = p[24..40].try_into().ok()?;
+            let len = 40 + usize::from(u16::from_be_bytes([p[4], p[5]]));
+            (
+                Ipv6Addr::from(a).into(),
+                Ipv6Addr::from(b).into(),
+                len,
+                &p[40..],
+            )
+        }
+        _ => return None,
+    };
+    let sport = u16::from_be_bytes([tcp[0], tcp[1]]);
+    let dport = u16::from_be_bytes([tcp[2], tcp[3]]);
+    Some((
+        SocketAddr::new(src, sport),
+        SocketAddr::new(dst, dport),
+        len,
+        tcp,
+    ))
+}
+
+/// A bound queue socket, non-blocking, on the runtime's reactor.
+pub(crate) fn into_async(queue: OwnedFd) -> io::Result<AsyncFd<OwnedFd>> {
+    nix::fcntl::fcntl(
+        &queue,
+        nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+    )?;
+    // SAFETY: `queue` is an OwnedFd moved into the AsyncFd, so the
+    // descriptor stays open and the same for the AsyncFd's whole life.
+    unsafe { AsyncFd::register(queue) }.map_err(io::Error::from)
+}
+
+/// Sends verdict messages (one or a batch) in one `send`, waiting for room
+/// on the socket (verdicts are small; this almost never waits).
+pub(crate) async fn send_async(queue: &AsyncFd<OwnedFd>, bytes: &[u8]) -> io::Result<()> {
+    loop {
+        let mut guard = queue.writable().await?;
+        match guard.try_io(|q| {
+            send(q.get_ref().as_raw_fd(), bytes, MsgFlags::empty()).map_err(io::Error::from)
+        }) {
+            Ok(r) => return r.map(drop),
+            Err(_would_block) => continue,
+        }
+    }
+}
+
 /// Appends the verdict for packet `id` of queue `num` to a batch: netlink
 /// takes many messages in one `send`.
 pub(crate) fn push_verdict(batch: &mut Vec<u8>, num: u16, id: u32, verdict: Verdict) {
     batch.extend_from_slice(&verdict_msg(num, id, verdict));
-}
-
-/// Sends a verdict (the socket may be non-blocking; a verdict is small).
-pub(crate) fn send_verdict(
-    fd: &impl AsRawFd,
-    num: u16,
-    id: u32,
-    verdict: Verdict,
-) -> io::Result<()> {
-    send(
-        fd.as_raw_fd(),
-        &verdict_msg(num, id, verdict),
-        MsgFlags::empty(),
-    )?;
-    Ok(())
 }
 
 /// The queued packets in a buffer received from the socket.

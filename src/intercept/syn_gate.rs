@@ -24,7 +24,6 @@
 //! dials from inside the namespace pass with a verdict mark the redirect
 //! skips — recognised by their 4-tuple, never by a mark their socket set.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
 use std::time::Duration;
@@ -48,52 +47,20 @@ use crate::relay::{self, Handoff, Relay, Route};
 /// Reads the addresses, ports and sequence number of a TCP SYN in an IPv4
 /// or IPv6 packet (no extension headers); `None` for anything else.
 pub(crate) fn parse_syn(p: &[u8]) -> Option<Syn> {
-    let (src, dst, tcp): (IpAddr, IpAddr, &[u8]) = match p.first()? >> 4 {
-        4 => {
-            let ihl = usize::from(p[0] & 0x0f) * 4;
-            if p.len() < ihl + 20 || p[9] != 6 {
-                return None;
-            }
-            let a = Ipv4Addr::new(p[12], p[13], p[14], p[15]);
-            let b = Ipv4Addr::new(p[16], p[17], p[18], p[19]);
-            (a.into(), b.into(), &p[ihl..])
-        }
-        6 => {
-            if p.len() < 60 || p[6] != 6 {
-                return None;
-            }
-            let a: [u8; 16] = p[8..24].try_into().ok()?;
-            let b: [u8; 16] = p[24..40].try_into().ok()?;
-            (Ipv6Addr::from(a).into(), Ipv6Addr::from(b).into(), &p[40..])
-        }
-        _ => return None,
-    };
-    let sport = u16::from_be_bytes([tcp[0], tcp[1]]);
-    let dport = u16::from_be_bytes([tcp[2], tcp[3]]);
-    let isn = u32::from_be_bytes([tcp[4], tcp[5], tcp[6], tcp[7]]);
-    let flags = tcp[13];
-    if flags & 0x12 != 0x02 {
+    let (src, dst, _, tcp) = nfqueue::tcp_packet(p)?;
+    if tcp.len() < 14 || tcp[13] & 0x12 != 0x02 {
         return None; // not a bare SYN
     }
     Some(Syn {
-        src: SocketAddr::new(src, sport),
-        dst: SocketAddr::new(dst, dport),
-        isn,
+        src,
+        dst,
+        isn: u32::from_be_bytes([tcp[4], tcp[5], tcp[6], tcp[7]]),
     })
 }
 
 /// Reads the queue and answers every SYN, until the task is dropped.
 pub(crate) async fn run(queue: OwnedFd, relay: Arc<Relay>, sandbox: Arc<Sandbox>) {
-    if let Err(e) = nix::fcntl::fcntl(
-        &queue,
-        nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
-    ) {
-        tracing::error!("SYN gate: {e}");
-        return;
-    }
-    // SAFETY: `queue` is an OwnedFd moved into the AsyncFd, so the
-    // descriptor stays open and the same for the AsyncFd's whole life.
-    let queue = match unsafe { AsyncFd::register(queue) } {
+    let queue = match nfqueue::into_async(queue) {
         Ok(q) => Arc::new(q),
         Err(e) => {
             tracing::error!("SYN gate: {e}");
@@ -164,21 +131,10 @@ fn verdict_of(fate: Fate) -> Verdict {
     }
 }
 
-/// Sends a verdict, waiting for room on the socket if it is full (a verdict
-/// is a few dozen bytes; this almost never waits).
+/// Sends a verdict.
 async fn verdict(queue: &AsyncFd<OwnedFd>, id: u32, v: Verdict) {
-    loop {
-        let Ok(mut guard) = queue.writable().await else {
-            return;
-        };
-        match guard.try_io(|q| nfqueue::send_verdict(q.get_ref(), QUEUE, id, v)) {
-            Ok(Ok(())) => return,
-            Ok(Err(e)) => {
-                tracing::warn!("SYN gate verdict: {e}");
-                return;
-            }
-            Err(_would_block) => continue,
-        }
+    if let Err(e) = nfqueue::send_async(queue, &nfqueue::verdict_msg(QUEUE, id, v)).await {
+        tracing::warn!("SYN gate verdict: {e}");
     }
 }
 
