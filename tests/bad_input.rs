@@ -20,6 +20,20 @@ fn profile(text: &str) -> (tempfile::TempDir, String) {
     (dir, s)
 }
 
+/// netchaos with `args` and extra environment: (code, stdout, stderr).
+fn netchaos_env(env: &[(&str, &str)], args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(BIN)
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// Runs netchaos with `args`; asserts the exit code and that stderr holds
 /// every one of `want`, and no panic.
 fn outcome(args: &[&str], code: i32, want: &[&str]) {
@@ -133,6 +147,12 @@ fn conflicting_and_impossible_options_exit_2() {
         ],
         2,
         &["packet_rate works under `netchaos run` only, not `run --in-place`"],
+    );
+    let (code, _, err) = netchaos_env(&[("NETCHAOS_THREADS", "0")], &["run", "--", "true"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("NETCHAOS_THREADS must be a number of threads above 0, got \"0\""),
+        "{err}"
     );
     outcome(
         &["check", "--fault", "packet_rate:rate=100bit"],
