@@ -40,10 +40,13 @@ pub(super) fn check(g: &Global, args: &CheckArgs) -> Result<u8> {
 pub(super) fn profiles() {
     let list = builtin::list();
     let w = list.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
+    let mut text = String::new();
     for (name, desc) in list {
-        println!("{name:<w$}  {desc}");
+        text.push_str(&format!("{name:<w$}  {desc}\n"));
     }
-    println!("\nUse one with -p NAME; see its rules with `netchaos check NAME`.");
+    text.push_str("\nUse one with -p NAME; see its rules with `netchaos check NAME`.\n");
+    // A reader that stops early (`| grep -q`, `| head`) is not an error.
+    let _ = std::io::Write::write_all(&mut std::io::stdout(), text.as_bytes());
 }
 
 /// `netchaos faults [TYPE]`: every fault kind, by layer, with its
