@@ -338,15 +338,13 @@ print(n, h, round(gap, 2))
     );
 }
 
-/// A server that sends 32 KiB every 20 ms (1.6 MB/s) for 6 s, then
-/// closes; it reports the longest its `send()` blocked.
-fn paced_server() -> (Server, std::sync::mpsc::Receiver<f64>) {
+/// A server on `addr` that sends 32 KiB every 20 ms (1.6 MB/s) for 6 s,
+/// then closes; it reports the longest its `send()` blocked. Its send
+/// buffer is the kernel's, autotuned.
+fn paced_server(addr: &str) -> (Server, std::sync::mpsc::Receiver<f64>) {
     let (tx, rx) = std::sync::mpsc::channel();
     let tx = std::sync::Mutex::new(tx);
-    let server = Server::start("127.0.0.1:0", move |mut c| {
-        // A fixed send buffer, as many servers set: what it holds is then
-        // the same on every path, and the relay's own buffering shows.
-        let _ = socket2::SockRef::from(&c).set_send_buffer_size(128 << 10);
+    let server = Server::start(addr, move |mut c| {
         let chunk = vec![b'x'; 32 << 10];
         let mut worst = 0f64;
         for _ in 0..300 {
@@ -362,12 +360,8 @@ fn paced_server() -> (Server, std::sync::mpsc::Receiver<f64>) {
     (server, rx)
 }
 
-#[test]
-fn a_blackout_cuts_the_server_off_too() {
-    if !need(&["python3", "ip", "nft"]) {
-        return;
-    }
-    let script = r#"
+/// Reads until the end of the stream; prints the bytes.
+const READ_ALL: &str = r#"
 import socket, sys
 s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=40)
 n = 0
@@ -378,21 +372,57 @@ while True:
     n += len(b)
 print(n)
 "#;
+
+#[test]
+fn a_blackout_cuts_the_server_off_too() {
+    if !need(&["python3", "ip", "nft"]) {
+        return;
+    }
+    let Some(ns) = TestNetns::new() else { return };
+    let sent = (300 * (32 << 10)).to_string();
+    // The reference: a real partition, nftables dropping everything in the
+    // client's namespace from 1 s to 4 s, across a veth at MTU 1500.
+    let (server, done) = paced_server(&format!("{}:0", ns.host_ip));
+    let real = ns.sh(&format!(
+        "python3 -c '{}' {} {} & sleep 1; \
+         nft add table inet part; \
+         nft add chain inet part i '{{ type filter hook input priority 0; policy drop; }}'; \
+         nft add chain inet part o '{{ type filter hook output priority 0; policy drop; }}'; \
+         sleep 3; nft delete table inet part; wait",
+        READ_ALL.replace('\'', "'\"'\"'"),
+        ns.host_ip,
+        server.addr.port()
+    ));
+    assert!(
+        real.status.success(),
+        "{}",
+        String::from_utf8_lossy(&real.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&real.stdout).trim(), sent);
+    let reference = done.recv_timeout(Duration::from_secs(30)).unwrap();
     let mut worst = Vec::new();
     for fault in ["latency:delay=1ms", "blackout:after=1s,duration=3s"] {
-        let (server, done) = paced_server();
+        let (server, done) = paced_server("127.0.0.1:0");
         let (ip, port) = (server.addr.ip().to_string(), server.addr.port().to_string());
-        let (code, out, err) = wrapped(&["--fault", fault], &["python3", "-c", script, &ip, &port]);
+        let (code, out, err) = wrapped(
+            &["--fault", fault],
+            &["python3", "-c", READ_ALL, &ip, &port],
+        );
         assert_eq!(code, 0, "{err}");
-        assert_eq!(out.trim(), (300 * (32 << 10)).to_string(), "{fault}: {err}");
+        assert_eq!(out.trim(), sent, "{fault}: {err}");
         worst.push(done.recv_timeout(Duration::from_secs(30)).unwrap());
     }
     eprintln!(
-        "longest send() block: {:.2}s without, {:.2}s with a 3 s blackout",
+        "longest send() block: {:.2}s without, {:.2}s with a 3 s blackout, {reference:.2}s in a real 3 s partition",
         worst[0], worst[1]
     );
+    assert!(
+        reference >= 2.0,
+        "the real partition blocked the server's send() only {reference}s"
+    );
     // In a real partition the server's window fills and its send() blocks
-    // until the path is back; a relay that went on reading would hide that.
+    // until the path is back; a relay that went on reading (or let the
+    // server autotune its buffer to loopback's megabytes) would hide that.
     assert!(
         worst[0] < 1.0,
         "without a partition send() blocked {}s",
@@ -400,7 +430,7 @@ print(n)
     );
     assert!(
         worst[1] >= 1.5,
-        "during a 3 s blackout the server's send() blocked at most {}s",
+        "during a 3 s blackout the server's send() blocked at most {}s ({reference}s in a real partition)",
         worst[1]
     );
 }

@@ -238,7 +238,8 @@ async fn decide(syn: Syn, relay: &Arc<Relay>, sandbox: &Arc<Sandbox>) -> (Fate, 
     } else {
         let inside: Option<Arc<dyn relay::Interception>> =
             from_inside.then(|| sandbox.clone() as Arc<dyn relay::Interception>);
-        match relay::dial::dial(syn.dst, relay.opts.dial_timeout, inside.as_ref()).await {
+        let shape = relay::dial::Shape::for_faults(&chosen);
+        match relay::dial::dial(syn.dst, relay.opts.dial_timeout, inside.as_ref(), shape).await {
             Ok(s) => Some(s),
             Err(e) => {
                 relay.events.relay_error(&info, e.kind(), &e.to_string());

@@ -56,7 +56,7 @@ pub(crate) async fn serve(
     {
         let timeout = relay.opts.dial_timeout;
         let dial = |r: SocketAddr| async move {
-            dial::dial(r, timeout, inside.as_ref())
+            dial::dial(r, timeout, inside.as_ref(), dial::Shape::Native)
                 .await
                 .map_err(|e| std::io::Error::other(e.to_string()))
         };
@@ -270,7 +270,14 @@ impl Conn<'_> {
         };
         self.info.marks.dialled();
         let capped = sockopt::tune(&upstream, self.relay.opts.peer_timeout);
-        self.capped[1].store(capped, Ordering::Relaxed);
+        // A partition must find the relay holding little of the server's
+        // stream, as a real path holds nothing: a small buffer that does
+        // not grow.
+        let grows = dial::Shape::for_faults(&first) == dial::Shape::Native;
+        if !grows {
+            sockopt::hold_little(&upstream);
+        }
+        self.capped[1].store(capped && grows, Ordering::Relaxed);
         if http::wanted(&first, self.tls, self.protocol) {
             let dst = dest.addrs.first().copied();
             if let Some(done) = Box::pin(self.http(client, &upstream, self.tls, dst)).await {
@@ -296,8 +303,9 @@ impl Conn<'_> {
             message: "no address to dial".into(),
         };
         let timeout = self.relay.opts.dial_timeout;
+        let shape = dial::Shape::for_faults(&self.chosen.borrow());
         for addr in addrs {
-            match dial::dial(*addr, timeout, inside).await {
+            match dial::dial(*addr, timeout, inside, shape).await {
                 Ok(s) => return Ok(s),
                 Err(e) => last = e,
             }

@@ -141,22 +141,59 @@ impl DialError {
     }
 }
 
+/// How the upstream side of a connection should look to the server.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Shape {
+    /// Whatever the route to the server gives.
+    #[default]
+    Native,
+    /// An Ethernet path's MSS even to a server on this host, for faults that
+    /// cut the path (a blackout): over loopback's 64 KiB MSS the server's
+    /// TCP autotunes its send buffer to megabytes, so it could go on
+    /// writing through a partition that would block it on a real network.
+    Ethernet,
+}
+
+impl Shape {
+    /// The shape a connection with these faults needs.
+    pub(crate) fn for_faults(faults: &[crate::fault::Chosen]) -> Shape {
+        if faults
+            .iter()
+            .any(|c| matches!(c.spec.kind, crate::fault::FaultKind::Blackout(_)))
+        {
+            Shape::Ethernet
+        } else {
+            Shape::Native
+        }
+    }
+}
+
 /// Connects to `addr`, from inside the namespace when `inside` is given,
 /// else from the host's.
 pub(crate) async fn dial(
     addr: SocketAddr,
     timeout: Duration,
     inside: Option<&Arc<dyn Interception>>,
+    shape: Shape,
 ) -> Result<TcpStream, DialError> {
     match inside {
         Some(ns) => dial_with(addr, timeout, ns.dial_inside(addr)).await,
-        None => dial_host(addr, timeout).await,
+        None => dial_with(addr, timeout, connect_host(addr, shape)).await,
     }
 }
 
-/// Connects to `addr` from the host's network namespace.
-pub(crate) async fn dial_host(addr: SocketAddr, timeout: Duration) -> Result<TcpStream, DialError> {
-    dial_with(addr, timeout, TcpStream::connect(addr)).await
+/// Connects from the host's namespace, advertising an Ethernet MSS (1500
+/// bytes less the IP and TCP headers) to a loopback server when asked.
+async fn connect_host(addr: SocketAddr, shape: Shape) -> std::io::Result<TcpStream> {
+    if shape == Shape::Native || !is_loopback(addr) {
+        return TcpStream::connect(addr).await;
+    }
+    let (sock, mss) = match addr {
+        SocketAddr::V4(_) => (tokio::net::TcpSocket::new_v4()?, 1460),
+        SocketAddr::V6(_) => (tokio::net::TcpSocket::new_v6()?, 1440),
+    };
+    socket2::SockRef::from(&sock).set_tcp_mss(mss)?;
+    sock.connect(addr).await
 }
 
 pub(crate) async fn dial_with(
