@@ -68,7 +68,7 @@ fn api() -> &'static Api {
             );
             Control::new(
                 relay,
-                false,
+                crate::control::Reach::Proxy,
                 crate::settings::files::FilePolicy::Nowhere,
                 Default::default(),
             )

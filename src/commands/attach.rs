@@ -319,7 +319,7 @@ impl Serving {
     }
 
     async fn api(&self, cfg: Option<&ApiConfig>) -> Result<()> {
-        let api = api_control(&self.relay, true, cfg);
+        let api = api_control(&self.relay, crate::control::Reach::Attached, cfg);
         api.adopt_rules().await;
         start_api(cfg, api, self.api_stop.clone()).await
     }

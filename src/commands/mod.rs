@@ -232,14 +232,14 @@ impl ApiConfig {
 /// The API's state over `relay` (with the file policy its toxics get).
 pub(crate) fn api_control(
     relay: &Arc<crate::relay::Relay>,
-    transparent: bool,
+    reach: crate::control::Reach,
     api: Option<&ApiConfig>,
 ) -> Arc<crate::control::Control> {
     let files = api.map_or(crate::settings::files::FilePolicy::Nowhere, |a| {
         a.files.clone()
     });
     let metrics = api.map(|a| a.metrics).unwrap_or_default();
-    crate::control::Control::new(relay.clone(), transparent, files, metrics)
+    crate::control::Control::new(relay.clone(), reach, files, metrics)
 }
 
 /// Starts the control API when one was asked for, printing where it

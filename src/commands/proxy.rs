@@ -175,7 +175,7 @@ fn serve(
         events.start(plan.seed, name);
         events.plan(&plan);
         let relay = Relay::new(Arc::new(RuleSet::from_plan(&plan)), events.clone(), opts);
-        let control = api_control(&relay, false, api.as_ref());
+        let control = api_control(&relay, crate::control::Reach::Proxy, api.as_ref());
         for (p, l) in plan.proxies.iter().zip(listeners) {
             let addr = l.local_addr().map_err(|e| Error::Runtime(e.into()))?;
             eprintln!(

@@ -212,7 +212,7 @@ pub(super) fn run(g: &Global, args: &RunArgs) -> Result<u8> {
             );
         }
         let api_stop = tokio_util::sync::CancellationToken::new();
-        let api = api_control(&relay, true, api_cfg.as_ref());
+        let api = api_control(&relay, crate::control::Reach::Namespace, api_cfg.as_ref());
         api.adopt_rules().await;
         start_api(api_cfg.as_ref(), api, api_stop.clone()).await?;
         announce_seed(seed);

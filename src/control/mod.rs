@@ -67,13 +67,27 @@ pub(crate) struct ApiProxy {
     pub toxics: Vec<Toxic>,
 }
 
+/// What the interception under the API can apply to faults added at run
+/// time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Reach {
+    /// Explicit proxies only (`netchaos proxy`): no connect or packet
+    /// faults.
+    Proxy,
+    /// Someone else's namespace (`attach`, `run --in-place`): connect
+    /// faults and blackouts, but no packet delay line.
+    Attached,
+    /// Netchaos's own namespace (`run`): every fault but a new `loss`.
+    Namespace,
+}
+
 /// The API's state: the relay it drives and its proxies.
 pub(crate) struct Control {
     pub relay: Arc<Relay>,
     pub proxies: Mutex<BTreeMap<String, ApiProxy>>,
-    /// Whether transparent interception (and so connect and packet faults)
-    /// exists here.
-    pub transparent: bool,
+    /// What interception exists here (and so which connect and packet
+    /// faults the API can add).
+    pub reach: Reach,
     /// Where toxics may read files from (`--api-files`; none by default).
     pub files: FilePolicy,
     /// What `/metrics` adds to netchaos's own series.
@@ -83,14 +97,14 @@ pub(crate) struct Control {
 impl Control {
     pub(crate) fn new(
         relay: Arc<Relay>,
-        transparent: bool,
+        reach: Reach,
         files: FilePolicy,
         metrics: metrics::Extra,
     ) -> Arc<Control> {
         Arc::new(Control {
             relay,
             proxies: Mutex::new(BTreeMap::new()),
-            transparent,
+            reach,
             files,
             metrics,
         })
@@ -101,8 +115,10 @@ impl Control {
     pub(crate) async fn scope(&self, name: &str) -> Option<model::Scope> {
         let proxies = self.proxies.lock().await;
         let p = proxies.get(name)?;
+        let transparent = matches!(p.listener, Listener::Transparent);
         Some(model::Scope {
-            connect_ok: self.transparent && matches!(p.listener, Listener::Transparent),
+            connect_ok: self.reach != Reach::Proxy && transparent,
+            path_ok: self.reach == Reach::Namespace && transparent,
             files: self.files.clone(),
         })
     }

@@ -62,7 +62,28 @@ impl ApiError {
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Scope {
     pub connect_ok: bool,
+    /// The packet delay line (`packet_latency`, `packet_rate`): netchaos's
+    /// own namespace only.
+    pub path_ok: bool,
     pub files: FilePolicy,
+}
+
+/// Why a packet fault cannot be added (or changed) through the API where
+/// it would otherwise be accepted and then do nothing.
+fn not_at_run_time(kind: &FaultKind, scope: &Scope) -> Option<&'static str> {
+    match kind {
+        // Its drop rule is numbered and installed with the namespace, from
+        // the profile; a new one would have no rule to select.
+        FaultKind::Loss(_) => Some(
+            "loss is installed with the namespace's packet rules when netchaos starts: \
+             give it with --fault or a profile (the API can remove it, not add or change it)",
+        ),
+        k if crate::fault::path::is_path_fault(k) && !scope.path_ok => Some(
+            "the packet delay line exists in netchaos run's own namespace only: \
+             use `netchaos netem` inside an existing one, or latency/bandwidth on the stream",
+        ),
+        _ => None,
+    }
 }
 
 /// A toxic's type: a netchaos fault kind (Toxiproxy's own types are among
@@ -244,6 +265,12 @@ impl Toxic {
                     self.kind.name(),
                     kind.layer().acts_on()
                 ),
+            ));
+        }
+        if let Some(why) = not_at_run_time(&kind, scope) {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                format!("{}: {why}", self.kind.name()),
             ));
         }
         if !(0.0..=1.0).contains(&self.toxicity) {
@@ -510,6 +537,7 @@ mod tests {
     fn any() -> Scope {
         Scope {
             connect_ok: true,
+            path_ok: true,
             files: FilePolicy::Nowhere,
         }
     }
@@ -648,6 +676,31 @@ mod tests {
         assert!(
             e.message.contains("needs transparent interception"),
             "{e:?}"
+        );
+    }
+
+    #[test]
+    fn packet_faults_that_would_do_nothing_are_refused() {
+        let build = |body: Value, scope: &Scope| {
+            let Value::Object(m) = body else { panic!() };
+            Toxic::from_request(&m).unwrap().build(scope, 1)
+        };
+        let loss = json!({"type": "loss", "attributes": {"percent": 10}});
+        let e = build(loss, &any()).unwrap_err();
+        assert_eq!(e.status, StatusCode::BAD_REQUEST);
+        assert!(e.message.contains("--fault or a profile"), "{e:?}");
+        let path = json!({"type": "packet_latency", "attributes": {"delay": "50ms"}});
+        assert!(build(path.clone(), &any()).is_ok());
+        let attached = Scope {
+            path_ok: false,
+            ..any()
+        };
+        let e = build(path, &attached).unwrap_err();
+        assert!(e.message.contains("netchaos netem"), "{e:?}");
+        let blackout = json!({"type": "blackout", "attributes": {"duration": "1s"}});
+        assert!(
+            build(blackout, &attached).is_ok(),
+            "blackout works attached"
         );
     }
 
