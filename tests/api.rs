@@ -709,6 +709,19 @@ print(attempt(), flush=True)
         &[],
     );
     assert_eq!(st, 200, "{v}");
+    // A loss added at run time would select no drop rule: refused, with
+    // the reason, rather than accepted and doing nothing.
+    let (st, v) = http(
+        "POST",
+        &format!("{u}/proxies/backend/toxics"),
+        Some(r#"{"type": "loss", "attributes": {"percent": 10}}"#),
+        &[],
+    );
+    assert_eq!(st, 400, "{v}");
+    assert!(
+        v["error"].as_str().unwrap().contains("--fault or a profile"),
+        "{v}"
+    );
     std::fs::write(&go, "").unwrap();
     let mut out = String::new();
     child
