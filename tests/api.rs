@@ -719,7 +719,10 @@ print(attempt(), flush=True)
     );
     assert_eq!(st, 400, "{v}");
     assert!(
-        v["error"].as_str().unwrap().contains("--fault or a profile"),
+        v["error"]
+            .as_str()
+            .unwrap()
+            .contains("--fault or a profile"),
         "{v}"
     );
     std::fs::write(&go, "").unwrap();

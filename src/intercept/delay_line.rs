@@ -49,6 +49,9 @@ const SWEEP: Duration = Duration::from_secs(1);
 
 struct Flow {
     path: Path,
+    /// When its SYN was let through: a connection that began before it
+    /// was someone else's on the same endpoint.
+    added: Instant,
     seen: Instant,
     /// When it may be forgotten, once its connection has ended.
     gone_at: Option<Instant>,
@@ -86,6 +89,7 @@ impl DelayLine {
             client,
             Flow {
                 path,
+                added: now,
                 seen: now,
                 gone_at: None,
             },
@@ -93,11 +97,16 @@ impl DelayLine {
         true
     }
 
-    /// `client`'s connection has ended: its flow goes once the packets
-    /// still on the path have crossed it.
-    pub(crate) fn closed(&self, client: SocketAddr) {
+    /// `client`'s connection, accepted at `opened`, has ended: its flow
+    /// goes once the packets still on the path have crossed it. A flow
+    /// added after `opened` belongs to a newer connection from a reused
+    /// endpoint, and stays.
+    pub(crate) fn closed(&self, client: SocketAddr, opened: std::time::Instant) {
         let now = Instant::now();
-        if let Some(f) = self.flows.lock().expect("delay line lock").get_mut(&client) {
+        let opened = Instant::from_std(opened);
+        if let Some(f) = self.flows.lock().expect("delay line lock").get_mut(&client)
+            && f.added <= opened
+        {
             f.gone_at = Some(now + f.path.longest_delay() + CLOSE_GRACE);
         }
     }
@@ -326,7 +335,7 @@ mod tests {
             Some(None),
             "another flow passes"
         );
-        line.closed(client);
+        line.closed(client, std::time::Instant::now());
         line.sweep(Instant::now() + Duration::from_secs(1));
         assert!(
             line.admit(client, relay, 100, t0).unwrap().is_some(),
@@ -334,5 +343,25 @@ mod tests {
         );
         line.sweep(Instant::now() + Duration::from_secs(3));
         assert_eq!(line.admit(client, relay, 100, t0), Some(None), "forgotten");
+    }
+
+    #[test]
+    fn an_old_connection_ending_leaves_a_reused_endpoints_new_flow() {
+        let line = DelayLine::default();
+        let client: SocketAddr = "127.0.0.1:40000".parse().unwrap();
+        let relay: SocketAddr = "127.0.0.1:9000".parse().unwrap();
+        let old_opened = std::time::Instant::now();
+        std::thread::sleep(Duration::from_millis(2));
+        // The endpoint's next SYN, while the old connection's relay task
+        // is still ending.
+        assert!(line.add(client, path("20ms")));
+        line.closed(client, old_opened);
+        line.sweep(Instant::now() + Duration::from_secs(3));
+        assert!(
+            line.admit(client, relay, 100, Instant::now())
+                .unwrap()
+                .is_some(),
+            "the new flow is still delayed"
+        );
     }
 }

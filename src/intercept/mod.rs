@@ -56,6 +56,8 @@ use std::time::Duration;
 pub(crate) struct FlowPartition {
     door: Arc<sandbox::Door>,
     client: SocketAddr,
+    /// When the connection was accepted (this was made).
+    opened: std::time::Instant,
     /// Told when the connection is gone (this is dropped with it).
     delay_line: Option<Arc<delay_line::DelayLine>>,
 }
@@ -63,7 +65,7 @@ pub(crate) struct FlowPartition {
 impl Drop for FlowPartition {
     fn drop(&mut self) {
         if let Some(line) = &self.delay_line {
-            line.closed(self.client);
+            line.closed(self.client, self.opened);
         }
     }
 }

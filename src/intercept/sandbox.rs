@@ -403,6 +403,7 @@ impl Interception for Sandbox {
         Arc::new(super::FlowPartition {
             door: self.door.clone(),
             client,
+            opened: std::time::Instant::now(),
             delay_line: self.delay_line.clone(),
         })
     }
