@@ -138,11 +138,19 @@ fn attach_faults_a_namespace_without_looping_and_sigterm_removes_everything() {
     assert!(!left.contains("netchaos"), "left behind:\n{left}");
     assert!(!left.contains("NETCHAOS"), "left behind:\n{left}");
     assert_eq!(left, tables_before, "the namespace is as it was");
+    assert!(!claim_file(&ns).exists(), "the claim file is removed");
     let after = client_in(&ns, &dir, &host, port);
     assert!(
         after.starts_with("ok") && seconds(&after, 2) < 0.25,
         "{after}"
     );
+}
+
+/// The lock file by which an attached netchaos claims `ns`.
+fn claim_file(ns: &TestNetns) -> std::path::PathBuf {
+    use std::os::unix::fs::MetadataExt;
+    let ino = std::fs::metadata(netns_path(ns)).unwrap().ino();
+    std::path::PathBuf::from(format!("/run/netchaos/netns-{ino}.lock"))
 }
 
 #[test]
@@ -160,6 +168,7 @@ fn after_sigkill_attach_refuses_and_clean_removes_the_table_once() {
         installed(&ns).contains("table inet netchaos"),
         "the table stays after SIGKILL"
     );
+    assert!(claim_file(&ns).exists(), "and so does the claim file");
     // Nobody serves the redirect now: the namespace's TCP is black-holed.
     let cut = client_in(&ns, &dir, &host, port);
     assert!(cut.starts_with("connect-error"), "{cut}");
@@ -178,6 +187,10 @@ fn after_sigkill_attach_refuses_and_clean_removes_the_table_once() {
     assert!(
         out.contains("removed: nftables table inet netchaos"),
         "{out}"
+    );
+    assert!(
+        !claim_file(&ns).exists(),
+        "a dead netchaos's claim file goes"
     );
     let left = installed(&ns);
     assert!(
@@ -206,6 +219,16 @@ fn after_sigkill_attach_refuses_and_clean_removes_the_table_once() {
         !left.contains("netchaos") && !left.contains("NETCHAOS"),
         "{left}"
     );
+
+    // clean itself removes the claim file a SIGKILL leaves.
+    let p = attach(&ns, &["--fault", "latency:delay=10ms"]);
+    signal(p.pid(), libc::SIGKILL);
+    drop(p);
+    assert!(claim_file(&ns).exists());
+    let (code, out, err) = netchaos(&["clean", "--netns", &path]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("removed: claim file"), "{out}");
+    assert!(!claim_file(&ns).exists());
 }
 
 #[test]

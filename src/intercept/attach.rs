@@ -76,7 +76,19 @@ pub(crate) struct Config {
 /// netchaos starting at the same moment cannot both pass the check for a
 /// live owner (the loser gets the same refusal as when it comes later).
 struct Claim {
-    _lock: Option<nix::fcntl::Flock<std::fs::File>>,
+    /// The lock and its file, removed when the claim is released.
+    lock: Option<(nix::fcntl::Flock<std::fs::File>, String)>,
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        // Unlinked while still locked: a netchaos that opened the file
+        // meanwhile finds, once it gets the lock, that the path is no
+        // longer its file, and opens the path again.
+        if let Some((_, path)) = &self.lock {
+            let _ = std::fs::remove_file(path);
+        }
+    }
 }
 
 const CLAIM_DIR: &str = "/run/netchaos";
@@ -88,41 +100,52 @@ impl Claim {
                 .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
         })?;
         let Ok(id) = id else {
-            return Ok(Claim { _lock: None });
+            return Ok(Claim { lock: None });
         };
         // Where /run is not ours to write (a container), the table's owner
         // and the gate's queue still refuse a second netchaos.
         if std::fs::create_dir_all(CLAIM_DIR).is_err() {
-            return Ok(Claim { _lock: None });
+            return Ok(Claim { lock: None });
         }
         let path = format!("{CLAIM_DIR}/netns-{id}.lock");
-        let Ok(file) = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-        else {
-            return Ok(Claim { _lock: None });
-        };
-        use nix::fcntl::{Flock, FlockArg};
-        match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
-            Ok(mut lock) => {
-                use std::io::{Seek, Write};
-                let _ = lock.set_len(0);
-                let _ = lock.seek(std::io::SeekFrom::Start(0));
-                let _ = write!(lock, "{}", std::process::id());
-                Ok(Claim { _lock: Some(lock) })
+        // A few tries: each lost one is a release (unlink) in between.
+        for _ in 0..5 {
+            let Ok(file) = std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&path)
+            else {
+                return Ok(Claim { lock: None });
+            };
+            use nix::fcntl::{Flock, FlockArg};
+            match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+                Ok(mut lock) => {
+                    use std::os::unix::fs::MetadataExt;
+                    let ours = lock.metadata().map(|m| m.ino()).ok();
+                    if std::fs::metadata(&path).map(|m| m.ino()).ok() != ours {
+                        continue;
+                    }
+                    use std::io::{Seek, Write};
+                    let _ = lock.set_len(0);
+                    let _ = lock.seek(std::io::SeekFrom::Start(0));
+                    let _ = write!(lock, "{}", std::process::id());
+                    return Ok(Claim {
+                        lock: Some((lock, path)),
+                    });
+                }
+                Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
+                    let pid = std::fs::read_to_string(&path)
+                        .ok()
+                        .and_then(|t| t.trim().parse::<i32>().ok())
+                        .unwrap_or(0);
+                    return Err(InterceptError::InTheWay(already_here(pid)));
+                }
+                Err(_) => return Ok(Claim { lock: None }),
             }
-            Err((_, nix::errno::Errno::EWOULDBLOCK)) => {
-                let pid = std::fs::read_to_string(&path)
-                    .ok()
-                    .and_then(|t| t.trim().parse::<i32>().ok())
-                    .unwrap_or(0);
-                Err(InterceptError::InTheWay(already_here(pid)))
-            }
-            Err(_) => Ok(Claim { _lock: None }),
         }
+        Ok(Claim { lock: None })
     }
 }
 
@@ -477,7 +500,20 @@ fn clean_here(force: bool) -> Result<Cleaned> {
             }
         }
     }
+    done.removed.extend(remove_stale_claim());
     Ok(done)
+}
+
+/// The claim file of the namespace this thread is in, when no live
+/// netchaos holds it (a SIGKILL leaves it behind).
+fn remove_stale_claim() -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let id = std::fs::metadata("/proc/thread-self/ns/net").ok()?.ino();
+    let path = format!("{CLAIM_DIR}/netns-{id}.lock");
+    let file = std::fs::OpenOptions::new().read(true).open(&path).ok()?;
+    let _held = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock).ok()?;
+    std::fs::remove_file(&path).ok()?;
+    Some(format!("claim file {path}"))
 }
 
 /// The network devices of the calling thread's namespace.

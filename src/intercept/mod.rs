@@ -35,6 +35,7 @@ pub(crate) mod dns_forward;
 pub(crate) mod error;
 pub(crate) mod gate;
 pub(crate) mod init;
+pub(crate) mod kernel_facts;
 pub(crate) mod loss;
 pub(crate) mod nfqueue;
 pub(crate) mod nft;

@@ -248,18 +248,36 @@ pub(crate) struct Installed {
 /// Installs `rs` (the table, atomically) and the SYN gate: nftables' own
 /// queue where the kernel has it, otherwise the iptables chain.
 pub(crate) fn install(rs: &Ruleset) -> Result<Installed> {
+    use super::kernel_facts::{self, NO_NFT_QUEUE};
+    let known_absent = kernel_facts::known(NO_NFT_QUEUE);
+    if !known_absent {
+        return install_native(rs).or_else(|e| match lacks_native_queue(&e) {
+            true => {
+                kernel_facts::remember(NO_NFT_QUEUE);
+                install_xt(rs)
+            }
+            false => Err(e),
+        });
+    }
+    // Remembered from an earlier run of this boot; should the iptables
+    // path fail (no iptables), the kernel may have gained the module since.
+    install_xt(rs).or_else(|e| install_native(rs).map_err(|_| e))
+}
+
+/// The table with nftables' own queue for the gate.
+fn install_native(rs: &Ruleset) -> Result<Installed> {
     let mut rs = rs.clone();
     rs.native_gate = true;
-    match apply_with_comment_fallback(&rs) {
-        Ok(()) => {
-            return Ok(Installed {
-                xt_gate: false,
-                made_mangle: [false; 2],
-            });
-        }
-        Err(e) if !lacks_native_queue(&e) => return Err(e),
-        Err(_) => {}
-    }
+    apply_with_comment_fallback(&rs)?;
+    Ok(Installed {
+        xt_gate: false,
+        made_mangle: [false; 2],
+    })
+}
+
+/// The table without the queue, and the gate as an iptables chain.
+fn install_xt(rs: &Ruleset) -> Result<Installed> {
+    let mut rs = rs.clone();
     rs.native_gate = false;
     apply_with_comment_fallback(&rs)?;
     // (Each look is an `nft` run: milliseconds of `run`'s start-up.)
