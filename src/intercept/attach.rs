@@ -91,7 +91,7 @@ impl Drop for Claim {
     }
 }
 
-const CLAIM_DIR: &str = "/run/netchaos";
+const CLAIM_DIR: &str = super::run_dir::RUN_DIR;
 
 impl Claim {
     fn take(ns: &NsThread) -> Result<Claim> {
@@ -104,17 +104,21 @@ impl Claim {
         };
         // Where /run is not ours to write (a container), the table's owner
         // and the gate's queue still refuse a second netchaos.
-        if std::fs::create_dir_all(CLAIM_DIR).is_err() {
+        // Nor where it is not root's own (anyone could plant the file).
+        if !super::run_dir::ours(std::path::Path::new(CLAIM_DIR)) {
             return Ok(Claim { lock: None });
         }
         let path = format!("{CLAIM_DIR}/netns-{id}.lock");
         // A few tries: each lost one is a release (unlink) in between.
         for _ in 0..5 {
+            use std::os::unix::fs::OpenOptionsExt;
             let Ok(file) = std::fs::OpenOptions::new()
                 .read(true)
                 .write(true)
                 .create(true)
                 .truncate(false)
+                .mode(0o600)
+                .custom_flags(super::run_dir::NO_FOLLOW)
                 .open(&path)
             else {
                 return Ok(Claim { lock: None });
@@ -145,7 +149,8 @@ impl Claim {
                 Err(_) => return Ok(Claim { lock: None }),
             }
         }
-        Ok(Claim { lock: None })
+        // Lost to a release every time: another netchaos is busy here.
+        Err(InterceptError::InTheWay(already_here(0)))
     }
 }
 
@@ -510,6 +515,9 @@ fn remove_stale_claim() -> Option<String> {
     use std::os::unix::fs::MetadataExt;
     let id = std::fs::metadata("/proc/thread-self/ns/net").ok()?.ino();
     let path = format!("{CLAIM_DIR}/netns-{id}.lock");
+    if !super::run_dir::trusted_file(std::path::Path::new(&path)) {
+        return None;
+    }
     let file = std::fs::OpenOptions::new().read(true).open(&path).ok()?;
     let _held = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusiveNonblock).ok()?;
     std::fs::remove_file(&path).ok()?;

@@ -41,6 +41,7 @@ pub(crate) mod nfqueue;
 pub(crate) mod nft;
 pub(crate) mod nsthread;
 pub(crate) mod privilege;
+pub(crate) mod run_dir;
 pub(crate) mod sandbox;
 pub(crate) mod sock_diag;
 pub(crate) mod syn_gate;

@@ -270,14 +270,16 @@ impl Conn<'_> {
         };
         self.info.marks.dialled();
         let capped = sockopt::tune(&upstream, self.relay.opts.peer_timeout);
-        // A partition must find the relay holding little of the server's
-        // stream, as a real path holds nothing: a small buffer that does
-        // not grow.
-        let grows = dial::Shape::for_faults(&first) == dial::Shape::Native;
-        if !grows {
+        // A partition must find the relay holding little of a local
+        // server's stream, as a real path holds nothing: a small buffer
+        // that does not grow. (Over a longer path the buffer stays the
+        // kernel's: a small one would cap the rate.)
+        let partitioned =
+            self.partition.is_some() && dial::Shape::for_faults(&first) == dial::Shape::Ethernet;
+        if capped && partitioned {
             sockopt::hold_little(&upstream);
         }
-        self.capped[1].store(capped && grows, Ordering::Relaxed);
+        self.capped[1].store(capped && !partitioned, Ordering::Relaxed);
         if http::wanted(&first, self.tls, self.protocol) {
             let dst = dest.addrs.first().copied();
             if let Some(done) = Box::pin(self.http(client, &upstream, self.tls, dst)).await {

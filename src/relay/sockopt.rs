@@ -46,10 +46,10 @@ pub(crate) fn tune(s: &TcpStream, peer_timeout: Duration) -> bool {
     path_rtt(s).is_some_and(|rtt| rtt < LOCAL_RTT) && sock.set_recv_buffer_size(RECV_BUF).is_ok()
 }
 
-/// Bounds a receive buffer to what a fresh socket starts with (the
-/// kernel's default 128 KiB), for a stream that a partition may cut: what
-/// the relay's kernel accepts during it is what a real path would not have
-/// carried.
+/// Bounds a receive buffer to 32 KiB, for a stream from a local server
+/// that a partition may cut: what the relay's kernel accepts during it is
+/// what a real path would not have carried (at a local round trip 32 KiB
+/// still carries gigabytes a second).
 pub(crate) fn hold_little(s: &TcpStream) {
     // The kernel doubles what is set.
     let _ = SockRef::from(s).set_recv_buffer_size(16 << 10);

@@ -174,8 +174,15 @@ impl Proxy {
 }
 
 impl Drop for Proxy {
+    /// SIGTERM first, so that netchaos removes what it made (its lock
+    /// files, its tables) as a user's Ctrl-C would; SIGKILL after 3 s.
     fn drop(&mut self) {
         if let Some(mut c) = self.child.take() {
+            signal(c.id(), libc::SIGTERM);
+            let deadline = Instant::now() + Duration::from_secs(3);
+            while c.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
             let _ = c.kill();
             let _ = c.wait();
         }
