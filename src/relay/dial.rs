@@ -188,8 +188,13 @@ async fn connect_host(addr: SocketAddr, shape: Shape) -> std::io::Result<TcpStre
     if shape == Shape::Native || !is_loopback(addr) {
         return TcpStream::connect(addr).await;
     }
+    // 1500 less the IP and TCP headers; an IPv4-mapped peer is IPv4 on
+    // the wire.
     let (sock, mss) = match addr {
         SocketAddr::V4(_) => (tokio::net::TcpSocket::new_v4()?, 1460),
+        SocketAddr::V6(v6) if v6.ip().to_ipv4_mapped().is_some() => {
+            (tokio::net::TcpSocket::new_v6()?, 1460)
+        }
         SocketAddr::V6(_) => (tokio::net::TcpSocket::new_v6()?, 1440),
     };
     socket2::SockRef::from(&sock).set_tcp_mss(mss)?;
