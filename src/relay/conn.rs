@@ -36,15 +36,21 @@ use crate::fault::Chosen;
 use crate::fault::{Direction, FaultKind, Partition, StageCtx};
 use crate::plan::ConnMeta;
 
-/// Serves one accepted client until the connection ends or netchaos stops.
+/// Serves one accepted client until the connection ends or netchaos stops;
+/// `inherits`: the client socket has the relay's options from its listener.
 pub(crate) async fn serve(
     relay: Arc<Relay>,
     client: TcpStream,
     peer: SocketAddr,
     ep: Arc<Endpoint>,
+    inherits: bool,
 ) {
     let opened = Instant::now();
-    let client_capped = sockopt::tune(&client, relay.opts.peer_timeout);
+    let client_capped = if inherits {
+        sockopt::tune_accepted(&client)
+    } else {
+        sockopt::tune(&client, relay.opts.peer_timeout)
+    };
     // A client the SYN gate let through comes with its decisions and its
     // upstream, dialled while its SYN was held.
     let mut dest = dial::destination(&ep, &client).await;
@@ -361,10 +367,12 @@ impl Conn<'_> {
         let meter = self.meter();
         let mut total = 0;
         // The source of the upstream direction is the client.
-        let growth =
-            || sockopt::RecvGrowth::new(src, self.capped[dir.index()].load(Ordering::Relaxed));
+        let growth = |fresh| {
+            let capped = self.capped[dir.index()].load(Ordering::Relaxed);
+            sockopt::RecvGrowth::new(src, capped, fresh)
+        };
         if feed.wanted().is_empty() {
-            match splice::run(src, dst, dir, &meter, &mut feed, growth()).await {
+            match splice::run(src, dst, dir, &meter, &mut feed, growth(true)).await {
                 splice::Spliced::End(end, n) => return (end, n),
                 splice::Spliced::Faulted(n) => total = n,
             }
@@ -372,7 +380,7 @@ impl Conn<'_> {
         // Boxed: the pipeline's state is large, and an idle fault-free
         // connection should not carry room for it.
         let (end, n) = Box::pin(pipeline::run(
-            pipeline::Source::Socket(src, growth()),
+            pipeline::Source::Socket(src, growth(false)),
             Sink::Tcp(dst),
             dir,
             &mut feed,

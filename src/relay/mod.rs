@@ -303,9 +303,12 @@ impl Relay {
 
     async fn accept_loop(self: &Arc<Self>, listener: TcpListener, ep: &Arc<Endpoint>) {
         let mut listener = listener;
+        // Set once here, the relay's socket options come with every
+        // accepted socket.
+        let inherits = sockopt::tune_listener(&listener, self.opts.peer_timeout);
         loop {
             if self.at_capacity() {
-                match self.pause(listener, ep, Pause::Limit).await {
+                match self.pause(listener, ep, Pause::Limit, inherits).await {
                     Some(l) => listener = l,
                     None => return,
                 }
@@ -317,10 +320,10 @@ impl Relay {
                 r = listener.accept() => r,
             };
             match accepted {
-                Ok((sock, peer)) => self.spawn_conn(sock, peer, ep),
+                Ok((sock, peer)) => self.spawn_conn(sock, peer, ep, inherits),
                 Err(e) if out_of_resources(&e) => {
                     tracing::warn!("accept: {e}");
-                    match self.pause(listener, ep, Pause::Resources).await {
+                    match self.pause(listener, ep, Pause::Resources, inherits).await {
                         Some(l) => listener = l,
                         None => return,
                     }
@@ -340,11 +343,19 @@ impl Relay {
         self.open.load(Ordering::Acquire)
     }
 
-    fn spawn_conn(self: &Arc<Self>, sock: TcpStream, peer: SocketAddr, ep: &Arc<Endpoint>) {
+    /// `inherits`: the socket came with the relay's options from its
+    /// listener ([`sockopt::tune_listener`]).
+    fn spawn_conn(
+        self: &Arc<Self>,
+        sock: TcpStream,
+        peer: SocketAddr,
+        ep: &Arc<Endpoint>,
+        inherits: bool,
+    ) {
         self.open.fetch_add(1, Ordering::AcqRel);
         let slot = Slot(self.clone());
-        self.tasks
-            .spawn(conn::serve(self.clone(), sock, peer, ep.clone()).map(move |()| drop(slot)));
+        let serve = conn::serve(self.clone(), sock, peer, ep.clone(), inherits);
+        self.tasks.spawn(serve.map(move |()| drop(slot)));
     }
 
     /// Stops listening until there is room again (or, out of resources,
@@ -358,6 +369,7 @@ impl Relay {
         listener: TcpListener,
         ep: &Arc<Endpoint>,
         why: Pause,
+        inherits: bool,
     ) -> Option<TcpListener> {
         let listener = match listener.into_std() {
             Ok(l) => l,
@@ -377,7 +389,7 @@ impl Relay {
                 continue;
             }
             if let Ok(s) = TcpStream::from_std(s.into()) {
-                self.spawn_conn(s, peer, ep);
+                self.spawn_conn(s, peer, ep, inherits);
             }
         }
         // A listening socket that is shut down for reading stops listening
