@@ -435,6 +435,49 @@ fn a_blackout_cuts_the_server_off_too() {
     );
 }
 
+/// Listens on the namespace's loopback, connects to itself through the
+/// relay, and prints the MSS the accepted (server) side uses.
+const INSIDE_MSS: &str = r#"
+import socket
+l = socket.socket()
+l.bind(("127.0.0.1", 0))
+l.listen()
+c = socket.create_connection(l.getsockname(), timeout=10)
+l.settimeout(10)
+a, _ = l.accept()
+print(a.getsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG))
+"#;
+
+/// A service inside the namespace, dialled from inside, is shaped as a
+/// host one is: under a blackout its connection has an Ethernet MSS, so
+/// its send buffer does not autotune to loopback's megabytes.
+#[test]
+fn a_blackout_gives_a_service_inside_the_namespace_an_ethernet_mss() {
+    if !need(&["python3"]) {
+        return;
+    }
+    let mut mss = Vec::new();
+    for fault in ["latency:delay=1ms", "blackout:after=60s,duration=1s"] {
+        let (code, out, err) = wrapped(&["--fault", fault], &["python3", "-c", INSIDE_MSS]);
+        assert_eq!(code, 0, "{fault}: {err}");
+        mss.push(
+            out.trim()
+                .parse::<u32>()
+                .unwrap_or_else(|e| panic!("{fault}: {out:?} {e}: {err}")),
+        );
+    }
+    assert!(
+        mss[0] > 1500,
+        "without a blackout: loopback's MSS, got {}",
+        mss[0]
+    );
+    assert!(
+        mss[1] <= 1460,
+        "under a blackout: an Ethernet MSS, got {}",
+        mss[1]
+    );
+}
+
 /// Writes to a server that never reads until no write has gone through
 /// for 2 s; prints the bytes the path accepted.
 const WRITE_UNTIL_BLOCKED: &str = r#"

@@ -365,7 +365,7 @@ impl Sandbox {
     /// there (by the agent, or by netchaos's thread in the namespace). Its
     /// port is bound first and the SYN gate told, so that its SYN passes the
     /// redirect.
-    async fn connect_inside(&self, dst: SocketAddr) -> io::Result<TcpStream> {
+    async fn connect_inside(&self, dst: SocketAddr, mss: Option<u32>) -> io::Result<TcpStream> {
         let door = self.door.clone();
         let std_sock = tokio::task::spawn_blocking(move || door.socket_inside(dst.is_ipv6()))
             .await
@@ -376,6 +376,9 @@ impl Sandbox {
         } else {
             (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
         };
+        if let Some(mss) = mss {
+            socket2::SockRef::from(&sock).set_tcp_mss(mss)?;
+        }
         sock.bind(any)?;
         let _own = self.gate.expect_own(sock.local_addr()?.port(), dst);
         sock.connect(dst).await
@@ -395,8 +398,8 @@ impl Interception for Sandbox {
         Sandbox::route(self, dst)
     }
 
-    fn dial_inside(&self, dst: SocketAddr) -> DialFuture<'_> {
-        Box::pin(self.connect_inside(dst))
+    fn dial_inside(&self, dst: SocketAddr, mss: Option<u32>) -> DialFuture<'_> {
+        Box::pin(self.connect_inside(dst, mss))
     }
 
     fn partition(&self, client: SocketAddr) -> Arc<dyn Partition> {

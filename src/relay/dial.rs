@@ -166,6 +166,20 @@ impl Shape {
             Shape::Native
         }
     }
+
+    /// The MSS to advertise to `addr`, where the route's own would not do:
+    /// an Ethernet path's (1500 bytes less the IP and TCP headers) to a
+    /// server on loopback.
+    fn mss(self, addr: SocketAddr) -> Option<u32> {
+        if self == Shape::Native || !is_loopback(addr) {
+            return None;
+        }
+        // An IPv4-mapped peer is IPv4 on the wire.
+        match addr {
+            SocketAddr::V6(v6) if v6.ip().to_ipv4_mapped().is_none() => Some(1440),
+            _ => Some(1460),
+        }
+    }
 }
 
 /// Connects to `addr`, from inside the namespace when `inside` is given,
@@ -176,26 +190,21 @@ pub(crate) async fn dial(
     inside: Option<&Arc<dyn Interception>>,
     shape: Shape,
 ) -> Result<TcpStream, DialError> {
+    let mss = shape.mss(addr);
     match inside {
-        Some(ns) => dial_with(addr, timeout, ns.dial_inside(addr)).await,
-        None => dial_with(addr, timeout, connect_host(addr, shape)).await,
+        Some(ns) => dial_with(addr, timeout, ns.dial_inside(addr, mss)).await,
+        None => dial_with(addr, timeout, connect_host(addr, mss)).await,
     }
 }
 
-/// Connects from the host's namespace, advertising an Ethernet MSS (1500
-/// bytes less the IP and TCP headers) to a loopback server when asked.
-async fn connect_host(addr: SocketAddr, shape: Shape) -> std::io::Result<TcpStream> {
-    if shape == Shape::Native || !is_loopback(addr) {
+/// Connects from the host's namespace, advertising `mss` when given.
+async fn connect_host(addr: SocketAddr, mss: Option<u32>) -> std::io::Result<TcpStream> {
+    let Some(mss) = mss else {
         return TcpStream::connect(addr).await;
-    }
-    // 1500 less the IP and TCP headers; an IPv4-mapped peer is IPv4 on
-    // the wire.
-    let (sock, mss) = match addr {
-        SocketAddr::V4(_) => (tokio::net::TcpSocket::new_v4()?, 1460),
-        SocketAddr::V6(v6) if v6.ip().to_ipv4_mapped().is_some() => {
-            (tokio::net::TcpSocket::new_v6()?, 1460)
-        }
-        SocketAddr::V6(_) => (tokio::net::TcpSocket::new_v6()?, 1440),
+    };
+    let sock = match addr {
+        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
     };
     socket2::SockRef::from(&sock).set_tcp_mss(mss)?;
     sock.connect(addr).await
@@ -219,5 +228,21 @@ pub(crate) async fn dial_with(
                 crate::units::format_duration(timeout)
             ),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_ethernet_shape_lowers_the_mss_only_towards_loopback() {
+        let at = |s: &str| s.parse::<SocketAddr>().unwrap();
+        assert_eq!(Shape::Ethernet.mss(at("127.0.0.1:80")), Some(1460));
+        assert_eq!(Shape::Ethernet.mss(at("[::1]:80")), Some(1440));
+        assert_eq!(Shape::Ethernet.mss(at("[::ffff:127.0.0.1]:80")), Some(1460));
+        // A remote server's route has its own MSS.
+        assert_eq!(Shape::Ethernet.mss(at("192.0.2.1:80")), None);
+        assert_eq!(Shape::Native.mss(at("127.0.0.1:80")), None);
     }
 }

@@ -55,8 +55,8 @@ pub(crate) trait Interception: Send + Sync {
     fn route(&self, dst: SocketAddr) -> Route;
 
     /// Connects to `dst` from inside the namespace, so that interception
-    /// lets the connection through.
-    fn dial_inside(&self, dst: SocketAddr) -> DialFuture<'_>;
+    /// lets the connection through; advertising `mss` when given.
+    fn dial_inside(&self, dst: SocketAddr, mss: Option<u32>) -> DialFuture<'_>;
 
     /// Packet-level control of `client`'s flow (blackouts).
     fn partition(&self, client: SocketAddr) -> Arc<dyn Partition>;
