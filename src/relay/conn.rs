@@ -263,7 +263,7 @@ impl Conn<'_> {
         // reset the client, which has already connected to us.
         let upstream = match dialled {
             Some(s) => s,
-            None => match self.dial(&dest.addrs, dest.inside.as_ref()).await {
+            None => match self.dial(&dest.addrs, dest.dial_from().as_ref()).await {
                 Ok(s) => s,
                 Err(e) => {
                     self.relay

@@ -24,9 +24,27 @@ pub(crate) struct Dest {
     /// What to call the destination when it has no address.
     pub label: String,
     /// Dial through the namespace instead of from the host.
-    pub inside: Option<Arc<dyn Interception>>,
+    inside: Option<Arc<dyn Interception>>,
+    /// An intercepted connection's namespace, whose route to the address
+    /// decides where it is dialled from.
+    routed: Option<Arc<dyn Interception>>,
     /// Why there is no address, if there is none.
     pub error: Option<(&'static str, String)>,
+}
+
+impl Dest {
+    /// Where the relay dials from: inside the namespace, or the host
+    /// (`None`). An intercepted connection's route is asked here, only
+    /// when the relay dials: one the SYN gate dialled never needs it, and
+    /// asking lists the namespace's listeners (two netlink dumps).
+    pub(crate) fn dial_from(&self) -> Option<Arc<dyn Interception>> {
+        if let (Some(ns), Some(&dst)) = (&self.routed, self.addrs.first())
+            && ns.route(dst) == Route::Inside
+        {
+            return Some(ns.clone());
+        }
+        self.inside.clone()
+    }
 }
 
 pub(crate) async fn destination(ep: &Endpoint, client: &TcpStream) -> Dest {
@@ -35,6 +53,7 @@ pub(crate) async fn destination(ep: &Endpoint, client: &TcpStream) -> Dest {
         names: Vec::new(),
         label: String::new(),
         inside: None,
+        routed: None,
         error: None,
     };
     match &ep.target {
@@ -51,9 +70,7 @@ pub(crate) async fn destination(ep: &Endpoint, client: &TcpStream) -> Dest {
         Target::Transparent(ns) => match sockopt::original_dst(client) {
             Ok(dst) => {
                 d.names = ns.names(dst.ip());
-                if ns.route(dst) == Route::Inside {
-                    d.inside = Some(ns.clone());
-                }
+                d.routed = Some(ns.clone());
                 d.addrs.push(scoped(dst));
             }
             Err(e) => {
