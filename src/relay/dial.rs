@@ -214,17 +214,36 @@ pub(crate) async fn dial(
     }
 }
 
-/// Connects from the host's namespace, advertising `mss` when given.
+/// Connects from the host's namespace, advertising `mss` when given. A
+/// handshake that is over when `connect()` returns (a server on this
+/// host: loopback answers within the call) is taken as it is, with no
+/// turn of the event loop and no timer armed; otherwise the socket is
+/// awaited.
 async fn connect_host(addr: SocketAddr, mss: Option<u32>) -> std::io::Result<TcpStream> {
-    let Some(mss) = mss else {
-        return TcpStream::connect(addr).await;
+    use socket2::{Domain, Protocol, Socket, Type};
+    let sock = Socket::new(
+        Domain::for_address(addr),
+        Type::STREAM.nonblocking().cloexec(),
+        Some(Protocol::TCP),
+    )?;
+    if let Some(mss) = mss {
+        sock.set_tcp_mss(mss)?;
+    }
+    let pending = match sock.connect(&addr.into()) {
+        Ok(()) => false,
+        Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {
+            !sockopt::connected_or_failed(&sock)
+        }
+        Err(e) => return Err(e),
     };
-    let sock = match addr {
-        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
-        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
-    };
-    socket2::SockRef::from(&sock).set_tcp_mss(mss)?;
-    sock.connect(addr).await
+    let stream = TcpStream::from_std(std::net::TcpStream::from(sock))?;
+    if pending {
+        stream.writable().await?;
+    }
+    match stream.take_error()? {
+        Some(e) => Err(e),
+        None => Ok(stream),
+    }
 }
 
 pub(crate) async fn dial_with(

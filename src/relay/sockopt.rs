@@ -170,6 +170,17 @@ fn path_rtt(s: &TcpStream) -> Option<Duration> {
     (info.tcpi_rtt > 0).then(|| Duration::from_micros(u64::from(info.tcpi_rtt)))
 }
 
+/// Whether a non-blocking `connect()` has finished, one way or the other
+/// (writable, or an error or hang-up pending), without waiting.
+pub(crate) fn connected_or_failed(s: &impl std::os::fd::AsFd) -> bool {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    let mut fds = [PollFd::new(s.as_fd(), PollFlags::POLLOUT)];
+    poll(&mut fds, PollTimeout::ZERO).is_ok_and(|n| n == 1)
+        && fds[0].revents().is_some_and(|r| {
+            r.intersects(PollFlags::POLLOUT | PollFlags::POLLERR | PollFlags::POLLHUP)
+        })
+}
+
 /// Unsent bytes the kernel queues on a relay socket before it stops
 /// reporting it writable.
 const NOTSENT_LOWAT: libc::c_int = 128 * 1024;
