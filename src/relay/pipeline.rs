@@ -261,6 +261,8 @@ async fn read_socket(
 ) {
     let mut buf = BytesMut::new();
     let mut want = MIN_READ;
+    // Each chunk dated by its arrival, not by when the relay woke to read.
+    let stamped = super::arrival::stamp(src);
     loop {
         if src.readable().await.is_err() {
             let _ = out
@@ -275,9 +277,16 @@ async fn read_socket(
         // allocation once the chunks handed out were dropped.
         buf.reserve(want);
         let room = buf.capacity() - buf.len();
-        let kind = match src.try_read_buf(&mut buf) {
-            Ok(0) => ItemKind::Fin,
-            Ok(n) => {
+        let read = if stamped {
+            super::arrival::try_read(src, &mut buf)
+        } else {
+            src.try_read_buf(&mut buf).map(|n| (n, Instant::now()))
+        };
+        let mut at = Instant::now();
+        let kind = match read {
+            Ok((0, _)) => ItemKind::Fin,
+            Ok((n, arrived)) => {
+                at = arrived;
                 meter.read(dir, n as u64);
                 // The stages' first channel says whether the destination
                 // keeps up (empty) or the bytes back up (full).
@@ -297,15 +306,7 @@ async fn read_socket(
             Err(_) => ItemKind::Reset,
         };
         let end = !matches!(kind, ItemKind::Data(_));
-        if out
-            .send(Item {
-                at: Instant::now(),
-                kind,
-            })
-            .await
-            .is_err()
-            || end
-        {
+        if out.send(Item { at, kind }).await.is_err() || end {
             return;
         }
     }

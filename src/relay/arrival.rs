@@ -1,0 +1,119 @@
+//! When the bytes a read returns reached the relay, by the kernel's clock
+//! (`SO_TIMESTAMPNS`). The fault pipeline counts a chunk's delay from its
+//! arrival: stamped when the relay got round to reading it, a reply to an
+//! idle relay was late by the time its CPU took to wake (tens to hundreds
+//! of microseconds on a virtual machine) before its `delay` even began.
+
+use std::io;
+use std::mem::MaybeUninit;
+use std::os::fd::{AsRawFd, RawFd};
+use std::time::{Duration, SystemTime};
+
+use bytes::{BufMut, BytesMut};
+use tokio::io::Interest;
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+/// Older stamps than this are not trusted (a clock step, a stamp from
+/// before a long stop): the read's own time is used.
+const MAX_AGE: Duration = Duration::from_secs(1);
+
+/// Asks the kernel to stamp `s`'s arriving packets; whether it will.
+pub(crate) fn stamp(s: &TcpStream) -> bool {
+    use nix::sys::socket::{setsockopt, sockopt};
+    setsockopt(s, sockopt::ReceiveTimestampns, &true).is_ok()
+}
+
+/// Reads into `buf`'s spare room, as `try_read_buf`, and says when the
+/// last byte read arrived (now, when the kernel gave no usable stamp).
+pub(crate) fn try_read(s: &TcpStream, buf: &mut BytesMut) -> io::Result<(usize, Instant)> {
+    let (n, stamp) = s.try_io(Interest::READABLE, || recv_stamped(s.as_raw_fd(), buf))?;
+    let now = Instant::now();
+    let at = stamp
+        .and_then(|t| SystemTime::now().duration_since(t).ok())
+        .filter(|age| *age <= MAX_AGE)
+        .map_or(now, |age| now.checked_sub(age).unwrap_or(now));
+    Ok((n, at))
+}
+
+/// One `recvmsg` into the spare capacity of `buf`, with room for the
+/// timestamp's control message.
+fn recv_stamped(fd: RawFd, buf: &mut BytesMut) -> io::Result<(usize, Option<SystemTime>)> {
+    let spare = buf.spare_capacity_mut();
+    let mut iov = libc::iovec {
+        iov_base: spare.as_mut_ptr().cast(),
+        iov_len: spare.len(),
+    };
+    // Aligned for cmsghdr; room for one timespec message and more.
+    let mut control = [0u64; 16];
+    // SAFETY: an all-zero msghdr is a valid empty one; its pointers are set
+    // below to `iov` and `control`, which outlive the call.
+    let mut msg: libc::msghdr = unsafe { MaybeUninit::zeroed().assume_init() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&control) as _;
+    // SAFETY: `fd` is a live socket borrowed from the caller; the kernel
+    // writes at most `iov_len` bytes into the spare capacity (memory that
+    // `buf` owns and may hold uninitialised) and at most `msg_controllen`
+    // bytes into `control`.
+    let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_DONTWAIT) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let n = n as usize;
+    // SAFETY: the kernel initialised the first `n` bytes of the spare
+    // capacity.
+    unsafe { buf.advance_mut(n) };
+    Ok((n, timestamp(&msg)))
+}
+
+/// The `SCM_TIMESTAMPNS` message of a `recvmsg`, if there is one.
+fn timestamp(msg: &libc::msghdr) -> Option<SystemTime> {
+    // SAFETY: `msg` is a msghdr the kernel filled in, whose control buffer
+    // is still alive; CMSG_FIRSTHDR/CMSG_NXTHDR stay within its
+    // `msg_controllen`, and a message of this level and type carries a
+    // `timespec` (read unaligned: CMSG_DATA need not be aligned for it).
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(msg);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_TIMESTAMPNS {
+                let ts: libc::timespec = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
+                let d = Duration::new(
+                    u64::try_from(ts.tv_sec).ok()?,
+                    u32::try_from(ts.tv_nsec).ok()?,
+                );
+                return SystemTime::UNIX_EPOCH.checked_add(d);
+            }
+            c = libc::CMSG_NXTHDR(msg, c);
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncWriteExt;
+
+    #[tokio::test]
+    async fn a_read_is_dated_when_its_bytes_arrived() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut c = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        let (s, _) = l.accept().await.unwrap();
+        assert!(stamp(&s));
+        c.write_all(b"hello").await.unwrap();
+        // The bytes wait in the kernel while the reader is busy elsewhere.
+        std::thread::sleep(Duration::from_millis(50));
+        s.readable().await.unwrap();
+        let mut buf = BytesMut::with_capacity(64);
+        let (n, at) = try_read(&s, &mut buf).unwrap();
+        assert_eq!((n, &buf[..]), (5, &b"hello"[..]));
+        let age = Instant::now() - at;
+        assert!(
+            age >= Duration::from_millis(45),
+            "dated {age:?} ago, not at arrival"
+        );
+        assert!(age < MAX_AGE, "{age:?}");
+    }
+}
