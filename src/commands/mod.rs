@@ -100,13 +100,18 @@ fn man(command: Option<&str>) -> Result<u8> {
 /// the kernel (its dynamic thresholds trim the heap top) and fault fresh,
 /// zeroed pages in for the next: 2.1 million page faults in 12 s of
 /// iperf3 through `latency:delay=0`, against 1,800 with these settings,
-/// and 0.44-0.48x direct throughput against 0.63-0.69x (interleaved
+/// and 0.39-0.43x direct throughput against 0.55-0.62x (interleaved
 /// rounds). Free memory kept is bounded by the trim threshold; a user's
-/// own `GLIBC_TUNABLES` for malloc wins.
+/// own malloc settings (`GLIBC_TUNABLES`, `MALLOC_*_`) win.
 fn keep_freed_buffers() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     {
-        if std::env::var("GLIBC_TUNABLES").is_ok_and(|t| t.contains("malloc")) {
+        let users = std::env::vars_os().any(|(k, v)| {
+            let k = k.to_string_lossy();
+            k.starts_with("MALLOC_")
+                || (k == "GLIBC_TUNABLES" && v.to_string_lossy().contains("malloc"))
+        });
+        if users {
             return;
         }
         // SAFETY: mallopt only sets two allocator parameters, under the

@@ -14,9 +14,11 @@ use tokio::io::Interest;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-/// Older stamps than this are not trusted (a clock step, a stamp from
-/// before a long stop): the read's own time is used.
-const MAX_AGE: Duration = Duration::from_secs(1);
+/// A chunk is dated at most this much before its read: enough for a
+/// CPU's wake-up, and a bound on what a stamp from long ago (bytes that
+/// waited in the kernel behind backpressure, a clock step) can take off
+/// a delay. A stamp from the future (a clock step back) counts as now.
+const MAX_AGE: Duration = Duration::from_millis(10);
 
 /// Asks the kernel to stamp `s`'s arriving packets; whether it will.
 pub(crate) fn stamp(s: &TcpStream) -> bool {
@@ -31,8 +33,7 @@ pub(crate) fn try_read(s: &TcpStream, buf: &mut BytesMut) -> io::Result<(usize, 
     let now = Instant::now();
     let at = stamp
         .and_then(|t| SystemTime::now().duration_since(t).ok())
-        .filter(|age| *age <= MAX_AGE)
-        .map_or(now, |age| now.checked_sub(age).unwrap_or(now));
+        .map_or(now, |age| now.checked_sub(age.min(MAX_AGE)).unwrap_or(now));
     Ok((n, at))
 }
 
@@ -77,7 +78,11 @@ fn timestamp(msg: &libc::msghdr) -> Option<SystemTime> {
     unsafe {
         let mut c = libc::CMSG_FIRSTHDR(msg);
         while !c.is_null() {
-            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_TIMESTAMPNS {
+            let len = libc::CMSG_LEN(std::mem::size_of::<libc::timespec>() as _) as usize;
+            if (*c).cmsg_level == libc::SOL_SOCKET
+                && (*c).cmsg_type == libc::SCM_TIMESTAMPNS
+                && (*c).cmsg_len as usize >= len
+            {
                 let ts: libc::timespec = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
                 let d = Duration::new(
                     u64::try_from(ts.tv_sec).ok()?,
@@ -103,17 +108,29 @@ mod tests {
         let (s, _) = l.accept().await.unwrap();
         assert!(stamp(&s));
         c.write_all(b"hello").await.unwrap();
-        // The bytes wait in the kernel while the reader is busy elsewhere.
-        std::thread::sleep(Duration::from_millis(50));
+        // The bytes wait in the kernel while the reader is busy elsewhere
+        // (as while a CPU wakes up).
+        std::thread::sleep(Duration::from_millis(5));
         s.readable().await.unwrap();
         let mut buf = BytesMut::with_capacity(64);
         let (n, at) = try_read(&s, &mut buf).unwrap();
         assert_eq!((n, &buf[..]), (5, &b"hello"[..]));
         let age = Instant::now() - at;
         assert!(
-            age >= Duration::from_millis(45),
+            age >= Duration::from_millis(5),
             "dated {age:?} ago, not at arrival"
         );
-        assert!(age < MAX_AGE, "{age:?}");
+        // Bytes that waited longer are dated at most MAX_AGE back.
+        c.write_all(b"again").await.unwrap();
+        std::thread::sleep(MAX_AGE * 3);
+        s.readable().await.unwrap();
+        let before = Instant::now();
+        let (n, at) = try_read(&s, &mut buf).unwrap();
+        assert_eq!(n, 5);
+        assert!(
+            at + MAX_AGE >= before,
+            "dated {:?} back",
+            Instant::now() - at
+        );
     }
 }

@@ -360,6 +360,19 @@ impl Conn<'_> {
         }
     }
 
+    /// Whether `dir`'s chunks may be dated by the kernel's receive stamp:
+    /// not the client's, while a path fault holds its packets in the delay
+    /// line after the stamp (a `latency` on top would absorb that delay).
+    fn arrivals_stamped(&self, dir: Direction) -> bool {
+        dir != Direction::Upstream
+            || !self.chosen.borrow().iter().any(|c| {
+                matches!(
+                    c.spec.kind,
+                    FaultKind::PacketLatency(_) | FaultKind::PacketRate(_)
+                )
+            })
+    }
+
     /// A fault-free direction splices; once a byte fault applies (now or
     /// later) it runs the pipeline.
     async fn direction(&self, src: &TcpStream, dst: &TcpStream, dir: Direction) -> (DirEnd, u64) {
@@ -380,7 +393,7 @@ impl Conn<'_> {
         // Boxed: the pipeline's state is large, and an idle fault-free
         // connection should not carry room for it.
         let (end, n) = Box::pin(pipeline::run(
-            pipeline::Source::Socket(src, growth(false)),
+            pipeline::Source::Socket(src, growth(false), self.arrivals_stamped(dir)),
             Sink::Tcp(dst),
             dir,
             &mut feed,

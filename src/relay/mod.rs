@@ -304,9 +304,11 @@ impl Relay {
 
     async fn accept_loop(self: &Arc<Self>, listener: TcpListener, ep: &Arc<Endpoint>) {
         let mut listener = listener;
-        // Set once here, the relay's socket options come with every
-        // accepted socket.
+        // Set once here, the relay's socket options come with every socket
+        // the listener accepts from now on; the ones already waiting in its
+        // backlog copied it untuned and are tuned one by one.
         let inherits = sockopt::tune_listener(&listener, self.opts.peer_timeout);
+        self.accept_waiting(&socket2::SockRef::from(&listener), ep, false);
         loop {
             if self.at_capacity() {
                 match self.pause(listener, ep, Pause::Limit, inherits).await {
@@ -359,6 +361,27 @@ impl Relay {
         self.tasks.spawn(serve.map(move |()| drop(slot)));
     }
 
+    /// Serves every connection waiting in `sock`'s backlog now, without
+    /// blocking; `inherits`: they have the relay's options from it.
+    fn accept_waiting(
+        self: &Arc<Self>,
+        sock: &socket2::SockRef<'_>,
+        ep: &Arc<Endpoint>,
+        inherits: bool,
+    ) {
+        while let Ok((s, peer)) = sock.accept() {
+            let Some(peer) = peer.as_socket() else {
+                continue;
+            };
+            if s.set_nonblocking(true).is_err() {
+                continue;
+            }
+            if let Ok(s) = TcpStream::from_std(s.into()) {
+                self.spawn_conn(s, peer, ep, inherits);
+            }
+        }
+    }
+
     /// Stops listening until there is room again (or, out of resources,
     /// for at most a second); `None` when netchaos stops meanwhile.
     ///
@@ -382,17 +405,7 @@ impl Relay {
         let sock = socket2::SockRef::from(&listener);
         // Whoever already completed the handshake is served, not reset (the
         // limit is exceeded by at most what the backlog held).
-        while let Ok((s, peer)) = sock.accept() {
-            let Some(peer) = peer.as_socket() else {
-                continue;
-            };
-            if s.set_nonblocking(true).is_err() {
-                continue;
-            }
-            if let Ok(s) = TcpStream::from_std(s.into()) {
-                self.spawn_conn(s, peer, ep, inherits);
-            }
-        }
+        self.accept_waiting(&sock, ep, inherits);
         // A listening socket that is shut down for reading stops listening
         // (new SYNs get an RST) but keeps its address; `listen` resumes it.
         let paused = sock.shutdown(std::net::Shutdown::Read);

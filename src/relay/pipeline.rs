@@ -36,9 +36,11 @@ const DEPTH: usize = 4;
 
 /// Where a direction's bytes come from.
 pub(crate) enum Source<'a> {
-    /// A socket, and how its receive buffer may grow
-    /// ([`sockopt::RecvGrowth`]).
-    Socket(&'a TcpStream, sockopt::RecvGrowth),
+    /// A socket, how its receive buffer may grow
+    /// ([`sockopt::RecvGrowth`]), and whether its chunks may be dated by
+    /// the kernel's receive stamp (not when netchaos's packet delay line
+    /// holds its packets after they were stamped).
+    Socket(&'a TcpStream, sockopt::RecvGrowth, bool),
     /// A canned reply (`respond`): these items, then silence.
     Script(Vec<ItemKind>),
     /// A task that reads elsewhere and sends into the pipeline (the HTTP
@@ -227,7 +229,7 @@ async fn relink(
 
 async fn read_source(src: Source<'_>, out: Output, meter: &Meter<'_>, dir: Direction) {
     match src {
-        Source::Socket(s, growth) => read_socket(s, growth, out, meter, dir).await,
+        Source::Socket(s, growth, stamp) => read_socket(s, growth, stamp, out, meter, dir).await,
         Source::Driven(task) => task(out).await,
         Source::Script(items) => {
             for kind in items {
@@ -255,14 +257,17 @@ async fn read_source(src: Source<'_>, out: Output, meter: &Meter<'_>, dir: Direc
 async fn read_socket(
     src: &TcpStream,
     mut growth: sockopt::RecvGrowth,
+    stamp: bool,
     out: Output,
     meter: &Meter<'_>,
     dir: Direction,
 ) {
     let mut buf = BytesMut::new();
     let mut want = MIN_READ;
-    // Each chunk dated by its arrival, not by when the relay woke to read.
-    let stamped = super::arrival::stamp(src);
+    // Each chunk dated by its arrival, not by when the relay woke to read;
+    // never before the chunk ahead of it.
+    let stamped = stamp && super::arrival::stamp(src);
+    let mut last_at = None::<Instant>;
     loop {
         if src.readable().await.is_err() {
             let _ = out
@@ -286,7 +291,8 @@ async fn read_socket(
         let kind = match read {
             Ok((0, _)) => ItemKind::Fin,
             Ok((n, arrived)) => {
-                at = arrived;
+                at = last_at.map_or(arrived, |l| arrived.max(l));
+                last_at = Some(at);
                 meter.read(dir, n as u64);
                 // The stages' first channel says whether the destination
                 // keeps up (empty) or the bytes back up (full).
