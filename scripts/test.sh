@@ -24,7 +24,7 @@ failed=()
 stage() { echo; echo "== $*"; }
 fail_stage() { failed+=("$1"); echo "test.sh: FAILED: $1" >&2; }
 
-packages=(curl python3 python3-requests iproute2 nftables iptables util-linux procps iperf3 socat)
+packages=(curl python3 python3-requests iproute2 nftables iptables util-linux procps iperf3 socat ethtool)
 # Headless Chromium opens the HTML reports (tests/report.rs).
 command -v chromium >/dev/null || packages+=(chromium)
 # Clients for the HTTPS tests, unless the machine has its own.

@@ -221,14 +221,13 @@ fn setup(cfg: &AgentConfig) -> Result<Setup> {
         _ => e,
     };
     let (a4, a6) = (cfg.addrs.v4.to_string(), cfg.addrs.v6.to_string());
-    // `loss` (and the delay line) act on packets of the size an Ethernet path carries: on `lo`
-    // (MTU 65,536, with segmentation offload) a bulk transfer is ~45
-    // times fewer, larger packets, and dropping a share of those is far
-    // milder than the same share of a real path's segments. The MTU sets
-    // the segment size; gso_max_size keeps TCP from batching segments
-    // into one packet the loss rules would see whole.
-    // (A delay line on 64 KiB packets would also let slow start grow by
-    // 45 times a real path's segments per round trip.)
+    // `loss` and the delay line act on packets of the size an Ethernet
+    // path carries: on `lo` (MTU 65,536, with segmentation offload) a bulk
+    // transfer is ~45 times fewer, larger packets, and dropping a share of
+    // those is far milder than the same share of a real path's segments;
+    // a delay line on them would let slow start grow by 45 times a real
+    // path's segments per round trip. The MTU sets the segment size, and
+    // with TSO off ([`offload`]) the packets are single segments.
     let lossy = !cfg.losses.is_empty() || cfg.delayed;
     let mtu = match lossy {
         true => format!("link set lo mtu {PATH_MTU}\n"),
@@ -245,13 +244,12 @@ fn setup(cfg: &AgentConfig) -> Result<Setup> {
     )
     .map_err(InterceptError::from)
     .map_err(rootless_hint)?;
-    // Apart from the batch: a kernel or ip that cannot set it makes loss
-    // milder, not the run impossible.
+    // Apart from the batch: a kernel that cannot set it makes loss milder,
+    // not the run impossible.
     if lossy {
-        let gso = PATH_MTU.to_string();
-        if let Err(e) = crate::tool::run("ip", &["link", "set", "lo", "gso_max_size", &gso], None) {
+        if let Err(e) = super::offload::tso_off("lo") {
             tracing::warn!(
-                "loss acts on larger packets than a real path's (cannot set lo's gso_max_size: {e})"
+                "loss acts on larger packets than a real path's (cannot turn lo's segmentation offload off: {e})"
             );
         }
     }

@@ -40,6 +40,7 @@ pub(crate) mod loss;
 pub(crate) mod nfqueue;
 pub(crate) mod nft;
 pub(crate) mod nsthread;
+pub(crate) mod offload;
 pub(crate) mod privilege;
 pub(crate) mod run_dir;
 pub(crate) mod sandbox;
