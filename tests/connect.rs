@@ -755,26 +755,58 @@ fn timed_get(out: &str) -> (f64, f64, u64, u64) {
     )
 }
 
-fn megabyte_server() -> Server {
-    Server::http(Box::leak(pattern(3, 1 << 20).into_boxed_slice()))
-}
-
 #[test]
 fn packet_latency_is_a_slower_path_handshake_and_slow_start_included() {
     if !need(&["python3", "ip", "nft"]) {
         return;
     }
-    let server = megabyte_server();
+    let Some(ns) = TestNetns::new() else { return };
+    // The reference: a real path with a 50 ms round trip (25 ms each way,
+    // MTU 1500) into the test's namespace, and the same server at its end.
+    let path = DelayedPath::new(&ns, 25);
+    let body = Box::leak(pattern(3, 1 << 20).into_boxed_slice());
+    let server = Server::start(&format!("{}:0", path.host_ip), move |mut s| {
+        use std::io::Read;
+        let mut buf = [0u8; 4096];
+        let _ = s.read(&mut buf);
+        let head = format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            body.len()
+        );
+        let _ = s.write_all(head.as_bytes());
+        let _ = s.write_all(body);
+        let _ = s.shutdown(std::net::Shutdown::Write);
+    });
     let (ip, port) = (server.addr.ip().to_string(), server.addr.port().to_string());
+    let real = ns.sh(&format!(
+        "python3 -c '{}' {ip} {port}",
+        TIMED_GET.replace('\'', "'\"'\"'")
+    ));
+    assert!(
+        real.status.success(),
+        "{}",
+        String::from_utf8_lossy(&real.stderr)
+    );
+    let (real_connect, real_total, real_bytes, real_rtt) =
+        timed_get(&String::from_utf8_lossy(&real.stdout));
+    // netchaos: the same server, reached from `run`'s namespace over the
+    // host's loopback (the delayed path is not on that route).
     let get = ["python3", "-c", TIMED_GET, &ip, &port];
     let (code, out, err) = wrapped(&["--fault", "packet_latency:delay=50ms"], &get);
     assert_eq!(code, 0, "{err}");
     let (connect, total, bytes, rtt) = timed_get(&out);
     eprintln!(
-        "packet_latency 50ms: connect {connect:.4}s, 1 MiB GET {total:.3}s, tcpi_rtt {rtt} µs"
+        "50 ms round trip: connect {real_connect:.4}s real, {connect:.4}s packet_latency; \
+         1 MiB GET {real_total:.3}s real, {total:.3}s packet_latency; \
+         tcpi_rtt {real_rtt} µs real, {rtt} µs packet_latency"
     );
+    assert_eq!(bytes, real_bytes);
     assert!(bytes > 1 << 20, "{out}");
     // connect() takes one round trip: the SYN and the SYN-ACK cross the path.
+    assert!(
+        real_connect >= 0.049,
+        "the reference path's connect took {real_connect}s"
+    );
     assert!(
         (0.049..0.2).contains(&connect),
         "connect() took {connect}s over a 50 ms path"
@@ -784,12 +816,13 @@ fn packet_latency_is_a_slower_path_handshake_and_slow_start_included() {
         (49_000..150_000).contains(&rtt),
         "the client's TCP measured an RTT of {rtt} µs"
     );
-    // Slow start over 50 ms round trips: a real path (MTU 1500, initial
-    // window 10) needs about 7 of them for 1 MiB, 0.43 s in all (netem, and
-    // the issue's own reference delay line); a stream delay takes ~0.1 s.
+    // Slow start over 50 ms round trips: about 7 of them for 1 MiB on both
+    // (a stream delay takes ~0.1 s).
+    assert!(real_total > 0.3, "the reference path took {real_total}s");
+    let ratio = total / real_total;
     assert!(
-        (0.3..3.0).contains(&total),
-        "a 1 MiB GET took {total}s over a 50 ms path"
+        (0.67..=1.5).contains(&ratio),
+        "a 1 MiB GET took {total}s under packet_latency, {real_total}s over a real 50 ms path"
     );
     assert!(err.contains("cli   packet_latency"), "{err}");
 }

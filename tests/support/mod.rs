@@ -672,6 +672,49 @@ pub(crate) fn need(tools: &[&str]) -> bool {
     tools.iter().all(|t| !missing_tool(t))
 }
 
+/// A second link into a [`TestNetns`]: a point-to-point path of two TUN
+/// devices joined by `support/tunpath.py`, which holds each packet
+/// `delay_ms` each way (a round trip of twice that, MTU 1500, one segment
+/// per packet) — netem's delay, built without sch_netem. Stopped when
+/// dropped; its devices go with the process.
+pub(crate) struct DelayedPath {
+    child: Child,
+    /// This host's end, to bind a server to.
+    pub(crate) host_ip: std::net::Ipv4Addr,
+}
+
+impl DelayedPath {
+    pub(crate) fn new(ns: &TestNetns, delay_ms: u32) -> DelayedPath {
+        let script =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/tunpath.py");
+        let id = ns.host_ip.octets()[2];
+        let host_ip = std::net::Ipv4Addr::new(10, 214, id, 1);
+        let mut child = Command::new("python3")
+            .arg(script)
+            .arg(delay_ms.to_string())
+            .arg(&ns.name)
+            .arg(ns.host_if.replacen("nch", "nto", 1))
+            .arg(ns.host_if.replacen("nch", "nti", 1))
+            .arg(host_ip.to_string())
+            .arg(std::net::Ipv4Addr::new(10, 214, id, 2).to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start tunpath.py");
+        let mut line = String::new();
+        let _ = BufReader::new(child.stdout.take().unwrap()).read_line(&mut line);
+        assert_eq!(line.trim(), "ready", "tunpath.py could not make its path");
+        DelayedPath { child, host_ip }
+    }
+}
+
+impl Drop for DelayedPath {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// `support/httpd.py`, stopped when dropped.
 pub(crate) struct Httpd {
     child: Child,
