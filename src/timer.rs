@@ -28,7 +28,7 @@ const COARSE: Duration = Duration::from_millis(2);
 /// latency of an idle CPU (see the module doc), at the cost of at most
 /// this much CPU per wait (a connection's timing faults, never the
 /// fault-free path).
-const SPIN: Duration = Duration::from_micros(200);
+pub(crate) const SPIN: Duration = Duration::from_micros(200);
 
 /// Lowers the calling thread's timer slack to 1 µs (the default 50 µs is a
 /// power-saving allowance, and a fault injector's timers are its product).
@@ -44,7 +44,7 @@ pub(crate) fn tighten_slack() {
 /// fired, or for a wait shorter than that), yielding to the runtime's other
 /// tasks at each look: on a single-threaded runtime a busy wait would hold
 /// up every other connection.
-async fn spin_until(deadline: Instant) {
+pub(crate) async fn spin_until(deadline: Instant) {
     while Instant::now() < deadline {
         tokio::task::yield_now().await;
     }

@@ -29,6 +29,7 @@ use super::nfqueue::{self, Verdict};
 use super::nft;
 use crate::fault::Direction;
 use crate::fault::path::Path;
+use crate::timer;
 
 /// Packets the kernel holds for the line: 100 ms of a 1.5 Gbit/s flow at
 /// MTU 1500; beyond it the kernel drops, as a full router queue would.
@@ -169,7 +170,7 @@ pub(crate) async fn run(queue: OwnedFd, line: Arc<DelayLine>) {
     let mut next_sweep = Instant::now() + SWEEP;
     let mut warned = false;
     // Without a timerfd (fd exhaustion), the runtime's timer: coarser.
-    let alarm = crate::timer::Alarm::new().ok();
+    let alarm = timer::Alarm::new().ok();
     loop {
         let due = held.peek().map(|Reverse((t, _, _))| *t);
         tokio::select! {
@@ -231,13 +232,28 @@ pub(crate) async fn run(queue: OwnedFd, line: Arc<DelayLine>) {
     }
 }
 
-/// Waits until `at` for the next release.
-async fn release_at(alarm: Option<&crate::timer::Alarm>, at: Instant) {
-    match alarm {
-        Some(a) if !cfg!(test) && a.wait_until(at).await.is_ok() => {}
-        _ => tokio::time::sleep_until(at).await,
+/// Waits until `at` for the next release. After a quiet of more than
+/// [`QUIET`] the CPU is likely deep asleep and wakes late (0.2–0.3 ms on a
+/// 2-core VM, twice per handshake: the SYN's release and the SYN-ACK's),
+/// so the alarm is set [`timer::SPIN`] early and the rest is spun: at most
+/// that much CPU per `QUIET` waited, and never while packets come densely
+/// (a bulk transfer's releases are microseconds apart).
+async fn release_at(alarm: Option<&timer::Alarm>, at: Instant) {
+    let Some(a) = alarm.filter(|_| !cfg!(test)) else {
+        return tokio::time::sleep_until(at).await;
+    };
+    let quiet = at.saturating_duration_since(Instant::now()) > QUIET;
+    let wake = if quiet { at - timer::SPIN } else { at };
+    if a.wait_until(wake).await.is_err() {
+        return tokio::time::sleep_until(at).await;
+    }
+    if quiet {
+        timer::spin_until(at).await;
     }
 }
+
+/// A wait longer than this ends in a spin (see [`release_at`]).
+const QUIET: Duration = Duration::from_millis(5);
 
 /// Sends the batched verdicts (netlink takes many messages per `send`; a
 /// batch is cut at 60 KiB to stay within one datagram). Should a batch be
