@@ -38,8 +38,9 @@ pub(crate) fn tso_off(ifname: &str) -> io::Result<()> {
             "bad interface name",
         ));
     }
-    let sock =
-        std::net::UdpSocket::bind("0.0.0.0:0").or_else(|_| std::net::UdpSocket::bind("[::]:0"))?;
+    // Any socket carries the ioctl; an unbound one sends nothing.
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None)
+        .or_else(|_| socket2::Socket::new(socket2::Domain::IPV6, socket2::Type::DGRAM, None))?;
     let mut value = EthtoolValue {
         cmd: ETHTOOL_STSO,
         data: 0,
@@ -52,9 +53,32 @@ pub(crate) fn tso_off(ifname: &str) -> io::Result<()> {
     req.ifr_ifru.ifru_data = (&mut value as *mut EthtoolValue).cast();
     // SAFETY: SIOCETHTOOL reads the NUL-terminated name and the
     // ethtool_value that ifru_data points to, both live for the call.
-    let rc = unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCETHTOOL, &mut req) };
+    let rc = unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCETHTOOL as libc::Ioctl, &mut req) };
     if rc < 0 {
         return Err(io::Error::last_os_error());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_name_the_kernel_cannot_take_is_refused_before_the_call() {
+        let long = "x".repeat(libc::IFNAMSIZ);
+        assert_eq!(
+            tso_off(&long).unwrap_err().kind(),
+            io::ErrorKind::InvalidInput
+        );
+        assert_eq!(
+            tso_off("lo\0x").unwrap_err().kind(),
+            io::ErrorKind::InvalidInput
+        );
+    }
+
+    #[test]
+    fn a_missing_device_is_an_error_not_a_silent_success() {
+        assert!(tso_off("nc-no-such-if").is_err());
+    }
 }
