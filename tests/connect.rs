@@ -323,7 +323,8 @@ fn loss_is_as_harsh_as_the_same_loss_on_a_real_path() {
     }
     let Some(ns) = TestNetns::new() else { return };
     // The reference: a veth at MTU 1500 carrying one segment per packet
-    // (TSO off, as a NIC cuts segments before the wire), nftables dropping
+    // (TSO off, as a NIC cuts segments before the wire; GRO off, veth's
+    // default, so none are merged on the way in), nftables dropping
     // 10 % of the TCP packets each way in the client's namespace.
     for (netns, dev) in [(None, &ns.host_if), (Some(&ns.name), &ns.ns_if)] {
         let mut c = match netns {
@@ -334,7 +335,10 @@ fn loss_is_as_harsh_as_the_same_loss_on_a_real_path() {
             }
             None => Command::new("ethtool"),
         };
-        let out = c.args(["-K", dev, "tso", "off"]).output().unwrap();
+        let out = c
+            .args(["-K", dev, "tso", "off", "gro", "off"])
+            .output()
+            .unwrap();
         assert!(
             out.status.success(),
             "{}",
@@ -413,12 +417,13 @@ fn loss_is_as_harsh_as_the_same_loss_on_a_real_path() {
             "every transfer waited out a retransmission timeout: real path {real:?}, netchaos {faulted:?}"
         );
     };
-    let ratio = quick / real_quick;
+    // 20 ms of allowance above: with both cores busy the relay's extra
+    // hop costs the quick transfers (~25 ms) more than the path does.
     assert!(
-        (0.5..=2.0).contains(&ratio),
+        quick >= 0.5 * real_quick && quick <= 2.0 * real_quick + 0.02,
         "recovering by retransmission, netchaos took {quick}s (median) where the real path took {real_quick}s"
     );
-    // A binomial count each (about a third of 15): apart by more than 7
+    // A binomial count each (3–8 of 15 seen): apart by more than 7
     // is beyond chance (a loss far milder or far harsher than the path's).
     assert!(
         stalled.abs_diff(real_stalled) <= 7,
@@ -755,17 +760,10 @@ fn timed_get(out: &str) -> (f64, f64, u64, u64) {
     )
 }
 
-#[test]
-fn packet_latency_is_a_slower_path_handshake_and_slow_start_included() {
-    if !need(&["python3", "ip", "nft"]) {
-        return;
-    }
-    let Some(ns) = TestNetns::new() else { return };
-    // The reference: a real path with a 50 ms round trip (25 ms each way,
-    // MTU 1500) into the test's namespace, and the same server at its end.
-    let path = DelayedPath::new(&ns, 25);
+/// A server on `bind` answering one GET with 1 MiB.
+fn megabyte_server(bind: &str) -> Server {
     let body = Box::leak(pattern(3, 1 << 20).into_boxed_slice());
-    let server = Server::start(&format!("{}:0", path.host_ip), move |mut s| {
+    Server::start(bind, move |mut s| {
         use std::io::Read;
         let mut buf = [0u8; 4096];
         let _ = s.read(&mut buf);
@@ -776,55 +774,99 @@ fn packet_latency_is_a_slower_path_handshake_and_slow_start_included() {
         let _ = s.write_all(head.as_bytes());
         let _ = s.write_all(body);
         let _ = s.shutdown(std::net::Shutdown::Write);
+    })
+}
+
+#[test]
+fn packet_latency_is_a_slower_path_handshake_and_slow_start_included() {
+    if !need(&["python3", "ip", "nft"]) {
+        return;
+    }
+    // The reference, where the test may build it (root, a TUN device): a
+    // real path with a 50 ms round trip (25 ms each way, MTU 1500) into a
+    // namespace of the test's, and the same server at its end. Without
+    // it, netchaos's side still runs against what such a path gives.
+    let ns = TestNetns::new();
+    let path = ns.as_ref().and_then(|ns| DelayedPath::new(ns, 25));
+    let server = megabyte_server(&match &path {
+        Some(p) => format!("{}:0", p.host_ip),
+        None => "127.0.0.1:0".into(),
     });
     let (ip, port) = (server.addr.ip().to_string(), server.addr.port().to_string());
-    let real = ns.sh(&format!(
-        "python3 -c '{}' {ip} {port}",
-        TIMED_GET.replace('\'', "'\"'\"'")
-    ));
-    assert!(
-        real.status.success(),
-        "{}",
-        String::from_utf8_lossy(&real.stderr)
-    );
-    let (real_connect, real_total, real_bytes, real_rtt) =
-        timed_get(&String::from_utf8_lossy(&real.stdout));
     // netchaos: the same server, reached from `run`'s namespace over the
-    // host's loopback (the delayed path is not on that route).
+    // host's loopback (the delayed path is not on that route). Three
+    // interleaved rounds, medians: one GET's slow start is at the mercy
+    // of a descheduled process on either side.
     let get = ["python3", "-c", TIMED_GET, &ip, &port];
-    let (code, out, err) = wrapped(&["--fault", "packet_latency:delay=50ms"], &get);
-    assert_eq!(code, 0, "{err}");
-    let (connect, total, bytes, rtt) = timed_get(&out);
-    eprintln!(
-        "50 ms round trip: connect {real_connect:.4}s real, {connect:.4}s packet_latency; \
-         1 MiB GET {real_total:.3}s real, {total:.3}s packet_latency; \
-         tcpi_rtt {real_rtt} µs real, {rtt} µs packet_latency"
-    );
-    assert_eq!(bytes, real_bytes);
-    assert!(bytes > 1 << 20, "{out}");
+    let (mut real, mut faulted) = (Vec::new(), Vec::new());
+    for _ in 0..3 {
+        if let (Some(ns), Some(_)) = (&ns, &path) {
+            let out = ns.sh(&format!(
+                "python3 -c '{}' {ip} {port}",
+                TIMED_GET.replace('\'', "'\"'\"'")
+            ));
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            real.push(timed_get(&String::from_utf8_lossy(&out.stdout)));
+        }
+        let (code, out, err) = wrapped(&["--fault", "packet_latency:delay=50ms"], &get);
+        assert_eq!(code, 0, "{err}");
+        assert!(err.contains("cli   packet_latency"), "{err}");
+        faulted.push(timed_get(&out));
+    }
+    let median = |v: &[(f64, f64, u64, u64)], f: fn(&(f64, f64, u64, u64)) -> f64| {
+        let mut x: Vec<f64> = v.iter().map(f).collect();
+        x.sort_by(f64::total_cmp);
+        x[x.len() / 2]
+    };
+    let connect = median(&faulted, |r| r.0);
+    let total = median(&faulted, |r| r.1);
+    let rtt = median(&faulted, |r| r.3 as f64);
+    assert!(faulted.iter().all(|r| r.2 > 1 << 20), "{faulted:?}");
     // connect() takes one round trip: the SYN and the SYN-ACK cross the path.
-    assert!(
-        real_connect >= 0.049,
-        "the reference path's connect took {real_connect}s"
-    );
     assert!(
         (0.049..0.2).contains(&connect),
         "connect() took {connect}s over a 50 ms path"
     );
     // The client's TCP measures the path.
     assert!(
-        (49_000..150_000).contains(&rtt),
+        (49_000.0..150_000.0).contains(&rtt),
         "the client's TCP measured an RTT of {rtt} µs"
     );
-    // Slow start over 50 ms round trips: about 7 of them for 1 MiB on both
-    // (a stream delay takes ~0.1 s).
+    if real.is_empty() {
+        // Slow start over 50 ms round trips: about 7 of them for 1 MiB,
+        // 0.43 s over a real path (a stream delay takes ~0.1 s).
+        eprintln!("no reference path here (see above): 1 MiB GET {total:.3}s under packet_latency");
+        assert!(
+            (0.3..3.0).contains(&total),
+            "a 1 MiB GET took {total}s over a 50 ms path"
+        );
+        return;
+    }
+    let (real_connect, real_total) = (median(&real, |r| r.0), median(&real, |r| r.1));
+    let real_rtt = median(&real, |r| r.3 as f64);
+    eprintln!(
+        "50 ms round trip (medians of 3): connect {real_connect:.4}s real, {connect:.4}s packet_latency; \
+         1 MiB GET {real_total:.3}s real, {total:.3}s packet_latency; \
+         tcpi_rtt {real_rtt} µs real, {rtt} µs packet_latency"
+    );
+    assert!(
+        real.iter().zip(&faulted).all(|(r, f)| r.2 == f.2),
+        "{real:?} {faulted:?}"
+    );
+    assert!(
+        real_connect >= 0.049,
+        "the reference path's connect took {real_connect}s"
+    );
     assert!(real_total > 0.3, "the reference path took {real_total}s");
     let ratio = total / real_total;
     assert!(
         (0.67..=1.5).contains(&ratio),
         "a 1 MiB GET took {total}s under packet_latency, {real_total}s over a real 50 ms path"
     );
-    assert!(err.contains("cli   packet_latency"), "{err}");
 }
 
 /// Applies an HTB rate on `dev`'s egress; the root qdisc goes with the

@@ -232,12 +232,12 @@ pub(crate) async fn run(queue: OwnedFd, line: Arc<DelayLine>) {
     }
 }
 
-/// Waits until `at` for the next release. After a quiet of more than
-/// [`QUIET`] the CPU is likely deep asleep and wakes late (0.2–0.3 ms on a
-/// 2-core VM, twice per handshake: the SYN's release and the SYN-ACK's),
-/// so the alarm is set [`timer::SPIN`] early and the rest is spun: at most
-/// that much CPU per `QUIET` waited, and never while packets come densely
-/// (a bulk transfer's releases are microseconds apart).
+/// Waits until `at` for the next release. When that is more than
+/// [`QUIET`] away the CPU is likely to fall deep asleep and wake late
+/// (0.2–0.3 ms on a 2-core machine, twice per handshake: the SYN's release
+/// and the SYN-ACK's), so the alarm is set [`timer::SPIN`] early and the
+/// rest is spun: at most that much CPU per `QUIET` waited, and never while
+/// packets come densely (a bulk transfer's releases are microseconds apart).
 async fn release_at(alarm: Option<&timer::Alarm>, at: Instant) {
     let Some(a) = alarm.filter(|_| !cfg!(test)) else {
         return tokio::time::sleep_until(at).await;
@@ -252,7 +252,8 @@ async fn release_at(alarm: Option<&timer::Alarm>, at: Instant) {
     }
 }
 
-/// A wait longer than this ends in a spin (see [`release_at`]).
+/// A wait for a release further away than this ends in a spin (see
+/// [`release_at`]).
 const QUIET: Duration = Duration::from_millis(5);
 
 /// Sends the batched verdicts (netlink takes many messages per `send`; a

@@ -39,9 +39,11 @@ def main():
     a, b = tun(outer), tun(inner)
     ip("link", "set", inner, "netns", netns)
     ip("addr", "add", outer_ip, "peer", inner_ip, "dev", outer)
-    ip("link", "set", outer, "mtu", "1500", "up")
+    # A deep queue towards this process, so that a moment descheduled
+    # costs delay, not the drops of the default 500 packets.
+    ip("link", "set", outer, "mtu", "1500", "txqueuelen", "10000", "up")
     ip("-n", netns, "addr", "add", inner_ip, "peer", outer_ip, "dev", inner)
-    ip("-n", netns, "link", "set", inner, "mtu", "1500", "up")
+    ip("-n", netns, "link", "set", inner, "mtu", "1500", "txqueuelen", "10000", "up")
     print("ready", flush=True)
     # A constant delay keeps each direction's packets in order: a FIFO each.
     lines = {a: collections.deque(), b: collections.deque()}
