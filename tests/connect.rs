@@ -298,24 +298,6 @@ print(n, h, struct.unpack("I", info[100:104])[0], struct.unpack("I", info[16:20]
     assert!(err.contains("cli   loss"), "{err}");
 }
 
-/// One 2 MiB download: prints its seconds from the connection's
-/// establishment (a lost SYN costs a second on both paths, and the
-/// handshake's losses are tested by themselves).
-const TIMED_DOWNLOAD: &str = r#"
-import socket, sys, time
-s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=60)
-t = time.monotonic()
-s.sendall(b"go")
-n = 0
-while True:
-    b = s.recv(1 << 16)
-    if not b:
-        break
-    n += len(b)
-assert n == 2 << 20, n
-print(round(time.monotonic() - t, 4))
-"#;
-
 #[test]
 fn loss_is_as_harsh_as_the_same_loss_on_a_real_path() {
     if !need(&["python3", "ip", "nft", "ethtool"]) {
@@ -355,17 +337,7 @@ fn loss_is_as_harsh_as_the_same_loss_on_a_real_path() {
         "{}",
         String::from_utf8_lossy(&rules.stderr)
     );
-    let data = Arc::new(vec![b'x'; 2 << 20]);
-    let server = Server::start(&format!("{}:0", ns.host_ip), move |mut s| {
-        use std::io::Read;
-        let mut go = [0u8; 2];
-        if s.read_exact(&mut go).is_ok() {
-            let _ = s.write_all(&data);
-        }
-        let _ = s.shutdown(std::net::Shutdown::Write);
-        let _ = s.set_read_timeout(Some(Duration::from_secs(10)));
-        let _ = s.read(&mut go);
-    });
+    let server = body_server(&format!("{}:0", ns.host_ip), 2 << 20);
     let (ip, port) = (ns.host_ip.to_string(), server.addr.port().to_string());
     // Most transfers recover every loss (~150 of ~1,450 segments) by fast
     // retransmission in tens of milliseconds; some, on both paths, also
@@ -375,28 +347,21 @@ fn loss_is_as_harsh_as_the_same_loss_on_a_real_path() {
     // interleaved rounds: the time of the transfers that recovered by
     // retransmission alone (median), and how many waited out a timeout.
     let (mut real, mut faulted) = (Vec::new(), Vec::new());
+    // Each time counts from the connection's establishment: a lost SYN
+    // costs a second on both paths, and the handshake's losses are tested
+    // by themselves.
+    let since_connect = |(connect, total, bytes, _): (f64, f64, u64, u64)| {
+        assert!(bytes > 2 << 20, "{bytes} bytes");
+        ((total - connect) * 1e4).round() / 1e4
+    };
     for _ in 0..15 {
-        let out = ns.sh(&format!(
-            "python3 -c '{}' {ip} {port}",
-            TIMED_DOWNLOAD.replace('\'', "'\"'\"'")
-        ));
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        real.push(
-            String::from_utf8_lossy(&out.stdout)
-                .trim()
-                .parse::<f64>()
-                .unwrap(),
-        );
+        real.push(since_connect(get_in(&ns, &ip, &port)));
         let (code, out, err) = wrapped(
             &["--fault", "loss:percent=10"],
-            &["python3", "-c", TIMED_DOWNLOAD, &ip, &port],
+            &["python3", "-c", TIMED_GET, &ip, &port],
         );
         assert_eq!(code, 0, "{err}");
-        faulted.push(out.trim().parse::<f64>().unwrap());
+        faulted.push(since_connect(timed_get(&out)));
     }
     // Below the shortest retransmission timeout.
     const STALL: f64 = 0.15;
@@ -760,17 +725,28 @@ fn timed_get(out: &str) -> (f64, f64, u64, u64) {
     )
 }
 
-/// A server on `bind` answering one GET with 1 MiB.
-fn megabyte_server(bind: &str) -> Server {
-    let body = Box::leak(pattern(3, 1 << 20).into_boxed_slice());
+/// [`TIMED_GET`] run in `ns`, parsed.
+fn get_in(ns: &TestNetns, ip: &str, port: &str) -> (f64, f64, u64, u64) {
+    let out = ns.sh(&format!(
+        "python3 -c '{}' {ip} {port}",
+        TIMED_GET.replace('\'', "'\"'\"'")
+    ));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    timed_get(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// A server on `bind` answering each GET with `len` bytes of pattern.
+fn body_server(bind: &str, len: usize) -> Server {
+    let body: &'static [u8] = Box::leak(pattern(3, len).into_boxed_slice());
     Server::start(bind, move |mut s| {
         use std::io::Read;
         let mut buf = [0u8; 4096];
         let _ = s.read(&mut buf);
-        let head = format!(
-            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-            body.len()
-        );
+        let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {len}\r\nConnection: close\r\n\r\n");
         let _ = s.write_all(head.as_bytes());
         let _ = s.write_all(body);
         let _ = s.shutdown(std::net::Shutdown::Write);
@@ -788,10 +764,11 @@ fn packet_latency_is_a_slower_path_handshake_and_slow_start_included() {
     // it, netchaos's side still runs against what such a path gives.
     let ns = TestNetns::new();
     let path = ns.as_ref().and_then(|ns| DelayedPath::new(ns, 25));
-    let server = megabyte_server(&match &path {
+    let bind = match &path {
         Some(p) => format!("{}:0", p.host_ip),
         None => "127.0.0.1:0".into(),
-    });
+    };
+    let server = body_server(&bind, 1 << 20);
     let (ip, port) = (server.addr.ip().to_string(), server.addr.port().to_string());
     // netchaos: the same server, reached from `run`'s namespace over the
     // host's loopback (the delayed path is not on that route). Three
@@ -801,16 +778,7 @@ fn packet_latency_is_a_slower_path_handshake_and_slow_start_included() {
     let (mut real, mut faulted) = (Vec::new(), Vec::new());
     for _ in 0..3 {
         if let (Some(ns), Some(_)) = (&ns, &path) {
-            let out = ns.sh(&format!(
-                "python3 -c '{}' {ip} {port}",
-                TIMED_GET.replace('\'', "'\"'\"'")
-            ));
-            assert!(
-                out.status.success(),
-                "{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            real.push(timed_get(&String::from_utf8_lossy(&out.stdout)));
+            real.push(get_in(ns, &ip, &port));
         }
         let (code, out, err) = wrapped(&["--fault", "packet_latency:delay=50ms"], &get);
         assert_eq!(code, 0, "{err}");
@@ -898,34 +866,11 @@ fn packet_rate_transfers_as_fast_as_a_real_link_of_that_rate() {
     let Some(ns) = TestNetns::new() else { return };
     // The reference: the same server and client across a veth (MTU 1500)
     // whose server→client side is an 8 mbit HTB link.
-    let reference = Server::start(&format!("{}:0", ns.host_ip), |mut s| {
-        use std::io::Read;
-        let mut buf = [0u8; 4096];
-        let _ = s.read(&mut buf);
-        let body = pattern(3, 1 << 20);
-        let _ = s.write_all(
-            format!(
-                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                body.len()
-            )
-            .as_bytes(),
-        );
-        let _ = s.write_all(&body);
-        let _ = s.shutdown(std::net::Shutdown::Write);
-    });
+    let reference = body_server(&format!("{}:0", ns.host_ip), 1 << 20);
     htb(&ns.host_if, "8mbit");
     let port = reference.addr.port().to_string();
     let host = ns.host_ip.to_string();
-    let real = ns.sh(&format!(
-        "python3 -c '{}' {host} {port}",
-        TIMED_GET.replace('\'', "'\"'\"'")
-    ));
-    assert!(
-        real.status.success(),
-        "{}",
-        String::from_utf8_lossy(&real.stderr)
-    );
-    let (_, real_total, real_bytes, _) = timed_get(&String::from_utf8_lossy(&real.stdout));
+    let (_, real_total, real_bytes, _) = get_in(&ns, &host, &port);
     // netchaos: the same server, reached from `run`'s namespace over the
     // host's loopback (the HTB link is not on that path).
     let (code, out, err) = wrapped(
