@@ -40,8 +40,8 @@ pub(crate) fn tighten_slack() {
     }
 }
 
-/// Spins until `deadline` (at most [`SPIN`]: called once the timer has
-/// fired, or for a wait shorter than that), yielding to the runtime's other
+/// Spins until `deadline` (a short wait: called once a timer set a little
+/// early has fired, or for a wait shorter than [`SPIN`]), yielding to the runtime's other
 /// tasks at each look: on a single-threaded runtime a busy wait would hold
 /// up every other connection.
 pub(crate) async fn spin_until(deadline: Instant) {

@@ -16,6 +16,7 @@
 use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::time::{Duration, SystemTime};
 
 use tokio::io::unix::AsyncFd;
 
@@ -36,6 +37,9 @@ const NFQA_PACKET_HDR: u16 = 1;
 const NFQA_VERDICT_HDR: u16 = 2;
 const NFQA_MARK: u16 = 3;
 const NFQA_PAYLOAD: u16 = 10;
+/// When the packet was queued (wall clock; present while the kernel
+/// stamps packets: see [`stamp_packets`]).
+const NFQA_TIMESTAMP: u16 = 4;
 
 const NFQA_CFG_CMD: u16 = 1;
 const NFQA_CFG_PARAMS: u16 = 2;
@@ -61,6 +65,8 @@ pub(crate) const GATE_MAXLEN: u32 = 4096;
 pub(crate) struct Packet {
     pub id: u32,
     pub payload: Vec<u8>,
+    /// When the kernel queued it, if it said.
+    pub queued: Option<SystemTime>,
 }
 
 /// What to do with a queued packet.
@@ -200,6 +206,22 @@ pub(crate) fn tcp_packet(p: &[u8]) -> Option<(SocketAddr, SocketAddr, usize, &[u
     ))
 }
 
+/// Asks the kernel to stamp the packets it queues (`NFQA_TIMESTAMP`): it
+/// does while any socket on the host asks for receive stamps, which
+/// `SO_TIMESTAMP` on the queue's own socket does. Whether it will.
+pub(crate) fn stamp_packets(queue: &OwnedFd) -> bool {
+    use nix::sys::socket::{setsockopt, sockopt};
+    setsockopt(queue, sockopt::ReceiveTimestamp, &true).is_ok()
+}
+
+/// An `NFQA_TIMESTAMP` (big-endian seconds and microseconds).
+fn timestamp(data: &[u8]) -> Option<SystemTime> {
+    let sec = u64::from_be_bytes(data.get(..8)?.try_into().ok()?);
+    let usec = u64::from_be_bytes(data.get(8..16)?.try_into().ok()?);
+    SystemTime::UNIX_EPOCH
+        .checked_add(Duration::from_secs(sec) + Duration::from_micros(usec.min(999_999)))
+}
+
 /// A bound queue socket, non-blocking, on the runtime's reactor.
 pub(crate) fn into_async(queue: OwnedFd) -> io::Result<AsyncFd<OwnedFd>> {
     nix::fcntl::fcntl(
@@ -239,18 +261,21 @@ pub(crate) fn packets(buf: &[u8]) -> Vec<Packet> {
             // Skip the 4-byte nfgenmsg, then walk the attributes.
             let mut id = None;
             let mut payload = None;
+            let mut queued = None;
             for (kind, data) in attrs(m.body.get(4..)?) {
                 match kind {
                     NFQA_PACKET_HDR if data.len() >= 4 => {
                         id = Some(u32::from_be_bytes(data[..4].try_into().expect("4 bytes")));
                     }
                     NFQA_PAYLOAD => payload = Some(data.to_vec()),
+                    NFQA_TIMESTAMP => queued = timestamp(data),
                     _ => {}
                 }
             }
             Some(Packet {
                 id: id?,
                 payload: payload.unwrap_or_default(),
+                queued,
             })
         })
         .collect()
@@ -372,10 +397,34 @@ mod tests {
             p[0],
             Packet {
                 id: 42,
-                payload: vec![0x45, 1, 2, 3, 4]
+                payload: vec![0x45, 1, 2, 3, 4],
+                queued: None,
             }
         );
         assert!(packets(&[1, 2, 3]).is_empty());
         assert!(packets(&[0xff; 64]).is_empty());
+    }
+
+    #[test]
+    fn a_queued_packet_carries_the_kernels_stamp() {
+        let mut m = header(NFQNL_MSG_PACKET, 0, 0);
+        put_attr(&mut m, NFQA_PACKET_HDR, &[0, 0, 0, 7, 0x08, 0x00, 3]);
+        let mut ts = 1_700_000_000u64.to_be_bytes().to_vec();
+        ts.extend_from_slice(&250_000u64.to_be_bytes());
+        put_attr(&mut m, NFQA_TIMESTAMP, &ts);
+        finish(&mut m);
+        let p = packets(&m);
+        let at = Duration::from_secs(1_700_000_000) + Duration::from_millis(250);
+        assert_eq!(p[0].queued, Some(SystemTime::UNIX_EPOCH + at));
+        // A short attribute is no stamp.
+        assert_eq!(timestamp(&ts[..12]), None);
+    }
+
+    /// The kernel stamps what it queues once the queue's socket asks for
+    /// receive stamps (a socket that may not ask gets `false`).
+    #[test]
+    fn the_queue_socket_asks_for_stamps() {
+        let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None).unwrap();
+        assert!(stamp_packets(&OwnedFd::from(s)));
     }
 }

@@ -30,11 +30,15 @@ pub(crate) fn stamp(s: &TcpStream) -> bool {
 /// last byte read arrived (now, when the kernel gave no usable stamp).
 pub(crate) fn try_read(s: &TcpStream, buf: &mut BytesMut) -> io::Result<(usize, Instant)> {
     let (n, stamp) = s.try_io(Interest::READABLE, || recv_stamped(s.as_raw_fd(), buf))?;
-    let now = Instant::now();
-    let at = stamp
-        .and_then(|t| SystemTime::now().duration_since(t).ok())
-        .map_or(now, |age| now.checked_sub(age.min(MAX_AGE)).unwrap_or(now));
-    Ok((n, at))
+    Ok((n, dated(stamp, Instant::now(), SystemTime::now())))
+}
+
+/// The instant a kernel `stamp` (wall clock) stands for, read at `now` /
+/// `wall`: at most [`MAX_AGE`] back, never ahead; `now` without a stamp.
+pub(crate) fn dated(stamp: Option<SystemTime>, now: Instant, wall: SystemTime) -> Instant {
+    stamp
+        .and_then(|t| wall.duration_since(t).ok())
+        .map_or(now, |age| now.checked_sub(age.min(MAX_AGE)).unwrap_or(now))
 }
 
 /// One `recvmsg` into the spare capacity of `buf`, with room for the
@@ -100,6 +104,16 @@ fn timestamp(msg: &libc::msghdr) -> Option<SystemTime> {
 mod tests {
     use super::*;
     use tokio::io::AsyncWriteExt;
+
+    #[test]
+    fn a_stamp_dates_back_at_most_max_age_and_never_ahead() {
+        let (now, wall) = (Instant::now(), SystemTime::now());
+        let ms = Duration::from_millis;
+        assert_eq!(dated(Some(wall - ms(3)), now, wall), now - ms(3));
+        assert_eq!(dated(Some(wall - ms(500)), now, wall), now - MAX_AGE);
+        assert_eq!(dated(Some(wall + ms(5)), now, wall), now);
+        assert_eq!(dated(None, now, wall), now);
+    }
 
     #[tokio::test]
     async fn a_read_is_dated_when_its_bytes_arrived() {

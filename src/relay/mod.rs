@@ -11,7 +11,7 @@
 //! [`Interception`] ([`interception`]), which `intercept` implements. It
 //! never imports `intercept`, `control` or `commands`.
 
-mod arrival;
+pub(crate) mod arrival;
 pub(crate) mod conn;
 pub(crate) mod dial;
 pub(crate) mod interception;
