@@ -218,8 +218,8 @@ pub(crate) fn stamp_packets(queue: &OwnedFd) -> bool {
 fn timestamp(data: &[u8]) -> Option<SystemTime> {
     let sec = u64::from_be_bytes(data.get(..8)?.try_into().ok()?);
     let usec = u64::from_be_bytes(data.get(8..16)?.try_into().ok()?);
-    SystemTime::UNIX_EPOCH
-        .checked_add(Duration::from_secs(sec) + Duration::from_micros(usec.min(999_999)))
+    let since = Duration::from_secs(sec).checked_add(Duration::from_micros(usec.min(999_999)))?;
+    SystemTime::UNIX_EPOCH.checked_add(since)
 }
 
 /// A bound queue socket, non-blocking, on the runtime's reactor.
@@ -416,8 +416,9 @@ mod tests {
         let p = packets(&m);
         let at = Duration::from_secs(1_700_000_000) + Duration::from_millis(250);
         assert_eq!(p[0].queued, Some(SystemTime::UNIX_EPOCH + at));
-        // A short attribute is no stamp.
+        // A short attribute is no stamp, nor one past any clock.
         assert_eq!(timestamp(&ts[..12]), None);
+        assert_eq!(timestamp(&[0xff; 16]), None);
     }
 
     /// The kernel stamps what it queues once the queue's socket asks for
