@@ -111,8 +111,11 @@ fn delay() -> Outcome {
     let s = apply("--delay 50ms")?;
     let rtt = probe::udp_rtts(echo, 50);
     ensure!(rtt.len() == 50, "{} of 50 probes answered", rtt.len());
-    in_range("round trip p50 (ms)", percentile(&rtt, 50.0), 90.0, 110.0)?;
-    in_range("round trip p99 (ms)", percentile(&rtt, 99.0), 90.0, 125.0)?;
+    // The lower bound is netem's delay; the upper one leaves room for the
+    // emulated CPU, which on a busy host adds up to ~12 ms to a round trip
+    // under TCG (p50 111.9 ms seen in a CI run on arm64; 103-104 idle).
+    in_range("round trip p50 (ms)", percentile(&rtt, 50.0), 95.0, 125.0)?;
+    in_range("round trip p99 (ms)", percentile(&rtt, 99.0), 95.0, 145.0)?;
     s.clear()?;
     let after = probe::udp_rtts(echo, 20);
     in_range(
