@@ -121,12 +121,26 @@ mod tests {
         let mut c = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
         let (s, _) = l.accept().await.unwrap();
         assert!(stamp(&s));
+        // The kernel turns stamping on for the host a moment after the
+        // first socket asks (a deferred static key): until then packets
+        // come unstamped. Wait for a stamped one (bounded).
+        let mut buf = BytesMut::with_capacity(64);
+        for i in 0.. {
+            assert!(i < 200, "no receive stamp after 2 s");
+            c.write_all(b".").await.unwrap();
+            s.readable().await.unwrap();
+            let got = s.try_io(Interest::READABLE, || recv_stamped(s.as_raw_fd(), &mut buf));
+            buf.clear();
+            if matches!(got, Ok((1, Some(_)))) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
         c.write_all(b"hello").await.unwrap();
         // The bytes wait in the kernel while the reader is busy elsewhere
         // (as while a CPU wakes up).
         std::thread::sleep(Duration::from_millis(5));
         s.readable().await.unwrap();
-        let mut buf = BytesMut::with_capacity(64);
         let (n, at) = try_read(&s, &mut buf).unwrap();
         assert_eq!((n, &buf[..]), (5, &b"hello"[..]));
         let age = Instant::now() - at;
