@@ -46,11 +46,13 @@ impl AsyncWrite for TcpRef<'_> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
+        // Tried before waiting for readiness (see sockopt::send_now).
         loop {
-            ready!(self.0.poll_write_ready(cx))?;
-            match self.0.try_write(buf) {
+            match sockopt::send_now(self.0, buf) {
                 Ok(n) => return Poll::Ready(Ok(n)),
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    ready!(self.0.poll_write_ready(cx))?
+                }
                 Err(e) => return Poll::Ready(Err(e)),
             }
         }

@@ -355,13 +355,14 @@ async fn write_items(
     (DirEnd::Reset, total)
 }
 
-/// Writes all of `buf`, waiting for room as needed.
+/// Writes all of `buf`, waiting for room as needed (and only then: a
+/// socket just dialled takes its first bytes at once, see
+/// [`sockopt::send_now`]).
 pub(crate) async fn write_all(dst: &TcpStream, mut buf: &[u8]) -> io::Result<()> {
     while !buf.is_empty() {
-        dst.writable().await?;
-        match dst.try_write(buf) {
+        match sockopt::send_now(dst, buf) {
             Ok(n) => buf = &buf[n..],
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => dst.writable().await?,
             Err(e) => return Err(e),
         }
     }

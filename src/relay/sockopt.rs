@@ -181,6 +181,26 @@ pub(crate) fn connected_or_failed(s: &impl std::os::fd::AsFd) -> bool {
         })
 }
 
+/// Writes what `s` takes now, without waiting. Unlike `try_write`, a
+/// socket tokio has not yet seen writable is tried too: one dialled or
+/// accepted a moment ago, whose first readiness event is still queued,
+/// takes the bytes in the same wake-up that brought them instead of one
+/// turn of the event loop later (a relayed request's first bytes).
+///
+/// No wake-up is lost: when tokio holds the socket ready, the write runs
+/// inside `try_io`, which clears a stale readiness on EAGAIN; when it does
+/// not, there is nothing to clear and the next edge will wake the waiter.
+pub(crate) fn send_now(s: &TcpStream, buf: &[u8]) -> io::Result<usize> {
+    use nix::sys::socket::{MsgFlags, send};
+    let send = || send(s.as_raw_fd(), buf, MsgFlags::MSG_NOSIGNAL).map_err(io::Error::from);
+    let mut tried = false;
+    let r = s.try_io(tokio::io::Interest::WRITABLE, || {
+        tried = true;
+        send()
+    });
+    if tried { r } else { send() }
+}
+
 /// Unsent bytes the kernel queues on a relay socket before it stops
 /// reporting it writable.
 const NOTSENT_LOWAT: libc::c_int = 128 * 1024;

@@ -308,7 +308,7 @@ fn copy_small(src: &TcpStream, dst: &TcpStream, dir: Direction, meter: &Meter<'_
         meter.read(dir, n as u64);
         let mut written = 0;
         while written < n {
-            match dst.try_write(&buf[written..n]) {
+            match sockopt::send_now(dst, &buf[written..n]) {
                 Ok(m) => written += m,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(_) => {
