@@ -26,7 +26,7 @@
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use nix::sys::socket::{MsgFlags, recv};
 use tokio::io::unix::AsyncFd;
@@ -60,6 +60,11 @@ pub(crate) fn parse_syn(p: &[u8]) -> Option<Syn> {
 
 /// Reads the queue and answers every SYN, until the task is dropped.
 pub(crate) async fn run(queue: OwnedFd, relay: Arc<Relay>, sandbox: Arc<Sandbox>) {
+    // A SYN's hold counts from when the kernel queued it, not from when
+    // this task woke to read it (from idle, a fraction of a millisecond).
+    if !nfqueue::stamp_packets(&queue) {
+        tracing::debug!("SYN gate: no queue stamps; SYNs dated when read");
+    }
     let queue = match nfqueue::into_async(queue) {
         Ok(q) => Arc::new(q),
         Err(e) => {
@@ -84,14 +89,17 @@ pub(crate) async fn run(queue: OwnedFd, relay: Arc<Relay>, sandbox: Arc<Sandbox>
             }
             Err(_would_block) => continue,
         };
+        let (now, wall) = (Instant::now(), SystemTime::now());
         for p in nfqueue::packets(&buf[..n]) {
-            on_packet(p, &queue, &relay, &sandbox).await;
+            let queued = relay::arrival::dated(p.queued, now, wall);
+            on_packet(p, queued, &queue, &relay, &sandbox).await;
         }
     }
 }
 
 async fn on_packet(
     p: nfqueue::Packet,
+    queued: Instant,
     queue: &Arc<AsyncFd<OwnedFd>>,
     relay: &Arc<Relay>,
     sandbox: &Arc<Sandbox>,
@@ -114,7 +122,7 @@ async fn on_packet(
             let span = tracing::info_span!("syn", client = %syn.src, dst = %syn.dst);
             tokio::spawn(
                 async move {
-                    let (fate, handoff) = decide(syn, &relay, &sandbox).await;
+                    let (fate, handoff) = decide(syn, queued, &relay, &sandbox).await;
                     sandbox.gate.settle(&syn, fate, handoff);
                     verdict(&queue, p.id, verdict_of(fate)).await;
                 }
@@ -152,13 +160,19 @@ fn gate_fate(fate: SynFate, loss: u8) -> Fate {
 }
 
 /// One connection's fate: its faults, then the upstream's own answer.
-async fn decide(syn: Syn, relay: &Arc<Relay>, sandbox: &Arc<Sandbox>) -> (Fate, Option<Handoff>) {
+/// `queued`: when the kernel queued the SYN.
+async fn decide(
+    syn: Syn,
+    queued: Instant,
+    relay: &Arc<Relay>,
+    sandbox: &Arc<Sandbox>,
+) -> (Fate, Option<Handoff>) {
     // DNS over TCP is the DNS layer's (its faults, the run's resolvers):
     // through to the relay, which hands it over.
     if relay.dns_for(syn.dst).is_some() {
         return (gate_fate(SynFate::Pass, 0), None);
     }
-    let syn_at = std::time::Instant::now();
+    let syn_at = queued.into_std();
     let seq = relay.next_seq();
     let names = sandbox.names.names(syn.dst.ip());
     let meta = ConnMeta {
@@ -201,7 +215,7 @@ async fn decide(syn: Syn, relay: &Arc<Relay>, sandbox: &Arc<Sandbox>) -> (Fate, 
     let plan = connect::plan(&chosen, elapsed, relay.at_capacity());
     plan.delayed_by.iter().for_each(|c| hit(c));
     if !plan.delay.is_zero() {
-        crate::timer::sleep(plan.delay).await;
+        crate::timer::sleep_until(queued + plan.delay).await;
     }
     let (dial, loss, path) = match plan.verdict {
         connect::Verdict::Refuse(None) => {
