@@ -28,7 +28,7 @@ pub(crate) struct ConnInfo {
     pub client: SocketAddr,
     /// The destination as dialled (`ip:port`), or as configured before it
     /// resolved.
-    pub dst: String,
+    pub dst: Dst,
     /// The name the destination was known by, when there is one.
     pub host: Option<String>,
     /// The proxy (or rule set) the connection came through.
@@ -40,6 +40,24 @@ pub(crate) struct ConnInfo {
     pub faulted: Mutex<Vec<(Arc<str>, &'static str)>>,
     /// When its phases began, for the close line (and the report).
     pub marks: Marks,
+}
+
+/// A connection's destination: an address, formatted only when a line
+/// names it (per connection, the formatting cost more than the relay's own
+/// work), or a label where there is no address.
+#[derive(Debug, Clone)]
+pub(crate) enum Dst {
+    Addr(SocketAddr),
+    Label(String),
+}
+
+impl std::fmt::Display for Dst {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Dst::Addr(a) => a.fmt(f),
+            Dst::Label(l) => f.write_str(l),
+        }
+    }
 }
 
 /// When a connection's phases began: its upstream connected, its first
@@ -581,7 +599,9 @@ impl Events {
         self.stats.conns_open.fetch_add(1, Ordering::Relaxed);
         c.counters.total.fetch_add(1, Ordering::Relaxed);
         c.counters.open.fetch_add(1, Ordering::Relaxed);
-        self.write("open", conn_fields(c));
+        if self.log.is_some() {
+            self.write("open", conn_fields(c));
+        }
     }
 
     pub(crate) fn conn_close(
@@ -594,7 +614,6 @@ impl Events {
     ) {
         self.stats.conns_open.fetch_sub(1, Ordering::Relaxed);
         c.counters.open.fetch_sub(1, Ordering::Relaxed);
-        let mut f = conn_fields(c);
         if let Some(p) = path {
             *self
                 .stats
@@ -603,6 +622,13 @@ impl Events {
                 .expect("stats lock")
                 .entry(p)
                 .or_default() += 1;
+        }
+        // Without a log the line would be built only to be dropped.
+        if self.log.is_none() {
+            return;
+        }
+        let mut f = conn_fields(c);
+        if let Some(p) = path {
             f.insert("path".into(), p.into());
         }
         f.insert("outcome".into(), outcome.as_str().into());
@@ -996,7 +1022,7 @@ fn conn_fields(c: &ConnInfo) -> Map<String, Value> {
     let mut f = Map::new();
     f.insert("conn".into(), c.id.into());
     f.insert("client".into(), c.client.to_string().into());
-    f.insert("dst".into(), c.dst.clone().into());
+    f.insert("dst".into(), c.dst.to_string().into());
     if let Some(h) = &c.host {
         f.insert("host".into(), h.clone().into());
     }

@@ -37,7 +37,7 @@ use super::gate::{Fate, Seen, Syn};
 use super::nfqueue::{self, Verdict};
 use super::nft::{QUEUE, marks};
 use super::sandbox::Sandbox;
-use crate::events::{ConnInfo, FaultHit, Outcome};
+use crate::events::{ConnInfo, Dst, FaultHit, Outcome};
 use crate::fault::Chosen;
 use crate::fault::connect::{self, SynFate};
 use crate::fault::path::Path;
@@ -188,7 +188,7 @@ async fn decide(
     let info = Arc::new(ConnInfo {
         id: seq,
         client: syn.src,
-        dst: syn.dst.to_string(),
+        dst: Dst::Addr(syn.dst),
         host: names.first().cloned(),
         proxy: Some(sandbox.label.clone()),
         counters: relay.events.stats.proxy(&sandbox.label),

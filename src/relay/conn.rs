@@ -31,7 +31,7 @@ use super::interception::Interception;
 use super::peer::Sink;
 use super::pipeline::{self, Feed, Wanted};
 use super::{DirEnd, Endpoint, Relay, Target, sockopt, splice};
-use crate::events::{ConnInfo, FaultHit, Meter, Outcome};
+use crate::events::{ConnInfo, Dst, FaultHit, Meter, Outcome};
 use crate::fault::Chosen;
 use crate::fault::{Direction, FaultKind, Partition, StageCtx};
 use crate::plan::ConnMeta;
@@ -104,7 +104,7 @@ pub(crate) async fn serve(
     let info = Arc::new(ConnInfo {
         id: seq,
         client: peer,
-        dst: first.map_or_else(|| dest.label.clone(), |a| a.to_string()),
+        dst: first.map_or_else(|| Dst::Label(dest.label.clone()), Dst::Addr),
         host: dest.names.first().cloned(),
         proxy: Some(ep.name.clone()),
         counters: relay.events.stats.proxy(&ep.name),

@@ -357,7 +357,10 @@ impl Relay {
     ) {
         self.open.fetch_add(1, Ordering::AcqRel);
         let slot = Slot(self.clone());
-        let serve = conn::serve(self.clone(), sock, peer, ep.clone(), inherits);
+        // Boxed: a connection's future is ~5 KB (both directions' state
+        // inline), which the task's cell would otherwise copy at spawn and
+        // again at each change of stage; a box is made and filled once.
+        let serve = Box::pin(conn::serve(self.clone(), sock, peer, ep.clone(), inherits));
         self.tasks.spawn(serve.map(move |()| drop(slot)));
     }
 
