@@ -222,6 +222,29 @@ print(f"{statistics.median(res):.1f}")
 PY
 )
 
+# --- timing faults ---------------------------------------------------------------
+# 50 ms asked, samples 10 ms apart (each after a short idle, as a client
+# meets a delay): `latency` on replies through a proxy, against the direct
+# round trip; `connect_delay` under `run`, against run's own connect; and
+# the floor, a client woken after 50 ms by a byte sent exactly on time
+# (scripts/timing.py wake): how late the client itself wakes.
+TPROBE="python3 scripts/timing.py"
+LPROXY=$(start_proxy latency "$EADDR" "latency:delay=50ms,stream=downstream")
+TN=200
+TE="" TL="" TC0="" TC1="" TW=""
+for r in $(seq "$ROUNDS"); do
+  echo "timing faults round $r/$ROUNDS" >&2
+  TE+=" $($TPROBE echo "$EADDR" $TN | tr ' ' ,)"
+  TL+=" $($TPROBE echo "$LPROXY" $TN | tr ' ' ,)"
+  if ((RUN_OK)); then
+    TC0+=" $("$NC" -qq run -- $TPROBE connect "$EADDR" $TN 2>/dev/null | tr ' ' ,)"
+    TC1+=" $("$NC" -qq run --fault connect_delay:delay=50ms -- $TPROBE connect "$EADDR" $TN 2>/dev/null | tr ' ' ,)"
+  fi
+  TW+=" $($TPROBE wake $TN | tr ' ' ,)"
+done
+# p50 and p99, each the median over rounds.
+q() { echo "$1" | tr ' ' '\n' | grep -v '^$' | cut -d, -f"$2" | median; }
+
 # --- idle connections ---------------------------------------------------------
 IPROXY=$(start_proxy idle "$EADDR")
 IPID=$(cat "$WORK/idle.pid")
@@ -316,6 +339,21 @@ exec {HTTPD[1]}>&-
   else
     echo "| \`netchaos run\` | — | not available: $(head -1 "$WORK/run.err") | — | — |"
   fi
+  echo
+  echo "Timing faults (issue 18): 50 ms asked; $TN samples 10 ms apart per round, p50 and p99"
+  echo "each the median of $ROUNDS rounds. \"Over the path\": what the fault adds beyond 50 ms"
+  echo "and the same path without it. The floor is how late a client blocked for 50 ms"
+  echo "wakes when a byte is sent to it exactly on time (\`scripts/timing.py wake\`): no"
+  echo "delay reaches a client more precisely than that."
+  echo
+  echo "| measure | without the fault p50 / p99 | with it p50 / p99 | over the path p50 / p99 | target |"
+  echo "|---|---|---|---|---|"
+  over() { python3 -c "print(f'{$1-50-$2:+.2f}')"; }
+  echo "| \`latency\` 50 ms on replies, 64-byte echo through \`proxy\` | $(q "$TE" 1) / $(q "$TE" 2) ms | $(q "$TL" 1) / $(q "$TL" 2) ms | $(over "$(q "$TL" 1)" "$(q "$TE" 1)") / $(over "$(q "$TL" 2)" "$(q "$TE" 2)") ms | ±0.2 / ±1 ms |"
+  if ((RUN_OK)); then
+    echo "| \`connect_delay\` 50 ms, \`connect()\` under \`run\` | $(q "$TC0" 1) / $(q "$TC0" 2) ms | $(q "$TC1" 1) / $(q "$TC1" 2) ms | $(over "$(q "$TC1" 1)" "$(q "$TC0" 1)") / $(over "$(q "$TC1" 2)" "$(q "$TC0" 2)") ms | ±0.2 / ±1 ms |"
+  fi
+  echo "| floor: a client's own wake after 50 ms, byte sent on time | — | $(q "$TW" 1) / $(q "$TW" 2) ms | $(over "$(q "$TW" 1)" 0) / $(over "$(q "$TW" 2)" 0) ms | — |"
   echo
   echo "HTTP layer: one keep-alive connection sending GET requests for a 100-byte"
   echo "body for ${RPS_SECS}s, and one GET of 1 GiB (HTTPS: 512 MiB), medians of $ROUNDS"
