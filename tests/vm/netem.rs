@@ -6,6 +6,10 @@
 //!
 //! On `lo` a request and its answer both leave through `lo`'s egress, so
 //! an unfiltered delay D gives a round trip of 2·D.
+//!
+//! Lower bounds are netem's delays; upper bounds leave 10-15 ms for the
+//! emulated CPU (TCG), which on a busy host adds up to ~12 ms to a round
+//! trip (a CI run on arm64 measured 111.9 ms for 100 ms of delay).
 
 use std::time::Duration;
 
@@ -139,7 +143,7 @@ fn jitter_normal() -> Outcome {
     s.clear()?;
     let mean = rtt.iter().sum::<f64>() / rtt.len() as f64;
     // Two independent normal delays of σ 10 ms: σ ≈ 14 ms per round trip.
-    in_range("mean round trip (ms)", mean, 90.0, 112.0)?;
+    in_range("mean round trip (ms)", mean, 90.0, 120.0)?;
     in_range("round-trip σ (ms)", stddev(&rtt), 8.0, 22.0)?;
     Ok(format!(
         "50 ± 10 ms normal: mean {mean:.1} ms, {}",
@@ -155,8 +159,8 @@ fn jitter_uniform() -> Outcome {
     let (lo, hi) = (percentile(&rtt, 0.0), percentile(&rtt, 100.0));
     // Two uniform delays in 40..60 ms: every round trip in 80..120 ms,
     // σ ≈ 8.2 ms.
-    in_range("shortest round trip (ms)", lo, 78.0, 100.0)?;
-    in_range("longest round trip (ms)", hi, 100.0, 130.0)?;
+    in_range("shortest round trip (ms)", lo, 78.0, 105.0)?;
+    in_range("longest round trip (ms)", hi, 100.0, 140.0)?;
     in_range("round-trip σ (ms)", stddev(&rtt), 4.0, 13.0)?;
     Ok(format!(
         "50 ± 10 ms uniform: {lo:.1}..{hi:.1} ms, {}",
@@ -285,7 +289,7 @@ fn dport_filter() -> Outcome {
         let p = p50s(&pair);
         s.clear()?;
         // Only the request goes to the port; the answer comes from it.
-        in_range(&format!("{family} matching port (ms)"), p[0], 45.0, 70.0)?;
+        in_range(&format!("{family} matching port (ms)"), p[0], 45.0, 80.0)?;
         in_range(&format!("{family} other port (ms)"), p[1], 0.0, 10.0)?;
         out.push(format!("{family} {:.1} / {:.2} ms", p[0], p[1]));
     }
@@ -300,7 +304,7 @@ fn sport_filter() -> Outcome {
     let s = apply(&format!("--delay 50ms --sport {}", pair[0].port()))?;
     let p = p50s(&pair);
     s.clear()?;
-    in_range("matching port (ms)", p[0], 45.0, 70.0)?;
+    in_range("matching port (ms)", p[0], 45.0, 80.0)?;
     in_range("other port (ms)", p[1], 0.0, 10.0)?;
     Ok(format!(
         "--sport: answers from the port {:.1} ms, others {:.2} ms",
@@ -339,7 +343,7 @@ fn ingress() -> Outcome {
     ensure!(links.contains("ncifb"), "no ifb while shaped: {links}");
     let rtt = probe::udp_rtts(echo, 30);
     s.clear()?;
-    in_range("round trip p50 (ms)", percentile(&rtt, 50.0), 90.0, 115.0)?;
+    in_range("round trip p50 (ms)", percentile(&rtt, 50.0), 90.0, 125.0)?;
     Ok(format!(
         "--ingress --delay 50ms (ifb): {}",
         rtt_summary(&rtt)
@@ -355,7 +359,7 @@ fn clear_keeps_foreign() -> Outcome {
     let left = must("tc qdisc show dev lo")?;
     must("tc qdisc del dev lo clsact")?;
     ensure!(left.contains("clsact"), "the clsact qdisc went: {left}");
-    in_range("round trip (ms)", p, 35.0, 60.0)?;
+    in_range("round trip (ms)", p, 35.0, 70.0)?;
     Ok(format!(
         "a clsact qdisc of someone else's stays; round trip while shaped {p:.1} ms"
     ))
@@ -388,12 +392,12 @@ fn profile_table() -> Outcome {
         shown.contains("delay 30ms") && shown.contains("loss 10%"),
         "{shown}"
     );
-    in_range("round trip p50 (ms)", percentile(&rtt, 50.0), 55.0, 72.0)?;
+    in_range("round trip p50 (ms)", percentile(&rtt, 50.0), 55.0, 80.0)?;
     // The flags override the table.
     let s = apply("-p /tmp/wan.toml --delay 40ms --loss 0.1")?;
     let over = probe::udp_rtts(echo, 20);
     s.clear()?;
-    in_range("overridden p50 (ms)", percentile(&over, 50.0), 75.0, 92.0)?;
+    in_range("overridden p50 (ms)", percentile(&over, 50.0), 75.0, 100.0)?;
     Ok(format!(
         "[netem] delay 30ms loss 10%: p50 {:.1} ms, {} of 40 answered; --delay 40ms over it: {:.1} ms",
         percentile(&rtt, 50.0),
