@@ -273,3 +273,59 @@ pub(crate) async fn drain(s: &TcpStream, limit: Duration) {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A socket just handed to tokio, whose first readiness event the
+    /// reactor has not yet read: `try_write` refuses without trying, and
+    /// `send_now` writes.
+    #[tokio::test(flavor = "current_thread")]
+    async fn send_now_writes_to_a_socket_tokio_has_not_seen_ready() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (mut server, _) = l.accept().unwrap();
+        c.set_nonblocking(true).unwrap();
+        let c = TcpStream::from_std(c).unwrap();
+        let refused = c.try_write(b"x");
+        assert_eq!(
+            refused.map_err(|e| e.kind()),
+            Err(io::ErrorKind::WouldBlock),
+            "tokio wrote before it saw the socket ready: this test no longer shows the case"
+        );
+        assert_eq!(send_now(&c, b"hello").unwrap(), 5);
+        let mut got = [0u8; 5];
+        std::io::Read::read_exact(&mut server, &mut got).unwrap();
+        assert_eq!(&got, b"hello");
+    }
+
+    /// A full socket: `send_now` says WouldBlock and the writer then waits
+    /// for room instead of spinning (readiness was cleared, not left stale).
+    #[tokio::test(flavor = "current_thread")]
+    async fn send_now_on_a_full_socket_leaves_the_writer_waiting() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (_server, _) = l.accept().unwrap();
+        c.set_nonblocking(true).unwrap();
+        let c = TcpStream::from_std(c).unwrap();
+        // tokio holds the socket ready from here on, until a write fails.
+        c.writable().await.unwrap();
+        let chunk = vec![0u8; 1 << 16];
+        let mut full = false;
+        for _ in 0..10_000 {
+            match send_now(&c, &chunk) {
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    full = true;
+                    break;
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert!(full, "the socket never filled");
+        // Nobody reads: no room comes, so the wait must not end.
+        let waited = tokio::time::timeout(Duration::from_millis(100), c.writable()).await;
+        assert!(waited.is_err(), "writable() returned on a full socket");
+    }
+}
