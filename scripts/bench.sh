@@ -232,18 +232,32 @@ TPROBE="python3 scripts/timing.py"
 LPROXY=$(start_proxy latency "$EADDR" "latency:delay=50ms,stream=downstream")
 TN=200
 TE="" TL="" TC0="" TC1="" TW=""
+# One probe's "p50,p99"; a failed probe is said and leaves a gap.
+probe() {
+  local out
+  if out=$("$@" 2>>"$WORK/timing.err"); then
+    echo "${out// /,}"
+  else
+    echo "bench.sh: timing probe failed: $* (see below)" >&2
+    tail -3 "$WORK/timing.err" >&2
+  fi
+}
 for r in $(seq "$ROUNDS"); do
   echo "timing faults round $r/$ROUNDS" >&2
-  TE+=" $($TPROBE echo "$EADDR" $TN | tr ' ' ,)"
-  TL+=" $($TPROBE echo "$LPROXY" $TN | tr ' ' ,)"
+  TE+=" $(probe $TPROBE echo "$EADDR" $TN)"
+  TL+=" $(probe $TPROBE echo "$LPROXY" $TN)"
   if ((RUN_OK)); then
-    TC0+=" $("$NC" -qq run -- $TPROBE connect "$EADDR" $TN 2>/dev/null | tr ' ' ,)"
-    TC1+=" $("$NC" -qq run --fault connect_delay:delay=50ms -- $TPROBE connect "$EADDR" $TN 2>/dev/null | tr ' ' ,)"
+    TC0+=" $(probe "$NC" -qq run -- $TPROBE connect "$EADDR" $TN)"
+    TC1+=" $(probe "$NC" -qq run --fault connect_delay:delay=50ms -- $TPROBE connect "$EADDR" $TN)"
   fi
-  TW+=" $($TPROBE wake $TN | tr ' ' ,)"
+  TW+=" $(probe $TPROBE wake $TN)"
 done
-# p50 and p99, each the median over rounds.
-q() { echo "$1" | tr ' ' '\n' | grep -v '^$' | cut -d, -f"$2" | median; }
+# p50 (field 1) or p99 (field 2), the median over rounds; "—" for none.
+q() {
+  local m
+  m=$(echo "$1" | tr ' ' '\n' | grep -v '^$' | cut -d, -f"$2" | median) || true
+  echo "${m:-—}"
+}
 
 # --- idle connections ---------------------------------------------------------
 IPROXY=$(start_proxy idle "$EADDR")
@@ -348,7 +362,7 @@ exec {HTTPD[1]}>&-
   echo
   echo "| measure | without the fault p50 / p99 | with it p50 / p99 | over the path p50 / p99 | target |"
   echo "|---|---|---|---|---|"
-  over() { python3 -c "print(f'{$1-50-$2:+.2f}')"; }
+  over() { if [ "$1" = — ] || [ "$2" = — ]; then echo —; else python3 -c "print(f'{$1-50-$2:+.2f}')"; fi; }
   echo "| \`latency\` 50 ms on replies, 64-byte echo through \`proxy\` | $(q "$TE" 1) / $(q "$TE" 2) ms | $(q "$TL" 1) / $(q "$TL" 2) ms | $(over "$(q "$TL" 1)" "$(q "$TE" 1)") / $(over "$(q "$TL" 2)" "$(q "$TE" 2)") ms | ±0.2 / ±1 ms |"
   if ((RUN_OK)); then
     echo "| \`connect_delay\` 50 ms, \`connect()\` under \`run\` | $(q "$TC0" 1) / $(q "$TC0" 2) ms | $(q "$TC1" 1) / $(q "$TC1" 2) ms | $(over "$(q "$TC1" 1)" "$(q "$TC0" 1)") / $(over "$(q "$TC1" 2)" "$(q "$TC0" 2)") ms | ±0.2 / ±1 ms |"

@@ -20,6 +20,12 @@ use tokio::time::Instant;
 /// a delay. A stamp from the future (a clock step back) counts as now.
 const MAX_AGE: Duration = Duration::from_millis(10);
 
+/// A stamp older than this is on another clock, not a wall-clock time:
+/// before Linux 5.18 an NFQUEUE packet that TCP sent carried its monotonic
+/// departure time in the timestamp attribute (1970 plus the uptime), which
+/// would otherwise count as "MAX_AGE ago" and cut every delay short.
+const PLAUSIBLE_AGE: Duration = Duration::from_secs(1);
+
 /// Asks the kernel to stamp `s`'s arriving packets; whether it will.
 pub(crate) fn stamp(s: &TcpStream) -> bool {
     use nix::sys::socket::{setsockopt, sockopt};
@@ -34,10 +40,12 @@ pub(crate) fn try_read(s: &TcpStream, buf: &mut BytesMut) -> io::Result<(usize, 
 }
 
 /// The instant a kernel `stamp` (wall clock) stands for, read at `now` /
-/// `wall`: at most [`MAX_AGE`] back, never ahead; `now` without a stamp.
+/// `wall`: at most [`MAX_AGE`] back, never ahead; `now` without a stamp
+/// or with one older than [`PLAUSIBLE_AGE`].
 pub(crate) fn dated(stamp: Option<SystemTime>, now: Instant, wall: SystemTime) -> Instant {
     stamp
         .and_then(|t| wall.duration_since(t).ok())
+        .filter(|age| *age <= PLAUSIBLE_AGE)
         .map_or(now, |age| now.checked_sub(age.min(MAX_AGE)).unwrap_or(now))
 }
 
@@ -111,6 +119,10 @@ mod tests {
         let ms = Duration::from_millis;
         assert_eq!(dated(Some(wall - ms(3)), now, wall), now - ms(3));
         assert_eq!(dated(Some(wall - ms(500)), now, wall), now - MAX_AGE);
+        // A monotonic time read as a wall-clock one (NFQUEUE before 5.18):
+        // 1970 plus an uptime of a day is no stamp.
+        let uptime = SystemTime::UNIX_EPOCH + Duration::from_secs(86_400);
+        assert_eq!(dated(Some(uptime), now, wall), now);
         assert_eq!(dated(Some(wall + ms(5)), now, wall), now);
         assert_eq!(dated(None, now, wall), now);
     }

@@ -358,8 +358,9 @@ impl Relay {
         self.open.fetch_add(1, Ordering::AcqRel);
         let slot = Slot(self.clone());
         // Boxed: a connection's future is ~5 KB (both directions' state
-        // inline), which the task's cell would otherwise copy at spawn and
-        // again at each change of stage; a box is made and filled once.
+        // inline), which tokio would otherwise copy into the task's cell at
+        // spawn and write again, whole, when it finishes; a box is made and
+        // filled once.
         let serve = Box::pin(conn::serve(self.clone(), sock, peer, ep.clone(), inherits));
         self.tasks.spawn(serve.map(move |()| drop(slot)));
     }

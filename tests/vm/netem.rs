@@ -7,9 +7,10 @@
 //! On `lo` a request and its answer both leave through `lo`'s egress, so
 //! an unfiltered delay D gives a round trip of 2·D.
 //!
-//! Lower bounds are netem's delays; upper bounds leave 10-15 ms for the
-//! emulated CPU (TCG), which on a busy host adds up to ~12 ms to a round
-//! trip (a CI run on arm64 measured 111.9 ms for 100 ms of delay).
+//! Lower bounds are netem's delays; upper bounds leave at least 15 ms
+//! above what an idle host measured for the emulated CPU (TCG), which on
+//! a busy host adds up to ~12 ms to a round trip (a CI run on arm64
+//! measured 111.9 ms for 100 ms of delay).
 
 use std::time::Duration;
 
