@@ -506,9 +506,11 @@ impl Events {
         }
     }
 
-    /// Queues one event line for the writer.
-    fn write(&self, event: &str, mut fields: Map<String, Value>) {
+    /// Queues one event line for the writer; its fields are built only
+    /// when there is a log to write them to.
+    fn write(&self, event: &str, fields: impl FnOnce() -> Map<String, Value>) {
         let Some(log) = &self.log else { return };
+        let mut fields = fields();
         let t = self.started.elapsed().as_secs_f64();
         let mut line = Map::new();
         line.insert(
@@ -530,7 +532,9 @@ impl Events {
     /// The faults stop `d` after the start (`--duration`).
     pub(crate) fn faults_end_at(&self, d: Duration) {
         *self.faults_end.lock().expect("stats lock") = Some(d);
-        self.write("faults_end", obj(json!({ "at_ms": d.as_millis() as u64 })));
+        self.write("faults_end", || {
+            obj(json!({ "at_ms": d.as_millis() as u64 }))
+        });
     }
 
     /// Per-fault log lines at debug level from now on (`-v` shows them).
@@ -547,10 +551,9 @@ impl Events {
     }
 
     pub(crate) fn start(&self, seed: u64, what: &str) {
-        self.write(
-            "start",
-            obj(json!({"seed": seed, "version": env!("CARGO_PKG_VERSION"), "mode": what})),
-        );
+        self.write("start", || {
+            obj(json!({"seed": seed, "version": env!("CARGO_PKG_VERSION"), "mode": what}))
+        });
     }
 
     /// What the run was asked to do, once after `start`: netchaos's own
@@ -588,10 +591,9 @@ impl Events {
             .map(|(source, description)| json!({ "source": source, "description": description }))
             .collect();
         let argv: Vec<String> = std::env::args().collect();
-        self.write(
-            "plan",
-            obj(json!({ "argv": argv, "profiles": profiles, "rules": rules })),
-        );
+        self.write("plan", || {
+            obj(json!({ "argv": argv, "profiles": profiles, "rules": rules }))
+        });
     }
 
     pub(crate) fn conn_open(&self, c: &ConnInfo) {
@@ -599,9 +601,7 @@ impl Events {
         self.stats.conns_open.fetch_add(1, Ordering::Relaxed);
         c.counters.total.fetch_add(1, Ordering::Relaxed);
         c.counters.open.fetch_add(1, Ordering::Relaxed);
-        if self.log.is_some() {
-            self.write("open", conn_fields(c));
-        }
+        self.write("open", || conn_fields(c));
     }
 
     pub(crate) fn conn_close(
@@ -623,20 +623,18 @@ impl Events {
                 .entry(p)
                 .or_default() += 1;
         }
-        // Without a log the line would be built only to be dropped.
-        if self.log.is_none() {
-            return;
-        }
-        let mut f = conn_fields(c);
-        if let Some(p) = path {
-            f.insert("path".into(), p.into());
-        }
-        f.insert("outcome".into(), outcome.as_str().into());
-        f.insert("bytes_upstream".into(), bytes[0].into());
-        f.insert("bytes_downstream".into(), bytes[1].into());
-        f.insert("duration_ms".into(), json!(lived.as_millis() as u64));
-        c.marks.fields(lived, &mut f);
-        self.write("close", f);
+        self.write("close", || {
+            let mut f = conn_fields(c);
+            if let Some(p) = path {
+                f.insert("path".into(), p.into());
+            }
+            f.insert("outcome".into(), outcome.as_str().into());
+            f.insert("bytes_upstream".into(), bytes[0].into());
+            f.insert("bytes_downstream".into(), bytes[1].into());
+            f.insert("duration_ms".into(), json!(lived.as_millis() as u64));
+            c.marks.fields(lived, &mut f);
+            f
+        });
     }
 
     /// A fault took effect.
@@ -665,14 +663,16 @@ impl Events {
         } else {
             tracing::info!(rule, direction, "fault {spec}");
         }
-        let mut f = conn_fields(c);
-        f.insert("rule".into(), rule.into());
-        f.insert("fault".into(), spec.name().into());
-        if let Some(d) = dir {
-            f.insert("direction".into(), d.as_str().into());
-        }
-        f.insert("params".into(), params_json(spec));
-        self.write("fault", f);
+        self.write("fault", || {
+            let mut f = conn_fields(c);
+            f.insert("rule".into(), rule.into());
+            f.insert("fault".into(), spec.name().into());
+            if let Some(d) = dir {
+                f.insert("direction".into(), d.as_str().into());
+            }
+            f.insert("params".into(), params_json(spec));
+            f
+        });
     }
 
     /// One more request or query that a fault acted on, in the counters.
@@ -718,22 +718,24 @@ impl Events {
                 req.path
             );
         }
-        let mut f = conn_fields(c);
-        f.insert("rule".into(), rule.into());
-        f.insert("fault".into(), spec.name().into());
-        let mut http = Map::new();
-        http.insert("request".into(), req.n.into());
-        http.insert("method".into(), req.method.into());
-        http.insert("path".into(), req.path.into());
-        if let Some(h) = req.host {
-            http.insert("host".into(), h.into());
-        }
-        if let Some(s) = status {
-            http.insert("status".into(), s.into());
-        }
-        f.insert("http".into(), Value::Object(http));
-        f.insert("params".into(), params_json(spec));
-        self.write("fault", f);
+        self.write("fault", || {
+            let mut f = conn_fields(c);
+            f.insert("rule".into(), rule.into());
+            f.insert("fault".into(), spec.name().into());
+            let mut http = Map::new();
+            http.insert("request".into(), req.n.into());
+            http.insert("method".into(), req.method.into());
+            http.insert("path".into(), req.path.into());
+            if let Some(h) = req.host {
+                http.insert("host".into(), h.into());
+            }
+            if let Some(s) = status {
+                http.insert("status".into(), s.into());
+            }
+            f.insert("http".into(), Value::Object(http));
+            f.insert("params".into(), params_json(spec));
+            f
+        });
     }
 
     /// The DNS layer saw a new query.
@@ -765,21 +767,23 @@ impl Events {
         } else {
             tracing::info!(rule, query = seq, "fault {spec} on {qtype} {name}");
         }
-        let mut f = Map::new();
-        f.insert("client".into(), client.to_string().into());
-        f.insert("rule".into(), rule.into());
-        f.insert("fault".into(), spec.name().into());
-        f.insert(
-            "dns".into(),
-            json!({
-                "query": seq,
-                "name": name,
-                "qtype": qtype,
-                "transport": transport,
-            }),
-        );
-        f.insert("params".into(), params_json(spec));
-        self.write("fault", f);
+        self.write("fault", || {
+            let mut f = Map::new();
+            f.insert("client".into(), client.to_string().into());
+            f.insert("rule".into(), rule.into());
+            f.insert("fault".into(), spec.name().into());
+            f.insert(
+                "dns".into(),
+                json!({
+                    "query": seq,
+                    "name": name,
+                    "qtype": qtype,
+                    "transport": transport,
+                }),
+            );
+            f.insert("params".into(), params_json(spec));
+            f
+        });
     }
 
     /// How a DNS query of the namespace ended: `answer` (`NOERROR`,
@@ -794,21 +798,23 @@ impl Events {
         ms: Option<f64>,
         (answer, records): (&str, u16),
     ) {
-        let mut f = Map::new();
-        f.insert("client".into(), client.to_string().into());
-        f.insert(
-            "dns".into(),
-            json!({
-                "query": seq,
-                "name": name,
-                "qtype": crate::fault::dns_match::type_name(qtype),
-                "transport": transport,
-                "answer": answer,
-                "records": records,
-                "ms": ms.map(|m| (m * 1000.0).round() / 1000.0),
-            }),
-        );
-        self.write("dns", f);
+        self.write("dns", || {
+            let mut f = Map::new();
+            f.insert("client".into(), client.to_string().into());
+            f.insert(
+                "dns".into(),
+                json!({
+                    "query": seq,
+                    "name": name,
+                    "qtype": crate::fault::dns_match::type_name(qtype),
+                    "transport": transport,
+                    "answer": answer,
+                    "records": records,
+                    "ms": ms.map(|m| (m * 1000.0).round() / 1000.0),
+                }),
+            );
+            f
+        });
     }
 
     /// The HTTP layer read one more request.
@@ -819,21 +825,20 @@ impl Events {
     /// The upstream answered one request (its own answer, not netchaos's):
     /// one line per response head, for the report's request marks.
     pub(crate) fn http_response(&self, c: &ConnInfo, req: &RequestInfo<'_>, status: u16) {
-        if self.log.is_none() {
-            return;
-        }
-        let mut f = conn_fields(c);
-        let path: String = req.path.chars().take(256).collect();
-        let mut http = Map::new();
-        http.insert("request".into(), req.n.into());
-        http.insert("method".into(), req.method.into());
-        http.insert("path".into(), path.into());
-        if let Some(h) = req.host {
-            http.insert("host".into(), h.into());
-        }
-        http.insert("status".into(), status.into());
-        f.insert("http".into(), Value::Object(http));
-        self.write("response", f);
+        self.write("response", || {
+            let mut f = conn_fields(c);
+            let path: String = req.path.chars().take(256).collect();
+            let mut http = Map::new();
+            http.insert("request".into(), req.n.into());
+            http.insert("method".into(), req.method.into());
+            http.insert("path".into(), path.into());
+            if let Some(h) = req.host {
+                http.insert("host".into(), h.into());
+            }
+            http.insert("status".into(), status.into());
+            f.insert("http".into(), Value::Object(http));
+            f
+        });
     }
 
     /// Something went wrong in the relay itself (not an injected fault).
@@ -846,10 +851,12 @@ impl Events {
             .entry(kind)
             .or_default() += 1;
         tracing::warn!("{kind}: {detail}");
-        let mut f = conn_fields(c);
-        f.insert("kind".into(), kind.into());
-        f.insert("detail".into(), detail.into());
-        self.write("error", f);
+        self.write("error", || {
+            let mut f = conn_fields(c);
+            f.insert("kind".into(), kind.into());
+            f.insert("detail".into(), detail.into());
+            f
+        });
     }
 
     /// A listener stopped listening for a while (`reason`: `limit` or
@@ -862,16 +869,18 @@ impl Events {
             .expect("stats lock")
             .entry(reason)
             .or_default() += 1;
-        self.write("paused", obj(json!({ "reason": reason })));
+        self.write("paused", || obj(json!({ "reason": reason })));
     }
 
     /// The SYN gate refused a connection: the limit was reached.
     pub(crate) fn refused_at_limit(&self, c: &ConnInfo) {
         self.stats.refused_at_limit.fetch_add(1, Ordering::Relaxed);
         tracing::warn!("refused: connection limit reached");
-        let mut f = conn_fields(c);
-        f.insert("reason".into(), "limit".into());
-        self.write("refused", f);
+        self.write("refused", || {
+            let mut f = conn_fields(c);
+            f.insert("reason".into(), "limit".into());
+            f
+        });
     }
 
     /// The DNS forwarder dropped a query (counted; logged once per kind at
