@@ -21,17 +21,15 @@ use std::time::{Duration, SystemTime};
 use tokio::io::unix::AsyncFd;
 
 use nix::sys::socket::{
-    AddressFamily, MsgFlags, NetlinkAddr, SockFlag, SockProtocol, SockType, bind, recv, send,
-    socket,
+    AddressFamily, MsgFlags, NetlinkAddr, SockFlag, SockProtocol, SockType, bind, send, socket,
 };
+
+use super::netlink::{NLM_F_ACK, attrs, finish, messages, put_attr, request};
 
 const NFNL_SUBSYS_QUEUE: u16 = 3;
 const NFQNL_MSG_PACKET: u16 = 0;
 const NFQNL_MSG_VERDICT: u16 = 1;
 const NFQNL_MSG_CONFIG: u16 = 2;
-const NLMSG_ERROR: u16 = 2;
-const NLM_F_REQUEST: u16 = 1;
-const NLM_F_ACK: u16 = 4;
 
 const NFQA_PACKET_HDR: u16 = 1;
 const NFQA_VERDICT_HDR: u16 = 2;
@@ -103,14 +101,14 @@ pub(crate) fn open(num: u16, maxlen: u32) -> io::Result<OwnedFd> {
     }
     request(
         &fd,
-        config_msg(num, NFQA_CFG_CMD, &[NFQNL_CFG_CMD_BIND, 0, 0, 0]),
+        &config_msg(num, NFQA_CFG_CMD, &[NFQNL_CFG_CMD_BIND, 0, 0, 0]),
     )?;
     let mut params = COPY_RANGE.to_be_bytes().to_vec();
     params.push(NFQNL_COPY_PACKET);
-    request(&fd, config_msg(num, NFQA_CFG_PARAMS, &params))?;
+    request(&fd, &config_msg(num, NFQA_CFG_PARAMS, &params))?;
     request(
         &fd,
-        config_msg(num, NFQA_CFG_QUEUE_MAXLEN, &maxlen.to_be_bytes()),
+        &config_msg(num, NFQA_CFG_QUEUE_MAXLEN, &maxlen.to_be_bytes()),
     )?;
     // No fail-open: a SYN that finds the queue full is dropped (its client
     // retransmits) rather than let through with whatever mark its socket
@@ -122,30 +120,8 @@ pub(crate) fn open(num: u16, maxlen: u32) -> io::Result<OwnedFd> {
         &NFQA_CFG_F_FAIL_OPEN.to_be_bytes(),
     );
     finish(&mut flags);
-    request(&fd, flags)?;
+    request(&fd, &flags)?;
     Ok(fd)
-}
-
-/// Sends a configuration message and waits for its acknowledgement.
-fn request(fd: &OwnedFd, msg: Vec<u8>) -> io::Result<()> {
-    send(fd.as_raw_fd(), &msg, MsgFlags::empty())?;
-    let mut buf = vec![0u8; 8192];
-    loop {
-        let n = recv(fd.as_raw_fd(), &mut buf, MsgFlags::empty())?;
-        for m in messages(&buf[..n]) {
-            if m.kind == NLMSG_ERROR {
-                let code = m
-                    .body
-                    .get(..4)
-                    .map_or(0, |b| i32::from_ne_bytes(b.try_into().expect("4 bytes")));
-                return if code == 0 {
-                    Ok(())
-                } else {
-                    Err(io::Error::from_raw_os_error(-code))
-                };
-            }
-        }
-    }
 }
 
 /// Encodes the verdict for packet `id` of queue `num`.
@@ -281,60 +257,9 @@ pub(crate) fn packets(buf: &[u8]) -> Vec<Packet> {
         .collect()
 }
 
-struct Message<'a> {
-    kind: u16,
-    body: &'a [u8],
-}
-
-/// Netlink messages in a buffer (native-endian headers, 4-byte aligned).
-fn messages(mut buf: &[u8]) -> impl Iterator<Item = Message<'_>> {
-    std::iter::from_fn(move || {
-        if buf.len() < 16 {
-            return None;
-        }
-        let len = u32::from_ne_bytes(buf[..4].try_into().expect("4 bytes")) as usize;
-        let kind = u16::from_ne_bytes(buf[4..6].try_into().expect("2 bytes"));
-        if len < 16 || len > buf.len() {
-            return None;
-        }
-        let msg = Message {
-            kind,
-            body: &buf[16..len],
-        };
-        buf = &buf[align(len).min(buf.len())..];
-        Some(msg)
-    })
-}
-
-/// Attributes: (type without flag bits, payload).
-fn attrs(mut buf: &[u8]) -> impl Iterator<Item = (u16, &[u8])> {
-    std::iter::from_fn(move || {
-        if buf.len() < 4 {
-            return None;
-        }
-        let len = u16::from_ne_bytes(buf[..2].try_into().expect("2 bytes")) as usize;
-        let kind = u16::from_ne_bytes(buf[2..4].try_into().expect("2 bytes")) & 0x3fff;
-        if len < 4 || len > buf.len() {
-            return None;
-        }
-        let data = &buf[4..len];
-        buf = &buf[align(len).min(buf.len())..];
-        Some((kind, data))
-    })
-}
-
-fn align(n: usize) -> usize {
-    (n + 3) & !3
-}
-
 /// A netlink header (length patched by [`finish`]) and an nfgenmsg.
 fn header(msg: u16, flags: u16, queue: u16) -> Vec<u8> {
-    let mut m = Vec::with_capacity(64);
-    m.extend_from_slice(&0u32.to_ne_bytes()); // length
-    m.extend_from_slice(&(NFNL_SUBSYS_QUEUE << 8 | msg).to_ne_bytes());
-    m.extend_from_slice(&(NLM_F_REQUEST | flags).to_ne_bytes());
-    m.extend_from_slice(&0u32.to_ne_bytes()); // sequence
-    m.extend_from_slice(&0u32.to_ne_bytes()); // port id: the kernel
+    let mut m = super::netlink::header(NFNL_SUBSYS_QUEUE << 8 | msg, flags);
     m.push(libc::AF_UNSPEC as u8); // nfgen_family
     m.push(0); // NFNETLINK_V0
     m.extend_from_slice(&queue.to_be_bytes()); // res_id
@@ -346,18 +271,6 @@ fn config_msg(queue: u16, attr: u16, data: &[u8]) -> Vec<u8> {
     put_attr(&mut m, attr, data);
     finish(&mut m);
     m
-}
-
-fn put_attr(m: &mut Vec<u8>, kind: u16, data: &[u8]) {
-    m.extend_from_slice(&((4 + data.len()) as u16).to_ne_bytes());
-    m.extend_from_slice(&kind.to_ne_bytes());
-    m.extend_from_slice(data);
-    m.resize(align(m.len()), 0);
-}
-
-fn finish(m: &mut [u8]) {
-    let len = m.len() as u32;
-    m[..4].copy_from_slice(&len.to_ne_bytes());
 }
 
 #[cfg(test)]
