@@ -864,6 +864,12 @@ fn browsers_and_rebound_names_are_refused() {
     assert_eq!(get(&[("Host", "evil.example")]), 403);
     assert_eq!(get(&[("Host", &format!("localhost:{port}"))]), 200);
     assert_eq!(get(&[("Host", &format!("127.0.0.1:{port}"))]), 200);
+    // Through a port forward (kubectl port-forward, ssh -L) the Host names
+    // loopback with the forwarded port; a page on another local port is
+    // still another origin.
+    assert_eq!(get(&[("Host", "localhost:18474")]), 200);
+    assert_eq!(get(&[("Host", "[::1]:18474")]), 200);
+    assert_eq!(get(&[("Origin", "http://localhost:18474")]), 403);
     assert_eq!(get(&[("User-Agent", "Mozilla/5.0")]), 403);
     let body = r#"{"name":"x","listen":"127.0.0.1:0","upstream":"127.0.0.1:1"}"#;
     let (status, _) = http(

@@ -545,6 +545,30 @@ fn toxiproxy_servers_command_line_works() {
     );
     assert!(s.stderr().contains("seed 3"), "{}", s.stderr());
     drop(s);
+    // As Toxiproxy's Docker image starts it (`/toxiproxy -host=0.0.0.0`):
+    // it serves, with a warning, and answers the container's own names.
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let s = Proxy::start_cmd("server", &["-host=0.0.0.0", &format!("-port={port}")]);
+    let version = format!("http://127.0.0.1:{port}/version");
+    for host in ["toxiproxy:8474", "172.17.0.2:8474", "localhost"] {
+        let (st, v) = http("GET", &version, None, &[("Host", host)]);
+        assert_eq!(
+            (st, &v["version"]),
+            (200, &json!("2.12.0")),
+            "Host {host}: {}",
+            s.stderr()
+        );
+    }
+    assert!(
+        s.stderr()
+            .contains("without a token, as toxiproxy-server does: anyone who"),
+        "{}",
+        s.stderr()
+    );
+    drop(s);
     let (code, out, _) = netchaos(&["server", "-version"]);
     assert_eq!(code, 0);
     assert!(out.starts_with("toxiproxy-server version 2.12.0"), "{out}");

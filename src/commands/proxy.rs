@@ -65,7 +65,8 @@ pub(super) fn server(g: &Global, args: &ServerArgs) -> Result<u8> {
                     .expect("an address was given");
             if !addr.ip().is_loopback() && cfg.token.is_none() {
                 tracing::warn!(
-                    "the control API listens on {addr} without a token, as toxiproxy-server does: anyone                      who can reach it can change the faults (--api-token-file FILE requires a token)"
+                    "the control API listens on {addr} without a token, as toxiproxy-server does: \
+                     anyone who can reach it can change the faults (--api-token-file FILE requires a token)"
                 );
             }
             cfg.addr = addr;

@@ -193,23 +193,34 @@ fn refuse_browsers(st: &ApiState, headers: &axum::http::HeaderMap) -> Option<Res
     None
 }
 
-/// Whether `origin` (`scheme://host[:port]`) is the API's own.
+/// Whether `origin` (`scheme://host[:port]`) is the API's own: a page
+/// served from another port of this host is another origin.
 fn own_origin(origin: &str, bound: SocketAddr) -> bool {
-    origin
-        .strip_prefix("http://")
-        .is_some_and(|hostport| loopback_host(hostport, bound) || hostport == bound.to_string())
+    origin.strip_prefix("http://").is_some_and(|hostport| {
+        let (name, port) = split_port(hostport);
+        (loopback_name(name, bound) && port.is_none_or(|p| p == bound.port().to_string()))
+            || hostport == bound.to_string()
+    })
 }
 
 /// Whether a `Host` header names the API by a loopback name or its own
-/// address, on its own port (or none).
+/// address. Any port: what DNS rebinding sends is a foreign name, while a
+/// client through a port forward (`kubectl port-forward`, `ssh -L`) sends
+/// a loopback name with the forwarded port.
 fn loopback_host(host: &str, bound: SocketAddr) -> bool {
-    let (name, port) = match host.rsplit_once(':') {
+    loopback_name(split_port(host).0, bound)
+}
+
+/// `host[:port]` (`[v6]:port` too) as the name and the port, if any.
+fn split_port(host: &str) -> (&str, Option<&str>) {
+    match host.rsplit_once(':') {
         Some((n, p)) if !n.is_empty() && !p.contains(']') => (n, Some(p)),
         _ => (host, None),
-    };
-    if port.is_some_and(|p| p != bound.port().to_string()) {
-        return false;
     }
+}
+
+/// Whether `name` is a loopback name or address, or the API's own address.
+fn loopback_name(name: &str, bound: SocketAddr) -> bool {
     let name = name.trim_start_matches('[').trim_end_matches(']');
     let name = name.to_ascii_lowercase();
     name == "localhost"
@@ -812,6 +823,38 @@ async fn toxic_delete(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hosts_are_loopback_names_on_any_port_and_origins_the_apis_own() {
+        let bound: SocketAddr = "127.0.0.1:8474".parse().unwrap();
+        for ok in [
+            "localhost",
+            "localhost:9999",
+            "LOCALHOST:8474",
+            "a.localhost",
+            "127.0.0.2:1",
+        ] {
+            assert!(loopback_host(ok, bound), "{ok}");
+        }
+        for ok in ["[::1]", "[::1]:9999"] {
+            assert!(loopback_host(ok, bound), "{ok}");
+        }
+        for bad in [
+            "evil.example",
+            "evil.example:8474",
+            "localhost.evil:8474",
+            "10.0.0.1:8474",
+        ] {
+            assert!(!loopback_host(bad, bound), "{bad}");
+        }
+        assert!(own_origin("http://localhost:8474", bound));
+        assert!(own_origin("http://[::1]:8474", bound));
+        assert!(!own_origin("http://localhost:3000", bound));
+        assert!(!own_origin("https://localhost:8474", bound));
+        assert!(!own_origin("null", bound));
+        let any: SocketAddr = "0.0.0.0:8474".parse().unwrap();
+        assert!(own_origin("http://0.0.0.0:8474", any));
+    }
 
     #[test]
     fn request_ids_look_like_xids() {

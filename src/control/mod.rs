@@ -223,14 +223,15 @@ pub(crate) fn check_api_addr(addr: SocketAddr, token: Option<&str>) -> Result<()
 }
 
 /// Binds the API's listener (a busy port is a clear error) and serves it
-/// until `stop` fires.
+/// until `stop` fires. Whether `addr` may be reached without a token was
+/// decided with the address ([`check_api_addr`] for `--api`; toxiproxy-
+/// server's `-host` listens anywhere, with a warning, as Toxiproxy does).
 pub(crate) async fn serve(
     addr: SocketAddr,
     control: Arc<Control>,
     token: Option<String>,
     stop: tokio_util::sync::CancellationToken,
 ) -> Result<SocketAddr, Error> {
-    check_api_addr(addr, token.as_deref())?;
     let listener =
         relay::bind(addr).map_err(|e| Error::Runtime(anyhow::anyhow!("control API: {e}")))?;
     let bound = listener
