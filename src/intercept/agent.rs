@@ -218,6 +218,11 @@ fn setup(cfg: &AgentConfig) -> Result<Setup> {
         InterceptError::Tool(t) if cfg.rootless && t.not_permitted() => {
             privilege::userns_unavailable("configuring the namespace", Errno::EPERM)
         }
+        InterceptError::Sys { source, .. }
+            if cfg.rootless && source.raw_os_error() == Some(libc::EPERM) =>
+        {
+            privilege::userns_unavailable("configuring the namespace", Errno::EPERM)
+        }
         _ => e,
     };
     // `loss` and the delay line act on packets of the size an Ethernet
@@ -239,17 +244,10 @@ fn setup(cfg: &AgentConfig) -> Result<Setup> {
     nl.link_up(lo, lossy.then_some(PATH_MTU))
         .and_then(|()| nl.add_host_address(lo, a4))
         .and_then(|()| nl.add_default_route(lo, a4))
-        .map_err(|e| match e.raw_os_error() {
-            // Rootless, a refusal to configure the namespace means user
-            // namespaces are restricted: say so, with what to do.
-            Some(libc::EPERM) if cfg.rootless => {
-                privilege::userns_unavailable("configuring the namespace", Errno::EPERM)
-            }
-            _ => InterceptError::Sys {
-                what: format!("cannot set up the namespace's lo ({a4}, default route)"),
-                source: e,
-            },
-        })?;
+        .map_err(InterceptError::sys(format!(
+            "cannot set up the namespace's lo ({a4}, default route)"
+        )))
+        .map_err(rootless_hint)?;
     // Apart from the rest: a kernel that cannot set it makes loss milder,
     // not the run impossible.
     if lossy {
@@ -272,20 +270,11 @@ fn setup(cfg: &AgentConfig) -> Result<Setup> {
         InterceptError::sys("cannot let the command bind low ports in its namespace"),
     )?;
 
-    let queue = nfqueue::open(nft::QUEUE, nfqueue::GATE_MAXLEN).map_err(|e| {
-        let e = InterceptError::Sys {
-            what: "cannot open the SYN gate's netlink queue (nfnetlink_queue)".into(),
-            source: e,
-        };
-        match &e {
-            InterceptError::Sys { source, .. }
-                if cfg.rootless && source.raw_os_error() == Some(libc::EPERM) =>
-            {
-                privilege::userns_unavailable("configuring the namespace", Errno::EPERM)
-            }
-            _ => e,
-        }
-    })?;
+    let queue = nfqueue::open(nft::QUEUE, nfqueue::GATE_MAXLEN)
+        .map_err(InterceptError::sys(
+            "cannot open the SYN gate's netlink queue (nfnetlink_queue)",
+        ))
+        .map_err(rootless_hint)?;
     let delay_queue = nfqueue::open(nft::DELAY_QUEUE, super::delay_line::MAXLEN).map_err(
         InterceptError::sys("cannot open the packet delay line's netlink queue (nfnetlink_queue)"),
     )?;
