@@ -594,7 +594,7 @@ fn rootless_https_interception_with_a_stock_user_path() {
     let ca = TestCa::new();
     let up = Httpd::start(Some(&ca));
     let mut c = nobody.command();
-    // A user's PATH: no /usr/sbin, so ip and nft come from netchaos's own
+    // A user's PATH: no /usr/sbin, so nft comes from netchaos's own
     // lookup.
     c.env_clear()
         .env("PATH", "/usr/local/bin:/usr/bin:/bin")
@@ -619,6 +619,41 @@ fn rootless_https_interception_with_a_stock_user_path() {
     );
     assert_eq!(code, 0, "{err}");
     assert_eq!(out.trim(), "65534\n503 200", "{err}");
+}
+
+/// Offline CI: no upstream at all (nothing listens where the client
+/// connects), yet an HTTPS client gets its provider's error, inside TLS,
+/// from `respond` with an envelope; and `--tls` does not claim that
+/// nothing would be terminated.
+#[test]
+fn respond_answers_an_sdks_error_inside_tls_with_no_upstream() {
+    if !need(&["curl"]) {
+        return;
+    }
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let (code, out, err) = wrapped(
+        &[
+            "--tls",
+            "--fault",
+            "respond:status=529,envelope=anthropic,retry_after=1500ms",
+        ],
+        &[
+            "curl",
+            "-sS",
+            "-i",
+            &format!("https://127.0.0.1:{closed}/v1/messages"),
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("HTTP/1.1 529 "), "{out}");
+    let lower = out.to_ascii_lowercase();
+    assert!(lower.contains("retry-after: 2\r\n"), "{out}");
+    assert!(lower.contains("retry-after-ms: 1500\r\n"), "{out}");
+    assert!(out.contains(r#""type":"overloaded_error""#), "{out}");
+    assert!(!err.contains("no connection is terminated"), "{err}");
 }
 
 #[test]

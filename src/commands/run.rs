@@ -92,11 +92,15 @@ impl RunConfig {
                 .rules
                 .iter()
                 .flat_map(|r| &r.faults)
-                .any(|f| f.kind.layer() == crate::fault::Layer::Http)
+                // (A `respond` reply is answered inside TLS too.)
+                .any(|f| {
+                    f.kind.layer() == crate::fault::Layer::Http
+                        || matches!(f.kind, crate::fault::FaultKind::Respond(_))
+                })
             && args.api.api.is_none()
         {
             tracing::warn!(
-                "--tls: no rule has an HTTP fault, so no connection is terminated (every one stays a byte relay)"
+                "--tls: no rule has an HTTP fault or a respond, so no connection is terminated (every one stays a byte relay)"
             );
         }
         Ok(RunConfig {

@@ -36,6 +36,9 @@ pub(crate) struct HttpStatus {
     then: After,
     matcher: RequestMatch,
     summary: String,
+    /// For display: what the reply says beyond its status.
+    retry_after: Option<Duration>,
+    headers: Vec<String>,
 }
 
 const PARAMS: &[(&str, &str, &str)] = &[
@@ -139,6 +142,8 @@ impl Kind for HttpStatus {
             then,
             matcher,
             summary: source,
+            retry_after,
+            headers: extra,
         })
     }
 
@@ -147,6 +152,12 @@ impl Kind for HttpStatus {
             ("status", self.status.to_string()),
             ("reply", self.summary.clone()),
         ];
+        if let Some(r) = self.retry_after {
+            p.push(("retry_after", crate::units::format_duration(r)));
+        }
+        if !self.headers.is_empty() {
+            p.push(("headers", self.headers.join(", ")));
+        }
         match self.then {
             After::Keep => {}
             After::Close => p.push(("then", "close".into())),
@@ -181,12 +192,12 @@ impl HttpStatus {
     }
 }
 
-fn ceil_secs(d: Duration) -> u64 {
+pub(crate) fn ceil_secs(d: Duration) -> u64 {
     d.as_secs() + u64::from(d.subsec_nanos() > 0)
 }
 
 /// A provider's error as its API sends it: content type, body, headers.
-fn envelope_for(
+pub(crate) fn envelope_for(
     provider: &str,
     status: u16,
     retry_after: Option<Duration>,
@@ -200,13 +211,16 @@ fn envelope_for(
         let (kind, message) = match status {
             400 => ("invalid_request_error", "Invalid request"),
             401 => ("authentication_error", "invalid x-api-key"),
+            402 => ("billing_error", "Your credit balance is too low to access the Anthropic API."),
             403 => ("permission_error", "Your API key does not have permission to use the specified resource."),
             404 => ("not_found_error", "Not found"),
             413 => ("request_too_large", "Request exceeds the maximum allowed number of bytes."),
             429 => ("rate_limit_error", "This request would exceed your organization's rate limit. (injected by netchaos)"),
+            504 => ("timeout_error", "Request timed out"),
             529 => ("overloaded_error", "Overloaded"),
             s if s >= 500 => ("api_error", "Internal server error"),
-            _ => ("api_error", "Error"),
+            // Anthropic's documentation: also used for other 4xx codes.
+            _ => ("invalid_request_error", "Error"),
         };
         headers.push("request-id: req_netchaos_injected".into());
         serde_json::json!({
@@ -310,6 +324,28 @@ mod tests {
         assert!(text.contains("retry-after-ms: 1500\r\n"), "{text}");
         assert!(text.contains("\"code\":\"rate_limit_exceeded\""), "{text}");
         assert!(!text.contains("connection: close"), "keep-alive by default: {text}");
+    }
+
+    /// Each status carries the error type Anthropic documents for it (the
+    /// SDK picks its class by status, but handlers read `.type`).
+    #[test]
+    fn anthropic_error_types_follow_the_status() {
+        let kind = |code: &str| {
+            let s = status(&[("status", code), ("envelope", "anthropic")]);
+            let text = String::from_utf8(s.reply(false).to_vec()).unwrap();
+            let body: serde_json::Value =
+                serde_json::from_str(text.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+            body["error"]["type"].as_str().unwrap().to_string()
+        };
+        for (code, want) in [
+            ("402", "billing_error"),
+            ("504", "timeout_error"),
+            ("422", "invalid_request_error"),
+            ("429", "rate_limit_error"),
+            ("502", "api_error"),
+        ] {
+            assert_eq!(kind(code), want, "{code}");
+        }
     }
 
     #[test]

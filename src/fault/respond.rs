@@ -1,6 +1,8 @@
 //! `respond`: the upstream is never contacted. The client gets canned bytes —
 //! `data`, the contents of `file`, or an HTTP reply built from `status`,
-//! `body` and `retry_after` — and then the connection is closed cleanly,
+//! `body`, `retry_after` and `envelope` (a provider's error, as
+//! `http_status` shapes it, with no upstream at all) — and then the
+//! connection is closed cleanly,
 //! reset, or left open and silent (`then = "close" | "reset" | "stall"`).
 //!
 //! The relay feeds [`Respond::script`] into the downstream pipeline in place
@@ -11,6 +13,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
+use super::http_status::{ceil_secs, envelope_for, reason};
 use super::{ItemKind, Kind, KindInfo, Layer, Stream};
 use crate::settings::{Fields, ProfileError};
 
@@ -39,7 +42,7 @@ impl Kind for Respond {
         streamed: false,
         stages: false,
         about: "the upstream is never contacted; the client gets canned bytes",
-        params: &[("data", "a string", "the bytes to send"), ("file", "a path (regular file, at most 1MiB)", "…or a file's bytes"), ("status", "an HTTP status 100-599", "…or an HTTP reply with this status"), ("body", "a string", "the HTTP reply's body"), ("retry_after", "a duration", "a Retry-After header"), ("headers", "\"Name: value\" strings", "more HTTP headers"), ("then", "close (default), reset or stall", "after the bytes: FIN, RST or silence"), ("wait_request", "true (default) or false", "wait for the client's first bytes")],
+        params: &[("data", "a string", "the bytes to send"), ("file", "a path (regular file, at most 1MiB)", "…or a file's bytes"), ("status", "an HTTP status 100-599", "…or an HTTP reply with this status"), ("body", "a string", "the HTTP reply's body"), ("retry_after", "a duration", "a Retry-After header (whole seconds, rounded up)"), ("envelope", "anthropic or openai", "the HTTP reply as that provider's error"), ("headers", "\"Name: value\" strings", "more HTTP headers"), ("then", "close (default), reset or stall", "after the bytes: FIN, RST or silence"), ("wait_request", "true (default) or false", "wait for the client's first bytes")],
     };
 
     fn parse(f: &mut Fields) -> Result<Self, ProfileError> {
@@ -49,14 +52,17 @@ impl Kind for Respond {
         let body = f.string("body")?;
         let retry_after = f.duration("retry_after")?;
         let headers = f.strings("headers")?;
+        let envelope = f.choice("envelope", &["anthropic", "openai"])?;
         let given = [data.is_some(), file.is_some(), status.is_some()];
         if given.iter().filter(|g| **g).count() != 1 {
             return Err(f.table_error(
                 "give exactly one of data (the bytes to send), file (a path) or status (an HTTP status code)",
             ));
         }
-        if status.is_none() && (body.is_some() || retry_after.is_some() || headers.is_some()) {
-            return Err(f.table_error("body, retry_after and headers go with status"));
+        if status.is_none()
+            && (body.is_some() || retry_after.is_some() || headers.is_some() || envelope.is_some())
+        {
+            return Err(f.table_error("body, retry_after, envelope and headers go with status"));
         }
         let (data, summary) = if let Some(d) = data {
             let summary = format!("{} bytes of data", d.len());
@@ -65,10 +71,19 @@ impl Kind for Respond {
             (Bytes::from(bytes), format!("file {shown}"))
         } else {
             let status = status.expect("checked above") as u16;
+            let (content_type, default_body, provider) = match envelope {
+                Some(p) => envelope_for(p, status, retry_after),
+                None => (
+                    "text/plain; charset=utf-8",
+                    format!("{status} {}\n", reason(status)).into_bytes(),
+                    Vec::new(),
+                ),
+            };
             let mut extra: Vec<String> = Vec::new();
             if let Some(r) = retry_after {
-                extra.push(format!("Retry-After: {}", r.as_secs().max(1)));
+                extra.push(format!("Retry-After: {}", ceil_secs(r).max(1)));
             }
+            extra.extend(provider);
             for h in headers.unwrap_or_default() {
                 let text = crate::settings::node_text(&h);
                 if !text.contains(':') || text.contains('\n') || text.contains('\r') {
@@ -80,8 +95,12 @@ impl Kind for Respond {
                 }
                 extra.push(text);
             }
-            let body = body.unwrap_or_else(|| format!("{status} {}\n", reason(status)));
-            (http_reply(status, &extra, &body), format!("HTTP {status}"))
+            let body = body.map_or(default_body, String::into_bytes);
+            let summary = match envelope {
+                Some(p) => format!("HTTP {status}, {p} envelope"),
+                None => format!("HTTP {status}"),
+            };
+            (http_reply(status, content_type, &extra, &body), summary)
         };
         let then = match f.choice("then", &["close", "reset", "stall"])? {
             Some("reset") => Then::Reset,
@@ -134,9 +153,9 @@ impl Respond {
     pub(crate) const REQUEST_WAIT: Duration = Duration::from_secs(10);
 }
 
-fn http_reply(status: u16, headers: &[String], body: &str) -> Bytes {
+fn http_reply(status: u16, content_type: &str, headers: &[String], body: &[u8]) -> Bytes {
     let mut head = format!(
-        "HTTP/1.1 {status} {}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n",
+        "HTTP/1.1 {status} {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n",
         reason(status),
         body.len()
     );
@@ -145,26 +164,9 @@ fn http_reply(status: u16, headers: &[String], body: &str) -> Bytes {
         head.push_str("\r\n");
     }
     head.push_str("\r\n");
-    head.push_str(body);
-    Bytes::from(head.into_bytes())
-}
-
-fn reason(status: u16) -> &'static str {
-    match status {
-        200 => "OK",
-        400 => "Bad Request",
-        401 => "Unauthorized",
-        403 => "Forbidden",
-        404 => "Not Found",
-        408 => "Request Timeout",
-        429 => "Too Many Requests",
-        500 => "Internal Server Error",
-        502 => "Bad Gateway",
-        503 => "Service Unavailable",
-        504 => "Gateway Timeout",
-        529 => "Site Overloaded",
-        _ => "Status",
-    }
+    let mut reply = head.into_bytes();
+    reply.extend_from_slice(body);
+    Bytes::from(reply)
 }
 
 #[cfg(test)]
@@ -191,6 +193,27 @@ mod tests {
         assert!(text.contains("\r\nRetry-After: 5\r\n"), "{text}");
         assert!(text.ends_with("\r\n\r\n429 Too Many Requests\n"), "{text}");
         assert_eq!(r.script().last(), Some(&ItemKind::Close));
+    }
+
+    /// Offline (no upstream to reach), an SDK still gets its provider's
+    /// error: the envelope's body and headers, in a reply that closes.
+    #[test]
+    fn an_envelope_needs_no_upstream() {
+        let r = respond(&[
+            ("status", "529"),
+            ("envelope", "anthropic"),
+            ("retry_after", "1500ms"),
+        ])
+        .unwrap();
+        let text = String::from_utf8(r.data.to_vec()).unwrap();
+        assert!(text.starts_with("HTTP/1.1 529 Site is overloaded\r\n"), "{text}");
+        assert!(text.contains("Content-Type: application/json\r\n"), "{text}");
+        assert!(text.contains("\r\nRetry-After: 2\r\n"), "rounded up: {text}");
+        assert!(text.contains("\r\nretry-after-ms: 1500\r\n"), "{text}");
+        let body: serde_json::Value =
+            serde_json::from_str(text.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+        assert_eq!(body["error"]["type"], "overloaded_error");
+        assert!(respond(&[("data", "x"), ("envelope", "openai")]).is_err());
     }
 
     #[test]
