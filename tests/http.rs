@@ -223,6 +223,27 @@ fn first_two_fail_then_every_request_passes() {
     );
 }
 
+/// A slow first byte is counted when the hold begins: a client that gives
+/// up during it (what `http_delay` is for) was faulted, in both phases.
+#[test]
+fn a_delay_the_client_gives_up_on_is_counted() {
+    if !need(&["curl"]) {
+        return;
+    }
+    let up = Httpd::start(None);
+    for phase in ["headers", "request"] {
+        let (code, _, err) = wrapped(
+            &["--fault", &format!("http_delay:delay=20s,phase={phase}")],
+            &["curl", "-s", "-m", "1", &format!("{}/p/1", up.http())],
+        );
+        assert_eq!(code, 28, "curl timed out: {err}");
+        assert!(
+            err.contains("HTTP requests: 1 seen, 1 faulted (http_delay"),
+            "{phase}: {err}"
+        );
+    }
+}
+
 /// Reads an event stream with `requests` (read timeout 2 s): the events
 /// parsed, then how the stream ended.
 const PY_SSE: &str = r#"

@@ -378,7 +378,7 @@ impl RequestSide {
                 headers: &head.headers,
                 body: json.as_ref(),
             };
-            let d = decide::decide(&faults, n, &view, x.epoch.elapsed());
+            let mut d = decide::decide(&faults, n, &view, x.epoch.elapsed());
             let meta = Meta {
                 n,
                 method: head.method.clone(),
@@ -386,6 +386,12 @@ impl RequestSide {
                 host,
             };
             if !d.request_delay.is_zero() {
+                // Counted as the hold begins: a client that times out
+                // during it (what the fault is for) was still faulted.
+                // The response is not known yet.
+                for c in std::mem::take(&mut d.delays) {
+                    x.record(&c, &meta, None);
+                }
                 crate::timer::sleep(d.request_delay).await;
             }
             if let Some((chosen, status)) = d.answer {
@@ -558,11 +564,13 @@ impl ResponseSide {
     }
 
     async fn answer(&self, a: Answer, out: &Output) -> Result<Next, Gone> {
-        if !a.delay.is_zero() {
-            crate::timer::sleep(a.delay).await;
-        }
+        // Delays are counted as their hold begins (see above); the
+        // answer once it is sent.
         for c in &a.delays {
             self.x.record(c, &a.meta, Some(a.status));
+        }
+        if !a.delay.is_zero() {
+            crate::timer::sleep(a.delay).await;
         }
         self.x.record(&a.chosen, &a.meta, Some(a.status));
         send_data(out, a.reply).await?;
@@ -600,11 +608,12 @@ impl ResponseSide {
             }
         };
         self.x.record_response(&meta, head.status);
-        if !d.headers_delay.is_zero() {
-            crate::timer::sleep(d.headers_delay).await;
-        }
+        // Counted as the hold begins, with the status it holds back.
         for c in &d.delays {
             self.x.record(c, &meta, Some(head.status));
+        }
+        if !d.headers_delay.is_zero() {
+            crate::timer::sleep(d.headers_delay).await;
         }
         let Ok(framing) = head.framing(&meta.method) else {
             return Ok(Next::Raw);
