@@ -292,6 +292,21 @@ fn event_streams_stall_drop_and_turn_malformed_after_whole_events() {
     let v = sse("sse:malformed_after_events=5,malformed=truncate", &url);
     assert_eq!(v["events"].as_array().unwrap().len(), 5, "{v}");
     assert!(v["end"].as_str().unwrap().starts_with("broken"), "{v}");
+    // The provider's own mid-stream error event after the 200, then a
+    // proper end of the chunked body (curl fails on a cut one).
+    let (code, out, err) = wrapped(
+        &["--fault", "sse:error_after_events=3"],
+        &["curl", "-sS", "-N", &url],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.matches("event: delta").count(), 3, "{out}");
+    assert!(
+        out.ends_with(
+            "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n"
+        ),
+        "{out}"
+    );
+    assert!(err.contains("1 seen, 1 faulted (sse 200: 1)"), "{err}");
     // Not an event stream: an sse fault leaves it alone.
     let (code, out, err) = wrapped(
         &["--fault", "sse:stall_after_events=0"],

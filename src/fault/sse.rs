@@ -3,7 +3,11 @@
 //! silence, the connection open; `drop_after_events` — then a close or a
 //! reset (`then`); `event_delay` — each event late; `malformed_after_events`
 //! — the next event's `data:` is not valid JSON (`malformed = "json"`), or
-//! the stream ends in the middle of an event (`malformed = "truncate"`).
+//! the stream ends in the middle of an event (`malformed = "truncate"`);
+//! `error_after_events` — the provider's own mid-stream error event
+//! (`envelope`: Anthropic's `event: error` with an `overloaded_error`,
+//! OpenAI's `data: {"error": …}`), then the stream ends, as those APIs end
+//! a stream they cannot finish after its 200.
 
 use std::time::Duration;
 
@@ -24,6 +28,8 @@ pub(crate) enum Breakage {
     BadJson,
     /// Half an event, then the stream ends.
     Truncate,
+    /// The provider's error event ([`Sse::error_event`]), then the end.
+    Error,
 }
 
 #[derive(Debug, Clone)]
@@ -32,6 +38,9 @@ pub(crate) struct Sse {
     breaks: Option<(u64, Breakage)>,
     event_delay: Duration,
     matcher: RequestMatch,
+    /// With `error_after_events`: the error event as sent, and for display
+    /// the envelope and error type.
+    error: Option<(Vec<u8>, &'static str, String)>,
 }
 
 impl Kind for Sse {
@@ -48,6 +57,9 @@ impl Kind for Sse {
             ("then", "close (default) or reset", "how it ends, with drop_after_events"),
             ("malformed_after_events", "a number", "event N+1 is malformed"),
             ("malformed", "json (default) or truncate", "data that is not JSON, or half an event and the end"),
+            ("error_after_events", "a number", "after N events the provider's error event, then the end"),
+            ("envelope", "anthropic (default) or openai", "whose error event, with error_after_events"),
+            ("error_type", "a string", "its error type (default overloaded_error; openai: server_error)"),
             ("event_delay", "a duration, default 0", "each event this much later"),
         ],
     };
@@ -61,32 +73,58 @@ impl Kind for Sse {
             _ => After::Close,
         };
         let malformed = f.choice("malformed", &["json", "truncate"])?;
+        let error_after = f.integer_in("error_after_events", 0, u64::MAX)?;
+        let envelope = f.choice("envelope", &["anthropic", "openai"])?;
+        let error_type = f.string("error_type")?;
         let event_delay = f.duration("event_delay")?.unwrap_or_default();
-        let given = [stall.is_some(), drop.is_some(), malformed_after.is_some()];
+        let given = [
+            stall.is_some(),
+            drop.is_some(),
+            malformed_after.is_some(),
+            error_after.is_some(),
+        ];
         if given.iter().filter(|g| **g).count() > 1 {
             return Err(f.table_error(
-                "give at most one of stall_after_events, drop_after_events and malformed_after_events",
+                "give at most one of stall_after_events, drop_after_events, malformed_after_events \
+                 and error_after_events",
             ));
         }
         if malformed.is_some() && malformed_after.is_none() {
             return Err(f.table_error("malformed goes with malformed_after_events"));
         }
-        let breaks = match (stall, drop, malformed_after) {
-            (Some(n), _, _) => Some((n, Breakage::Stall)),
-            (_, Some(n), _) => Some((n, Breakage::Drop(then))),
-            (_, _, Some(n)) if malformed == Some("truncate") => Some((n, Breakage::Truncate)),
-            (_, _, Some(n)) => Some((n, Breakage::BadJson)),
+        if (envelope.is_some() || error_type.is_some()) && error_after.is_none() {
+            return Err(f.table_error("envelope and error_type go with error_after_events"));
+        }
+        let breaks = match (stall, drop, malformed_after, error_after) {
+            (Some(n), ..) => Some((n, Breakage::Stall)),
+            (_, Some(n), ..) => Some((n, Breakage::Drop(then))),
+            (_, _, Some(n), _) if malformed == Some("truncate") => Some((n, Breakage::Truncate)),
+            (_, _, Some(n), _) => Some((n, Breakage::BadJson)),
+            (.., Some(n)) => Some((n, Breakage::Error)),
             _ => None,
         };
         if breaks.is_none() && event_delay.is_zero() {
             return Err(f.table_error(
-                "give stall_after_events, drop_after_events, malformed_after_events or event_delay",
+                "give stall_after_events, drop_after_events, malformed_after_events, \
+                 error_after_events or event_delay",
             ));
         }
+        let error = error_after.map(|_| {
+            let provider = match envelope {
+                Some("openai") => "openai",
+                _ => "anthropic",
+            };
+            let kind = error_type.unwrap_or_else(|| match provider {
+                "openai" => "server_error".into(),
+                _ => "overloaded_error".into(),
+            });
+            (error_event(provider, &kind), provider, kind)
+        });
         Ok(Sse {
             breaks,
             event_delay,
             matcher: RequestMatch::parse(f)?,
+            error,
         })
     }
 
@@ -104,6 +142,13 @@ impl Kind for Sse {
             Some((n, Breakage::Truncate)) => {
                 p.push(("malformed_after_events", n.to_string()));
                 p.push(("malformed", "truncate".into()));
+            }
+            Some((n, Breakage::Error)) => {
+                p.push(("error_after_events", n.to_string()));
+                if let Some((_, provider, kind)) = &self.error {
+                    p.push(("envelope", (*provider).into()));
+                    p.push(("error_type", kind.clone()));
+                }
             }
             None => {}
         }
@@ -126,5 +171,74 @@ impl Sse {
 
     pub(crate) fn event_delay(&self) -> Duration {
         self.event_delay
+    }
+
+    /// The error event `error_after_events` sends, as it goes on the wire.
+    pub(crate) fn error_event(&self) -> &[u8] {
+        self.error.as_ref().map_or(&[], |(e, ..)| e)
+    }
+}
+
+/// A provider's mid-stream error event: Anthropic's `event: error` (its
+/// SDKs raise the error by its `type`, with the response's 200), OpenAI's
+/// chat-completions chunk carrying `error` (its SDK raises `APIError`).
+fn error_event(provider: &str, kind: &str) -> Vec<u8> {
+    let (event, data) = match provider {
+        "openai" => (
+            None,
+            serde_json::json!({"error": {
+                "message": "The server had an error while processing your request. (injected by netchaos)",
+                "type": kind, "param": null, "code": null
+            }}),
+        ),
+        _ => (
+            Some("error"),
+            serde_json::json!({"type": "error", "error": {
+                "type": kind,
+                "message": if kind == "overloaded_error" { "Overloaded" } else { "Internal server error" }
+            }}),
+        ),
+    };
+    let mut e = String::new();
+    if let Some(name) = event {
+        e.push_str(&format!("event: {name}\n"));
+    }
+    e.push_str(&format!("data: {data}\n\n"));
+    e.into_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::*;
+    use super::*;
+    use crate::fault::FaultKind;
+
+    fn sse(pairs: &[(&str, &str)]) -> Result<Sse, ProfileError> {
+        spec("sse", pairs).map(|s| match s.kind {
+            FaultKind::Sse(s) => s,
+            _ => unreachable!(),
+        })
+    }
+
+    #[test]
+    fn error_events_are_the_providers() {
+        let a = sse(&[("error_after_events", "3")]).unwrap();
+        assert_eq!(a.breaks(), Some((3, Breakage::Error)));
+        let text = String::from_utf8(a.error_event().to_vec()).unwrap();
+        assert!(text.starts_with("event: error\ndata: "), "{text}");
+        assert!(text.ends_with("\n\n"), "{text}");
+        let data: serde_json::Value =
+            serde_json::from_str(text.lines().nth(1).unwrap().strip_prefix("data: ").unwrap())
+                .unwrap();
+        assert_eq!(data["type"], "error");
+        assert_eq!(data["error"]["type"], "overloaded_error");
+        let o = sse(&[("error_after_events", "0"), ("envelope", "openai")]).unwrap();
+        let text = String::from_utf8(o.error_event().to_vec()).unwrap();
+        assert!(text.starts_with("data: {\"error\":"), "{text}");
+        assert!(text.contains("\"type\":\"server_error\""), "{text}");
+        let t = sse(&[("error_after_events", "1"), ("error_type", "api_error")]).unwrap();
+        assert!(String::from_utf8_lossy(t.error_event()).contains("\"api_error\""));
+        assert!(sse(&[("envelope", "openai"), ("event_delay", "1ms")]).is_err());
+        assert!(sse(&[("error_after_events", "1"), ("drop_after_events", "1")]).is_err());
     }
 }

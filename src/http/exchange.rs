@@ -729,6 +729,17 @@ impl Stream<'_> {
                 self.record();
                 Ok(Some(cut(out, then).await?))
             }
+            Some((n, Breakage::Error)) if n == self.counted => {
+                // The error event ends the stream as the provider ends it:
+                // the body's end, then (the upstream still streaming) the
+                // connection's.
+                self.record();
+                self.emit(out, self.sse.error_event()).await?;
+                if self.chunked {
+                    send_data(out, Bytes::from_static(b"0\r\n\r\n")).await?;
+                }
+                Ok(Some(cut(out, After::Close).await?))
+            }
             _ => Ok(None),
         }
     }
