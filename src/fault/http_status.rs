@@ -12,7 +12,7 @@ use bytes::Bytes;
 
 use super::http_match::RequestMatch;
 use super::{Kind, KindInfo, Layer, Stream};
-use crate::settings::{Fields, ProfileError, node_text};
+use crate::settings::{Fields, Node, ProfileError, node_text};
 
 /// What happens to the connection after a canned reply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,32 +79,16 @@ impl Kind for HttpStatus {
             return Err(f.table_error("give body or body_file, not both"));
         }
         let retry_after = f.duration("retry_after")?;
-        let mut extra: Vec<String> = Vec::new();
-        for h in f.strings("headers")?.unwrap_or_default() {
-            let text = node_text(&h);
-            if !text.contains(':') || text.contains(['\r', '\n']) {
-                return Err(f.error(
-                    "headers",
-                    &h.loc,
-                    format!("expected \"Name: value\", got {text:?}"),
-                ));
-            }
-            extra.push(text);
-        }
+        let headers = f.strings("headers")?;
+        let extra = header_lines(f, headers)?;
         let then = match f.choice("then", &["keep", "close", "reset"])? {
             Some("close") => After::Close,
             Some("reset") => After::Reset,
             _ => After::Keep,
         };
         let matcher = RequestMatch::parse(f)?;
-        let (content_type, default_body, provider_headers) = match envelope {
-            Some(p) => envelope_for(p, status, retry_after),
-            None => (
-                "text/plain; charset=utf-8",
-                format!("{status} {}\n", reason(status)).into_bytes(),
-                Vec::new(),
-            ),
-        };
+        let (content_type, default_body, provider_headers) =
+            reply_parts(envelope, status, retry_after);
         let (body, source) = match (body, body_file) {
             (Some(b), _) => (b, "body".to_string()),
             (None, Some((b, shown))) => (b, format!("file {shown}")),
@@ -192,12 +176,49 @@ impl HttpStatus {
     }
 }
 
+/// `headers = ["Name: value", …]`, each checked to be one header line.
+pub(crate) fn header_lines(
+    f: &Fields,
+    headers: Option<Vec<Node>>,
+) -> Result<Vec<String>, ProfileError> {
+    let mut lines = Vec::new();
+    for h in headers.unwrap_or_default() {
+        let text = node_text(&h);
+        if !text.contains(':') || text.contains(['\r', '\n']) {
+            return Err(f.error(
+                "headers",
+                &h.loc,
+                format!("expected \"Name: value\", got {text:?}"),
+            ));
+        }
+        lines.push(text);
+    }
+    Ok(lines)
+}
+
+/// A reply's content type, default body and extra headers: a provider's
+/// error with an `envelope`, else the status's name as text.
+pub(crate) fn reply_parts(
+    envelope: Option<&str>,
+    status: u16,
+    retry_after: Option<Duration>,
+) -> (&'static str, Vec<u8>, Vec<String>) {
+    match envelope {
+        Some(p) => envelope_for(p, status, retry_after),
+        None => (
+            "text/plain; charset=utf-8",
+            format!("{status} {}\n", reason(status)).into_bytes(),
+            Vec::new(),
+        ),
+    }
+}
+
 pub(crate) fn ceil_secs(d: Duration) -> u64 {
     d.as_secs() + u64::from(d.subsec_nanos() > 0)
 }
 
 /// A provider's error as its API sends it: content type, body, headers.
-pub(crate) fn envelope_for(
+fn envelope_for(
     provider: &str,
     status: u16,
     retry_after: Option<Duration>,

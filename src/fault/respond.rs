@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::http_status::{ceil_secs, envelope_for, reason};
+use super::http_status::{ceil_secs, header_lines, reason, reply_parts};
 use super::{ItemKind, Kind, KindInfo, Layer, Stream};
 use crate::settings::{Fields, ProfileError};
 
@@ -71,30 +71,13 @@ impl Kind for Respond {
             (Bytes::from(bytes), format!("file {shown}"))
         } else {
             let status = status.expect("checked above") as u16;
-            let (content_type, default_body, provider) = match envelope {
-                Some(p) => envelope_for(p, status, retry_after),
-                None => (
-                    "text/plain; charset=utf-8",
-                    format!("{status} {}\n", reason(status)).into_bytes(),
-                    Vec::new(),
-                ),
-            };
+            let (content_type, default_body, provider) = reply_parts(envelope, status, retry_after);
             let mut extra: Vec<String> = Vec::new();
             if let Some(r) = retry_after {
                 extra.push(format!("Retry-After: {}", ceil_secs(r).max(1)));
             }
             extra.extend(provider);
-            for h in headers.unwrap_or_default() {
-                let text = crate::settings::node_text(&h);
-                if !text.contains(':') || text.contains('\n') || text.contains('\r') {
-                    return Err(f.error(
-                        "headers",
-                        &h.loc,
-                        format!("expected \"Name: value\", got {text:?}"),
-                    ));
-                }
-                extra.push(text);
-            }
+            extra.extend(header_lines(f, headers)?);
             let body = body.map_or(default_body, String::into_bytes);
             let summary = match envelope {
                 Some(p) => format!("HTTP {status}, {p} envelope"),
