@@ -873,3 +873,97 @@ func main() {
 	fmt.Println("ok")
 }
 "#;
+
+/// Toxiproxy's toxic tests, against real sockets: bandwidth gives no
+/// up-front credit (`rate: 1` is 1000 bytes a second from the first byte),
+/// latency passes a close on at once when no bytes wait ahead of it, and
+/// an updated limit_data counts the bytes that already passed.
+#[test]
+fn toxics_keep_toxiproxys_semantics() {
+    // Each connection: 1000 bytes, then a byte from the client says what
+    // next: `g`, 80 more bytes and a close; `c`, a close.
+    let up = Server::start("127.0.0.1:0", |mut s| {
+        let _ = s.write_all(&[b'x'; 1000]);
+        let mut b = [0u8; 1];
+        if s.read_exact(&mut b).is_ok() && b[0] == b'g' {
+            let _ = s.write_all(&[b'y'; 80]);
+        }
+    });
+    let p = server(&[]);
+    let u = p.url();
+    let (st, v) = create(
+        &u,
+        json!({"name": "t", "listen": "127.0.0.1:0", "upstream": up.addr.to_string()}),
+    );
+    assert_eq!(st, 201, "{v}");
+    let addr = listen_of(&v);
+    let toxics = format!("{u}/proxies/t/toxics");
+
+    // bandwidth rate 1 (KB/s): well under all of it in the first 500 ms.
+    add_toxic(
+        &u,
+        "t",
+        json!({"name": "bw", "type": "bandwidth", "attributes": {"rate": 1}}),
+    );
+    let mut c = connect(addr);
+    c.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+    let t0 = Instant::now();
+    let mut got = 0;
+    let mut b = [0u8; 2000];
+    while t0.elapsed() < Duration::from_millis(500) {
+        if let Ok(n) = c.read(&mut b) {
+            got += n;
+        }
+    }
+    assert!(got < 700, "{got} of 1000 bytes in 500 ms at 1 KB/s");
+    drop(c);
+    http("DELETE", &format!("{toxics}/bw"), None, &[]);
+
+    // latency 2 s: the upstream's close, with no bytes ahead of it, comes
+    // at once, not 2 s later. (Bounded with a second to spare: a delayed
+    // close takes 2 s at the least, however busy the machine.)
+    add_toxic(
+        &u,
+        "t",
+        json!({"name": "lat", "type": "latency", "attributes": {"latency": 2000}}),
+    );
+    let mut c = connect(addr);
+    c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let mut first = [0u8; 1000];
+    c.read_exact(&mut first).unwrap();
+    let t1 = Instant::now();
+    c.write_all(b"c").unwrap();
+    let mut rest = Vec::new();
+    c.read_to_end(&mut rest).unwrap();
+    assert!(rest.is_empty());
+    assert!(t1.elapsed() < Duration::from_secs(1), "{:?}", t1.elapsed());
+    drop(c);
+    http("DELETE", &format!("{toxics}/lat"), None, &[]);
+
+    // limit_data 1010, 1000 passed; raised to 1040: 40 more, then EOF (a
+    // fresh count would pass all 80).
+    add_toxic(
+        &u,
+        "t",
+        json!({"name": "lim", "type": "limit_data", "attributes": {"bytes": 1010}}),
+    );
+    let mut c = connect(addr);
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    c.read_exact(&mut first).unwrap();
+    let (st, v) = http(
+        "POST",
+        &format!("{toxics}/lim"),
+        Some(r#"{"attributes": {"bytes": 1040}}"#),
+        &[],
+    );
+    assert_eq!(st, 200, "{v}");
+    c.write_all(b"g").unwrap();
+    let mut rest = Vec::new();
+    let r = c.read_to_end(&mut rest);
+    assert_eq!(
+        rest.len(),
+        40,
+        "the update kept the count of what passed ({r:?}): {}",
+        p.stderr()
+    );
+}

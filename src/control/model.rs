@@ -441,9 +441,12 @@ impl GoType {
                 if ints[0] < 0 || ints[1] < 0 {
                     warn("a negative latency or jitter counts as 0");
                 }
+                // A close passes on at once, after the bytes ahead of it,
+                // as Toxiproxy's latency passes it.
                 pairs(&[
                     ("delay", format!("{}ms", ints[0].max(0))),
                     ("jitter", format!("{}ms", ints[1].max(0))),
+                    ("ends", "at_once".into()),
                 ])?
             }
             "bandwidth" if ints[0] < 0 => {
@@ -451,7 +454,11 @@ impl GoType {
                 None
             }
             // KB/s, as Toxiproxy counts them (1000 bytes); 0 holds the stream.
-            "bandwidth" => pairs(&[("rate", format!("{}B/s", ints[0].saturating_mul(1000)))])?,
+            // No credit: each chunk waits its own time, as Toxiproxy's does.
+            "bandwidth" => pairs(&[
+                ("rate", format!("{}B/s", ints[0].saturating_mul(1000))),
+                ("burst", "0".into()),
+            ])?,
             "slow_close" => pairs(&[("delay", format!("{}ms", ints[0].max(0)))])?,
             "timeout" => Some(FaultKind::Timeout(fault::timeout::Timeout::new(Some(ms(
                 ints[0],
@@ -555,7 +562,10 @@ mod tests {
             t.to_json().to_string(),
             r#"{"attributes":{"latency":100,"jitter":0},"name":"latency_downstream","type":"latency","stream":"downstream","toxicity":1}"#
         );
-        assert_eq!(fault_of(&t), "latency:delay=100ms,stream=downstream");
+        assert_eq!(
+            fault_of(&t),
+            "latency:delay=100ms,ends=at_once,stream=downstream"
+        );
         // Unknown attributes are ignored, as Go ignores them.
         let t =
             toxic(json!({"type": "latency", "attributes": {"latency": 5, "bogus": 1}})).unwrap();

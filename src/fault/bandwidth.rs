@@ -1,6 +1,10 @@
 //! `bandwidth`: a token bucket. Bytes leave at `rate` with bursts of at most
 //! `burst`; `shared = true` makes one bucket (per direction) for every
 //! connection of the rule. A rate of 0 holds the stream without spinning.
+//! `burst = 0` gives no credit at all, as Toxiproxy's `bandwidth` (which
+//! the API's toxic maps to): each piece of at most 100 ms of the rate
+//! leaves once its own bytes have had their time, after the pieces before
+//! it — 1000 bytes at 1 KB/s arrive over a second, none at once.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -28,19 +32,20 @@ impl Kind for Bandwidth {
         streamed: true,
         stages: true,
         about: "bytes flow at rate (per connection, or shared by the rule)",
-        params: &[("rate", "a rate, required, like 1mbit or 500KB/s; 0 holds the stream", "the byte rate"), ("burst", "a size, default 10 ms of rate", "the bucket size"), ("shared", "true or false, default false", "one bucket for every connection of the rule")],
+        params: &[("rate", "a rate, required, like 1mbit or 500KB/s; 0 holds the stream", "the byte rate"), ("burst", "a size, default 10 ms of rate; 0: no credit (Toxiproxy's pacing)", "the bucket size"), ("shared", "true or false, default false", "one bucket for every connection of the rule")],
     };
 
     fn parse(f: &mut Fields) -> Result<Self, ProfileError> {
         let rate = f.rate("rate")?.ok_or_else(|| {
             f.table_error("missing \"rate\" (a rate like \"1mbit\" or \"500KB/s\")")
         })?;
-        let burst = match f.size("burst")? {
-            Some(0) => return Err(f.table_error("burst must be at least 1 byte")),
-            Some(b) => b,
-            None => default_burst(rate),
-        };
+        let burst = f.size("burst")?.unwrap_or_else(|| default_burst(rate));
         let shared = f.boolean("shared")?.unwrap_or(false);
+        if shared && burst == 0 {
+            return Err(f.table_error(
+                "burst = 0 paces each connection on its own: it cannot be shared",
+            ));
+        }
         Ok(Bandwidth {
             rate,
             burst,
@@ -73,6 +78,10 @@ impl Bandwidth {
 
     pub(crate) async fn run(self, mut ctx: StageCtx, io: &mut StageIo) {
         let mut own = TokenBucket::new(self.rate, self.burst);
+        // burst = 0: when the link is free again, and when the piece now
+        // waiting may leave.
+        let mut free_at: Option<Instant> = None;
+        let mut due: Option<Instant> = None;
         loop {
             let item = match io.next().await {
                 Next::Item(item) => item,
@@ -92,6 +101,18 @@ impl Bandwidth {
                 } else if self.rate == 0 {
                     // A stall until the window closes (or forever).
                     Err(None)
+                } else if self.burst == 0 {
+                    let piece = bytes.len().min((self.rate / 10).max(1) as usize);
+                    let at = *due.get_or_insert_with(|| {
+                        let start = free_at.map_or(now, |f| f.max(now));
+                        start + Duration::from_secs_f64(piece as f64 / self.rate as f64)
+                    });
+                    if at <= now {
+                        free_at = due.take();
+                        Ok(piece)
+                    } else {
+                        Err(Some(at))
+                    }
                 } else {
                     match &self.shared {
                         Some(b) => b[ctx.dir.index()]
@@ -189,6 +210,30 @@ mod tests {
         }
     }
 
+    /// `burst = 0` (Toxiproxy's pacing): no credit, 100 ms pieces, and no
+    /// credit from idle time either.
+    #[tokio::test(start_paused = true)]
+    async fn no_burst_means_no_credit() {
+        let (tx, mut rx, io) = channels();
+        let b = bw(&[("rate", "1KB/s"), ("burst", "0")]);
+        tokio::spawn(async move { b.run(ctx(Window::ALWAYS), &mut { io }).await });
+        let t0 = Instant::now();
+        tx.send(data(1000)).await.unwrap();
+        assert_eq!(rx.recv().await.unwrap().len(), 100);
+        assert_eq!(t0.elapsed(), Duration::from_millis(100));
+        let mut got = 100;
+        while got < 1000 {
+            got += rx.recv().await.unwrap().len();
+        }
+        assert_eq!(t0.elapsed(), Duration::from_millis(1000));
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let t1 = Instant::now();
+        tx.send(data(50)).await.unwrap();
+        rx.recv().await.unwrap();
+        assert_eq!(t1.elapsed(), Duration::from_millis(50), "idle gave no credit");
+        assert!(spec("bandwidth", &[("rate", "1KB/s"), ("burst", "0"), ("shared", "true")]).is_err());
+    }
+
     #[tokio::test(start_paused = true)]
     async fn paces_to_the_rate() {
         let (tx, mut rx, io) = channels();
@@ -249,6 +294,6 @@ mod tests {
             e.message,
             "bandwidth.rate: expected a rate like \"1mbit\" or \"500KB/s\", got \"fast\""
         );
-        assert!(spec("bandwidth", &[("rate", "1mbit"), ("burst", "0")]).is_err());
+        assert!(spec("bandwidth", &[("rate", "1mbit"), ("burst", "0")]).is_ok());
     }
 }

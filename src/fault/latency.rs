@@ -1,7 +1,10 @@
 //! `latency`: a delay line. Each chunk leaves `delay ± jitter` after it
 //! arrived while later chunks keep being read, so throughput is kept (not
 //! stop-and-wait). The line holds at most `buffer` bytes; beyond that the
-//! stage stops reading and backpressure reaches the sender.
+//! stage stops reading and backpressure reaches the sender. A FIN or RST
+//! is delayed as the bytes are (a path delays them too), or with
+//! `ends = "at_once"` passed on as soon as the bytes ahead of it are, as
+//! Toxiproxy's latency does (its API toxic maps to that).
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -26,6 +29,8 @@ pub(crate) struct Latency {
     delay: Duration,
     jitter: Duration,
     buffer: u64,
+    /// A FIN or RST goes on once the bytes ahead of it have, undelayed.
+    ends_at_once: bool,
 }
 
 impl Kind for Latency {
@@ -36,7 +41,7 @@ impl Kind for Latency {
         streamed: true,
         stages: true,
         about: "each byte arrives delay ± jitter later; throughput is kept",
-        params: &[("delay", "a duration, required", "how much later each byte arrives"), ("jitter", "a duration, default 0", "± this much, uniform; never reorders"), ("buffer", "a size, default 8MiB, at most 64MiB", "bytes held in the delay line before the sender is slowed")],
+        params: &[("delay", "a duration, required", "how much later each byte arrives"), ("jitter", "a duration, default 0", "± this much, uniform; never reorders"), ("buffer", "a size, default 8MiB, at most 64MiB", "bytes held in the delay line before the sender is slowed"), ("ends", "delayed (default) or at_once", "a FIN or RST: delayed too, or on at once after the bytes ahead (Toxiproxy's)")],
     };
 
     fn parse(f: &mut Fields) -> Result<Self, ProfileError> {
@@ -45,6 +50,7 @@ impl Kind for Latency {
             .ok_or_else(|| f.table_error("missing \"delay\" (a duration like \"100ms\")"))?;
         let jitter = f.duration("jitter")?.unwrap_or_default();
         let buffer = f.size("buffer")?.unwrap_or(DEFAULT_BUFFER);
+        let ends_at_once = f.choice("ends", &["delayed", "at_once"])? == Some("at_once");
         if buffer == 0 {
             return Err(f.table_error("buffer must be more than 0 bytes"));
         }
@@ -59,6 +65,7 @@ impl Kind for Latency {
             delay,
             jitter,
             buffer,
+            ends_at_once,
         })
     }
 
@@ -69,6 +76,9 @@ impl Kind for Latency {
         }
         if self.buffer != DEFAULT_BUFFER {
             p.push(("buffer", self.buffer.to_string()));
+        }
+        if self.ends_at_once {
+            p.push(("ends", "at_once".into()));
         }
         p
     }
@@ -131,7 +141,14 @@ impl Latency {
                             return;
                         }
                     };
-                    let delay = if ctx.active_at(item.at) { self.sample(&mut ctx) } else { Duration::ZERO };
+                    let end = !matches!(item.kind, crate::fault::ItemKind::Data(_));
+                    let delay = if self.ends_at_once && end {
+                        Duration::ZERO
+                    } else if ctx.active_at(item.at) {
+                        self.sample(&mut ctx)
+                    } else {
+                        Duration::ZERO
+                    };
                     if !delay.is_zero() {
                         ctx.hit.fire();
                     }
@@ -192,6 +209,37 @@ mod tests {
         rx.recv().await.unwrap();
         // The second chunk was read while the first waited: 130 ms, not 200.
         assert_eq!(t0.elapsed(), Duration::from_millis(130));
+    }
+
+    /// `ends = "at_once"` (Toxiproxy's latency): a FIN with nothing ahead
+    /// of it goes at once; one behind a delayed chunk right after it. By
+    /// default a FIN is delayed as the bytes are.
+    #[tokio::test(start_paused = true)]
+    async fn ends_pass_at_once_after_the_bytes_ahead_when_asked() {
+        let fin = || Item {
+            at: Instant::now(),
+            kind: crate::fault::ItemKind::Fin,
+        };
+        for (ends, first, second) in [("at_once", 0, 500), ("delayed", 500, 600)] {
+            let (tx, mut rx, io) = channels();
+            let l = latency(&[("delay", "500ms"), ("ends", ends)]);
+            tokio::spawn(async move { l.run(ctx(Window::ALWAYS), &mut { io }).await });
+            let t0 = Instant::now();
+            tx.send(fin()).await.unwrap();
+            rx.recv().await.unwrap();
+            assert_eq!(t0.elapsed(), Duration::from_millis(first), "{ends}: a lone FIN");
+            let (tx, mut rx, io) = channels();
+            let l = latency(&[("delay", "500ms"), ("ends", ends)]);
+            tokio::spawn(async move { l.run(ctx(Window::ALWAYS), &mut { io }).await });
+            let t0 = Instant::now();
+            tx.send(data(10)).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            tx.send(fin()).await.unwrap();
+            rx.recv().await.unwrap();
+            assert_eq!(t0.elapsed(), Duration::from_millis(500));
+            assert_eq!(rx.recv().await.unwrap().kind, crate::fault::ItemKind::Fin);
+            assert_eq!(t0.elapsed(), Duration::from_millis(second), "{ends}: behind data");
+        }
     }
 
     #[tokio::test(start_paused = true)]

@@ -1,7 +1,10 @@
 //! `limit_data` (Toxiproxy's): the first `bytes` bytes of the direction
 //! pass, and the moment the last of them is delivered the connection
-//! closes (FIN); with `bytes = 0`, at the first data. For a cut that waits
-//! for the byte beyond the mark, see `close`.
+//! closes (FIN); with `bytes = 0`, at the first data. An update of
+//! `bytes` keeps the count of what already passed, as Toxiproxy does. For
+//! a cut that waits for the byte beyond the mark, see `close`.
+
+use std::sync::atomic::Ordering;
 
 use tokio::time::Instant;
 
@@ -45,7 +48,9 @@ impl Kind for LimitData {
 
 impl LimitData {
     async fn run(self, mut ctx: StageCtx, io: &mut StageIo) {
-        let mut left = self.bytes;
+        // Bytes already passed count, across updates of `bytes` too: a
+        // limit lowered below them closes at the next data.
+        let mut left = self.bytes.saturating_sub(io.carried.load(Ordering::Relaxed));
         loop {
             let item = match io.next().await {
                 Next::Item(item) => item,
@@ -60,6 +65,7 @@ impl LimitData {
                 return;
             }
             left -= take as u64;
+            io.carried.fetch_add(take as u64, Ordering::Relaxed);
             if left == 0 {
                 break;
             }
@@ -94,5 +100,23 @@ mod tests {
         assert_eq!(rx.recv().await.unwrap().len(), 3);
         assert_eq!(rx.recv().await.unwrap().len(), 2);
         assert_eq!(rx.recv().await.unwrap().kind, ItemKind::Close);
+    }
+
+    /// An update (a new stage with the old one's counter) counts what
+    /// already passed: raised from 100 to 120 after 80, 40 more pass;
+    /// lowered below what passed, the next data closes.
+    #[tokio::test]
+    async fn an_update_keeps_the_count() {
+        for (limit, passed, want) in [("120", 80, Some(40)), ("50", 80, None)] {
+            let (tx, mut rx, io) = channels();
+            io.carried.store(passed, std::sync::atomic::Ordering::Relaxed);
+            let kind = spec("limit_data", &[("bytes", limit)]).unwrap().kind;
+            let _stop = spawn(kind, ctx(Window::ALWAYS), io);
+            tx.send(data(80)).await.unwrap();
+            if let Some(n) = want {
+                assert_eq!(rx.recv().await.unwrap().len(), n);
+            }
+            assert_eq!(rx.recv().await.unwrap().kind, ItemKind::Close, "{limit}");
+        }
     }
 }

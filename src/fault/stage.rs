@@ -10,6 +10,7 @@
 //! which notice the stop.
 
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 
 use bytes::Bytes;
 use tokio::sync::{Mutex, MutexGuard, mpsc};
@@ -104,6 +105,11 @@ pub(crate) struct StageIo {
     pub input: mpsc::Receiver<Item>,
     pub output: Output,
     pub stop: CancellationToken,
+    /// A count that outlives an update of the fault's parameters: the
+    /// stage that replaces this one, for the same fault on the same
+    /// connection, gets the same counter (`limit_data` counts its bytes
+    /// across updates, as Toxiproxy keeps a toxic's state).
+    pub carried: Arc<AtomicU64>,
 }
 
 impl StageIo {
@@ -112,6 +118,7 @@ impl StageIo {
             input,
             output,
             stop: CancellationToken::new(),
+            carried: Arc::default(),
         }
     }
 

@@ -77,6 +77,8 @@ struct Link {
     stop: CancellationToken,
     /// Fires when the stage has returned and forwarded what it had.
     done: oneshot::Receiver<()>,
+    /// The stage's count that an update of its parameters keeps.
+    carried: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// Runs the direction until the writer delivers FIN, RST or a close.
@@ -150,6 +152,8 @@ async fn relink(
     wanted: Vec<Wanted>,
     spawn: &mpsc::UnboundedSender<StageFuture<'static>>,
 ) {
+    // Counts of stages replaced by an update, for their successors.
+    let mut carried = Vec::new();
     let mut i = 0;
     while i < chain.len() {
         let keep = wanted
@@ -165,6 +169,9 @@ async fn relink(
             chain[i - 1].out.clone()
         };
         let link = chain.remove(i);
+        if wanted.iter().any(|w| w.id == link.id) {
+            carried.push((link.id, link.carried.clone()));
+        }
         let mut paused = pred.lock().await;
         link.stop.cancel();
         let _ = link.done.await;
@@ -200,7 +207,11 @@ async fn relink(
         *paused = tx;
         drop(paused);
         let mut io = StageIo::new(rx, out.clone());
+        if let Some((_, c)) = carried.iter().find(|(id, _)| *id == w.id) {
+            io.carried = c.clone();
+        }
         let stop = io.stop.clone();
+        let io_carried = io.carried.clone();
         let (done_tx, done) = oneshot::channel();
         let kind = w.spec.kind.clone();
         let ctx = w.ctx;
@@ -219,6 +230,7 @@ async fn relink(
             Link {
                 id: w.id,
                 spec: w.spec,
+                carried: io_carried,
                 out,
                 stop,
                 done,
