@@ -242,6 +242,37 @@ fn a_delay_the_client_gives_up_on_is_counted() {
             "{phase}: {err}"
         );
     }
+    // Both phases on one request: the request's hold is recorded before
+    // any response exists, the head's with the status it held back.
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("events.jsonl");
+    let (code, _, err) = wrapped(
+        &[
+            "--events",
+            log.to_str().unwrap(),
+            "--fault",
+            "http_delay:delay=200ms,phase=request",
+            "--fault",
+            "http_delay:delay=200ms,phase=headers",
+        ],
+        &[
+            "curl",
+            "-sS",
+            "-o",
+            "/dev/null",
+            &format!("{}/p/1", up.http()),
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let text = std::fs::read_to_string(&log).unwrap();
+    let delays: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|e| e["event"] == "fault" && e["fault"] == "http_delay")
+        .collect();
+    assert_eq!(delays.len(), 2, "{text}");
+    let statuses: Vec<&serde_json::Value> = delays.iter().map(|e| &e["http"]["status"]).collect();
+    assert!(statuses[0].is_null() && statuses[1] == 200, "{text}");
 }
 
 /// Reads an event stream with `requests` (read timeout 2 s): the events

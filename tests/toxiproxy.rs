@@ -916,6 +916,10 @@ fn toxics_keep_toxiproxys_semantics() {
         }
     }
     assert!(got < 700, "{got} of 1000 bytes in 500 ms at 1 KB/s");
+    // ... and all of it, in time.
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut rest = vec![0u8; 1000 - got];
+    c.read_exact(&mut rest).unwrap();
     drop(c);
     http("DELETE", &format!("{toxics}/bw"), None, &[]);
 

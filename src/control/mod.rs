@@ -6,7 +6,8 @@
 //! rule of the profile (listen `"transparent"`); its *toxics* are that
 //! rule's faults ([`model`]). Changes apply to open connections.
 //!
-//! Safety: the API listens on loopback unless given a token; with a token,
+//! Safety: the API listens on loopback unless given a token (or told
+//! otherwise by toxiproxy-server's `-host`, with a warning); with a token,
 //! every request must carry `Authorization: Bearer TOKEN`. Requests from
 //! browsers are refused — a `Mozilla/` user agent (as Toxiproxy does), an
 //! `Origin` other than the API's own, and (on loopback without a token) a

@@ -96,6 +96,10 @@ impl Bandwidth {
             while !bytes.is_empty() {
                 let now = Instant::now();
                 let throttled = ctx.active_at(now);
+                if !throttled {
+                    // Outside its window the pacing starts afresh.
+                    (free_at, due) = (None, None);
+                }
                 let grant = if !throttled {
                     Ok(bytes.len())
                 } else if self.rate == 0 {
@@ -104,7 +108,13 @@ impl Bandwidth {
                 } else if self.burst == 0 {
                     let piece = bytes.len().min((self.rate / 10).max(1) as usize);
                     let at = *due.get_or_insert_with(|| {
-                        let start = free_at.map_or(now, |f| f.max(now));
+                        // A piece that follows right on keeps the schedule
+                        // (a late wake-up is made up); after a pause the
+                        // link starts afresh (idle time earns nothing).
+                        let start = match free_at {
+                            Some(f) if f + FOLLOWS_ON >= now => f,
+                            _ => now,
+                        };
                         start + Duration::from_secs_f64(piece as f64 / self.rate as f64)
                     });
                     if at <= now {
@@ -149,6 +159,10 @@ impl Bandwidth {
         }
     }
 }
+
+/// With `burst = 0`: a piece due within this of the last one's end follows
+/// right on (its wait counts from that end, not from the late wake-up).
+const FOLLOWS_ON: Duration = Duration::from_millis(5);
 
 /// Bursts of 10 ms at the rate, at least one full-size Ethernet frame.
 fn default_burst(rate: u64) -> u64 {

@@ -241,7 +241,8 @@ fn envelope_for(
             529 => ("overloaded_error", "Overloaded"),
             s if s >= 500 => ("api_error", "Internal server error"),
             // Anthropic's documentation: also used for other 4xx codes.
-            _ => ("invalid_request_error", "Error"),
+            s if s >= 400 => ("invalid_request_error", "Error"),
+            _ => ("api_error", "Error"),
         };
         headers.push("request-id: req_netchaos_injected".into());
         serde_json::json!({

@@ -55,7 +55,19 @@ impl LimitData {
             let item = match io.next().await {
                 Next::Item(item) => item,
                 Next::Ended => break,
-                Next::Stopped => return io.pass_rest().await,
+                // Removed or updated: what is queued goes on now, and an
+                // update's successor counts it too.
+                Next::Stopped => {
+                    while let Ok(item) = io.input.try_recv() {
+                        if let ItemKind::Data(b) = &item.kind {
+                            io.carried.fetch_add(b.len() as u64, Ordering::Relaxed);
+                        }
+                        if io.send(item).await.is_err() {
+                            return;
+                        }
+                    }
+                    return;
+                }
             };
             let ItemKind::Data(bytes) = &item.kind else {
                 break;
@@ -100,6 +112,22 @@ mod tests {
         assert_eq!(rx.recv().await.unwrap().len(), 3);
         assert_eq!(rx.recv().await.unwrap().len(), 2);
         assert_eq!(rx.recv().await.unwrap().kind, ItemKind::Close);
+    }
+
+    /// Stopped for an update with bytes still queued: they go on, and the
+    /// successor's count includes them.
+    #[tokio::test]
+    async fn bytes_queued_at_an_update_are_counted() {
+        let (tx, mut rx, io) = channels();
+        let carried = io.carried.clone();
+        tx.send(data(30)).await.unwrap();
+        tx.send(data(30)).await.unwrap();
+        io.stop.cancel();
+        let kind = spec("limit_data", &[("bytes", "100")]).unwrap().kind;
+        let _stop = spawn(kind, ctx(Window::ALWAYS), io);
+        assert_eq!(rx.recv().await.unwrap().len(), 30);
+        assert_eq!(rx.recv().await.unwrap().len(), 30);
+        assert_eq!(carried.load(std::sync::atomic::Ordering::Relaxed), 60);
     }
 
     /// An update (a new stage with the old one's counter) counts what

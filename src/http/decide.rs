@@ -25,7 +25,11 @@ pub(crate) struct Decision {
     pub(crate) headers_delay: Duration,
     pub(crate) sse: Option<(Chosen, Sse)>,
     pub(crate) truncate: Option<(Chosen, HttpTruncate)>,
-    /// The `http_delay` faults that apply (recorded with the response).
+    /// The `http_delay` faults that hold the request (recorded as the
+    /// hold begins, before any response exists).
+    pub(crate) request_delays: Vec<Chosen>,
+    /// The `http_delay` faults that hold the response's head (recorded as
+    /// that hold begins, with the status it holds back).
     pub(crate) delays: Vec<Chosen>,
 }
 
@@ -72,10 +76,15 @@ pub(crate) fn decide(
             FaultKind::HttpDelay(h) => {
                 let t = h.sample(&mut rng);
                 match h.phase() {
-                    Phase::Request => d.request_delay += t,
-                    Phase::Headers => d.headers_delay += t,
+                    Phase::Request => {
+                        d.request_delay += t;
+                        d.request_delays.push(c.clone());
+                    }
+                    Phase::Headers => {
+                        d.headers_delay += t;
+                        d.delays.push(c.clone());
+                    }
                 }
-                d.delays.push(c.clone());
             }
             FaultKind::Sse(s) if d.sse.is_none() => d.sse = Some((c.clone(), s.clone())),
             FaultKind::HttpTruncate(t) if d.truncate.is_none() => {
@@ -161,6 +170,8 @@ mod tests {
         let d = decide(&faults, 0, &get("/x"), Duration::ZERO);
         assert_eq!(d.request_delay, Duration::from_secs(2));
         assert_eq!(d.headers_delay, Duration::from_secs(1));
+        // Each phase's faults apart: each is recorded as its hold begins.
+        assert_eq!((d.request_delays.len(), d.delays.len()), (1, 1));
         assert!(d.answer.is_some() && d.truncate.is_none());
         let d = decide(&faults, 1, &get("/y"), Duration::from_secs(6));
         assert!(d.answer.is_none() && d.truncate.is_some());

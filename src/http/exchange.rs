@@ -378,20 +378,21 @@ impl RequestSide {
                 headers: &head.headers,
                 body: json.as_ref(),
             };
-            let mut d = decide::decide(&faults, n, &view, x.epoch.elapsed());
+            let d = decide::decide(&faults, n, &view, x.epoch.elapsed());
             let meta = Meta {
                 n,
                 method: head.method.clone(),
                 target: head.target.clone(),
                 host,
             };
+            // Counted as the hold begins: a client that times out during it
+            // (what the fault is for) was still faulted. No response exists
+            // yet, unless netchaos answers in the upstream's place.
+            let answering = d.answer.as_ref().map(|(_, s)| s.status());
+            for c in &d.request_delays {
+                x.record(c, &meta, answering);
+            }
             if !d.request_delay.is_zero() {
-                // Counted as the hold begins: a client that times out
-                // during it (what the fault is for) was still faulted.
-                // The response is not known yet.
-                for c in std::mem::take(&mut d.delays) {
-                    x.record(&c, &meta, None);
-                }
                 crate::timer::sleep(d.request_delay).await;
             }
             if let Some((chosen, status)) = d.answer {
@@ -564,8 +565,8 @@ impl ResponseSide {
     }
 
     async fn answer(&self, a: Answer, out: &Output) -> Result<Next, Gone> {
-        // Delays are counted as their hold begins (see above); the
-        // answer once it is sent.
+        // Delays are counted as their hold begins (request-phase ones
+        // already were); the answer once it is sent.
         for c in &a.delays {
             self.x.record(c, &a.meta, Some(a.status));
         }

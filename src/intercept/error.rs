@@ -9,7 +9,7 @@ pub(crate) enum InterceptError {
     /// disabled user namespace, a kernel lacking a feature.
     #[error("{0}")]
     Unavailable(String),
-    /// A helper command (`ip`, `nft`, `iptables-restore`) is missing or
+    /// A helper command (`nft`, `iptables-restore`, `tc`) is missing or
     /// refused.
     #[error(transparent)]
     Tool(#[from] ToolError),

@@ -1,7 +1,7 @@
 //! A dedicated OS thread that lives in another network namespace and runs
 //! work there (`setns` changes only the calling thread). Sockets it creates
 //! stay in that namespace wherever they are used afterwards, and commands it
-//! starts (`nft`, `ip`) run there too.
+//! starts (`nft`, `iptables-restore`) run there too.
 
 use std::os::fd::AsFd;
 use std::path::Path;

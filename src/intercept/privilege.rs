@@ -95,14 +95,12 @@ pub(crate) fn netns_unavailable(err: Errno) -> InterceptError {
     ))
 }
 
-/// Lets `ip` and `nft`, run by the agent, keep CAP_NET_ADMIN across exec
+/// Lets `nft` and `iptables-restore`, run by the agent, keep CAP_NET_ADMIN across exec
 /// (rootless mode: a non-root exec would otherwise drop it).
 pub(crate) fn keep_net_admin_for_helpers() -> Result<(), InterceptError> {
     caps::raise(None, CapSet::Inheritable, Capability::CAP_NET_ADMIN)
         .and_then(|_| caps::raise(None, CapSet::Ambient, Capability::CAP_NET_ADMIN))
-        .map_err(|e| {
-            InterceptError::Unavailable(format!("cannot keep CAP_NET_ADMIN for ip/nft: {e}"))
-        })
+        .map_err(|e| InterceptError::Unavailable(format!("cannot keep CAP_NET_ADMIN for nft: {e}")))
 }
 
 /// Drops what the wrapped command must not have, just before exec, and
