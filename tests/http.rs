@@ -485,6 +485,75 @@ fn pipelined_requests_are_answered_in_order_and_unfaulted_bytes_pass_exactly() {
     assert_eq!(body_of(&direct), body_of(&relayed));
 }
 
+/// A canned answer to a HEAD has the head alone (a body after it would be
+/// read as the next response: axios failed with HPE_INVALID_CONSTANT, Go
+/// logged an unsolicited response), and an event stream that netchaos
+/// ends with the provider's error says in its head that the connection
+/// ends (a client pooled it and sent its next request into the close).
+#[test]
+fn head_answers_have_no_body_and_an_error_ended_stream_closes_its_connection() {
+    if !need(&["python3"]) {
+        return;
+    }
+    let up = Httpd::start(None);
+    let upstream = format!("127.0.0.1:{}", up.port);
+    let p = Proxy::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        &upstream,
+        "--fault",
+        "http_status:status=429,envelope=openai,method=HEAD",
+        "--fault",
+        "sse:error_after_events=2,path=/sse/*",
+    ]);
+    let reqs = "HEAD /p/1 HTTP/1.1\r\nHost: x\r\n\r\nGET /p/2 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    let out = String::from_utf8(exchange(p.addr(), reqs.as_bytes())).unwrap();
+    let (head, rest) = out.split_once("\r\n\r\n").expect(&out);
+    assert!(head.starts_with("HTTP/1.1 429 "), "{out}");
+    assert!(
+        head.contains("content-length: "),
+        "the body's length: {out}"
+    );
+    assert!(
+        rest.starts_with("HTTP/1.1 200 OK\r\n"),
+        "no body after a HEAD's head: {out}"
+    );
+    assert!(rest.ends_with(&"body-2;".repeat(10)), "{out}");
+
+    let out = String::from_utf8(exchange(
+        p.addr(),
+        b"GET /sse/8 HTTP/1.1\r\nHost: x\r\n\r\n",
+    ))
+    .unwrap();
+    let (head, body) = out.split_once("\r\n\r\n").expect(&out);
+    assert!(head.contains("\r\nConnection: close"), "{out}");
+    assert_eq!(head.matches("onnection:").count(), 1, "{out}");
+    assert!(body.contains("event: error\n"), "{out}");
+    assert!(
+        body.ends_with("\r\n0\r\n\r\n"),
+        "a whole chunked body: {out}"
+    );
+
+    // `respond` answers a HEAD the same way.
+    let r = Proxy::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        &upstream,
+        "--fault",
+        "respond:status=503",
+    ]);
+    let out = String::from_utf8(exchange(r.addr(), b"HEAD / HTTP/1.1\r\nHost: x\r\n\r\n")).unwrap();
+    assert!(out.starts_with("HTTP/1.1 503 "), "{out}");
+    assert!(
+        out.ends_with("\r\n\r\n") && out.contains("content-length: 24\r\n"),
+        "{out}"
+    );
+    let out = String::from_utf8(exchange(r.addr(), b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")).unwrap();
+    assert!(out.ends_with("\r\n\r\n503 Service Unavailable\n"), "{out}");
+}
+
 #[test]
 fn upgrades_pass_through_and_expect_continue_works_both_ways() {
     if !need(&["python3", "curl"]) {

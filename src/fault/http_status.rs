@@ -11,6 +11,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::http_match::RequestMatch;
+use super::http_reply::{CannedReply, STATUSES};
 use super::{Kind, KindInfo, Layer, Stream};
 use crate::settings::{Fields, Node, ProfileError, node_text};
 
@@ -28,11 +29,7 @@ pub(crate) enum After {
 #[derive(Debug, Clone)]
 pub(crate) struct HttpStatus {
     status: u16,
-    /// The whole reply: status line, headers, body.
-    reply: Bytes,
-    /// The same with `connection: close` (for a request after which the
-    /// connection cannot go on).
-    reply_closing: Bytes,
+    reply: CannedReply,
     then: After,
     matcher: RequestMatch,
     summary: String,
@@ -42,7 +39,7 @@ pub(crate) struct HttpStatus {
 }
 
 const PARAMS: &[(&str, &str, &str)] = &[
-    ("status", "an HTTP status 100-599, required", "the answer's status"),
+    ("status", "an HTTP status 200-599, required", "the answer's status"),
     ("envelope", "anthropic or openai", "a provider-shaped error body and headers"),
     ("body", "a string", "the answer's body (default: the provider's error, or the status's name)"),
     ("body_file", "a path (regular file, at most 1MiB)", "…or a file's bytes"),
@@ -64,7 +61,7 @@ impl Kind for HttpStatus {
 
     fn parse(f: &mut Fields) -> Result<Self, ProfileError> {
         let status = f
-            .integer_in("status", 100, 599)?
+            .integer_in("status", STATUSES.0, STATUSES.1)?
             .ok_or_else(|| f.table_error("missing \"status\" (an HTTP status like 429)"))?
             as u16;
         let envelope = f.choice("envelope", &["anthropic", "openai"])?;
@@ -87,45 +84,22 @@ impl Kind for HttpStatus {
             _ => After::Keep,
         };
         let matcher = RequestMatch::parse(f)?;
-        let (content_type, default_body, provider_headers) =
-            reply_parts(envelope, status, retry_after);
-        let (body, source) = match (body, body_file) {
-            (Some(b), _) => (b, "body".to_string()),
-            (None, Some((b, shown))) => (b, format!("file {shown}")),
-            (None, None) => (
-                default_body,
-                envelope.map_or("default body".into(), |p| format!("{p} envelope")),
-            ),
+        let summary = match (&body, &body_file, envelope) {
+            (Some(_), _, _) => "body".to_string(),
+            (None, Some((_, shown)), _) => format!("file {shown}"),
+            (None, None, Some(p)) => format!("{p} envelope"),
+            (None, None, None) => "default body".into(),
         };
-        let mut head = format!(
-            "HTTP/1.1 {status} {}\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\n",
-            reason(status),
-            body.len()
-        );
-        if let Some(r) = retry_after {
-            head.push_str(&format!("retry-after: {}\r\n", ceil_secs(r)));
-        }
-        for h in provider_headers.iter().chain(&extra) {
-            head.push_str(h);
-            head.push_str("\r\n");
-        }
-        let closing = format!("{head}connection: close\r\n\r\n");
-        if then != After::Keep {
-            head.push_str("connection: close\r\n");
-        }
-        head.push_str("\r\n");
-        let with_body = |head: String| {
-            let mut reply = head.into_bytes();
-            reply.extend_from_slice(&body);
-            Bytes::from(reply)
-        };
+        let body = body.or(body_file.map(|(b, _)| b));
+        let reply =
+            CannedReply::build(status, envelope, body, retry_after, &extra, then != After::Keep)
+                .map_err(|e| f.table_error(&e))?;
         Ok(HttpStatus {
             status,
-            reply: with_body(head),
-            reply_closing: with_body(closing),
+            reply,
             then,
             matcher,
-            summary: source,
+            summary,
             retry_after,
             headers: extra,
         })
@@ -162,13 +136,10 @@ impl HttpStatus {
     }
 
     /// The reply, as the client receives it (`closing`: the connection
-    /// ends after it, and the reply says so).
-    pub(crate) fn reply(&self, closing: bool) -> Bytes {
-        if closing {
-            self.reply_closing.clone()
-        } else {
-            self.reply.clone()
-        }
+    /// ends after it, and the reply says so; `head_only`: it answers a
+    /// HEAD request).
+    pub(crate) fn reply(&self, closing: bool, head_only: bool) -> Bytes {
+        self.reply.bytes(closing, head_only)
     }
 
     pub(crate) fn then(&self) -> After {
@@ -196,127 +167,6 @@ pub(crate) fn header_lines(
     Ok(lines)
 }
 
-/// A reply's content type, default body and extra headers: a provider's
-/// error with an `envelope`, else the status's name as text.
-pub(crate) fn reply_parts(
-    envelope: Option<&str>,
-    status: u16,
-    retry_after: Option<Duration>,
-) -> (&'static str, Vec<u8>, Vec<String>) {
-    match envelope {
-        Some(p) => envelope_for(p, status, retry_after),
-        None => (
-            "text/plain; charset=utf-8",
-            format!("{status} {}\n", reason(status)).into_bytes(),
-            Vec::new(),
-        ),
-    }
-}
-
-pub(crate) fn ceil_secs(d: Duration) -> u64 {
-    d.as_secs() + u64::from(d.subsec_nanos() > 0)
-}
-
-/// A provider's error as its API sends it: content type, body, headers.
-fn envelope_for(
-    provider: &str,
-    status: u16,
-    retry_after: Option<Duration>,
-) -> (&'static str, Vec<u8>, Vec<String>) {
-    let mut headers = Vec::new();
-    if let Some(r) = retry_after {
-        // Both SDKs read the millisecond form first.
-        headers.push(format!("retry-after-ms: {}", r.as_millis()));
-    }
-    let body = if provider == "anthropic" {
-        let (kind, message) = match status {
-            400 => ("invalid_request_error", "Invalid request"),
-            401 => ("authentication_error", "invalid x-api-key"),
-            402 => ("billing_error", "Your credit balance is too low to access the Anthropic API."),
-            403 => ("permission_error", "Your API key does not have permission to use the specified resource."),
-            404 => ("not_found_error", "Not found"),
-            413 => ("request_too_large", "Request exceeds the maximum allowed number of bytes."),
-            429 => ("rate_limit_error", "This request would exceed your organization's rate limit. (injected by netchaos)"),
-            504 => ("timeout_error", "Request timed out"),
-            529 => ("overloaded_error", "Overloaded"),
-            s if s >= 500 => ("api_error", "Internal server error"),
-            // Anthropic's documentation: also used for other 4xx codes.
-            s if s >= 400 => ("invalid_request_error", "Error"),
-            _ => ("api_error", "Error"),
-        };
-        headers.push("request-id: req_netchaos_injected".into());
-        serde_json::json!({
-            "type": "error",
-            "error": {"type": kind, "message": message},
-            "request_id": "req_netchaos_injected"
-        })
-    } else {
-        let (kind, code, message) = match status {
-            400 => ("invalid_request_error", None, "Invalid request"),
-            401 => ("invalid_request_error", Some("invalid_api_key"), "Incorrect API key provided."),
-            404 => ("invalid_request_error", None, "Not found"),
-            429 => ("requests", Some("rate_limit_exceeded"), "Rate limit reached for requests (injected by netchaos)"),
-            503 => ("server_error", None, "The server is overloaded or not ready yet."),
-            s if s >= 500 => ("server_error", None, "The server had an error while processing your request."),
-            _ => ("invalid_request_error", None, "Error"),
-        };
-        headers.push("x-request-id: req_netchaos_injected".into());
-        if status == 429 {
-            headers.push("x-ratelimit-remaining-requests: 0".into());
-            if let Some(r) = retry_after {
-                headers.push(format!("x-ratelimit-reset-requests: {}s", ceil_secs(r)));
-            }
-        }
-        serde_json::json!({
-            "error": {"message": message, "type": kind, "param": null, "code": code}
-        })
-    };
-    ("application/json", body.to_string().into_bytes(), headers)
-}
-
-/// The reason phrase of a status (what real servers send).
-pub(crate) fn reason(status: u16) -> &'static str {
-    match status {
-        100 => "Continue",
-        200 => "OK",
-        201 => "Created",
-        204 => "No Content",
-        301 => "Moved Permanently",
-        302 => "Found",
-        304 => "Not Modified",
-        400 => "Bad Request",
-        401 => "Unauthorized",
-        402 => "Payment Required",
-        403 => "Forbidden",
-        404 => "Not Found",
-        408 => "Request Timeout",
-        405 => "Method Not Allowed",
-        406 => "Not Acceptable",
-        409 => "Conflict",
-        410 => "Gone",
-        412 => "Precondition Failed",
-        415 => "Unsupported Media Type",
-        418 => "I'm a teapot",
-        425 => "Too Early",
-        426 => "Upgrade Required",
-        413 => "Payload Too Large",
-        422 => "Unprocessable Entity",
-        429 => "Too Many Requests",
-        431 => "Request Header Fields Too Large",
-        451 => "Unavailable For Legal Reasons",
-        500 => "Internal Server Error",
-        501 => "Not Implemented",
-        502 => "Bad Gateway",
-        503 => "Service Unavailable",
-        504 => "Gateway Timeout",
-        505 => "HTTP Version Not Supported",
-        507 => "Insufficient Storage",
-        511 => "Network Authentication Required",
-        529 => "Site is overloaded",
-        _ => "Status",
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::super::testing::spec;
@@ -333,7 +183,7 @@ mod tests {
     #[test]
     fn a_provider_envelope_the_sdk_recognises() {
         let s = status(&[("status", "529"), ("envelope", "anthropic")]);
-        let text = String::from_utf8(s.reply(false).to_vec()).unwrap();
+        let text = String::from_utf8(s.reply(false, false).to_vec()).unwrap();
         assert!(text.starts_with("HTTP/1.1 529 Site is overloaded\r\n"), "{text}");
         assert!(text.contains("content-type: application/json\r\n"), "{text}");
         let body: serde_json::Value =
@@ -341,7 +191,7 @@ mod tests {
         assert_eq!(body["type"], "error");
         assert_eq!(body["error"]["type"], "overloaded_error");
         let s = status(&[("status", "429"), ("envelope", "openai"), ("retry_after", "1500ms")]);
-        let text = String::from_utf8(s.reply(false).to_vec()).unwrap();
+        let text = String::from_utf8(s.reply(false, false).to_vec()).unwrap();
         assert!(text.contains("retry-after: 2\r\n"), "{text}");
         assert!(text.contains("retry-after-ms: 1500\r\n"), "{text}");
         assert!(text.contains("\"code\":\"rate_limit_exceeded\""), "{text}");
@@ -354,7 +204,7 @@ mod tests {
     fn anthropic_error_types_follow_the_status() {
         let kind = |code: &str| {
             let s = status(&[("status", code), ("envelope", "anthropic")]);
-            let text = String::from_utf8(s.reply(false).to_vec()).unwrap();
+            let text = String::from_utf8(s.reply(false, false).to_vec()).unwrap();
             let body: serde_json::Value =
                 serde_json::from_str(text.split("\r\n\r\n").nth(1).unwrap()).unwrap();
             body["error"]["type"].as_str().unwrap().to_string()
@@ -373,7 +223,7 @@ mod tests {
     #[test]
     fn framing_is_exact_and_then_closes() {
         let s = status(&[("status", "503"), ("body", "down"), ("then", "close")]);
-        let text = String::from_utf8(s.reply(false).to_vec()).unwrap();
+        let text = String::from_utf8(s.reply(false, false).to_vec()).unwrap();
         assert!(text.ends_with("content-length: 4\r\nconnection: close\r\n\r\ndown"), "{text}");
         assert_eq!(s.then(), After::Close);
         assert!(spec("http_status", &[]).unwrap_err().message.contains("missing \"status\""));

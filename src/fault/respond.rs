@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::http_status::{ceil_secs, header_lines, reason, reply_parts};
+use super::http_reply::{CannedReply, STATUSES};
+use super::http_status::header_lines;
 use super::{ItemKind, Kind, KindInfo, Layer, Stream};
 use crate::settings::{Fields, ProfileError};
 
@@ -24,9 +25,18 @@ pub(crate) enum Then {
     Stall,
 }
 
+/// What the client gets.
+#[derive(Debug, Clone, PartialEq)]
+enum Reply {
+    /// Bytes as given (`data`, `file`).
+    Bytes(Bytes),
+    /// An HTTP reply (`status`): a HEAD request gets its head alone.
+    Http(CannedReply),
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Respond {
-    data: Bytes,
+    reply: Reply,
     then: Then,
     /// Wait for the client's first bytes (its request) before replying.
     wait_request: bool,
@@ -42,13 +52,13 @@ impl Kind for Respond {
         streamed: false,
         stages: false,
         about: "the upstream is never contacted; the client gets canned bytes",
-        params: &[("data", "a string", "the bytes to send"), ("file", "a path (regular file, at most 1MiB)", "…or a file's bytes"), ("status", "an HTTP status 100-599", "…or an HTTP reply with this status"), ("body", "a string", "the HTTP reply's body"), ("retry_after", "a duration", "a Retry-After header (whole seconds, rounded up)"), ("envelope", "anthropic or openai", "the HTTP reply as that provider's error"), ("headers", "\"Name: value\" strings", "more HTTP headers"), ("then", "close (default), reset or stall", "after the bytes: FIN, RST or silence"), ("wait_request", "true (default) or false", "wait for the client's first bytes")],
+        params: &[("data", "a string", "the bytes to send"), ("file", "a path (regular file, at most 1MiB)", "…or a file's bytes"), ("status", "an HTTP status 200-599", "…or an HTTP reply with this status"), ("body", "a string", "the HTTP reply's body"), ("retry_after", "a duration", "a Retry-After header (whole seconds, rounded up)"), ("envelope", "anthropic or openai", "the HTTP reply as that provider's error"), ("headers", "\"Name: value\" strings", "more HTTP headers"), ("then", "close (default), reset or stall", "after the bytes: FIN, RST or silence"), ("wait_request", "true (default) or false", "wait for the client's first bytes")],
     };
 
     fn parse(f: &mut Fields) -> Result<Self, ProfileError> {
         let data = f.string("data")?;
         let file = f.file("file")?;
-        let status = f.integer_in("status", 100, 599)?;
+        let status = f.integer_in("status", STATUSES.0, STATUSES.1)?;
         let body = f.string("body")?;
         let retry_after = f.duration("retry_after")?;
         let headers = f.strings("headers")?;
@@ -64,26 +74,22 @@ impl Kind for Respond {
         {
             return Err(f.table_error("body, retry_after, envelope and headers go with status"));
         }
-        let (data, summary) = if let Some(d) = data {
+        let (reply, summary) = if let Some(d) = data {
             let summary = format!("{} bytes of data", d.len());
-            (Bytes::from(d.into_bytes()), summary)
+            (Reply::Bytes(Bytes::from(d.into_bytes())), summary)
         } else if let Some((bytes, shown)) = file {
-            (Bytes::from(bytes), format!("file {shown}"))
+            (Reply::Bytes(Bytes::from(bytes)), format!("file {shown}"))
         } else {
             let status = status.expect("checked above") as u16;
-            let (content_type, default_body, provider) = reply_parts(envelope, status, retry_after);
-            let mut extra: Vec<String> = Vec::new();
-            if let Some(r) = retry_after {
-                extra.push(format!("Retry-After: {}", ceil_secs(r).max(1)));
-            }
-            extra.extend(provider);
-            extra.extend(header_lines(f, headers)?);
-            let body = body.map_or(default_body, String::into_bytes);
+            let extra = header_lines(f, headers)?;
+            let body = body.map(String::into_bytes);
+            let reply = CannedReply::build(status, envelope, body, retry_after, &extra, true)
+                .map_err(|e| f.table_error(&e))?;
             let summary = match envelope {
                 Some(p) => format!("HTTP {status}, {p} envelope"),
                 None => format!("HTTP {status}"),
             };
-            (http_reply(status, content_type, &extra, &body), summary)
+            (Reply::Http(reply), summary)
         };
         let then = match f.choice("then", &["close", "reset", "stall"])? {
             Some("reset") => Then::Reset,
@@ -92,7 +98,7 @@ impl Kind for Respond {
         };
         let wait_request = f.boolean("wait_request")?.unwrap_or(true);
         Ok(Respond {
-            data,
+            reply,
             then,
             wait_request,
             summary,
@@ -116,9 +122,14 @@ impl Kind for Respond {
 impl Respond {
 
     /// What the client receives, in order; `stall` ends the script without
-    /// an end, so the pipeline stays open and silent.
-    pub(crate) fn script(&self) -> Vec<ItemKind> {
-        let mut items = vec![ItemKind::Data(self.data.clone())];
+    /// an end, so the pipeline stays open and silent. `head_only`: the
+    /// request was a HEAD.
+    pub(crate) fn script(&self, head_only: bool) -> Vec<ItemKind> {
+        let data = match &self.reply {
+            Reply::Bytes(b) => b.clone(),
+            Reply::Http(r) => r.bytes(true, head_only),
+        };
+        let mut items = vec![ItemKind::Data(data)];
         match self.then {
             Then::Close => items.push(ItemKind::Close),
             Then::Reset => items.push(ItemKind::Reset),
@@ -136,27 +147,18 @@ impl Respond {
     pub(crate) const REQUEST_WAIT: Duration = Duration::from_secs(10);
 }
 
-fn http_reply(status: u16, content_type: &str, headers: &[String], body: &[u8]) -> Bytes {
-    let mut head = format!(
-        "HTTP/1.1 {status} {}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n",
-        reason(status),
-        body.len()
-    );
-    for h in headers {
-        head.push_str(h);
-        head.push_str("\r\n");
-    }
-    head.push_str("\r\n");
-    let mut reply = head.into_bytes();
-    reply.extend_from_slice(body);
-    Bytes::from(reply)
-}
-
 #[cfg(test)]
 mod tests {
     use super::super::testing::*;
     use super::*;
     use crate::fault::FaultKind;
+
+    fn reply_text(r: &Respond, head_only: bool) -> String {
+        match r.script(head_only).first() {
+            Some(ItemKind::Data(d)) => String::from_utf8(d.to_vec()).unwrap(),
+            other => panic!("no data first: {other:?}"),
+        }
+    }
 
     fn respond(pairs: &[(&str, &str)]) -> Result<Respond, ProfileError> {
         spec("respond", pairs).map(|s| match s.kind {
@@ -168,14 +170,14 @@ mod tests {
     #[test]
     fn builds_an_http_reply() {
         let r = respond(&[("status", "429"), ("retry_after", "5s")]).unwrap();
-        let text = String::from_utf8(r.data.to_vec()).unwrap();
+        let text = reply_text(&r, false);
         assert!(
             text.starts_with("HTTP/1.1 429 Too Many Requests\r\n"),
             "{text}"
         );
-        assert!(text.contains("\r\nRetry-After: 5\r\n"), "{text}");
+        assert!(text.contains("\r\nretry-after: 5\r\n"), "{text}");
         assert!(text.ends_with("\r\n\r\n429 Too Many Requests\n"), "{text}");
-        assert_eq!(r.script().last(), Some(&ItemKind::Close));
+        assert_eq!(r.script(false).last(), Some(&ItemKind::Close));
     }
 
     /// Offline (no upstream to reach), an SDK still gets its provider's
@@ -188,10 +190,10 @@ mod tests {
             ("retry_after", "1500ms"),
         ])
         .unwrap();
-        let text = String::from_utf8(r.data.to_vec()).unwrap();
+        let text = reply_text(&r, false);
         assert!(text.starts_with("HTTP/1.1 529 Site is overloaded\r\n"), "{text}");
-        assert!(text.contains("Content-Type: application/json\r\n"), "{text}");
-        assert!(text.contains("\r\nRetry-After: 2\r\n"), "rounded up: {text}");
+        assert!(text.contains("content-type: application/json\r\n"), "{text}");
+        assert!(text.contains("\r\nretry-after: 2\r\n"), "rounded up: {text}");
         assert!(text.contains("\r\nretry-after-ms: 1500\r\n"), "{text}");
         let body: serde_json::Value =
             serde_json::from_str(text.split("\r\n\r\n").nth(1).unwrap()).unwrap();
@@ -206,7 +208,7 @@ mod tests {
         assert!(respond(&[("data", "x"), ("body", "y")]).is_err());
         let r = respond(&[("data", "hello"), ("then", "stall")]).unwrap();
         assert_eq!(
-            r.script(),
+            r.script(false),
             vec![ItemKind::Data(Bytes::from_static(b"hello"))]
         );
     }

@@ -407,7 +407,7 @@ impl RequestSide {
                 let answer = Answer {
                     meta,
                     status: status.status(),
-                    reply: status.reply(closing),
+                    reply: status.reply(closing, head.method.eq_ignore_ascii_case("HEAD")),
                     then,
                     chosen,
                     delay: d.headers_delay,
@@ -445,7 +445,7 @@ impl RequestSide {
             }
             let start = match &x.rewrite_host {
                 Some(h) => {
-                    send_data(out, rewrite_host(&buf[..head.head_len], h)).await?;
+                    send_data(out, set_header(&buf[..head.head_len], "Host", h)).await?;
                     buf.advance_to(head.head_len);
                     0
                 }
@@ -474,21 +474,23 @@ impl RequestSide {
     }
 }
 
-/// The head with its Host header replaced by `host`.
-fn rewrite_host(bytes: &[u8], host: &str) -> Bytes {
-    let mut out = Vec::with_capacity(bytes.len() + host.len());
+/// The head with its `name` header (every line of it) replaced by one
+/// saying `value`, added when there was none.
+fn set_header(bytes: &[u8], name: &str, value: &str) -> Bytes {
+    let line_out = format!("{name}: {value}\r\n");
+    let mut out = Vec::with_capacity(bytes.len() + line_out.len());
     let mut seen = false;
     for line in bytes.split_inclusive(|b| *b == b'\n') {
-        let name = line.split(|b| *b == b':').next().unwrap_or(b"");
-        if line.contains(&b':') && name.eq_ignore_ascii_case(b"host") {
+        let field = line.split(|b| *b == b':').next().unwrap_or(b"");
+        if line.contains(&b':') && field.eq_ignore_ascii_case(name.as_bytes()) {
             if !seen {
-                out.extend_from_slice(format!("Host: {host}\r\n").as_bytes());
+                out.extend_from_slice(line_out.as_bytes());
                 seen = true;
             }
             continue;
         }
         if !seen && (line == b"\r\n" || line == b"\n") {
-            out.extend_from_slice(format!("Host: {host}\r\n").as_bytes());
+            out.extend_from_slice(line_out.as_bytes());
             seen = true;
         }
         out.extend_from_slice(line);
@@ -641,7 +643,16 @@ impl ResponseSide {
             }
             end
         } else if let Some((c, s)) = sse {
-            send_data(out, buf.split_to(head.head_len).freeze()).await?;
+            let head_bytes = buf.split_to(head.head_len).freeze();
+            // The error event ends the body cleanly, and netchaos then
+            // ends the connection (the upstream is still streaming): the
+            // head says so, or a client would pool the connection and
+            // send its next request into the close.
+            let head_bytes = match s.breaks() {
+                Some((_, Breakage::Error)) => set_header(&head_bytes, "Connection", "close"),
+                _ => head_bytes,
+            };
+            send_data(out, head_bytes).await?;
             let mut stream = Stream {
                 x: &self.x,
                 chosen: &c,
@@ -858,17 +869,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn host_is_replaced_or_added() {
+    fn a_header_is_replaced_or_added() {
         let raw = b"GET / HTTP/1.1\r\nhost: 127.0.0.1:8080\r\nAccept: */*\r\n\r\n";
-        let out = rewrite_host(raw, "api.example.com");
+        let out = set_header(raw, "Host", "api.example.com");
         assert_eq!(
             &out[..],
             b"GET / HTTP/1.1\r\nHost: api.example.com\r\nAccept: */*\r\n\r\n"
         );
         let raw = b"GET / HTTP/1.0\r\n\r\n";
         assert_eq!(
-            &rewrite_host(raw, "a")[..],
+            &set_header(raw, "Host", "a")[..],
             b"GET / HTTP/1.0\r\nHost: a\r\n\r\n"
+        );
+        let raw = b"HTTP/1.1 200 OK\r\nConnection: keep-alive\r\nconnection: x\r\n\r\n";
+        assert_eq!(
+            &set_header(raw, "Connection", "close")[..],
+            b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n"
         );
     }
 }

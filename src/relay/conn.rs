@@ -33,6 +33,7 @@ use super::pipeline::{self, Feed, Wanted};
 use super::{DirEnd, Endpoint, Relay, Target, sockopt, splice};
 use crate::events::{ConnInfo, Dst, FaultHit, Meter, Outcome};
 use crate::fault::Chosen;
+use crate::fault::http_reply::is_head_request;
 use crate::fault::{Direction, FaultKind, Partition, StageCtx};
 use crate::plan::ConnMeta;
 
@@ -414,28 +415,35 @@ impl Conn<'_> {
         dst: Option<SocketAddr>,
     ) -> (Outcome, [u64; 2]) {
         let tls = self.relay.opts.tls.clone();
-        let mut probe = [0u8; 1];
+        // The first bytes: a TLS hello, or a request (a HEAD's answer has
+        // no body).
+        let mut probe = [0u8; 5];
+        let mut seen = 0;
         if r.waits_for_request() || tls.is_some() {
             // `peek`, not `readable`: readiness may be a false positive (as
             // it is for the first connection of a fresh runtime), and the
             // reply must not overtake the request it answers.
-            let _ = tokio::time::timeout(
+            if let Ok(Ok(n)) = tokio::time::timeout(
                 crate::fault::respond::Respond::REQUEST_WAIT,
                 client.peek(&mut probe),
             )
-            .await;
+            .await
+            {
+                seen = n;
+            }
         }
         if let (Some(tls), 0x16) = (tls, probe[0]) {
             let _ = self.path.set("https");
             return match self.accept_tls(&tls, client, dst).await {
-                Some(side) => self.respond_on(client, r, side, true).await,
+                Some(side) => self.respond_on(client, r, side, true, false).await,
                 None => {
                     sockopt::set_linger_zero(client);
                     (Outcome::Reset, [0, 0])
                 }
             };
         }
-        self.respond_on(client, r, http::Side::plain(client), false)
+        let head_only = is_head_request(&probe[..seen]);
+        self.respond_on(client, r, http::Side::plain(client), false, head_only)
             .await
     }
 
@@ -445,6 +453,7 @@ impl Conn<'_> {
         r: crate::fault::respond::Respond,
         side: http::Side<'s>,
         tls: bool,
+        mut head_only: bool,
     ) -> (Outcome, [u64; 2]) {
         let http::Side { mut read, sink } = side;
         if tls && r.waits_for_request() {
@@ -455,11 +464,12 @@ impl Conn<'_> {
                 tokio::io::AsyncReadExt::read_buf(&mut read, &mut first),
             )
             .await;
+            head_only = is_head_request(&first);
         }
         let meter = self.meter();
         let mut feed = self.feed(Direction::Downstream);
         let down = pipeline::run(
-            pipeline::Source::Script(r.script()),
+            pipeline::Source::Script(r.script(head_only)),
             sink,
             Direction::Downstream,
             &mut feed,

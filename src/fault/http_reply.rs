@@ -1,0 +1,283 @@
+//! A canned HTTP/1.1 reply, as `http_status` and `respond` send it, and the
+//! bodies and headers a provider's `envelope` gives one.
+//!
+//! The head (with and without `connection: close`) is kept apart from the
+//! body: a HEAD request gets the head alone, with the length the body would
+//! have had (RFC 9110 §9.3.2) — a body after it would be read as the start
+//! of the next response. A 204 or 304 has no body and no length at all.
+
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+
+/// The statuses a canned reply may have: 1xx are interim, not answers (a
+/// client would wait on for the real one).
+pub(crate) const STATUSES: (u64, u64) = (200, 599);
+
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct CannedReply {
+    /// Status line and headers, keep-alive.
+    keep: Bytes,
+    /// The same, saying `connection: close`.
+    close: Bytes,
+    body: Bytes,
+}
+
+impl CannedReply {
+    /// A reply with `status`: `body`, else the envelope's error or the
+    /// status's name; a `retry-after` header (whole seconds, rounded up)
+    /// and `extra` header lines. `always_close`: the connection ends after
+    /// it whatever the request, and the reply says so. An error (for the
+    /// profile's reader) when a body is given to a status that has none.
+    pub(crate) fn build(
+        status: u16,
+        envelope: Option<&str>,
+        body: Option<Vec<u8>>,
+        retry_after: Option<Duration>,
+        extra: &[String],
+        always_close: bool,
+    ) -> Result<CannedReply, String> {
+        let bodiless = matches!(status, 204 | 304);
+        if bodiless && (body.is_some() || envelope.is_some()) {
+            return Err(format!(
+                "a {status} reply has no body: drop body and envelope"
+            ));
+        }
+        let (content_type, default_body, provider) = reply_parts(envelope, status, retry_after);
+        let mut head = format!("HTTP/1.1 {status} {}\r\n", reason(status));
+        let body = match bodiless {
+            true => Vec::new(),
+            false => {
+                let body = body.unwrap_or(default_body);
+                head.push_str(&format!(
+                    "content-type: {content_type}\r\ncontent-length: {}\r\n",
+                    body.len()
+                ));
+                body
+            }
+        };
+        if let Some(r) = retry_after {
+            head.push_str(&format!("retry-after: {}\r\n", ceil_secs(r)));
+        }
+        for h in provider.iter().chain(extra) {
+            head.push_str(h);
+            head.push_str("\r\n");
+        }
+        let close = Bytes::from(format!("{head}connection: close\r\n\r\n"));
+        let keep = match always_close {
+            true => close.clone(),
+            false => Bytes::from(format!("{head}\r\n")),
+        };
+        Ok(CannedReply {
+            keep,
+            close,
+            body: Bytes::from(body),
+        })
+    }
+
+    /// The reply as sent: `closing`, the connection ends after it (and the
+    /// reply says so); `head_only`, it answers a HEAD request.
+    pub(crate) fn bytes(&self, closing: bool, head_only: bool) -> Bytes {
+        let head = if closing { &self.close } else { &self.keep };
+        if head_only || self.body.is_empty() {
+            return head.clone();
+        }
+        let mut out = BytesMut::with_capacity(head.len() + self.body.len());
+        out.extend_from_slice(head);
+        out.extend_from_slice(&self.body);
+        out.freeze()
+    }
+}
+
+/// Whether a request's first bytes are a HEAD request's.
+pub(crate) fn is_head_request(first: &[u8]) -> bool {
+    first.starts_with(b"HEAD ")
+}
+
+/// A reply's content type, default body and extra headers: a provider's
+/// error with an `envelope`, else the status's name as text.
+fn reply_parts(
+    envelope: Option<&str>,
+    status: u16,
+    retry_after: Option<Duration>,
+) -> (&'static str, Vec<u8>, Vec<String>) {
+    match envelope {
+        Some(p) => envelope_for(p, status, retry_after),
+        None => (
+            "text/plain; charset=utf-8",
+            format!("{status} {}\n", reason(status)).into_bytes(),
+            Vec::new(),
+        ),
+    }
+}
+
+pub(crate) fn ceil_secs(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
+
+/// A provider's error as its API sends it: content type, body, headers.
+fn envelope_for(
+    provider: &str,
+    status: u16,
+    retry_after: Option<Duration>,
+) -> (&'static str, Vec<u8>, Vec<String>) {
+    let mut headers = Vec::new();
+    if let Some(r) = retry_after {
+        // Both SDKs read the millisecond form first.
+        headers.push(format!("retry-after-ms: {}", r.as_millis()));
+    }
+    let body = if provider == "anthropic" {
+        let (kind, message) = match status {
+            400 => ("invalid_request_error", "Invalid request"),
+            401 => ("authentication_error", "invalid x-api-key"),
+            402 => (
+                "billing_error",
+                "Your credit balance is too low to access the Anthropic API.",
+            ),
+            403 => (
+                "permission_error",
+                "Your API key does not have permission to use the specified resource.",
+            ),
+            404 => ("not_found_error", "Not found"),
+            413 => (
+                "request_too_large",
+                "Request exceeds the maximum allowed number of bytes.",
+            ),
+            429 => (
+                "rate_limit_error",
+                "This request would exceed your organization's rate limit. (injected by netchaos)",
+            ),
+            504 => ("timeout_error", "Request timed out"),
+            529 => ("overloaded_error", "Overloaded"),
+            s if s >= 500 => ("api_error", "Internal server error"),
+            // Anthropic's documentation: also used for other 4xx codes.
+            s if s >= 400 => ("invalid_request_error", "Error"),
+            _ => ("api_error", "Error"),
+        };
+        headers.push("request-id: req_netchaos_injected".into());
+        serde_json::json!({
+            "type": "error",
+            "error": {"type": kind, "message": message},
+            "request_id": "req_netchaos_injected"
+        })
+    } else {
+        let (kind, code, message) = match status {
+            400 => ("invalid_request_error", None, "Invalid request"),
+            401 => (
+                "invalid_request_error",
+                Some("invalid_api_key"),
+                "Incorrect API key provided.",
+            ),
+            404 => ("invalid_request_error", None, "Not found"),
+            429 => (
+                "requests",
+                Some("rate_limit_exceeded"),
+                "Rate limit reached for requests (injected by netchaos)",
+            ),
+            503 => (
+                "server_error",
+                None,
+                "The server is overloaded or not ready yet.",
+            ),
+            s if s >= 500 => (
+                "server_error",
+                None,
+                "The server had an error while processing your request.",
+            ),
+            _ => ("invalid_request_error", None, "Error"),
+        };
+        headers.push("x-request-id: req_netchaos_injected".into());
+        if status == 429 {
+            headers.push("x-ratelimit-remaining-requests: 0".into());
+            if let Some(r) = retry_after {
+                headers.push(format!("x-ratelimit-reset-requests: {}s", ceil_secs(r)));
+            }
+        }
+        serde_json::json!({
+            "error": {"message": message, "type": kind, "param": null, "code": code}
+        })
+    };
+    ("application/json", body.to_string().into_bytes(), headers)
+}
+
+/// The reason phrase of a status (what real servers send).
+pub(crate) fn reason(status: u16) -> &'static str {
+    match status {
+        100 => "Continue",
+        200 => "OK",
+        201 => "Created",
+        204 => "No Content",
+        301 => "Moved Permanently",
+        302 => "Found",
+        304 => "Not Modified",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        402 => "Payment Required",
+        403 => "Forbidden",
+        404 => "Not Found",
+        408 => "Request Timeout",
+        405 => "Method Not Allowed",
+        406 => "Not Acceptable",
+        409 => "Conflict",
+        410 => "Gone",
+        412 => "Precondition Failed",
+        415 => "Unsupported Media Type",
+        418 => "I'm a teapot",
+        425 => "Too Early",
+        426 => "Upgrade Required",
+        413 => "Payload Too Large",
+        422 => "Unprocessable Entity",
+        429 => "Too Many Requests",
+        431 => "Request Header Fields Too Large",
+        451 => "Unavailable For Legal Reasons",
+        500 => "Internal Server Error",
+        501 => "Not Implemented",
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        504 => "Gateway Timeout",
+        505 => "HTTP Version Not Supported",
+        507 => "Insufficient Storage",
+        511 => "Network Authentication Required",
+        529 => "Site is overloaded",
+        _ => "Status",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::spec;
+    use super::*;
+
+    #[test]
+    fn a_head_request_gets_the_head_with_the_bodys_length() {
+        let r = CannedReply::build(503, None, Some(b"down".to_vec()), None, &[], false).unwrap();
+        let whole = r.bytes(false, false);
+        assert!(
+            whole.ends_with(b"content-length: 4\r\n\r\ndown"),
+            "{whole:?}"
+        );
+        let head = r.bytes(true, true);
+        assert!(
+            head.ends_with(b"content-length: 4\r\nconnection: close\r\n\r\n"),
+            "{head:?}"
+        );
+        assert!(is_head_request(b"HEAD / HTTP/1.1\r\n") && !is_head_request(b"HEADER"));
+    }
+
+    #[test]
+    fn no_content_and_not_modified_have_no_body_and_1xx_is_no_answer() {
+        let r = CannedReply::build(204, None, None, None, &[], false).unwrap();
+        assert_eq!(
+            &r.bytes(false, false)[..],
+            b"HTTP/1.1 204 No Content\r\n\r\n"
+        );
+        let e = CannedReply::build(304, Some("openai"), None, None, &[], false).unwrap_err();
+        assert!(e.contains("a 304 reply has no body"), "{e}");
+        let e = spec("http_status", &[("status", "204"), ("body", "x")]).unwrap_err();
+        assert!(e.message.contains("a 204 reply has no body"), "{e}");
+        for kind in ["http_status", "respond"] {
+            let e = spec(kind, &[("status", "100")]).unwrap_err();
+            assert!(e.message.contains("200"), "{kind}: {e}");
+        }
+    }
+}
