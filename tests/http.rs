@@ -534,6 +534,20 @@ fn head_answers_have_no_body_and_an_error_ended_stream_closes_its_connection() {
         body.ends_with("\r\n0\r\n\r\n"),
         "a whole chunked body: {out}"
     );
+    // A stream that ends before its error still ends the connection its
+    // head said would end (`exchange` reads until the close, or 20 s).
+    let t = std::time::Instant::now();
+    let out = String::from_utf8(exchange(
+        p.addr(),
+        b"GET /sse/1 HTTP/1.1\r\nHost: x\r\n\r\n",
+    ))
+    .unwrap();
+    assert!(t.elapsed() < Duration::from_secs(15), "not closed: {out}");
+    assert!(
+        out.contains("\r\nConnection: close") && !out.contains("event: error"),
+        "{out}"
+    );
+    assert!(out.ends_with("\r\n0\r\n\r\n"), "{out}");
 
     // `respond` answers a HEAD the same way.
     let r = Proxy::start(&[
@@ -544,7 +558,14 @@ fn head_answers_have_no_body_and_an_error_ended_stream_closes_its_connection() {
         "--fault",
         "respond:status=503",
     ]);
-    let out = String::from_utf8(exchange(r.addr(), b"HEAD / HTTP/1.1\r\nHost: x\r\n\r\n")).unwrap();
+    // The method in pieces, as a typing client sends it.
+    let mut s = TcpStream::connect(r.addr()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.write_all(b"HE").unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    s.write_all(b"AD / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let mut out = String::new();
+    let _ = s.read_to_string(&mut out);
     assert!(out.starts_with("HTTP/1.1 503 "), "{out}");
     assert!(
         out.ends_with("\r\n\r\n") && out.contains("content-length: 24\r\n"),

@@ -4,15 +4,31 @@
 //! The head (with and without `connection: close`) is kept apart from the
 //! body: a HEAD request gets the head alone, with the length the body would
 //! have had (RFC 9110 §9.3.2) — a body after it would be read as the start
-//! of the next response. A 204 or 304 has no body and no length at all.
+//! of the next response. A 204 or 304 has no body and no length at all, a
+//! 205 a length of 0.
 
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 
-/// The statuses a canned reply may have: 1xx are interim, not answers (a
-/// client would wait on for the real one).
-pub(crate) const STATUSES: (u64, u64) = (200, 599);
+use crate::settings::{Fields, ProfileError};
+
+/// A canned reply's `status`: 200-599. A 1xx is interim, not an answer
+/// (the client would wait on for the real one), and is refused as such.
+pub(crate) fn status(f: &mut Fields) -> Result<Option<u16>, ProfileError> {
+    let loc = f.loc().to_string();
+    let Some(s) = f.integer_in("status", 100, 599)? else {
+        return Ok(None);
+    };
+    if s < 200 {
+        return Err(f.error(
+            "status",
+            &loc,
+            format!("{s} is an interim status, not an answer: give 200-599"),
+        ));
+    }
+    Ok(Some(s as u16))
+}
 
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct CannedReply {
@@ -37,7 +53,7 @@ impl CannedReply {
         extra: &[String],
         always_close: bool,
     ) -> Result<CannedReply, String> {
-        let bodiless = matches!(status, 204 | 304);
+        let bodiless = matches!(status, 204 | 205 | 304);
         if bodiless && (body.is_some() || envelope.is_some()) {
             return Err(format!(
                 "a {status} reply has no body: drop body and envelope"
@@ -46,6 +62,11 @@ impl CannedReply {
         let (content_type, default_body, provider) = reply_parts(envelope, status, retry_after);
         let mut head = format!("HTTP/1.1 {status} {}\r\n", reason(status));
         let body = match bodiless {
+            // 205's framing is not bodiless by status, as 204's and 304's is.
+            true if status == 205 => {
+                head.push_str("content-length: 0\r\n");
+                Vec::new()
+            }
             true => Vec::new(),
             false => {
                 let body = body.unwrap_or(default_body);
@@ -89,9 +110,15 @@ impl CannedReply {
     }
 }
 
-/// Whether a request's first bytes are a HEAD request's.
-pub(crate) fn is_head_request(first: &[u8]) -> bool {
-    first.starts_with(b"HEAD ")
+/// What a request's first bytes say about its method being HEAD (methods
+/// are case-sensitive): `None` while too few have arrived to tell.
+pub(crate) fn is_head_request(first: &[u8]) -> Option<bool> {
+    const HEAD: &[u8] = b"HEAD ";
+    match first.len() >= HEAD.len() {
+        true => Some(first.starts_with(HEAD)),
+        false if HEAD.starts_with(first) => None,
+        false => Some(false),
+    }
 }
 
 /// A reply's content type, default body and extra headers: a provider's
@@ -207,6 +234,7 @@ pub(crate) fn reason(status: u16) -> &'static str {
         200 => "OK",
         201 => "Created",
         204 => "No Content",
+        205 => "Reset Content",
         301 => "Moved Permanently",
         302 => "Found",
         304 => "Not Modified",
@@ -261,7 +289,11 @@ mod tests {
             head.ends_with(b"content-length: 4\r\nconnection: close\r\n\r\n"),
             "{head:?}"
         );
-        assert!(is_head_request(b"HEAD / HTTP/1.1\r\n") && !is_head_request(b"HEADER"));
+        assert_eq!(is_head_request(b"HEAD / HTTP/1.1\r\n"), Some(true));
+        assert_eq!(is_head_request(b"HEADER"), Some(false));
+        assert_eq!(is_head_request(b"head / HTTP/1.1\r\n"), Some(false));
+        assert_eq!(is_head_request(b"HEA"), None);
+        assert_eq!(is_head_request(b"GE"), Some(false));
     }
 
     #[test]
@@ -271,13 +303,21 @@ mod tests {
             &r.bytes(false, false)[..],
             b"HTTP/1.1 204 No Content\r\n\r\n"
         );
+        let r = CannedReply::build(205, None, None, None, &[], false).unwrap();
+        assert_eq!(
+            &r.bytes(false, false)[..],
+            b"HTTP/1.1 205 Reset Content\r\ncontent-length: 0\r\n\r\n"
+        );
         let e = CannedReply::build(304, Some("openai"), None, None, &[], false).unwrap_err();
         assert!(e.contains("a 304 reply has no body"), "{e}");
         let e = spec("http_status", &[("status", "204"), ("body", "x")]).unwrap_err();
         assert!(e.message.contains("a 204 reply has no body"), "{e}");
         for kind in ["http_status", "respond"] {
-            let e = spec(kind, &[("status", "100")]).unwrap_err();
-            assert!(e.message.contains("200"), "{kind}: {e}");
+            let e = spec(kind, &[("status", "103")]).unwrap_err();
+            assert!(
+                e.message.contains("103 is an interim status"),
+                "{kind}: {e}"
+            );
         }
     }
 }

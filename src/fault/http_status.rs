@@ -11,7 +11,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::http_match::RequestMatch;
-use super::http_reply::{CannedReply, STATUSES};
+use super::http_reply::{self, CannedReply};
 use super::{Kind, KindInfo, Layer, Stream};
 use crate::settings::{Fields, Node, ProfileError, node_text};
 
@@ -60,10 +60,8 @@ impl Kind for HttpStatus {
     };
 
     fn parse(f: &mut Fields) -> Result<Self, ProfileError> {
-        let status = f
-            .integer_in("status", STATUSES.0, STATUSES.1)?
-            .ok_or_else(|| f.table_error("missing \"status\" (an HTTP status like 429)"))?
-            as u16;
+        let status = http_reply::status(f)?
+            .ok_or_else(|| f.table_error("missing \"status\" (an HTTP status like 429)"))?;
         let envelope = f.choice("envelope", &["anthropic", "openai"])?;
         // `body = "text"` is the answer's body; `body.model = "…"` (a
         // table) is the request match's.

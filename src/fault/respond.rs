@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use super::http_reply::{CannedReply, STATUSES};
+use super::http_reply::{self, CannedReply};
 use super::http_status::header_lines;
 use super::{ItemKind, Kind, KindInfo, Layer, Stream};
 use crate::settings::{Fields, ProfileError};
@@ -58,7 +58,7 @@ impl Kind for Respond {
     fn parse(f: &mut Fields) -> Result<Self, ProfileError> {
         let data = f.string("data")?;
         let file = f.file("file")?;
-        let status = f.integer_in("status", STATUSES.0, STATUSES.1)?;
+        let status = http_reply::status(f)?;
         let body = f.string("body")?;
         let retry_after = f.duration("retry_after")?;
         let headers = f.strings("headers")?;
@@ -80,7 +80,7 @@ impl Kind for Respond {
         } else if let Some((bytes, shown)) = file {
             (Reply::Bytes(Bytes::from(bytes)), format!("file {shown}"))
         } else {
-            let status = status.expect("checked above") as u16;
+            let status = status.expect("checked above");
             let extra = header_lines(f, headers)?;
             let body = body.map(String::into_bytes);
             let reply = CannedReply::build(status, envelope, body, retry_after, &extra, true)

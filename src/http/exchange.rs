@@ -407,7 +407,7 @@ impl RequestSide {
                 let answer = Answer {
                     meta,
                     status: status.status(),
-                    reply: status.reply(closing, head.method.eq_ignore_ascii_case("HEAD")),
+                    reply: status.reply(closing, head.method == "HEAD"),
                     then,
                     chosen,
                     delay: d.headers_delay,
@@ -648,9 +648,10 @@ impl ResponseSide {
             // ends the connection (the upstream is still streaming): the
             // head says so, or a client would pool the connection and
             // send its next request into the close.
-            let head_bytes = match s.breaks() {
-                Some((_, Breakage::Error)) => set_header(&head_bytes, "Connection", "close"),
-                _ => head_bytes,
+            let closes = matches!(s.breaks(), Some((_, Breakage::Error)));
+            let head_bytes = match closes {
+                true => set_header(&head_bytes, "Connection", "close"),
+                false => head_bytes,
             };
             send_data(out, head_bytes).await?;
             let mut stream = Stream {
@@ -660,6 +661,7 @@ impl ResponseSide {
                 meta: &meta,
                 status: head.status,
                 chunked: framing == Framing::Chunked,
+                closes,
                 counted: 0,
                 recorded: false,
             };
@@ -700,6 +702,9 @@ struct Stream<'a> {
     /// Chunked: each event goes out as a chunk of its own (a cut then
     /// falls between events for clients that read whole chunks).
     chunked: bool,
+    /// The head said `Connection: close`: the connection ends with the
+    /// stream, even one that ends before its fault.
+    closes: bool,
     /// Counted events sent so far.
     counted: u64,
     recorded: bool,
@@ -827,6 +832,9 @@ impl Stream<'_> {
                 self.emit(out, &split.rest()).await?;
                 if self.chunked {
                     send_data(out, Bytes::from_static(b"0\r\n\r\n")).await?;
+                }
+                if self.closes {
+                    return cut(out, After::Close).await;
                 }
                 return Ok(Next::Continue);
             }

@@ -37,6 +37,11 @@ use crate::fault::http_reply::is_head_request;
 use crate::fault::{Direction, FaultKind, Partition, StageCtx};
 use crate::plan::ConnMeta;
 
+/// How often, and how long each time, `respond` waits for the rest of a
+/// request's method when its first bytes came in pieces.
+const METHOD_WAITS: usize = 20;
+const METHOD_WAIT: Duration = Duration::from_millis(5);
+
 /// Serves one accepted client until the connection ends or netchaos stops;
 /// `inherits`: the client socket has the relay's options from its listener.
 pub(crate) async fn serve(
@@ -418,7 +423,7 @@ impl Conn<'_> {
         // The first bytes: a TLS hello, or a request (a HEAD's answer has
         // no body).
         let mut probe = [0u8; 5];
-        let mut seen = 0;
+        let mut head_only = None;
         if r.waits_for_request() || tls.is_some() {
             // `peek`, not `readable`: readiness may be a false positive (as
             // it is for the first connection of a fresh runtime), and the
@@ -429,7 +434,18 @@ impl Conn<'_> {
             )
             .await
             {
-                seen = n;
+                head_only = is_head_request(&probe[..n]);
+                // A method in pieces ("HE", "AD "): a short, bounded wait
+                // for the rest, peeked again.
+                for _ in 0..METHOD_WAITS {
+                    if head_only.is_some() {
+                        break;
+                    }
+                    tokio::time::sleep(METHOD_WAIT).await;
+                    if let Ok(n) = client.peek(&mut probe).await {
+                        head_only = is_head_request(&probe[..n]);
+                    }
+                }
             }
         }
         if let (Some(tls), 0x16) = (tls, probe[0]) {
@@ -442,7 +458,7 @@ impl Conn<'_> {
                 }
             };
         }
-        let head_only = is_head_request(&probe[..seen]);
+        let head_only = head_only.unwrap_or(false);
         self.respond_on(client, r, http::Side::plain(client), false, head_only)
             .await
     }
@@ -459,12 +475,21 @@ impl Conn<'_> {
         if tls && r.waits_for_request() {
             // Inside TLS, the request is the first application data.
             let mut first = bytes::BytesMut::with_capacity(16 * 1024);
-            let _ = tokio::time::timeout(
-                crate::fault::respond::Respond::REQUEST_WAIT,
-                tokio::io::AsyncReadExt::read_buf(&mut read, &mut first),
-            )
-            .await;
-            head_only = is_head_request(&first);
+            let wait = crate::fault::respond::Respond::REQUEST_WAIT;
+            let read_more = tokio::time::timeout(wait, async {
+                // Records (the method in pieces) until the method is known.
+                for _ in 0..METHOD_WAITS {
+                    match tokio::io::AsyncReadExt::read_buf(&mut read, &mut first).await {
+                        Ok(n) if n > 0 => {}
+                        _ => return None,
+                    }
+                    if let Some(h) = is_head_request(&first) {
+                        return Some(h);
+                    }
+                }
+                None
+            });
+            head_only = read_more.await.ok().flatten().unwrap_or(false);
         }
         let meter = self.meter();
         let mut feed = self.feed(Direction::Downstream);
