@@ -505,7 +505,7 @@ fn head_answers_have_no_body_and_an_error_ended_stream_closes_its_connection() {
         "--fault",
         "http_status:status=429,envelope=openai,method=HEAD",
         "--fault",
-        "sse:error_after_events=2,path=/sse/*",
+        "sse:error_after_events=2,path=/sse*",
     ]);
     let reqs = "HEAD /p/1 HTTP/1.1\r\nHost: x\r\n\r\nGET /p/2 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
     let out = String::from_utf8(exchange(p.addr(), reqs.as_bytes())).unwrap();
@@ -534,6 +534,21 @@ fn head_answers_have_no_body_and_an_error_ended_stream_closes_its_connection() {
         body.ends_with("\r\n0\r\n\r\n"),
         "a whole chunked body: {out}"
     );
+    // With a Content-Length, the length goes: the close ends the body,
+    // right after the error event.
+    let out = String::from_utf8(exchange(
+        p.addr(),
+        b"GET /sse-len/8 HTTP/1.1\r\nHost: x\r\n\r\n",
+    ))
+    .unwrap();
+    let (head, body) = out.split_once("\r\n\r\n").expect(&out);
+    assert!(
+        !head.to_ascii_lowercase().contains("content-length"),
+        "{out}"
+    );
+    assert!(head.contains("\r\nConnection: close"), "{out}");
+    assert_eq!(body.matches("event: delta").count(), 2, "{out}");
+    assert!(body.ends_with("\"Overloaded\"}}\n\n"), "{out}");
     // A stream that ends before its error still ends the connection its
     // head said would end (`exchange` reads until the close, or 20 s).
     let t = std::time::Instant::now();

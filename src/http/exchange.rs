@@ -445,7 +445,7 @@ impl RequestSide {
             }
             let start = match &x.rewrite_host {
                 Some(h) => {
-                    send_data(out, set_header(&buf[..head.head_len], "Host", h)).await?;
+                    send_data(out, set_header(&buf[..head.head_len], "Host", Some(h))).await?;
                     buf.advance_to(head.head_len);
                     0
                 }
@@ -475,9 +475,9 @@ impl RequestSide {
 }
 
 /// The head with its `name` header (every line of it) replaced by one
-/// saying `value`, added when there was none.
-fn set_header(bytes: &[u8], name: &str, value: &str) -> Bytes {
-    let line_out = format!("{name}: {value}\r\n");
+/// saying `value`, added when there was none; with no value, removed.
+fn set_header(bytes: &[u8], name: &str, value: Option<&str>) -> Bytes {
+    let line_out = value.map_or(String::new(), |v| format!("{name}: {v}\r\n"));
     let mut out = Vec::with_capacity(bytes.len() + line_out.len());
     let mut seen = false;
     for line in bytes.split_inclusive(|b| *b == b'\n') {
@@ -649,9 +649,16 @@ impl ResponseSide {
             // head says so, or a client would pool the connection and
             // send its next request into the close.
             let closes = matches!(s.breaks(), Some((_, Breakage::Error)));
-            let head_bytes = match closes {
-                true => set_header(&head_bytes, "Connection", "close"),
-                false => head_bytes,
+            let head_bytes = match (closes, framing) {
+                // A length would be wrong once the error event replaces
+                // the rest: the close delimits the body instead.
+                (true, Framing::Length(_)) => set_header(
+                    &set_header(&head_bytes, "Connection", Some("close")),
+                    "Content-Length",
+                    None,
+                ),
+                (true, _) => set_header(&head_bytes, "Connection", Some("close")),
+                (false, _) => head_bytes,
             };
             send_data(out, head_bytes).await?;
             let mut stream = Stream {
@@ -879,20 +886,25 @@ mod tests {
     #[test]
     fn a_header_is_replaced_or_added() {
         let raw = b"GET / HTTP/1.1\r\nhost: 127.0.0.1:8080\r\nAccept: */*\r\n\r\n";
-        let out = set_header(raw, "Host", "api.example.com");
+        let out = set_header(raw, "Host", Some("api.example.com"));
         assert_eq!(
             &out[..],
             b"GET / HTTP/1.1\r\nHost: api.example.com\r\nAccept: */*\r\n\r\n"
         );
         let raw = b"GET / HTTP/1.0\r\n\r\n";
         assert_eq!(
-            &set_header(raw, "Host", "a")[..],
+            &set_header(raw, "Host", Some("a"))[..],
             b"GET / HTTP/1.0\r\nHost: a\r\n\r\n"
         );
         let raw = b"HTTP/1.1 200 OK\r\nConnection: keep-alive\r\nconnection: x\r\n\r\n";
         assert_eq!(
-            &set_header(raw, "Connection", "close")[..],
+            &set_header(raw, "Connection", Some("close"))[..],
             b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n"
+        );
+        let raw = b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\nContent-Length-X: 1\r\n\r\n";
+        assert_eq!(
+            &set_header(raw, "content-length", None)[..],
+            b"HTTP/1.1 200 OK\r\nContent-Length-X: 1\r\n\r\n"
         );
     }
 }

@@ -5,6 +5,7 @@ python3 httpd.py [--bind ADDR] [--cert CERT --key KEY]   prints its port, then s
   GET  /p/N          200, body "body-N;" * 10 (content-length), keep-alive
   GET  /big/N        200, N bytes of a fixed pattern (content-length)
   GET  /sse/N        200 text/event-stream, N events {"i": i}, one chunk each
+  GET  /sse-len/N    the same N events with a Content-Length, in one piece
   POST /echo         200, the request body back (any framing in)
   GET  /ws           101 Switching Protocols, then echoes raw bytes
   GET  /close        200 with Connection: close, then closes
@@ -43,6 +44,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
         elif self.path.startswith("/big/"):
             n = int(parts[2])
             self.reply(200, (bytes(range(251)) * (n // 251 + 1))[:n])
+        elif self.path.startswith("/sse-len/"):
+            n = int(parts[2])
+            evs = "".join(f"event: delta\ndata: {json.dumps({'i': i})}\n\n" for i in range(n))
+            self.reply(200, evs.encode(), [("Content-Type", "text/event-stream")])
         elif self.path.startswith("/sse/"):
             n = int(parts[2])
             self.wfile.write(
