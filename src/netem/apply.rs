@@ -27,6 +27,9 @@ pub(crate) enum NetemError {
     },
     #[error("{what}: operation not permitted: shaping {dev} needs root or CAP_NET_ADMIN")]
     NotPermitted { what: String, dev: String },
+    /// The `tc` on this machine does not know an option asked for.
+    #[error("{0}")]
+    TcTooOld(String),
     #[error(transparent)]
     Tool(ToolError),
 }
@@ -220,6 +223,13 @@ fn explain(e: ToolError, dev: &str, what: &str, n: Option<&Netem>) -> NetemError
             "u32 classifier (needed for --dst, --dport, --sport)",
         );
     }
+    if e.mentions("What is \"seed\"") {
+        return NetemError::TcTooOld(
+            "this tc does not know netem's `seed` (it came with iproute2 6.6, and needs Linux 6.6 or newer): \
+             drop --seed, or the [netem] table's seed, or install a newer iproute2"
+                .into(),
+        );
+    }
     if e.not_permitted() {
         return NetemError::NotPermitted {
             what: what.to_string(),
@@ -258,5 +268,23 @@ fn alternatives(n: &Netem, e: &ToolError) -> String {
         String::new()
     } else {
         format!(". Instead: {}", alt.join("; "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// iproute2 before 6.6 answers `seed` with its whole usage text; the
+    /// user gets what to drop instead.
+    #[test]
+    fn a_tc_without_seed_is_named() {
+        let e = ToolError::Failed {
+            command: "tc qdisc add dev eth0 root handle 4e43: netem delay 100000us seed 7".into(),
+            stderr: "What is \"seed\"?\nUsage: ... netem [ limit PACKETS ]".into(),
+        };
+        let said = explain(e, "eth0", "tc qdisc add", None).to_string();
+        assert!(said.contains("does not know netem's `seed`"), "{said}");
+        assert!(!said.contains("Usage"), "{said}");
     }
 }
