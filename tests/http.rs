@@ -223,6 +223,61 @@ fn first_two_fail_then_every_request_passes() {
     );
 }
 
+/// `http_abort`: the matching request gets no response, its connection is
+/// reset (or closed), the upstream never sees it, and the client's next
+/// request on a new connection passes. Python's pooled `requests` session
+/// sees the connection error Chaos Mesh's request abort gives.
+#[test]
+fn an_aborted_request_resets_its_connection_and_never_reaches_the_upstream() {
+    if !need(&["curl", "python3", "ip", "nft"]) {
+        return;
+    }
+    let up = Httpd::start(None);
+    let script = format!(
+        r#"
+import requests, sys
+s = requests.Session()
+out = []
+for i in (1, 2, 3):
+    try:
+        r = s.post(f"{{sys.argv[1]}}/echo", data=f"req-{{i}}", headers={{"X-N": str(i)}}, timeout=10)
+        out.append(r.text)
+    except requests.exceptions.ConnectionError as e:
+        out.append("reset" if "reset" in str(e).lower() else "error: " + str(e))
+print(" ".join(out))
+"#
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("events.jsonl");
+    let (code, out, err) = wrapped(
+        &[
+            "--events",
+            log.to_str().unwrap(),
+            "--fault",
+            "http_abort:header=X-N: 2",
+        ],
+        &["python3", "-c", &script, &up.http()],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.trim(), "req-1 reset req-3", "{err}");
+    assert!(
+        err.contains("HTTP requests: 3 seen, 1 faulted (http_abort 1)"),
+        "{err}"
+    );
+    // The upstream answered two requests: it never saw the aborted one.
+    let answered = read_events(&log)
+        .iter()
+        .filter(|e| e["event"] == "response")
+        .count();
+    assert_eq!(answered, 2, "{err}");
+    // then = close: an empty reply (curl's exit 52), not a reset (56).
+    let (code, _, err) = wrapped(
+        &["--fault", "http_abort:then=close"],
+        &["curl", "-sS", &format!("{}/p/1", up.http())],
+    );
+    assert_eq!(code, 52, "{err}");
+}
+
 /// A slow first byte is counted when the hold begins: a client that gives
 /// up during it (what `http_delay` is for) was faulted, in both phases.
 #[test]

@@ -311,6 +311,7 @@ registry! {
     http_delay: HttpDelay;
     sse: Sse;
     http_truncate: HttpTruncate;
+    http_abort: HttpAbort;
     dns_timeout: DnsTimeout;
     dns_error: DnsError;
     dns_delay: DnsDelay;

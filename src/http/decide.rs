@@ -6,19 +6,57 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
+
+use crate::fault::http_abort::HttpAbort;
 use crate::fault::http_delay::Phase;
 use crate::fault::http_match::RequestView;
-use crate::fault::http_status::HttpStatus;
+use crate::fault::http_status::{After, HttpStatus};
 use crate::fault::http_truncate::HttpTruncate;
 use crate::fault::sse::Sse;
 use crate::fault::{Chosen, FaultKind};
 
+/// How netchaos answers a request in the upstream's place.
+#[derive(Debug, Clone)]
+pub(crate) enum Reply {
+    /// With a canned reply (`http_status`).
+    Status(HttpStatus),
+    /// With no reply at all, the connection ending (`http_abort`).
+    Abort(HttpAbort),
+}
+
+impl Reply {
+    /// The status the client gets, if it gets one.
+    pub(crate) fn status(&self) -> Option<u16> {
+        match self {
+            Reply::Status(s) => Some(s.status()),
+            Reply::Abort(_) => None,
+        }
+    }
+
+    /// The bytes the client gets (`closing`: the connection ends after
+    /// them; `head_only`: they answer a HEAD).
+    pub(crate) fn bytes(&self, closing: bool, head_only: bool) -> Bytes {
+        match self {
+            Reply::Status(s) => s.reply(closing, head_only),
+            Reply::Abort(_) => Bytes::new(),
+        }
+    }
+
+    pub(crate) fn then(&self) -> After {
+        match self {
+            Reply::Status(s) => s.then(),
+            Reply::Abort(a) => a.then(),
+        }
+    }
+}
+
 /// What the HTTP layer does with one request.
 #[derive(Default)]
 pub(crate) struct Decision {
-    /// Answered in the upstream's place (the first `http_status` that
-    /// applies).
-    pub(crate) answer: Option<(Chosen, HttpStatus)>,
+    /// Answered in the upstream's place (the first `http_status` or
+    /// `http_abort` that applies).
+    pub(crate) answer: Option<(Chosen, Reply)>,
     /// Held before it is forwarded (or answered).
     pub(crate) request_delay: Duration,
     /// Its response's head held.
@@ -46,6 +84,7 @@ fn matcher_of(kind: &FaultKind) -> Option<&crate::fault::http_match::RequestMatc
         FaultKind::HttpDelay(k) => Some(k.matcher()),
         FaultKind::Sse(k) => Some(k.matcher()),
         FaultKind::HttpTruncate(k) => Some(k.matcher()),
+        FaultKind::HttpAbort(k) => Some(k.matcher()),
         _ => None,
     }
 }
@@ -71,7 +110,10 @@ pub(crate) fn decide(
         }
         match &c.spec.kind {
             FaultKind::HttpStatus(s) if d.answer.is_none() => {
-                d.answer = Some((c.clone(), s.clone()))
+                d.answer = Some((c.clone(), Reply::Status(s.clone())))
+            }
+            FaultKind::HttpAbort(a) if d.answer.is_none() => {
+                d.answer = Some((c.clone(), Reply::Abort(a.clone())))
             }
             FaultKind::HttpDelay(h) => {
                 let t = h.sample(&mut rng);
@@ -118,6 +160,22 @@ mod tests {
             headers: &[],
             body: None,
         }
+    }
+
+    /// The first rule that answers wins: an abort in front of a status
+    /// leaves no reply, one behind it is not reached.
+    #[test]
+    fn an_abort_answers_with_nothing_in_its_turn() {
+        let abort = chosen("http_abort", &[("path", "/a*")], 1);
+        let status = chosen("http_status", &[("status", "503")], 1);
+        let faults = Arc::new(vec![abort, status]);
+        let d = decide(&faults, 0, &get("/abc"), Duration::ZERO);
+        let (_, reply) = d.answer.unwrap();
+        assert_eq!(reply.status(), None);
+        assert!(reply.bytes(false, false).is_empty());
+        assert_eq!(reply.then(), After::Reset);
+        let d = decide(&faults, 1, &get("/other"), Duration::ZERO);
+        assert_eq!(d.answer.unwrap().1.status(), Some(503));
     }
 
     #[test]

@@ -76,7 +76,8 @@ enum Pending {
 struct Answer {
     meta: Meta,
     chosen: Chosen,
-    status: u16,
+    /// None when the answer is no answer (`http_abort`).
+    status: Option<u16>,
     reply: Bytes,
     then: After,
     /// The headers' delay, and the `http_delay` faults behind it.
@@ -388,7 +389,7 @@ impl RequestSide {
             // Counted as the hold begins: a client that times out during it
             // (what the fault is for) was still faulted. No response exists
             // yet, unless netchaos answers in the upstream's place.
-            let answering = d.answer.as_ref().map(|(_, s)| s.status());
+            let answering = d.answer.as_ref().and_then(|(_, s)| s.status());
             for c in &d.request_delays {
                 x.record(c, &meta, answering);
             }
@@ -407,7 +408,7 @@ impl RequestSide {
                 let answer = Answer {
                     meta,
                     status: status.status(),
-                    reply: status.reply(closing, head.method == "HEAD"),
+                    reply: status.bytes(closing, head.method == "HEAD"),
                     then,
                     chosen,
                     delay: d.headers_delay,
@@ -570,12 +571,12 @@ impl ResponseSide {
         // Delays are counted as their hold begins (request-phase ones
         // already were); the answer once it is sent.
         for c in &a.delays {
-            self.x.record(c, &a.meta, Some(a.status));
+            self.x.record(c, &a.meta, a.status);
         }
         if !a.delay.is_zero() {
             crate::timer::sleep(a.delay).await;
         }
-        self.x.record(&a.chosen, &a.meta, Some(a.status));
+        self.x.record(&a.chosen, &a.meta, a.status);
         send_data(out, a.reply).await?;
         match a.then {
             After::Keep => Ok(Next::Continue),

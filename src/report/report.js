@@ -46,7 +46,7 @@
     latency: "L", bandwidth: "B", slicer: "S", stall: "St", reset: "R", close: "C",
     slow_close: "SC", respond: "Rp", loss: "Lo", blackout: "Bo", refuse: "Rf",
     connect_timeout: "CT", connect_delay: "CD", http_status: "H", http_delay: "HD",
-    sse: "E", http_truncate: "HT"
+    sse: "E", http_truncate: "HT", http_abort: "HA"
   };
   var ENDS = {
     ok: "ok (FIN)", reset: "reset (RST)", truncated: "truncated (clean close by a fault)",

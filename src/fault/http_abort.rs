@@ -1,0 +1,59 @@
+//! `http_abort` (HTTP layer): a matching request is never forwarded and
+//! never answered — the client's connection is reset (or closed) where the
+//! response would begin, so the client sees the connection fail with its
+//! request sent (ECONNRESET, "connection reset by peer", an SDK's
+//! connection error). Chaos Mesh's HTTPChaos `abort` on requests. Earlier
+//! pipelined requests still get their responses first.
+
+use super::http_match::RequestMatch;
+use super::http_status::After;
+use super::{Kind, KindInfo, Layer, Stream};
+use crate::settings::{Fields, ProfileError};
+
+#[derive(Debug, Clone)]
+pub(crate) struct HttpAbort {
+    then: After,
+    matcher: RequestMatch,
+}
+
+impl Kind for HttpAbort {
+    const INFO: KindInfo = KindInfo {
+        name: "http_abort",
+        layer: Layer::Http,
+        default_stream: Stream::Both,
+        streamed: false,
+        stages: false,
+        about: "a matching request is never forwarded or answered: the connection is reset (or closed)",
+        params: &[("then", "reset (default) or close", "an RST or a clean close, with no response")],
+    };
+
+    fn parse(f: &mut Fields) -> Result<Self, ProfileError> {
+        let then = match f.choice("then", &["reset", "close"])? {
+            Some("close") => After::Close,
+            _ => After::Reset,
+        };
+        Ok(HttpAbort {
+            then,
+            matcher: RequestMatch::parse(f)?,
+        })
+    }
+
+    fn params(&self) -> Vec<(&'static str, String)> {
+        let mut p = vec![];
+        if self.then == After::Close {
+            p.push(("then", "close".into()));
+        }
+        p.extend(self.matcher.params());
+        p
+    }
+}
+
+impl HttpAbort {
+    pub(crate) fn matcher(&self) -> &RequestMatch {
+        &self.matcher
+    }
+
+    pub(crate) fn then(&self) -> After {
+        self.then
+    }
+}
