@@ -233,20 +233,18 @@ fn an_aborted_request_resets_its_connection_and_never_reaches_the_upstream() {
         return;
     }
     let up = Httpd::start(None);
-    let script = format!(
-        r#"
+    let script = r#"
 import requests, sys
 s = requests.Session()
 out = []
 for i in (1, 2, 3):
     try:
-        r = s.post(f"{{sys.argv[1]}}/echo", data=f"req-{{i}}", headers={{"X-N": str(i)}}, timeout=10)
+        r = s.post(f"{sys.argv[1]}/echo", data=f"req-{i}", headers={"X-N": str(i)}, timeout=10)
         out.append(r.text)
     except requests.exceptions.ConnectionError as e:
         out.append("reset" if "reset" in str(e).lower() else "error: " + str(e))
 print(" ".join(out))
-"#
-    );
+"#;
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("events.jsonl");
     let (code, out, err) = wrapped(
@@ -256,7 +254,7 @@ print(" ".join(out))
             "--fault",
             "http_abort:header=X-N: 2",
         ],
-        &["python3", "-c", &script, &up.http()],
+        &["python3", "-c", script, &up.http()],
     );
     assert_eq!(code, 0, "{err}");
     assert_eq!(out.trim(), "req-1 reset req-3", "{err}");
