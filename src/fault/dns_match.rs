@@ -1,5 +1,6 @@
 //! What every DNS fault shares: which queries it applies to — the queried
-//! name (`name`: exact, or `*.example.com` for its subdomains) and the
+//! name (`name`: exact, `*.example.com` for its subdomains, or a glob with
+//! `*` and `?` elsewhere, as Chaos Mesh's DNSChaos patterns) and the
 //! query type (`qtype`: `A`, `AAAA`, …). The per-query `probability` draw
 //! is the DNS layer's, from (seed, rule, fault, query number).
 
@@ -19,32 +20,41 @@ pub(crate) struct QueryMatch {
     qtypes: Vec<u16>,
 }
 
-/// A queried name: exactly, or (`*.example.com`) any of its subdomains.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A queried name: exactly, (`*.example.com`) any of its subdomains, or a
+/// glob (`chaos-mesh.*`, `github.?om`: `*` any run of characters, dots
+/// included, `?` one character).
+#[derive(Debug, Clone, PartialEq)]
 enum NamePattern {
     Exact(String),
     /// The suffix with its leading dot (`.example.com`).
     Subdomains(String),
+    Glob(String, wildmatch::WildMatch),
 }
 
 impl NamePattern {
     fn parse(s: &str) -> Option<NamePattern> {
         let s = s.trim().trim_end_matches('.').to_ascii_lowercase();
-        let (glob, name) = match s.strip_prefix("*.") {
-            Some(rest) => (true, rest.to_string()),
-            None => (false, s),
+        let (sub, name) = match s.strip_prefix("*.") {
+            Some(rest) if !rest.contains(['*', '?']) => (true, rest.to_string()),
+            _ => (false, s),
         };
+        let glob = name.contains(['*', '?']);
         let valid = !name.is_empty()
             && name.len() <= 253
             && name.split('.').all(|l| {
                 !l.is_empty()
                     && l.len() <= 63
-                    && l.chars()
-                        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+                    && l.chars().all(|c| {
+                        c.is_ascii_alphanumeric()
+                            || c == '-'
+                            || c == '_'
+                            || (glob && "*?".contains(c))
+                    })
             });
-        valid.then(|| match glob {
-            true => NamePattern::Subdomains(format!(".{name}")),
-            false => NamePattern::Exact(name),
+        valid.then(|| match (sub, glob) {
+            (true, _) => NamePattern::Subdomains(format!(".{name}")),
+            (false, true) => NamePattern::Glob(name.clone(), wildmatch::WildMatch::new(&name)),
+            (false, false) => NamePattern::Exact(name),
         })
     }
 
@@ -54,6 +64,7 @@ impl NamePattern {
             NamePattern::Subdomains(suffix) => {
                 name.len() > suffix.len() && name.ends_with(suffix.as_str())
             }
+            NamePattern::Glob(_, g) => g.matches(name),
         }
     }
 }
@@ -61,7 +72,7 @@ impl NamePattern {
 impl std::fmt::Display for NamePattern {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            NamePattern::Exact(n) => f.write_str(n),
+            NamePattern::Exact(n) | NamePattern::Glob(n, _) => f.write_str(n),
             NamePattern::Subdomains(s) => write!(f, "*{s}"),
         }
     }
@@ -113,7 +124,7 @@ impl QueryMatch {
                         "name",
                         &n.loc,
                         format!(
-                            "expected a host name like \"api.example.com\" or \"*.example.com\", got {text:?}"
+                            "expected a host name like \"api.example.com\", \"*.example.com\" or a glob like \"api-?.example.*\", got {text:?}"
                         ),
                     ));
                 }
@@ -188,6 +199,20 @@ mod tests {
         let e = spec("dns_error", &[("name", "10.0.0.0/8")]).unwrap_err();
         assert!(e.message.contains("expected a host name"), "{e}");
         assert_eq!(super::type_name(65), "HTTPS");
+        // Chaos Mesh's DNSChaos patterns.
+        let s = spec("dns_error", &[("name", "chaos-mesh.*")]).unwrap();
+        let crate::fault::FaultKind::DnsError(e) = &s.kind else {
+            panic!()
+        };
+        assert!(e.matcher().matches(&q("chaos-mesh.org", 1)));
+        assert!(!e.matcher().matches(&q("chaos-mesh", 1)));
+        let s = spec("dns_error", &[("name", "GitHub.?om")]).unwrap();
+        let crate::fault::FaultKind::DnsError(e) = &s.kind else {
+            panic!()
+        };
+        assert!(e.matcher().matches(&q("github.com", 1)));
+        assert!(!e.matcher().matches(&q("github.co", 1)));
+        assert_eq!(e.matcher().params()[0].1, "github.?om");
         assert_eq!(super::parse_type("type99"), Some(99));
     }
 }

@@ -13,7 +13,7 @@ pub(crate) struct DnsTimeout {
 
 /// The parameters every DNS fault shares (the query match).
 pub(crate) const MATCH_PARAMS: [(&str, &str, &str); 2] = [
-    ("name", "host names, \"*.example.com\" globs", "only queries for these names"),
+    ("name", "host names, \"*.example.com\" (subdomains) or globs (* and ?)", "only queries for these names"),
     ("qtype", "record types (A, AAAA, …)", "only queries of these types"),
 ];
 
