@@ -268,6 +268,20 @@ print(" ".join(out))
         .filter(|e| e["event"] == "response")
         .count();
     assert_eq!(answered, 2, "{err}");
+    // Pipelined: the response before it arrives, then the reset; the
+    // request after it is never forwarded.
+    let p = Proxy::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        &format!("127.0.0.1:{}", up.port),
+        "--fault",
+        "http_abort:path=/p/2",
+    ]);
+    let reqs = "GET /p/1 HTTP/1.1\r\nHost: x\r\n\r\nGET /p/2 HTTP/1.1\r\nHost: x\r\n\r\nGET /p/3 HTTP/1.1\r\nHost: x\r\n\r\n";
+    let out = String::from_utf8(exchange(p.addr(), reqs.as_bytes())).unwrap();
+    assert!(out.ends_with(&"body-1;".repeat(10)), "{out}");
+    assert_eq!(out.matches("HTTP/1.1 ").count(), 1, "{out}");
     // then = close: an empty reply (curl's exit 52), not a reset (56).
     let (code, _, err) = wrapped(
         &["--fault", "http_abort:then=close"],

@@ -1,6 +1,6 @@
 //! What every DNS fault shares: which queries it applies to — the queried
 //! name (`name`: exact, `*.example.com` for its subdomains, or a glob with
-//! `*` and `?` elsewhere, as Chaos Mesh's DNSChaos patterns) and the
+//! `*` and `?` elsewhere, which takes Chaos Mesh's DNSChaos patterns) and the
 //! query type (`qtype`: `A`, `AAAA`, …). The per-query `probability` draw
 //! is the DNS layer's, from (seed, rule, fault, query number).
 
@@ -205,6 +205,10 @@ mod tests {
             panic!()
         };
         assert!(e.matcher().matches(&q("chaos-mesh.org", 1)));
+        assert!(
+            e.matcher().matches(&q("chaos-mesh.co.uk", 1)),
+            "* crosses dots"
+        );
         assert!(!e.matcher().matches(&q("chaos-mesh", 1)));
         let s = spec("dns_error", &[("name", "GitHub.?om")]).unwrap();
         let crate::fault::FaultKind::DnsError(e) = &s.kind else {

@@ -405,6 +405,13 @@ impl RequestSide {
                     After::Keep if closing => After::Close,
                     t => t,
                 };
+                if matches!(status, decide::Reply::Abort(_)) && !waits {
+                    // The whole request first: a client still sending its
+                    // body would meet the reset on a write, and some (Python's
+                    // http.client) then report a clean close instead.
+                    buf.advance_to(head.head_len);
+                    let _ = drop_body(src, &mut buf, &mut Body::new(framing)).await;
+                }
                 let answer = Answer {
                     meta,
                     status: status.status(),
@@ -627,7 +634,11 @@ impl ResponseSide {
             return Ok(Next::Raw);
         }
         let mut body = Body::new(framing);
-        let sse = d.sse.filter(|_| head.is_event_stream());
+        // A response that has no body (HEAD, 204, 304, a length of 0) has
+        // no events to fault.
+        let sse = d
+            .sse
+            .filter(|_| head.is_event_stream() && framing != Framing::Empty);
         let end = if let Some((c, t)) = &d.truncate {
             let end = pass_body(
                 src,
@@ -650,16 +661,16 @@ impl ResponseSide {
             // head says so, or a client would pool the connection and
             // send its next request into the close.
             let closes = matches!(s.breaks(), Some((_, Breakage::Error)));
-            let head_bytes = match (closes, framing) {
+            let head_bytes = match closes {
                 // A length would be wrong once the error event replaces
-                // the rest: the close delimits the body instead.
-                (true, Framing::Length(_)) => set_header(
+                // the rest: the close (or the chunks, beside which a
+                // length must not stand) delimits the body instead.
+                true => set_header(
                     &set_header(&head_bytes, "Connection", Some("close")),
                     "Content-Length",
                     None,
                 ),
-                (true, _) => set_header(&head_bytes, "Connection", Some("close")),
-                (false, _) => head_bytes,
+                false => head_bytes,
             };
             send_data(out, head_bytes).await?;
             let mut stream = Stream {

@@ -124,6 +124,13 @@ impl Netem {
         if self.limit == Some(0) {
             return Err(BadValue("--limit must be at least 1 packet".into()));
         }
+        if self.seed.is_some() && !self.needs_netem() {
+            return Err(BadValue(
+                "--seed seeds netem's random choices: give --loss, --duplicate, --corrupt, --reorder or --jitter with it \
+                 (--rate alone uses tbf, which draws nothing)"
+                    .into(),
+            ));
+        }
         if !self.needs_netem() && self.rate.is_none() {
             return Err(BadValue("nothing to apply: give --delay, --loss, --duplicate, --corrupt, --reorder, --rate or --limit".into()));
         }
@@ -487,6 +494,16 @@ mod tests {
 
     #[test]
     fn golden_rate_alone_uses_tbf() {
+        let mut seeded = Netem {
+            dev: "eth0".into(),
+            rate: Some(1_000_000),
+            seed: Some(7),
+            ..Netem::default()
+        };
+        let e = seeded.validate().unwrap_err().to_string();
+        assert!(e.contains("tbf, which draws nothing"), "{e}");
+        seeded.loss = Some(1.0);
+        seeded.validate().unwrap();
         let n = netem(|n| n.rate = Some(1_000_000));
         assert_eq!(
             render(&plan(&n)),

@@ -462,7 +462,9 @@ impl Builder {
                     e.0 += 1;
                     e.1.insert((run, self.conns[i].id));
                     if let Some(h) = http {
-                        let injected = mark.fault == "http_status";
+                        // Answered (or aborted) by netchaos: the upstream
+                        // never saw the request.
+                        let injected = matches!(mark.fault.as_str(), "http_status" | "http_abort");
                         let req = request(&mut self.conns[i], h, t);
                         req.injected |= injected;
                         req.faults.push(mark.fault.clone());

@@ -82,7 +82,8 @@
   }
   function reqText(c, r) {
     return ["request " + r.n + ": " + r.method + " " + r.path,
-      "status " + (r.status === null ? "?" : r.status) + (r.injected ? " injected by netchaos (the upstream never saw it)" : " from the upstream"),
+      r.injected && r.status === null ? "no response: aborted by netchaos (the upstream never saw it)" :
+        "status " + (r.status === null ? "?" : r.status) + (r.injected ? " injected by netchaos (the upstream never saw it)" : " from the upstream"),
       r.faults.length ? "HTTP faults: " + r.faults.join(", ") : "no HTTP fault",
       "at " + fmtT(r.t)].concat([""], connText(c));
   }
