@@ -567,6 +567,14 @@ fn tls_files_and_flags_are_checked_before_anything_starts() {
             vec!["check", "--fault", "dns_answer:addresses=notanip"],
             "expected an IP address",
         ),
+        (
+            vec![
+                "check",
+                "--fault",
+                "dns_answer:addresses=10.0.0.1,random=true",
+            ],
+            "give `addresses` or `random = true`, not both",
+        ),
         (vec!["check", "--fault", "dns_delay"], "missing \"delay\""),
         (
             vec!["check", "--fault", "dns_timeout:qtype=AAAAA"],

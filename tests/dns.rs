@@ -382,6 +382,89 @@ match = { dst = ["tc.test"] }
     assert!(!seen.iter().any(|q| q.contains("moved.test")), "{seen:?}");
 }
 
+/// Resolves each name (`getaddrinfo`, one family) `n` times; prints
+/// "name family address" per answer.
+const RESOLVE: &str = r#"
+import socket, sys
+n = int(sys.argv[1])
+for name in sys.argv[2:]:
+    for fam, tag in ((socket.AF_INET, "4"), (socket.AF_INET6, "6")):
+        for _ in range(n):
+            for a in {i[4][0] for i in socket.getaddrinfo(name, 80, fam, socket.SOCK_STREAM)}:
+                print(name, tag, a)
+"#;
+
+#[test]
+fn dns_answer_draws_from_prefixes_and_random_from_the_documentation_ranges() {
+    if !need(&["python3", "ip", "nft"]) {
+        return;
+    }
+    let dnsd = Dnsd::start(&["rnd.test=127.0.0.2", "pfx.test=127.0.0.2"]);
+    let dir = tempfile::tempdir().unwrap();
+    let (resolv, profile) = setup(
+        dir.path(),
+        &dnsd,
+        r#"
+[[rules]]
+name = "dns"
+  [[rules.faults]]
+  type = "dns_answer"
+  name = "rnd.test"
+  random = true
+  [[rules.faults]]
+  type = "dns_answer"
+  name = "pfx.test"
+  addresses = ["10.77.0.0/16", "fd00:77::/64"]
+"#,
+    );
+    let (code, out, err) = run_dns(
+        &resolv,
+        &profile,
+        None,
+        "timeout:2 attempts:1",
+        &["python3", "-c", RESOLVE, "6", "rnd.test", "pfx.test"],
+    );
+    assert_eq!(code, 0, "{out}\n{err}");
+    let nets =
+        |list: &[&str]| -> Vec<ipnet::IpNet> { list.iter().map(|n| n.parse().unwrap()).collect() };
+    let doc = nets(&[
+        "192.0.2.0/24",
+        "198.51.100.0/24",
+        "203.0.113.0/24",
+        "2001:db8::/32",
+    ]);
+    let pfx = nets(&["10.77.0.0/16", "fd00:77::/64"]);
+    let mut seen: std::collections::HashMap<(String, String), std::collections::HashSet<String>> =
+        Default::default();
+    for line in out.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        let ip: std::net::IpAddr = f[2].parse().unwrap();
+        let within = if f[0] == "rnd.test" { &doc } else { &pfx };
+        assert!(
+            within.iter().any(|n| n.contains(&ip)),
+            "{line}: outside {within:?}"
+        );
+        assert_eq!(ip.is_ipv6(), f[1] == "6", "{line}: the query's family");
+        seen.entry((f[0].into(), f[1].into()))
+            .or_default()
+            .insert(f[2].into());
+    }
+    assert_eq!(seen.len(), 4, "both names, both families: {out}");
+    for (k, v) in &seen {
+        assert!(
+            v.len() >= 2,
+            "{k:?}: every query the same address {v:?}; draws are per query"
+        );
+    }
+    let asked = dnsd.queries();
+    assert!(
+        !asked
+            .iter()
+            .any(|q| q.contains("rnd.test") || q.contains("pfx.test")),
+        "{asked:?}"
+    );
+}
+
 /// Sends each query (name `q{i}.test`, id `i`) twice, the second a
 /// retransmission; prints per query "i rcode rcode" ("-" for no answer).
 const RAW: &str = r#"

@@ -133,7 +133,7 @@ pub(crate) fn decide(chosen: &[Chosen], query: &Query, transport: Transport) -> 
             }
             FaultKind::DnsAnswer(k) if k.matcher().matches(&view) => {
                 Action::Answer(Made::Addresses {
-                    addrs: k.for_type(query.qtype).collect(),
+                    addrs: k.for_type(query.qtype, &mut c.rng(Direction::Downstream)),
                     ttl: k.ttl(),
                 })
             }
@@ -232,5 +232,97 @@ mod tests {
             decide(&t, &q("x", 1), Transport::Tcp).action,
             Action::Forward
         );
+    }
+
+    fn addrs(c: &[Chosen], qtype: u16) -> Vec<IpAddr> {
+        match decide(c, &q("x", qtype), Transport::Udp).action {
+            Action::Answer(Made::Addresses { addrs, .. }) => addrs,
+            other => panic!("expected addresses, got {other:?}"),
+        }
+    }
+
+    fn reseeded(mut c: Vec<Chosen>, seed: u64) -> Vec<Chosen> {
+        c.iter_mut().for_each(|c| c.seed = seed);
+        c
+    }
+
+    #[test]
+    fn a_prefix_answers_one_address_of_it_drawn_from_the_seed() {
+        let c = chosen(&[(
+            "dns_answer",
+            &[("addresses", "10.9.0.0/16|10.0.0.1|fd00::/120")],
+        )]);
+        let net: ipnet::IpNet = "10.9.0.0/16".parse().unwrap();
+        let mut seen = std::collections::HashSet::new();
+        for seed in 0..50 {
+            let a = addrs(&reseeded(c.clone(), seed), 1);
+            assert_eq!(a.len(), 2, "one per entry of the family: {a:?}");
+            assert!(net.contains(&a[0]), "{} is not in {net}", a[0]);
+            assert_eq!(
+                a[1],
+                "10.0.0.1".parse::<IpAddr>().unwrap(),
+                "an address stays itself"
+            );
+            seen.insert(a[0]);
+            let six = addrs(&reseeded(c.clone(), seed), 28);
+            assert_eq!(six.len(), 1);
+            assert!(
+                "fd00::/120"
+                    .parse::<ipnet::IpNet>()
+                    .unwrap()
+                    .contains(&six[0])
+            );
+        }
+        assert!(
+            seen.len() > 40,
+            "draws spread over the prefix: {} distinct",
+            seen.len()
+        );
+        assert_eq!(
+            addrs(&reseeded(c.clone(), 3), 1),
+            addrs(&reseeded(c, 3), 1),
+            "a seed replays"
+        );
+    }
+
+    #[test]
+    fn random_answers_one_documentation_address_per_query() {
+        let c = chosen(&[("dns_answer", &[("random", "true")])]);
+        let doc: Vec<ipnet::IpNet> = [
+            "192.0.2.0/24",
+            "198.51.100.0/24",
+            "203.0.113.0/24",
+            "2001:db8::/32",
+        ]
+        .iter()
+        .map(|n| n.parse().unwrap())
+        .collect();
+        let mut ranges = std::collections::HashSet::new();
+        for seed in 0..60 {
+            for qtype in [1, 28] {
+                let a = addrs(&reseeded(c.clone(), seed), qtype);
+                assert_eq!(a.len(), 1, "{a:?}");
+                let range = doc.iter().position(|n| n.contains(&a[0]));
+                assert!(
+                    range.is_some(),
+                    "{} is outside the documentation ranges",
+                    a[0]
+                );
+                assert_eq!(a[0].is_ipv6(), qtype == 28, "the query's family");
+                ranges.insert(range);
+            }
+        }
+        assert_eq!(ranges.len(), 4, "every range is drawn from");
+        assert!(
+            spec(
+                "dns_answer",
+                &[("random", "true"), ("addresses", "10.0.0.1")]
+            )
+            .is_err()
+        );
+        let e = spec("dns_answer", &[("addresses", "10.9.0.0/33")])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("IP address or prefix"), "{e}");
     }
 }
