@@ -357,6 +357,34 @@ fn status_codes_and_populate_as_toxiproxy() {
     );
     let (st, v) = http("POST", &format!("{u}/populate"), Some("[]"), &[]);
     assert_eq!((st, &v["proxies"]), (201, &Value::Null), "{v}");
+    // Go's decoder names the anonymous item type Toxiproxy decodes into
+    // (checked against Go's encoding/json), and takes `null` as nothing.
+    let item = r#"struct { toxiproxy.Proxy; Enabled *bool "json:\"enabled\"" }"#;
+    for (body, want) in [
+        (
+            r#"{"a":1}"#,
+            format!("cannot unmarshal object into Go value of type []{item}"),
+        ),
+        (
+            r#""x""#,
+            format!("cannot unmarshal string into Go value of type []{item}"),
+        ),
+        (
+            "[1]",
+            format!("cannot unmarshal number into Go value of type {item}"),
+        ),
+        (
+            "[null]",
+            "missing required field: name at proxy 1".to_string(),
+        ),
+    ] {
+        let (st, v) = http("POST", &format!("{u}/populate"), Some(body), &[]);
+        assert_eq!(st, 400, "{body}: {v}");
+        let e = v["error"].as_str().unwrap();
+        assert!(e.ends_with(&want), "{body}: {e}");
+    }
+    let (st, v) = http("POST", &format!("{u}/populate"), Some("null"), &[]);
+    assert_eq!((st, &v["proxies"]), (201, &Value::Null), "{v}");
 }
 
 #[test]

@@ -283,16 +283,26 @@ fn object(v: Value, go: &str) -> Result<Map<String, Value>, ApiError> {
         Value::Object(m) => Ok(m),
         other => Err(ApiError::bad_request(format!(
             "json: cannot unmarshal {} into Go value of type {go}",
-            match other {
-                Value::Array(_) => "array",
-                Value::String(_) => "string",
-                Value::Bool(_) => "bool",
-                Value::Number(_) => "number",
-                _ => "null",
-            }
+            go_kind(&other)
         ))),
     }
 }
+
+/// How Go's `encoding/json` names a JSON value's kind in its errors.
+fn go_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Object(_) => "object",
+        Value::Array(_) => "array",
+        Value::String(_) => "string",
+        Value::Bool(_) => "bool",
+        Value::Number(_) => "number",
+        Value::Null => "null",
+    }
+}
+
+/// The Go type Toxiproxy's `/populate` decodes each item into (an
+/// anonymous struct that makes `enabled` nullable), as its errors name it.
+const POPULATE_ITEM: &str = r#"struct { toxiproxy.Proxy; Enabled *bool "json:\"enabled\"" }"#;
 
 fn proxy_json(p: &ApiProxy) -> Value {
     let (listen, upstream) = match &p.listener {
@@ -506,22 +516,27 @@ pub(crate) async fn load_config(control: &Arc<Control>, text: &str) {
 
 async fn populate_with(control: &Control, v: Value) -> (Option<ApiError>, Vec<Value>) {
     let wanted = (|| {
+        // Go decodes `null` into an empty list, and a `null` item into an
+        // empty proxy (which then lacks its name).
         let items = match v {
             Value::Array(items) => items,
-            _ => {
-                return Err(ApiError::bad_request(
-                    "json: cannot unmarshal object into Go value of type []toxiproxy.Proxy",
-                ));
+            Value::Null => Vec::new(),
+            other => {
+                return Err(ApiError::bad_request(format!(
+                    "json: cannot unmarshal {} into Go value of type []{POPULATE_ITEM}",
+                    go_kind(&other)
+                )));
             }
         };
         items
             .into_iter()
             .enumerate()
             .map(|(i, item)| {
-                new_proxy(
-                    &object(item, "toxiproxy.Proxy")?,
-                    &format!(" at proxy {}", i + 1),
-                )
+                let item = match item {
+                    Value::Null => Map::new(),
+                    other => object(other, POPULATE_ITEM)?,
+                };
+                new_proxy(&item, &format!(" at proxy {}", i + 1))
             })
             .collect::<Result<Vec<NewProxy>, ApiError>>()
     })();
