@@ -290,6 +290,95 @@ print(" ".join(out))
     assert_eq!(code, 52, "{err}");
 }
 
+/// `phase = "response"`: the request reaches the upstream, which does its
+/// work and answers; the client gets a reset, or the canned error, instead
+/// — a request done but never answered, which a retry repeats. A kept
+/// connection still carries the next request: the upstream's body is read
+/// and dropped, even pipelined; an event stream's connection is closed.
+#[test]
+fn response_phase_faults_let_the_upstream_work_and_replace_its_answer() {
+    if !need(&["python3", "ip", "nft"]) {
+        return;
+    }
+    let up = Httpd::start(None);
+    let script = r#"
+import requests, sys
+s = requests.Session()
+out = []
+for i in (1, 2, 3):
+    try:
+        r = s.post(f"{sys.argv[1]}/echo", data=f"req-{i}", headers={"X-N": str(i)}, timeout=10)
+        out.append(r.text if r.status_code == 200 else str(r.status_code))
+    except requests.exceptions.ConnectionError as e:
+        out.append("reset" if "reset" in str(e).lower() else "error: " + str(e))
+print(" ".join(out))
+"#;
+    let dir = tempfile::tempdir().unwrap();
+    for (fault, want, summary, connections) in [
+        (
+            "http_abort:phase=response,header=X-N: 2",
+            "req-1 reset req-3",
+            "HTTP requests: 3 seen, 1 faulted (http_abort 1)",
+            2,
+        ),
+        (
+            "http_status:status=502,phase=response,header=X-N: 2",
+            "req-1 502 req-3",
+            "HTTP requests: 3 seen, 1 faulted (http_status 502: 1)",
+            1,
+        ),
+    ] {
+        let log = dir.path().join("events.jsonl");
+        let _ = std::fs::remove_file(&log);
+        let (code, out, err) = wrapped(
+            &["--events", log.to_str().unwrap(), "--fault", fault],
+            &["python3", "-c", script, &up.http()],
+        );
+        assert_eq!(code, 0, "{fault}: {err}");
+        assert_eq!(out.trim(), want, "{fault}: {err}");
+        assert!(err.contains(summary), "{fault}: {err}");
+        // The upstream answered all three: the faulted one too.
+        let answered = read_events(&log)
+            .iter()
+            .filter(|e| e["event"] == "response")
+            .count();
+        assert_eq!(answered, 3, "{fault}: {err}");
+        assert_eq!(opens(&log), connections, "{fault}: connections opened");
+    }
+    let p = Proxy::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        &format!("127.0.0.1:{}", up.port),
+        "--fault",
+        "http_status:status=503,phase=response,path=/big/*",
+        "--fault",
+        "http_status:status=503,phase=response,path=/sse/*",
+    ]);
+    // Pipelined: 100 kB of the upstream's body dropped between two
+    // responses that pass byte for byte.
+    let reqs = "GET /p/1 HTTP/1.1\r\nHost: x\r\n\r\nGET /big/100000 HTTP/1.1\r\nHost: x\r\n\r\n\
+                GET /p/3 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    let out = String::from_utf8(exchange(p.addr(), reqs.as_bytes())).unwrap();
+    let heads: Vec<&str> = out.matches("HTTP/1.1 ").collect();
+    assert_eq!(heads.len(), 3, "{out}");
+    let second = out.find("HTTP/1.1 503").expect("the replaced response");
+    assert!(out[..second].ends_with(&"body-1;".repeat(10)), "{out}");
+    assert!(out.ends_with(&"body-3;".repeat(10)), "{out}");
+    // An event stream is not drained: the reply closes the connection.
+    let out = String::from_utf8(exchange(
+        p.addr(),
+        b"GET /sse/400 HTTP/1.1\r\nHost: x\r\n\r\n",
+    ))
+    .unwrap();
+    assert!(out.starts_with("HTTP/1.1 503"), "{out}");
+    assert!(
+        out.to_ascii_lowercase().contains("connection: close"),
+        "{out}"
+    );
+    assert!(!out.contains("event: delta"), "{out}");
+}
+
 /// A slow first byte is counted when the hold begins: a client that gives
 /// up during it (what `http_delay` is for) was faulted, in both phases.
 #[test]

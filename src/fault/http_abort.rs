@@ -4,8 +4,14 @@
 //! request sent (ECONNRESET, "connection reset by peer", an SDK's
 //! connection error). Chaos Mesh's HTTPChaos `abort` on requests. Earlier
 //! pipelined requests still get their responses first.
+//!
+//! `phase = "response"`: the request is forwarded and the upstream does
+//! its work; the connection fails where its response would reach the
+//! client (Chaos Mesh's `abort` on responses) — what makes a retry charge
+//! twice.
 
 use super::http_match::RequestMatch;
+use super::http_reply::AnswerPhase;
 use super::http_status::After;
 use super::{Kind, KindInfo, Layer, Stream};
 use crate::settings::{Fields, ProfileError};
@@ -13,6 +19,7 @@ use crate::settings::{Fields, ProfileError};
 #[derive(Debug, Clone)]
 pub(crate) struct HttpAbort {
     then: After,
+    phase: AnswerPhase,
     matcher: RequestMatch,
 }
 
@@ -24,7 +31,14 @@ impl Kind for HttpAbort {
         streamed: false,
         stages: false,
         about: "a matching request is never forwarded or answered: the connection is reset (or closed)",
-        params: &[("then", "reset (default) or close", "an RST or a clean close, with no response")],
+        params: &[
+            ("then", "reset (default) or close", "an RST or a clean close, with no response"),
+            (
+                "phase",
+                "request (default) or response",
+                "before the upstream sees the request, or once it has answered (its answer is lost)",
+            ),
+        ],
     };
 
     fn parse(f: &mut Fields) -> Result<Self, ProfileError> {
@@ -34,6 +48,7 @@ impl Kind for HttpAbort {
         };
         Ok(HttpAbort {
             then,
+            phase: AnswerPhase::parse(f)?,
             matcher: RequestMatch::parse(f)?,
         })
     }
@@ -43,6 +58,7 @@ impl Kind for HttpAbort {
         if self.then == After::Close {
             p.push(("then", "close".into()));
         }
+        p.extend(self.phase.param());
         p.extend(self.matcher.params());
         p
     }
@@ -55,5 +71,9 @@ impl HttpAbort {
 
     pub(crate) fn then(&self) -> After {
         self.then
+    }
+
+    pub(crate) fn phase(&self) -> AnswerPhase {
+        self.phase
     }
 }

@@ -30,6 +30,29 @@ pub(crate) fn status(f: &mut Fields) -> Result<Option<u16>, ProfileError> {
     Ok(Some(s as u16))
 }
 
+/// When an answering fault (`http_status`, `http_abort`) acts: in the
+/// upstream's place, or once the upstream has answered — it did the work
+/// (charged, wrote, sent the mail), and the client never learns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AnswerPhase {
+    Request,
+    Response,
+}
+
+impl AnswerPhase {
+    pub(crate) fn parse(f: &mut Fields) -> Result<AnswerPhase, ProfileError> {
+        Ok(match f.choice("phase", &["request", "response"])? {
+            Some("response") => AnswerPhase::Response,
+            _ => AnswerPhase::Request,
+        })
+    }
+
+    /// For display: only the non-default phase is shown.
+    pub(crate) fn param(self) -> Option<(&'static str, String)> {
+        (self == AnswerPhase::Response).then(|| ("phase", "response".into()))
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct CannedReply {
     /// Status line and headers, keep-alive.

@@ -11,7 +11,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::http_match::RequestMatch;
-use super::http_reply::{self, CannedReply};
+use super::http_reply::{self, AnswerPhase, CannedReply};
 use super::{Kind, KindInfo, Layer, Stream};
 use crate::settings::{Fields, Node, ProfileError, node_text};
 
@@ -31,6 +31,7 @@ pub(crate) struct HttpStatus {
     status: u16,
     reply: CannedReply,
     then: After,
+    phase: AnswerPhase,
     matcher: RequestMatch,
     summary: String,
     /// For display: what the reply says beyond its status.
@@ -46,6 +47,11 @@ const PARAMS: &[(&str, &str, &str)] = &[
     ("retry_after", "a duration", "a Retry-After header (whole seconds, rounded up)"),
     ("headers", "\"Name: value\" strings", "more headers"),
     ("then", "keep (default), close or reset", "what the connection does after the answer"),
+    (
+        "phase",
+        "request (default) or response",
+        "in the upstream's place, or instead of the upstream's answer (it saw the request)",
+    ),
 ];
 
 impl Kind for HttpStatus {
@@ -81,6 +87,7 @@ impl Kind for HttpStatus {
             Some("reset") => After::Reset,
             _ => After::Keep,
         };
+        let phase = AnswerPhase::parse(f)?;
         let matcher = RequestMatch::parse(f)?;
         let summary = match (&body, &body_file, envelope) {
             (Some(_), _, _) => "body".to_string(),
@@ -96,6 +103,7 @@ impl Kind for HttpStatus {
             status,
             reply,
             then,
+            phase,
             matcher,
             summary,
             retry_after,
@@ -119,6 +127,7 @@ impl Kind for HttpStatus {
             After::Close => p.push(("then", "close".into())),
             After::Reset => p.push(("then", "reset".into())),
         }
+        p.extend(self.phase.param());
         p.extend(self.matcher.params());
         p
     }
@@ -142,6 +151,10 @@ impl HttpStatus {
 
     pub(crate) fn then(&self) -> After {
         self.then
+    }
+
+    pub(crate) fn phase(&self) -> AnswerPhase {
+        self.phase
     }
 }
 

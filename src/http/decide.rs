@@ -11,6 +11,7 @@ use bytes::Bytes;
 use crate::fault::http_abort::HttpAbort;
 use crate::fault::http_delay::Phase;
 use crate::fault::http_match::RequestView;
+use crate::fault::http_reply::AnswerPhase;
 use crate::fault::http_status::{After, HttpStatus};
 use crate::fault::http_truncate::HttpTruncate;
 use crate::fault::sse::Sse;
@@ -57,6 +58,10 @@ pub(crate) struct Decision {
     /// Answered in the upstream's place (the first `http_status` or
     /// `http_abort` that applies).
     pub(crate) answer: Option<(Chosen, Reply)>,
+    /// Forwarded, but the upstream's response is replaced (or lost): the
+    /// first `phase = "response"` answer that applies. An answer in the
+    /// upstream's place leaves it nothing to replace.
+    pub(crate) replace: Option<(Chosen, Reply)>,
     /// Held before it is forwarded (or answered).
     pub(crate) request_delay: Duration,
     /// Its response's head held.
@@ -69,6 +74,18 @@ pub(crate) struct Decision {
     /// The `http_delay` faults that hold the response's head (recorded as
     /// that hold begins, with the status it holds back).
     pub(crate) delays: Vec<Chosen>,
+}
+
+impl Decision {
+    fn answers(&mut self, c: &Chosen, phase: AnswerPhase, reply: Reply) {
+        let slot = match phase {
+            AnswerPhase::Request => &mut self.answer,
+            AnswerPhase::Response => &mut self.replace,
+        };
+        if slot.is_none() {
+            *slot = Some((c.clone(), reply));
+        }
+    }
 }
 
 /// Whether any of the faults would look at request bodies.
@@ -109,12 +126,8 @@ pub(crate) fn decide(
             continue;
         }
         match &c.spec.kind {
-            FaultKind::HttpStatus(s) if d.answer.is_none() => {
-                d.answer = Some((c.clone(), Reply::Status(s.clone())))
-            }
-            FaultKind::HttpAbort(a) if d.answer.is_none() => {
-                d.answer = Some((c.clone(), Reply::Abort(a.clone())))
-            }
+            FaultKind::HttpStatus(s) => d.answers(c, s.phase(), Reply::Status(s.clone())),
+            FaultKind::HttpAbort(a) => d.answers(c, a.phase(), Reply::Abort(a.clone())),
             FaultKind::HttpDelay(h) => {
                 let t = h.sample(&mut rng);
                 match h.phase() {
@@ -233,5 +246,31 @@ mod tests {
         assert!(d.answer.is_some() && d.truncate.is_none());
         let d = decide(&faults, 1, &get("/y"), Duration::from_secs(6));
         assert!(d.answer.is_none() && d.truncate.is_some());
+    }
+
+    /// A response-phase answer lets the request through; one in the
+    /// upstream's place still answers, and the first of each phase wins.
+    #[test]
+    fn response_phase_answers_replace_what_the_upstream_says() {
+        let late = chosen(
+            "http_status",
+            &[("status", "502"), ("phase", "response")],
+            1,
+        );
+        let lost = chosen("http_abort", &[("phase", "response"), ("path", "/pay")], 2);
+        let faults = Arc::new(vec![lost, late]);
+        let d = decide(&faults, 0, &get("/pay"), Duration::ZERO);
+        assert!(d.answer.is_none(), "forwarded");
+        assert_eq!(d.replace.unwrap().1.status(), None, "the abort comes first");
+        let d = decide(&faults, 1, &get("/other"), Duration::ZERO);
+        assert_eq!(d.replace.unwrap().1.status(), Some(502));
+        let now = chosen("http_status", &[("status", "429")], 3);
+        let faults = Arc::new(vec![faults[1].clone(), now]);
+        let d = decide(&faults, 2, &get("/x"), Duration::ZERO);
+        assert_eq!(d.answer.unwrap().1.status(), Some(429));
+        assert!(
+            d.replace.is_some(),
+            "decided, and moot: the request never goes"
+        );
     }
 }

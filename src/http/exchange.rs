@@ -61,6 +61,8 @@ struct Meta {
     method: String,
     target: String,
     host: Option<String>,
+    /// The client may send another request after it.
+    keep_alive: bool,
 }
 
 /// What the response side must do next, in request order.
@@ -385,6 +387,7 @@ impl RequestSide {
                 method: head.method.clone(),
                 target: head.target.clone(),
                 host,
+                keep_alive: head.keep_alive(),
             };
             // Counted as the hold begins: a client that times out during it
             // (what the fault is for) was still faulted. No response exists
@@ -626,6 +629,9 @@ impl ResponseSide {
         if !d.headers_delay.is_zero() {
             crate::timer::sleep(d.headers_delay).await;
         }
+        if let Some((c, reply)) = d.replace {
+            return self.replace(src, buf, out, &meta, &head, c, reply).await;
+        }
         let Ok(framing) = head.framing(&meta.method) else {
             return Ok(Next::Raw);
         };
@@ -700,6 +706,51 @@ impl ResponseSide {
             }
             BodyEnd::Limit | BodyEnd::Bad => Next::Raw,
         })
+    }
+}
+
+impl ResponseSide {
+    /// A response-phase `http_status` or `http_abort`: the client gets the
+    /// canned reply (or nothing) instead of the upstream's `head` — the
+    /// upstream did the work. To keep the connection, the upstream's body
+    /// is read and dropped; a body that only a close delimits, or a
+    /// switch of protocols, ends the connection instead.
+    #[allow(clippy::too_many_arguments)]
+    async fn replace<R: AsyncRead + Unpin>(
+        &mut self,
+        src: &mut Src<R>,
+        buf: &mut BytesMut,
+        out: &Output,
+        meta: &Meta,
+        head: &wire::Response,
+        c: Chosen,
+        reply: decide::Reply,
+    ) -> Result<Next, Gone> {
+        self.x.record(&c, meta, reply.status());
+        let framing = head.framing(&meta.method).ok();
+        // An event stream may run for minutes: the next response would wait.
+        let drains = matches!(
+            framing,
+            Some(Framing::Empty | Framing::Length(_) | Framing::Chunked)
+        ) && !head.is_event_stream();
+        let then = match reply.then() {
+            After::Keep if !meta.keep_alive || head.closes() || !drains => After::Close,
+            t => t,
+        };
+        send_data(out, reply.bytes(then != After::Keep, meta.method == "HEAD")).await?;
+        match (then, framing) {
+            (After::Keep, Some(framing)) => {
+                buf.advance_to(head.head_len);
+                match drop_body(src, buf, &mut Body::new(framing)).await {
+                    Ok(()) => Ok(Next::Continue),
+                    Err(BodyEnd::Failed) => cut(out, After::Reset).await,
+                    // The upstream's body ended early or was not HTTP: the
+                    // client has had its reply, and nothing else can follow.
+                    Err(_) => cut(out, After::Close).await,
+                }
+            }
+            (t, _) => cut(out, t).await,
+        }
     }
 }
 

@@ -189,6 +189,11 @@ impl Response {
         header(&self.headers, name)
     }
 
+    /// `Connection: close`: the upstream ends the connection after it.
+    pub(crate) fn closes(&self) -> bool {
+        has_token(&self.headers, "connection", "close")
+    }
+
     /// A 1xx other than 101: the final response is still to come.
     pub(crate) fn is_interim(&self) -> bool {
         (100..200).contains(&self.status) && self.status != 101
