@@ -571,6 +571,18 @@ fn tls_files_and_flags_are_checked_before_anything_starts() {
             vec![
                 "check",
                 "--fault",
+                "http_status:status=503,response_status=200",
+            ],
+            "response_status needs a response to look at, and this answers in the upstream's place",
+        ),
+        (
+            vec!["check", "--fault", "http_truncate:response_status=200|6xx"],
+            "expected a status like 503 or a class like \"5xx\", got \"6xx\"",
+        ),
+        (
+            vec![
+                "check",
+                "--fault",
                 "dns_answer:addresses=10.0.0.1,random=true",
             ],
             "give `addresses` or `random = true`, not both",

@@ -354,14 +354,22 @@ print(" ".join(out))
         "http_status:status=503,phase=response,path=/big/*",
         "--fault",
         "http_status:status=503,phase=response,path=/sse/*",
+        "--fault",
+        "http_status:status=502,phase=response,response_status=4xx",
     ]);
     // Pipelined: 100 kB of the upstream's body dropped between two
     // responses that pass byte for byte.
+    // The upstream's 404 (and only it) is replaced by `response_status`.
     let reqs = "GET /p/1 HTTP/1.1\r\nHost: x\r\n\r\nGET /big/100000 HTTP/1.1\r\nHost: x\r\n\r\n\
+                GET /nope HTTP/1.1\r\nHost: x\r\n\r\n\
                 GET /p/3 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
     let out = String::from_utf8(exchange(p.addr(), reqs.as_bytes())).unwrap();
-    let heads: Vec<&str> = out.matches("HTTP/1.1 ").collect();
-    assert_eq!(heads.len(), 3, "{out}");
+    let heads: Vec<&str> = out
+        .match_indices("HTTP/1.1 ")
+        .map(|(i, _)| &out[i + 9..i + 12])
+        .collect();
+    assert_eq!(heads, ["200", "503", "502", "200"], "{out}");
+    assert!(!out.contains("not found"), "{out}");
     let second = out.find("HTTP/1.1 503").expect("the replaced response");
     assert!(out[..second].ends_with(&"body-1;".repeat(10)), "{out}");
     assert!(out.ends_with(&"body-3;".repeat(10)), "{out}");

@@ -46,10 +46,15 @@ impl Kind for HttpAbort {
             Some("close") => After::Close,
             _ => After::Reset,
         };
+        let phase = AnswerPhase::parse(f)?;
+        let matcher = RequestMatch::parse(f)?;
+        if phase == AnswerPhase::Request {
+            matcher.no_response_yet(f, super::http_status::ANSWERS_FIRST)?;
+        }
         Ok(HttpAbort {
             then,
-            phase: AnswerPhase::parse(f)?,
-            matcher: RequestMatch::parse(f)?,
+            phase,
+            matcher,
         })
     }
 

@@ -53,11 +53,15 @@ impl Kind for HttpDelay {
             Some("request") => Phase::Request,
             _ => Phase::Headers,
         };
+        let matcher = RequestMatch::parse(f)?;
+        if phase == Phase::Request {
+            matcher.no_response_yet(f, "phase = \"request\" holds the request, before any response")?;
+        }
         Ok(HttpDelay {
             delay,
             jitter,
             phase,
-            matcher: RequestMatch::parse(f)?,
+            matcher,
         })
     }
 

@@ -1,8 +1,10 @@
 //! What every HTTP fault shares: which requests it applies to (method,
 //! path, host, headers, fields of a JSON body), and sequence controls for
 //! retry tests (`first = N`: only the first N matching requests of the run;
-//! `every = N`: every Nth). The per-request `probability` draw is the
-//! HTTP layer's, from (seed, connection, request number).
+//! `every = N`: every Nth), and for faults that act on the upstream's
+//! response, which of its statuses (`response_status`, Chaos Mesh's
+//! `code`). The per-request `probability` draw is the HTTP layer's, from
+//! (seed, connection, request number).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -34,6 +36,9 @@ pub(crate) struct RequestMatch {
     body: Vec<(String, Pattern)>,
     first: Option<u64>,
     every: Option<u64>,
+    /// The response statuses it acts on, as inclusive ranges ("5xx" is
+    /// 500-599); empty: any.
+    statuses: Vec<(u16, u16)>,
     /// Matching requests seen so far (for `first` and `every`), shared by
     /// every connection of the run.
     seen: Arc<AtomicU64>,
@@ -128,7 +133,46 @@ impl RequestMatch {
         }
         m.first = f.integer_in("first", 1, u64::MAX)?;
         m.every = f.integer_in("every", 1, u64::MAX)?;
+        for node in f.strings("response_status")?.unwrap_or_default() {
+            let text = node_text(&node);
+            for part in text.split(['|', ' ']).filter(|s| !s.is_empty()) {
+                let range = status_range(part).ok_or_else(|| {
+                    f.error(
+                        "response_status",
+                        &node.loc,
+                        format!("expected a status like 503 or a class like \"5xx\", got {part:?}"),
+                    )
+                })?;
+                m.statuses.push(range);
+            }
+        }
         Ok(m)
+    }
+
+    /// Whether it names response statuses: only a fault that acts on a
+    /// response may (a request answered in the upstream's place, or held
+    /// before it goes, has none yet).
+    pub(crate) fn has_response_status(&self) -> bool {
+        !self.statuses.is_empty()
+    }
+
+    /// The error for a fault that acts before any response exists.
+    pub(crate) fn no_response_yet(&self, f: &Fields, why: &str) -> Result<(), ProfileError> {
+        match self.has_response_status() {
+            true => Err(f.table_error(format!(
+                "response_status needs a response to look at, and {why}"
+            ))),
+            false => Ok(()),
+        }
+    }
+
+    /// Whether it acts on a response with `status`.
+    pub(crate) fn admits_status(&self, status: u16) -> bool {
+        self.statuses.is_empty()
+            || self
+                .statuses
+                .iter()
+                .any(|(lo, hi)| (*lo..=*hi).contains(&status))
     }
 
     /// Whether a rule needs to see request bodies (and so buffers them).
@@ -202,8 +246,30 @@ impl RequestMatch {
         if let Some(n) = self.every {
             p.push(("every", n.to_string()));
         }
+        if !self.statuses.is_empty() {
+            let s: Vec<String> = self
+                .statuses
+                .iter()
+                .map(|(lo, hi)| match lo == hi {
+                    true => lo.to_string(),
+                    false => format!("{}xx", lo / 100),
+                })
+                .collect();
+            p.push(("response_status", s.join("|")));
+        }
         p
     }
+}
+
+/// "503" → 503..=503, "5xx" → 500..=599.
+fn status_range(s: &str) -> Option<(u16, u16)> {
+    let s = s.trim();
+    if let Some(class) = s.strip_suffix("xx").or_else(|| s.strip_suffix("XX")) {
+        let c: u16 = class.parse().ok().filter(|c| (1..=5).contains(c))?;
+        return Some((c * 100, c * 100 + 99));
+    }
+    let n: u16 = s.parse().ok().filter(|n| (100..=599).contains(n))?;
+    Some((n, n))
 }
 
 /// The parameters every HTTP fault takes, for `netchaos faults`.
@@ -239,6 +305,11 @@ pub(crate) const PARAMS: &[(&str, &str, &str)] = &[
         "only the first N matching requests of the run",
     ),
     ("every", "a number", "only every Nth matching request"),
+    (
+        "response_status",
+        "statuses or classes, like 503 or \"5xx\"",
+        "only when the response has one of these (faults that act on a response)",
+    ),
 ];
 
 fn scalar(n: &Node) -> Option<String> {

@@ -89,6 +89,9 @@ impl Kind for HttpStatus {
         };
         let phase = AnswerPhase::parse(f)?;
         let matcher = RequestMatch::parse(f)?;
+        if phase == AnswerPhase::Request {
+            matcher.no_response_yet(f, ANSWERS_FIRST)?;
+        }
         let summary = match (&body, &body_file, envelope) {
             (Some(_), _, _) => "body".to_string(),
             (None, Some((_, shown)), _) => format!("file {shown}"),
@@ -157,6 +160,10 @@ impl HttpStatus {
         self.phase
     }
 }
+
+/// Why `response_status` needs `phase = "response"` on an answering fault.
+pub(crate) const ANSWERS_FIRST: &str =
+    "this answers in the upstream's place (add phase = \"response\" to answer after it)";
 
 /// `headers = ["Name: value", …]`, each checked to be one header line.
 pub(crate) fn header_lines(

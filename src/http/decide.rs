@@ -58,33 +58,88 @@ pub(crate) struct Decision {
     /// Answered in the upstream's place (the first `http_status` or
     /// `http_abort` that applies).
     pub(crate) answer: Option<(Chosen, Reply)>,
-    /// Forwarded, but the upstream's response is replaced (or lost): the
-    /// first `phase = "response"` answer that applies. An answer in the
-    /// upstream's place leaves it nothing to replace.
-    pub(crate) replace: Option<(Chosen, Reply)>,
     /// Held before it is forwarded (or answered).
     pub(crate) request_delay: Duration,
-    /// Its response's head held.
-    pub(crate) headers_delay: Duration,
-    pub(crate) sse: Option<(Chosen, Sse)>,
-    pub(crate) truncate: Option<(Chosen, HttpTruncate)>,
     /// The `http_delay` faults that hold the request (recorded as the
     /// hold begins, before any response exists).
     pub(crate) request_delays: Vec<Chosen>,
-    /// The `http_delay` faults that hold the response's head (recorded as
-    /// that hold begins, with the status it holds back).
+    /// What may act on its response, in rule order; which do depends on
+    /// the response's status ([`Decision::on_response`]).
+    later: Vec<Later>,
+}
+
+/// A fault drawn for a request that acts on its response.
+enum Later {
+    /// Holds the response's head this long.
+    Delay(Chosen, Duration),
+    /// Replaces (or loses) the upstream's response.
+    Replace(Chosen, Reply),
+    Sse(Chosen, Sse),
+    Truncate(Chosen, HttpTruncate),
+}
+
+impl Later {
+    fn chosen(&self) -> &Chosen {
+        match self {
+            Later::Delay(c, _)
+            | Later::Replace(c, _)
+            | Later::Sse(c, _)
+            | Later::Truncate(c, _) => c,
+        }
+    }
+}
+
+/// The faults that act on one response: those of its request's whose
+/// `response_status` admits its status (the first of each kind).
+#[derive(Default)]
+pub(crate) struct OnResponse {
+    /// How long its head is held, and the `http_delay` faults that hold it
+    /// (recorded as the hold begins, with the status it holds back).
+    pub(crate) headers_delay: Duration,
     pub(crate) delays: Vec<Chosen>,
+    /// Forwarded, but the upstream's response is replaced (or lost).
+    pub(crate) replace: Option<(Chosen, Reply)>,
+    pub(crate) sse: Option<(Chosen, Sse)>,
+    pub(crate) truncate: Option<(Chosen, HttpTruncate)>,
 }
 
 impl Decision {
+    /// An answer in the upstream's place: the first one applies. One after
+    /// the upstream's waits for its response (and its status).
     fn answers(&mut self, c: &Chosen, phase: AnswerPhase, reply: Reply) {
-        let slot = match phase {
-            AnswerPhase::Request => &mut self.answer,
-            AnswerPhase::Response => &mut self.replace,
-        };
-        if slot.is_none() {
-            *slot = Some((c.clone(), reply));
+        match phase {
+            AnswerPhase::Request if self.answer.is_none() => self.answer = Some((c.clone(), reply)),
+            AnswerPhase::Request => {}
+            AnswerPhase::Response => self.later.push(Later::Replace(c.clone(), reply)),
         }
+    }
+
+    /// The faults that act on the response the client would get: one
+    /// with `status`, or (`None`) none at all — an abort in the upstream's
+    /// place, which only faults without `response_status` follow.
+    pub(crate) fn on_response(&mut self, status: Option<u16>) -> OnResponse {
+        let mut r = OnResponse::default();
+        for l in std::mem::take(&mut self.later) {
+            let m = matcher_of(&l.chosen().spec.kind);
+            let admitted = match status {
+                Some(s) => m.is_none_or(|m| m.admits_status(s)),
+                None => m.is_none_or(|m| !m.has_response_status()),
+            };
+            if !admitted {
+                continue;
+            }
+            match l {
+                Later::Delay(c, t) => {
+                    r.headers_delay += t;
+                    r.delays.push(c);
+                }
+                Later::Replace(c, reply) if r.replace.is_none() => r.replace = Some((c, reply)),
+                Later::Sse(c, s) if r.sse.is_none() => r.sse = Some((c, s)),
+                Later::Truncate(c, t) if r.truncate.is_none() => r.truncate = Some((c, t)),
+                _ => {}
+            }
+        }
+        r
     }
 }
 
@@ -135,16 +190,11 @@ pub(crate) fn decide(
                         d.request_delay += t;
                         d.request_delays.push(c.clone());
                     }
-                    Phase::Headers => {
-                        d.headers_delay += t;
-                        d.delays.push(c.clone());
-                    }
+                    Phase::Headers => d.later.push(Later::Delay(c.clone(), t)),
                 }
             }
-            FaultKind::Sse(s) if d.sse.is_none() => d.sse = Some((c.clone(), s.clone())),
-            FaultKind::HttpTruncate(t) if d.truncate.is_none() => {
-                d.truncate = Some((c.clone(), t.clone()));
-            }
+            FaultKind::Sse(s) => d.later.push(Later::Sse(c.clone(), s.clone())),
+            FaultKind::HttpTruncate(t) => d.later.push(Later::Truncate(c.clone(), t.clone())),
             _ => {}
         }
     }
@@ -238,14 +288,16 @@ mod tests {
                 4,
             ),
         ]);
-        let d = decide(&faults, 0, &get("/x"), Duration::ZERO);
+        let mut d = decide(&faults, 0, &get("/x"), Duration::ZERO);
         assert_eq!(d.request_delay, Duration::from_secs(2));
-        assert_eq!(d.headers_delay, Duration::from_secs(1));
+        assert!(d.answer.is_some());
+        let r = d.on_response(Some(503));
+        assert_eq!(r.headers_delay, Duration::from_secs(1));
         // Each phase's faults apart: each is recorded as its hold begins.
-        assert_eq!((d.request_delays.len(), d.delays.len()), (1, 1));
-        assert!(d.answer.is_some() && d.truncate.is_none());
-        let d = decide(&faults, 1, &get("/y"), Duration::from_secs(6));
-        assert!(d.answer.is_none() && d.truncate.is_some());
+        assert_eq!((d.request_delays.len(), r.delays.len()), (1, 1));
+        assert!(r.truncate.is_none());
+        let mut d = decide(&faults, 1, &get("/y"), Duration::from_secs(6));
+        assert!(d.answer.is_none() && d.on_response(Some(200)).truncate.is_some());
     }
 
     /// A response-phase answer lets the request through; one in the
@@ -259,18 +311,80 @@ mod tests {
         );
         let lost = chosen("http_abort", &[("phase", "response"), ("path", "/pay")], 2);
         let faults = Arc::new(vec![lost, late]);
-        let d = decide(&faults, 0, &get("/pay"), Duration::ZERO);
+        let mut d = decide(&faults, 0, &get("/pay"), Duration::ZERO);
         assert!(d.answer.is_none(), "forwarded");
-        assert_eq!(d.replace.unwrap().1.status(), None, "the abort comes first");
-        let d = decide(&faults, 1, &get("/other"), Duration::ZERO);
-        assert_eq!(d.replace.unwrap().1.status(), Some(502));
+        let r = d.on_response(Some(200)).replace;
+        assert_eq!(r.unwrap().1.status(), None, "the abort comes first");
+        let mut d = decide(&faults, 1, &get("/other"), Duration::ZERO);
+        assert_eq!(
+            d.on_response(Some(200)).replace.unwrap().1.status(),
+            Some(502)
+        );
         let now = chosen("http_status", &[("status", "429")], 3);
         let faults = Arc::new(vec![faults[1].clone(), now]);
-        let d = decide(&faults, 2, &get("/x"), Duration::ZERO);
-        assert_eq!(d.answer.unwrap().1.status(), Some(429));
+        let mut d = decide(&faults, 2, &get("/x"), Duration::ZERO);
+        assert_eq!(d.answer.take().unwrap().1.status(), Some(429));
         assert!(
-            d.replace.is_some(),
+            d.on_response(Some(429)).replace.is_some(),
             "decided, and moot: the request never goes"
         );
+    }
+
+    /// `response_status` picks by the response's status; the first fault
+    /// of a kind that admits it acts, and with no response (an abort in the
+    /// upstream's place) only faults without it do.
+    #[test]
+    fn response_status_picks_the_responses() {
+        let slow5 = chosen(
+            "http_delay",
+            &[("delay", "2s"), ("response_status", "5xx")],
+            1,
+        );
+        let slow = chosen("http_delay", &[("delay", "1s")], 2);
+        let cut429 = chosen("http_truncate", &[("response_status", "429|503")], 3);
+        let cut = chosen("http_truncate", &[("after_bytes", "7")], 4);
+        let swap = chosen(
+            "http_status",
+            &[
+                ("status", "500"),
+                ("phase", "response"),
+                ("response_status", "200"),
+            ],
+            5,
+        );
+        let faults = Arc::new(vec![slow5, slow, cut429, cut, swap]);
+        let on = |status| decide(&faults, 0, &get("/"), Duration::ZERO).on_response(status);
+        let r = on(Some(503));
+        assert_eq!(r.headers_delay, Duration::from_secs(3));
+        assert_eq!(r.truncate.unwrap().0.seed, 3);
+        assert!(r.replace.is_none());
+        let r = on(Some(200));
+        assert_eq!(r.headers_delay, Duration::from_secs(1));
+        assert_eq!(r.truncate.unwrap().0.seed, 4, "the first that admits 200");
+        assert_eq!(r.replace.unwrap().1.status(), Some(500));
+        let r = on(None);
+        assert_eq!(
+            (r.headers_delay, r.delays.len()),
+            (Duration::from_secs(1), 1)
+        );
+        for (kind, pairs) in [
+            (
+                "http_status",
+                &[("status", "503"), ("response_status", "200")][..],
+            ),
+            ("http_abort", &[("response_status", "5xx")][..]),
+            (
+                "http_delay",
+                &[
+                    ("delay", "1s"),
+                    ("phase", "request"),
+                    ("response_status", "500"),
+                ][..],
+            ),
+            ("http_truncate", &[("response_status", "6xx")][..]),
+            ("http_truncate", &[("response_status", "99")][..]),
+        ] {
+            assert!(spec(kind, pairs).is_err(), "{kind} {pairs:?}");
+        }
     }
 }

@@ -381,7 +381,7 @@ impl RequestSide {
                 headers: &head.headers,
                 body: json.as_ref(),
             };
-            let d = decide::decide(&faults, n, &view, x.epoch.elapsed());
+            let mut d = decide::decide(&faults, n, &view, x.epoch.elapsed());
             let meta = Meta {
                 n,
                 method: head.method.clone(),
@@ -399,7 +399,7 @@ impl RequestSide {
             if !d.request_delay.is_zero() {
                 crate::timer::sleep(d.request_delay).await;
             }
-            if let Some((chosen, status)) = d.answer {
+            if let Some((chosen, status)) = d.answer.take() {
                 let whole = matches!(framing, Framing::Empty) || (json.is_some() && !waits);
                 // A client waiting for a go-ahead may or may not send its
                 // body after the answer: the connection cannot go on.
@@ -415,14 +415,15 @@ impl RequestSide {
                     buf.advance_to(head.head_len);
                     let _ = drop_body(src, &mut buf, &mut Body::new(framing)).await;
                 }
+                let held = d.on_response(status.status());
                 let answer = Answer {
                     meta,
                     status: status.status(),
                     reply: status.bytes(closing, head.method == "HEAD"),
                     then,
                     chosen,
-                    delay: d.headers_delay,
-                    delays: d.delays,
+                    delay: held.headers_delay,
+                    delays: held.delays,
                 };
                 if self
                     .tx
@@ -601,7 +602,7 @@ impl ResponseSide {
         buf: &mut BytesMut,
         out: &Output,
         meta: Meta,
-        d: Decision,
+        mut d: Decision,
     ) -> Result<Next, Gone> {
         let head = loop {
             match read_head(src, buf, wire::response).await {
@@ -622,6 +623,7 @@ impl ResponseSide {
             }
         };
         self.x.record_response(&meta, head.status);
+        let d = d.on_response(Some(head.status));
         // Counted as the hold begins, with the status it holds back.
         for c in &d.delays {
             self.x.record(c, &meta, Some(head.status));
