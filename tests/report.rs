@@ -132,6 +132,38 @@ fn get(addr: std::net::SocketAddr) {
     let _ = s.read_to_end(&mut buf);
 }
 
+/// `phase = "response"`: the request reached the upstream, which answered;
+/// the page says whose answer the client got instead of it.
+#[test]
+fn a_replaced_response_is_shown_with_the_upstreams_status() {
+    if missing_tool("chromium") || missing_tool("python3") {
+        return;
+    }
+    let upstream = Server::http(b"fine");
+    let dir = tempfile::tempdir().unwrap();
+    let page = dir.path().join("report.html");
+    let up = upstream.addr.to_string();
+    let proxy = Proxy::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        &up,
+        "--fault",
+        "http_status:status=502,phase=response",
+        "--report",
+        page.to_str().unwrap(),
+    ]);
+    get(proxy.addr());
+    let (status, err) = proxy.stop();
+    assert!(status.success(), "{err}");
+    let check = open_in_chromium(&page, "report-replaced.png");
+    let tip = check["req_tip"]["text"].as_str().unwrap_or_default();
+    assert!(
+        tip.contains("status 502 injected by netchaos in place of the upstream's 200"),
+        "{check}"
+    );
+}
+
 #[test]
 fn proxy_report_shows_every_connection_fault_and_request() {
     if missing_tool("chromium") || missing_tool("python3") {
@@ -182,6 +214,11 @@ fn proxy_report_shows_every_connection_fault_and_request() {
     );
     // Eight connections one after another from one host: linked.
     assert_eq!(check["counts"]["retry_links"], 7, "{check}");
+    let tip = check["req_tip"]["text"].as_str().unwrap_or_default();
+    assert!(
+        tip.contains("status 429 injected by netchaos (the upstream never saw it)"),
+        "the first request's tooltip: {check}"
+    );
     let ends: BTreeSet<&str> = check["counts"]["end_classes"]
         .as_array()
         .unwrap()

@@ -151,8 +151,11 @@ pub(crate) struct Request {
     pub method: String,
     pub path: String,
     pub status: Option<u16>,
-    /// netchaos answered it (the upstream never saw it).
+    /// netchaos answered it (the upstream never saw it, unless `upstream`).
     pub injected: bool,
+    /// The upstream's own status, when netchaos replaced (or lost) its
+    /// response (`phase = "response"`).
+    pub upstream: Option<u16>,
     /// HTTP faults that acted on it.
     pub faults: Vec<String>,
 }
@@ -463,10 +466,25 @@ impl Builder {
                     e.1.insert((run, self.conns[i].id));
                     if let Some(h) = http {
                         // Answered (or aborted) by netchaos: the upstream
-                        // never saw the request.
+                        // never saw the request — or, after it
+                        // (`phase = "response"`), its answer was replaced.
                         let injected = matches!(mark.fault.as_str(), "http_status" | "http_abort");
+                        let after =
+                            v.pointer("/params/phase").and_then(Value::as_str) == Some("response");
+                        let n = h.get("request").and_then(Value::as_u64).unwrap_or(0);
+                        let theirs = self.conns[i]
+                            .requests
+                            .iter()
+                            .find(|r| r.n == n)
+                            .and_then(|r| r.status);
                         let req = request(&mut self.conns[i], h, t);
                         req.injected |= injected;
+                        if injected && after {
+                            req.upstream = theirs;
+                            if mark.fault == "http_abort" {
+                                req.status = None;
+                            }
+                        }
                         req.faults.push(mark.fault.clone());
                     }
                     self.conns[i].faults.push(mark);
@@ -697,6 +715,45 @@ not json
         assert_eq!(m.summary.faults, vec![("cli".into(), "reset".into(), 1, 1)]);
         assert_eq!(m.windows.len(), 1);
         assert_eq!(m.runs[0].seed, Some(7));
+    }
+
+    /// `phase = "response"`: the upstream answered, netchaos replaced the
+    /// answer (or lost it); the report keeps both.
+    #[test]
+    fn a_replaced_response_keeps_the_upstreams_status() {
+        let line = |t: f64, ev: &str, rest: &str| {
+            format!(
+                r#"{{"time":"2026-12-01T10:00:00.000Z","t":{t},"event":"{ev}","conn":2,"client":"127.0.0.1:5001","dst":"127.0.0.1:80","proxy":"p",{rest}}}"#
+            )
+        };
+        let mut log = LOG.to_string();
+        for (n, fault, status) in [(1, "http_status", ",\"status\":502"), (2, "http_abort", "")] {
+            let http = format!(r#""http":{{"request":{n},"method":"POST","path":"/pay""#);
+            log += &line(0.61, "response", &format!("{http},\"status\":200}}"));
+            log += "\n";
+            log += &line(
+                0.62,
+                "fault",
+                &format!(
+                    r#""rule":"cli","fault":"{fault}","params":{{"phase":"response"}},{http}{status}}}"#
+                ),
+            );
+            log += "\n";
+        }
+        let m = from_lines([log.lines()]);
+        let r = &m.conns[1].requests;
+        assert_eq!(
+            (r[1].status, r[1].upstream, r[1].injected),
+            (Some(502), Some(200), true)
+        );
+        assert_eq!(
+            (r[2].status, r[2].upstream, r[2].injected),
+            (None, Some(200), true)
+        );
+        assert_eq!(
+            (r[0].status, r[0].upstream, r[0].injected),
+            (Some(200), None, false)
+        );
     }
 
     #[test]

@@ -80,10 +80,20 @@
       "at " + fmtT(f.t) + (f.request !== null ? " on request " + f.request : ""),
       f.params ? "params: " + f.params : "no parameters"].concat([""], connText(c));
   }
+  function answerText(r) {
+    var st = r.status === null ? "?" : r.status;
+    if (!r.injected) return "status " + st + " from the upstream";
+    if (r.upstream !== null) {
+      return r.status === null ?
+        "no response: the upstream answered " + r.upstream + ", netchaos aborted the connection instead" :
+        "status " + st + " injected by netchaos in place of the upstream's " + r.upstream;
+    }
+    return r.status === null ? "no response: aborted by netchaos (the upstream never saw it)" :
+      "status " + st + " injected by netchaos (the upstream never saw it)";
+  }
   function reqText(c, r) {
     return ["request " + r.n + ": " + r.method + " " + r.path,
-      r.injected && r.status === null ? "no response: aborted by netchaos (the upstream never saw it)" :
-        "status " + (r.status === null ? "?" : r.status) + (r.injected ? " injected by netchaos (the upstream never saw it)" : " from the upstream"),
+      answerText(r),
       r.faults.length ? "HTTP faults: " + r.faults.join(", ") : "no HTTP fault",
       "at " + fmtT(r.t)].concat([""], connText(c));
   }

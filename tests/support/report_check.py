@@ -5,7 +5,8 @@ object: console errors, uncaught exceptions, log errors (CSP violations),
 every network request other than the page itself, the counts the page's
 root element carries (data-lanes, data-faults, data-requests, data-mode,
 data-rendered) and the DOM marks (.lane, .fault-mark, .req-mark), the
-tooltip shown when the first fault mark is hovered, and the time from
+tooltip shown when the first fault mark is hovered (and the first request
+mark: req_tip), and the time from
 navigation to the first drawing. Saves a screenshot.
 
 usage: report_check.py CHROMIUM REPORT.html SCREENSHOT.png
@@ -146,6 +147,17 @@ class Cdp:
             time.sleep(0.1)
             tip = js("(() => { const t = document.getElementById('tip'); return {hidden: t.hidden, text: t.textContent}; })()")
             tip["hovered"] = box["fault"]
+        # And the first request mark: its tooltip says who answered it.
+        req_tip = None
+        rbox = js("""(() => { const m = [...document.querySelectorAll('.req-mark')]
+                .find(e => e.getAttribute('visibility') !== 'hidden');
+            if (!m) return null; m.scrollIntoView({block: 'center'});
+            const b = m.getBoundingClientRect();
+            return {x: b.x + b.width / 2, y: b.y + b.height / 2}; })()""")
+        if rbox is not None:
+            self.call("Input.dispatchMouseEvent", {"type": "mouseMoved", "x": rbox["x"], "y": rbox["y"]}, s)
+            time.sleep(0.1)
+            req_tip = js("(() => { const t = document.getElementById('tip'); return {hidden: t.hidden, text: t.textContent}; })()")
         shot_data = self.call("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True}, s)["data"]
         with open(shot, "wb") as f:
             f.write(base64.b64decode(shot_data))
@@ -170,7 +182,7 @@ class Cdp:
         except SystemExit:
             pass
         return {"console_errors": console, "exceptions": exceptions, "log_errors": log,
-                "requests": requests, "counts": counts, "tip": tip}
+                "requests": requests, "counts": counts, "tip": tip, "req_tip": req_tip}
 
 
 if __name__ == "__main__":
