@@ -223,6 +223,22 @@ fn first_two_fail_then_every_request_passes() {
     );
 }
 
+/// Three POSTs to `/echo` through one pooled `requests` session, with
+/// `X-N: 1..3`: prints what each got — its body, its status if not 200,
+/// or "reset".
+const PY_THREE_POSTS: &str = r#"
+import requests, sys
+s = requests.Session()
+out = []
+for i in (1, 2, 3):
+    try:
+        r = s.post(f"{sys.argv[1]}/echo", data=f"req-{i}", headers={"X-N": str(i)}, timeout=10)
+        out.append(r.text if r.status_code == 200 else str(r.status_code))
+    except requests.exceptions.ConnectionError as e:
+        out.append("reset" if "reset" in str(e).lower() else "error: " + str(e))
+print(" ".join(out))
+"#;
+
 /// `http_abort`: the matching request gets no response, its connection is
 /// reset (or closed), the upstream never sees it, and the client's next
 /// request on a new connection passes. Python's pooled `requests` session
@@ -233,18 +249,6 @@ fn an_aborted_request_resets_its_connection_and_never_reaches_the_upstream() {
         return;
     }
     let up = Httpd::start(None);
-    let script = r#"
-import requests, sys
-s = requests.Session()
-out = []
-for i in (1, 2, 3):
-    try:
-        r = s.post(f"{sys.argv[1]}/echo", data=f"req-{i}", headers={"X-N": str(i)}, timeout=10)
-        out.append(r.text)
-    except requests.exceptions.ConnectionError as e:
-        out.append("reset" if "reset" in str(e).lower() else "error: " + str(e))
-print(" ".join(out))
-"#;
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("events.jsonl");
     let (code, out, err) = wrapped(
@@ -254,7 +258,7 @@ print(" ".join(out))
             "--fault",
             "http_abort:header=X-N: 2",
         ],
-        &["python3", "-c", script, &up.http()],
+        &["python3", "-c", PY_THREE_POSTS, &up.http()],
     );
     assert_eq!(code, 0, "{err}");
     assert_eq!(out.trim(), "req-1 reset req-3", "{err}");
@@ -301,18 +305,6 @@ fn response_phase_faults_let_the_upstream_work_and_replace_its_answer() {
         return;
     }
     let up = Httpd::start(None);
-    let script = r#"
-import requests, sys
-s = requests.Session()
-out = []
-for i in (1, 2, 3):
-    try:
-        r = s.post(f"{sys.argv[1]}/echo", data=f"req-{i}", headers={"X-N": str(i)}, timeout=10)
-        out.append(r.text if r.status_code == 200 else str(r.status_code))
-    except requests.exceptions.ConnectionError as e:
-        out.append("reset" if "reset" in str(e).lower() else "error: " + str(e))
-print(" ".join(out))
-"#;
     let dir = tempfile::tempdir().unwrap();
     for (fault, want, summary, connections) in [
         (
@@ -332,7 +324,7 @@ print(" ".join(out))
         let _ = std::fs::remove_file(&log);
         let (code, out, err) = wrapped(
             &["--events", log.to_str().unwrap(), "--fault", fault],
-            &["python3", "-c", script, &up.http()],
+            &["python3", "-c", PY_THREE_POSTS, &up.http()],
         );
         assert_eq!(code, 0, "{fault}: {err}");
         assert_eq!(out.trim(), want, "{fault}: {err}");
