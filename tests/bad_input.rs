@@ -577,7 +577,7 @@ fn tls_files_and_flags_are_checked_before_anything_starts() {
         ),
         (
             vec!["check", "--fault", "http_truncate:response_status=200|6xx"],
-            "expected a status like 503 or a class like \"5xx\", got \"6xx\"",
+            "expected a status 200-599 like 503 or a class like \"5xx\", got \"6xx\"",
         ),
         (
             vec![

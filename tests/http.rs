@@ -298,7 +298,7 @@ fn an_aborted_request_resets_its_connection_and_never_reaches_the_upstream() {
 /// work and answers; the client gets a reset, or the canned error, instead
 /// — a request done but never answered, which a retry repeats. A kept
 /// connection still carries the next request: the upstream's body is read
-/// and dropped, even pipelined; an event stream's connection is closed.
+/// and dropped, even pipelined; a stream's (chunked) connection is closed.
 #[test]
 fn response_phase_faults_let_the_upstream_work_and_replace_its_answer() {
     if !need(&["python3", "ip", "nft"]) {
@@ -348,6 +348,8 @@ fn response_phase_faults_let_the_upstream_work_and_replace_its_answer() {
         "http_status:status=503,phase=response,path=/sse/*",
         "--fault",
         "http_status:status=502,phase=response,response_status=4xx",
+        "--fault",
+        "http_status:status=503,phase=response,path=/http10",
     ]);
     // Pipelined: 100 kB of the upstream's body dropped between two
     // responses that pass byte for byte.
@@ -365,18 +367,21 @@ fn response_phase_faults_let_the_upstream_work_and_replace_its_answer() {
     let second = out.find("HTTP/1.1 503").expect("the replaced response");
     assert!(out[..second].ends_with(&"body-1;".repeat(10)), "{out}");
     assert!(out.ends_with(&"body-3;".repeat(10)), "{out}");
-    // An event stream is not drained: the reply closes the connection.
-    let out = String::from_utf8(exchange(
-        p.addr(),
-        b"GET /sse/400 HTTP/1.1\r\nHost: x\r\n\r\n",
-    ))
-    .unwrap();
-    assert!(out.starts_with("HTTP/1.1 503"), "{out}");
-    assert!(
-        out.to_ascii_lowercase().contains("connection: close"),
-        "{out}"
-    );
-    assert!(!out.contains("event: delta"), "{out}");
+    // A stream (chunked) is not drained, and an HTTP/1.0 upstream closes
+    // after its answer: either way the reply says the connection ends.
+    for path in ["/sse/400", "/http10"] {
+        let req = format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n");
+        let out = String::from_utf8(exchange(p.addr(), req.as_bytes())).unwrap();
+        assert!(out.starts_with("HTTP/1.1 503"), "{path}: {out}");
+        assert!(
+            out.to_ascii_lowercase().contains("connection: close"),
+            "{path}: {out}"
+        );
+        assert!(
+            !out.contains("event: delta") && !out.contains("hello"),
+            "{path}: {out}"
+        );
+    }
 }
 
 /// A slow first byte is counted when the hold begins: a client that gives

@@ -30,7 +30,7 @@ impl Kind for HttpAbort {
         default_stream: Stream::Both,
         streamed: false,
         stages: false,
-        about: "a matching request is never forwarded or answered: the connection is reset (or closed)",
+        about: "a matching request is never answered: the connection is reset (or closed), before the upstream sees it or (phase=response) after it answered",
         params: &[
             ("then", "reset (default) or close", "an RST or a clean close, with no response"),
             (

@@ -133,14 +133,27 @@ impl RequestMatch {
         }
         m.first = f.integer_in("first", 1, u64::MAX)?;
         m.every = f.integer_in("every", 1, u64::MAX)?;
-        for node in f.strings("response_status")?.unwrap_or_default() {
+        let given = f.strings("response_status")?;
+        if let Some(g) = &given {
+            if g.iter().all(|n| node_text(n).trim().is_empty()) {
+                let loc = g
+                    .first()
+                    .map_or_else(|| f.loc().to_string(), |n| n.loc.clone());
+                return Err(f.error(
+                    "response_status",
+                    &loc,
+                    "expected a status like 503 or a class like \"5xx\", got nothing",
+                ));
+            }
+        }
+        for node in given.unwrap_or_default() {
             let text = node_text(&node);
             for part in text.split(['|', ' ']).filter(|s| !s.is_empty()) {
                 let range = status_range(part).ok_or_else(|| {
                     f.error(
                         "response_status",
                         &node.loc,
-                        format!("expected a status like 503 or a class like \"5xx\", got {part:?}"),
+                        format!("expected a status 200-599 like 503 or a class like \"5xx\", got {part:?}"),
                     )
                 })?;
                 m.statuses.push(range);
@@ -166,13 +179,15 @@ impl RequestMatch {
         }
     }
 
-    /// Whether it acts on a response with `status`.
+    /// Whether it acts on a response with `status` (of a request it
+    /// admitted), counting it for `first` and `every` if it names statuses.
     pub(crate) fn admits_status(&self, status: u16) -> bool {
         self.statuses.is_empty()
-            || self
+            || (self
                 .statuses
                 .iter()
                 .any(|(lo, hi)| (*lo..=*hi).contains(&status))
+                && self.counted())
     }
 
     /// Whether a rule needs to see request bodies (and so buffers them).
@@ -183,9 +198,15 @@ impl RequestMatch {
     /// Whether the request is one of this fault's, counting it for `first`
     /// and `every` if it matches.
     pub(crate) fn admits(&self, r: &RequestView<'_>) -> bool {
-        if !self.matches(r) {
-            return false;
-        }
+        // With `response_status`, `first` and `every` count the responses
+        // that have one of those statuses ([`RequestMatch::admits_status`]):
+        // "the first 500" is the first response that is a 500.
+        self.matches(r) && (self.has_response_status() || self.counted())
+    }
+
+    /// Counts one more for `first` and `every`, and says whether it is one
+    /// of theirs.
+    fn counted(&self) -> bool {
         let n = self.seen.fetch_add(1, Ordering::Relaxed) + 1;
         self.first.is_none_or(|first| n <= first) && self.every.is_none_or(|every| n % every == 0)
     }
@@ -261,14 +282,15 @@ impl RequestMatch {
     }
 }
 
-/// "503" → 503..=503, "5xx" → 500..=599.
+/// "503" → 503..=503, "5xx" → 500..=599. A 1xx is interim, passed on as
+/// it comes before any fault looks at the response: none is taken.
 fn status_range(s: &str) -> Option<(u16, u16)> {
     let s = s.trim();
     if let Some(class) = s.strip_suffix("xx").or_else(|| s.strip_suffix("XX")) {
-        let c: u16 = class.parse().ok().filter(|c| (1..=5).contains(c))?;
+        let c: u16 = class.parse().ok().filter(|c| (2..=5).contains(c))?;
         return Some((c * 100, c * 100 + 99));
     }
-    let n: u16 = s.parse().ok().filter(|n| (100..=599).contains(n))?;
+    let n: u16 = s.parse().ok().filter(|n| (200..=599).contains(n))?;
     Some((n, n))
 }
 

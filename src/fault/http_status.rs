@@ -61,7 +61,7 @@ impl Kind for HttpStatus {
         default_stream: Stream::Both,
         streamed: false,
         stages: false,
-        about: "a matching request is answered with a status (429, 529, 503 …) the upstream never sees",
+        about: "a matching request is answered with a status (429, 529, 503 …): in the upstream's place, or (phase=response) instead of its answer",
         params: PARAMS,
     };
 

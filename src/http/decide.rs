@@ -383,8 +383,38 @@ mod tests {
             ),
             ("http_truncate", &[("response_status", "6xx")][..]),
             ("http_truncate", &[("response_status", "99")][..]),
+            ("http_truncate", &[("response_status", "1xx")][..]),
+            ("http_truncate", &[("response_status", "100")][..]),
+            ("http_truncate", &[("response_status", "")][..]),
         ] {
             assert!(spec(kind, pairs).is_err(), "{kind} {pairs:?}");
         }
+    }
+
+    /// With `response_status`, `first` and `every` count the responses
+    /// that have those statuses, not the requests: "the first 500".
+    #[test]
+    fn first_counts_the_responses_with_the_status() {
+        let faults = Arc::new(vec![chosen(
+            "http_status",
+            &[
+                ("status", "418"),
+                ("phase", "response"),
+                ("response_status", "500"),
+                ("first", "1"),
+            ],
+            1,
+        )]);
+        let got: Vec<Option<u16>> = [200, 500, 500, 200]
+            .iter()
+            .enumerate()
+            .map(|(n, st)| {
+                decide(&faults, n as u64, &get("/"), Duration::ZERO)
+                    .on_response(Some(*st))
+                    .replace
+                    .and_then(|(_, r)| r.status())
+            })
+            .collect();
+        assert_eq!(got, [None, Some(418), None, None]);
     }
 }

@@ -715,8 +715,10 @@ impl ResponseSide {
     /// A response-phase `http_status` or `http_abort`: the client gets the
     /// canned reply (or nothing) instead of the upstream's `head` — the
     /// upstream did the work. To keep the connection, the upstream's body
-    /// is read and dropped; a body that only a close delimits, or a
-    /// switch of protocols, ends the connection instead.
+    /// is read and dropped before the next response; only a body of known,
+    /// modest length is waited for. A chunked one may stream for minutes
+    /// (events, NDJSON, a long poll) and the client's next request would
+    /// wait behind it: such a reply closes the connection, and says so.
     #[allow(clippy::too_many_arguments)]
     async fn replace<R: AsyncRead + Unpin>(
         &mut self,
@@ -730,11 +732,11 @@ impl ResponseSide {
     ) -> Result<Next, Gone> {
         self.x.record(&c, meta, reply.status());
         let framing = head.framing(&meta.method).ok();
-        // An event stream may run for minutes: the next response would wait.
-        let drains = matches!(
-            framing,
-            Some(Framing::Empty | Framing::Length(_) | Framing::Chunked)
-        ) && !head.is_event_stream();
+        let drains = match framing {
+            Some(Framing::Empty) => true,
+            Some(Framing::Length(n)) => n <= MAX_BODY as u64 && !head.is_event_stream(),
+            _ => false,
+        };
         let then = match reply.then() {
             After::Keep if !meta.keep_alive || head.closes() || !drains => After::Close,
             t => t,

@@ -32,6 +32,8 @@ pub(crate) struct Request {
 #[derive(Debug, Clone)]
 pub(crate) struct Response {
     pub(crate) status: u16,
+    /// 0 for HTTP/1.0, 1 for HTTP/1.1.
+    pub(crate) minor: u8,
     pub(crate) headers: Vec<(String, String)>,
     pub(crate) head_len: usize,
 }
@@ -73,6 +75,7 @@ pub(crate) fn response(buf: &[u8]) -> Result<Option<Response>, WireError> {
     match r.parse(buf) {
         Ok(httparse::Status::Complete(head_len)) => Ok(Some(Response {
             status: r.code.unwrap_or(0),
+            minor: r.version.unwrap_or(1),
             headers: owned(r.headers),
             head_len,
         })),
@@ -189,9 +192,13 @@ impl Response {
         header(&self.headers, name)
     }
 
-    /// `Connection: close`: the upstream ends the connection after it.
+    /// The upstream ends the connection after it: `Connection: close`, or
+    /// HTTP/1.0 without `keep-alive`.
     pub(crate) fn closes(&self) -> bool {
-        has_token(&self.headers, "connection", "close")
+        match self.minor {
+            0 => !has_token(&self.headers, "connection", "keep-alive"),
+            _ => has_token(&self.headers, "connection", "close"),
+        }
     }
 
     /// A 1xx other than 101: the final response is still to come.
@@ -478,8 +485,16 @@ mod tests {
         assert!(!r.keep_alive());
         assert_eq!(r.framing(), Ok(Framing::Empty));
         let r = response(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream; charset=utf-8\r\nTransfer-Encoding: chunked\r\n\r\n").unwrap().unwrap();
-        assert!(r.is_event_stream());
+        assert!(r.is_event_stream() && !r.closes());
         assert_eq!(r.framing("POST"), Ok(Framing::Chunked));
+        // HTTP/1.0 closes unless it says keep-alive; 1.1 only if it says close.
+        for (head, closes) in [
+            (&b"HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n"[..], true),
+            (b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\n\r\n", false),
+            (b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n", true),
+        ] {
+            assert_eq!(response(head).unwrap().unwrap().closes(), closes);
+        }
         assert_eq!(r.framing("HEAD"), Ok(Framing::Empty));
         let r = response(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n")
             .unwrap()

@@ -73,6 +73,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     break
                 self.connection.sendall(b)
             self.close_connection = True
+        elif self.path == "/http10":
+            # An HTTP/1.0 answer without keep-alive: the connection ends.
+            self.wfile.write(b"HTTP/1.0 200 OK\r\nContent-Length: 5\r\n\r\nhello")
+            self.wfile.flush()
+            time.sleep(0.05)
+            self.close_connection = True
         elif self.path == "/close":
             self.close_connection = True
             self.reply(200, b"bye", [("Connection", "close")])
