@@ -114,6 +114,14 @@ impl Decision {
         }
     }
 
+    /// The `http_delay` faults that hold an answer given in the upstream's
+    /// place (`status`, or `None` for an abort): nothing else acts on it,
+    /// and only the delays are looked at (and counted, for `first`).
+    pub(crate) fn on_answer(&mut self, status: Option<u16>) -> OnResponse {
+        self.later.retain(|l| matches!(l, Later::Delay(..)));
+        self.on_response(status)
+    }
+
     /// The faults that act on the response the client would get: one
     /// with `status`, or (`None`) none at all — an abort in the upstream's
     /// place, which only faults without `response_status` follow.
@@ -325,8 +333,36 @@ mod tests {
         let mut d = decide(&faults, 2, &get("/x"), Duration::ZERO);
         assert_eq!(d.answer.take().unwrap().1.status(), Some(429));
         assert!(
-            d.on_response(Some(429)).replace.is_some(),
-            "decided, and moot: the request never goes"
+            d.on_answer(Some(429)).replace.is_none(),
+            "moot: the request never goes"
+        );
+    }
+
+    /// An answer in the upstream's place uses up no response-side count:
+    /// the first 429 *from the upstream* is still to come.
+    #[test]
+    fn an_answer_in_place_counts_for_no_response_fault() {
+        let now = chosen("http_status", &[("status", "429"), ("path", "/now")], 1);
+        let later = chosen(
+            "http_status",
+            &[
+                ("status", "503"),
+                ("phase", "response"),
+                ("response_status", "429"),
+                ("first", "1"),
+            ],
+            2,
+        );
+        let faults = Arc::new(vec![now, later]);
+        let mut d = decide(&faults, 0, &get("/now"), Duration::ZERO);
+        assert!(d.answer.take().is_some());
+        assert!(d.on_answer(Some(429)).replace.is_none());
+        let mut d = decide(&faults, 1, &get("/up"), Duration::ZERO);
+        let r = d.on_response(Some(429)).replace;
+        assert_eq!(
+            r.unwrap().1.status(),
+            Some(503),
+            "still the first upstream 429"
         );
     }
 

@@ -415,7 +415,7 @@ impl RequestSide {
                     buf.advance_to(head.head_len);
                     let _ = drop_body(src, &mut buf, &mut Body::new(framing)).await;
                 }
-                let held = d.on_response(status.status());
+                let held = d.on_answer(status.status());
                 let answer = Answer {
                     meta,
                     status: status.status(),
