@@ -47,11 +47,16 @@ out["httpx"] = res
 print(json.dumps(out))
 "#;
 
-fn opens(events: &Path) -> usize {
+/// How many `kind` events (`open`, `response` …) the log holds.
+fn count(events: &Path, kind: &str) -> usize {
     read_events(events)
         .iter()
-        .filter(|e| e["event"] == "open")
+        .filter(|e| e["event"] == kind)
         .count()
+}
+
+fn opens(events: &Path) -> usize {
+    count(events, "open")
 }
 
 #[test]
@@ -267,11 +272,7 @@ fn an_aborted_request_resets_its_connection_and_never_reaches_the_upstream() {
         "{err}"
     );
     // The upstream answered two requests: it never saw the aborted one.
-    let answered = read_events(&log)
-        .iter()
-        .filter(|e| e["event"] == "response")
-        .count();
-    assert_eq!(answered, 2, "{err}");
+    assert_eq!(count(&log, "response"), 2, "{err}");
     // Pipelined: the response before it arrives, then the reset; the
     // request after it is never forwarded.
     let p = Proxy::start(&[
@@ -330,11 +331,7 @@ fn response_phase_faults_let_the_upstream_work_and_replace_its_answer() {
         assert_eq!(out.trim(), want, "{fault}: {err}");
         assert!(err.contains(summary), "{fault}: {err}");
         // The upstream answered all three: the faulted one too.
-        let answered = read_events(&log)
-            .iter()
-            .filter(|e| e["event"] == "response")
-            .count();
-        assert_eq!(answered, 3, "{fault}: {err}");
+        assert_eq!(count(&log, "response"), 3, "{fault}: {err}");
         assert_eq!(opens(&log), connections, "{fault}: connections opened");
     }
     let p = Proxy::start(&[

@@ -17,7 +17,7 @@ use rand::Rng;
 use super::dns_match::QueryMatch;
 use super::dns_timeout::MATCH_PARAMS;
 use super::{Kind, KindInfo, Layer, Stream};
-use crate::settings::{Fields, ProfileError, node_text};
+use crate::settings::{Fields, ProfileError};
 
 #[derive(Debug, Clone)]
 pub(crate) struct DnsAnswer {
@@ -63,25 +63,21 @@ impl Kind for DnsAnswer {
 
     fn parse(f: &mut Fields) -> Result<Self, ProfileError> {
         let mut addresses = Vec::new();
-        for n in f.strings("addresses")?.unwrap_or_default() {
-            let text = node_text(&n);
-            // `--fault` gives one string: "10.0.0.1|10.0.0.2" or spaces.
-            for part in text.split(['|', ' ']).filter(|s| !s.is_empty()) {
-                let net = match part.parse::<IpAddr>() {
-                    Ok(ip) => IpNet::from(ip),
-                    Err(_) => part.parse::<IpNet>().map_err(|_| {
-                        f.error(
-                            "addresses",
-                            &n.loc,
-                            format!(
-                                "expected an IP address or prefix like \"10.0.0.1\", \"::1\" \
-                                 or \"10.9.0.0/16\", got {part:?}"
-                            ),
-                        )
-                    })?,
-                };
-                addresses.push(net);
-            }
+        for (word, loc) in f.words("addresses")?.unwrap_or_default() {
+            let net = match word.parse::<IpAddr>() {
+                Ok(ip) => IpNet::from(ip),
+                Err(_) => word.parse::<IpNet>().map_err(|_| {
+                    f.error(
+                        "addresses",
+                        &loc,
+                        format!(
+                            "expected an IP address or prefix like \"10.0.0.1\", \"::1\" \
+                             or \"10.9.0.0/16\", got {word:?}"
+                        ),
+                    )
+                })?,
+            };
+            addresses.push(net);
         }
         let one_of = f.boolean("random")?.unwrap_or(false);
         if one_of {

@@ -46,11 +46,7 @@ impl Kind for HttpAbort {
             Some("close") => After::Close,
             _ => After::Reset,
         };
-        let phase = AnswerPhase::parse(f)?;
-        let matcher = RequestMatch::parse(f)?;
-        if phase == AnswerPhase::Request {
-            matcher.no_response_yet(f, super::http_status::ANSWERS_FIRST)?;
-        }
+        let (phase, matcher) = AnswerPhase::parse_with_match(f)?;
         Ok(HttpAbort {
             then,
             phase,

@@ -133,27 +133,22 @@ impl RequestMatch {
         }
         m.first = f.integer_in("first", 1, u64::MAX)?;
         m.every = f.integer_in("every", 1, u64::MAX)?;
-        let given = f.strings("response_status")?;
-        if let Some(g) = &given {
-            if g.iter().all(|n| node_text(n).trim().is_empty()) {
-                let loc = g
-                    .first()
-                    .map_or_else(|| f.loc().to_string(), |n| n.loc.clone());
+        if let Some(words) = f.words("response_status")? {
+            if words.is_empty() {
                 return Err(f.error(
                     "response_status",
-                    &loc,
+                    f.loc(),
                     "expected a status like 503 or a class like \"5xx\", got nothing",
                 ));
             }
-        }
-        for node in given.unwrap_or_default() {
-            let text = node_text(&node);
-            for part in text.split(['|', ' ']).filter(|s| !s.is_empty()) {
-                let range = status_range(part).ok_or_else(|| {
+            for (word, loc) in words {
+                let range = status_range(&word).ok_or_else(|| {
                     f.error(
                         "response_status",
-                        &node.loc,
-                        format!("expected a status 200-599 like 503 or a class like \"5xx\", got {part:?}"),
+                        &loc,
+                        format!(
+                            "expected a status 200-599 like 503 or a class like \"5xx\", got {word:?}"
+                        ),
                     )
                 })?;
                 m.statuses.push(range);

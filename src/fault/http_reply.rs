@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 
+use super::http_match::RequestMatch;
 use crate::settings::{Fields, ProfileError};
 
 /// A canned reply's `status`: 200-599. A 1xx is interim, not an answer
@@ -40,11 +41,23 @@ pub(crate) enum AnswerPhase {
 }
 
 impl AnswerPhase {
-    pub(crate) fn parse(f: &mut Fields) -> Result<AnswerPhase, ProfileError> {
-        Ok(match f.choice("phase", &["request", "response"])? {
+    /// An answering fault's `phase` and request match: in the upstream's
+    /// place there is no response yet, so `response_status` is refused.
+    pub(crate) fn parse_with_match(
+        f: &mut Fields,
+    ) -> Result<(AnswerPhase, RequestMatch), ProfileError> {
+        let phase = match f.choice("phase", &["request", "response"])? {
             Some("response") => AnswerPhase::Response,
             _ => AnswerPhase::Request,
-        })
+        };
+        let matcher = RequestMatch::parse(f)?;
+        if phase == AnswerPhase::Request {
+            matcher.no_response_yet(
+                f,
+                "this answers in the upstream's place (add phase = \"response\" to answer after it)",
+            )?;
+        }
+        Ok((phase, matcher))
     }
 
     /// For display: only the non-default phase is shown.

@@ -87,11 +87,7 @@ impl Kind for HttpStatus {
             Some("reset") => After::Reset,
             _ => After::Keep,
         };
-        let phase = AnswerPhase::parse(f)?;
-        let matcher = RequestMatch::parse(f)?;
-        if phase == AnswerPhase::Request {
-            matcher.no_response_yet(f, ANSWERS_FIRST)?;
-        }
+        let (phase, matcher) = AnswerPhase::parse_with_match(f)?;
         let summary = match (&body, &body_file, envelope) {
             (Some(_), _, _) => "body".to_string(),
             (None, Some((_, shown)), _) => format!("file {shown}"),
@@ -160,10 +156,6 @@ impl HttpStatus {
         self.phase
     }
 }
-
-/// Why `response_status` needs `phase = "response"` on an answering fault.
-pub(crate) const ANSWERS_FIRST: &str =
-    "this answers in the upstream's place (add phase = \"response\" to answer after it)";
 
 /// `headers = ["Name: value", …]`, each checked to be one header line.
 pub(crate) fn header_lines(

@@ -495,6 +495,26 @@ impl Fields {
         Ok(Some(items))
     }
 
+    /// A list given as an array, or as one string of words apart by `|`
+    /// or spaces (what `--fault` gives): each word, with where it stands.
+    pub fn words(
+        &mut self,
+        key: &'static str,
+    ) -> Result<Option<Vec<(String, String)>>, ProfileError> {
+        Ok(self.strings(key)?.map(|nodes| {
+            nodes
+                .iter()
+                .flat_map(|n| {
+                    node_text(n)
+                        .split(['|', ' '])
+                        .filter(|w| !w.is_empty())
+                        .map(|w| (w.to_string(), n.loc.clone()))
+                        .collect::<Vec<_>>()
+                })
+                .collect()
+        }))
+    }
+
     /// An array of tables (`[[rules]]`).
     pub fn tables(&mut self, key: &'static str) -> Result<Vec<Node>, ProfileError> {
         let Some(node) = self.take(key) else {
