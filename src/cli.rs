@@ -14,8 +14,8 @@ Exit codes: 0 success; 2 bad usage or an invalid profile (nothing was started);
 1 a failure at run time (a busy port, a missing privilege, an unreachable kernel feature).
 
 Environment: NETCHAOS_THREADS=N sets the relay's worker threads (default: one per two
-CPUs); NETCHAOS_PEER_TIMEOUT how long a vanished peer may hold a connection; NETCHAOS_LOG
-the log filter.
+CPUs); NETCHAOS_PEER_TIMEOUT how long a vanished peer may hold an idle connection;
+NETCHAOS_LOG the log filter.
 
 Examples:
   netchaos demo

@@ -275,7 +275,7 @@ fn an_upstream_that_never_answers_the_syn_does_not_stall_the_accept_loop() {
 }
 
 #[test]
-fn an_upstream_that_vanishes_is_given_up_on_and_freed() {
+fn an_upstream_that_vanishes_while_the_client_waits_is_given_up_on_and_freed() {
     let Some(ns) = TestNetns::new() else { return };
     if missing_tool("nft") || missing_tool("python3") {
         return;
@@ -325,10 +325,10 @@ fn an_upstream_that_vanishes_is_given_up_on_and_freed() {
     let mut c = TcpStream::connect(addrs[0]).unwrap();
     c.write_all(b"hello").unwrap();
     std::thread::sleep(Duration::from_millis(300));
-    // The host vanishes: from now on nothing comes back, not even an RST.
+    // The host vanishes while the client waits for its answer: from now
+    // on nothing comes back, not even an RST. Keepalive notices.
     let gone = ns.sh("nft add table inet gone && nft add chain inet gone in '{ type filter hook input priority 0; policy drop; }'");
     assert!(gone.status.success(), "{gone:?}");
-    c.write_all(b"are you there?").unwrap();
     c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     let t = Instant::now();
     let (_, err) = read_to_end(&mut c);
@@ -346,6 +346,67 @@ fn an_upstream_that_vanishes_is_given_up_on_and_freed() {
     );
     assert!(other < Duration::from_millis(500));
     assert!(left <= fds0, "descriptors {fds0} -> {left}");
+}
+
+#[test]
+fn a_reader_that_pauses_longer_than_the_peer_timeout_keeps_its_connection() {
+    // The attack on fidelity: TCP_USER_TIMEOUT on the relay's sockets made
+    // Linux (>= 5.11) abort a connection whose reader kept its window
+    // closed for longer than the timeout while answering every probe. A
+    // direct connection stays open (RFC 1122 4.2.2.17): so must this one,
+    // whichever side pauses.
+    const SIZE: usize = 16 << 20;
+    const PAUSE: Duration = Duration::from_secs(5);
+    let down = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let up = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let (down_addr, up_addr) = (down.local_addr().unwrap(), up.local_addr().unwrap());
+    let p = Proxy::start_env(
+        "proxy",
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            &down_addr.to_string(),
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            &up_addr.to_string(),
+        ],
+        &[("NETCHAOS_PEER_TIMEOUT", "1s")],
+    );
+    // Server → client, the client pausing.
+    let sender = std::thread::spawn(move || {
+        let (mut s, _) = down.accept().unwrap();
+        s.set_write_timeout(Some(PAUSE * 4)).unwrap();
+        s.write_all(&vec![b'd'; SIZE])
+    });
+    // Client → server, the server pausing.
+    let receiver = std::thread::spawn(move || {
+        let (mut s, _) = up.accept().unwrap();
+        std::thread::sleep(PAUSE);
+        s.set_read_timeout(Some(PAUSE * 4)).unwrap();
+        read_to_end(&mut s)
+    });
+    let mut reader = TcpStream::connect(p.addrs[0]).unwrap();
+    let download = std::thread::spawn(move || {
+        std::thread::sleep(PAUSE);
+        reader.set_read_timeout(Some(PAUSE * 4)).unwrap();
+        read_to_end(&mut reader)
+    });
+    let mut writer = TcpStream::connect(p.addrs[1]).unwrap();
+    writer.set_write_timeout(Some(PAUSE * 4)).unwrap();
+    let wrote = writer
+        .write_all(&vec![b'u'; SIZE])
+        .and_then(|_| writer.shutdown(Shutdown::Write));
+    assert!(wrote.is_ok(), "the client's upload failed: {wrote:?}");
+    let (got, err) = download.join().unwrap();
+    assert!(err.is_none(), "the client's download failed: {err:?}");
+    assert_eq!(got.len(), SIZE);
+    assert!(sender.join().unwrap().is_ok());
+    let (received, err) = receiver.join().unwrap();
+    assert!(err.is_none(), "the server's read failed: {err:?}");
+    assert_eq!(received.len(), SIZE);
+    drop(p);
 }
 
 #[test]

@@ -140,8 +140,8 @@ pub(crate) struct RelayOptions {
     pub dial_timeout: Duration,
     /// Most connections open at once (see [`Relay::serve`]).
     pub max_connections: usize,
-    /// How long a peer may leave data unacknowledged, or keepalive probes
-    /// unanswered, before the relay gives up on it (a vanished host).
+    /// How long an idle connection's peer may leave keepalive probes
+    /// unanswered before the relay gives up on it (a vanished host).
     pub peer_timeout: Duration,
     /// Terminating and re-originating TLS for the HTTP layer (`--tls`, or
     /// a listener's TLS), when set up.

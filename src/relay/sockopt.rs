@@ -21,10 +21,16 @@ pub(crate) fn shutdown_write(s: &TcpStream) {
 }
 
 /// Relay sockets: no Nagle delay (the relay mirrors the sender's timing,
-/// whose own Nagle already applied), and a bound on how long a peer that
-/// vanished can hold the connection: keepalive notices an idle one, and
-/// `TCP_USER_TIMEOUT` one that leaves sent data unacknowledged — both in
-/// about `peer_timeout`, after which the relay resets the other side.
+/// whose own Nagle already applied), and keepalive, so that an idle
+/// connection whose peer vanished is given up on in about `peer_timeout`
+/// and the other side reset.
+///
+/// No `TCP_USER_TIMEOUT`: since Linux 5.11 it also aborts a connection
+/// whose peer keeps its window closed for that long while answering every
+/// probe (a reader that pauses), which RFC 1122 (4.2.2.17) says must stay
+/// open and a direct connection keeps. Unacknowledged data towards a
+/// vanished peer is retransmitted until the kernel gives up
+/// (`tcp_retries2`, about 15 minutes), as the client's own socket would.
 /// Returns whether the receive buffer was bounded (see [`RecvGrowth`]).
 pub(crate) fn tune(s: &TcpStream, peer_timeout: Duration) -> bool {
     set_relay_options(SockRef::from(s), peer_timeout);
@@ -32,7 +38,7 @@ pub(crate) fn tune(s: &TcpStream, peer_timeout: Duration) -> bool {
 }
 
 /// Sets [`tune`]'s options on a listening socket, which the sockets it
-/// accepts inherit (Linux copies them at accept): seven system calls
+/// accepts inherit (Linux copies them at accept): six system calls
 /// fewer per connection. Returns whether every one was set, so that
 /// accepted sockets need only [`tune_accepted`].
 pub(crate) fn tune_listener(l: &tokio::net::TcpListener, peer_timeout: Duration) -> bool {
@@ -52,8 +58,8 @@ pub(crate) fn tune_accepted(s: &TcpStream) -> bool {
         && SockRef::from(s).set_recv_buffer_size(RECV_BUF).is_ok()
 }
 
-/// No Nagle, keepalive and `TCP_USER_TIMEOUT` after `peer_timeout`, and
-/// at most [`NOTSENT_LOWAT`] unsent bytes; whether all were set.
+/// No Nagle, keepalive after `peer_timeout`, and at most
+/// [`NOTSENT_LOWAT`] unsent bytes; whether all were set.
 fn set_relay_options(sock: SockRef<'_>, peer_timeout: Duration) -> bool {
     let t = peer_timeout.as_secs().max(2);
     let ka = TcpKeepalive::new()
@@ -62,9 +68,8 @@ fn set_relay_options(sock: SockRef<'_>, peer_timeout: Duration) -> bool {
         .with_retries(3);
     let nodelay = sock.set_tcp_nodelay(true).is_ok();
     let keepalive = sock.set_tcp_keepalive(&ka).is_ok();
-    let user_timeout = sock.set_tcp_user_timeout(Some(peer_timeout)).is_ok();
     let lowat = set_notsent_lowat(sock.as_raw_fd(), NOTSENT_LOWAT).is_ok();
-    nodelay && keepalive && user_timeout && lowat
+    nodelay && keepalive && lowat
 }
 
 /// Bounds a receive buffer to 32 KiB, for a stream from a local server

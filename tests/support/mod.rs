@@ -79,9 +79,15 @@ impl Proxy {
 
     /// Starts `netchaos SUBCOMMAND ARGS` and waits until it is ready.
     pub(crate) fn start_cmd(subcommand: &str, args: &[&str]) -> Proxy {
+        Proxy::start_env(subcommand, args, &[])
+    }
+
+    /// [`Proxy::start_cmd`] with `env` added to netchaos's environment.
+    pub(crate) fn start_env(subcommand: &str, args: &[&str], env: &[(&str, &str)]) -> Proxy {
         let mut child = Command::new(BIN)
             .arg(subcommand)
             .args(args)
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
