@@ -462,6 +462,9 @@ pub struct NetemApply {
     /// Drop this share of packets, in percent.
     #[arg(long, value_name = "PERCENT", value_parser = crate::netem::parse_percent_flag)]
     pub loss: Option<f64>,
+    /// Lose packets in runs of N on average (netem's Gilbert model; needs --loss).
+    #[arg(long, value_name = "N")]
+    pub loss_burst: Option<f64>,
     /// Duplicate this share of packets, in percent.
     #[arg(long, value_name = "PERCENT", value_parser = crate::netem::parse_percent_flag)]
     pub duplicate: Option<f64>,

@@ -235,11 +235,9 @@ except OSError as e:
     assert!(out.starts_with("timeout 2"), "{out}");
 }
 
-#[test]
-fn loss_delivers_every_byte_with_real_retransmissions() {
-    if !need(&["python3", "ip", "nft"]) {
-        return;
-    }
+/// 4 MiB each way through `run` with `fault`: (bytes received, their FNV
+/// hash, the client's retransmissions, its MSS), and netchaos's stderr.
+fn lossy_transfer(fault: &str) -> (Vec<u64>, u64, String) {
     // The server reads the client's 4 MiB, then sends 4 MiB of pattern.
     let server = Server::start("127.0.0.1:0", |mut s| {
         use std::io::{Read, Write};
@@ -273,14 +271,20 @@ info = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 104)
 print(n, h, struct.unpack("I", info[100:104])[0], struct.unpack("I", info[16:20])[0])
 "#;
     let (ip, port) = (server.addr.ip().to_string(), server.addr.port().to_string());
-    let (code, out, err) = wrapped(
-        &["--fault", "loss:percent=10"],
-        &["python3", "-c", script, &ip, &port],
-    );
+    let (code, out, err) = wrapped(&["--fault", fault], &["python3", "-c", script, &ip, &port]);
     assert_eq!(code, 0, "{err}");
     let f: Vec<u64> = out.split_whitespace().map(|x| x.parse().unwrap()).collect();
+    (f, want.0, err)
+}
+
+#[test]
+fn loss_delivers_every_byte_with_real_retransmissions() {
+    if !need(&["python3", "ip", "nft"]) {
+        return;
+    }
+    let (f, want, err) = lossy_transfer("loss:percent=10");
     assert_eq!(f[0], 4 << 20, "every byte arrived");
-    assert_eq!(f[1], want.0, "byte-exact");
+    assert_eq!(f[1], want, "byte-exact");
     assert!(
         f[2] > 0,
         "the client's TCP retransmitted (tcpi_total_retrans = {})",
@@ -293,6 +297,31 @@ print(n, h, struct.unpack("I", info[100:104])[0], struct.unpack("I", info[16:20]
     assert!(
         (1400..=1460).contains(&f[3]),
         "the client's MSS under loss is {} (a real path's is 1448)",
+        f[3]
+    );
+    assert!(err.contains("cli   loss"), "{err}");
+}
+
+#[test]
+fn bursty_loss_drops_runs_of_packets_and_tcp_recovers_every_byte() {
+    if !need(&["python3", "ip", "nft"]) {
+        return;
+    }
+    // Losses in runs of 4 on average cost more than the same share lost
+    // one by one: a run takes a window's worth of segments, and TCP needs
+    // several round trips or a timeout to get them back. The client's
+    // retransmissions show the drops were real packets of its own.
+    let (f, want, err) = lossy_transfer("loss:percent=5,burst=4");
+    assert_eq!(f[0], 4 << 20, "every byte arrived");
+    assert_eq!(f[1], want, "byte-exact");
+    assert!(
+        f[2] > 0,
+        "the client's TCP retransmitted (tcpi_total_retrans = {})",
+        f[2]
+    );
+    assert!(
+        (1400..=1460).contains(&f[3]),
+        "the client's MSS under bursty loss is {} (a real path's is 1448)",
         f[3]
     );
     assert!(err.contains("cli   loss"), "{err}");

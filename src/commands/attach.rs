@@ -88,7 +88,10 @@ fn no_path_faults(plan: &crate::plan::Plan, command: &str) -> Result<()> {
             "{} works under `netchaos run` only, not `{command}` (it queues the packets of \
              netchaos's own namespace); for an existing namespace use `netchaos netem` \
              inside it, or `latency`/`bandwidth` on the stream",
-            f.name()
+            match &f.kind {
+                crate::fault::FaultKind::Loss(_) => "loss with burst above 1",
+                _ => f.name(),
+            }
         ))),
         None => Ok(()),
     }

@@ -105,6 +105,7 @@ fn options(g: &Global, a: &NetemApply) -> Result<Netem> {
         correlation,
         distribution,
         loss,
+        loss_burst,
         duplicate,
         corrupt,
         reorder,

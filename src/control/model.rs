@@ -74,7 +74,7 @@ fn not_at_run_time(kind: &FaultKind, scope: &Scope) -> Option<&'static str> {
     match kind {
         // Its drop rule is numbered and installed with the namespace, from
         // the profile; a new one would have no rule to select.
-        FaultKind::Loss(_) => Some(
+        FaultKind::Loss(l) if !l.bursty() => Some(
             "loss is installed with the namespace's packet rules when netchaos starts: \
              give it with --fault or a profile (the API can remove it, not add or change it)",
         ),

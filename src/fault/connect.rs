@@ -83,7 +83,7 @@ pub(crate) fn plan<'a>(
     let loss = chosen
         .iter()
         .filter(active)
-        .find(|c| matches!(c.spec.kind, FaultKind::Loss(_)));
+        .find(|c| matches!(&c.spec.kind, FaultKind::Loss(l) if !l.bursty()));
     let path = chosen
         .iter()
         .filter(active)

@@ -2,7 +2,14 @@
 //! client and the relay are dropped in the namespace's input path, so TCP
 //! retransmits for real. With `stream`, only client→server (`upstream`) or
 //! server→client (`downstream`) packets are dropped. Which connections get
-//! it is seeded; which packets are lost is the kernel's random choice.
+//! it is seeded; which packets are lost is the kernel's random choice
+//! (an nftables `numgen` rule: each packet on its own).
+//!
+//! With `burst` above 1 losses come in runs of that many packets on
+//! average, as on a congested or radio link (tc-netem's `loss gemodel`,
+//! Chaos Mesh's `loss.correlation`): the flow then crosses the packet
+//! delay line, where a two-state (Gilbert) model of each direction decides,
+//! seeded ([`crate::fault::path`]).
 
 use super::{Kind, KindInfo, Layer, Stream};
 use crate::settings::{Fields, ProfileError};
@@ -11,6 +18,8 @@ use crate::settings::{Fields, ProfileError};
 pub(crate) struct Loss {
     /// The share of packets dropped, 0..=1.
     rate: f64,
+    /// The mean length of a run of losses; 1: each packet on its own.
+    burst: f64,
 }
 
 impl Kind for Loss {
@@ -21,7 +30,10 @@ impl Kind for Loss {
         streamed: true,
         stages: false,
         about: "percent of the flow's packets are dropped: real retransmissions",
-        params: &[("percent", "a percentage above 0, like 10 or \"2.5%\"", "the share of packets dropped")],
+        params: &[
+            ("percent", "a percentage above 0, like 10 or \"2.5%\"", "the share of packets dropped"),
+            ("burst", "a number from 1 to 1000, default 1", "how many packets in a row are lost on average (1: each on its own; above 1: run only)"),
+        ],
     };
 
     fn parse(f: &mut Fields) -> Result<Self, ProfileError> {
@@ -31,15 +43,35 @@ impl Kind for Loss {
         if rate <= 0.0 {
             return Err(f.table_error("percent must be more than 0"));
         }
-        Ok(Loss { rate })
+        let burst = f.number_in("burst", 1.0, 1000.0)?.unwrap_or(1.0);
+        Ok(Loss { rate, burst })
     }
 
     fn params(&self) -> Vec<(&'static str, String)> {
-        vec![("percent", format!("{}", (self.rate * 1e4).round() / 1e2))]
+        let mut p = vec![("percent", format!("{}", (self.rate * 1e4).round() / 1e2))];
+        if self.bursty() {
+            p.push(("burst", format!("{}", self.burst)));
+        }
+        p
     }
 }
 
 impl Loss {
+    /// Whether losses come in runs: the packet delay line's model decides
+    /// instead of an nftables rule.
+    pub(crate) fn bursty(&self) -> bool {
+        self.burst > 1.0
+    }
+
+    /// The share of packets lost, 0..=1.
+    pub(crate) fn rate(&self) -> f64 {
+        self.rate
+    }
+
+    /// The mean number of packets lost in a row.
+    pub(crate) fn burst(&self) -> f64 {
+        self.burst
+    }
 
     /// The rate in parts per million, as nftables' `numgen` compares it.
     pub(crate) fn ppm(&self) -> u32 {

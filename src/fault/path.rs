@@ -1,6 +1,6 @@
-//! The path a flow's packets cross when it has `packet_latency` or
-//! `packet_rate` faults: when each packet comes out, or whether the link's
-//! queue drops it. Pure (the caller brings the clock); the packet delay
+//! The path a flow's packets cross when it has `packet_latency`,
+//! `packet_rate` or bursty `loss` faults: when each packet comes out, or
+//! whether the link loses it or its queue drops it. Pure (the caller brings the clock); the packet delay
 //! line in `intercept` holds the packets and releases them at these times.
 //!
 //! Each direction is a link: a packet waits for the link (at most `queue`
@@ -32,6 +32,78 @@ pub(crate) struct Link {
     waiting: VecDeque<Instant>,
     last_out: Instant,
     rng: ChaCha8Rng,
+    /// Bursty `loss` on this link, each with its own state.
+    losses: Vec<BurstLoss>,
+}
+
+/// Losses in runs: the link is good (nothing lost) or bad (every packet
+/// lost), and changes state between packets with fixed chances — the
+/// Gilbert model, tc-netem's `loss gemodel p r` with no loss when good
+/// and all when bad. For a share `L` lost in runs of `B` on average, a bad
+/// link turns good with chance `r = 1/B`, and a good one bad with
+/// `p = L·r / (1 − L)`, so that the link is bad `p / (p + r) = L` of the
+/// time.
+///
+/// A run is packets that follow each other closely: after a pause of
+/// [`BURST_GAP`] the state is drawn afresh (bad with chance `L`). Counted
+/// in packets alone, a bad state would outlast any pause, and a flow down
+/// to one retransmission per timeout would see each of them lost with
+/// chance `1 − r` — seconds of silence no congested queue or fading link
+/// makes, and not what tc-netem's model does on a device whose other
+/// traffic moves it on.
+#[derive(Debug)]
+pub(crate) struct BurstLoss {
+    rate: f64,
+    /// Chance that a good link turns bad before a packet.
+    enter: f64,
+    /// Chance that a bad link turns good before a packet.
+    leave: f64,
+    bad: bool,
+    /// When the last packet came.
+    last: Option<Instant>,
+    rng: ChaCha8Rng,
+}
+
+/// A pause after which a link's loss state no longer depends on the last
+/// packet's: a queue overflow or a fade lasts milliseconds, and the
+/// shortest retransmission timeout is 200 ms.
+pub(crate) const BURST_GAP: Duration = Duration::from_millis(10);
+
+impl BurstLoss {
+    pub(crate) fn new(rate: f64, burst: f64, rng: ChaCha8Rng) -> BurstLoss {
+        let leave = 1.0 / burst.max(1.0);
+        // At 100 % the link never turns good again.
+        let (enter, leave) = if rate >= 1.0 {
+            (1.0, 0.0)
+        } else {
+            ((rate * leave / (1.0 - rate)).min(1.0), leave)
+        };
+        BurstLoss {
+            rate: rate.min(1.0),
+            enter,
+            leave,
+            bad: false,
+            last: None,
+            rng,
+        }
+    }
+
+    /// Whether the packet arriving at `now` is lost.
+    pub(crate) fn lose(&mut self, now: Instant) -> bool {
+        let fresh = self
+            .last
+            .is_none_or(|t| now.saturating_duration_since(t) > BURST_GAP);
+        self.last = Some(now);
+        if fresh {
+            self.bad = self.rng.random_bool(self.rate);
+        } else {
+            let turn = if self.bad { self.leave } else { self.enter };
+            if self.rng.random_bool(turn) {
+                self.bad = !self.bad;
+            }
+        }
+        self.bad
+    }
 }
 
 impl Link {
@@ -45,12 +117,22 @@ impl Link {
             waiting: VecDeque::new(),
             last_out: now,
             rng,
+            losses: Vec::new(),
         }
     }
 
     /// When a packet of `len` bytes arriving at `now` comes out, or `None`
     /// when the link's queue is full and it is dropped.
     pub(crate) fn admit(&mut self, now: Instant, len: usize) -> Option<Instant> {
+        // Every model moves on with every packet (one lost by the first
+        // still counts for the others' runs).
+        let mut lost = false;
+        for l in &mut self.losses {
+            lost |= l.lose(now);
+        }
+        if lost {
+            return None;
+        }
         let mut out = now;
         if let Some(rate) = self.rate {
             while self.waiting.front().is_some_and(|t| *t <= now) {
@@ -85,7 +167,10 @@ impl Link {
 
     /// Whether the link changes anything.
     fn is_plain(&self) -> bool {
-        self.delay.is_zero() && self.jitter.is_zero() && self.rate.is_none()
+        self.delay.is_zero()
+            && self.jitter.is_zero()
+            && self.rate.is_none()
+            && self.losses.is_empty()
     }
 }
 
@@ -119,6 +204,13 @@ impl Path {
                         link.rate = Some(link.rate.map_or(r.rate, |x| x.min(r.rate)));
                         link.queue = link.queue.min(r.queue as usize);
                     }
+                    FaultKind::Loss(l) if l.bursty() => {
+                        let mut rng = c.rng(dir);
+                        // A stream of its own: a delay on the same link
+                        // draws from the fault's first one.
+                        rng.set_stream(2 + dir.index() as u64);
+                        link.losses.push(BurstLoss::new(l.rate(), l.burst(), rng));
+                    }
                     _ => {}
                 }
             }
@@ -145,7 +237,11 @@ impl Path {
 
 /// Whether a fault is one the path is made of.
 pub(crate) fn is_path_fault(kind: &FaultKind) -> bool {
-    matches!(kind, FaultKind::PacketLatency(_) | FaultKind::PacketRate(_))
+    match kind {
+        FaultKind::PacketLatency(_) | FaultKind::PacketRate(_) => true,
+        FaultKind::Loss(l) => l.bursty(),
+        _ => false,
+    }
 }
 
 #[cfg(test)]
@@ -261,5 +357,92 @@ mod tests {
         );
         let loss = [chosen("loss", &[("percent", "5")])];
         assert!(Path::of(&loss.iter().collect::<Vec<_>>(), t0).is_none());
+    }
+
+    /// The share lost and the mean run of losses over `n` packets, `gap`
+    /// apart.
+    fn losses_apart(link: &mut Link, n: usize, gap: Duration) -> (f64, f64, Vec<bool>) {
+        let t0 = Instant::now();
+        let fates: Vec<bool> = (0..n)
+            .map(|i| link.admit(t0 + gap * i as u32, 100).is_none())
+            .collect();
+        let lost = fates.iter().filter(|x| **x).count();
+        let runs = fates.windows(2).filter(|w| w[1] && !w[0]).count() + usize::from(fates[0]);
+        (
+            lost as f64 / n as f64,
+            lost as f64 / runs.max(1) as f64,
+            fates,
+        )
+    }
+
+    /// [`losses_apart`] for packets back to back.
+    fn losses(link: &mut Link, n: usize) -> (f64, f64, Vec<bool>) {
+        losses_apart(link, n, Duration::ZERO)
+    }
+
+    #[test]
+    fn bursty_loss_keeps_its_share_and_loses_in_runs() {
+        let t0 = Instant::now();
+        let c = [chosen("loss", &[("percent", "10"), ("burst", "4")])];
+        let mut p = path(&c, t0);
+        let (share, run, fates) = losses(p.link(Direction::Upstream), 400_000);
+        assert!((0.09..0.11).contains(&share), "lost {share}");
+        assert!((3.6..4.4).contains(&run), "mean run {run}");
+        // Seeded: the same connection loses the same packets.
+        let (_, _, again) = losses(path(&c, t0).link(Direction::Upstream), 400_000);
+        assert_eq!(fates, again);
+        // Each direction has a model of its own.
+        let (_, _, down) = losses(p.link(Direction::Downstream), 400_000);
+        assert_ne!(fates, down);
+        // All of them, for good.
+        let all = [chosen("loss", &[("percent", "100"), ("burst", "3")])];
+        let (share, _, _) = losses(path(&all, t0).link(Direction::Upstream), 1000);
+        assert_eq!(share, 1.0);
+        // One direction only.
+        let up = [chosen(
+            "loss",
+            &[("percent", "50"), ("burst", "2"), ("stream", "upstream")],
+        )];
+        assert!(path(&up, t0).link(Direction::Downstream).is_plain());
+    }
+
+    #[test]
+    fn packets_a_pause_apart_are_lost_each_on_its_own() {
+        // A flow down to one retransmission per timeout: each is lost with
+        // the share's chance, not held in a run for seconds.
+        let t0 = Instant::now();
+        let c = [chosen("loss", &[("percent", "20"), ("burst", "10")])];
+        let mut p = path(&c, t0);
+        let (share, run, _) = losses_apart(
+            p.link(Direction::Upstream),
+            20_000,
+            Duration::from_millis(200),
+        );
+        assert!((0.18..0.22).contains(&share), "lost {share}");
+        assert!(run < 1.5, "mean run {run}: runs across pauses");
+        // Close together again: runs.
+        let (_, run, _) = losses_apart(
+            p.link(Direction::Upstream),
+            200_000,
+            Duration::from_micros(50),
+        );
+        assert!((8.5..11.5).contains(&run), "mean run {run}");
+    }
+
+    #[test]
+    fn a_lost_packet_takes_no_place_in_the_links_queue() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut p = path(
+            &[
+                chosen("loss", &[("percent", "100"), ("burst", "2")]),
+                chosen("packet_rate", &[("rate", "1MB/s"), ("queue", "1")]),
+            ],
+            t0,
+        );
+        let link = p.link(Direction::Upstream);
+        assert!((0..10).all(|_| link.admit(t0, 1000).is_none()));
+        link.losses.clear();
+        assert_eq!(link.admit(t0, 1000), Some(t0 + ms(1)), "the link is free");
     }
 }

@@ -27,7 +27,8 @@ impl LossTable {
             .iter()
             .flat_map(|r| r.faults.iter())
             .filter_map(|spec| match &spec.kind {
-                FaultKind::Loss(l) => Some((spec, l)),
+                // Bursty ones are the packet delay line's.
+                FaultKind::Loss(l) if !l.bursty() => Some((spec, l)),
                 _ => None,
             })
             .collect();

@@ -47,6 +47,8 @@ pub(crate) struct Netem {
     pub distribution: Option<String>,
     /// Percent each.
     pub loss: Option<f64>,
+    /// Mean packets lost in a row (netem's Gilbert model, `loss gemodel`).
+    pub loss_burst: Option<f64>,
     pub duplicate: Option<f64>,
     pub corrupt: Option<f64>,
     pub reorder: Option<f64>,
@@ -115,6 +117,16 @@ impl Netem {
                     .into(),
             ));
         }
+        if let Some(b) = self.loss_burst {
+            if self.loss.is_none() {
+                return Err(BadValue("--loss-burst needs --loss".into()));
+            }
+            if !(1.0..=1000.0).contains(&b) {
+                return Err(BadValue(format!(
+                    "--loss-burst {b}: expected a number of packets from 1 to 1000"
+                )));
+            }
+        }
         if self.gap.is_some() && self.reorder.is_none() {
             return Err(BadValue("--gap needs --reorder".into()));
         }
@@ -162,6 +174,7 @@ impl Netem {
             correlation: percent(f, "correlation")?,
             distribution: f.choice("distribution", DISTRIBUTIONS)?.map(str::to_string),
             loss: percent(f, "loss")?,
+            loss_burst: f.number_in("loss_burst", 1.0, 1000.0)?,
             duplicate: percent(f, "duplicate")?,
             corrupt: percent(f, "corrupt")?,
             reorder: percent(f, "reorder")?,
@@ -242,11 +255,10 @@ pub(crate) fn netem_args(n: &Netem) -> String {
             let _ = write!(a, " distribution {dist}");
         }
     }
-    for (name, v) in [
-        ("loss", n.loss),
-        ("duplicate", n.duplicate),
-        ("corrupt", n.corrupt),
-    ] {
+    if let Some(l) = n.loss {
+        let _ = write!(a, " loss {}", loss_model(l, n.loss_burst));
+    }
+    for (name, v) in [("duplicate", n.duplicate), ("corrupt", n.corrupt)] {
         if let Some(v) = v {
             let _ = write!(a, " {name} {}", pct(v));
         }
@@ -267,6 +279,22 @@ pub(crate) fn netem_args(n: &Netem) -> String {
         let _ = write!(a, " seed {s}");
     }
     a
+}
+
+/// netem's loss: `L%` each packet on its own, or for runs of `burst`
+/// packets on average the Gilbert model (`gemodel p r`, every packet lost
+/// in the bad state, none in the good): leaving the bad state with chance
+/// `r = 1/burst`, entering it with `p = L·r / (1 − L)`, so that it is bad
+/// `L` of the time.
+fn loss_model(loss: f64, burst: Option<f64>) -> String {
+    match burst.filter(|b| *b > 1.0 && loss < 100.0) {
+        None => pct(loss),
+        Some(b) => {
+            let r = 100.0 / b;
+            let p = loss * r / (100.0 - loss);
+            format!("gemodel {} {}", pct(p.min(100.0)), pct(r))
+        }
+    }
 }
 
 /// Microseconds, which tc reads exactly.
@@ -446,6 +474,22 @@ mod tests {
     }
 
     #[test]
+    fn loss_in_runs_is_netems_gilbert_model_with_the_same_share() {
+        assert_eq!(loss_model(5.0, None), "5%");
+        assert_eq!(loss_model(5.0, Some(1.0)), "5%");
+        // r = 1/4; p = 5 % · r / 95 %: bad p/(p+r) = 5 % of the time.
+        assert_eq!(loss_model(5.0, Some(4.0)), "gemodel 1.3158% 25%");
+        assert_eq!(loss_model(100.0, Some(4.0)), "100%");
+        let n = Netem {
+            dev: "eth0".into(),
+            loss: Some(20.0),
+            loss_burst: Some(5.0),
+            ..Netem::default()
+        };
+        assert_eq!(netem_args(&n), " loss gemodel 5% 20%");
+    }
+
+    #[test]
     fn golden_everything_with_netem() {
         let n = netem(|n| {
             n.delay = Some(Duration::from_millis(100));
@@ -605,6 +649,14 @@ mod tests {
             .contains("--reorder needs --delay")
         );
         assert!(bad(&|n| n.loss = Some(150.0)).contains("between 0 and 100"));
+        assert!(bad(&|n| n.loss_burst = Some(4.0)).contains("--loss-burst needs --loss"));
+        assert!(
+            bad(&|n| {
+                n.loss = Some(5.0);
+                n.loss_burst = Some(0.5);
+            })
+            .contains("from 1 to 1000")
+        );
         assert!(
             bad(&|n| {
                 n.dev = "bad/name".into();

@@ -56,9 +56,15 @@ pub struct Stream {
     pub overtakers: usize,
     /// Arrivals whose payload was not what was sent.
     pub damaged: usize,
+    /// Runs of consecutive datagrams that never arrived.
+    pub loss_runs: usize,
 }
 
 impl Stream {
+    /// Datagrams lost per run of losses.
+    pub fn mean_loss_run(&self) -> f64 {
+        (self.sent - self.received) as f64 / self.loss_runs.max(1) as f64
+    }
     pub fn lost_pct(&self) -> f64 {
         100.0 * (self.sent - self.received) as f64 / self.sent as f64
     }
@@ -125,6 +131,9 @@ pub fn udp_stream(to: &str, n: usize, gap: Option<Duration>, settle: Duration) -
     }
     let _ = sender.join();
     st.received = seen.len();
+    st.loss_runs = (0..n as u32)
+        .filter(|i| !seen.contains(i) && (*i == 0 || seen.contains(&(i - 1))))
+        .count();
     // An overtaker is greater than something that arrived after it.
     let mut least_later = u32::MAX;
     for &i in order.iter().rev() {
