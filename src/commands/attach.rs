@@ -74,7 +74,7 @@ fn resolvers(given: Option<&Path>, default: &Path) -> Result<Vec<std::net::Socke
     })
 }
 
-/// `packet_latency` and `packet_rate` need `run`'s own namespace: the
+/// `packet_latency`, `packet_rate` and bursty `loss` need `run`'s own namespace: the
 /// delay line would queue an existing namespace's packets, and its `lo`
 /// (whose packet size they depend on) is not netchaos's to change.
 fn no_path_faults(plan: &crate::plan::Plan, command: &str) -> Result<()> {
@@ -83,18 +83,21 @@ fn no_path_faults(plan: &crate::plan::Plan, command: &str) -> Result<()> {
         .iter()
         .flat_map(|r| r.faults.iter())
         .find(|f| crate::fault::path::is_path_fault(&f.kind));
-    match found {
-        Some(f) => Err(Error::Usage(format!(
-            "{} works under `netchaos run` only, not `{command}` (it queues the packets of \
-             netchaos's own namespace); for an existing namespace use `netchaos netem` \
-             inside it, or `latency`/`bandwidth` on the stream",
-            match &f.kind {
-                crate::fault::FaultKind::Loss(_) => "loss with burst above 1",
-                _ => f.name(),
-            }
-        ))),
-        None => Ok(()),
-    }
+    let Some(f) = found else { return Ok(()) };
+    let (what, instead) = match &f.kind {
+        crate::fault::FaultKind::Loss(_) => (
+            "loss with burst above 1",
+            "`loss` with burst = 1 here, or on a whole device `netchaos netem apply --loss L --loss-burst B`",
+        ),
+        _ => (
+            f.name(),
+            "`netchaos netem` inside it, or `latency`/`bandwidth` on the stream",
+        ),
+    };
+    Err(Error::Usage(format!(
+        "{what} works under `netchaos run` only, not `{command}` (it queues the packets of \
+         netchaos's own namespace); for an existing namespace use {instead}"
+    )))
 }
 
 pub(super) fn attach(g: &Global, args: &AttachArgs) -> Result<u8> {

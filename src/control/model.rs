@@ -62,8 +62,8 @@ impl ApiError {
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Scope {
     pub connect_ok: bool,
-    /// The packet delay line (`packet_latency`, `packet_rate`): netchaos's
-    /// own namespace only.
+    /// The packet delay line (`packet_latency`, `packet_rate`, bursty
+    /// `loss`): netchaos's own namespace only.
     pub path_ok: bool,
     pub files: FilePolicy,
 }
@@ -76,7 +76,8 @@ fn not_at_run_time(kind: &FaultKind, scope: &Scope) -> Option<&'static str> {
         // the profile; a new one would have no rule to select.
         FaultKind::Loss(l) if !l.bursty() => Some(
             "loss is installed with the namespace's packet rules when netchaos starts: \
-             give it with --fault or a profile (the API can remove it, not add or change it)",
+             give it with --fault or a profile (the API can remove it, not add or change it; \
+             one with burst above 1 is the packet delay line's, and can be added under run)",
         ),
         k if crate::fault::path::is_path_fault(k) && !scope.path_ok => Some(
             "the packet delay line exists in netchaos run's own namespace only: \

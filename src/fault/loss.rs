@@ -44,11 +44,22 @@ impl Kind for Loss {
             return Err(f.table_error("percent must be more than 0"));
         }
         let burst = f.number_in("burst", 1.0, 1000.0)?.unwrap_or(1.0);
+        // A good stretch lasts a packet at least, so runs of `burst` lose
+        // at most burst/(burst+1) of the packets (100 % aside: all lost).
+        let most = burst / (burst + 1.0);
+        if burst > 1.0 && rate < 1.0 && rate > most {
+            return Err(f.table_error(format!(
+                "runs of {burst} packets on average lose at most {}% (or 100%): lower percent or raise burst",
+                (most * 1e4).floor() / 1e2
+            )));
+        }
         Ok(Loss { rate, burst })
     }
 
     fn params(&self) -> Vec<(&'static str, String)> {
-        let mut p = vec![("percent", format!("{}", (self.rate * 1e4).round() / 1e2))];
+        // Six decimals: shown through the API, a value must read back as
+        // itself (0.001 % is a valid share, not 0).
+        let mut p = vec![("percent", format!("{}", (self.rate * 1e8).round() / 1e6))];
         if self.bursty() {
             p.push(("burst", format!("{}", self.burst)));
         }

@@ -13,7 +13,7 @@
 //! Connect-layer faults (`refuse`, `connect_timeout`, `connect_delay`) act on
 //! the client's SYN, decided by [`connect`] (pure: the caller brings the
 //! clock), and packet-layer ones (`loss`, `blackout`, `packet_latency`,
-//! `packet_rate`, the last two through [`path`]) on the packets of the flow; both need interception (`netchaos run`, `attach`, `--in-place`),
+//! `packet_rate`, the last two and bursty `loss` through [`path`]) on the packets of the flow; both need interception (`netchaos run`, `attach`, `--in-place`),
 //! whose SYN gate and nftables table carry them out. DNS-layer ones act on
 //! the namespace's queries in its DNS forwarder ([`crate::dns`]).
 

@@ -394,6 +394,13 @@ mod tests {
         // Each direction has a model of its own.
         let (_, _, down) = losses(p.link(Direction::Downstream), 400_000);
         assert_ne!(fates, down);
+        // More than runs of 4 can lose (a good stretch is a packet at
+        // least), and a share that must read back exactly.
+        let e =
+            crate::fault::testing::spec("loss", &[("percent", "90"), ("burst", "4")]).unwrap_err();
+        assert!(e.to_string().contains("lose at most 80%"), "{e}");
+        let tiny = chosen("loss", &[("percent", "0.001"), ("burst", "4")]);
+        assert_eq!(tiny.spec.kind.params()[0].1, "0.001");
         // All of them, for good.
         let all = [chosen("loss", &[("percent", "100"), ("burst", "3")])];
         let (share, _, _) = losses(path(&all, t0).link(Direction::Upstream), 1000);

@@ -42,8 +42,8 @@ pub(crate) struct AgentConfig {
     pub env: Vec<CString>,
     /// The `loss` faults of the plan, as nftables rules.
     pub losses: Vec<nft::LossRule>,
-    /// The plan has `packet_latency` or `packet_rate` faults: like loss,
-    /// they need a real path's packet size.
+    /// The plan has path faults (`packet_latency`, `packet_rate`, bursty
+    /// `loss`): like loss, they need a real path's packet size.
     pub delayed: bool,
     /// The namespace's own addresses.
     pub addrs: NsAddrs,

@@ -55,7 +55,8 @@ pub(crate) mod marks {
     /// redirected.
     pub(crate) const RELAY: u32 = 0x6e64_0600;
     /// Added to an accepted SYN's mark ([`TRACK`]): the flow's packets go
-    /// through the packet delay line (`packet_latency`, `packet_rate`).
+    /// through the packet delay line (`packet_latency`, `packet_rate`,
+    /// bursty `loss`).
     pub(crate) const DELAYED: u32 = 0x0000_8000;
 }
 

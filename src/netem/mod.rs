@@ -126,6 +126,18 @@ impl Netem {
                     "--loss-burst {b}: expected a number of packets from 1 to 1000"
                 )));
             }
+            // A good stretch lasts a packet at least: runs of b lose at
+            // most b/(b+1) of the packets (100 % aside).
+            let most = 100.0 * b / (b + 1.0);
+            match self.loss {
+                Some(l) if l < 100.0 && l > most => {
+                    return Err(BadValue(format!(
+                        "--loss {l} --loss-burst {b}: runs of {b} packets lose at most {}% (or 100%)",
+                        (most * 100.0).floor() / 100.0
+                    )));
+                }
+                _ => {}
+            }
         }
         if self.gap.is_some() && self.reorder.is_none() {
             return Err(BadValue("--gap needs --reorder".into()));
@@ -292,9 +304,17 @@ fn loss_model(loss: f64, burst: Option<f64>) -> String {
         Some(b) => {
             let r = 100.0 / b;
             let p = loss * r / (100.0 - loss);
-            format!("gemodel {} {}", pct(p.min(100.0)), pct(r))
+            // Small chances need more digits than other percentages: p
+            // for 0.01 % in runs of 1,000 is 0.00001 %.
+            format!("gemodel {} {}", fine_pct(p.min(100.0)), fine_pct(r))
         }
     }
+}
+
+/// A percentage to eight decimals, trailing zeros dropped.
+fn fine_pct(p: f64) -> String {
+    let s = format!("{p:.8}");
+    format!("{}%", s.trim_end_matches('0').trim_end_matches('.'))
 }
 
 /// Microseconds, which tc reads exactly.
@@ -478,8 +498,10 @@ mod tests {
         assert_eq!(loss_model(5.0, None), "5%");
         assert_eq!(loss_model(5.0, Some(1.0)), "5%");
         // r = 1/4; p = 5 % · r / 95 %: bad p/(p+r) = 5 % of the time.
-        assert_eq!(loss_model(5.0, Some(4.0)), "gemodel 1.3158% 25%");
+        assert_eq!(loss_model(5.0, Some(4.0)), "gemodel 1.31578947% 25%");
         assert_eq!(loss_model(100.0, Some(4.0)), "100%");
+        assert_eq!(loss_model(0.01, Some(1000.0)), "gemodel 0.00001% 0.1%");
+        assert_eq!(loss_model(0.05, Some(200.0)), "gemodel 0.00025013% 0.5%");
         let n = Netem {
             dev: "eth0".into(),
             loss: Some(20.0),
@@ -656,6 +678,13 @@ mod tests {
                 n.loss_burst = Some(0.5);
             })
             .contains("from 1 to 1000")
+        );
+        assert!(
+            bad(&|n| {
+                n.loss = Some(80.0);
+                n.loss_burst = Some(2.0);
+            })
+            .contains("lose at most 66.66%")
         );
         assert!(
             bad(&|n| {

@@ -371,12 +371,11 @@ impl Conn<'_> {
     /// line after the stamp (a `latency` on top would absorb that delay).
     fn arrivals_stamped(&self, dir: Direction) -> bool {
         dir != Direction::Upstream
-            || !self.chosen.borrow().iter().any(|c| {
-                matches!(
-                    c.spec.kind,
-                    FaultKind::PacketLatency(_) | FaultKind::PacketRate(_)
-                )
-            })
+            || !self
+                .chosen
+                .borrow()
+                .iter()
+                .any(|c| crate::fault::path::is_path_fault(&c.spec.kind))
     }
 
     /// A fault-free direction splices; once a byte fault applies (now or
