@@ -1024,3 +1024,102 @@ fn match_protocol_tcp_keeps_http_faults_off_a_connection() {
         .collect();
     assert_eq!(paths, ["splice"], "{err}");
 }
+
+/// curl through `p`'s TLS listener, trusting `ca`: (exit code, stderr).
+fn curl_tls(p: &Proxy, ca: &Path, extra: &[&str]) -> (i32, String) {
+    let out = Command::new("curl")
+        .args(["-sS", "-o", "/dev/null", "--max-time", "3", "--cacert"])
+        .arg(ca)
+        .args(extra)
+        .arg(format!("https://localhost:{}/p/1", p.addr().port()))
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn tls_error_fails_the_clients_handshake_as_a_broken_server_would() {
+    if !need(&["python3", "curl"]) {
+        return;
+    }
+    let plain = Httpd::start(None);
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.pem");
+    let start = |fault: &str| {
+        Proxy::start(&[
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            &format!("127.0.0.1:{}", plain.port),
+            "--tls",
+            "--tls-ca-out",
+            &ca.display().to_string(),
+            "--fault",
+            fault,
+        ])
+    };
+    // Each failure as curl (OpenSSL) reports it: exit 60 is a certificate
+    // that failed verification, 35 a handshake that failed, 28 a timeout.
+    for (error, code, says) in [
+        ("expired", 60, "expired"),
+        ("not_yet_valid", 60, "not yet valid"),
+        ("wrong_host", 60, "no alternative certificate subject name"),
+        ("untrusted", 60, "self-signed"),
+        ("reset", 35, ""),
+        ("stall", 28, "timed out"),
+    ] {
+        let p = start(&format!("tls_error:error={error}"));
+        let (rc, err) = curl_tls(&p, &ca, &[]);
+        assert_eq!(rc, code, "{error}: {err}");
+        assert!(err.contains(says), "{error}: {err}");
+        let (_, log) = p.stop();
+        assert!(log.contains("tls_error"), "{error}: not counted\n{log}");
+    }
+    // A real client library: requests raises the verification error.
+    let p = start("tls_error:error=expired,host=localhost");
+    let code = r#"
+import sys, requests
+try:
+    requests.get(sys.argv[1], verify=sys.argv[2], timeout=5)
+    print("no error")
+except requests.exceptions.SSLError as e:
+    print("SSLError", "certificate has expired" in str(e))
+"#;
+    let url = format!("https://localhost:{}/p/1", p.addr().port());
+    let (rc, out, err) = python(code, &[&url, &ca.display().to_string()]);
+    assert_eq!((rc, out.as_str()), (0, "SSLError True\n"), "{err}");
+    // A client that verifies nothing goes on, as against such a server.
+    let (rc, err) = curl_tls(&p, &ca, &["-k"]);
+    assert_eq!(rc, 0, "{err}");
+    // Another host's connections are not touched.
+    let out = Command::new("curl")
+        .args(["-sS", "--max-time", "3", "--cacert"])
+        .arg(&ca)
+        .arg(format!("https://127.0.0.1:{}/p/1", p.addr().port()))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    drop(p);
+    // Without TLS termination it could do nothing: refused.
+    let (rc, _, err) = netchaos(&[
+        "proxy",
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        "127.0.0.1:1",
+        "--fault",
+        "tls_error",
+    ]);
+    assert_eq!(rc, 2, "{err}");
+    assert!(
+        err.contains("tls_error acts on TLS handshakes netchaos terminates"),
+        "{err}"
+    );
+}

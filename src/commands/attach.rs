@@ -105,6 +105,11 @@ pub(super) fn attach(g: &Global, args: &AttachArgs) -> Result<u8> {
     let api = ApiConfig::new(args.api.api, &args.api.access)?;
     let mut opts = args.relay.options()?;
     // HTTPS under attach needs a CA the container already trusts.
+    super::tls::check_tls_faults(
+        &plan,
+        args.tls_args.tls_ca.is_some(),
+        "give --tls-ca and --tls-key, a CA the container trusts",
+    )?;
     opts.tls = super::tls::setup(&args.tls_args, args.tls_args.tls_ca.is_some())?;
     let (path, hint, resolv) = namespace(args.pid, args.netns.as_deref())?;
     let losses = LossTable::from_plan(&plan).map_err(|e| Error::Usage(e.to_string()))?;

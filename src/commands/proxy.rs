@@ -31,6 +31,11 @@ pub(super) fn run(g: &Global, args: &ProxyArgs, m: &ArgMatches) -> Result<u8> {
     let wanted = args.tls
         || args.tls_args.tls_ca.is_some()
         || plan.proxies.iter().any(|p| p.serve_tls || p.upstream_tls);
+    super::tls::check_tls_faults(
+        &plan,
+        wanted,
+        "add --tls, or serve TLS on the listener (https://)",
+    )?;
     let tls = super::tls::setup(&args.tls_args, wanted)?;
     serve(
         &args.log,

@@ -86,6 +86,7 @@ impl RunConfig {
             (false, _) => privilege::Containment::Full,
         };
         let tls = args.tls || plan.tls_intercept;
+        super::tls::check_tls_faults(&plan, tls, "add --tls")?;
         let prepared = super::tls::prepare(&args.tls_args, tls)?;
         if tls
             && !plan

@@ -312,6 +312,7 @@ registry! {
     sse: Sse;
     http_truncate: HttpTruncate;
     http_abort: HttpAbort;
+    tls_error: TlsError;
     dns_timeout: DnsTimeout;
     dns_error: DnsError;
     dns_delay: DnsDelay;

@@ -17,6 +17,7 @@ use rustls::sign::CertifiedKey;
 use time::{Duration, OffsetDateTime};
 
 use super::TlsError;
+use crate::fault::tls_error::TlsFailure;
 
 /// Leaf certificates kept, at most (one per server name).
 const LEAVES: usize = 4096;
@@ -119,6 +120,47 @@ impl Authority {
         certified(vec![cert.der().clone(), self.cert_der.clone()], &key)
     }
 }
+
+impl Authority {
+    /// The certificate a `tls_error` fault shows for `name`: signed by the
+    /// authority but expired, not yet valid or for another name, or
+    /// trusted by nobody; `None` for failures that show no certificate.
+    /// Made for each connection (a key pair costs well under a
+    /// millisecond), never cached with the good leaves.
+    pub(crate) fn faulty_leaf(
+        &self,
+        name: &str,
+        failure: TlsFailure,
+    ) -> Result<Option<CertifiedKey>, TlsError> {
+        let now = OffsetDateTime::now_utc();
+        let mut params = match failure {
+            TlsFailure::WrongHost => leaf_params(WRONG_HOST)?,
+            TlsFailure::Untrusted => return untrusted(name).map(Some),
+            TlsFailure::Stall | TlsFailure::Reset => return Ok(None),
+            _ => leaf_params(name)?,
+        };
+        match failure {
+            TlsFailure::Expired => {
+                params.not_before = now - Duration::days(30);
+                params.not_after = now - Duration::days(1);
+            }
+            TlsFailure::NotYetValid => {
+                params.not_before = now + Duration::days(1);
+                params.not_after = now + Duration::days(30);
+            }
+            _ => {}
+        }
+        let key = KeyPair::generate().map_err(TlsError::generate)?;
+        let cert = params
+            .signed_by(&key, &self.issuer)
+            .map_err(TlsError::generate)?;
+        certified(vec![cert.der().clone(), self.cert_der.clone()], &key).map(Some)
+    }
+}
+
+/// The one name a `wrong_host` certificate holds (`.invalid` is reserved:
+/// no real host has it).
+pub(crate) const WRONG_HOST: &str = "wrong-host.netchaos.invalid";
 
 /// A certificate for `name` that no client trusts (self-signed by a key
 /// made for it): what a client is shown when the upstream's own

@@ -154,6 +154,16 @@ impl Tls {
             authority::untrusted(name).map(Arc::new)
         }
         .map_err(io::Error::other)?;
+        self.accept_showing(sock, key, hello).await
+    }
+
+    /// Completes the client's handshake showing `key`'s certificate.
+    pub(crate) async fn accept_showing<S: AsyncRead + AsyncWrite + Unpin>(
+        &self,
+        sock: S,
+        key: Arc<CertifiedKey>,
+        hello: &Hello,
+    ) -> io::Result<server::TlsStream<S>> {
         let mut config = ServerConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()
             .map_err(io::Error::other)?

@@ -16,7 +16,8 @@ use tokio::net::TcpStream;
 
 use super::{Conn, run_pair, teardown};
 use crate::events::Outcome;
-use crate::fault::{Chosen, Direction, Layer};
+use crate::fault::tls_error::TlsFailure;
+use crate::fault::{Chosen, Direction, FaultKind, Layer};
 use crate::http::exchange::{self, Exchange};
 use crate::plan::Protocol;
 use crate::relay::peer::{Sink, TcpRef};
@@ -39,6 +40,16 @@ impl EndpointTls {
     pub(crate) fn is_plain(&self) -> bool {
         !self.serve && self.upstream.is_none()
     }
+}
+
+/// What a `tls_error` fault shows a TLS client.
+enum Shown {
+    /// No fault: the authority's good certificate.
+    Good,
+    /// A certificate the client should refuse.
+    Bad(Arc<rustls::sign::CertifiedKey>),
+    /// No certificate: silence or an RST.
+    Silent(TlsFailure),
 }
 
 /// What a connection turned out to carry.
@@ -132,6 +143,15 @@ impl Conn<'_> {
                     return None;
                 }
                 let name = server_name(&hello, client, if ep.serve { None } else { dst });
+                // A `tls_error` fault: the handshake fails as against a
+                // broken server (a client that verifies nothing goes on).
+                let shown = match self.tls_fault(&tls, &name) {
+                    Shown::Good => None,
+                    Shown::Silent(failure) => {
+                        return Some(self.tls_silent(client, upstream, failure).await);
+                    }
+                    Shown::Bad(key) => Some(key),
+                };
                 let up = if ep.serve && ep.upstream.is_none() {
                     Side::plain(upstream)
                 } else {
@@ -146,8 +166,20 @@ impl Conn<'_> {
                         }
                     }
                 };
-                let session = match tls.accept(TcpRef(client), &name, &hello, true).await {
+                let faulted = shown.is_some();
+                let accepted = match shown {
+                    Some(key) => tls.accept_showing(TcpRef(client), key, &hello).await,
+                    None => tls.accept(TcpRef(client), &name, &hello, true).await,
+                };
+                let session = match accepted {
                     Ok(s) => s,
+                    // The client refused the certificate it was shown, as
+                    // the fault meant it to.
+                    Err(e) if faulted => {
+                        tracing::debug!("TLS client refused the faulty certificate: {e}");
+                        sockopt::set_linger_zero(upstream);
+                        return Some((Outcome::Closed, [0, 0]));
+                    }
                     Err(e) => {
                         tracing::debug!("TLS handshake with the client failed: {e}");
                         sockopt::set_linger_zero(client);
@@ -212,6 +244,48 @@ impl Conn<'_> {
                 None
             }
         }
+    }
+
+    /// What this connection's `tls_error` fault (the first that applies to
+    /// `name`) shows the client; the fault is counted when it acts.
+    fn tls_fault(&self, tls: &Tls, name: &str) -> Shown {
+        let chosen = self.chosen.borrow().clone();
+        let Some((c, failure)) = chosen.iter().find_map(|c| match &c.spec.kind {
+            FaultKind::TlsError(t) if t.applies_to(name) => Some((c, t.failure())),
+            _ => None,
+        }) else {
+            return Shown::Good;
+        };
+        let shown = match tls.authority().faulty_leaf(name, failure) {
+            Ok(Some(key)) => Shown::Bad(Arc::new(key)),
+            Ok(None) => Shown::Silent(failure),
+            Err(e) => {
+                tracing::warn!("tls_error: cannot make the certificate for {name:?}: {e}");
+                return Shown::Good;
+            }
+        };
+        self.hit(c, None).fire();
+        shown
+    }
+
+    /// A `tls_error` that shows no certificate: an RST once the hello is
+    /// in, or silence until the client gives up (its handshake timeout).
+    async fn tls_silent(
+        &self,
+        client: &TcpStream,
+        upstream: &TcpStream,
+        failure: TlsFailure,
+    ) -> (Outcome, [u64; 2]) {
+        let _ = self.path.set("https");
+        sockopt::set_linger_zero(upstream);
+        if failure == TlsFailure::Reset {
+            sockopt::set_linger_zero(client);
+            return (Outcome::Reset, [0, 0]);
+        }
+        // Read and dropped: the hello, and whatever the client sends until
+        // it closes (netchaos stopping ends this too).
+        let _ = tokio::io::copy(&mut TcpRef(client), &mut tokio::io::sink()).await;
+        (Outcome::Closed, [0, 0])
     }
 
     async fn tls_upstream<'a>(
