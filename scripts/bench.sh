@@ -156,14 +156,19 @@ gbps() { # ADDR: a relay may still be closing the last test's connections
 }
 
 declare -A G P50 P99 CPS
+# Each round starts one relay later: connections left in TIME_WAIT by a
+# round's setup measurements slow the ones after them (a longer port
+# search in connect()), and no relay should always come last.
+ORDER=("${RELAYS[@]}")
 for r in $(seq "$ROUNDS"); do
-  echo "peers round $r/$ROUNDS: ${RELAYS[*]}" >&2
-  for n in "${RELAYS[@]}"; do
+  echo "peers round $r/$ROUNDS: ${ORDER[*]}" >&2
+  for n in "${ORDER[@]}"; do
     G[$n]+=" $(gbps "${TP[$n]}")"
     read -r a b < <("$BC" rtt "${RT[$n]}" "$RTT_N")
     P50[$n]+=" $a" P99[$n]+=" $b"
     [ "$n" != userspace ] && CPS[$n]+=" $("$BC" connrate "${RT[$n]}" 2 2)"
   done
+  ORDER=("${ORDER[@]:1}" "${ORDER[0]}")
 done
 LOAD1=$(cut -d' ' -f1-3 /proc/loadavg)
 for n in "${RELAYS[@]}"; do
@@ -320,7 +325,7 @@ exec {HTTPD[1]}>&-
   echo
   echo "Load average (1, 5, 15 min) before the peer rounds: $LOAD0; after: $LOAD1."
   echo
-  echo "### Side by side (interleaved rounds: ${RELAYS[*]}; medians of $ROUNDS)"
+  echo "### Side by side (interleaved rounds: ${RELAYS[*]}, each round starting one relay later; medians of $ROUNDS)"
   echo
   echo "Round trips: $RTT_N 64-byte echoes per round (p99 of each round, then"
   echo "the median of rounds). Setup: connect + 1-byte echo + close, 2 clients, 2 s."
