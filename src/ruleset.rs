@@ -241,7 +241,7 @@ impl ConnFaults {
                 let (keep, seed) =
                     plan::draw(self.seed, rule.key, f.id, self.seq, f.spec.probability);
                 // HTTP faults draw per request (the HTTP layer's), not here.
-                let per_request = f.spec.kind.layer() == crate::fault::Layer::Http;
+                let per_request = f.spec.kind.info().per_request();
                 if (keep || per_request) && !f.spec.active.is_over(elapsed) {
                     out.push(Chosen {
                         id: plan::mix(0, rule.key, f.id),

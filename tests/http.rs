@@ -1078,6 +1078,12 @@ fn tls_error_fails_the_clients_handshake_as_a_broken_server_would() {
         let (_, log) = p.stop();
         assert!(log.contains("tls_error"), "{error}: not counted\n{log}");
     }
+    // Drawn per connection, and only inside its window.
+    for fault in ["tls_error:probability=0", "tls_error:active=1h.."] {
+        let p = start(fault);
+        let (rc, err) = curl_tls(&p, &ca, &[]);
+        assert_eq!(rc, 0, "{fault}: {err}");
+    }
     // A real client library: requests raises the verification error.
     let p = start("tls_error:error=expired,host=localhost");
     let code = r#"
@@ -1091,6 +1097,20 @@ except requests.exceptions.SSLError as e:
     let url = format!("https://localhost:{}/p/1", p.addr().port());
     let (rc, out, err) = python(code, &[&url, &ca.display().to_string()]);
     assert_eq!((rc, out.as_str()), (0, "SSLError True\n"), "{err}");
+    // A client offering only h2 (gRPC's way) is shown it too.
+    let h2 = r#"
+import socket, ssl, sys
+ctx = ssl.create_default_context(cafile=sys.argv[2])
+ctx.set_alpn_protocols(["h2"])
+try:
+    ctx.wrap_socket(socket.create_connection(("localhost", int(sys.argv[1])), timeout=5), server_hostname="localhost")
+    print("no error")
+except ssl.SSLCertVerificationError as e:
+    print("refused", "certificate has expired" in str(e))
+"#;
+    let port = p.addr().port().to_string();
+    let (rc, out, err) = python(h2, &[&port, &ca.display().to_string()]);
+    assert_eq!((rc, out.as_str()), (0, "refused True\n"), "{err}");
     // A client that verifies nothing goes on, as against such a server.
     let (rc, err) = curl_tls(&p, &ca, &["-k"]);
     assert_eq!(rc, 0, "{err}");

@@ -177,6 +177,11 @@ pub(super) fn in_place(g: &Global, args: &RunArgs) -> Result<u8> {
     let resolvers = resolvers(args.resolv_conf.as_deref(), Path::new("/etc/resolv.conf"))?;
     let losses = LossTable::from_plan(&plan).map_err(|e| Error::Usage(e.to_string()))?;
     no_path_faults(&plan, "run --in-place")?;
+    super::tls::check_tls_faults(
+        &plan,
+        false,
+        "`run --in-place` terminates no TLS; use `netchaos run --tls -- CMD`, or `attach --tls-ca`",
+    )?;
     attach::check_privileges(Mode::InPlace.command(), Mode::InPlace).map_err(Error::runtime)?;
     let recording = open_events(&args.log)?;
     let events = recording.events.clone();

@@ -73,7 +73,7 @@ pub(crate) fn faults(only: Option<&str>) -> Result<u8> {
             .iter()
             .map(|(p, form, meaning)| (*p, format!("{meaning} ({form})")))
             .collect();
-        if k.layer == crate::fault::Layer::Http {
+        if k.per_request() {
             params.extend(
                 crate::fault::http_match::PARAMS
                     .iter()

@@ -58,6 +58,11 @@ pub(super) fn server(g: &Global, args: &ServerArgs) -> Result<u8> {
         return Ok(0);
     }
     let plan = profile::build_plan(&args.faults.profiles, &args.faults.faults, g.seed)?;
+    super::tls::check_tls_faults(
+        &plan,
+        false,
+        "`netchaos server` terminates no TLS; use `netchaos proxy --tls`",
+    )?;
     let api = match (&args.api, &args.host, args.port) {
         (Some(addr), _, _) => ApiConfig::new(Some(*addr), &args.access)?,
         // toxiproxy-server's -host/-port: any host, token or not.

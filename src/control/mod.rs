@@ -120,6 +120,7 @@ impl Control {
         Some(model::Scope {
             connect_ok: self.reach != Reach::Proxy && transparent,
             path_ok: self.reach == Reach::Namespace && transparent,
+            tls_ok: self.relay.opts.tls.is_some(),
             files: self.files.clone(),
         })
     }

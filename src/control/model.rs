@@ -65,6 +65,8 @@ pub(crate) struct Scope {
     /// The packet delay line (`packet_latency`, `packet_rate`, bursty
     /// `loss`): netchaos's own namespace only.
     pub path_ok: bool,
+    /// netchaos terminates TLS (`tls_error` has handshakes to fail).
+    pub tls_ok: bool,
     pub files: FilePolicy,
 }
 
@@ -78,6 +80,10 @@ fn not_at_run_time(kind: &FaultKind, scope: &Scope) -> Option<&'static str> {
             "loss is installed with the namespace's packet rules when netchaos starts: \
              give it with --fault or a profile (the API can remove it, not add or change it; \
              one with burst above 1 is the packet delay line's, and can be added under run)",
+        ),
+        FaultKind::TlsError(_) if !scope.tls_ok => Some(
+            "tls_error acts on TLS handshakes netchaos terminates, and this netchaos terminates none: \
+             start it with --tls",
         ),
         k if crate::fault::path::is_path_fault(k) && !scope.path_ok => Some(
             "the packet delay line exists in netchaos run's own namespace only: \
@@ -546,6 +552,7 @@ mod tests {
         Scope {
             connect_ok: true,
             path_ok: true,
+            tls_ok: true,
             files: FilePolicy::Nowhere,
         }
     }
@@ -713,6 +720,19 @@ mod tests {
             build(blackout, &attached).is_ok(),
             "blackout works attached"
         );
+        // Bursty loss is the delay line's: addable where it exists.
+        let bursty = json!({"type": "loss", "attributes": {"percent": 10, "burst": 4}});
+        assert!(build(bursty.clone(), &any()).is_ok());
+        assert!(build(bursty, &attached).is_err());
+        // tls_error only where netchaos terminates TLS.
+        let tls = json!({"type": "tls_error", "attributes": {"error": "expired"}});
+        assert!(build(tls.clone(), &any()).is_ok());
+        let plain = Scope {
+            tls_ok: false,
+            ..any()
+        };
+        let e = build(tls, &plain).unwrap_err();
+        assert!(e.message.contains("--tls"), "{e:?}");
     }
 
     #[test]

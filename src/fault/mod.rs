@@ -223,6 +223,15 @@ pub(crate) struct KindInfo {
     pub params: &'static [(&'static str, &'static str, &'static str)],
 }
 
+impl KindInfo {
+    /// Whether it acts on each HTTP request (drawn per request, with the
+    /// request-matching parameters); `tls_error`, on the connection's
+    /// handshake, is drawn once per connection.
+    pub(crate) fn per_request(&self) -> bool {
+        self.layer == Layer::Http && self.name != "tls_error"
+    }
+}
+
 /// One fault kind: its declaration, parser, parameters and behaviour.
 pub(crate) trait Kind: Sized {
     const INFO: KindInfo;

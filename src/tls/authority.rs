@@ -135,7 +135,9 @@ impl Authority {
         let now = OffsetDateTime::now_utc();
         let mut params = match failure {
             TlsFailure::WrongHost => leaf_params(WRONG_HOST)?,
-            TlsFailure::Untrusted => return untrusted(name).map(Some),
+            TlsFailure::Untrusted => {
+                return self_signed(name, "netchaos: tls_error untrusted").map(Some);
+            }
             TlsFailure::Stall | TlsFailure::Reset => return Ok(None),
             _ => leaf_params(name)?,
         };
@@ -166,12 +168,16 @@ pub(crate) const WRONG_HOST: &str = "wrong-host.netchaos.invalid";
 /// made for it): what a client is shown when the upstream's own
 /// certificate failed verification, so that it fails as it would have.
 pub(crate) fn untrusted(name: &str) -> Result<CertifiedKey, TlsError> {
+    self_signed(name, "netchaos: upstream certificate rejected")
+}
+
+/// A self-signed certificate for `name`, its organisation saying why.
+fn self_signed(name: &str, why: &str) -> Result<CertifiedKey, TlsError> {
     let key = KeyPair::generate().map_err(TlsError::generate)?;
     let mut params = leaf_params(name)?;
-    params.distinguished_name.push(
-        DnType::OrganizationName,
-        "netchaos: upstream certificate rejected",
-    );
+    params
+        .distinguished_name
+        .push(DnType::OrganizationName, why);
     let cert = params.self_signed(&key).map_err(TlsError::generate)?;
     certified(vec![cert.der().clone()], &key)
 }

@@ -154,24 +154,41 @@ impl Tls {
             authority::untrusted(name).map(Arc::new)
         }
         .map_err(io::Error::other)?;
-        self.accept_showing(sock, key, hello).await
+        self.serve(sock, key, hello.offers_alpn().then(|| HTTP11.to_vec()))
+            .await
     }
 
-    /// Completes the client's handshake showing `key`'s certificate.
+    /// Completes the client's handshake showing `key`'s certificate (a
+    /// faulty one: the client's first protocol is agreed to, so that even
+    /// a client offering only h2 gets as far as refusing it).
     pub(crate) async fn accept_showing<S: AsyncRead + AsyncWrite + Unpin>(
         &self,
         sock: S,
         key: Arc<CertifiedKey>,
         hello: &Hello,
     ) -> io::Result<server::TlsStream<S>> {
+        let alpn = if hello.speaks_http1() {
+            hello.offers_alpn().then(|| HTTP11.to_vec())
+        } else {
+            hello.alpn.first().cloned()
+        };
+        self.serve(sock, key, alpn).await
+    }
+
+    /// The handshake with `key`, agreeing to `alpn` when the client offers
+    /// protocols.
+    async fn serve<S: AsyncRead + AsyncWrite + Unpin>(
+        &self,
+        sock: S,
+        key: Arc<CertifiedKey>,
+        alpn: Option<Vec<u8>>,
+    ) -> io::Result<server::TlsStream<S>> {
         let mut config = ServerConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()
             .map_err(io::Error::other)?
             .with_no_client_auth()
             .with_cert_resolver(Arc::new(Fixed(key)));
-        if hello.offers_alpn() {
-            config.alpn_protocols = vec![HTTP11.to_vec()];
-        }
+        config.alpn_protocols = alpn.into_iter().collect();
         TlsAcceptor::from(Arc::new(config)).accept(sock).await
     }
 }

@@ -138,26 +138,62 @@ impl Conn<'_> {
             }
             Carries::Tls(hello) => {
                 let tls = tls?;
-                if !hello.speaks_http1() {
-                    tracing::debug!("TLS client offers no HTTP/1.1 (ALPN): relayed as bytes");
-                    return None;
-                }
                 let name = server_name(&hello, client, if ep.serve { None } else { dst });
                 // A `tls_error` fault: the handshake fails as against a
-                // broken server (a client that verifies nothing goes on).
-                let shown = match self.tls_fault(&tls, &name) {
+                // broken server, before the upstream is spoken to (its
+                // own TLS could only fail in other ways, or be slow).
+                let faulty = match self.tls_fault(&tls, &name) {
                     Shown::Good => None,
                     Shown::Silent(failure) => {
                         return Some(self.tls_silent(client, upstream, failure).await);
                     }
-                    Shown::Bad(key) => Some(key),
+                    Shown::Bad(key) => {
+                        match tls.accept_showing(TcpRef(client), key, &hello).await {
+                            // The client refused the certificate, as meant.
+                            Err(e) => {
+                                tracing::debug!("TLS client refused the faulty certificate: {e}");
+                                let _ = self.path.set("https");
+                                sockopt::set_linger_zero(upstream);
+                                return Some((Outcome::Closed, [0, 0]));
+                            }
+                            // It verifies nothing: on, as against such a server
+                            // (unless it chose a protocol netchaos cannot speak).
+                            Ok(s)
+                                if s.get_ref()
+                                    .1
+                                    .alpn_protocol()
+                                    .is_some_and(|p| p != tls::HTTP11) =>
+                            {
+                                let _ = self.path.set("https");
+                                sockopt::set_linger_zero(upstream);
+                                return Some((Outcome::Closed, [0, 0]));
+                            }
+                            Ok(s) => Some(s),
+                        }
+                    }
                 };
+                if faulty.is_none() && !hello.speaks_http1() {
+                    tracing::debug!("TLS client offers no HTTP/1.1 (ALPN): relayed as bytes");
+                    return None;
+                }
                 let up = if ep.serve && ep.upstream.is_none() {
                     Side::plain(upstream)
                 } else {
                     let up_name = ep.upstream.clone().unwrap_or_else(|| name.clone());
                     match self.tls_upstream(upstream, &up_name).await {
                         Ok(s) => s,
+                        // The client's handshake is done: it can only be
+                        // closed (what a server whose backend is gone does).
+                        Err(e) if faulty.is_some() => {
+                            self.relay.events.relay_error(
+                                self.info,
+                                "upstream_tls_failed",
+                                &format!("TLS to {up_name}: {e}"),
+                            );
+                            let _ = self.path.set("https");
+                            sockopt::set_linger_zero(upstream);
+                            return Some((Outcome::Closed, [0, 0]));
+                        }
                         Err(e) => {
                             return Some(
                                 self.refuse_tls(&tls, client, upstream, &name, &hello, &e)
@@ -166,26 +202,17 @@ impl Conn<'_> {
                         }
                     }
                 };
-                let faulted = shown.is_some();
-                let accepted = match shown {
-                    Some(key) => tls.accept_showing(TcpRef(client), key, &hello).await,
-                    None => tls.accept(TcpRef(client), &name, &hello, true).await,
-                };
-                let session = match accepted {
-                    Ok(s) => s,
-                    // The client refused the certificate it was shown, as
-                    // the fault meant it to.
-                    Err(e) if faulted => {
-                        tracing::debug!("TLS client refused the faulty certificate: {e}");
-                        sockopt::set_linger_zero(upstream);
-                        return Some((Outcome::Closed, [0, 0]));
-                    }
-                    Err(e) => {
-                        tracing::debug!("TLS handshake with the client failed: {e}");
-                        sockopt::set_linger_zero(client);
-                        sockopt::set_linger_zero(upstream);
-                        return Some((Outcome::Reset, [0, 0]));
-                    }
+                let session = match faulty {
+                    Some(s) => s,
+                    None => match tls.accept(TcpRef(client), &name, &hello, true).await {
+                        Ok(s) => s,
+                        Err(e) => {
+                            tracing::debug!("TLS handshake with the client failed: {e}");
+                            sockopt::set_linger_zero(client);
+                            sockopt::set_linger_zero(upstream);
+                            return Some((Outcome::Reset, [0, 0]));
+                        }
+                    },
                 };
                 (Side::tls(session, client), up, hello.server_name, "https")
             }
@@ -237,7 +264,17 @@ impl Conn<'_> {
     ) -> Option<Side<'s>> {
         let hello = tls::hello::peek(client).await?;
         let name = server_name(&hello, client, dst);
-        match tls.accept(TcpRef(client), &name, &hello, true).await {
+        let accepted = match self.tls_fault(tls, &name) {
+            Shown::Good => tls.accept(TcpRef(client), &name, &hello, true).await,
+            Shown::Bad(key) => tls.accept_showing(TcpRef(client), key, &hello).await,
+            Shown::Silent(failure) => {
+                if failure == TlsFailure::Stall {
+                    let _ = tokio::io::copy(&mut TcpRef(client), &mut tokio::io::sink()).await;
+                }
+                return None;
+            }
+        };
+        match accepted {
             Ok(s) => Some(Side::tls(s, client)),
             Err(e) => {
                 tracing::debug!("TLS handshake with the client failed: {e}");
@@ -250,8 +287,11 @@ impl Conn<'_> {
     /// `name`) shows the client; the fault is counted when it acts.
     fn tls_fault(&self, tls: &Tls, name: &str) -> Shown {
         let chosen = self.chosen.borrow().clone();
+        let now = self.relay.epoch.elapsed();
         let Some((c, failure)) = chosen.iter().find_map(|c| match &c.spec.kind {
-            FaultKind::TlsError(t) if t.applies_to(name) => Some((c, t.failure())),
+            FaultKind::TlsError(t) if t.applies_to(name) && c.spec.active.contains(now) => {
+                Some((c, t.failure()))
+            }
             _ => None,
         }) else {
             return Shown::Good;
