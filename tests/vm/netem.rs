@@ -348,9 +348,12 @@ fn dst_filter() -> Outcome {
     let (p4, p6) = (p50s(&v4), p50s(&v6));
     s.clear()?;
     let _ = sh("ip addr del fd00::2/128 dev lo");
-    in_range("to 127.0.0.2 (ms)", p4[0], 45.0, 115.0)?;
+    // The matches cross the delay both ways through `lo` (about 100 ms):
+    // the same upper bound as the plain delay's p50 (emulation adds its
+    // own milliseconds; one run measured 116.5); the rest stays near 0.
+    in_range("to 127.0.0.2 (ms)", p4[0], 45.0, 125.0)?;
     in_range("to 127.0.0.1 (ms)", p4[1], 0.0, 10.0)?;
-    in_range("to fd00::2 (ms)", p6[0], 45.0, 115.0)?;
+    in_range("to fd00::2 (ms)", p6[0], 45.0, 125.0)?;
     in_range("to ::1 (ms)", p6[1], 0.0, 10.0)?;
     Ok(format!(
         "--dst 127.0.0.2 and fd00::2: {:.1} and {:.1} ms; other addresses {:.2} and {:.2} ms",
