@@ -18,7 +18,7 @@
 //! What to do:
 //!
 //! * `fault` — the fault kinds, one file each, registered in one place, in
-//!   layers (connect, stream, packet, http, dns); stream faults are pipeline stages
+//!   layers (connect, stream, packet, http, tls, dns); stream faults are pipeline stages
 //!   that know no socket; connect-phase decisions are pure functions
 //!   (`fault::connect`).
 //! * `plan` — validated rules: matches, faults, explicit proxies, the seed.

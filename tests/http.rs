@@ -1040,6 +1040,97 @@ fn curl_tls(p: &Proxy, ca: &Path, extra: &[&str]) -> (i32, String) {
     )
 }
 
+/// A `tls_error` stall holds the handshake only while its fault lasts:
+/// removed through the API, or at the end of its window, the connection
+/// is closed (the hello is gone), so the client fails at once rather than
+/// at its own timeout.
+#[test]
+fn a_stalled_tls_handshake_ends_when_its_fault_does() {
+    if !need(&["curl"]) {
+        return;
+    }
+    let plain = Httpd::start(None);
+    let dir = tempfile::tempdir().unwrap();
+    let ca = dir.path().join("ca.pem");
+    let up = format!("127.0.0.1:{}", plain.port);
+    let ca_out = ca.display().to_string();
+    let base = [
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        &up,
+        "--tls",
+        "--tls-ca-out",
+        &ca_out,
+    ];
+    // curl's own limit is far off: exit 28 would mean the stall went on.
+    let curl = |p: &Proxy| {
+        Command::new("curl")
+            .args(["-sS", "-o", "/dev/null", "--max-time", "60", "--cacert"])
+            .arg(&ca)
+            .arg(format!("https://localhost:{}/p/1", p.addr().port()))
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let ended = |c: std::process::Child| {
+        let out = c.wait_with_output().unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+
+    // Removed through the API while the client waits.
+    let mut args = vec!["--api", "127.0.0.1:0", "--name", "given"];
+    args.extend_from_slice(&base);
+    let p = Proxy::start(&args);
+    let u = p.url();
+    let (st, v) = http(
+        "POST",
+        &format!("{u}/proxies/given/toxics"),
+        Some(r#"{"name": "hs", "type": "tls_error", "attributes": {"error": "stall"}}"#),
+        &[],
+    );
+    assert_eq!(st, 200, "{v}");
+    let c = curl(&p);
+    // The fault is counted when it acts: then the handshake is held.
+    let counted = || {
+        let (_, m) = http("GET", &format!("{u}/metrics"), None, &[]);
+        m.as_str().unwrap_or_default().lines().any(|l| {
+            l.starts_with("netchaos_faults_injected_total{")
+                && l.contains("fault=\"tls_error\"")
+                && !l.ends_with(" 0")
+        })
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !counted() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the stall never acted"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (st, v) = http("DELETE", &format!("{u}/proxies/given/toxics/hs"), None, &[]);
+    assert_eq!(st, 204, "{v}");
+    let (rc, err) = ended(c);
+    assert_eq!(
+        rc, 35,
+        "closed when removed, not held to curl's timeout: {err}"
+    );
+    // A new connection is not touched.
+    let (rc, err) = curl_tls(&p, &ca, &[]);
+    assert_eq!(rc, 0, "{err}");
+    drop(p);
+
+    // Its window closes while the client waits.
+    let mut args = base.to_vec();
+    args.extend_from_slice(&["--fault", "tls_error:error=stall,active=..3s"]);
+    let p = Proxy::start(&args);
+    let (rc, err) = ended(curl(&p));
+    assert_eq!(rc, 35, "closed with its window: {err}");
+}
+
 #[test]
 fn tls_error_fails_the_clients_handshake_as_a_broken_server_would() {
     if !need(&["python3", "curl"]) {

@@ -95,7 +95,7 @@ impl RunConfig {
                 .flat_map(|r| &r.faults)
                 // (A `respond` reply is answered inside TLS too.)
                 .any(|f| {
-                    f.kind.layer() == crate::fault::Layer::Http
+                    f.kind.info().needs_http_layer()
                         || matches!(f.kind, crate::fault::FaultKind::Respond(_))
                 })
             && args.api.api.is_none()

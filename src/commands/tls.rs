@@ -101,24 +101,26 @@ impl Prepared {
     }
 }
 
-/// [`prepare`] and [`Prepared::build`] at once (commands without a fork).
-/// A `tls_error` fault acts only where netchaos terminates TLS: without
-/// it (`wanted` false) the fault would do nothing, so it is refused, with
-/// `how` to turn TLS on.
+/// A TLS-layer fault (`tls_error`) acts only where netchaos terminates
+/// TLS: without it (`wanted` false) the fault would do nothing, so it is
+/// refused, with `how` to turn TLS on.
 pub(super) fn check_tls_faults(plan: &crate::plan::Plan, wanted: bool, how: &str) -> Result<()> {
     let found = plan
         .rules
         .iter()
         .flat_map(|r| &r.faults)
-        .any(|f| matches!(f.kind, crate::fault::FaultKind::TlsError(_)));
-    if found && !wanted {
+        .find(|f| f.kind.layer() == crate::fault::Layer::Tls);
+    if let Some(f) = found.filter(|_| !wanted) {
         return Err(Error::Usage(format!(
-            "tls_error acts on TLS handshakes netchaos terminates: {how}"
+            "{} acts on {}: {how}",
+            f.name(),
+            crate::fault::Layer::Tls.acts_on()
         )));
     }
     Ok(())
 }
 
+/// [`prepare`] and [`Prepared::build`] at once (commands without a fork).
 pub(super) fn setup(args: &TlsArgs, wanted: bool) -> Result<Option<Arc<Tls>>> {
     prepare(args, wanted)?.map(Prepared::build).transpose()
 }

@@ -19,7 +19,7 @@ use axum::http::StatusCode;
 use serde_json::{Map, Value, json};
 
 use super::gojson;
-use crate::fault::{self, FaultKind, FaultSpec, KindInfo, Stream};
+use crate::fault::{self, FaultKind, FaultSpec, KindInfo, Layer, Stream};
 use crate::ruleset::FaultEntry;
 use crate::settings::Fields;
 use crate::settings::files::FilePolicy;
@@ -81,8 +81,8 @@ fn not_at_run_time(kind: &FaultKind, scope: &Scope) -> Option<&'static str> {
              give it with --fault or a profile (the API can remove it, not add or change it; \
              one with burst above 1 is the packet delay line's, and can be added under run)",
         ),
-        FaultKind::TlsError(_) if !scope.tls_ok => Some(
-            "tls_error acts on TLS handshakes netchaos terminates, and this netchaos terminates none: \
+        k if k.layer() == Layer::Tls && !scope.tls_ok => Some(
+            "it acts on TLS handshakes netchaos terminates, and this netchaos terminates none: \
              start it with --tls",
         ),
         k if crate::fault::path::is_path_fault(k) && !scope.path_ok => Some(

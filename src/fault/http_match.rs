@@ -30,7 +30,7 @@ pub(crate) struct RequestView<'a> {
 pub(crate) struct RequestMatch {
     methods: Vec<String>,
     path: Option<Pattern>,
-    host: Option<Pattern>,
+    host: Option<HostPattern>,
     headers: Vec<(String, Pattern)>,
     /// (dotted path into the JSON body, pattern of its value).
     body: Vec<(String, Pattern)>,
@@ -64,6 +64,32 @@ impl Pattern {
     }
 }
 
+/// A host glob: case-insensitive, with or without the port, and without
+/// the trailing dot of a fully qualified name. Shared with `tls_error`,
+/// whose `host` names the TLS server name the same way.
+#[derive(Debug, Clone)]
+pub(crate) struct HostPattern(Pattern);
+
+impl HostPattern {
+    pub(crate) fn new(text: &str) -> HostPattern {
+        HostPattern(Pattern::new(&text.to_ascii_lowercase()))
+    }
+
+    /// The pattern as written (lowercased).
+    pub(crate) fn text(&self) -> &str {
+        &self.0.text
+    }
+
+    /// Whether `host` (`name`, `name:port`, `name.`) matches.
+    pub(crate) fn matches(&self, host: &str) -> bool {
+        let h = host.to_ascii_lowercase();
+        let name = h.rsplit_once(':').map_or(h.as_str(), |(n, _)| n);
+        [h.as_str(), name]
+            .iter()
+            .any(|x| self.0.matches(x) || self.0.matches(x.trim_end_matches('.')))
+    }
+}
+
 impl RequestMatch {
     /// Reads `method`, `path`, `host`, `header`, `body`, `first` and `every`.
     pub(crate) fn parse(f: &mut Fields) -> Result<RequestMatch, ProfileError> {
@@ -75,9 +101,7 @@ impl RequestMatch {
                 .map(|n| node_text(n).to_ascii_uppercase())
                 .collect(),
             path: f.string("path")?.map(|p| Pattern::new(&p)),
-            host: f
-                .string("host")?
-                .map(|h| Pattern::new(&h.to_ascii_lowercase())),
+            host: f.string("host")?.map(|h| HostPattern::new(&h)),
             ..RequestMatch::default()
         };
         if let Some(node) = f.take("header") {
@@ -220,13 +244,10 @@ impl RequestMatch {
             && self.path.as_ref().is_none_or(|p| {
                 p.matches(r.path) || p.matches(r.path.split('?').next().unwrap_or(""))
             })
-            && self.host.as_ref().is_none_or(|p| {
-                r.host.is_some_and(|h| {
-                    let h = h.to_ascii_lowercase();
-                    // With or without the port.
-                    p.matches(&h) || p.matches(h.rsplit_once(':').map_or(h.as_str(), |(n, _)| n))
-                })
-            })
+            && self
+                .host
+                .as_ref()
+                .is_none_or(|p| r.host.is_some_and(|h| p.matches(h)))
             && self.headers.iter().all(|(name, p)| header_matches(name, p))
             && self.body.iter().all(|(path, p)| {
                 r.body
@@ -248,7 +269,7 @@ impl RequestMatch {
             p.push(("path", x.text.clone()));
         }
         if let Some(x) = &self.host {
-            p.push(("host", x.text.clone()));
+            p.push(("host", x.text().to_string()));
         }
         for (k, v) in &self.headers {
             p.push(("header", format!("{k}: {}", v.text)));

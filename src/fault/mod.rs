@@ -13,9 +13,13 @@
 //! Connect-layer faults (`refuse`, `connect_timeout`, `connect_delay`) act on
 //! the client's SYN, decided by [`connect`] (pure: the caller brings the
 //! clock), and packet-layer ones (`loss`, `blackout`, `packet_latency`,
-//! `packet_rate`, the last two and bursty `loss` through [`path`]) on the packets of the flow; both need interception (`netchaos run`, `attach`, `--in-place`),
-//! whose SYN gate and nftables table carry them out. DNS-layer ones act on
-//! the namespace's queries in its DNS forwarder ([`crate::dns`]).
+//! `packet_rate`, the last two and bursty `loss` through [`path`]) on the
+//! packets of the flow; both need interception (`netchaos run`, `attach`,
+//! `--in-place`), whose SYN gate and nftables table carry them out.
+//! HTTP-layer ones act on each request in [`crate::http`]; the TLS-layer
+//! one (`tls_error`) on the handshakes netchaos terminates, once per
+//! connection. DNS-layer ones act on the namespace's queries in its DNS
+//! forwarder ([`crate::dns`]).
 
 pub(crate) mod connect;
 pub(crate) mod dns_match;
@@ -105,6 +109,9 @@ pub(crate) enum Layer {
     /// On each HTTP request and its response (keep-alive connections
     /// included; HTTPS through the run's CA).
     Http,
+    /// On the client's TLS handshake, once per connection (HTTPS that
+    /// netchaos terminates).
+    Tls,
     /// On each DNS query of the namespace (UDP and TCP port 53), in the
     /// forwarder: resolution fails, waits or answers wrongly.
     Dns,
@@ -117,6 +124,7 @@ impl Layer {
             Layer::Stream => "stream",
             Layer::Packet => "packet",
             Layer::Http => "http",
+            Layer::Tls => "tls",
             Layer::Dns => "dns",
         }
     }
@@ -134,6 +142,7 @@ impl Layer {
             Layer::Stream => "the bytes",
             Layer::Packet => "packets",
             Layer::Http => "HTTP requests",
+            Layer::Tls => "TLS handshakes netchaos terminates",
             Layer::Dns => "DNS queries",
         }
     }
@@ -225,10 +234,15 @@ pub(crate) struct KindInfo {
 
 impl KindInfo {
     /// Whether it acts on each HTTP request (drawn per request, with the
-    /// request-matching parameters); `tls_error`, on the connection's
-    /// handshake, is drawn once per connection.
+    /// request-matching parameters), not once per connection.
     pub(crate) fn per_request(&self) -> bool {
-        self.layer == Layer::Http && self.name != "tls_error"
+        self.layer == Layer::Http
+    }
+
+    /// Whether it needs the connection through the HTTP layer (HTTP
+    /// parsed, or TLS terminated).
+    pub(crate) fn needs_http_layer(&self) -> bool {
+        matches!(self.layer, Layer::Http | Layer::Tls)
     }
 }
 

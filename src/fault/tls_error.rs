@@ -9,6 +9,7 @@
 //! upstream is never spoken to over TLS. Needs TLS termination (`--tls`, or
 //! a listener serving TLS).
 
+use super::http_match::HostPattern;
 use super::{Kind, KindInfo, Layer, Stream};
 use crate::settings::{Fields, ProfileError};
 
@@ -66,15 +67,14 @@ impl TlsFailure {
 #[derive(Debug, Clone)]
 pub(crate) struct TlsError {
     error: TlsFailure,
-    /// Only connections whose TLS server name matches (a glob).
-    host: Option<wildmatch::WildMatch>,
-    host_text: Option<String>,
+    /// Only connections whose TLS server name matches.
+    host: Option<HostPattern>,
 }
 
 impl Kind for TlsError {
     const INFO: KindInfo = KindInfo {
         name: "tls_error",
-        layer: Layer::Http,
+        layer: Layer::Tls,
         default_stream: Stream::Both,
         streamed: false,
         stages: false,
@@ -95,18 +95,16 @@ impl Kind for TlsError {
 
     fn parse(f: &mut Fields) -> Result<Self, ProfileError> {
         let error = TlsFailure::parse(f.choice("error", CHOICES)?.unwrap_or("expired"));
-        let host_text = f.string("host")?.map(|h| h.to_ascii_lowercase());
         Ok(TlsError {
             error,
-            host: host_text.as_deref().map(wildmatch::WildMatch::new),
-            host_text,
+            host: f.string("host")?.map(|h| HostPattern::new(&h)),
         })
     }
 
     fn params(&self) -> Vec<(&'static str, String)> {
         let mut p = vec![("error", self.error.as_str().to_string())];
-        if let Some(h) = &self.host_text {
-            p.push(("host", h.clone()));
+        if let Some(h) = &self.host {
+            p.push(("host", h.text().to_string()));
         }
         p
     }
@@ -120,8 +118,7 @@ impl TlsError {
     /// Whether it applies to a connection for `server_name` (its SNI, or
     /// the address it dialled).
     pub(crate) fn applies_to(&self, server_name: &str) -> bool {
-        let name = server_name.trim_end_matches('.').to_ascii_lowercase();
-        self.host.as_ref().is_none_or(|g| g.matches(&name))
+        self.host.as_ref().is_none_or(|g| g.matches(server_name))
     }
 }
 

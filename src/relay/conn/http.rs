@@ -17,7 +17,7 @@ use tokio::net::TcpStream;
 use super::{Conn, run_pair, teardown};
 use crate::events::Outcome;
 use crate::fault::tls_error::TlsFailure;
-use crate::fault::{Chosen, Direction, FaultKind, Layer};
+use crate::fault::{Chosen, Direction, FaultKind};
 use crate::http::exchange::{self, Exchange};
 use crate::plan::Protocol;
 use crate::relay::peer::{Sink, TcpRef};
@@ -49,7 +49,15 @@ enum Shown {
     /// A certificate the client should refuse.
     Bad(Arc<rustls::sign::CertifiedKey>),
     /// No certificate: silence or an RST.
-    Silent(TlsFailure),
+    Silent(Silence),
+}
+
+/// A `tls_error` that shows no certificate, and which fault it is (a
+/// stall ends when the fault is removed or its window closes).
+struct Silence {
+    failure: TlsFailure,
+    id: u64,
+    window: crate::units::Window,
 }
 
 /// What a connection turned out to carry.
@@ -97,7 +105,7 @@ pub(super) fn wanted(chosen: &[Chosen], ep: &EndpointTls, protocol: Option<Proto
         _ if !ep.is_plain() => true,
         Some(Protocol::Tcp) => false,
         Some(Protocol::Http) => true,
-        None => chosen.iter().any(|c| c.spec.kind.layer() == Layer::Http),
+        None => chosen.iter().any(|c| c.spec.kind.info().needs_http_layer()),
     }
 }
 
@@ -144,8 +152,8 @@ impl Conn<'_> {
                 // own TLS could only fail in other ways, or be slow).
                 let faulty = match self.tls_fault(&tls, &name) {
                     Shown::Good => None,
-                    Shown::Silent(failure) => {
-                        return Some(self.tls_silent(client, upstream, failure).await);
+                    Shown::Silent(silence) => {
+                        return Some(self.tls_silent(client, Some(upstream), silence).await);
                     }
                     Shown::Bad(key) => {
                         match tls.accept_showing(TcpRef(client), key, &hello).await {
@@ -267,10 +275,8 @@ impl Conn<'_> {
         let accepted = match self.tls_fault(tls, &name) {
             Shown::Good => tls.accept(TcpRef(client), &name, &hello, true).await,
             Shown::Bad(key) => tls.accept_showing(TcpRef(client), key, &hello).await,
-            Shown::Silent(failure) => {
-                if failure == TlsFailure::Stall {
-                    let _ = tokio::io::copy(&mut TcpRef(client), &mut tokio::io::sink()).await;
-                }
+            Shown::Silent(silence) => {
+                self.tls_silent(client, None, silence).await;
                 return None;
             }
         };
@@ -298,7 +304,11 @@ impl Conn<'_> {
         };
         let shown = match tls.authority().faulty_leaf(name, failure) {
             Ok(Some(key)) => Shown::Bad(Arc::new(key)),
-            Ok(None) => Shown::Silent(failure),
+            Ok(None) => Shown::Silent(Silence {
+                failure,
+                id: c.id,
+                window: c.spec.active,
+            }),
             Err(e) => {
                 tracing::warn!("tls_error: cannot make the certificate for {name:?}: {e}");
                 return Shown::Good;
@@ -310,21 +320,49 @@ impl Conn<'_> {
 
     /// A `tls_error` that shows no certificate: an RST once the hello is
     /// in, or silence until the client gives up (its handshake timeout).
+    /// A stall also ends when the fault is removed or its window closes:
+    /// the hello is gone by then, so the connection is closed.
     async fn tls_silent(
         &self,
         client: &TcpStream,
-        upstream: &TcpStream,
-        failure: TlsFailure,
+        upstream: Option<&TcpStream>,
+        silence: Silence,
     ) -> (Outcome, [u64; 2]) {
         let _ = self.path.set("https");
-        sockopt::set_linger_zero(upstream);
-        if failure == TlsFailure::Reset {
+        if let Some(up) = upstream {
+            sockopt::set_linger_zero(up);
+        }
+        if silence.failure == TlsFailure::Reset {
             sockopt::set_linger_zero(client);
             return (Outcome::Reset, [0, 0]);
         }
+        let mut chosen = self.chosen.clone();
+        let removed = async {
+            while chosen.changed().await.is_ok() {
+                if !chosen
+                    .borrow_and_update()
+                    .iter()
+                    .any(|c| c.id == silence.id)
+                {
+                    return;
+                }
+            }
+            std::future::pending().await
+        };
+        let closes = async {
+            match silence.window.end {
+                Some(end) => tokio::time::sleep_until(self.relay.epoch + end).await,
+                None => std::future::pending().await,
+            }
+        };
         // Read and dropped: the hello, and whatever the client sends until
         // it closes (netchaos stopping ends this too).
-        let _ = tokio::io::copy(&mut TcpRef(client), &mut tokio::io::sink()).await;
+        let (mut from, mut sink) = (TcpRef(client), tokio::io::sink());
+        tokio::select! {
+            _ = tokio::io::copy(&mut from, &mut sink) => {}
+            _ = removed => {}
+            _ = closes => {}
+        }
         (Outcome::Closed, [0, 0])
     }
 
