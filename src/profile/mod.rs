@@ -136,17 +136,6 @@ fn parse_rule(i: usize, node: Node, dir: &Option<PathBuf>) -> Result<Rule, Profi
             .with_files(crate::settings::files::FilePolicy::Anywhere { base: dir.clone() });
         faults.push(Arc::new(fault::parse_fault(ff)?));
     }
-    // `protocol = "tcp"` keeps the rule's connections byte relays: its own
-    // HTTP or TLS faults could never act (another rule's still may).
-    if matcher.protocol == Some(plan::Protocol::Tcp) {
-        if let Some(x) = faults.iter().find(|x| x.kind.info().needs_http_layer()) {
-            return Err(f.table_error(format!(
-                "match.protocol = \"tcp\" keeps this rule's connections byte relays, so its {} fault, which acts on {}, would never act: drop one of them",
-                x.name(),
-                x.kind.layer().acts_on()
-            )));
-        }
-    }
     f.finish()?;
     Ok(Rule {
         name: name.into(),
@@ -378,25 +367,6 @@ upstream = "127.0.0.1:6379"
         assert_eq!(doc.rules[0].matcher.dst.len(), 2);
         assert_eq!(doc.rules[0].faults[0].probability, 0.5);
         assert_eq!(doc.proxies[0].listen, "127.0.0.1:26379".parse().unwrap());
-    }
-
-    #[test]
-    fn a_rule_kept_to_tcp_cannot_carry_its_own_http_or_tls_faults() {
-        for kind in [
-            "type = \"http_status\"\nstatus = 429",
-            "type = \"tls_error\"",
-        ] {
-            let text =
-                format!("[[rules]]\nmatch = {{ protocol = \"tcp\" }}\n[[rules.faults]]\n{kind}\n");
-            let e = parse("p.toml", &text, None).unwrap_err().to_string();
-            assert!(e.contains("match.protocol = \"tcp\""), "{e}");
-            assert!(e.contains("would never act"), "{e}");
-        }
-        // Stream faults under tcp, and HTTP faults under http, are fine.
-        let ok = "[[rules]]\nmatch = { protocol = \"tcp\" }\n[[rules.faults]]\ntype = \"latency\"\ndelay = \"5ms\"\n";
-        assert!(parse("p.toml", ok, None).is_ok());
-        let ok = "[[rules]]\nmatch = { protocol = \"http\" }\n[[rules.faults]]\ntype = \"http_status\"\nstatus = 429\n";
-        assert!(parse("p.toml", ok, None).is_ok());
     }
 
     #[test]
