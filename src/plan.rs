@@ -368,15 +368,25 @@ impl Plan {
             .find(|(_, f)| f.kind.layer().needs_interception())
     }
 
-    /// The plan as `netchaos check` prints it.
     /// Rules that can never match where the plan would run: a `proxy`
     /// name no `[[proxies]]` defines, a `direction` that rule's connections
-    /// cannot have.
+    /// cannot have; and faults their own rule keeps from acting (HTTP or
+    /// TLS faults under `match.protocol = "tcp"`).
     pub(crate) fn warnings(&self) -> Vec<String> {
         let mut out = Vec::new();
         let defined: Vec<&str> = self.proxies.iter().map(|p| p.name.as_str()).collect();
         for r in &self.rules {
             let m = &r.matcher;
+            if m.protocol == Some(Protocol::Tcp) {
+                if let Some(f) = r.faults.iter().find(|f| f.kind.info().needs_http_layer()) {
+                    out.push(format!(
+                        "rule {:?} ({}) has match.protocol = \"tcp\", which keeps its connections byte relays (a listener serving TLS excepted): its {} fault never acts on them",
+                        r.name,
+                        r.loc,
+                        f.name()
+                    ));
+                }
+            }
             if m.proxies.is_empty() {
                 continue;
             }
@@ -408,6 +418,7 @@ impl Plan {
         out
     }
 
+    /// The plan as `netchaos check` prints it.
     pub(crate) fn render(&self) -> String {
         let mut out = format!("seed: {}\n", self.seed);
         for (src, d) in &self.descriptions {

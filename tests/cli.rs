@@ -444,6 +444,18 @@ fn check_warns_about_rules_that_never_match() {
         err.contains("warning: rule \"api\"") && err.contains("which no [[proxies]] defines"),
         "{err}"
     );
+    // A fault its own rule keeps from acting: TLS under protocol = "tcp".
+    std::fs::write(
+        &path,
+        "[[rules]]\nname = \"raw\"\nmatch.protocol = \"tcp\"\n[[rules.faults]]\ntype = \"tls_error\"\n",
+    )
+    .unwrap();
+    let (code, _, err) = netchaos(&["check", path.to_str().unwrap()]);
+    assert_eq!(code, 0, "a warning, not an error: {err}");
+    assert!(
+        err.contains("warning: rule \"raw\"") && err.contains("its tls_error fault never acts"),
+        "{err}"
+    );
 }
 
 #[test]
