@@ -380,7 +380,7 @@ impl Plan {
             if m.protocol == Some(Protocol::Tcp) {
                 if let Some(f) = r.faults.iter().find(|f| f.kind.info().needs_http_layer()) {
                     out.push(format!(
-                        "rule {:?} ({}) has match.protocol = \"tcp\", which keeps its connections byte relays (a listener serving TLS excepted): its {} fault never acts on them",
+                        "rule {:?} ({}) has match.protocol = \"tcp\", which keeps its connections byte relays (except where netchaos serves or speaks TLS): its {} fault never acts on them",
                         r.name,
                         r.loc,
                         f.name()

@@ -581,18 +581,24 @@ fn base(p: &Proxy) -> String {
     format!("http://{}", p.addr())
 }
 
-/// Sends raw bytes to `addr` and reads until the peer closes or 20 s pass.
+/// Sends raw bytes to `addr` and reads until the peer closes, resets or
+/// 20 s pass.
 fn exchange(addr: std::net::SocketAddr, send: &[u8]) -> Vec<u8> {
     let mut s = TcpStream::connect(addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     s.write_all(send).unwrap();
     let mut out = Vec::new();
     let mut buf = [0u8; 65536];
-    while let Ok(n) = s.read(&mut buf) {
-        if n == 0 {
-            break;
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(e) => {
+                // Shown with a failing test's output.
+                eprintln!("exchange with {addr}: {e} after {} bytes", out.len());
+                break;
+            }
         }
-        out.extend_from_slice(&buf[..n]);
     }
     out
 }
@@ -1125,7 +1131,7 @@ fn a_stalled_tls_handshake_ends_when_its_fault_does() {
 
     // Its window closes while the client waits.
     let mut args = base.to_vec();
-    args.extend_from_slice(&["--fault", "tls_error:error=stall,active=..3s"]);
+    args.extend_from_slice(&["--fault", "tls_error:error=stall,active=..5s"]);
     let p = Proxy::start(&args);
     let (rc, err) = ended(curl(&p));
     assert_eq!(rc, 35, "closed with its window: {err}");

@@ -101,7 +101,7 @@ impl RunConfig {
             && args.api.api.is_none()
         {
             tracing::warn!(
-                "--tls: no rule has an HTTP fault or a respond, so no connection is terminated (every one stays a byte relay)"
+                "--tls: no rule has an HTTP or TLS fault or a respond, so no connection is terminated (every one stays a byte relay)"
             );
         }
         Ok(RunConfig {

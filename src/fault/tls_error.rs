@@ -1,4 +1,4 @@
-//! `tls_error` (HTTP layer, HTTPS only): the client's TLS handshake fails
+//! `tls_error` (TLS layer, HTTPS only): the client's TLS handshake fails
 //! the way a broken or misconfigured server makes it fail — a certificate
 //! that has expired, is not valid yet, names another host or chains to
 //! no trusted authority, or a server that reads the hello and never
@@ -25,7 +25,7 @@ pub(crate) enum TlsFailure {
     /// Self-signed: no authority the client trusts.
     Untrusted,
     /// The hello is read and never answered: the client's handshake
-    /// timeout.
+    /// timeout, unless the fault ends first (then the connection closes).
     Stall,
     /// An RST once the hello has arrived.
     Reset,

@@ -450,11 +450,8 @@ impl Conn<'_> {
         if let (Some(tls), 0x16) = (tls, probe[0]) {
             let _ = self.path.set("https");
             return match self.accept_tls(&tls, client, dst).await {
-                Some(side) => self.respond_on(client, r, side, true, false).await,
-                None => {
-                    sockopt::set_linger_zero(client);
-                    (Outcome::Reset, [0, 0])
-                }
+                Ok(side) => self.respond_on(client, r, side, true, false).await,
+                Err(ended) => ended,
             };
         }
         let head_only = head_only.unwrap_or(false);

@@ -263,30 +263,31 @@ impl Conn<'_> {
     }
 
     /// Terminates a TLS client whose hello is waiting (`respond` over
-    /// TLS: no upstream to verify); `None` when it cannot be.
+    /// TLS: no upstream to verify); when it cannot be, how the connection
+    /// ended (a failed handshake is reset).
     pub(super) async fn accept_tls<'s>(
         &self,
         tls: &Tls,
         client: &'s TcpStream,
         dst: Option<SocketAddr>,
-    ) -> Option<Side<'s>> {
-        let hello = tls::hello::peek(client).await?;
+    ) -> Result<Side<'s>, (Outcome, [u64; 2])> {
+        let failed = || {
+            sockopt::set_linger_zero(client);
+            (Outcome::Reset, [0, 0])
+        };
+        let Some(hello) = tls::hello::peek(client).await else {
+            return Err(failed());
+        };
         let name = server_name(&hello, client, dst);
         let accepted = match self.tls_fault(tls, &name) {
             Shown::Good => tls.accept(TcpRef(client), &name, &hello, true).await,
             Shown::Bad(key) => tls.accept_showing(TcpRef(client), key, &hello).await,
-            Shown::Silent(silence) => {
-                self.tls_silent(client, None, silence).await;
-                return None;
-            }
+            Shown::Silent(silence) => return Err(self.tls_silent(client, None, silence).await),
         };
-        match accepted {
-            Ok(s) => Some(Side::tls(s, client)),
-            Err(e) => {
-                tracing::debug!("TLS handshake with the client failed: {e}");
-                None
-            }
-        }
+        accepted.map(|s| Side::tls(s, client)).map_err(|e| {
+            tracing::debug!("TLS handshake with the client failed: {e}");
+            failed()
+        })
     }
 
     /// What this connection's `tls_error` fault (the first that applies to
@@ -336,33 +337,34 @@ impl Conn<'_> {
             sockopt::set_linger_zero(client);
             return (Outcome::Reset, [0, 0]);
         }
+        // Read and dropped: the hello, and whatever the client sends until
+        // it closes (netchaos stopping ends this too), or the fault ends:
+        // removed, or its window (as the API last set it) closed.
+        let (mut from, mut sink) = (TcpRef(client), tokio::io::sink());
+        let copy = tokio::io::copy(&mut from, &mut sink);
+        tokio::pin!(copy);
         let mut chosen = self.chosen.clone();
-        let removed = async {
-            while chosen.changed().await.is_ok() {
-                if !chosen
-                    .borrow_and_update()
-                    .iter()
-                    .any(|c| c.id == silence.id)
-                {
-                    return;
+        let mut end = silence.window.end;
+        loop {
+            let closes = async {
+                match end {
+                    Some(end) => tokio::time::sleep_until(self.relay.epoch + end).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = &mut copy => break,
+                _ = closes => break,
+                r = chosen.changed() => {
+                    let now = chosen.borrow_and_update().clone();
+                    match now.iter().find(|c| c.id == silence.id) {
+                        Some(c) if r.is_ok() => end = c.spec.active.end,
+                        _ => break,
+                    }
                 }
             }
-            std::future::pending().await
-        };
-        let closes = async {
-            match silence.window.end {
-                Some(end) => tokio::time::sleep_until(self.relay.epoch + end).await,
-                None => std::future::pending().await,
-            }
-        };
-        // Read and dropped: the hello, and whatever the client sends until
-        // it closes (netchaos stopping ends this too).
-        let (mut from, mut sink) = (TcpRef(client), tokio::io::sink());
-        tokio::select! {
-            _ = tokio::io::copy(&mut from, &mut sink) => {}
-            _ = removed => {}
-            _ = closes => {}
         }
+        sockopt::shutdown_write(client);
         (Outcome::Closed, [0, 0])
     }
 
