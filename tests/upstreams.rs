@@ -596,3 +596,54 @@ fn out_of_descriptors_new_clients_are_refused_and_netchaos_lives_on() {
     assert!(!log.contains("panicked"), "{log}");
     eprintln!("refused {refused}, reset {reset}");
 }
+
+#[test]
+fn a_server_streaming_into_a_connection_netchaos_closed_learns_at_its_next_write() {
+    // The client's side is closed by a fault (limit_data). A client that
+    // closes its socket makes the server's next write fail (an RST); the
+    // relay read and dropped what the server sent for 2 s instead, so a
+    // server streaming an answer (tokens, events) went on that long.
+    let up = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let up_addr = up.local_addr().unwrap();
+    let server = std::thread::spawn(move || {
+        let (mut s, _) = up.accept().unwrap();
+        let chunk = [b's'; 4096];
+        // Bounded: 20 s of writes at most.
+        for _ in 0..4000 {
+            if let Err(e) = s.write_all(&chunk) {
+                return Some((Instant::now(), e.kind()));
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        None
+    });
+    let p = Proxy::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        &up_addr.to_string(),
+        "--fault",
+        "limit_data:bytes=64KiB",
+    ]);
+    let mut c = TcpStream::connect(p.addrs[0]).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let (got, err) = read_to_end(&mut c);
+    let closed = Instant::now();
+    assert!(err.is_none(), "{err:?}");
+    assert_eq!(got.len(), 64 << 10, "the first 64 KiB, then the close");
+    drop(c);
+    let (failed, kind) = server
+        .join()
+        .unwrap()
+        .expect("the server's writes never failed");
+    let after = failed.saturating_duration_since(closed);
+    assert!(
+        matches!(kind, ErrorKind::ConnectionReset | ErrorKind::BrokenPipe),
+        "{kind:?}"
+    );
+    // The relay's old linger was 2 s; a write fails within a few ms now.
+    assert!(
+        after < Duration::from_millis(1500),
+        "the server wrote on for {after:?} after the client's close"
+    );
+}

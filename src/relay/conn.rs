@@ -519,6 +519,31 @@ async fn discard_from(mut read: impl tokio::io::AsyncRead + Unpin) -> (DirEnd, u
     }
 }
 
+/// Lets the upstream go as a client that closed its socket does: once
+/// what was sent to it is acknowledged, its FIN ends it cleanly, and
+/// anything more it sends (already waiting, or later; a TLS close_notify
+/// too, as a closed socket's kernel would) is answered with an RST. A server streaming into the closed connection learns it at its
+/// next write, as without netchaos, instead of writing on into a relay
+/// that reads and drops.
+async fn let_go(upstream: &TcpStream) {
+    sockopt::drain(upstream, CLOSE_LINGER).await;
+    let mut scratch = [0u8; 1];
+    loop {
+        if upstream.readable().await.is_err() {
+            return;
+        }
+        match upstream.try_read(&mut scratch) {
+            Ok(0) => return,
+            Ok(_) => {
+                sockopt::abort(upstream);
+                return;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(_) => return,
+        }
+    }
+}
+
 /// Reads and drops what the client sends (nobody upstream wants it).
 async fn discard(client: &TcpStream) -> (DirEnd, u64) {
     let mut buf = vec![0u8; 16 * 1024];
@@ -623,15 +648,17 @@ async fn teardown(outcome: Outcome, client: &TcpStream, upstream: Option<&TcpStr
             }
         }
         Outcome::Closed => {
-            // FIN to both, then read (and drop) until each peer closes too,
-            // so that unread bytes do not turn the close into an RST.
+            // FIN to both. The client's input is read (and dropped) until
+            // it closes too, so that unread bytes do not turn the close
+            // into an RST that could destroy what it has not read yet.
+            // The upstream is let go as a client that closed its socket.
             for s in socks.into_iter().flatten() {
                 sockopt::shutdown_write(s);
             }
             let _ = tokio::time::timeout(CLOSE_LINGER, async {
                 futures_util::join!(discard(client), async {
                     if let Some(u) = upstream {
-                        discard(u).await;
+                        let_go(u).await;
                     }
                 });
             })

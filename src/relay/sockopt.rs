@@ -15,6 +15,27 @@ pub(crate) fn set_linger_zero(s: &TcpStream) {
     let _ = SockRef::from(s).set_linger(Some(Duration::ZERO));
 }
 
+/// Ends the connection with an RST now, while the descriptor stays open
+/// (it belongs to a caller that closes it later): a `connect()` to an
+/// `AF_UNSPEC` address dissolves a TCP socket's association (connect(2)),
+/// and the kernel resets a peer that has not closed, as `close()` with
+/// unread data would. Errors mean the socket is already gone.
+pub(crate) fn abort(s: &TcpStream) {
+    let addr = libc::sockaddr {
+        sa_family: libc::AF_UNSPEC as libc::sa_family_t,
+        sa_data: [0; 14],
+    };
+    // SAFETY: `s` is an open socket borrowed for the call; `addr` is a
+    // local sockaddr of the length passed, read by the kernel only.
+    let _ = unsafe {
+        libc::connect(
+            s.as_raw_fd(),
+            &addr,
+            std::mem::size_of::<libc::sockaddr>() as libc::socklen_t,
+        )
+    };
+}
+
 /// Sends FIN (half-close); errors mean the socket is already gone.
 pub(crate) fn shutdown_write(s: &TcpStream) {
     let _ = SockRef::from(s).shutdown(std::net::Shutdown::Write);
