@@ -347,6 +347,8 @@ fn response_phase_faults_let_the_upstream_work_and_replace_its_answer() {
         "http_status:status=502,phase=response,response_status=4xx",
         "--fault",
         "http_status:status=503,phase=response,path=/http10",
+        "--fault",
+        "http_status:status=529,phase=response,response_header=CONTENT-TYPE: text/event-*",
     ]);
     // Pipelined: 100 kB of the upstream's body dropped between two
     // responses that pass byte for byte.
@@ -364,6 +366,17 @@ fn response_phase_faults_let_the_upstream_work_and_replace_its_answer() {
     let second = out.find("HTTP/1.1 503").expect("the replaced response");
     assert!(out[..second].ends_with(&"body-1;".repeat(10)), "{out}");
     assert!(out.ends_with(&"body-3;".repeat(10)), "{out}");
+    // `response_header` (its name in any case): only the response whose
+    // Content-Type matches is replaced; the one before it passes.
+    let reqs = "GET /p/1 HTTP/1.1\r\nHost: x\r\n\r\n\
+                GET /sse-len/2 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    let out = String::from_utf8(exchange(p.addr(), reqs.as_bytes())).unwrap();
+    let heads: Vec<&str> = out
+        .match_indices("HTTP/1.1 ")
+        .map(|(i, _)| &out[i + 9..i + 12])
+        .collect();
+    assert_eq!(heads, ["200", "529"], "{out}");
+    assert!(!out.contains("event: delta"), "{out}");
     // A stream (chunked) is not drained, and an HTTP/1.0 upstream closes
     // after its answer: either way the reply says the connection ends.
     for path in ["/sse/400", "/http10"] {

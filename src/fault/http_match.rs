@@ -39,6 +39,8 @@ pub(crate) struct RequestMatch {
     /// The response statuses it acts on, as inclusive ranges ("5xx" is
     /// 500-599); empty: any.
     statuses: Vec<(u16, u16)>,
+    /// The response headers it acts on (Chaos Mesh's `response_headers`).
+    response_headers: Vec<(String, Pattern)>,
     /// Matching requests seen so far (for `first` and `every`), shared by
     /// every connection of the run.
     seen: Arc<AtomicU64>,
@@ -104,42 +106,7 @@ impl RequestMatch {
             host: f.string("host")?.map(|h| HostPattern::new(&h)),
             ..RequestMatch::default()
         };
-        if let Some(node) = f.take("header") {
-            match node.value {
-                Value::Table(entries) => {
-                    for (k, loc, v) in entries {
-                        let text = scalar(&v)
-                            .ok_or_else(|| f.error("header", &loc, "expected a string pattern"))?;
-                        m.headers
-                            .push((k.to_ascii_lowercase(), Pattern::new(&text)));
-                    }
-                }
-                _ => {
-                    let items = match node.value {
-                        Value::Array(items) => items,
-                        _ => vec![node],
-                    };
-                    for item in items {
-                        let text = node_text(&item);
-                        let (name, value) = text.split_once(':').ok_or_else(|| {
-                            f.error(
-                                "header",
-                                &item.loc,
-                                format!("expected \"Name: pattern\", got {text:?}"),
-                            )
-                        })?;
-                        m.headers
-                            .push((name.trim().to_ascii_lowercase(), Pattern::new(value.trim())));
-                    }
-                }
-            }
-        }
-        for (name, node) in f.take_prefixed("header") {
-            let text = scalar(&node)
-                .ok_or_else(|| f.error("header", &node.loc, "expected a string pattern"))?;
-            m.headers
-                .push((name.to_ascii_lowercase(), Pattern::new(&text)));
-        }
+        m.headers = headers(f, "header")?;
         if let Some(node) = f.take("body") {
             let loc = node.loc.clone();
             flatten("", node, &mut m.body).map_err(|()| {
@@ -155,6 +122,7 @@ impl RequestMatch {
                 .ok_or_else(|| f.error("body", &node.loc, "expected a string pattern"))?;
             m.body.push((path, Pattern::new(&text)));
         }
+        m.response_headers = headers(f, "response_header")?;
         m.first = f.integer_in("first", 1, u64::MAX)?;
         m.every = f.integer_in("every", 1, u64::MAX)?;
         if let Some(words) = f.words("response_status")? {
@@ -181,31 +149,34 @@ impl RequestMatch {
         Ok(m)
     }
 
-    /// Whether it names response statuses: only a fault that acts on a
-    /// response may (a request answered in the upstream's place, or held
-    /// before it goes, has none yet).
-    pub(crate) fn has_response_status(&self) -> bool {
-        !self.statuses.is_empty()
+    /// Whether it names response statuses or headers: only a fault that
+    /// acts on a response may (a request answered in the upstream's place,
+    /// or held before it goes, has none yet).
+    pub(crate) fn looks_at_response(&self) -> bool {
+        !self.statuses.is_empty() || !self.response_headers.is_empty()
     }
 
     /// The error for a fault that acts before any response exists.
     pub(crate) fn no_response_yet(&self, f: &Fields, why: &str) -> Result<(), ProfileError> {
-        match self.has_response_status() {
-            true => Err(f.table_error(format!(
-                "response_status needs a response to look at, and {why}"
-            ))),
-            false => Ok(()),
-        }
+        let key = match (self.statuses.is_empty(), self.response_headers.is_empty()) {
+            (true, true) => return Ok(()),
+            (false, _) => "response_status",
+            (true, false) => "response_header",
+        };
+        Err(f.table_error(format!("{key} needs a response to look at, and {why}")))
     }
 
-    /// Whether it acts on a response with `status` (of a request it
-    /// admitted), counting it for `first` and `every` if it names statuses.
-    pub(crate) fn admits_status(&self, status: u16) -> bool {
-        self.statuses.is_empty()
-            || (self
-                .statuses
-                .iter()
-                .any(|(lo, hi)| (*lo..=*hi).contains(&status))
+    /// Whether it acts on a response with `status` and `headers` (of a
+    /// request it admitted), counting it for `first` and `every` if it
+    /// looks at responses.
+    pub(crate) fn admits_response(&self, status: u16, headers: &[(String, String)]) -> bool {
+        !self.looks_at_response()
+            || ((self.statuses.is_empty()
+                || self
+                    .statuses
+                    .iter()
+                    .any(|(lo, hi)| (*lo..=*hi).contains(&status)))
+                && has_headers(headers, &self.response_headers)
                 && self.counted())
     }
 
@@ -217,10 +188,10 @@ impl RequestMatch {
     /// Whether the request is one of this fault's, counting it for `first`
     /// and `every` if it matches.
     pub(crate) fn admits(&self, r: &RequestView<'_>) -> bool {
-        // With `response_status`, `first` and `every` count the responses
-        // that have one of those statuses ([`RequestMatch::admits_status`]):
+        // With `response_status` or `response_header`, `first` and `every`
+        // count the responses that match ([`RequestMatch::admits_response`]):
         // "the first 500" is the first response that is a 500.
-        self.matches(r) && (self.has_response_status() || self.counted())
+        self.matches(r) && (self.looks_at_response() || self.counted())
     }
 
     /// Counts one more for `first` and `every`, and says whether it is one
@@ -231,11 +202,6 @@ impl RequestMatch {
     }
 
     fn matches(&self, r: &RequestView<'_>) -> bool {
-        let header_matches = |name: &str, p: &Pattern| {
-            r.headers
-                .iter()
-                .any(|(k, v)| k.eq_ignore_ascii_case(name) && p.matches(v))
-        };
         (self.methods.is_empty()
             || self
                 .methods
@@ -248,7 +214,7 @@ impl RequestMatch {
                 .host
                 .as_ref()
                 .is_none_or(|p| r.host.is_some_and(|h| p.matches(h)))
-            && self.headers.iter().all(|(name, p)| header_matches(name, p))
+            && has_headers(r.headers, &self.headers)
             && self.body.iter().all(|(path, p)| {
                 r.body
                     .and_then(|b| lookup(b, path))
@@ -293,6 +259,9 @@ impl RequestMatch {
                 })
                 .collect();
             p.push(("response_status", s.join("|")));
+        }
+        for (k, v) in &self.response_headers {
+            p.push(("response_header", format!("{k}: {}", v.text)));
         }
         p
     }
@@ -348,7 +317,62 @@ pub(crate) const PARAMS: &[(&str, &str, &str)] = &[
         "statuses or classes, like 503 or \"5xx\"",
         "only when the response has one of these (faults that act on a response)",
     ),
+    (
+        "response_header",
+        "\"Name: glob\" strings, or a table",
+        "only when the response has these headers (faults that act on a response)",
+    ),
 ];
+
+/// `key`'s header patterns: `"Name: glob"` strings (one, or a list), a
+/// table `{ Name = "glob" }`, or `key.Name = "glob"`; names lowercased.
+fn headers(f: &mut Fields, key: &'static str) -> Result<Vec<(String, Pattern)>, ProfileError> {
+    let mut out = Vec::new();
+    if let Some(node) = f.take(key) {
+        match node.value {
+            Value::Table(entries) => {
+                for (k, loc, v) in entries {
+                    let text = scalar(&v)
+                        .ok_or_else(|| f.error(key, &loc, "expected a string pattern"))?;
+                    out.push((k.to_ascii_lowercase(), Pattern::new(&text)));
+                }
+            }
+            _ => {
+                let items = match node.value {
+                    Value::Array(items) => items,
+                    _ => vec![node],
+                };
+                for item in items {
+                    let text = node_text(&item);
+                    let (name, value) = text.split_once(':').ok_or_else(|| {
+                        f.error(
+                            key,
+                            &item.loc,
+                            format!("expected \"Name: pattern\", got {text:?}"),
+                        )
+                    })?;
+                    out.push((name.trim().to_ascii_lowercase(), Pattern::new(value.trim())));
+                }
+            }
+        }
+    }
+    for (name, node) in f.take_prefixed(key) {
+        let text =
+            scalar(&node).ok_or_else(|| f.error(key, &node.loc, "expected a string pattern"))?;
+        out.push((name.to_ascii_lowercase(), Pattern::new(&text)));
+    }
+    Ok(out)
+}
+
+/// Whether `headers` has each of `wanted` (a name, case-insensitive, whose
+/// value matches; any of repeated ones).
+fn has_headers(headers: &[(String, String)], wanted: &[(String, Pattern)]) -> bool {
+    wanted.iter().all(|(name, p)| {
+        headers
+            .iter()
+            .any(|(k, v)| k.eq_ignore_ascii_case(name) && p.matches(v))
+    })
+}
 
 fn scalar(n: &Node) -> Option<String> {
     match &n.value {

@@ -90,7 +90,8 @@ impl Later {
 }
 
 /// The faults that act on one response: those of its request's whose
-/// `response_status` admits its status (the first of each kind).
+/// `response_status` and `response_header` admit it (the first of each
+/// kind).
 #[derive(Default)]
 pub(crate) struct OnResponse {
     /// How long its head is held, and the `http_delay` faults that hold it
@@ -119,19 +120,24 @@ impl Decision {
     /// and only the delays are looked at (and counted, for `first`).
     pub(crate) fn on_answer(&mut self, status: Option<u16>) -> OnResponse {
         self.later.retain(|l| matches!(l, Later::Delay(..)));
-        self.on_response(status)
+        self.on_response(status, &[])
     }
 
     /// The faults that act on the response the client would get: one
-    /// with `status`, or (`None`) none at all — an abort in the upstream's
-    /// place, which only faults without `response_status` follow.
-    pub(crate) fn on_response(&mut self, status: Option<u16>) -> OnResponse {
+    /// with `status` and `headers` (none for netchaos's own answers), or
+    /// (`None`) none at all — an abort in the upstream's place, which only
+    /// faults that do not look at responses follow.
+    pub(crate) fn on_response(
+        &mut self,
+        status: Option<u16>,
+        headers: &[(String, String)],
+    ) -> OnResponse {
         let mut r = OnResponse::default();
         for l in std::mem::take(&mut self.later) {
             let m = matcher_of(&l.chosen().spec.kind);
             let admitted = match status {
-                Some(s) => m.is_none_or(|m| m.admits_status(s)),
-                None => m.is_none_or(|m| !m.has_response_status()),
+                Some(s) => m.is_none_or(|m| m.admits_response(s, headers)),
+                None => m.is_none_or(|m| !m.looks_at_response()),
             };
             if !admitted {
                 continue;
@@ -299,13 +305,53 @@ mod tests {
         let mut d = decide(&faults, 0, &get("/x"), Duration::ZERO);
         assert_eq!(d.request_delay, Duration::from_secs(2));
         assert!(d.answer.is_some());
-        let r = d.on_response(Some(503));
+        let r = d.on_response(Some(503), &[]);
         assert_eq!(r.headers_delay, Duration::from_secs(1));
         // Each phase's faults apart: each is recorded as its hold begins.
         assert_eq!((d.request_delays.len(), r.delays.len()), (1, 1));
         assert!(r.truncate.is_none());
         let mut d = decide(&faults, 1, &get("/y"), Duration::from_secs(6));
-        assert!(d.answer.is_none() && d.on_response(Some(200)).truncate.is_some());
+        assert!(d.answer.is_none() && d.on_response(Some(200), &[]).truncate.is_some());
+    }
+
+    /// `response_header` looks at the upstream's response: a glob on a
+    /// header's value, any name case; `first` counts the responses that
+    /// match; netchaos's own answers have no headers to match.
+    #[test]
+    fn response_headers_pick_the_responses_a_fault_acts_on() {
+        let json = chosen(
+            "http_truncate",
+            &[
+                ("response_header", "Content-Type: application/json*"),
+                ("first", "2"),
+            ],
+            1,
+        );
+        let faults = Arc::new(vec![json]);
+        let h = |v: &str| vec![("content-type".to_string(), v.to_string())];
+        let acts = |n: u64, headers: &[(String, String)]| {
+            decide(&faults, n, &get("/"), Duration::ZERO)
+                .on_response(Some(200), headers)
+                .truncate
+                .is_some()
+        };
+        assert!(!acts(0, &h("text/html")));
+        assert!(!acts(1, &[]));
+        assert!(acts(2, &h("application/json; charset=utf-8")));
+        assert!(acts(3, &h("application/json")));
+        assert!(!acts(4, &h("application/json")), "first = 2: done");
+        let mut d = decide(&faults, 5, &get("/"), Duration::ZERO);
+        assert!(d.on_answer(Some(200)).truncate.is_none());
+        // Where no response exists yet, it is refused.
+        let e = spec(
+            "http_status",
+            &[("status", "429"), ("response_header", "X-A: b")],
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("response_header needs a response"),
+            "{e}"
+        );
     }
 
     /// A response-phase answer lets the request through; one in the
@@ -321,11 +367,11 @@ mod tests {
         let faults = Arc::new(vec![lost, late]);
         let mut d = decide(&faults, 0, &get("/pay"), Duration::ZERO);
         assert!(d.answer.is_none(), "forwarded");
-        let r = d.on_response(Some(200)).replace;
+        let r = d.on_response(Some(200), &[]).replace;
         assert_eq!(r.unwrap().1.status(), None, "the abort comes first");
         let mut d = decide(&faults, 1, &get("/other"), Duration::ZERO);
         assert_eq!(
-            d.on_response(Some(200)).replace.unwrap().1.status(),
+            d.on_response(Some(200), &[]).replace.unwrap().1.status(),
             Some(502)
         );
         let now = chosen("http_status", &[("status", "429")], 3);
@@ -358,7 +404,7 @@ mod tests {
         assert!(d.answer.take().is_some());
         assert!(d.on_answer(Some(429)).replace.is_none());
         let mut d = decide(&faults, 1, &get("/up"), Duration::ZERO);
-        let r = d.on_response(Some(429)).replace;
+        let r = d.on_response(Some(429), &[]).replace;
         assert_eq!(
             r.unwrap().1.status(),
             Some(503),
@@ -389,7 +435,7 @@ mod tests {
             5,
         );
         let faults = Arc::new(vec![slow5, slow, cut429, cut, swap]);
-        let on = |status| decide(&faults, 0, &get("/"), Duration::ZERO).on_response(status);
+        let on = |status| decide(&faults, 0, &get("/"), Duration::ZERO).on_response(status, &[]);
         let r = on(Some(503));
         assert_eq!(r.headers_delay, Duration::from_secs(3));
         assert_eq!(r.truncate.unwrap().0.seed, 3);
@@ -446,7 +492,7 @@ mod tests {
             .enumerate()
             .map(|(n, st)| {
                 decide(&faults, n as u64, &get("/"), Duration::ZERO)
-                    .on_response(Some(*st))
+                    .on_response(Some(*st), &[])
                     .replace
                     .and_then(|(_, r)| r.status())
             })

@@ -623,7 +623,7 @@ impl ResponseSide {
             }
         };
         self.x.record_response(&meta, head.status);
-        let d = d.on_response(Some(head.status));
+        let d = d.on_response(Some(head.status), &head.headers);
         // Counted as the hold begins, with the status it holds back.
         for c in &d.delays {
             self.x.record(c, &meta, Some(head.status));
