@@ -34,8 +34,9 @@
 //!
 //! * `http` — the HTTP layer: HTTP/1.1 on the wire without rewriting
 //!   (`http::wire`), each request's faults (`http::decide`, pure),
-//!   server-sent events (`http::events`), and the two sides that follow one
-//!   connection's requests and responses (`http::exchange`).
+//!   server-sent events (`http::events`), heads edited in flight
+//!   (`http::rewrite`), and the two sides that follow one connection's
+//!   requests and responses (`http::exchange`).
 //! * `dns` — the DNS layer: each query of the namespace numbered and its
 //!   faults decided (`dns::decide`, pure), answers made in the resolver's
 //!   place (`dns::reply`), DNS over TCP (`dns::tcp`), and the names learned

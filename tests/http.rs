@@ -394,6 +394,56 @@ fn response_phase_faults_let_the_upstream_work_and_replace_its_answer() {
     }
 }
 
+/// `http_rewrite`, seen by real clients: curl's request reaches the
+/// upstream with another method, path, query and headers; requests gets
+/// the upstream's own body under a new status, with a header added, and
+/// its keep-alive connection carries the next request.
+#[test]
+fn http_rewrite_changes_requests_and_responses_in_flight() {
+    if !need(&["python3", "curl"]) {
+        return;
+    }
+    let up = Httpd::start(None);
+    let p = Proxy::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        &format!("127.0.0.1:{}", up.port),
+        "--fault",
+        "http_rewrite:set_method=POST,set_path=/echo-head/moved,set_query=beta=true,set_header=X-Chaos: 1,remove_header=User-Agent,path=/echo-head/*",
+        "--fault",
+        "http_rewrite:phase=response,set_status=529,set_header=Retry-After: 7,path=/p/2",
+    ]);
+    let out = Command::new("curl")
+        .args(["-sS", "-A", "curl-test"])
+        .arg(format!("{}/echo-head/x?n=1", base(&p)))
+        .output()
+        .unwrap();
+    let seen = String::from_utf8_lossy(&out.stdout).to_ascii_lowercase();
+    assert!(
+        seen.starts_with("post /echo-head/moved?n=1&beta=true http/1.1"),
+        "{seen}"
+    );
+    assert!(seen.contains("x-chaos: 1"), "{seen}");
+    assert!(!seen.contains("user-agent"), "{seen}");
+    let code = r#"
+import sys, requests
+s = requests.Session()
+r = s.get(sys.argv[1] + "/p/2", timeout=10)
+print(r.status_code, r.headers.get("Retry-After"), r.text == "body-2;" * 10)
+r = s.get(sys.argv[1] + "/p/3", timeout=10)
+print(r.status_code, r.text == "body-3;" * 10)
+"#;
+    let (rc, out, err) = python(code, &[&base(&p)]);
+    assert_eq!(rc, 0, "{err}");
+    assert_eq!(out, "529 7 True\n200 True\n", "{err}");
+    let (_, log) = p.stop();
+    assert!(
+        log.contains("HTTP requests: 3 seen, 2 faulted (http_rewrite"),
+        "{log}"
+    );
+}
+
 /// A slow first byte is counted when the hold begins: a client that gives
 /// up during it (what `http_delay` is for) was faulted, in both phases.
 #[test]

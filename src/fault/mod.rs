@@ -335,6 +335,7 @@ registry! {
     sse: Sse;
     http_truncate: HttpTruncate;
     http_abort: HttpAbort;
+    http_rewrite: HttpRewrite;
     tls_error: TlsError;
     dns_timeout: DnsTimeout;
     dns_error: DnsError;

@@ -12,6 +12,7 @@ use crate::fault::http_abort::HttpAbort;
 use crate::fault::http_delay::Phase;
 use crate::fault::http_match::RequestView;
 use crate::fault::http_reply::AnswerPhase;
+use crate::fault::http_rewrite::HttpRewrite;
 use crate::fault::http_status::{After, HttpStatus};
 use crate::fault::http_truncate::HttpTruncate;
 use crate::fault::sse::Sse;
@@ -63,6 +64,9 @@ pub(crate) struct Decision {
     /// The `http_delay` faults that hold the request (recorded as the
     /// hold begins, before any response exists).
     pub(crate) request_delays: Vec<Chosen>,
+    /// `http_rewrite` edits to the request as it is forwarded, in rule
+    /// order (each applies; moot when it is answered here).
+    pub(crate) rewrites: Vec<(Chosen, HttpRewrite)>,
     /// What may act on its response, in rule order; which do depends on
     /// the response's status ([`Decision::on_response`]).
     later: Vec<Later>,
@@ -76,6 +80,7 @@ enum Later {
     Replace(Chosen, Reply),
     Sse(Chosen, Sse),
     Truncate(Chosen, HttpTruncate),
+    Rewrite(Chosen, HttpRewrite),
 }
 
 impl Later {
@@ -84,7 +89,8 @@ impl Later {
             Later::Delay(c, _)
             | Later::Replace(c, _)
             | Later::Sse(c, _)
-            | Later::Truncate(c, _) => c,
+            | Later::Truncate(c, _)
+            | Later::Rewrite(c, _) => c,
         }
     }
 }
@@ -102,6 +108,8 @@ pub(crate) struct OnResponse {
     pub(crate) replace: Option<(Chosen, Reply)>,
     pub(crate) sse: Option<(Chosen, Sse)>,
     pub(crate) truncate: Option<(Chosen, HttpTruncate)>,
+    /// `http_rewrite` edits to its head, in rule order (each applies).
+    pub(crate) rewrites: Vec<(Chosen, HttpRewrite)>,
 }
 
 impl Decision {
@@ -150,6 +158,7 @@ impl Decision {
                 Later::Replace(c, reply) if r.replace.is_none() => r.replace = Some((c, reply)),
                 Later::Sse(c, s) if r.sse.is_none() => r.sse = Some((c, s)),
                 Later::Truncate(c, t) if r.truncate.is_none() => r.truncate = Some((c, t)),
+                Later::Rewrite(c, w) => r.rewrites.push((c, w)),
                 _ => {}
             }
         }
@@ -171,6 +180,7 @@ fn matcher_of(kind: &FaultKind) -> Option<&crate::fault::http_match::RequestMatc
         FaultKind::Sse(k) => Some(k.matcher()),
         FaultKind::HttpTruncate(k) => Some(k.matcher()),
         FaultKind::HttpAbort(k) => Some(k.matcher()),
+        FaultKind::HttpRewrite(k) => Some(k.matcher()),
         _ => None,
     }
 }
@@ -209,6 +219,10 @@ pub(crate) fn decide(
             }
             FaultKind::Sse(s) => d.later.push(Later::Sse(c.clone(), s.clone())),
             FaultKind::HttpTruncate(t) => d.later.push(Later::Truncate(c.clone(), t.clone())),
+            FaultKind::HttpRewrite(w) => match w.phase() {
+                AnswerPhase::Request => d.rewrites.push((c.clone(), w.clone())),
+                AnswerPhase::Response => d.later.push(Later::Rewrite(c.clone(), w.clone())),
+            },
             _ => {}
         }
     }

@@ -24,6 +24,7 @@ use tokio::time::Instant;
 
 use super::decide::{self, Decision};
 use super::events::{self as sse_events, Splitter};
+use super::rewrite::{self, set_header};
 use super::wire::{self, Body, Framing, MAX_HEAD, WireError};
 use crate::events::{ConnInfo, Events, RequestInfo};
 use crate::fault::http_match::RequestView;
@@ -447,6 +448,19 @@ impl RequestSide {
             }
             let tunnel =
                 head.method.eq_ignore_ascii_case("CONNECT") || head.header("upgrade").is_some();
+            // The head as it goes: edited by `http_rewrite` faults (each
+            // counted as it applies), its Host the upstream's name when
+            // netchaos speaks TLS to it; else byte for byte, with the body.
+            let mut edited: Option<Bytes> = None;
+            for (c, w) in &d.rewrites {
+                let was = edited.as_deref().unwrap_or(&buf[..head.head_len]);
+                edited = Some(rewrite::request(was, w.edits()));
+                x.record(c, &meta, None);
+            }
+            if let Some(h) = &x.rewrite_host {
+                let was = edited.as_deref().unwrap_or(&buf[..head.head_len]);
+                edited = Some(set_header(was, "Host", Some(h)));
+            }
             if self
                 .tx
                 .send(Pending::Forwarded(Box::new((meta, d))))
@@ -455,9 +469,9 @@ impl RequestSide {
             {
                 return Ok(());
             }
-            let start = match &x.rewrite_host {
+            let start = match edited {
                 Some(h) => {
-                    send_data(out, set_header(&buf[..head.head_len], "Host", Some(h))).await?;
+                    send_data(out, h).await?;
                     buf.advance_to(head.head_len);
                     0
                 }
@@ -484,30 +498,6 @@ impl RequestSide {
         let _ = self.tx.send(Pending::Raw).await;
         raw(src, buf, out).await
     }
-}
-
-/// The head with its `name` header (every line of it) replaced by one
-/// saying `value`, added when there was none; with no value, removed.
-fn set_header(bytes: &[u8], name: &str, value: Option<&str>) -> Bytes {
-    let line_out = value.map_or(String::new(), |v| format!("{name}: {v}\r\n"));
-    let mut out = Vec::with_capacity(bytes.len() + line_out.len());
-    let mut seen = false;
-    for line in bytes.split_inclusive(|b| *b == b'\n') {
-        let field = line.split(|b| *b == b':').next().unwrap_or(b"");
-        if line.contains(&b':') && field.eq_ignore_ascii_case(name.as_bytes()) {
-            if !seen {
-                out.extend_from_slice(line_out.as_bytes());
-                seen = true;
-            }
-            continue;
-        }
-        if !seen && (line == b"\r\n" || line == b"\n") {
-            out.extend_from_slice(line_out.as_bytes());
-            seen = true;
-        }
-        out.extend_from_slice(line);
-    }
-    Bytes::from(out)
 }
 
 trait AdvanceTo {
@@ -604,7 +594,7 @@ impl ResponseSide {
         meta: Meta,
         mut d: Decision,
     ) -> Result<Next, Gone> {
-        let head = loop {
+        let mut head = loop {
             match read_head(src, buf, wire::response).await {
                 Head::Parsed(h) if h.is_interim() => {
                     // 100 Continue, 103 Early Hints: on at once.
@@ -633,6 +623,9 @@ impl ResponseSide {
         }
         if let Some((c, reply)) = d.replace {
             return self.replace(src, buf, out, &meta, &head, c, reply).await;
+        }
+        if !d.rewrites.is_empty() {
+            head = self.rewrite(buf, &meta, head, &d.rewrites);
         }
         let Ok(framing) = head.framing(&meta.method) else {
             return Ok(Next::Raw);
@@ -712,6 +705,38 @@ impl ResponseSide {
 }
 
 impl ResponseSide {
+    /// `http_rewrite` edits to the response `head` at the front of `buf`
+    /// (each counted as it applies, with the status it leaves): the head
+    /// is replaced there and read again, so what follows sees the edited
+    /// one. Its framing was left alone.
+    fn rewrite(
+        &self,
+        buf: &mut BytesMut,
+        meta: &Meta,
+        head: wire::Response,
+        rewrites: &[(Chosen, crate::fault::http_rewrite::HttpRewrite)],
+    ) -> wire::Response {
+        let mut edited = Bytes::copy_from_slice(&buf[..head.head_len]);
+        let mut status = head.status;
+        for (c, w) in rewrites {
+            edited = rewrite::response(&edited, w.edits(), status);
+            status = w.edits().status.unwrap_or(status);
+            self.x.record(c, meta, Some(status));
+        }
+        let mut next = BytesMut::with_capacity(edited.len() + buf.len() - head.head_len);
+        next.extend_from_slice(&edited);
+        next.extend_from_slice(&buf[head.head_len..]);
+        match wire::response(&next) {
+            Ok(Some(h)) => {
+                *buf = next;
+                h
+            }
+            // Not expected: the edits keep a head's form. The original
+            // goes on unedited rather than broken.
+            _ => head,
+        }
+    }
+
     /// A response-phase `http_status` or `http_abort`: the client gets the
     /// canned reply (or nothing) instead of the upstream's `head` — the
     /// upstream did the work. To keep the connection, the upstream's body
@@ -943,35 +968,5 @@ async fn stall<R: AsyncRead + Unpin>(
                 return Ok(Next::End);
             },
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_header_is_replaced_or_added() {
-        let raw = b"GET / HTTP/1.1\r\nhost: 127.0.0.1:8080\r\nAccept: */*\r\n\r\n";
-        let out = set_header(raw, "Host", Some("api.example.com"));
-        assert_eq!(
-            &out[..],
-            b"GET / HTTP/1.1\r\nHost: api.example.com\r\nAccept: */*\r\n\r\n"
-        );
-        let raw = b"GET / HTTP/1.0\r\n\r\n";
-        assert_eq!(
-            &set_header(raw, "Host", Some("a"))[..],
-            b"GET / HTTP/1.0\r\nHost: a\r\n\r\n"
-        );
-        let raw = b"HTTP/1.1 200 OK\r\nConnection: keep-alive\r\nconnection: x\r\n\r\n";
-        assert_eq!(
-            &set_header(raw, "Connection", Some("close"))[..],
-            b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n"
-        );
-        let raw = b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\nContent-Length-X: 1\r\n\r\n";
-        assert_eq!(
-            &set_header(raw, "content-length", None)[..],
-            b"HTTP/1.1 200 OK\r\nContent-Length-X: 1\r\n\r\n"
-        );
     }
 }

@@ -3,4 +3,5 @@
 pub(crate) mod decide;
 pub(crate) mod events;
 pub(crate) mod exchange;
+pub(crate) mod rewrite;
 pub(crate) mod wire;

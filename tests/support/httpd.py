@@ -7,6 +7,7 @@ python3 httpd.py [--bind ADDR] [--cert CERT --key KEY]   prints its port, then s
   GET  /sse/N        200 text/event-stream, N events {"i": i}, one chunk each
   GET  /sse-len/N    the same N events with a Content-Length, in one piece
   POST /echo         200, the request body back (any framing in)
+  ANY  /echo-head/…  200, the request line and headers as received
   GET  /ws           101 Switching Protocols, then echoes raw bytes
   GET  /close        200 with Connection: close, then closes
 
@@ -37,9 +38,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.wfile.write(head.encode() + body)
         self.wfile.flush()
 
+    def echo_head(self):
+        self.reply(200, (self.requestline + "\r\n" + str(self.headers)).encode())
+
     def do_GET(self):
         parts = self.path.split("/")
-        if self.path.startswith("/p/"):
+        if self.path.startswith("/echo-head/"):
+            self.echo_head()
+        elif self.path.startswith("/p/"):
             self.reply(200, (f"body-{parts[2]};" * 10).encode())
         elif self.path.startswith("/big/"):
             n = int(parts[2])
@@ -98,6 +104,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 self.rfile.readline()
         else:
             body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        if self.path.startswith("/echo-head/"):
+            self.echo_head()
+            return
         self.reply(200, body)
 
 

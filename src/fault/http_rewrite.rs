@@ -1,0 +1,333 @@
+//! `http_rewrite` (HTTP layer): a matching request goes upstream changed,
+//! or (`phase = "response"`) the upstream's response reaches the client
+//! changed — Chaos Mesh HTTPChaos's `replace` and `patch` of heads. On a
+//! request: its method, path, query parameters and headers; on a response:
+//! its status (the upstream's headers and body kept under the new code)
+//! and headers (a `Retry-After` added to a real 429, a header removed).
+//! What frames the message (`Content-Length`, `Transfer-Encoding`, a HEAD
+//! or CONNECT method, a status without a body) is not changed, so the
+//! client and the upstream still agree where each message ends. The
+//! rewriting itself is [`crate::http::rewrite`].
+
+use super::http_match::RequestMatch;
+use super::http_reply::AnswerPhase;
+use super::{Kind, KindInfo, Layer, Stream};
+use crate::settings::{Fields, Node, ProfileError, Value, node_text};
+
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Edits {
+    pub(crate) method: Option<String>,
+    /// The path, without the query (which is kept, or edited by `query`).
+    pub(crate) path: Option<String>,
+    /// Query parameters set (replaced, or added), as written.
+    pub(crate) query: Vec<(String, String)>,
+    pub(crate) status: Option<u16>,
+    /// Headers set: every line of that name replaced by one, or added.
+    pub(crate) set_headers: Vec<(String, String)>,
+    /// Header names removed (every line of each).
+    pub(crate) remove_headers: Vec<String>,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct HttpRewrite {
+    phase: AnswerPhase,
+    edits: Edits,
+    matcher: RequestMatch,
+}
+
+/// Headers that frame the message: netchaos follows the framing it read.
+const FRAMING: &[&str] = &["content-length", "transfer-encoding"];
+
+impl Kind for HttpRewrite {
+    const INFO: KindInfo = KindInfo {
+        name: "http_rewrite",
+        layer: Layer::Http,
+        default_stream: Stream::Both,
+        streamed: false,
+        stages: false,
+        about: "a matching request goes upstream changed (method, path, query, headers), or (phase=response) its response reaches the client changed (status, headers; its body kept)",
+        params: &[
+            (
+                "phase",
+                "request (default) or response",
+                "change the request before it goes upstream, or the response before it reaches the client",
+            ),
+            (
+                "set_method",
+                "a method like POST (not HEAD or CONNECT)",
+                "the request's method (requests sent as HEAD or CONNECT keep theirs)",
+            ),
+            (
+                "set_path",
+                "a path like /v2/items",
+                "the request's path; its query string is kept",
+            ),
+            (
+                "set_query",
+                "\"name=value\" strings, or a table",
+                "query parameters replaced, or added",
+            ),
+            (
+                "set_status",
+                "a status 200-599 (not 204 or 304)",
+                "the response's status; its headers and body are kept",
+            ),
+            (
+                "set_header",
+                "\"Name: value\" strings, or a table",
+                "headers replaced, or added (not Content-Length or Transfer-Encoding)",
+            ),
+            (
+                "remove_header",
+                "a name or a list of names",
+                "headers removed (not Content-Length or Transfer-Encoding)",
+            ),
+        ],
+    };
+
+    fn parse(f: &mut Fields) -> Result<Self, ProfileError> {
+        let (phase, matcher) = AnswerPhase::parse_with_match(f)?;
+        let mut edits = Edits {
+            method: f.string("set_method")?,
+            path: f.string("set_path")?,
+            query: pairs(f, "set_query", '=')?,
+            set_headers: pairs(f, "set_header", ':')?,
+            ..Edits::default()
+        };
+        if let Some(m) = &edits.method {
+            if m.is_empty() || !m.bytes().all(is_token) {
+                return Err(f.table_error(format!(
+                    "set_method: expected a method like POST, got {m:?}"
+                )));
+            }
+            if ["HEAD", "CONNECT"].iter().any(|x| m.eq_ignore_ascii_case(x)) {
+                return Err(f.table_error(format!(
+                    "set_method: {m} changes how the response is framed or turns the connection into a tunnel, for a client that did not ask for it"
+                )));
+            }
+        }
+        if let Some(p) = &edits.path {
+            if !p.starts_with('/') || !p.bytes().all(|b| b > b' ' && b != b'?' && b != 0x7f) {
+                return Err(f.table_error(format!(
+                    "set_path: expected a path like /v2/items (no spaces, no query: use set_query), got {p:?}"
+                )));
+            }
+        }
+        for (k, v) in &edits.query {
+            if [k, v]
+                .iter()
+                .any(|s| !s.bytes().all(|b| b > b' ' && !b"&#=".contains(&b) && b != 0x7f))
+                || k.is_empty()
+            {
+                return Err(f.table_error(format!(
+                    "set_query: expected name=value without spaces, '&', '#' or a second '=' (percent-encode them), got {k:?}={v:?}"
+                )));
+            }
+        }
+        edits.status = f.integer_in("set_status", 200, 599)?.map(|s| s as u16);
+        if let Some(s) = edits.status.filter(|s| *s == 204 || *s == 304) {
+            return Err(f.table_error(format!(
+                "set_status: a {s} has no body, and the upstream's would still follow: use http_status with phase = \"response\" to replace the whole response"
+            )));
+        }
+        for n in f.strings("remove_header")?.unwrap_or_default() {
+            edits.remove_headers.push(node_text(&n));
+        }
+        for (name, value) in &edits.set_headers {
+            if value.bytes().any(|b| b == b'\r' || b == b'\n') {
+                return Err(f.table_error(format!(
+                    "set_header: {name}'s value must be one line"
+                )));
+            }
+        }
+        for name in edits
+            .set_headers
+            .iter()
+            .map(|(n, _)| n)
+            .chain(&edits.remove_headers)
+        {
+            if name.is_empty() || !name.bytes().all(is_token) {
+                return Err(f.table_error(format!("expected a header name, got {name:?}")));
+            }
+            if FRAMING.iter().any(|x| name.eq_ignore_ascii_case(x)) {
+                return Err(f.table_error(format!(
+                    "{name} frames the message: netchaos keeps the framing it read, so it is not changed (http_truncate cuts a body)"
+                )));
+            }
+        }
+        let request_only = [
+            ("set_method", edits.method.is_some()),
+            ("set_path", edits.path.is_some()),
+            ("set_query", !edits.query.is_empty()),
+        ];
+        match phase {
+            AnswerPhase::Request if edits.status.is_some() => {
+                return Err(f.table_error(
+                    "set_status changes a response: add phase = \"response\" (or answer in the upstream's place with http_status)",
+                ));
+            }
+            AnswerPhase::Response => {
+                if let Some((key, _)) = request_only.iter().find(|(_, set)| *set) {
+                    return Err(f.table_error(format!(
+                        "{key} changes the request, and phase = \"response\" changes the response: use two faults"
+                    )));
+                }
+            }
+            AnswerPhase::Request => {}
+        }
+        if edits == Edits::default() {
+            return Err(f.table_error(
+                "nothing to change: give set_method, set_path, set_query, set_header or remove_header (phase = \"response\": set_status, set_header or remove_header)",
+            ));
+        }
+        Ok(HttpRewrite {
+            phase,
+            edits,
+            matcher,
+        })
+    }
+
+    fn params(&self) -> Vec<(&'static str, String)> {
+        let e = &self.edits;
+        let mut p = vec![];
+        p.extend(self.phase.param());
+        if let Some(m) = &e.method {
+            p.push(("set_method", m.clone()));
+        }
+        if let Some(x) = &e.path {
+            p.push(("set_path", x.clone()));
+        }
+        for (k, v) in &e.query {
+            p.push(("set_query", format!("{k}={v}")));
+        }
+        if let Some(s) = e.status {
+            p.push(("set_status", s.to_string()));
+        }
+        for (k, v) in &e.set_headers {
+            p.push(("set_header", format!("{k}: {v}")));
+        }
+        for k in &e.remove_headers {
+            p.push(("remove_header", k.clone()));
+        }
+        p.extend(self.matcher.params());
+        p
+    }
+}
+
+impl HttpRewrite {
+    pub(crate) fn matcher(&self) -> &RequestMatch {
+        &self.matcher
+    }
+
+    pub(crate) fn phase(&self) -> AnswerPhase {
+        self.phase
+    }
+
+    pub(crate) fn edits(&self) -> &Edits {
+        &self.edits
+    }
+}
+
+/// RFC 9110 `tchar`: what a method or a header name is made of.
+fn is_token(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+/// `key`'s `name<sep>value` pairs: one string, a list of them, a table
+/// `{ name = "value" }`, or `key.name = "value"`; names as written.
+fn pairs(f: &mut Fields, key: &'static str, sep: char) -> Result<Vec<(String, String)>, ProfileError> {
+    let scalar = |n: &Node| match &n.value {
+        Value::Table(_) | Value::Array(_) => None,
+        _ => Some(node_text(n)),
+    };
+    let mut out = Vec::new();
+    if let Some(node) = f.take(key) {
+        match node.value {
+            Value::Table(entries) => {
+                for (k, loc, v) in entries {
+                    let text = scalar(&v).ok_or_else(|| f.error(key, &loc, "expected a string"))?;
+                    out.push((k, text));
+                }
+            }
+            _ => {
+                let items = match node.value {
+                    Value::Array(items) => items,
+                    _ => vec![node],
+                };
+                for item in items {
+                    let text = node_text(&item);
+                    let (name, value) = text.split_once(sep).ok_or_else(|| {
+                        f.error(
+                            key,
+                            &item.loc,
+                            format!("expected \"name{sep}value\", got {text:?}"),
+                        )
+                    })?;
+                    out.push((name.trim().to_string(), value.trim().to_string()));
+                }
+            }
+        }
+    }
+    for (name, node) in f.take_prefixed(key) {
+        let text = scalar(&node).ok_or_else(|| f.error(key, &node.loc, "expected a string"))?;
+        out.push((name, text));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::*;
+    use super::*;
+    use crate::fault::FaultKind;
+
+    fn rewrite(pairs: &[(&str, &str)]) -> Result<HttpRewrite, ProfileError> {
+        spec("http_rewrite", pairs).map(|s| match s.kind {
+            FaultKind::HttpRewrite(r) => r,
+            _ => unreachable!(),
+        })
+    }
+
+    #[test]
+    fn parses_edits_and_refuses_what_would_break_framing() {
+        let r = rewrite(&[
+            ("set_method", "POST"),
+            ("set_path", "/v2/x"),
+            ("set_query", "beta=true"),
+            ("set_header", "X-Chaos: 1"),
+            ("remove_header", "User-Agent"),
+        ])
+        .unwrap();
+        let e = r.edits();
+        assert_eq!(e.method.as_deref(), Some("POST"));
+        assert_eq!(e.query, [("beta".to_string(), "true".to_string())]);
+        assert_eq!(e.set_headers, [("X-Chaos".to_string(), "1".to_string())]);
+        assert_eq!(e.remove_headers, ["User-Agent"]);
+        let r = rewrite(&[
+            ("phase", "response"),
+            ("set_status", "503"),
+            ("set_header", "Retry-After: 2"),
+            ("response_status", "200"),
+        ])
+        .unwrap();
+        assert_eq!(r.edits().status, Some(503));
+        for (bad, says) in [
+            (vec![], "nothing to change"),
+            (vec![("set_method", "HEAD")], "framed"),
+            (vec![("set_method", "GE T")], "expected a method"),
+            (vec![("set_path", "v2")], "expected a path"),
+            (vec![("set_path", "/a?b=1")], "use set_query"),
+            (vec![("set_header", "Content-Length: 3")], "frames the message"),
+            (vec![("remove_header", "transfer-encoding")], "frames the message"),
+            (vec![("set_header", "Bad Name: 3")], "header name"),
+            (vec![("set_status", "503")], "phase = \"response\""),
+            (vec![("phase", "response"), ("set_status", "204")], "no body"),
+            (vec![("phase", "response"), ("set_path", "/x")], "two faults"),
+            (vec![("set_query", "a=b&c")], "set_query"),
+            (vec![("set_header", "X-A: 1"), ("response_status", "5xx")], "response_status needs"),
+        ] {
+            let e = rewrite(&bad).unwrap_err().to_string();
+            assert!(e.contains(says), "{bad:?}: {e}");
+        }
+    }
+}

@@ -1,0 +1,244 @@
+//! Heads rewritten on their way: the `Host` of a proxy speaking TLS
+//! upstream, and `http_rewrite`'s edits — a request's method, path, query
+//! and headers, a response's status and headers. Bodies and framing are
+//! left as they were, so both peers still agree where each message ends.
+
+use bytes::Bytes;
+
+use crate::fault::http_reply::reason;
+use crate::fault::http_rewrite::Edits;
+
+/// The head with its `name` header (every line of it) replaced by one
+/// saying `value`, added when there was none; with no value, removed.
+pub(crate) fn set_header(bytes: &[u8], name: &str, value: Option<&str>) -> Bytes {
+    let line_out = value.map_or(String::new(), |v| format!("{name}: {v}\r\n"));
+    let mut out = Vec::with_capacity(bytes.len() + line_out.len());
+    let mut seen = false;
+    for line in bytes.split_inclusive(|b| *b == b'\n') {
+        let field = line.split(|b| *b == b':').next().unwrap_or(b"");
+        if line.contains(&b':') && field.eq_ignore_ascii_case(name.as_bytes()) {
+            if !seen {
+                out.extend_from_slice(line_out.as_bytes());
+                seen = true;
+            }
+            continue;
+        }
+        if !seen && (line == b"\r\n" || line == b"\n") {
+            out.extend_from_slice(line_out.as_bytes());
+            seen = true;
+        }
+        out.extend_from_slice(line);
+    }
+    Bytes::from(out)
+}
+
+/// A request head (blank line included) with `e`'s edits made. A request
+/// sent as HEAD or CONNECT keeps its method: its response is framed by it.
+pub(crate) fn request(head: &[u8], e: &Edits) -> Bytes {
+    let (line, rest) = first_line(head);
+    let text = String::from_utf8_lossy(line);
+    let mut parts = text.trim_end().splitn(3, ' ');
+    let (Some(method), Some(target), Some(version)) = (parts.next(), parts.next(), parts.next())
+    else {
+        return Bytes::copy_from_slice(head);
+    };
+    let method = match &e.method {
+        Some(m) if !["HEAD", "CONNECT"].contains(&method) => m.as_str(),
+        _ => method,
+    };
+    let target = edit_target(target, e.path.as_deref(), &e.query);
+    let mut out = format!("{method} {target} {version}\r\n").into_bytes();
+    out.extend_from_slice(&headers(rest, e));
+    Bytes::from(out)
+}
+
+/// A response head with `e`'s edits made. A response that had no body by
+/// its status (204, 304) says `Content-Length: 0` under its new one, or
+/// the client would wait for a body that never comes.
+pub(crate) fn response(head: &[u8], e: &Edits, status: u16) -> Bytes {
+    let (line, rest) = first_line(head);
+    let mut rest = headers(rest, e);
+    let Some(new) = e.status.filter(|s| *s != status) else {
+        let mut out = line.to_vec();
+        out.extend_from_slice(&rest);
+        return Bytes::from(out);
+    };
+    let text = String::from_utf8_lossy(line);
+    let version = text.split(' ').next().unwrap_or("HTTP/1.1");
+    if status == 204 || status == 304 {
+        rest = set_header(&rest, "Content-Length", Some("0"));
+    }
+    let mut out = format!("{version} {new} {}\r\n", reason(new)).into_bytes();
+    out.extend_from_slice(&rest);
+    Bytes::from(out)
+}
+
+/// (the first line, the rest), the line with its end.
+fn first_line(head: &[u8]) -> (&[u8], &[u8]) {
+    match head.iter().position(|b| *b == b'\n') {
+        Some(i) => head.split_at(i + 1),
+        None => (head, &[]),
+    }
+}
+
+/// The header lines (and blank line) with `e`'s removals and settings.
+fn headers(lines: &[u8], e: &Edits) -> Bytes {
+    let mut out = Bytes::copy_from_slice(lines);
+    for name in &e.remove_headers {
+        out = set_header(&out, name, None);
+    }
+    for (name, value) in &e.set_headers {
+        out = set_header(&out, name, Some(value));
+    }
+    out
+}
+
+/// A request target with its path replaced and query parameters set
+/// (replaced where the name is there, its repeats dropped; else added).
+/// An absolute-form target (`http://host/path`) keeps its scheme and
+/// authority; `*` is left alone.
+fn edit_target(target: &str, path: Option<&str>, query: &[(String, String)]) -> String {
+    if target == "*" {
+        return target.to_string();
+    }
+    let start = match target.find("://") {
+        Some(i) => target[i + 3..]
+            .find('/')
+            .map_or(target.len(), |j| i + 3 + j),
+        None => 0,
+    };
+    let (prefix, rest) = target.split_at(start);
+    let (old_path, old_query) = match rest.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (rest, None),
+    };
+    let mut params: Vec<String> = old_query
+        .map(|q| {
+            q.split('&')
+                .filter(|p| !p.is_empty())
+                .map(str::to_string)
+                .collect()
+        })
+        .unwrap_or_default();
+    for (k, v) in query {
+        let named = |p: &String| p.split('=').next() == Some(k.as_str());
+        let pair = format!("{k}={v}");
+        match params.iter().position(named) {
+            Some(i) => {
+                params[i] = pair;
+                let mut j = i + 1;
+                while j < params.len() {
+                    if named(&params[j]) {
+                        params.remove(j);
+                    } else {
+                        j += 1;
+                    }
+                }
+            }
+            None => params.push(pair),
+        }
+    }
+    let path = path.unwrap_or(if old_path.is_empty() { "/" } else { old_path });
+    match (params.is_empty(), old_query) {
+        (true, Some("")) => format!("{prefix}{path}?"),
+        (true, _) => format!("{prefix}{path}"),
+        (false, _) => format!("{prefix}{path}?{}", params.join("&")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn edits() -> Edits {
+        Edits::default()
+    }
+
+    #[test]
+    fn a_header_is_replaced_or_added() {
+        let raw = b"GET / HTTP/1.1\r\nhost: 127.0.0.1:8080\r\nAccept: */*\r\n\r\n";
+        let out = set_header(raw, "Host", Some("api.example.com"));
+        assert_eq!(
+            &out[..],
+            b"GET / HTTP/1.1\r\nHost: api.example.com\r\nAccept: */*\r\n\r\n"
+        );
+        let raw = b"GET / HTTP/1.0\r\n\r\n";
+        assert_eq!(
+            &set_header(raw, "Host", Some("a"))[..],
+            b"GET / HTTP/1.0\r\nHost: a\r\n\r\n"
+        );
+        let raw = b"HTTP/1.1 200 OK\r\nConnection: keep-alive\r\nconnection: x\r\n\r\n";
+        assert_eq!(
+            &set_header(raw, "Connection", Some("close"))[..],
+            b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n"
+        );
+        let raw = b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\nContent-Length-X: 1\r\n\r\n";
+        assert_eq!(
+            &set_header(raw, "content-length", None)[..],
+            b"HTTP/1.1 200 OK\r\nContent-Length-X: 1\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn a_request_gets_its_method_path_query_and_headers_changed() {
+        let e = Edits {
+            method: Some("POST".into()),
+            path: Some("/v2/items".into()),
+            query: vec![("beta".into(), "true".into()), ("n".into(), "2".into())],
+            set_headers: vec![("X-Chaos".into(), "1".into())],
+            remove_headers: vec!["user-agent".into()],
+            ..edits()
+        };
+        let raw = b"GET /v1/items?n=1&a=b&n=3 HTTP/1.1\r\nHost: x\r\nUser-Agent: curl\r\n\r\n";
+        assert_eq!(
+            &request(raw, &e)[..],
+            &b"POST /v2/items?n=2&a=b&beta=true HTTP/1.1\r\nHost: x\r\nX-Chaos: 1\r\n\r\n"[..]
+        );
+        // HEAD keeps its method (its response has no body); absolute-form
+        // keeps its authority.
+        let raw = b"HEAD http://x:8080/a?q HTTP/1.1\r\nHost: x\r\n\r\n";
+        assert_eq!(
+            &request(raw, &e)[..],
+            &b"HEAD http://x:8080/v2/items?q&beta=true&n=2 HTTP/1.1\r\nHost: x\r\nX-Chaos: 1\r\n\r\n"[..]
+        );
+        let only_query = Edits {
+            query: vec![("k".into(), "v".into())],
+            ..edits()
+        };
+        assert_eq!(edit_target("/p", None, &only_query.query), "/p?k=v");
+        assert_eq!(
+            edit_target("http://h", None, &only_query.query),
+            "http://h/?k=v"
+        );
+        assert_eq!(edit_target("/p?", None, &[]), "/p?");
+    }
+
+    #[test]
+    fn a_response_keeps_its_body_under_a_new_status() {
+        let e = Edits {
+            status: Some(503),
+            set_headers: vec![("Retry-After".into(), "2".into())],
+            ..edits()
+        };
+        let raw = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n";
+        assert_eq!(
+            &response(raw, &e, 200)[..],
+            &b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 5\r\nRetry-After: 2\r\n\r\n"[..]
+        );
+        // A 304's length describes a body it does not carry.
+        let raw = b"HTTP/1.1 304 Not Modified\r\nContent-Length: 900\r\n\r\n";
+        assert_eq!(
+            &response(raw, &e, 304)[..],
+            &b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nRetry-After: 2\r\n\r\n"[..]
+        );
+        let headers_only = Edits {
+            remove_headers: vec!["Server".into()],
+            ..edits()
+        };
+        let raw = b"HTTP/1.0 200 Fine\r\nServer: x\r\n\r\n";
+        assert_eq!(
+            &response(raw, &headers_only, 200)[..],
+            b"HTTP/1.0 200 Fine\r\n\r\n"
+        );
+    }
+}
