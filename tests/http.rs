@@ -413,7 +413,33 @@ fn http_rewrite_changes_requests_and_responses_in_flight() {
         "http_rewrite:set_method=POST,set_path=/echo-head/moved,set_query=beta=true,set_header=X-Chaos: 1,remove_header=User-Agent,path=/echo-head/*",
         "--fault",
         "http_rewrite:phase=response,set_status=529,set_header=Retry-After: 7,path=/p/2",
+        "--fault",
+        "http_rewrite:phase=response,set_status=503,path=/ws",
     ]);
+    // A 101 keeps its status: a WebSocket still upgrades and echoes.
+    let mut ws = TcpStream::connect(p.addr()).unwrap();
+    ws.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    ws.write_all(
+        b"GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
+    )
+    .unwrap();
+    let mut got = Vec::new();
+    let mut b = [0u8; 1024];
+    while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = ws.read(&mut b).unwrap();
+        assert!(n > 0, "{}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&b[..n]);
+    }
+    assert!(
+        got.starts_with(b"HTTP/1.1 101 "),
+        "{}",
+        String::from_utf8_lossy(&got)
+    );
+    ws.write_all(b"ping").unwrap();
+    let mut echo = [0u8; 4];
+    ws.read_exact(&mut echo).unwrap();
+    assert_eq!(&echo, b"ping");
+    drop(ws);
     let out = Command::new("curl")
         .args(["-sS", "-A", "curl-test"])
         .arg(format!("{}/echo-head/x?n=1", base(&p)))
@@ -439,7 +465,7 @@ print(r.status_code, r.text == "body-3;" * 10)
     assert_eq!(out, "529 7 True\n200 True\n", "{err}");
     let (_, log) = p.stop();
     assert!(
-        log.contains("HTTP requests: 3 seen, 2 faulted (http_rewrite"),
+        log.contains("HTTP requests: 4 seen, 2 faulted (http_rewrite"),
         "{log}"
     );
 }

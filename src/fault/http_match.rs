@@ -327,14 +327,27 @@ pub(crate) const PARAMS: &[(&str, &str, &str)] = &[
 /// `key`'s header patterns: `"Name: glob"` strings (one, or a list), a
 /// table `{ Name = "glob" }`, or `key.Name = "glob"`; names lowercased.
 fn headers(f: &mut Fields, key: &'static str) -> Result<Vec<(String, Pattern)>, ProfileError> {
+    Ok(named_values(f, key, ':')?
+        .into_iter()
+        .map(|(k, v)| (k.to_ascii_lowercase(), Pattern::new(&v)))
+        .collect())
+}
+
+/// `key`'s `name<sep>value` pairs, in the forms `header` takes: one
+/// string, a list of them, a table `{ name = "value" }`, or
+/// `key.name = "value"`; names and values as written (trimmed).
+pub(crate) fn named_values(
+    f: &mut Fields,
+    key: &'static str,
+    sep: char,
+) -> Result<Vec<(String, String)>, ProfileError> {
     let mut out = Vec::new();
     if let Some(node) = f.take(key) {
         match node.value {
             Value::Table(entries) => {
                 for (k, loc, v) in entries {
-                    let text = scalar(&v)
-                        .ok_or_else(|| f.error(key, &loc, "expected a string pattern"))?;
-                    out.push((k.to_ascii_lowercase(), Pattern::new(&text)));
+                    let text = scalar(&v).ok_or_else(|| f.error(key, &loc, "expected a string"))?;
+                    out.push((k, text));
                 }
             }
             _ => {
@@ -344,22 +357,21 @@ fn headers(f: &mut Fields, key: &'static str) -> Result<Vec<(String, Pattern)>, 
                 };
                 for item in items {
                     let text = node_text(&item);
-                    let (name, value) = text.split_once(':').ok_or_else(|| {
+                    let (name, value) = text.split_once(sep).ok_or_else(|| {
                         f.error(
                             key,
                             &item.loc,
-                            format!("expected \"Name: pattern\", got {text:?}"),
+                            format!("expected \"name{sep} value\", got {text:?}"),
                         )
                     })?;
-                    out.push((name.trim().to_ascii_lowercase(), Pattern::new(value.trim())));
+                    out.push((name.trim().to_string(), value.trim().to_string()));
                 }
             }
         }
     }
     for (name, node) in f.take_prefixed(key) {
-        let text =
-            scalar(&node).ok_or_else(|| f.error(key, &node.loc, "expected a string pattern"))?;
-        out.push((name.to_ascii_lowercase(), Pattern::new(&text)));
+        let text = scalar(&node).ok_or_else(|| f.error(key, &node.loc, "expected a string"))?;
+        out.push((name, text));
     }
     Ok(out)
 }

@@ -9,10 +9,10 @@
 //! client and the upstream still agree where each message ends. The
 //! rewriting itself is [`crate::http::rewrite`].
 
-use super::http_match::RequestMatch;
+use super::http_match::{RequestMatch, named_values};
 use super::http_reply::AnswerPhase;
 use super::{Kind, KindInfo, Layer, Stream};
-use crate::settings::{Fields, Node, ProfileError, Value, node_text};
+use crate::settings::{Fields, ProfileError, node_text};
 
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Edits {
@@ -86,12 +86,22 @@ impl Kind for HttpRewrite {
     };
 
     fn parse(f: &mut Fields) -> Result<Self, ProfileError> {
-        let (phase, matcher) = AnswerPhase::parse_with_match(f)?;
+        let phase = match f.choice("phase", &["request", "response"])? {
+            Some("response") => AnswerPhase::Response,
+            _ => AnswerPhase::Request,
+        };
+        let matcher = RequestMatch::parse(f)?;
+        if phase == AnswerPhase::Request {
+            matcher.no_response_yet(
+                f,
+                "this changes the request, before any response (add phase = \"response\" to change the response)",
+            )?;
+        }
         let mut edits = Edits {
             method: f.string("set_method")?,
             path: f.string("set_path")?,
-            query: pairs(f, "set_query", '=')?,
-            set_headers: pairs(f, "set_header", ':')?,
+            query: named_values(f, "set_query", '=')?,
+            set_headers: named_values(f, "set_header", ':')?,
             ..Edits::default()
         };
         if let Some(m) = &edits.method {
@@ -107,16 +117,16 @@ impl Kind for HttpRewrite {
             }
         }
         if let Some(p) = &edits.path {
-            if !p.starts_with('/') || !p.bytes().all(|b| b > b' ' && b != b'?' && b != 0x7f) {
+            if !p.starts_with('/') || !p.bytes().all(|b| b > b' ' && b < 0x7f && b != b'?' && b != b'#') {
                 return Err(f.table_error(format!(
-                    "set_path: expected a path like /v2/items (no spaces, no query: use set_query), got {p:?}"
+                    "set_path: expected a path like /v2/items (ASCII, percent-encoded, no spaces or '#'; no query: use set_query), got {p:?}"
                 )));
             }
         }
         for (k, v) in &edits.query {
             if [k, v]
                 .iter()
-                .any(|s| !s.bytes().all(|b| b > b' ' && !b"&#=".contains(&b) && b != 0x7f))
+                .any(|s| !s.bytes().all(|b| b > b' ' && b < 0x7f && !b"&#=".contains(&b)))
                 || k.is_empty()
             {
                 return Err(f.table_error(format!(
@@ -134,9 +144,14 @@ impl Kind for HttpRewrite {
             edits.remove_headers.push(node_text(&n));
         }
         for (name, value) in &edits.set_headers {
-            if value.bytes().any(|b| b == b'\r' || b == b'\n') {
+            // RFC 9110 field-value: visible characters, spaces and tabs
+            // (and obs-text); no control characters.
+            if value
+                .bytes()
+                .any(|b| (b < b' ' && b != b'\t') || b == 0x7f)
+            {
                 return Err(f.table_error(format!(
-                    "set_header: {name}'s value must be one line"
+                    "set_header: {name}'s value has a control character; one line of text is expected"
                 )));
             }
         }
@@ -233,48 +248,6 @@ fn is_token(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
-/// `key`'s `name<sep>value` pairs: one string, a list of them, a table
-/// `{ name = "value" }`, or `key.name = "value"`; names as written.
-fn pairs(f: &mut Fields, key: &'static str, sep: char) -> Result<Vec<(String, String)>, ProfileError> {
-    let scalar = |n: &Node| match &n.value {
-        Value::Table(_) | Value::Array(_) => None,
-        _ => Some(node_text(n)),
-    };
-    let mut out = Vec::new();
-    if let Some(node) = f.take(key) {
-        match node.value {
-            Value::Table(entries) => {
-                for (k, loc, v) in entries {
-                    let text = scalar(&v).ok_or_else(|| f.error(key, &loc, "expected a string"))?;
-                    out.push((k, text));
-                }
-            }
-            _ => {
-                let items = match node.value {
-                    Value::Array(items) => items,
-                    _ => vec![node],
-                };
-                for item in items {
-                    let text = node_text(&item);
-                    let (name, value) = text.split_once(sep).ok_or_else(|| {
-                        f.error(
-                            key,
-                            &item.loc,
-                            format!("expected \"name{sep}value\", got {text:?}"),
-                        )
-                    })?;
-                    out.push((name.trim().to_string(), value.trim().to_string()));
-                }
-            }
-        }
-    }
-    for (name, node) in f.take_prefixed(key) {
-        let text = scalar(&node).ok_or_else(|| f.error(key, &node.loc, "expected a string"))?;
-        out.push((name, text));
-    }
-    Ok(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::super::testing::*;
@@ -324,7 +297,8 @@ mod tests {
             (vec![("phase", "response"), ("set_status", "204")], "no body"),
             (vec![("phase", "response"), ("set_path", "/x")], "two faults"),
             (vec![("set_query", "a=b&c")], "set_query"),
-            (vec![("set_header", "X-A: 1"), ("response_status", "5xx")], "response_status needs"),
+            (vec![("set_header", "X-A: 1"), ("response_status", "5xx")], "changes the request, before any response"),
+            (vec![("set_path", "/a#b")], "expected a path"),
         ] {
             let e = rewrite(&bad).unwrap_err().to_string();
             assert!(e.contains(says), "{bad:?}: {e}");

@@ -448,14 +448,17 @@ impl RequestSide {
             }
             let tunnel =
                 head.method.eq_ignore_ascii_case("CONNECT") || head.header("upgrade").is_some();
-            // The head as it goes: edited by `http_rewrite` faults (each
-            // counted as it applies), its Host the upstream's name when
+            // The head as it goes: edited by `http_rewrite` faults, its Host the upstream's name when
             // netchaos speaks TLS to it; else byte for byte, with the body.
             let mut edited: Option<Bytes> = None;
             for (c, w) in &d.rewrites {
                 let was = edited.as_deref().unwrap_or(&buf[..head.head_len]);
-                edited = Some(rewrite::request(was, w.edits()));
-                x.record(c, &meta, None);
+                let next = rewrite::request(was, w.edits());
+                // Counted where it changed something.
+                if next != was {
+                    x.record(c, &meta, None);
+                }
+                edited = Some(next);
             }
             if let Some(h) = &x.rewrite_host {
                 let was = edited.as_deref().unwrap_or(&buf[..head.head_len]);
@@ -706,7 +709,8 @@ impl ResponseSide {
 
 impl ResponseSide {
     /// `http_rewrite` edits to the response `head` at the front of `buf`
-    /// (each counted as it applies, with the status it leaves): the head
+    /// (each counted where it changes the head, with the status it
+    /// leaves): the head
     /// is replaced there and read again, so what follows sees the edited
     /// one. Its framing was left alone.
     fn rewrite(
@@ -718,10 +722,19 @@ impl ResponseSide {
     ) -> wire::Response {
         let mut edited = Bytes::copy_from_slice(&buf[..head.head_len]);
         let mut status = head.status;
+        // A 101's status, or a CONNECT's answer's, says whether a tunnel
+        // follows: it is kept.
+        let framed = status == 101 || meta.method.eq_ignore_ascii_case("CONNECT");
         for (c, w) in rewrites {
-            edited = rewrite::response(&edited, w.edits(), status);
-            status = w.edits().status.unwrap_or(status);
-            self.x.record(c, meta, Some(status));
+            let next = rewrite::response(&edited, w.edits(), status, framed);
+            if !framed {
+                status = w.edits().status.unwrap_or(status);
+            }
+            // Counted where it changed something.
+            if next != edited {
+                self.x.record(c, meta, Some(status));
+            }
+            edited = next;
         }
         let mut next = BytesMut::with_capacity(edited.len() + buf.len() - head.head_len);
         next.extend_from_slice(&edited);

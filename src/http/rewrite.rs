@@ -33,32 +33,45 @@ pub(crate) fn set_header(bytes: &[u8], name: &str, value: Option<&str>) -> Bytes
 }
 
 /// A request head (blank line included) with `e`'s edits made. A request
-/// sent as HEAD or CONNECT keeps its method: its response is framed by it.
+/// sent as HEAD or CONNECT keeps its method (its response is framed by
+/// it), and a CONNECT its target (an authority, not a path). The request
+/// line is rebuilt only when it changes.
 pub(crate) fn request(head: &[u8], e: &Edits) -> Bytes {
     let (line, rest) = first_line(head);
+    let rest = headers(rest, e);
     let text = String::from_utf8_lossy(line);
     let mut parts = text.trim_end().splitn(3, ' ');
-    let (Some(method), Some(target), Some(version)) = (parts.next(), parts.next(), parts.next())
+    let edits_line = e.method.is_some() || e.path.is_some() || !e.query.is_empty();
+    let (Some(method), Some(target), Some(version), true) =
+        (parts.next(), parts.next(), parts.next(), edits_line)
     else {
-        return Bytes::copy_from_slice(head);
+        let mut out = line.to_vec();
+        out.extend_from_slice(&rest);
+        return Bytes::from(out);
     };
-    let method = match &e.method {
-        Some(m) if !["HEAD", "CONNECT"].contains(&method) => m.as_str(),
-        _ => method,
+    let fixed = ["HEAD", "CONNECT"]
+        .iter()
+        .any(|m| method.eq_ignore_ascii_case(m));
+    let new_method = e.method.as_deref().filter(|_| !fixed).unwrap_or(method);
+    let target = match method.eq_ignore_ascii_case("CONNECT") {
+        true => target.to_string(),
+        false => edit_target(target, e.path.as_deref(), &e.query),
     };
-    let target = edit_target(target, e.path.as_deref(), &e.query);
-    let mut out = format!("{method} {target} {version}\r\n").into_bytes();
-    out.extend_from_slice(&headers(rest, e));
+    let mut out = format!("{new_method} {target} {version}\r\n").into_bytes();
+    out.extend_from_slice(&rest);
     Bytes::from(out)
 }
 
-/// A response head with `e`'s edits made. A response that had no body by
-/// its status (204, 304) says `Content-Length: 0` under its new one, or
+/// A response head with `e`'s edits made. `status_framed`: its status
+/// frames what follows (a 101, or the answer to a CONNECT: a tunnel or
+/// not), so it is kept. A response that had no body by its status (204,
+/// 304) says `Content-Length: 0` under its new one (and no chunking), or
 /// the client would wait for a body that never comes.
-pub(crate) fn response(head: &[u8], e: &Edits, status: u16) -> Bytes {
+pub(crate) fn response(head: &[u8], e: &Edits, status: u16, status_framed: bool) -> Bytes {
     let (line, rest) = first_line(head);
     let mut rest = headers(rest, e);
-    let Some(new) = e.status.filter(|s| *s != status) else {
+    let new = e.status.filter(|s| *s != status && !status_framed);
+    let Some(new) = new else {
         let mut out = line.to_vec();
         out.extend_from_slice(&rest);
         return Bytes::from(out);
@@ -66,6 +79,7 @@ pub(crate) fn response(head: &[u8], e: &Edits, status: u16) -> Bytes {
     let text = String::from_utf8_lossy(line);
     let version = text.split(' ').next().unwrap_or("HTTP/1.1");
     if status == 204 || status == 304 {
+        rest = set_header(&rest, "Transfer-Encoding", None);
         rest = set_header(&rest, "Content-Length", Some("0"));
     }
     let mut out = format!("{version} {new} {}\r\n", reason(new)).into_bytes();
@@ -103,7 +117,7 @@ fn edit_target(target: &str, path: Option<&str>, query: &[(String, String)]) -> 
     }
     let start = match target.find("://") {
         Some(i) => target[i + 3..]
-            .find('/')
+            .find(['/', '?'])
             .map_or(target.len(), |j| i + 3 + j),
         None => 0,
     };
@@ -211,6 +225,25 @@ mod tests {
             "http://h/?k=v"
         );
         assert_eq!(edit_target("/p?", None, &[]), "/p?");
+        assert_eq!(
+            edit_target("http://h?q=1", None, &only_query.query),
+            "http://h/?q=1&k=v"
+        );
+        // A lowercase head is still HEAD; a CONNECT keeps its authority;
+        // headers alone leave the request line as it was sent.
+        let raw = b"head /a HTTP/1.1\r\n\r\n";
+        assert_eq!(&request(raw, &e)[..5], b"head ");
+        let raw = b"CONNECT h:443 HTTP/1.1\r\n\r\n";
+        assert!(request(raw, &e).starts_with(b"CONNECT h:443 HTTP/1.1\r\n"));
+        let headers_only = Edits {
+            set_headers: vec![("X-A".into(), "1".into())],
+            ..edits()
+        };
+        let raw = b"GET /a?x&&y HTTP/1.1\r\n\r\n";
+        assert_eq!(
+            &request(raw, &headers_only)[..],
+            b"GET /a?x&&y HTTP/1.1\r\nX-A: 1\r\n\r\n"
+        );
     }
 
     #[test]
@@ -222,22 +255,25 @@ mod tests {
         };
         let raw = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\n";
         assert_eq!(
-            &response(raw, &e, 200)[..],
+            &response(raw, &e, 200, false)[..],
             &b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 5\r\nRetry-After: 2\r\n\r\n"[..]
         );
         // A 304's length describes a body it does not carry.
-        let raw = b"HTTP/1.1 304 Not Modified\r\nContent-Length: 900\r\n\r\n";
+        let raw = b"HTTP/1.1 304 Not Modified\r\nContent-Length: 900\r\nTransfer-Encoding: chunked\r\n\r\n";
         assert_eq!(
-            &response(raw, &e, 304)[..],
+            &response(raw, &e, 304, false)[..],
             &b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nRetry-After: 2\r\n\r\n"[..]
         );
+        // A 101 keeps its status (what follows is a tunnel).
+        let raw = b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n";
+        assert!(response(raw, &e, 101, true).starts_with(b"HTTP/1.1 101 Switching Protocols\r\n"));
         let headers_only = Edits {
             remove_headers: vec!["Server".into()],
             ..edits()
         };
         let raw = b"HTTP/1.0 200 Fine\r\nServer: x\r\n\r\n";
         assert_eq!(
-            &response(raw, &headers_only, 200)[..],
+            &response(raw, &headers_only, 200, false)[..],
             b"HTTP/1.0 200 Fine\r\n\r\n"
         );
     }
