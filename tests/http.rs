@@ -417,24 +417,7 @@ fn http_rewrite_changes_requests_and_responses_in_flight() {
         "http_rewrite:phase=response,set_status=503,path=/ws",
     ]);
     // A 101 keeps its status: a WebSocket still upgrades and echoes.
-    let mut ws = TcpStream::connect(p.addr()).unwrap();
-    ws.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    ws.write_all(
-        b"GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
-    )
-    .unwrap();
-    let mut got = Vec::new();
-    let mut b = [0u8; 1024];
-    while !got.windows(4).any(|w| w == b"\r\n\r\n") {
-        let n = ws.read(&mut b).unwrap();
-        assert!(n > 0, "{}", String::from_utf8_lossy(&got));
-        got.extend_from_slice(&b[..n]);
-    }
-    assert!(
-        got.starts_with(b"HTTP/1.1 101 "),
-        "{}",
-        String::from_utf8_lossy(&got)
-    );
+    let mut ws = websocket(p.addr());
     ws.write_all(b"ping").unwrap();
     let mut echo = [0u8; 4];
     ws.read_exact(&mut echo).unwrap();
@@ -670,6 +653,29 @@ fn base(p: &Proxy) -> String {
     format!("http://{}", p.addr())
 }
 
+/// A WebSocket upgrade of `/ws` through `addr`: the connection, its
+/// `101` head read (asserted), raw bytes both ways from here.
+fn websocket(addr: std::net::SocketAddr) -> TcpStream {
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(
+        b"GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
+    )
+    .unwrap();
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        s.read_exact(&mut b).unwrap();
+        head.push(b[0]);
+    }
+    assert!(
+        head.starts_with(b"HTTP/1.1 101 "),
+        "{}",
+        String::from_utf8_lossy(&head)
+    );
+    s
+}
+
 /// Sends raw bytes to `addr` and reads until the peer closes, resets or
 /// 20 s pass.
 fn exchange(addr: std::net::SocketAddr, send: &[u8]) -> Vec<u8> {
@@ -858,23 +864,7 @@ fn upgrades_pass_through_and_expect_continue_works_both_ways() {
         "http_status:status=413,method=POST,path=/too-big",
     ]);
     // A WebSocket-style upgrade: after the 101, raw bytes both ways.
-    let mut s = TcpStream::connect(p.addr()).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    s.write_all(
-        b"GET /ws HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n",
-    )
-    .unwrap();
-    let mut head = Vec::new();
-    let mut b = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        s.read_exact(&mut b).unwrap();
-        head.push(b[0]);
-    }
-    assert!(
-        head.starts_with(b"HTTP/1.1 101"),
-        "{}",
-        String::from_utf8_lossy(&head)
-    );
+    let mut s = websocket(p.addr());
     s.write_all(b"\x81\x05GET / not http at all").unwrap();
     let mut echo = [0u8; 23];
     s.read_exact(&mut echo).unwrap();

@@ -11,7 +11,7 @@
 //! twice.
 
 use super::http_match::RequestMatch;
-use super::http_reply::AnswerPhase;
+use super::http_reply::{ANSWERS_HERE, AnswerPhase};
 use super::http_status::After;
 use super::{Kind, KindInfo, Layer, Stream};
 use crate::settings::{Fields, ProfileError};
@@ -46,7 +46,7 @@ impl Kind for HttpAbort {
             Some("close") => After::Close,
             _ => After::Reset,
         };
-        let (phase, matcher) = AnswerPhase::parse_with_match(f)?;
+        let (phase, matcher) = AnswerPhase::parse_with_match(f, ANSWERS_HERE)?;
         Ok(HttpAbort {
             then,
             phase,

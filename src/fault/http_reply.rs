@@ -34,6 +34,10 @@ pub(crate) fn status(f: &mut Fields) -> Result<Option<u16>, ProfileError> {
 /// When an answering fault (`http_status`, `http_abort`) acts: in the
 /// upstream's place, or once the upstream has answered — it did the work
 /// (charged, wrote, sent the mail), and the client never learns.
+/// Why an answer in the upstream's place has no response to look at.
+pub(crate) const ANSWERS_HERE: &str =
+    "this answers in the upstream's place (add phase = \"response\" to answer after it)";
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum AnswerPhase {
     Request,
@@ -41,10 +45,12 @@ pub(crate) enum AnswerPhase {
 }
 
 impl AnswerPhase {
-    /// An answering fault's `phase` and request match: in the upstream's
-    /// place there is no response yet, so `response_status` is refused.
+    /// A fault's `phase` and request match: in the request phase there is
+    /// no response yet, so `response_status` and `response_header` are
+    /// refused, saying `why` (what the fault does then).
     pub(crate) fn parse_with_match(
         f: &mut Fields,
+        why: &str,
     ) -> Result<(AnswerPhase, RequestMatch), ProfileError> {
         let phase = match f.choice("phase", &["request", "response"])? {
             Some("response") => AnswerPhase::Response,
@@ -52,10 +58,7 @@ impl AnswerPhase {
         };
         let matcher = RequestMatch::parse(f)?;
         if phase == AnswerPhase::Request {
-            matcher.no_response_yet(
-                f,
-                "this answers in the upstream's place (add phase = \"response\" to answer after it)",
-            )?;
+            matcher.no_response_yet(f, why)?;
         }
         Ok((phase, matcher))
     }

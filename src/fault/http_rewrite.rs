@@ -86,17 +86,10 @@ impl Kind for HttpRewrite {
     };
 
     fn parse(f: &mut Fields) -> Result<Self, ProfileError> {
-        let phase = match f.choice("phase", &["request", "response"])? {
-            Some("response") => AnswerPhase::Response,
-            _ => AnswerPhase::Request,
-        };
-        let matcher = RequestMatch::parse(f)?;
-        if phase == AnswerPhase::Request {
-            matcher.no_response_yet(
-                f,
-                "this changes the request, before any response (add phase = \"response\" to change the response)",
-            )?;
-        }
+        let (phase, matcher) = AnswerPhase::parse_with_match(
+            f,
+            "this changes the request, before any response (add phase = \"response\" to change the response)",
+        )?;
         let mut edits = Edits {
             method: f.string("set_method")?,
             path: f.string("set_path")?,

@@ -11,7 +11,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::http_match::RequestMatch;
-use super::http_reply::{self, AnswerPhase, CannedReply};
+use super::http_reply::{self, ANSWERS_HERE, AnswerPhase, CannedReply};
 use super::{Kind, KindInfo, Layer, Stream};
 use crate::settings::{Fields, Node, ProfileError, node_text};
 
@@ -87,7 +87,7 @@ impl Kind for HttpStatus {
             Some("reset") => After::Reset,
             _ => After::Keep,
         };
-        let (phase, matcher) = AnswerPhase::parse_with_match(f)?;
+        let (phase, matcher) = AnswerPhase::parse_with_match(f, ANSWERS_HERE)?;
         let summary = match (&body, &body_file, envelope) {
             (Some(_), _, _) => "body".to_string(),
             (None, Some((_, shown)), _) => format!("file {shown}"),
