@@ -655,8 +655,9 @@ pub struct RunArgs {
     /// instead of refusing to start.
     #[arg(long, requires = "in_place")]
     pub replace: bool,
-    /// Terminate HTTPS (TLS) for connections whose rules have HTTP faults,
-    /// so that those faults act on each request; re-originate it to the
+    /// Terminate HTTPS (TLS) for connections whose rules have HTTP or TLS
+    /// faults, so that HTTP faults act on each request and `tls_error`
+    /// fails the handshake itself; re-originate it to the
     /// real destination, verified. The command trusts the run's CA through
     /// its own view of the system trust stores and the usual variables
     /// (SSL_CERT_FILE, REQUESTS_CA_BUNDLE, NODE_EXTRA_CA_CERTS, …).
@@ -712,8 +713,9 @@ pub struct AttachArgs {
     #[arg(long, value_name = "FILE")]
     pub resolv_conf: Option<PathBuf>,
     /// HTTPS under attach: with --tls-ca and --tls-key (a CA the container
-    /// already trusts), HTTPS is terminated for HTTP faults as with `run
-    /// --tls`. Without them, HTTP faults apply to plaintext HTTP only.
+    /// already trusts), HTTPS is terminated for HTTP and TLS faults as with
+    /// `run --tls`. Without them, HTTP faults apply to plaintext HTTP only
+    /// and `tls_error` is refused.
     #[command(flatten)]
     pub tls_args: TlsArgs,
     #[command(flatten)]

@@ -453,6 +453,64 @@ print(r.status_code, r.text == "body-3;" * 10)
     );
 }
 
+/// Bodies rewritten in flight, either way, with Python's `requests` on one
+/// keep-alive session: a JSON response patched (merge patch, compressed by
+/// the upstream unless asked otherwise), a chunked one re-framed, a
+/// request body replaced whatever its framing, and a body too large to
+/// hold passed as it came — each later request still in step.
+#[test]
+fn http_rewrite_changes_bodies_and_frames_them_anew() {
+    if !need(&["python3"]) {
+        return;
+    }
+    let up = Httpd::start(None);
+    let p = Proxy::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        &format!("127.0.0.1:{}", up.port),
+        "--fault",
+        r#"http_rewrite:phase=response,patch_json={"stop_reason":"max_tokens","usage":{"output_tokens":null}},path=/json*"#,
+        "--fault",
+        r#"http_rewrite:set_body={"model":"claude-x","n":1},method=POST,path=/echo"#,
+        "--fault",
+        "http_rewrite:phase=response,set_body=replaced,path=/big/*",
+    ]);
+    let code = r#"
+import sys, requests
+s, base = requests.Session(), sys.argv[1]
+for path in ("/json", "/json-chunked"):
+    r = s.get(base + path, timeout=10)
+    m = r.json()
+    print(path, m["stop_reason"], "output_tokens" in m["usage"], m["content"][0]["text"],
+          r.headers.get("Content-Encoding"), r.headers.get("Content-Length") == str(len(r.content)),
+          r.headers.get("Transfer-Encoding"))
+print(s.post(base + "/echo", data=b"hello", timeout=10).text)
+print(s.post(base + "/echo", data=iter([b"hel", b"lo"]), timeout=10).text)
+print(s.get(base + "/big/10", timeout=10).text)
+print(len(s.get(base + "/big/2000000", timeout=10).content))
+print(s.get(base + "/p/3", timeout=10).text == "body-3;" * 10)
+"#;
+    let (rc, out, err) = python(code, &[&base(&p)]);
+    assert_eq!(rc, 0, "{err}");
+    assert_eq!(
+        out,
+        "/json max_tokens False hello None True None\n\
+         /json-chunked max_tokens False hello None True None\n\
+         {\"model\":\"claude-x\",\"n\":1}\n\
+         {\"model\":\"claude-x\",\"n\":1}\n\
+         replaced\n\
+         2000000\n\
+         True\n",
+        "{err}"
+    );
+    let (_, log) = p.stop();
+    assert!(
+        log.contains("HTTP requests: 7 seen, 5 faulted (http_rewrite"),
+        "{log}"
+    );
+}
+
 /// A slow first byte is counted when the hold begins: a client that gives
 /// up during it (what `http_delay` is for) was faulted, in both phases.
 #[test]

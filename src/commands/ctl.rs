@@ -191,17 +191,21 @@ pub(super) fn run(args: &CtlArgs) -> Result<u8> {
 fn split_spec(spec: &str) -> Result<(String, Map<String, Value>)> {
     let (kind, rest) = spec.split_once(':').unwrap_or((spec, ""));
     let mut attrs = Map::new();
-    for pair in rest.split(',').filter(|p| !p.trim().is_empty()) {
+    let pairs =
+        crate::profile::split_pairs(rest).map_err(|m| Error::Usage(format!("{spec:?}: {m}")))?;
+    for pair in pairs {
         let (k, v) = pair
             .split_once('=')
             .ok_or_else(|| Error::Usage(format!("{spec:?}: expected key=value, got {pair:?}")))?;
         // Numbers go as numbers (Toxiproxy's attributes are), the rest as
-        // text in netchaos's units.
+        // text in netchaos's units (a double-quoted one unquoted).
         let v = v.trim();
         let value = match (v.parse::<i64>(), v.parse::<f64>()) {
             (Ok(i), _) => json!(i),
             (_, Ok(f)) if f.is_finite() => json!(f),
-            _ => Value::String(v.to_string()),
+            _ => Value::String(
+                crate::profile::unquote(v).map_err(|e| Error::Usage(format!("{spec:?}: {e}")))?,
+            ),
         };
         attrs.insert(k.trim().to_string(), value);
     }

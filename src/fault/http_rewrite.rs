@@ -1,18 +1,20 @@
 //! `http_rewrite` (HTTP layer): a matching request goes upstream changed,
 //! or (`phase = "response"`) the upstream's response reaches the client
-//! changed — Chaos Mesh HTTPChaos's `replace` and `patch` of heads. On a
-//! request: its method, path, query parameters and headers; on a response:
-//! its status (the upstream's headers and body kept under the new code)
-//! and headers (a `Retry-After` added to a real 429, a header removed).
-//! What frames the message (`Content-Length`, `Transfer-Encoding`, a HEAD
-//! or CONNECT method, a status without a body) is not changed, so the
-//! client and the upstream still agree where each message ends. The
-//! rewriting itself is [`crate::http::rewrite`].
+//! changed — Chaos Mesh HTTPChaos's `replace` and `patch`. On a request:
+//! its method, path, query parameters, headers and body; on a response:
+//! its status (the upstream's headers and body kept under the new code),
+//! headers (a `Retry-After` added to a real 429, a header removed) and
+//! body (replaced, or a JSON merge patch: a `stop_reason` turned
+//! `max_tokens`). What frames the message (a HEAD or CONNECT method, a
+//! status without a body) is not changed; a body that is rewritten is
+//! read whole and sent with its new `Content-Length`, so the client and
+//! the upstream still agree where each message ends. The rewriting itself
+//! is [`crate::http::rewrite`].
 
 use super::http_match::{RequestMatch, named_values};
 use super::http_reply::AnswerPhase;
 use super::{Kind, KindInfo, Layer, Stream};
-use crate::settings::{Fields, ProfileError, node_text};
+use crate::settings::{Fields, ProfileError};
 
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Edits {
@@ -26,6 +28,24 @@ pub(crate) struct Edits {
     pub(crate) set_headers: Vec<(String, String)>,
     /// Header names removed (every line of each).
     pub(crate) remove_headers: Vec<String>,
+    /// The body replaced, or patched.
+    pub(crate) body: Option<BodyEdit>,
+}
+
+/// How a body is rewritten.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum BodyEdit {
+    /// Replaced by these bytes (`set_body`, `set_body_file`: as shown).
+    Set(Vec<u8>, Shown),
+    /// A JSON merge patch (RFC 7396) applied to a JSON body.
+    Patch(serde_json::Value),
+}
+
+/// How a replacement body was given, for `check` and the event log.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Shown {
+    Text,
+    File(String),
 }
 
 #[derive(Debug, Clone)]
@@ -45,7 +65,7 @@ impl Kind for HttpRewrite {
         default_stream: Stream::Both,
         streamed: false,
         stages: false,
-        about: "a matching request goes upstream changed (method, path, query, headers), or (phase=response) its response reaches the client changed (status, headers; its body kept)",
+        about: "a matching request goes upstream changed (method, path, query, headers, body), or (phase=response) its response reaches the client changed (status, headers, body)",
         params: &[
             (
                 "phase",
@@ -79,8 +99,23 @@ impl Kind for HttpRewrite {
             ),
             (
                 "remove_header",
-                "a name or a list of names",
+                "a name or a list of names (apart by | in flags)",
                 "headers removed (not Content-Length or Transfer-Encoding)",
+            ),
+            (
+                "set_body",
+                "a string",
+                "the body replaced (sent with its new Content-Length)",
+            ),
+            (
+                "set_body_file",
+                "a path (regular file, at most 1MiB)",
+                "…or by a file's bytes",
+            ),
+            (
+                "patch_json",
+                "a JSON merge patch (RFC 7396) like '{\"stop_reason\": \"max_tokens\"}'",
+                "a JSON body patched: members set, null removes one (bodies up to 1MiB, not compressed)",
             ),
         ],
     };
@@ -133,9 +168,10 @@ impl Kind for HttpRewrite {
                 "set_status: a {s} has no body, and the upstream's would still follow: use http_status with phase = \"response\" to replace the whole response"
             )));
         }
-        for n in f.strings("remove_header")?.unwrap_or_default() {
-            edits.remove_headers.push(node_text(&n));
+        for (n, _) in f.words("remove_header")?.unwrap_or_default() {
+            edits.remove_headers.push(n);
         }
+        edits.body = body_edit(f)?;
         for (name, value) in &edits.set_headers {
             // RFC 9110 field-value: visible characters, spaces and tabs
             // (and obs-text); no control characters.
@@ -185,7 +221,7 @@ impl Kind for HttpRewrite {
         }
         if edits == Edits::default() {
             return Err(f.table_error(
-                "nothing to change: give set_method, set_path, set_query, set_header or remove_header (phase = \"response\": set_status, set_header or remove_header)",
+                "nothing to change: give set_method, set_path, set_query, set_header, remove_header, set_body, set_body_file or patch_json (phase = \"response\": set_status, set_header, remove_header or a body)",
             ));
         }
         Ok(HttpRewrite {
@@ -214,8 +250,16 @@ impl Kind for HttpRewrite {
         for (k, v) in &e.set_headers {
             p.push(("set_header", format!("{k}: {v}")));
         }
-        for k in &e.remove_headers {
-            p.push(("remove_header", k.clone()));
+        if !e.remove_headers.is_empty() {
+            p.push(("remove_header", e.remove_headers.join("|")));
+        }
+        match &e.body {
+            Some(BodyEdit::Set(b, Shown::Text)) => {
+                p.push(("set_body", String::from_utf8_lossy(b).into_owned()))
+            }
+            Some(BodyEdit::Set(_, Shown::File(path))) => p.push(("set_body_file", path.clone())),
+            Some(BodyEdit::Patch(v)) => p.push(("patch_json", v.to_string())),
+            None => {}
         }
         p.extend(self.matcher.params());
         p
@@ -234,6 +278,37 @@ impl HttpRewrite {
     pub(crate) fn edits(&self) -> &Edits {
         &self.edits
     }
+}
+
+/// `set_body`, `set_body_file` or `patch_json`: one of them at most.
+fn body_edit(f: &mut Fields) -> Result<Option<BodyEdit>, ProfileError> {
+    let text = f.string("set_body")?;
+    let file = f.file("set_body_file")?;
+    let patch = f.string("patch_json")?;
+    if [text.is_some(), file.is_some(), patch.is_some()]
+        .iter()
+        .filter(|x| **x)
+        .count()
+        > 1
+    {
+        return Err(f.table_error(
+            "give one of set_body, set_body_file and patch_json: each makes the whole body",
+        ));
+    }
+    if let Some(t) = text {
+        return Ok(Some(BodyEdit::Set(t.into_bytes(), Shown::Text)));
+    }
+    if let Some((bytes, shown)) = file {
+        return Ok(Some(BodyEdit::Set(bytes, Shown::File(shown))));
+    }
+    let Some(p) = patch else {
+        return Ok(None);
+    };
+    serde_json::from_str(&p).map(|v| Some(BodyEdit::Patch(v))).map_err(|e| {
+        f.table_error(format!(
+            "patch_json: expected a JSON merge patch like {{\"stop_reason\": \"max_tokens\"}}, got {p:?} ({e})"
+        ))
+    })
 }
 
 /// RFC 9110 `tchar`: what a method or a header name is made of.
@@ -277,6 +352,16 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(r.edits().status, Some(503));
+        // Bodies, in either phase; a list of headers to remove.
+        let r = rewrite(&[("patch_json", r#"{"stop_reason": "max_tokens"}"#)]).unwrap();
+        assert_eq!(
+            r.edits().body,
+            Some(BodyEdit::Patch(serde_json::json!({"stop_reason": "max_tokens"})))
+        );
+        let r = rewrite(&[("phase", "response"), ("set_body", "{}"), ("remove_header", "A|B")])
+            .unwrap();
+        assert_eq!(r.edits().body, Some(BodyEdit::Set(b"{}".to_vec(), Shown::Text)));
+        assert_eq!(r.edits().remove_headers, ["A", "B"]);
         for (bad, says) in [
             (vec![], "nothing to change"),
             (vec![("set_method", "HEAD")], "framed"),
@@ -292,6 +377,8 @@ mod tests {
             (vec![("set_query", "a=b&c")], "set_query"),
             (vec![("set_header", "X-A: 1"), ("response_status", "5xx")], "changes the request, before any response"),
             (vec![("set_path", "/a#b")], "expected a path"),
+            (vec![("set_body", "x"), ("patch_json", "{}")], "give one of"),
+            (vec![("patch_json", "{\"a\": }")], "expected a JSON merge patch"),
         ] {
             let e = rewrite(&bad).unwrap_err().to_string();
             assert!(e.contains(says), "{bad:?}: {e}");

@@ -123,6 +123,14 @@ impl Decision {
         }
     }
 
+    /// Whether an `http_rewrite` drawn for its response rewrites the body
+    /// (it may still not act: its `response_status` is not known yet).
+    pub(crate) fn rewrites_response_body(&self) -> bool {
+        self.later
+            .iter()
+            .any(|l| matches!(l, Later::Rewrite(_, w) if w.edits().body.is_some()))
+    }
+
     /// The `http_delay` faults that hold an answer given in the upstream's
     /// place (`status`, or `None` for an abort): nothing else acts on it,
     /// and only the delays are looked at (and counted, for `first`).

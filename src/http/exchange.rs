@@ -300,15 +300,17 @@ async fn drop_body<R: AsyncRead + Unpin>(
 }
 
 /// Reads a whole body (at most [`MAX_BODY`]) into the buffer, after its
-/// head, and returns its payload: for matching a JSON field. `None` when it
-/// is larger, or the client waits for a go-ahead before sending it.
-async fn peek_body<R: AsyncRead + Unpin>(
+/// head, and returns its payload (de-chunked) and how many bytes of the
+/// buffer it takes: to match its JSON fields, or to rewrite it. `None`
+/// when it is larger, ends early, or the client waits for a go-ahead
+/// before sending it (`waits`); the buffer keeps what was read either way.
+async fn whole_body<R: AsyncRead + Unpin>(
     src: &mut Src<R>,
     buf: &mut BytesMut,
     head_len: usize,
     framing: Framing,
     waits: bool,
-) -> Result<Option<Vec<u8>>, BodyEnd> {
+) -> Result<Option<(Vec<u8>, usize)>, BodyEnd> {
     let mut body = Body::new(framing);
     let mut payload = Vec::new();
     let mut at = head_len;
@@ -318,12 +320,16 @@ async fn peek_body<R: AsyncRead + Unpin>(
             .map_err(|_| BodyEnd::Bad)?;
         at += scan.used;
         if scan.done {
-            return Ok(Some(payload));
+            return Ok(Some((payload, at - head_len)));
         }
         if waits || at - head_len > MAX_BODY {
             return Ok(None);
         }
         match src.fill(buf).await {
+            // A body that runs until the close is whole at the close.
+            Ok(0) if framing == Framing::UntilClose => {
+                return Ok(Some((payload, at - head_len)));
+            }
             Ok(0) => return Ok(None),
             Ok(_) => {}
             Err(_) => return Err(BodyEnd::Failed),
@@ -363,9 +369,9 @@ impl RequestSide {
             let waits = head.expects_continue();
             let mut json = None;
             if decide::needs_body(&faults) && framing != Framing::Empty {
-                match peek_body(src, &mut buf, head.head_len, framing, waits).await {
+                match whole_body(src, &mut buf, head.head_len, framing, waits).await {
                     Ok(payload) => {
-                        json = payload.and_then(|p| serde_json::from_slice(&p).ok());
+                        json = payload.and_then(|(p, _)| serde_json::from_slice(&p).ok());
                     }
                     Err(BodyEnd::Failed) => return send(out, ItemKind::Reset).await,
                     Err(_) => return self.go_raw(src, &mut buf, out).await,
@@ -448,14 +454,34 @@ impl RequestSide {
             }
             let tunnel =
                 head.method.eq_ignore_ascii_case("CONNECT") || head.header("upgrade").is_some();
+            // A body to rewrite is read whole first (not one the client
+            // sends only after a go-ahead, nor a tunnel's).
+            let body_edits = d.rewrites.iter().any(|(_, w)| w.edits().body.is_some());
+            let mut whole = None;
+            if body_edits && !tunnel && !waits && rewrite::body_editable(&head.headers) {
+                match whole_body(src, &mut buf, head.head_len, framing, false).await {
+                    Ok(w) => whole = w,
+                    Err(BodyEnd::Failed) => return send(out, ItemKind::Reset).await,
+                    Err(_) => return self.go_raw(src, &mut buf, out).await,
+                }
+            }
             // The head as it goes: edited by `http_rewrite` faults, its Host the upstream's name when
             // netchaos speaks TLS to it; else byte for byte, with the body.
             let mut edited: Option<Bytes> = None;
+            let mut new_body: Option<Vec<u8>> = None;
             for (c, w) in &d.rewrites {
                 let was = edited.as_deref().unwrap_or(&buf[..head.head_len]);
                 let next = rewrite::request(was, w.edits());
+                let mut changed = next != was;
+                if let (Some(e), Some((payload, _))) = (&w.edits().body, &whole) {
+                    let cur = new_body.as_deref().unwrap_or(payload);
+                    if let Some(b) = rewrite::body(cur, e) {
+                        changed |= b != cur;
+                        new_body = Some(b);
+                    }
+                }
                 // Counted where it changed something.
-                if next != was {
+                if changed {
                     x.record(c, &meta, None);
                 }
                 edited = Some(next);
@@ -464,6 +490,12 @@ impl RequestSide {
                 let was = edited.as_deref().unwrap_or(&buf[..head.head_len]);
                 edited = Some(set_header(was, "Host", Some(h)));
             }
+            // A response body to rewrite must come uncompressed: the
+            // upstream is asked for it so.
+            if d.rewrites_response_body() {
+                let was = edited.as_deref().unwrap_or(&buf[..head.head_len]);
+                edited = Some(set_header(was, "Accept-Encoding", Some("identity")));
+            }
             if self
                 .tx
                 .send(Pending::Forwarded(Box::new((meta, d))))
@@ -471,6 +503,16 @@ impl RequestSide {
                 .is_err()
             {
                 return Ok(());
+            }
+            if let (Some(b), Some((payload, wire_len))) = (new_body, &whole) {
+                if b != *payload {
+                    let h = edited.as_deref().unwrap_or(&buf[..head.head_len]);
+                    let mut msg = BytesMut::from(&rewrite::reframed(h, b.len())[..]);
+                    msg.extend_from_slice(&b);
+                    send_data(out, msg.freeze()).await?;
+                    buf.advance_to(head.head_len + wire_len);
+                    continue;
+                }
             }
             let start = match edited {
                 Some(h) => {
@@ -616,7 +658,7 @@ impl ResponseSide {
             }
         };
         self.x.record_response(&meta, head.status);
-        let d = d.on_response(Some(head.status), &head.headers);
+        let mut d = d.on_response(Some(head.status), &head.headers);
         // Counted as the hold begins, with the status it holds back.
         for c in &d.delays {
             self.x.record(c, &meta, Some(head.status));
@@ -624,11 +666,12 @@ impl ResponseSide {
         if !d.headers_delay.is_zero() {
             crate::timer::sleep(d.headers_delay).await;
         }
-        if let Some((c, reply)) = d.replace {
+        if let Some((c, reply)) = d.replace.take() {
             return self.replace(src, buf, out, &meta, &head, c, reply).await;
         }
+        let mut head_changed = Vec::new();
         if !d.rewrites.is_empty() {
-            head = self.rewrite(buf, &meta, head, &d.rewrites);
+            (head, head_changed) = self.rewrite(buf, &meta, head, &d.rewrites);
         }
         let Ok(framing) = head.framing(&meta.method) else {
             return Ok(Next::Raw);
@@ -642,7 +685,22 @@ impl ResponseSide {
         // no events to fault.
         let sse = d
             .sse
+            .take()
             .filter(|_| head.is_event_stream() && framing != Framing::Empty);
+        // A body to rewrite (not an event stream's: it may never end).
+        let body_edits = d.rewrites.iter().any(|(_, w)| w.edits().body.is_some());
+        if body_edits
+            && framing != Framing::Empty
+            && !head.is_event_stream()
+            && rewrite::body_editable(&head.headers)
+        {
+            let rewritten = self
+                .rewrite_body(src, buf, out, &meta, &head, framing, &d, &head_changed)
+                .await?;
+            if let Some(next) = rewritten {
+                return Ok(next);
+            }
+        }
         let end = if let Some((c, t)) = &d.truncate {
             let end = pass_body(
                 src,
@@ -713,13 +771,15 @@ impl ResponseSide {
     /// leaves): the head
     /// is replaced there and read again, so what follows sees the edited
     /// one. Its framing was left alone.
+    /// Also says which of them changed it.
     fn rewrite(
         &self,
         buf: &mut BytesMut,
         meta: &Meta,
         head: wire::Response,
         rewrites: &[(Chosen, crate::fault::http_rewrite::HttpRewrite)],
-    ) -> wire::Response {
+    ) -> (wire::Response, Vec<bool>) {
+        let mut changed = Vec::with_capacity(rewrites.len());
         let mut edited = Bytes::copy_from_slice(&buf[..head.head_len]);
         let mut status = head.status;
         // A 101's status, or a CONNECT's answer's, says whether a tunnel
@@ -731,6 +791,7 @@ impl ResponseSide {
                 status = w.edits().status.unwrap_or(status);
             }
             // Counted where it changed something.
+            changed.push(next != edited);
             if next != edited {
                 self.x.record(c, meta, Some(status));
             }
@@ -742,12 +803,81 @@ impl ResponseSide {
         match wire::response(&next) {
             Ok(Some(h)) => {
                 *buf = next;
-                h
+                (h, changed)
             }
             // Not expected: the edits keep a head's form. The original
             // goes on unedited rather than broken.
-            _ => head,
+            _ => (head, vec![false; rewrites.len()]),
         }
+    }
+
+    /// `http_rewrite` edits to the body of the response `head` (at the
+    /// front of `buf`): read whole, rewritten and sent with its new
+    /// length — cut short after it by an `http_truncate` that applies.
+    /// `None` (nothing sent) when it stays as it came: larger than
+    /// [`MAX_BODY`], ended early, not JSON for a patch, or unchanged. A
+    /// fault is counted once, here only if its head edits changed nothing.
+    #[allow(clippy::too_many_arguments)]
+    async fn rewrite_body<R: AsyncRead + Unpin>(
+        &self,
+        src: &mut Src<R>,
+        buf: &mut BytesMut,
+        out: &Output,
+        meta: &Meta,
+        head: &wire::Response,
+        framing: Framing,
+        d: &decide::OnResponse,
+        head_changed: &[bool],
+    ) -> Result<Option<Next>, Gone> {
+        let (payload, wire_len) = match whole_body(src, buf, head.head_len, framing, false).await {
+            Ok(Some(w)) => w,
+            Err(BodyEnd::Failed) => {
+                send_data(out, buf.split().freeze()).await?;
+                return send(out, ItemKind::Reset).await.map(|()| Some(Next::End));
+            }
+            // What was read stays in the buffer, passed on as it came.
+            _ => return Ok(None),
+        };
+        let mut now = payload;
+        let mut any = false;
+        for (i, (c, w)) in d.rewrites.iter().enumerate() {
+            let Some(e) = &w.edits().body else { continue };
+            match rewrite::body(&now, e) {
+                Some(b) if b != now => {
+                    if !head_changed.get(i).copied().unwrap_or(false) {
+                        self.x.record(c, meta, Some(head.status));
+                    }
+                    now = b;
+                    any = true;
+                }
+                _ => {}
+            }
+        }
+        if !any {
+            return Ok(None);
+        }
+        let mut msg = BytesMut::from(&rewrite::reframed(&buf[..head.head_len], now.len())[..]);
+        buf.advance_to(head.head_len + wire_len);
+        if let Some((c, t)) = d
+            .truncate
+            .as_ref()
+            .filter(|(_, t)| (now.len() as u64) > t.after_bytes())
+        {
+            msg.extend_from_slice(&now[..t.after_bytes() as usize]);
+            send_data(out, msg.freeze()).await?;
+            self.x.record(c, meta, Some(head.status));
+            return cut(out, t.then()).await.map(Some);
+        }
+        msg.extend_from_slice(&now);
+        send_data(out, msg.freeze()).await?;
+        Ok(Some(match framing {
+            // The upstream's close ended the body: the connection ends.
+            Framing::UntilClose => {
+                send(out, ItemKind::Fin).await?;
+                Next::End
+            }
+            _ => Next::Continue,
+        }))
     }
 
     /// A response-phase `http_status` or `http_abort`: the client gets the

@@ -1,12 +1,15 @@
-//! Heads rewritten on their way: the `Host` of a proxy speaking TLS
+//! Messages rewritten on their way: the `Host` of a proxy speaking TLS
 //! upstream, and `http_rewrite`'s edits — a request's method, path, query
-//! and headers, a response's status and headers. Bodies and framing are
-//! left as they were, so both peers still agree where each message ends.
+//! and headers, a response's status and headers, and either's body. A
+//! head keeps its framing unless its body is rewritten: then the new body
+//! goes with its own `Content-Length` ([`reframed`]), so both peers still
+//! agree where each message ends.
 
 use bytes::Bytes;
+use serde_json::Value;
 
 use crate::fault::http_reply::reason;
-use crate::fault::http_rewrite::Edits;
+use crate::fault::http_rewrite::{BodyEdit, Edits};
 
 /// The head with its `name` header (every line of it) replaced by one
 /// saying `value`, added when there was none; with no value, removed.
@@ -85,6 +88,69 @@ pub(crate) fn response(head: &[u8], e: &Edits, status: u16, status_framed: bool)
     let mut out = format!("{version} {new} {}\r\n", reason(new)).into_bytes();
     out.extend_from_slice(&rest);
     Bytes::from(out)
+}
+
+/// The body after `edit`, or `None` when it does not apply: a JSON merge
+/// patch on a body that is not JSON. A patch that changes no value leaves
+/// the bytes as they were (its re-serialisation would differ in spacing
+/// alone).
+pub(crate) fn body(payload: &[u8], edit: &BodyEdit) -> Option<Vec<u8>> {
+    match edit {
+        BodyEdit::Set(bytes, _) => Some(bytes.clone()),
+        BodyEdit::Patch(patch) => {
+            let was: Value = serde_json::from_slice(payload).ok()?;
+            let mut now = was.clone();
+            merge_patch(&mut now, patch);
+            match now == was {
+                true => Some(payload.to_vec()),
+                false => serde_json::to_vec(&now).ok(),
+            }
+        }
+    }
+}
+
+/// RFC 7396 JSON merge patch: an object's members are merged (a `null`
+/// removes one, the others keep their place); anything else replaces the
+/// target.
+fn merge_patch(target: &mut Value, patch: &Value) {
+    let Value::Object(members) = patch else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = Value::Object(serde_json::Map::new());
+    }
+    let Value::Object(t) = target else {
+        unreachable!("made an object above")
+    };
+    for (k, v) in members {
+        if v.is_null() {
+            t.shift_remove(k);
+        } else {
+            merge_patch(t.entry(k.clone()).or_insert(Value::Null), v);
+        }
+    }
+}
+
+/// Whether a message with these headers has a body netchaos can rewrite:
+/// not compressed (`Content-Encoding` other than identity), and framed by
+/// its length or plain chunking.
+pub(crate) fn body_editable(headers: &[(String, String)]) -> bool {
+    headers.iter().all(|(k, v)| {
+        let v = v.trim();
+        match k.to_ascii_lowercase().as_str() {
+            "content-encoding" => v.is_empty() || v.eq_ignore_ascii_case("identity"),
+            "transfer-encoding" => v.eq_ignore_ascii_case("chunked"),
+            _ => true,
+        }
+    })
+}
+
+/// A head made to frame a body of `len` bytes: its `Content-Length`, and
+/// no chunking (the body goes whole, its trailers dropped).
+pub(crate) fn reframed(head: &[u8], len: usize) -> Bytes {
+    let head = set_header(head, "Transfer-Encoding", None);
+    set_header(&head, "Content-Length", Some(&len.to_string()))
 }
 
 /// (the first line, the rest), the line with its end.
@@ -244,6 +310,47 @@ mod tests {
             &request(raw, &headers_only)[..],
             b"GET /a?x&&y HTTP/1.1\r\nX-A: 1\r\n\r\n"
         );
+    }
+
+    #[test]
+    fn a_json_merge_patch_follows_rfc_7396() {
+        let patch = |target: &str, patch: &str| -> String {
+            let edit = BodyEdit::Patch(serde_json::from_str(patch).unwrap());
+            String::from_utf8(body(target.as_bytes(), &edit).expect("JSON")).unwrap()
+        };
+        // RFC 7396's own example, members kept in their order.
+        assert_eq!(
+            patch(
+                r#"{"title":"Goodbye!","author":{"givenName":"John","familyName":"Doe"},"tags":["example","sample"],"content":"This will be unchanged"}"#,
+                r#"{"title":"Hello!","phoneNumber":"+01-123-456-7890","author":{"familyName":null},"tags":["example"]}"#
+            ),
+            r#"{"title":"Hello!","author":{"givenName":"John"},"tags":["example"],"content":"This will be unchanged","phoneNumber":"+01-123-456-7890"}"#
+        );
+        assert_eq!(
+            patch(r#"{"a":"b"}"#, r#"{"a":{"b":"c"}}"#),
+            r#"{"a":{"b":"c"}}"#
+        );
+        assert_eq!(patch(r#"["a","b"]"#, r#"{"a":"c"}"#), r#"{"a":"c"}"#);
+        assert_eq!(patch(r#"{"a":"foo"}"#, "null"), "null");
+        assert_eq!(patch(r#"{"e":null}"#, r#"{"a":1}"#), r#"{"e":null,"a":1}"#);
+        // Nothing changed: the bytes stay as they came, spacing and all.
+        assert_eq!(patch("{ \"a\" : 1 }\n", r#"{"a":1}"#), "{ \"a\" : 1 }\n");
+        let edit = BodyEdit::Patch(serde_json::json!({"a": 1}));
+        assert_eq!(body(b"<html>", &edit), None);
+    }
+
+    #[test]
+    fn a_rewritten_body_is_framed_by_its_length() {
+        let raw = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX: y\r\n\r\n";
+        assert_eq!(
+            &reframed(raw, 12)[..],
+            b"HTTP/1.1 200 OK\r\nX: y\r\nContent-Length: 12\r\n\r\n"
+        );
+        let h = |k: &str, v: &str| vec![(k.to_string(), v.to_string())];
+        assert!(body_editable(&h("Transfer-Encoding", "chunked")));
+        assert!(body_editable(&h("Content-Encoding", "identity")));
+        assert!(!body_editable(&h("Content-Encoding", "gzip")));
+        assert!(!body_editable(&h("Transfer-Encoding", "gzip, chunked")));
     }
 
     #[test]

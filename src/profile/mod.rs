@@ -245,18 +245,36 @@ pub(crate) fn parse_fault_flag(spec: &str) -> Result<FaultSpec, ProfileError> {
 /// `\\"` and `\\\\` are known).
 #[derive(Debug, thiserror::Error)]
 #[error("unknown escape \\{}", .0.map_or(String::new(), String::from))]
-struct BadEscape(Option<char>);
+pub(crate) struct BadEscape(Option<char>);
 
-/// Splits on commas outside double quotes.
-fn split_pairs(s: &str) -> Result<Vec<String>, &'static str> {
+/// Splits on commas outside double quotes and, where they pair up,
+/// outside `{…}` and `[…]`: a JSON value (`patch_json={"a":1,"b":2}`)
+/// needs no quoting of its own.
+pub(crate) fn split_pairs(s: &str) -> Result<Vec<String>, &'static str> {
+    match split_outside(s, true)? {
+        Some(parts) => Ok(parts),
+        None => Ok(split_outside(s, false)?.unwrap_or_default()),
+    }
+}
+
+/// The split, or `None` when `nested` brackets do not pair up.
+fn split_outside(s: &str, nested: bool) -> Result<Option<Vec<String>>, &'static str> {
     let mut out = Vec::new();
     let (mut cur, mut quoted, mut escaped) = (String::new(), false, false);
+    let mut depth = 0i32;
     for c in s.chars() {
         match c {
             _ if escaped => escaped = false,
             '\\' if quoted => escaped = true,
             '"' => quoted = !quoted,
-            ',' if !quoted => {
+            '{' | '[' if nested && !quoted => depth += 1,
+            '}' | ']' if nested && !quoted => {
+                depth -= 1;
+                if depth < 0 {
+                    return Ok(None);
+                }
+            }
+            ',' if !quoted && depth == 0 => {
                 out.push(std::mem::take(&mut cur));
                 continue;
             }
@@ -267,11 +285,16 @@ fn split_pairs(s: &str) -> Result<Vec<String>, &'static str> {
     if quoted {
         return Err("unterminated double quote");
     }
+    if depth != 0 {
+        return Ok(None);
+    }
     out.push(cur);
-    Ok(out.into_iter().filter(|p| !p.trim().is_empty()).collect())
+    Ok(Some(
+        out.into_iter().filter(|p| !p.trim().is_empty()).collect(),
+    ))
 }
 
-fn unquote(v: &str) -> Result<String, BadEscape> {
+pub(crate) fn unquote(v: &str) -> Result<String, BadEscape> {
     let Some(inner) = v.strip_prefix('"').and_then(|x| x.strip_suffix('"')) else {
         return Ok(v.to_string());
     };

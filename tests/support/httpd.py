@@ -10,10 +10,14 @@ python3 httpd.py [--bind ADDR] [--cert CERT --key KEY]   prints its port, then s
   ANY  /echo-head/…  200, the request line and headers as received
   GET  /ws           101 Switching Protocols, then echoes raw bytes
   GET  /close        200 with Connection: close, then closes
+  GET  /json         200 application/json, a message with "stop_reason":
+                     "end_turn" (gzip-compressed when Accept-Encoding asks)
+  GET  /json-chunked the same, uncompressed, in two chunks
 
 Each response is written in one piece with TCP_NODELAY, so timing is the
 relay's, not Nagle's. Ends when stdin closes (the test dropped it).
 """
+import gzip
 import http.server
 import json
 import socketserver
@@ -21,6 +25,15 @@ import ssl
 import sys
 import threading
 import time
+
+
+MESSAGE = {
+    "id": "msg_1",
+    "type": "message",
+    "content": [{"type": "text", "text": "hello"}],
+    "stop_reason": "end_turn",
+    "usage": {"input_tokens": 3, "output_tokens": 1},
+}
 
 
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -85,6 +98,23 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.wfile.flush()
             time.sleep(0.05)
             self.close_connection = True
+        elif self.path == "/json":
+            body = json.dumps(MESSAGE).encode()
+            headers = [("Content-Type", "application/json")]
+            if "gzip" in self.headers.get("Accept-Encoding", ""):
+                body = gzip.compress(body)
+                headers.append(("Content-Encoding", "gzip"))
+            self.reply(200, body, headers)
+        elif self.path == "/json-chunked":
+            body = json.dumps(MESSAGE).encode()
+            half = len(body) // 2
+            self.wfile.write(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                b"Transfer-Encoding: chunked\r\n\r\n"
+                + b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in (body[:half], body[half:]))
+                + b"0\r\nX-Trailer: 1\r\n\r\n"
+            )
+            self.wfile.flush()
         elif self.path == "/close":
             self.close_connection = True
             self.reply(200, b"bye", [("Connection", "close")])
