@@ -109,21 +109,27 @@ pub(crate) fn parse_percent(s: &str) -> Result<f64, &'static str> {
     }
 }
 
-/// Formats a byte rate the way people read them (`1.00 mbit (125.0 KB/s)`).
+/// Formats a byte rate the way people write them (`1mbit`, `500kbit`),
+/// in a form [`parse_rate`] reads back to the same rate: bytes per second
+/// (`123457B/s`) where bits would need rounding.
 pub(crate) fn format_rate(bytes_per_sec: u64) -> String {
-    let bits = bytes_per_sec as f64 * 8.0;
-    let (v, unit) = if bits >= 1e9 {
-        (bits / 1e9, "gbit")
-    } else if bits >= 1e6 {
-        (bits / 1e6, "mbit")
-    } else if bits >= 1e3 {
-        (bits / 1e3, "kbit")
-    } else {
-        (bits, "bit")
-    };
-    let v = format!("{v:.3}");
-    let v = v.trim_end_matches('0').trim_end_matches('.');
-    format!("{v}{unit} ({bytes_per_sec} B/s)")
+    let bits = bytes_per_sec * 8;
+    for (scale, unit) in [
+        (1_000_000_000, "gbit"),
+        (1_000_000, "mbit"),
+        (1_000, "kbit"),
+    ] {
+        if bits >= scale {
+            let v = format!("{:.3}", bits as f64 / scale as f64);
+            let v = v.trim_end_matches('0').trim_end_matches('.');
+            let text = format!("{v}{unit}");
+            return match parse_rate(&text) {
+                Ok(r) if r == bytes_per_sec => text,
+                _ => format!("{bytes_per_sec}B/s"),
+            };
+        }
+    }
+    format!("{bits}bit")
 }
 
 /// Formats a byte count in the units `parse_size` reads: `1MiB`, `64KiB`,
@@ -298,7 +304,21 @@ mod tests {
     fn formatting() {
         assert_eq!(format_duration(Duration::from_millis(150)), "150ms");
         assert_eq!(format_duration(Duration::from_secs(2)), "2s");
-        assert_eq!(format_rate(125_000), "1mbit (125000 B/s)");
-        assert_eq!(format_rate(62_500), "500kbit (62500 B/s)");
+        assert_eq!(format_rate(125_000), "1mbit");
+        assert_eq!(format_rate(62_500), "500kbit");
+        assert_eq!(format_rate(123_457), "987.656kbit");
+        assert_eq!(format_rate(1_234_567), "1234567B/s");
+        for r in [
+            1,
+            7,
+            125,
+            62_500,
+            123_457,
+            1_234_567,
+            10_000_000,
+            125_000_000_000,
+        ] {
+            assert_eq!(parse_rate(&format_rate(r)).unwrap(), r, "{r}");
+        }
     }
 }

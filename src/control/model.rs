@@ -518,10 +518,9 @@ pub(crate) fn toxics_for(faults: &[FaultEntry]) -> Vec<Toxic> {
             n += 1;
         }
         let attributes = spec
-            .kind
-            .params()
+            .kind_params()
             .into_iter()
-            .map(|(k, v)| (k.to_string(), Value::String(v)))
+            .map(|(k, v)| (k, Value::String(v)))
             .collect();
         out.push(Toxic {
             name,
@@ -647,7 +646,7 @@ mod tests {
         let t = toxic(json!({"type": "corrupt", "attributes": {"probability": 0.5}})).unwrap();
         assert!(matches!(t.fault.unwrap().spec.kind, FaultKind::Corrupt(_)));
         let t = toxic(json!({"type": "bandwidth", "attributes": {"rate": 100}})).unwrap();
-        assert!(fault_of(&t).contains("(100000 B/s)"), "{}", fault_of(&t));
+        assert!(fault_of(&t).contains("rate=800kbit"), "{}", fault_of(&t));
         assert!(toxic(json!({"type": "noop"})).unwrap().fault.is_none());
     }
 

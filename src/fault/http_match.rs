@@ -237,12 +237,6 @@ impl RequestMatch {
         if let Some(x) = &self.host {
             p.push(("host", x.text().to_string()));
         }
-        for (k, v) in &self.headers {
-            p.push(("header", format!("{k}: {}", v.text)));
-        }
-        for (k, v) in &self.body {
-            p.push(("body", format!("{k} = {}", v.text)));
-        }
         if let Some(n) = self.first {
             p.push(("first", n.to_string()));
         }
@@ -260,9 +254,20 @@ impl RequestMatch {
                 .collect();
             p.push(("response_status", s.join("|")));
         }
-        for (k, v) in &self.response_headers {
-            p.push(("response_header", format!("{k}: {}", v.text)));
-        }
+        p
+    }
+
+    /// The criteria that name a header or a JSON field, as (key, name,
+    /// value).
+    pub(crate) fn named_params(&self) -> Vec<(&'static str, String, String)> {
+        let named = |key: &'static str, list: &[(String, Pattern)]| {
+            list.iter()
+                .map(move |(k, v)| (key, k.clone(), v.text.clone()))
+                .collect::<Vec<_>>()
+        };
+        let mut p = named("header", &self.headers);
+        p.extend(named("body", &self.body));
+        p.extend(named("response_header", &self.response_headers));
         p
     }
 }
@@ -358,11 +363,11 @@ pub(crate) fn named_values(
                 for item in items {
                     let text = node_text(&item);
                     let (name, value) = text.split_once(sep).ok_or_else(|| {
-                        f.error(
-                            key,
-                            &item.loc,
-                            format!("expected \"name{sep} value\", got {text:?}"),
-                        )
+                        let form = match sep {
+                            ':' => "Name: value",
+                            _ => "name=value",
+                        };
+                        f.error(key, &item.loc, format!("expected \"{form}\", got {text:?}"))
                     })?;
                     out.push((name.trim().to_string(), value.trim().to_string()));
                 }

@@ -241,14 +241,8 @@ impl Kind for HttpRewrite {
         if let Some(x) = &e.path {
             p.push(("set_path", x.clone()));
         }
-        for (k, v) in &e.query {
-            p.push(("set_query", format!("{k}={v}")));
-        }
         if let Some(s) = e.status {
             p.push(("set_status", s.to_string()));
-        }
-        for (k, v) in &e.set_headers {
-            p.push(("set_header", format!("{k}: {v}")));
         }
         if !e.remove_headers.is_empty() {
             p.push(("remove_header", e.remove_headers.join("|")));
@@ -263,6 +257,16 @@ impl Kind for HttpRewrite {
         }
         p.extend(self.matcher.params());
         p
+    }
+
+    fn named_params(&self) -> Vec<(&'static str, String, String)> {
+        let e = &self.edits;
+        let query = e.query.iter().map(|(k, v)| ("set_query", k, v));
+        let headers = e.set_headers.iter().map(|(k, v)| ("set_header", k, v));
+        query
+            .chain(headers)
+            .map(|(key, k, v)| (key, k.clone(), v.clone()))
+            .collect()
     }
 }
 

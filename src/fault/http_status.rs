@@ -6,14 +6,12 @@
 //! shaped (a 529 `overloaded_error`, a 429 `rate_limit_error` with
 //! `retry-after`), so its SDK takes the error for its own.
 
-use std::time::Duration;
-
 use bytes::Bytes;
 
-use super::http_match::RequestMatch;
+use super::http_match::{RequestMatch, named_values};
 use super::http_reply::{self, ANSWERS_HERE, AnswerPhase, CannedReply};
 use super::{Kind, KindInfo, Layer, Stream};
-use crate::settings::{Fields, Node, ProfileError, node_text};
+use crate::settings::{Fields, ProfileError};
 
 /// What happens to the connection after a canned reply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,10 +31,32 @@ pub(crate) struct HttpStatus {
     then: After,
     phase: AnswerPhase,
     matcher: RequestMatch,
-    summary: String,
-    /// For display: what the reply says beyond its status.
-    retry_after: Option<Duration>,
-    headers: Vec<String>,
+    /// For display: the reply's parameters as given, beyond its status.
+    given: Given,
+}
+
+/// A canned reply's parameters as given (`body`, `envelope`, …, and its
+/// extra `headers`), shown by `check` and the event log.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Given {
+    pub(crate) plain: Vec<(&'static str, String)>,
+    pub(crate) headers: Vec<(String, String)>,
+}
+
+impl Given {
+    /// Notes `key` as given, if it was.
+    pub(crate) fn note(&mut self, key: &'static str, value: Option<String>) {
+        if let Some(v) = value {
+            self.plain.push((key, v));
+        }
+    }
+
+    pub(crate) fn named_headers(&self) -> Vec<(&'static str, String, String)> {
+        self.headers
+            .iter()
+            .map(|(k, v)| ("headers", k.clone(), v.clone()))
+            .collect()
+    }
 }
 
 const PARAMS: &[(&str, &str, &str)] = &[
@@ -45,7 +65,7 @@ const PARAMS: &[(&str, &str, &str)] = &[
     ("body", "a string", "the answer's body (default: the provider's error, or the status's name)"),
     ("body_file", "a path (regular file, at most 1MiB)", "…or a file's bytes"),
     ("retry_after", "a duration", "a Retry-After header (whole seconds, rounded up)"),
-    ("headers", "\"Name: value\" strings", "more headers"),
+    ("headers", "\"Name: value\" strings, or a table (headers.Name in flags)", "more headers"),
     ("then", "keep (default), close or reset", "what the connection does after the answer"),
     (
         "phase",
@@ -80,20 +100,26 @@ impl Kind for HttpStatus {
             return Err(f.table_error("give body or body_file, not both"));
         }
         let retry_after = f.duration("retry_after")?;
-        let headers = f.strings("headers")?;
-        let extra = header_lines(f, headers)?;
+        let headers = reply_headers(f)?;
+        let extra = lines(&headers);
         let then = match f.choice("then", &["keep", "close", "reset"])? {
             Some("close") => After::Close,
             Some("reset") => After::Reset,
             _ => After::Keep,
         };
         let (phase, matcher) = AnswerPhase::parse_with_match(f, ANSWERS_HERE)?;
-        let summary = match (&body, &body_file, envelope) {
-            (Some(_), _, _) => "body".to_string(),
-            (None, Some((_, shown)), _) => format!("file {shown}"),
-            (None, None, Some(p)) => format!("{p} envelope"),
-            (None, None, None) => "default body".into(),
+        let mut given = Given {
+            headers,
+            ..Given::default()
         };
+        given.note("envelope", envelope.map(str::to_string));
+        given.note(
+            "body",
+            body.as_ref()
+                .map(|b| String::from_utf8_lossy(b).into_owned()),
+        );
+        given.note("body_file", body_file.as_ref().map(|(_, shown)| shown.clone()));
+        given.note("retry_after", retry_after.map(crate::units::format_duration));
         let body = body.or(body_file.map(|(b, _)| b));
         let reply =
             CannedReply::build(status, envelope, body, retry_after, &extra, then != After::Keep)
@@ -104,23 +130,13 @@ impl Kind for HttpStatus {
             then,
             phase,
             matcher,
-            summary,
-            retry_after,
-            headers: extra,
+            given,
         })
     }
 
     fn params(&self) -> Vec<(&'static str, String)> {
-        let mut p = vec![
-            ("status", self.status.to_string()),
-            ("reply", self.summary.clone()),
-        ];
-        if let Some(r) = self.retry_after {
-            p.push(("retry_after", crate::units::format_duration(r)));
-        }
-        if !self.headers.is_empty() {
-            p.push(("headers", self.headers.join(", ")));
-        }
+        let mut p = vec![("status", self.status.to_string())];
+        p.extend(self.given.plain.iter().cloned());
         match self.then {
             After::Keep => {}
             After::Close => p.push(("then", "close".into())),
@@ -129,6 +145,10 @@ impl Kind for HttpStatus {
         p.extend(self.phase.param());
         p.extend(self.matcher.params());
         p
+    }
+
+    fn named_params(&self) -> Vec<(&'static str, String, String)> {
+        self.given.named_headers()
     }
 }
 
@@ -158,23 +178,23 @@ impl HttpStatus {
 }
 
 /// `headers = ["Name: value", …]`, each checked to be one header line.
-pub(crate) fn header_lines(
-    f: &Fields,
-    headers: Option<Vec<Node>>,
-) -> Result<Vec<String>, ProfileError> {
-    let mut lines = Vec::new();
-    for h in headers.unwrap_or_default() {
-        let text = node_text(&h);
-        if !text.contains(':') || text.contains(['\r', '\n']) {
-            return Err(f.error(
-                "headers",
-                &h.loc,
-                format!("expected \"Name: value\", got {text:?}"),
-            ));
+/// The `headers` of a canned reply (`"Name: value"` strings, a table, or
+/// `headers.Name = value`), as (name, value).
+pub(crate) fn reply_headers(f: &mut Fields) -> Result<Vec<(String, String)>, ProfileError> {
+    let pairs = named_values(f, "headers", ':')?;
+    for (name, value) in &pairs {
+        if name.is_empty() || format!("{name}{value}").contains(['\r', '\n']) {
+            return Err(f.table_error(format!(
+                "headers: expected \"Name: value\" on one line, got {name:?}: {value:?}"
+            )));
         }
-        lines.push(text);
     }
-    Ok(lines)
+    Ok(pairs)
+}
+
+/// Header lines of (name, value) pairs.
+pub(crate) fn lines(pairs: &[(String, String)]) -> Vec<String> {
+    pairs.iter().map(|(k, v)| format!("{k}: {v}")).collect()
 }
 
 #[cfg(test)]

@@ -257,6 +257,13 @@ pub(crate) trait Kind: Sized {
     /// event log and the summary).
     fn params(&self) -> Vec<(&'static str, String)>;
 
+    /// Its parameters that name something (a header, a query parameter),
+    /// as (key, name, value): shown as `key.name=value`, the form flags
+    /// take, so that repeats of a key stay apart.
+    fn named_params(&self) -> Vec<(&'static str, String, String)> {
+        Vec::new()
+    }
+
     /// The stage acting on one direction's bytes; `None` for kinds that do
     /// not act on bytes in the relay.
     fn stage<'a>(&self, _ctx: StageCtx, _io: &'a mut StageIo) -> Option<StageFuture<'a>> {
@@ -290,6 +297,12 @@ macro_rules! registry {
             pub(crate) fn params(&self) -> Vec<(&'static str, String)> {
                 match self {
                     $($(FaultKind::$kind(x) => x.params(),)+)*
+                }
+            }
+
+            fn named_params(&self) -> Vec<(&'static str, String, String)> {
+                match self {
+                    $($(FaultKind::$kind(x) => x.named_params(),)+)*
                 }
             }
 
@@ -357,6 +370,19 @@ impl FaultKind {
     pub(crate) fn has_stage(&self) -> bool {
         self.info().stages
     }
+
+    /// The request match of an HTTP fault.
+    pub(crate) fn request_match(&self) -> Option<&http_match::RequestMatch> {
+        match self {
+            FaultKind::HttpStatus(k) => Some(k.matcher()),
+            FaultKind::HttpDelay(k) => Some(k.matcher()),
+            FaultKind::Sse(k) => Some(k.matcher()),
+            FaultKind::HttpTruncate(k) => Some(k.matcher()),
+            FaultKind::HttpAbort(k) => Some(k.matcher()),
+            FaultKind::HttpRewrite(k) => Some(k.matcher()),
+            _ => None,
+        }
+    }
 }
 
 /// A fault chosen for one connection.
@@ -409,31 +435,82 @@ impl FaultSpec {
         self.kind.name()
     }
 
-    /// All parameters, the shared ones included, as `key = value` text.
-    pub(crate) fn all_params(&self) -> Vec<(&'static str, String)> {
-        let mut p = self.kind.params();
+    /// All parameters, the shared ones included, as `key = value` text;
+    /// one that names something under `key.name` (each key once).
+    pub(crate) fn all_params(&self) -> Vec<(String, String)> {
+        let mut p = self.kind_params();
         if self.probability < 1.0 {
-            p.push(("probability", format!("{}", self.probability)));
+            p.push(("probability".into(), format!("{}", self.probability)));
         }
         if self.kind.info().streamed {
-            p.push(("stream", self.stream.as_str().to_string()));
+            p.push(("stream".into(), self.stream.as_str().to_string()));
         }
         if self.active != Window::ALWAYS {
-            p.push(("active", self.active.to_string()));
+            p.push(("active".into(), self.active.to_string()));
         }
+        p
+    }
+
+    /// The kind's own parameters, as [`FaultSpec::all_params`] shows them.
+    pub(crate) fn kind_params(&self) -> Vec<(String, String)> {
+        let mut p: Vec<(String, String)> = self
+            .kind
+            .params()
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v))
+            .collect();
+        let named = self.kind.named_params().into_iter().chain(
+            self.kind
+                .request_match()
+                .map(|m| m.named_params())
+                .unwrap_or_default(),
+        );
+        p.extend(named.map(|(k, n, v)| (format!("{k}.{n}"), v)));
         p
     }
 }
 
+/// As a `--fault` flag would give it: `netchaos check` prints what can be
+/// pasted back. A value that would not survive the flag's splitting
+/// (a comma or quote, spaces at its ends, a control character) is
+/// double-quoted, with escapes.
 impl fmt::Display for FaultSpec {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())?;
         let params = self.all_params();
         for (i, (k, v)) in params.iter().enumerate() {
-            write!(f, "{}{k}={v}", if i == 0 { ":" } else { "," })?;
+            write!(f, "{}{k}={}", if i == 0 { ":" } else { "," }, flag_value(v))?;
         }
         Ok(())
     }
+}
+
+/// `v` as a `--fault` value: as it is, or double-quoted with escapes.
+/// A JSON object or array is left bare (its commas do not split a flag).
+fn flag_value(v: &str) -> std::borrow::Cow<'_, str> {
+    let json = (v.starts_with('{') || v.starts_with('['))
+        && serde_json::from_str::<serde_json::Value>(v).is_ok();
+    let plain = json
+        || (!v.is_empty()
+            && v.trim() == v
+            && !v.contains([',', '"', '\\'])
+            && !v.chars().any(char::is_control));
+    if plain {
+        return v.into();
+    }
+    let mut out = String::from('"');
+    for c in v.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out.into()
 }
 
 /// Reads one fault table: `type`, the shared settings, then the kind's own

@@ -14,7 +14,7 @@ use std::time::Duration;
 use bytes::Bytes;
 
 use super::http_reply::{self, CannedReply};
-use super::http_status::header_lines;
+use super::http_status::{Given, lines, reply_headers};
 use super::{ItemKind, Kind, KindInfo, Layer, Stream};
 use crate::settings::{Fields, ProfileError};
 
@@ -41,7 +41,7 @@ pub(crate) struct Respond {
     /// Wait for the client's first bytes (its request) before replying.
     wait_request: bool,
     /// How the data was given, for display.
-    summary: String,
+    given: Given,
 }
 
 impl Kind for Respond {
@@ -52,7 +52,7 @@ impl Kind for Respond {
         streamed: false,
         stages: false,
         about: "the upstream is never contacted; the client gets canned bytes",
-        params: &[("data", "a string", "the bytes to send"), ("file", "a path (regular file, at most 1MiB)", "…or a file's bytes"), ("status", "an HTTP status 200-599", "…or an HTTP reply with this status"), ("body", "a string", "the HTTP reply's body"), ("retry_after", "a duration", "a Retry-After header (whole seconds, rounded up)"), ("envelope", "anthropic or openai", "the HTTP reply as that provider's error"), ("headers", "\"Name: value\" strings", "more HTTP headers"), ("then", "close (default), reset or stall", "after the bytes: FIN, RST or silence"), ("wait_request", "true (default) or false", "wait for the client's first bytes")],
+        params: &[("data", "a string", "the bytes to send"), ("file", "a path (regular file, at most 1MiB)", "…or a file's bytes"), ("status", "an HTTP status 200-599", "…or an HTTP reply with this status"), ("body", "a string", "the HTTP reply's body"), ("retry_after", "a duration", "a Retry-After header (whole seconds, rounded up)"), ("envelope", "anthropic or openai", "the HTTP reply as that provider's error"), ("headers", "\"Name: value\" strings, or a table (headers.Name in flags)", "more HTTP headers"), ("then", "close (default), reset or stall", "after the bytes: FIN, RST or silence"), ("wait_request", "true (default) or false", "wait for the client's first bytes")],
     };
 
     fn parse(f: &mut Fields) -> Result<Self, ProfileError> {
@@ -61,7 +61,8 @@ impl Kind for Respond {
         let status = http_reply::status(f)?;
         let body = f.string("body")?;
         let retry_after = f.duration("retry_after")?;
-        let headers = f.strings("headers")?;
+        let headers = reply_headers(f)?;
+        let extra = lines(&headers);
         let envelope = f.choice("envelope", &["anthropic", "openai"])?;
         let given = [data.is_some(), file.is_some(), status.is_some()];
         if given.iter().filter(|g| **g).count() != 1 {
@@ -70,26 +71,30 @@ impl Kind for Respond {
             ));
         }
         if status.is_none()
-            && (body.is_some() || retry_after.is_some() || headers.is_some() || envelope.is_some())
+            && (body.is_some() || retry_after.is_some() || !headers.is_empty() || envelope.is_some())
         {
             return Err(f.table_error("body, retry_after, envelope and headers go with status"));
         }
-        let (reply, summary) = if let Some(d) = data {
-            let summary = format!("{} bytes of data", d.len());
-            (Reply::Bytes(Bytes::from(d.into_bytes())), summary)
+        let mut given = Given {
+            headers,
+            ..Given::default()
+        };
+        let reply = if let Some(d) = data {
+            given.note("data", Some(d.clone()));
+            Reply::Bytes(Bytes::from(d.into_bytes()))
         } else if let Some((bytes, shown)) = file {
-            (Reply::Bytes(Bytes::from(bytes)), format!("file {shown}"))
+            given.note("file", Some(shown));
+            Reply::Bytes(Bytes::from(bytes))
         } else {
             let status = status.expect("checked above");
-            let extra = header_lines(f, headers)?;
+            given.note("status", Some(status.to_string()));
+            given.note("envelope", envelope.map(str::to_string));
+            given.note("body", body.clone());
+            given.note("retry_after", retry_after.map(crate::units::format_duration));
             let body = body.map(String::into_bytes);
             let reply = CannedReply::build(status, envelope, body, retry_after, &extra, true)
                 .map_err(|e| f.table_error(&e))?;
-            let summary = match envelope {
-                Some(p) => format!("HTTP {status}, {p} envelope"),
-                None => format!("HTTP {status}"),
-            };
-            (Reply::Http(reply), summary)
+            Reply::Http(reply)
         };
         let then = match f.choice("then", &["close", "reset", "stall"])? {
             Some("reset") => Then::Reset,
@@ -101,7 +106,7 @@ impl Kind for Respond {
             reply,
             then,
             wait_request,
-            summary,
+            given,
         })
     }
 
@@ -111,11 +116,14 @@ impl Kind for Respond {
             Then::Reset => "reset",
             Then::Stall => "stall",
         };
-        vec![
-            ("reply", self.summary.clone()),
-            ("then", then.into()),
-            ("wait_request", self.wait_request.to_string()),
-        ]
+        let mut p = self.given.plain.clone();
+        p.push(("then", then.into()));
+        p.push(("wait_request", self.wait_request.to_string()));
+        p
+    }
+
+    fn named_params(&self) -> Vec<(&'static str, String, String)> {
+        self.given.named_headers()
     }
 }
 

@@ -150,7 +150,7 @@ impl Decision {
     ) -> OnResponse {
         let mut r = OnResponse::default();
         for l in std::mem::take(&mut self.later) {
-            let m = matcher_of(&l.chosen().spec.kind);
+            let m = l.chosen().spec.kind.request_match();
             let admitted = match status {
                 Some(s) => m.is_none_or(|m| m.admits_response(s, headers)),
                 None => m.is_none_or(|m| !m.looks_at_response()),
@@ -178,19 +178,7 @@ impl Decision {
 pub(crate) fn needs_body(faults: &[Chosen]) -> bool {
     faults
         .iter()
-        .any(|c| matcher_of(&c.spec.kind).is_some_and(|m| m.needs_body()))
-}
-
-fn matcher_of(kind: &FaultKind) -> Option<&crate::fault::http_match::RequestMatch> {
-    match kind {
-        FaultKind::HttpStatus(k) => Some(k.matcher()),
-        FaultKind::HttpDelay(k) => Some(k.matcher()),
-        FaultKind::Sse(k) => Some(k.matcher()),
-        FaultKind::HttpTruncate(k) => Some(k.matcher()),
-        FaultKind::HttpAbort(k) => Some(k.matcher()),
-        FaultKind::HttpRewrite(k) => Some(k.matcher()),
-        _ => None,
-    }
+        .any(|c| c.spec.kind.request_match().is_some_and(|m| m.needs_body()))
 }
 
 /// Decides request `n` of a connection, `elapsed` after netchaos started.
@@ -202,7 +190,7 @@ pub(crate) fn decide(
 ) -> Decision {
     let mut d = Decision::default();
     for c in faults.iter() {
-        let Some(m) = matcher_of(&c.spec.kind) else {
+        let Some(m) = c.spec.kind.request_match() else {
             continue;
         };
         if !c.spec.active.contains(elapsed) || !m.admits(view) {

@@ -360,6 +360,57 @@ pub(crate) fn build_plan(
 mod tests {
     use super::*;
 
+    /// What `netchaos check` prints for a fault can be given back as a
+    /// `--fault` flag, and means the same: every built-in profile's
+    /// faults, and flags with repeated named keys, commas, quotes and
+    /// JSON in their values.
+    #[test]
+    fn a_fault_as_shown_is_a_flag_that_gives_it_back() {
+        let mut shown: Vec<String> = Vec::new();
+        for name in builtin::names() {
+            let plan = build_plan(&[name.to_string()], &[], Some(1)).unwrap();
+            shown.extend(
+                plan.rules
+                    .iter()
+                    .flat_map(|r| &r.faults)
+                    .map(|f| f.to_string()),
+            );
+        }
+        for flag in [
+            r#"http_rewrite:set_header.X-A=1,set_header.X-B="2, 3",set_query.a=1,set_query.b=x,remove_header=A|B,header.x-c="a,b",body.model=claude-*"#,
+            r#"http_rewrite:phase=response,patch_json={"a":[1,2],"b":{"c":null}},response_header.content-type=application/json,response_status=5xx|429"#,
+            r#"http_rewrite:phase=response,set_body=" padded, "quoted"
+",first=2"#,
+            r#"http_status:status=429,retry_after=2s,envelope=anthropic,headers.X-A=1,headers.X-B="b, c",method=GET|POST,probability=0.5,active=1s..5s"#,
+            r#"http_status:status=503,body="{"error": "down"}",then=close,every=3"#,
+            r#"respond:status=200,body=ok,headers.X-Y=z,then=reset"#,
+            r#"respond:data="a,b",wait_request=false"#,
+            "latency:delay=150ms,jitter=20ms,stream=both",
+            "tls_error:error=wrong_host,host=*.example.com",
+            "dns_error:rcode=SERVFAIL,name=api.example.com",
+        ] {
+            shown.push(parse_fault_flag(flag).unwrap().to_string());
+        }
+        assert!(shown.len() > 20, "{shown:?}");
+        let wrong: Vec<String> = shown
+            .iter()
+            .filter_map(|s| match parse_fault_flag(s) {
+                Ok(again) if again.to_string() == *s => None,
+                Ok(again) => Some(format!("{s}\n  came back as {again}")),
+                Err(e) => Some(format!("{s}\n  {e}")),
+            })
+            .collect();
+        assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+        let f = parse_fault_flag(r#"http_rewrite:set_header.X-A=1,set_header.X-B="2, 3""#).unwrap();
+        assert_eq!(
+            f.to_string(),
+            r#"http_rewrite:set_header.X-A=1,set_header.X-B="2, 3""#
+        );
+        // The event log writes them as an object: no key may hide another.
+        let keys: Vec<String> = f.all_params().into_iter().map(|(k, _)| k).collect();
+        assert_eq!(keys, ["set_header.X-A", "set_header.X-B"]);
+    }
+
     const SKETCH: &str = r#"
 description = "Replies stop after the headers: a read timeout"
 seed = 7
@@ -434,7 +485,7 @@ upstream = "127.0.0.1:6379"
         let f = parse_fault_flag("reset:after_bytes=4096").unwrap();
         assert_eq!(f.to_string(), "reset:after_bytes=4096,stream=downstream");
         let f = parse_fault_flag("respond:data=\"a,b\\r\\n\",then=reset").unwrap();
-        assert!(f.to_string().contains("5 bytes of data"), "{f}");
+        assert!(f.to_string().contains(r#"data="a,b\r\n""#), "{f}");
         let e = parse_fault_flag("latency:delay").unwrap_err();
         assert!(e.to_string().contains("expected key=value"), "{e}");
         let e = parse_fault_flag("bandwidth:rate=fast").unwrap_err();
