@@ -271,6 +271,8 @@ pub(crate) struct Stats {
     pub dns_refused: [AtomicU64; 2],
     /// HTTP requests the HTTP layer followed.
     pub http_requests: AtomicU64,
+    /// Requests at least one HTTP fault acted on.
+    pub http_faulted_requests: AtomicU64,
     /// HTTP faults applied, by (kind, status answered: 0 when none was).
     pub http_faulted: Mutex<BTreeMap<(&'static str, u16), u64>>,
     /// DNS queries the DNS layer saw (retransmissions not counted).
@@ -694,6 +696,11 @@ impl Events {
         status: Option<u16>,
     ) {
         self.count_one(rule, spec, Unit::Request);
+        if req.first_fault {
+            self.stats
+                .http_faulted_requests
+                .fetch_add(1, Ordering::Relaxed);
+        }
         *self
             .stats
             .http_faulted
@@ -948,7 +955,9 @@ impl Events {
         let requests = s.http_requests.load(Ordering::Relaxed);
         if requests > 0 {
             let by_kind = s.http_faulted.lock().expect("stats lock");
-            let faulted: u64 = by_kind.values().sum();
+            // Requests, not hits: one request can have several faults
+            // (each counted in the list by kind).
+            let faulted = s.http_faulted_requests.load(Ordering::Relaxed);
             let list: Vec<String> = by_kind
                 .iter()
                 .map(|((kind, status), n)| match status {
@@ -1048,6 +1057,8 @@ pub(crate) struct RequestInfo<'a> {
     pub method: &'a str,
     pub path: &'a str,
     pub host: Option<&'a str>,
+    /// The first fault recorded on it (the summary counts requests).
+    pub first_fault: bool,
 }
 
 /// Where a hit is recorded: the log, the connection, the rule, the fault.

@@ -561,6 +561,11 @@ fn a_delay_the_client_gives_up_on_is_counted() {
     assert_eq!(delays.len(), 2, "{text}");
     let statuses: Vec<&serde_json::Value> = delays.iter().map(|e| &e["http"]["status"]).collect();
     assert!(statuses[0].is_null() && statuses[1] == 200, "{text}");
+    // The summary counts the request once, and each fault by kind.
+    assert!(
+        err.contains("HTTP requests: 1 seen, 1 faulted (http_delay 1, http_delay 200: 1)"),
+        "{err}"
+    );
 }
 
 /// Reads an event stream with `requests` (read timeout 2 s): the events

@@ -64,6 +64,9 @@ struct Meta {
     host: Option<String>,
     /// The client may send another request after it.
     keep_alive: bool,
+    /// A fault was recorded on it (the summary counts requests faulted,
+    /// however many faults each had).
+    faulted: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// What the response side must do next, in request order.
@@ -107,11 +110,13 @@ pub(crate) struct ResponseSide {
 
 impl Exchange {
     fn record(&self, c: &Chosen, m: &Meta, status: Option<u16>) {
+        let first = !m.faulted.swap(true, std::sync::atomic::Ordering::Relaxed);
         let req = RequestInfo {
             n: m.n,
             method: &m.method,
             path: &m.target,
             host: m.host.as_deref(),
+            first_fault: first,
         };
         self.events
             .http_fault(&self.conn, &c.rule, &c.spec, &req, status);
@@ -124,6 +129,7 @@ impl Exchange {
             method: &m.method,
             path: &m.target,
             host: m.host.as_deref(),
+            first_fault: false,
         };
         self.events.http_response(&self.conn, &req, status);
     }
@@ -395,6 +401,7 @@ impl RequestSide {
                 target: head.target.clone(),
                 host,
                 keep_alive: head.keep_alive(),
+                faulted: Default::default(),
             };
             // Counted as the hold begins: a client that times out during it
             // (what the fault is for) was still faulted. No response exists
