@@ -113,7 +113,8 @@ pub(crate) fn parse_percent(s: &str) -> Result<f64, &'static str> {
 /// in a form [`parse_rate`] reads back to the same rate: bytes per second
 /// (`123457B/s`) where bits would need rounding.
 pub(crate) fn format_rate(bytes_per_sec: u64) -> String {
-    let bits = bytes_per_sec * 8;
+    // In bits a rate can pass u64 (parse_rate reads up to u64::MAX bytes/s).
+    let bits = u128::from(bytes_per_sec) * 8;
     for (scale, unit) in [
         (1_000_000_000, "gbit"),
         (1_000_000, "mbit"),
@@ -317,6 +318,7 @@ mod tests {
             1_234_567,
             10_000_000,
             125_000_000_000,
+            1 << 62,
         ] {
             assert_eq!(parse_rate(&format_rate(r)).unwrap(), r, "{r}");
         }

@@ -475,6 +475,10 @@ fn http_rewrite_changes_bodies_and_frames_them_anew() {
         r#"http_rewrite:set_body={"model":"claude-x","n":1},method=POST,path=/echo"#,
         "--fault",
         "http_rewrite:phase=response,set_body=replaced,path=/big/*",
+        "--fault",
+        r#"http_rewrite:phase=response,set_body={},path=/ndjson"#,
+        "--fault",
+        r#"http_rewrite:phase=response,patch_json={"a":1},path=/p/4"#,
     ]);
     let code = r#"
 import sys, requests
@@ -490,6 +494,12 @@ print(s.post(base + "/echo", data=iter([b"hel", b"lo"]), timeout=10).text)
 print(s.get(base + "/big/10", timeout=10).text)
 print(len(s.get(base + "/big/2000000", timeout=10).content))
 print(s.get(base + "/p/3", timeout=10).text == "body-3;" * 10)
+# Not JSON by its Content-Type: not patched; a stream: not held or rewritten.
+print(s.get(base + "/p/4", timeout=10).text == "body-4;" * 10)
+print(repr(s.get(base + "/ndjson", timeout=10).text))
+# A body that ran until the close, rewritten: the head says the close.
+r = requests.get(base + "/json-close", timeout=10)
+print(r.json()["stop_reason"], r.headers.get("Connection"), r.headers.get("Content-Length") == str(len(r.content)))
 "#;
     let (rc, out, err) = python(code, &[&base(&p)]);
     assert_eq!(rc, 0, "{err}");
@@ -501,12 +511,15 @@ print(s.get(base + "/p/3", timeout=10).text == "body-3;" * 10)
          {\"model\":\"claude-x\",\"n\":1}\n\
          replaced\n\
          2000000\n\
-         True\n",
+         True\n\
+         True\n\
+         '{\"i\":0}\\n{\"i\":1}\\n'\n\
+         max_tokens close True\n",
         "{err}"
     );
     let (_, log) = p.stop();
     assert!(
-        log.contains("HTTP requests: 7 seen, 5 faulted (http_rewrite"),
+        log.contains("HTTP requests: 10 seen, 6 faulted (http_rewrite"),
         "{log}"
     );
 }

@@ -490,11 +490,21 @@ impl fmt::Display for FaultSpec {
 fn flag_value(v: &str) -> std::borrow::Cow<'_, str> {
     let json = (v.starts_with('{') || v.starts_with('['))
         && serde_json::from_str::<serde_json::Value>(v).is_ok();
-    let plain = json
-        || (!v.is_empty()
-            && v.trim() == v
-            && !v.contains([',', '"', '\\'])
-            && !v.chars().any(char::is_control));
+    // Brackets that do not pair up would stop a flag's JSON values from
+    // holding their commas.
+    let mut depth = 0i32;
+    let paired = v.chars().all(|c| {
+        match c {
+            '{' | '[' => depth += 1,
+            '}' | ']' => depth -= 1,
+            _ => {}
+        }
+        depth >= 0
+    }) && depth == 0;
+    let plain = !v.is_empty()
+        && v.trim() == v
+        && !v.chars().any(char::is_control)
+        && (json || (paired && !v.contains([',', '"', '\\'])));
     if plain {
         return v.into();
     }

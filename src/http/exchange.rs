@@ -482,7 +482,7 @@ impl RequestSide {
                 let mut changed = next != was;
                 if let (Some(e), Some((payload, _))) = (&w.edits().body, &whole) {
                     let cur = new_body.as_deref().unwrap_or(payload);
-                    if let Some(b) = rewrite::body(cur, e) {
+                    if let Some(b) = rewrite::body(cur, e, rewrite::is_json(&head.headers)) {
                         changed |= b != cur;
                         new_body = Some(b);
                     }
@@ -514,7 +514,7 @@ impl RequestSide {
             if let (Some(b), Some((payload, wire_len))) = (new_body, &whole) {
                 if b != *payload {
                     let h = edited.as_deref().unwrap_or(&buf[..head.head_len]);
-                    let mut msg = BytesMut::from(&rewrite::reframed(h, b.len())[..]);
+                    let mut msg = BytesMut::from(&rewrite::reframed(h, b.len(), false)[..]);
                     msg.extend_from_slice(&b);
                     send_data(out, msg.freeze()).await?;
                     buf.advance_to(head.head_len + wire_len);
@@ -694,13 +694,13 @@ impl ResponseSide {
             .sse
             .take()
             .filter(|_| head.is_event_stream() && framing != Framing::Empty);
-        // A body to rewrite (not an event stream's: it may never end).
+        // A body to rewrite: not a stream's (it may never end), nor one
+        // that a response has none of by its status or request (HEAD); an
+        // empty one (a length of 0) may get one.
+        let bodiless = meta.method.eq_ignore_ascii_case("HEAD")
+            || matches!(head.status, 100..=199 | 204 | 304);
         let body_edits = d.rewrites.iter().any(|(_, w)| w.edits().body.is_some());
-        if body_edits
-            && framing != Framing::Empty
-            && !head.is_event_stream()
-            && rewrite::body_editable(&head.headers)
-        {
+        if body_edits && !bodiless && rewrite::body_editable(&head.headers) {
             let rewritten = self
                 .rewrite_body(src, buf, out, &meta, &head, framing, &d, &head_changed)
                 .await?;
@@ -849,7 +849,7 @@ impl ResponseSide {
         let mut any = false;
         for (i, (c, w)) in d.rewrites.iter().enumerate() {
             let Some(e) = &w.edits().body else { continue };
-            match rewrite::body(&now, e) {
+            match rewrite::body(&now, e, rewrite::is_json(&head.headers)) {
                 Some(b) if b != now => {
                     if !head_changed.get(i).copied().unwrap_or(false) {
                         self.x.record(c, meta, Some(head.status));
@@ -863,7 +863,9 @@ impl ResponseSide {
         if !any {
             return Ok(None);
         }
-        let mut msg = BytesMut::from(&rewrite::reframed(&buf[..head.head_len], now.len())[..]);
+        let closes = framing == Framing::UntilClose;
+        let head_bytes = rewrite::reframed(&buf[..head.head_len], now.len(), closes);
+        let mut msg = BytesMut::from(&head_bytes[..]);
         buf.advance_to(head.head_len + wire_len);
         if let Some((c, t)) = d
             .truncate

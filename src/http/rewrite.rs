@@ -91,12 +91,13 @@ pub(crate) fn response(head: &[u8], e: &Edits, status: u16, status_framed: bool)
 }
 
 /// The body after `edit`, or `None` when it does not apply: a JSON merge
-/// patch on a body that is not JSON. A patch that changes no value leaves
-/// the bytes as they were (its re-serialisation would differ in spacing
-/// alone).
-pub(crate) fn body(payload: &[u8], edit: &BodyEdit) -> Option<Vec<u8>> {
+/// patch on a body that is not JSON (`json`: its `Content-Type` says
+/// JSON; and it parses). A patch that changes no value leaves the bytes
+/// as they were (its re-serialisation would differ in spacing alone).
+pub(crate) fn body(payload: &[u8], edit: &BodyEdit, json: bool) -> Option<Vec<u8>> {
     match edit {
         BodyEdit::Set(bytes, _) => Some(bytes.clone()),
+        BodyEdit::Patch(_) if !json => None,
         BodyEdit::Patch(patch) => {
             let was: Value = serde_json::from_slice(payload).ok()?;
             let mut now = was.clone();
@@ -132,24 +133,62 @@ fn merge_patch(target: &mut Value, patch: &Value) {
     }
 }
 
+/// Media types of bodies that stream for as long as their sender likes:
+/// rewriting one would hold it back until it ended.
+const STREAMS: &[&str] = &[
+    "text/event-stream",
+    "application/x-ndjson",
+    "application/ndjson",
+    "application/jsonl",
+    "application/x-jsonlines",
+    "application/stream+json",
+    "multipart/x-mixed-replace",
+];
+
+/// The media type of a `Content-Type`, lowercased, without parameters.
+fn media_type(headers: &[(String, String)]) -> Option<String> {
+    headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("content-type"))
+        .map(|(_, v)| {
+            v.split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase()
+        })
+}
+
 /// Whether a message with these headers has a body netchaos can rewrite:
-/// not compressed (`Content-Encoding` other than identity), and framed by
-/// its length or plain chunking.
+/// not compressed (`Content-Encoding` other than identity), framed by its
+/// length or plain chunking, and not a stream (events, NDJSON …).
 pub(crate) fn body_editable(headers: &[(String, String)]) -> bool {
-    headers.iter().all(|(k, v)| {
+    let plain = headers.iter().all(|(k, v)| {
         let v = v.trim();
         match k.to_ascii_lowercase().as_str() {
             "content-encoding" => v.is_empty() || v.eq_ignore_ascii_case("identity"),
             "transfer-encoding" => v.eq_ignore_ascii_case("chunked"),
             _ => true,
         }
-    })
+    });
+    plain && media_type(headers).is_none_or(|t| !STREAMS.contains(&t.as_str()))
+}
+
+/// Whether the `Content-Type` says JSON (`application/json`, `…+json`):
+/// the bodies a `patch_json` applies to.
+pub(crate) fn is_json(headers: &[(String, String)]) -> bool {
+    media_type(headers).is_some_and(|t| t == "application/json" || t.ends_with("+json"))
 }
 
 /// A head made to frame a body of `len` bytes: its `Content-Length`, and
-/// no chunking (the body goes whole, its trailers dropped).
-pub(crate) fn reframed(head: &[u8], len: usize) -> Bytes {
-    let head = set_header(head, "Transfer-Encoding", None);
+/// no chunking (the body goes whole, its trailers dropped). `closes`: the
+/// body ran until the connection closed, which still ends it after this
+/// body — the head says so, or a client would reuse the connection.
+pub(crate) fn reframed(head: &[u8], len: usize, closes: bool) -> Bytes {
+    let mut head = set_header(head, "Transfer-Encoding", None);
+    if closes {
+        head = set_header(&head, "Connection", Some("close"));
+    }
     set_header(&head, "Content-Length", Some(&len.to_string()))
 }
 
@@ -316,7 +355,7 @@ mod tests {
     fn a_json_merge_patch_follows_rfc_7396() {
         let patch = |target: &str, patch: &str| -> String {
             let edit = BodyEdit::Patch(serde_json::from_str(patch).unwrap());
-            String::from_utf8(body(target.as_bytes(), &edit).expect("JSON")).unwrap()
+            String::from_utf8(body(target.as_bytes(), &edit, true).expect("JSON")).unwrap()
         };
         // RFC 7396's own example, members kept in their order.
         assert_eq!(
@@ -336,15 +375,28 @@ mod tests {
         // Nothing changed: the bytes stay as they came, spacing and all.
         assert_eq!(patch("{ \"a\" : 1 }\n", r#"{"a":1}"#), "{ \"a\" : 1 }\n");
         let edit = BodyEdit::Patch(serde_json::json!({"a": 1}));
-        assert_eq!(body(b"<html>", &edit), None);
+        assert_eq!(body(b"<html>", &edit, true), None);
+        // Only a body its Content-Type calls JSON is patched.
+        assert_eq!(body(b"42", &edit, false), None);
+        let h = |t: &str| vec![("Content-Type".to_string(), t.to_string())];
+        assert!(is_json(&h("application/json; charset=utf-8")));
+        assert!(is_json(&h("application/problem+json")));
+        assert!(!is_json(&h("text/plain")));
+        assert!(!body_editable(&h("application/x-ndjson")));
+        assert!(body_editable(&h("application/json")));
     }
 
     #[test]
     fn a_rewritten_body_is_framed_by_its_length() {
         let raw = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX: y\r\n\r\n";
         assert_eq!(
-            &reframed(raw, 12)[..],
+            &reframed(raw, 12, false)[..],
             b"HTTP/1.1 200 OK\r\nX: y\r\nContent-Length: 12\r\n\r\n"
+        );
+        let raw = b"HTTP/1.0 200 OK\r\n\r\n";
+        assert_eq!(
+            &reframed(raw, 2, true)[..],
+            b"HTTP/1.0 200 OK\r\nConnection: close\r\nContent-Length: 2\r\n\r\n"
         );
         let h = |k: &str, v: &str| vec![(k.to_string(), v.to_string())];
         assert!(body_editable(&h("Transfer-Encoding", "chunked")));

@@ -13,6 +13,8 @@ python3 httpd.py [--bind ADDR] [--cert CERT --key KEY]   prints its port, then s
   GET  /json         200 application/json, a message with "stop_reason":
                      "end_turn" (gzip-compressed when Accept-Encoding asks)
   GET  /json-chunked the same, uncompressed, in two chunks
+  GET  /json-close   the same as HTTP/1.0, its end the connection's close
+  GET  /ndjson       200 application/x-ndjson, two lines in two chunks
 
 Each response is written in one piece with TCP_NODELAY, so timing is the
 relay's, not Nagle's. Ends when stdin closes (the test dropped it).
@@ -113,6 +115,19 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 b"Transfer-Encoding: chunked\r\n\r\n"
                 + b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in (body[:half], body[half:]))
                 + b"0\r\nX-Trailer: 1\r\n\r\n"
+            )
+            self.wfile.flush()
+        elif self.path == "/json-close":
+            self.wfile.write(b"HTTP/1.0 200 OK\r\nContent-Type: application/json\r\n\r\n")
+            self.wfile.write(json.dumps(MESSAGE).encode())
+            self.wfile.flush()
+            self.close_connection = True
+        elif self.path == "/ndjson":
+            self.wfile.write(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/x-ndjson\r\n"
+                b"Transfer-Encoding: chunked\r\n\r\n"
+                + b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in (b'{"i":0}\n', b'{"i":1}\n'))
+                + b"0\r\n\r\n"
             )
             self.wfile.flush()
         elif self.path == "/close":
