@@ -341,6 +341,59 @@ fn ctl_round_trip() {
     assert!(err.contains("cannot reach the control API"), "{err}");
 }
 
+/// JSON given as data keeps its case through the API (Go matches only
+/// the API's own keys without regard to case): a merge patch as an object,
+/// a query name in a table. `ctl add` takes a JSON value with its commas.
+#[test]
+fn json_in_attributes_keeps_its_case_and_ctl_takes_json_values() {
+    if !need(&["python3"]) {
+        return;
+    }
+    let up = Httpd::start(None);
+    let s = server(&[]);
+    let url = s.url();
+    let body = json!({"Name": "api", "Listen": "127.0.0.1:0", "Upstream": format!("127.0.0.1:{}", up.port)});
+    let (st, v) = http(
+        "POST",
+        &format!("{url}/proxies"),
+        Some(&body.to_string()),
+        &[],
+    );
+    assert_eq!(st, 201, "{v}");
+    let addr = listen_of(&v);
+    let (code, _, err) = netchaos(&[
+        "ctl",
+        "--url",
+        &url,
+        "add",
+        "api",
+        r#"http_rewrite:phase=response,patch_json={"stop_reason":"max_tokens","Extra":{"K":1}},path=/json"#,
+        "--name",
+        "patch",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let toxic = json!({"Name": "query", "Type": "http_rewrite", "Attributes": {
+        "Set_Query": {"Beta": "1"}, "set_query.Gamma": "2", "Path": "/echo-head/*"}});
+    let (st, v) = http(
+        "POST",
+        &format!("{url}/proxies/api/toxics"),
+        Some(&toxic.to_string()),
+        &[],
+    );
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["attributes"]["set_query"], json!({"Beta": "1"}), "{v}");
+    let (st, v) = http("GET", &format!("http://{addr}/json"), None, &[]);
+    assert_eq!(st, 200);
+    assert_eq!(v["stop_reason"], "max_tokens", "{v}");
+    assert_eq!(v["Extra"], json!({"K": 1}), "{v}");
+    let (_, v) = http("GET", &format!("http://{addr}/echo-head/x"), None, &[]);
+    let seen = v.as_str().unwrap_or_default();
+    assert!(
+        seen.starts_with("GET /echo-head/x?Beta=1&Gamma=2 "),
+        "{seen}"
+    );
+}
+
 #[test]
 fn faults_change_open_connections_without_losing_bytes() {
     let echo = Server::echo("127.0.0.1:0");

@@ -99,18 +99,44 @@ pub(crate) fn object(
     }
 }
 
-/// Lower-cases every object key, as Go's decoding matches keys without
-/// regard to case.
+/// Lower-cases the keys Go's decoding would match without regard to case:
+/// those of the request's objects, and of a toxic's `attributes` (a flat
+/// struct in Toxiproxy). What an attribute holds is netchaos's own data —
+/// a header table, a JSON body match, a JSON merge patch — whose keys
+/// keep their case, as does the name after a dotted attribute's first
+/// dot (`set_query.Beta`).
 pub(crate) fn lowercase_keys(v: Value) -> Value {
     match v {
         Value::Object(m) => Value::Object(
             m.into_iter()
-                .map(|(k, v)| (k.to_ascii_lowercase(), lowercase_keys(v)))
+                .map(|(k, v)| {
+                    let k = k.to_ascii_lowercase();
+                    let v = match k.as_str() {
+                        "attributes" => lowercase_attribute_names(v),
+                        _ => lowercase_keys(v),
+                    };
+                    (k, v)
+                })
                 .collect(),
         ),
         Value::Array(a) => Value::Array(a.into_iter().map(lowercase_keys).collect()),
         other => other,
     }
+}
+
+fn lowercase_attribute_names(v: Value) -> Value {
+    let Value::Object(m) = v else { return v };
+    Value::Object(
+        m.into_iter()
+            .map(|(k, v)| {
+                let k = match k.split_once('.') {
+                    Some((key, name)) => format!("{}.{name}", key.to_ascii_lowercase()),
+                    None => k.to_ascii_lowercase(),
+                };
+                (k, v)
+            })
+            .collect(),
+    )
 }
 
 #[cfg(test)]

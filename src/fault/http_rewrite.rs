@@ -14,7 +14,7 @@
 use super::http_match::{RequestMatch, named_values};
 use super::http_reply::AnswerPhase;
 use super::{Kind, KindInfo, Layer, Stream};
-use crate::settings::{Fields, ProfileError};
+use crate::settings::{Fields, ProfileError, Value, to_json};
 
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Edits {
@@ -114,7 +114,7 @@ impl Kind for HttpRewrite {
             ),
             (
                 "patch_json",
-                "a JSON merge patch (RFC 7396) like '{\"stop_reason\": \"max_tokens\"}'",
+                "a JSON merge patch (RFC 7396) like '{\"stop_reason\": \"max_tokens\"}', or a table",
                 "a JSON body patched: members set, null removes one (bodies up to 1MiB, not compressed)",
             ),
         ],
@@ -288,7 +288,25 @@ impl HttpRewrite {
 fn body_edit(f: &mut Fields) -> Result<Option<BodyEdit>, ProfileError> {
     let text = f.string("set_body")?;
     let file = f.file("set_body_file")?;
-    let patch = f.string("patch_json")?;
+    // JSON text, or (a profile's table, an API body's object) the patch
+    // itself.
+    let patch = match f.take("patch_json") {
+        None => None,
+        Some(node) => match &node.value {
+            Value::Str(text) => Some(serde_json::from_str(text).map_err(|e| {
+                f.error(
+                    "patch_json",
+                    &node.loc,
+                    format!(
+                        "expected a JSON merge patch like {{\"stop_reason\": \"max_tokens\"}}, got {text:?} ({e})"
+                    ),
+                )
+            })?),
+            _ => Some(to_json(&node).ok_or_else(|| {
+                f.error("patch_json", &node.loc, "expected JSON, or a table")
+            })?),
+        },
+    };
     if [text.is_some(), file.is_some(), patch.is_some()]
         .iter()
         .filter(|x| **x)
@@ -305,14 +323,7 @@ fn body_edit(f: &mut Fields) -> Result<Option<BodyEdit>, ProfileError> {
     if let Some((bytes, shown)) = file {
         return Ok(Some(BodyEdit::Set(bytes, Shown::File(shown))));
     }
-    let Some(p) = patch else {
-        return Ok(None);
-    };
-    serde_json::from_str(&p).map(|v| Some(BodyEdit::Patch(v))).map_err(|e| {
-        f.table_error(format!(
-            "patch_json: expected a JSON merge patch like {{\"stop_reason\": \"max_tokens\"}}, got {p:?} ({e})"
-        ))
-    })
+    Ok(patch.map(BodyEdit::Patch))
 }
 
 /// RFC 9110 `tchar`: what a method or a header name is made of.

@@ -197,6 +197,28 @@ pub fn from_json(v: &serde_json::Value, loc: &str) -> Node {
     }
 }
 
+/// A tree back as JSON (a value given as data: a JSON merge patch in a
+/// profile's table or an API body); `None` for what JSON cannot hold (a
+/// TOML date).
+pub fn to_json(node: &Node) -> Option<serde_json::Value> {
+    use serde_json::Value as J;
+    Some(match &node.value {
+        Value::Str(s) => J::String(s.clone()),
+        Value::Int(i) => J::from(*i),
+        Value::Float(f) => J::from(*f),
+        Value::Bool(b) => J::Bool(*b),
+        Value::Array(items) => J::Array(items.iter().map(to_json).collect::<Option<_>>()?),
+        Value::Table(entries) => J::Object(
+            entries
+                .iter()
+                .map(|(k, _, n)| Some((k.clone(), to_json(n)?)))
+                .collect::<Option<_>>()?,
+        ),
+        Value::Other("null") => J::Null,
+        Value::Other(_) => return None,
+    })
+}
+
 /// Reads the keys of one table, remembering which were read so that
 /// [`Fields::finish`] can reject the rest as unknown.
 pub struct Fields {
