@@ -653,6 +653,57 @@ fn event_streams_stall_drop_and_turn_malformed_after_whole_events() {
     assert_eq!(out, "body-3;".repeat(10));
 }
 
+/// An event stream's JSON data patched event by event (a streamed answer
+/// made to end otherwise), chunked or with a length (then ended by a close
+/// instead, since the events' lengths change); events of another type
+/// pass untouched.
+#[test]
+fn event_stream_json_is_patched_event_by_event() {
+    if !need(&["python3"]) {
+        return;
+    }
+    let up = Httpd::start(None);
+    let p = Proxy::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        &format!("127.0.0.1:{}", up.port),
+        "--fault",
+        r#"sse:patch_json={"i":99,"patched":true},event=del*,path=/sse/4"#,
+        "--fault",
+        r#"sse:patch_json={"i":null},path=/sse-len/4"#,
+        "--fault",
+        r#"sse:patch_json={"i":99},event=ping,path=/sse/3"#,
+    ]);
+    let run = |path: &str| -> serde_json::Value {
+        let (code, out, err) = python(PY_SSE, &[&format!("{}{path}", base(&p))]);
+        assert_eq!(code, 0, "{err}");
+        serde_json::from_str(out.trim()).unwrap_or_else(|_| panic!("{out}\n{err}"))
+    };
+    let v = run("/sse/4");
+    assert_eq!(v["end"], "complete", "{v}");
+    let patched = serde_json::json!({"i": 99, "patched": true});
+    assert_eq!(
+        v["events"],
+        serde_json::json!([patched, patched, patched, patched]),
+        "{v}"
+    );
+    let v = run("/sse-len/4");
+    assert_eq!(v["end"], "complete", "{v}");
+    assert_eq!(v["events"], serde_json::json!([{}, {}, {}, {}]), "{v}");
+    let v = run("/sse/3");
+    assert_eq!(
+        v["events"],
+        serde_json::json!([{"i": 0}, {"i": 1}, {"i": 2}]),
+        "{v}"
+    );
+    let (_, log) = p.stop();
+    assert!(
+        log.contains("HTTP requests: 3 seen, 2 faulted (sse 200: 2)"),
+        "{log}"
+    );
+}
+
 #[test]
 fn an_upstream_with_an_untrusted_certificate_fails_the_clients_tls() {
     if !need(&["curl", "python3", "ip", "nft"]) {

@@ -288,25 +288,7 @@ impl HttpRewrite {
 fn body_edit(f: &mut Fields) -> Result<Option<BodyEdit>, ProfileError> {
     let text = f.string("set_body")?;
     let file = f.file("set_body_file")?;
-    // JSON text, or (a profile's table, an API body's object) the patch
-    // itself.
-    let patch = match f.take("patch_json") {
-        None => None,
-        Some(node) => match &node.value {
-            Value::Str(text) => Some(serde_json::from_str(text).map_err(|e| {
-                f.error(
-                    "patch_json",
-                    &node.loc,
-                    format!(
-                        "expected a JSON merge patch like {{\"stop_reason\": \"max_tokens\"}}, got {text:?} ({e})"
-                    ),
-                )
-            })?),
-            _ => Some(to_json(&node).ok_or_else(|| {
-                f.error("patch_json", &node.loc, "expected JSON, or a table")
-            })?),
-        },
-    };
+    let patch = json_patch(f)?;
     if [text.is_some(), file.is_some(), patch.is_some()]
         .iter()
         .filter(|x| **x)
@@ -324,6 +306,28 @@ fn body_edit(f: &mut Fields) -> Result<Option<BodyEdit>, ProfileError> {
         return Ok(Some(BodyEdit::Set(bytes, Shown::File(shown))));
     }
     Ok(patch.map(BodyEdit::Patch))
+}
+
+/// `patch_json`: a JSON merge patch as JSON text, or (a profile's table,
+/// an API body's object) the patch itself.
+pub(crate) fn json_patch(f: &mut Fields) -> Result<Option<serde_json::Value>, ProfileError> {
+    let Some(node) = f.take("patch_json") else {
+        return Ok(None);
+    };
+    match &node.value {
+        Value::Str(text) => serde_json::from_str(text).map(Some).map_err(|e| {
+            f.error(
+                "patch_json",
+                &node.loc,
+                format!(
+                    "expected a JSON merge patch like {{\"stop_reason\": \"max_tokens\"}}, got {text:?} ({e})"
+                ),
+            )
+        }),
+        _ => to_json(&node)
+            .map(Some)
+            .ok_or_else(|| f.error("patch_json", &node.loc, "expected JSON, or a table")),
+    }
 }
 
 /// RFC 9110 `tchar`: what a method or a header name is made of.

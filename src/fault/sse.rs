@@ -7,9 +7,14 @@
 //! `error_after_events` — the provider's own mid-stream error event
 //! (`envelope`: Anthropic's `event: error` with an `overloaded_error`,
 //! OpenAI's `data: {"error": …}`), then the stream ends, as those APIs end
-//! a stream they cannot finish after its 200.
+//! a stream they cannot finish after its 200; `patch_json` — each event
+//! whose `data:` is JSON (those named by `event`, a glob) gets a JSON merge
+//! patch, so that a streamed answer ends otherwise (its `message_delta`'s
+//! `stop_reason` turned `max_tokens`).
 
 use std::time::Duration;
+
+use wildmatch::WildMatch;
 
 use super::http_match::RequestMatch;
 use super::http_status::After;
@@ -41,6 +46,24 @@ pub(crate) struct Sse {
     /// With `error_after_events`: the error event as sent, and for display
     /// the envelope and error type.
     error: Option<(Vec<u8>, &'static str, String)>,
+    /// A JSON merge patch for events' data, and which events (by the glob
+    /// on their `event:` name) get it.
+    patch: Option<EventPatch>,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct EventPatch {
+    pub(crate) patch: serde_json::Value,
+    /// As given, and as matched; none: every event.
+    event: Option<(String, WildMatch)>,
+}
+
+impl EventPatch {
+    /// Whether an event of this type (`message` when it names none) gets
+    /// the patch.
+    pub(crate) fn applies_to(&self, event: &str) -> bool {
+        self.event.as_ref().is_none_or(|(_, g)| g.matches(event))
+    }
 }
 
 impl Kind for Sse {
@@ -50,7 +73,7 @@ impl Kind for Sse {
         default_stream: Stream::Both,
         streamed: false,
         stages: false,
-        about: "a server-sent event stream stalls, drops, slows or turns malformed after N events",
+        about: "a server-sent event stream stalls, drops, slows or turns malformed after N events, or has its events' JSON patched",
         params: &[
             ("stall_after_events", "a number", "after N whole events nothing more, the connection open"),
             ("drop_after_events", "a number", "after N events the connection ends"),
@@ -61,6 +84,12 @@ impl Kind for Sse {
             ("envelope", "anthropic (default) or openai", "whose error event, with error_after_events"),
             ("error_type", "a string", "its error type (default overloaded_error; openai: server_error)"),
             ("event_delay", "a duration, default 0", "each event this much later"),
+            (
+                "patch_json",
+                "a JSON merge patch (RFC 7396) like '{\"delta\": {\"stop_reason\": \"max_tokens\"}}', or a table",
+                "each event whose data is JSON gets it (a stream with a length is then ended by a close)",
+            ),
+            ("event", "a glob like message_delta, default any", "only events of this type, with patch_json"),
         ],
     };
 
@@ -77,6 +106,18 @@ impl Kind for Sse {
         let envelope = f.choice("envelope", &["anthropic", "openai"])?;
         let error_type = f.string("error_type")?;
         let event_delay = f.duration("event_delay")?.unwrap_or_default();
+        let patch = super::http_rewrite::json_patch(f)?;
+        let event = f.string("event")?;
+        if event.is_some() && patch.is_none() {
+            return Err(f.table_error("event goes with patch_json (it names the events to patch)"));
+        }
+        let patch = patch.map(|patch| EventPatch {
+            patch,
+            event: event.map(|e| {
+                let g = WildMatch::new(&e);
+                (e, g)
+            }),
+        });
         let given = [
             stall.is_some(),
             drop.is_some(),
@@ -103,10 +144,10 @@ impl Kind for Sse {
             (.., Some(n)) => Some((n, Breakage::Error)),
             _ => None,
         };
-        if breaks.is_none() && event_delay.is_zero() {
+        if breaks.is_none() && event_delay.is_zero() && patch.is_none() {
             return Err(f.table_error(
                 "give stall_after_events, drop_after_events, malformed_after_events, \
-                 error_after_events or event_delay",
+                 error_after_events, event_delay or patch_json",
             ));
         }
         let error = error_after.map(|_| {
@@ -125,6 +166,7 @@ impl Kind for Sse {
             event_delay,
             matcher: RequestMatch::parse(f)?,
             error,
+            patch,
         })
     }
 
@@ -155,6 +197,12 @@ impl Kind for Sse {
         if !self.event_delay.is_zero() {
             p.push(("event_delay", format_duration(self.event_delay)));
         }
+        if let Some(e) = &self.patch {
+            p.push(("patch_json", e.patch.to_string()));
+            if let Some((glob, _)) = &e.event {
+                p.push(("event", glob.clone()));
+            }
+        }
         p.extend(self.matcher.params());
         p
     }
@@ -171,6 +219,10 @@ impl Sse {
 
     pub(crate) fn event_delay(&self) -> Duration {
         self.event_delay
+    }
+
+    pub(crate) fn patch(&self) -> Option<&EventPatch> {
+        self.patch.as_ref()
     }
 
     /// The error event `error_after_events` sends, as it goes on the wire.

@@ -1,7 +1,10 @@
 //! Server-sent events on the wire: a `text/event-stream` payload split
 //! into whole events (each ends at a blank line; CRLF, LF and CR line ends
-//! alike, split anywhere across reads), and the two ways `sse` spoils one —
-//! its `data:` made invalid JSON at the same length, or half of it.
+//! alike, split anywhere across reads), the two ways `sse` spoils one —
+//! its `data:` made invalid JSON at the same length, or half of it — and
+//! the way it patches one's JSON data.
+
+use crate::fault::sse::EventPatch;
 
 /// One event block as it arrived, blank line included.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -102,6 +105,77 @@ pub(crate) fn spoil(block: &[u8]) -> Vec<u8> {
     out
 }
 
+/// The block with `p` applied to its data, or `None` when it does not
+/// apply: another event type (`message` when it names none), data that is
+/// not JSON (`[DONE]`), or a patch that changes nothing. The data goes as
+/// one `data:` line where the first was; the other fields (`event:`,
+/// `id:` …), comments and line ends stay as they came.
+pub(crate) fn patch(block: &[u8], p: &EventPatch) -> Option<Vec<u8>> {
+    let lines = lines(block);
+    let value = |l: &[u8], field: &[u8]| -> Option<Vec<u8>> {
+        let v = l.strip_prefix(field)?.strip_prefix(b":")?;
+        Some(v.strip_prefix(b" ").unwrap_or(v).to_vec())
+    };
+    let event = lines
+        .iter()
+        .filter_map(|(l, _)| value(l, b"event"))
+        .next_back()
+        .map_or("message".to_string(), |e| {
+            String::from_utf8_lossy(&e).into_owned()
+        });
+    if !p.applies_to(&event) {
+        return None;
+    }
+    let data: Vec<Vec<u8>> = lines
+        .iter()
+        .filter_map(|(l, _)| value(l, b"data"))
+        .collect();
+    if data.is_empty() {
+        return None;
+    }
+    let was: serde_json::Value = serde_json::from_slice(&data.join(&b'\n')).ok()?;
+    let mut now = was.clone();
+    super::rewrite::merge_patch(&mut now, &p.patch);
+    if now == was {
+        return None;
+    }
+    let mut out = Vec::with_capacity(block.len() + 64);
+    let mut written = false;
+    for (l, end) in &lines {
+        if value(l, b"data").is_some() {
+            if std::mem::replace(&mut written, true) {
+                continue;
+            }
+            out.extend_from_slice(b"data: ");
+            out.extend_from_slice(now.to_string().as_bytes());
+        } else {
+            out.extend_from_slice(l);
+        }
+        out.extend_from_slice(end);
+    }
+    Some(out)
+}
+
+/// A block's lines, each without and with its end (CRLF, LF or CR).
+fn lines(block: &[u8]) -> Vec<(&[u8], &[u8])> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < block.len() {
+        let end = block[i..]
+            .iter()
+            .position(|b| *b == b'\n' || *b == b'\r')
+            .map_or(block.len(), |p| i + p);
+        let stop = match (block.get(end), block.get(end + 1)) {
+            (Some(b'\r'), Some(b'\n')) => end + 2,
+            (Some(_), _) => end + 1,
+            (None, _) => end,
+        };
+        out.push((&block[i..end], &block[end..stop]));
+        i = stop;
+    }
+    out
+}
+
 /// The first half of a block: an event cut off in the middle.
 pub(crate) fn half(block: &[u8]) -> &[u8] {
     &block[..(block.len() / 2).max(1).min(block.len())]
@@ -110,6 +184,35 @@ pub(crate) fn half(block: &[u8]) -> &[u8] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_events_json_data_is_patched_and_the_rest_kept() {
+        let spec = |pairs: &[(&str, &str)]| match crate::fault::testing::spec("sse", pairs)
+            .unwrap()
+            .kind
+        {
+            crate::fault::FaultKind::Sse(s) => s.patch().unwrap().clone(),
+            _ => unreachable!(),
+        };
+        let p = spec(&[
+            ("patch_json", r#"{"delta": {"stop_reason": "max_tokens"}}"#),
+            ("event", "message_delta"),
+        ]);
+        let block = b"event: message_delta\r\nid: 7\r\ndata: {\"type\":\"message_delta\",\r\ndata: \"delta\":{\"stop_reason\":\"end_turn\"}}\r\n\r\n";
+        let out = String::from_utf8(patch(block, &p).unwrap()).unwrap();
+        assert_eq!(
+            out,
+            "event: message_delta\r\nid: 7\r\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"max_tokens\"}}\r\n\r\n"
+        );
+        // Another type, data that is not JSON, nothing changed: untouched.
+        assert_eq!(patch(b"event: ping\ndata: {}\n\n", &p), None);
+        assert_eq!(patch(b"event: message_delta\ndata: [DONE]\n\n", &p), None);
+        let same = b"event: message_delta\ndata: {\"delta\":{\"stop_reason\":\"max_tokens\"}}\n\n";
+        assert_eq!(patch(same, &p), None);
+        // No `event`: every event, untyped ones (`message`) too.
+        let all = spec(&[("patch_json", r#"{"x": 1}"#)]);
+        assert_eq!(patch(b"data:{}\n\n", &all).unwrap(), b"data: {\"x\":1}\n\n");
+    }
 
     #[test]
     fn blocks_split_anywhere_with_any_line_ends() {

@@ -729,7 +729,10 @@ impl ResponseSide {
             // ends the connection (the upstream is still streaming): the
             // head says so, or a client would pool the connection and
             // send its next request into the close.
-            let closes = matches!(s.breaks(), Some((_, Breakage::Error)));
+            // So does a patch that changes events' lengths, when the head
+            // gave the body's: the close delimits it instead.
+            let closes = matches!(s.breaks(), Some((_, Breakage::Error)))
+                || (s.patch().is_some() && matches!(framing, Framing::Length(_)));
             let head_bytes = match closes {
                 // A length would be wrong once the error event replaces
                 // the rest: the close (or the chunks, beside which a
@@ -1071,7 +1074,15 @@ impl Stream<'_> {
                             self.record();
                             crate::timer::sleep(delay).await;
                         }
-                        self.emit(out, &block.bytes).await?;
+                        let patched = self
+                            .sse
+                            .patch()
+                            .and_then(|p| sse_events::patch(&block.bytes, p));
+                        if patched.is_some() {
+                            self.record();
+                        }
+                        self.emit(out, patched.as_deref().unwrap_or(&block.bytes))
+                            .await?;
                     }
                 }
                 self.counted = nth;

@@ -113,7 +113,7 @@ pub(crate) fn body(payload: &[u8], edit: &BodyEdit, json: bool) -> Option<Vec<u8
 /// RFC 7396 JSON merge patch: an object's members are merged (a `null`
 /// removes one, the others keep their place); anything else replaces the
 /// target.
-fn merge_patch(target: &mut Value, patch: &Value) {
+pub(crate) fn merge_patch(target: &mut Value, patch: &Value) {
     let Value::Object(members) = patch else {
         *target = patch.clone();
         return;

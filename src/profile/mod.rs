@@ -389,6 +389,7 @@ mod tests {
             r#"http_status:status=200,body="x [y",header.x-a=a]b,path=/v1/{a}"#,
             r#"http_rewrite:set_body="[1, 2]""#,
             r#"http_rewrite:patch_json={"a":"]"},path=/x"#,
+            r#"sse:patch_json={"delta":{"stop_reason":"max_tokens"}},event=message_*,event_delay=5ms"#,
             "latency:delay=150ms,jitter=20ms,stream=both",
             "tls_error:error=wrong_host,host=*.example.com",
             "dns_error:rcode=SERVFAIL,name=api.example.com",
