@@ -674,6 +674,8 @@ fn event_stream_json_is_patched_event_by_event() {
         r#"sse:patch_json={"i":null},path=/sse-len/4"#,
         "--fault",
         r#"sse:patch_json={"i":99},event=ping,path=/sse/3"#,
+        "--fault",
+        r#"sse:patch_json={"gz":false},path=/sse-gz/2"#,
     ]);
     let run = |path: &str| -> serde_json::Value {
         let (code, out, err) = python(PY_SSE, &[&format!("{}{path}", base(&p))]);
@@ -697,9 +699,13 @@ fn event_stream_json_is_patched_event_by_event() {
         serde_json::json!([{"i": 0}, {"i": 1}, {"i": 2}]),
         "{v}"
     );
+    // requests asks for gzip; the upstream is asked for the stream as is.
+    let v = run("/sse-gz/2");
+    let gz = |i: u64| serde_json::json!({"i": i, "gz": false});
+    assert_eq!(v["events"], serde_json::json!([gz(0), gz(1)]), "{v}");
     let (_, log) = p.stop();
     assert!(
-        log.contains("HTTP requests: 3 seen, 2 faulted (sse 200: 2)"),
+        log.contains("HTTP requests: 4 seen, 3 faulted (sse 200: 3)"),
         "{log}"
     );
 }

@@ -123,12 +123,15 @@ impl Decision {
         }
     }
 
-    /// Whether an `http_rewrite` drawn for its response rewrites the body
-    /// (it may still not act: its `response_status` is not known yet).
-    pub(crate) fn rewrites_response_body(&self) -> bool {
-        self.later
-            .iter()
-            .any(|l| matches!(l, Later::Rewrite(_, w) if w.edits().body.is_some()))
+    /// Whether a fault drawn for its response reads the body's bytes: an
+    /// `http_rewrite` of the body, or an `sse` fault (counting events). It
+    /// may still not act: its `response_status` is not known yet.
+    pub(crate) fn reads_response_body(&self) -> bool {
+        self.later.iter().any(|l| match l {
+            Later::Rewrite(_, w) => w.edits().body.is_some(),
+            Later::Sse(..) => true,
+            _ => false,
+        })
     }
 
     /// The `http_delay` faults that hold an answer given in the upstream's

@@ -28,6 +28,9 @@ pub(crate) struct Splitter {
     /// The last byte was a CR: an LF next belongs to the same line end.
     after_cr: bool,
     has_field: bool,
+    /// Part of an event too long to hold went on: the rest of it, up to
+    /// its blank line, goes uncounted too.
+    spilled: bool,
 }
 
 impl Splitter {
@@ -45,7 +48,8 @@ impl Splitter {
                     if self.line == 0 {
                         out.push(Block {
                             bytes: std::mem::take(&mut self.cur),
-                            counts: std::mem::replace(&mut self.has_field, false),
+                            counts: std::mem::replace(&mut self.has_field, false)
+                                && !std::mem::replace(&mut self.spilled, false),
                         });
                     }
                     self.line = 0;
@@ -62,6 +66,7 @@ impl Splitter {
                     bytes: std::mem::take(&mut self.cur),
                     counts: false,
                 });
+                self.spilled = true;
             }
         }
         out
@@ -112,14 +117,24 @@ pub(crate) fn spoil(block: &[u8]) -> Vec<u8> {
 /// `id:` …), comments and line ends stay as they came.
 pub(crate) fn patch(block: &[u8], p: &EventPatch) -> Option<Vec<u8>> {
     let lines = lines(block);
+    // A field line as the event-stream format reads it: the name up to
+    // the first colon (the whole line without one), the value after it
+    // and one space.
     let value = |l: &[u8], field: &[u8]| -> Option<Vec<u8>> {
-        let v = l.strip_prefix(field)?.strip_prefix(b":")?;
+        let l = l.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(l);
+        let v = match l.iter().position(|b| *b == b':') {
+            Some(i) if &l[..i] == field => &l[i + 1..],
+            None if l == field => &[][..],
+            _ => return None,
+        };
         Some(v.strip_prefix(b" ").unwrap_or(v).to_vec())
     };
+    // The last `event` names it; an empty one, or none, is `message`.
     let event = lines
         .iter()
         .filter_map(|(l, _)| value(l, b"event"))
         .next_back()
+        .filter(|e| !e.is_empty())
         .map_or("message".to_string(), |e| {
             String::from_utf8_lossy(&e).into_owned()
         });
@@ -133,7 +148,11 @@ pub(crate) fn patch(block: &[u8], p: &EventPatch) -> Option<Vec<u8>> {
     if data.is_empty() {
         return None;
     }
-    let was: serde_json::Value = serde_json::from_slice(&data.join(&b'\n')).ok()?;
+    // Objects and arrays only: a scalar (`"ping"`, `42`) is not a message
+    // to patch.
+    let was: serde_json::Value = serde_json::from_slice(&data.join(&b'\n'))
+        .ok()
+        .filter(|v: &serde_json::Value| v.is_object() || v.is_array())?;
     let mut now = was.clone();
     super::rewrite::merge_patch(&mut now, &p.patch);
     if now == was {
@@ -209,9 +228,28 @@ mod tests {
         assert_eq!(patch(b"event: message_delta\ndata: [DONE]\n\n", &p), None);
         let same = b"event: message_delta\ndata: {\"delta\":{\"stop_reason\":\"max_tokens\"}}\n\n";
         assert_eq!(patch(same, &p), None);
-        // No `event`: every event, untyped ones (`message`) too.
+        // No `event`: every event, untyped ones (`message`) too; a scalar
+        // is not patched.
         let all = spec(&[("patch_json", r#"{"x": 1}"#)]);
         assert_eq!(patch(b"data:{}\n\n", &all).unwrap(), b"data: {\"x\":1}\n\n");
+        assert_eq!(patch(b"data: \"ping\"\n\n", &all), None);
+        // An empty `event:`, or a bare `event` line, names `message`.
+        let msg = spec(&[("patch_json", r#"{"x": 1}"#), ("event", "message")]);
+        assert!(patch(b"event:\ndata: {}\n\n", &msg).is_some());
+        assert!(patch(b"event: a\nevent\ndata: {}\n\n", &msg).is_some());
+        assert!(patch(b"event: a\ndata: {}\n\n", &msg).is_none());
+    }
+
+    #[test]
+    fn the_rest_of_an_event_too_long_to_hold_is_not_counted() {
+        let mut s = Splitter::default();
+        let mut long = b"data: ".to_vec();
+        long.extend(std::iter::repeat_n(b'x', MAX_EVENT + 10));
+        long.extend_from_slice(b"\ndata: {}\n\ndata: 1\n\n");
+        let blocks = s.push(&long);
+        let counted: Vec<&Block> = blocks.iter().filter(|b| b.counts).collect();
+        assert_eq!(counted.len(), 1, "only the event after it");
+        assert_eq!(counted[0].bytes, b"data: 1\n\n");
     }
 
     #[test]

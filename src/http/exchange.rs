@@ -497,9 +497,9 @@ impl RequestSide {
                 let was = edited.as_deref().unwrap_or(&buf[..head.head_len]);
                 edited = Some(set_header(was, "Host", Some(h)));
             }
-            // A response body to rewrite must come uncompressed: the
-            // upstream is asked for it so.
-            if d.rewrites_response_body() {
+            // A response body to rewrite, or an event stream to count,
+            // must come uncompressed: the upstream is asked for it so.
+            if d.reads_response_body() {
                 let was = edited.as_deref().unwrap_or(&buf[..head.head_len]);
                 edited = Some(set_header(was, "Accept-Encoding", Some("identity")));
             }
@@ -690,10 +690,11 @@ impl ResponseSide {
         let mut body = Body::new(framing);
         // A response that has no body (HEAD, 204, 304, a length of 0) has
         // no events to fault.
-        let sse = d
-            .sse
-            .take()
-            .filter(|_| head.is_event_stream() && framing != Framing::Empty);
+        // (A compressed one, which the upstream sent although asked not
+        // to, has no events netchaos can see: it passes as it came.)
+        let sse = d.sse.take().filter(|_| {
+            head.is_event_stream() && framing != Framing::Empty && !head.is_compressed()
+        });
         // A body to rewrite: not a stream's (it may never end), nor one
         // that a response has none of by its status or request (HEAD); an
         // empty one (a length of 0) may get one.

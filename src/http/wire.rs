@@ -223,6 +223,12 @@ impl Response {
         body_framing(&self.headers, Framing::UntilClose)
     }
 
+    /// A `Content-Encoding` other than identity.
+    pub(crate) fn is_compressed(&self) -> bool {
+        self.header("content-encoding")
+            .is_some_and(|e| !e.trim().is_empty() && !e.trim().eq_ignore_ascii_case("identity"))
+    }
+
     pub(crate) fn is_event_stream(&self) -> bool {
         self.header("content-type").is_some_and(|t| {
             t.split(';')

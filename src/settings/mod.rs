@@ -205,6 +205,8 @@ pub fn to_json(node: &Node) -> Option<serde_json::Value> {
     Some(match &node.value {
         Value::Str(s) => J::String(s.clone()),
         Value::Int(i) => J::from(*i),
+        // (serde_json would make a NaN or an infinity null.)
+        Value::Float(f) if !f.is_finite() => return None,
         Value::Float(f) => J::from(*f),
         Value::Bool(b) => J::Bool(*b),
         Value::Array(items) => J::Array(items.iter().map(to_json).collect::<Option<_>>()?),

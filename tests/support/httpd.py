@@ -6,6 +6,7 @@ python3 httpd.py [--bind ADDR] [--cert CERT --key KEY]   prints its port, then s
   GET  /big/N        200, N bytes of a fixed pattern (content-length)
   GET  /sse/N        200 text/event-stream, N events {"i": i}, one chunk each
   GET  /sse-len/N    the same N events with a Content-Length, in one piece
+  GET  /sse-gz/N     the same, gzip-compressed when Accept-Encoding asks
   POST /echo         200, the request body back (any framing in)
   ANY  /echo-head/…  200, the request line and headers as received
   GET  /ws           101 Switching Protocols, then echoes raw bytes
@@ -65,6 +66,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
         elif self.path.startswith("/big/"):
             n = int(parts[2])
             self.reply(200, (bytes(range(251)) * (n // 251 + 1))[:n])
+        elif self.path.startswith("/sse-gz/"):
+            n = int(parts[2])
+            evs = "".join(f"event: delta\ndata: {json.dumps({'i': i})}\n\n" for i in range(n))
+            body, headers = evs.encode(), [("Content-Type", "text/event-stream")]
+            if "gzip" in self.headers.get("Accept-Encoding", ""):
+                body = gzip.compress(body)
+                headers.append(("Content-Encoding", "gzip"))
+            self.reply(200, body, headers)
         elif self.path.startswith("/sse-len/"):
             n = int(parts[2])
             evs = "".join(f"event: delta\ndata: {json.dumps({'i': i})}\n\n" for i in range(n))
