@@ -47,10 +47,11 @@ if ((${#missing[@]})); then
   fi
 fi
 
-# The Python client tests use `requests`, `httpx` and a Toxiproxy client
-# written by someone else (toxiproxy-python), from whichever python3 is
-# first on PATH. The HTTPS tests also run Node, Java and Go clients.
-for mod in requests:requests httpx:httpx toxiproxy:toxiproxy-python; do
+# The Python client tests use `requests`, `httpx`, a Toxiproxy client
+# written by someone else (toxiproxy-python) and Anthropic's SDK, from
+# whichever python3 is first on PATH. The HTTPS tests also run Node, Java
+# and Go clients.
+for mod in requests:requests httpx:httpx toxiproxy:toxiproxy-python anthropic:anthropic; do
   if ! python3 -c "import ${mod%%:*}" 2>/dev/null; then
     python3 -m pip install -q "${mod#*:}" 2>/dev/null ||
       python3 -m pip install -q --break-system-packages "${mod#*:}" 2>/dev/null ||

@@ -710,6 +710,48 @@ fn event_stream_json_is_patched_event_by_event() {
     );
 }
 
+/// The `llm-max-tokens` built-in, against Anthropic's own Python SDK: a
+/// whole answer and a streamed one both come back cut off at the token
+/// limit (`stop_reason` `max_tokens`), their text as the upstream sent it.
+#[test]
+fn llm_max_tokens_ends_answers_at_the_limit_for_anthropics_sdk() {
+    if !need(&["python3"]) {
+        return;
+    }
+    if python("import anthropic", &[]).0 != 0 {
+        assert!(
+            !in_ci(),
+            "anthropic is required in CI (scripts/test.sh installs it)"
+        );
+        eprintln!("SKIPPED: python3 has no anthropic");
+        return;
+    }
+    let up = Httpd::start(None);
+    let p = Proxy::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        &format!("127.0.0.1:{}", up.port),
+        "-p",
+        "llm-max-tokens",
+    ]);
+    let code = r#"
+import sys, anthropic
+c = anthropic.Anthropic(base_url=sys.argv[1], api_key="test", max_retries=0)
+ask = dict(model="claude-test", max_tokens=16, messages=[{"role": "user", "content": "hi"}])
+m = c.messages.create(**ask)
+print(m.stop_reason, m.content[0].text)
+with c.messages.stream(**ask) as s:
+    m = s.get_final_message()
+print(m.stop_reason, m.content[0].text)
+"#;
+    let (rc, out, err) = python(code, &[&base(&p)]);
+    assert_eq!(rc, 0, "{err}");
+    assert_eq!(out, "max_tokens hello\nmax_tokens hello\n", "{err}");
+    let (_, log) = p.stop();
+    assert!(log.contains("2 seen, 2 faulted"), "{log}");
+}
+
 #[test]
 fn an_upstream_with_an_untrusted_certificate_fails_the_clients_tls() {
     if !need(&["curl", "python3", "ip", "nft"]) {

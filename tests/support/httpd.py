@@ -8,6 +8,8 @@ python3 httpd.py [--bind ADDR] [--cert CERT --key KEY]   prints its port, then s
   GET  /sse-len/N    the same N events with a Content-Length, in one piece
   GET  /sse-gz/N     the same, gzip-compressed when Accept-Encoding asks
   POST /echo         200, the request body back (any framing in)
+  POST /v1/messages  an Anthropic Messages API answer, "hello" with stop_reason
+                     end_turn: JSON, or its event stream when the body asks
   ANY  /echo-head/…  200, the request line and headers as received
   GET  /ws           101 Switching Protocols, then echoes raw bytes
   GET  /close        200 with Connection: close, then closes
@@ -161,7 +163,42 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if self.path.startswith("/echo-head/"):
             self.echo_head()
             return
+        if self.path.startswith("/v1/messages"):
+            self.messages(json.loads(body or b"{}"))
+            return
         self.reply(200, body)
+
+    def messages(self, req):
+        usage = {"input_tokens": 3, "output_tokens": 1}
+        message = {"id": "msg_1", "type": "message", "role": "assistant",
+                   "model": req.get("model", "claude-test"), "content": [],
+                   "stop_reason": None, "stop_sequence": None, "usage": usage}
+        if not req.get("stream"):
+            message.update(content=[{"type": "text", "text": "hello"}], stop_reason="end_turn")
+            self.reply(200, json.dumps(message).encode(), [("Content-Type", "application/json")])
+            return
+        events = [
+            ("message_start", {"type": "message_start", "message": message}),
+            ("content_block_start", {"type": "content_block_start", "index": 0,
+                                     "content_block": {"type": "text", "text": ""}}),
+            ("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                     "delta": {"type": "text_delta", "text": "hello"}}),
+            ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+            ("message_delta", {"type": "message_delta",
+                               "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+                               "usage": {"output_tokens": 1}}),
+            ("message_stop", {"type": "message_stop"}),
+        ]
+        self.wfile.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+            b"Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n"
+        )
+        for name, data in events:
+            ev = f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(ev), ev))
+            self.wfile.flush()
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
 
 
 class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
