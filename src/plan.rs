@@ -439,7 +439,7 @@ impl Plan {
         }
         if self.tls_intercept {
             out.push_str(
-                "tls: intercept (under `netchaos run`, HTTPS is terminated for HTTP faults, with the run's CA)\n",
+                "tls: intercept (under `netchaos run`, HTTPS is terminated for HTTP and TLS faults, with the run's CA)\n",
             );
         }
         if self.rules.is_empty() {

@@ -26,7 +26,7 @@ pub(crate) struct ProfileDoc {
     pub proxies: Vec<ProxySpec>,
     /// Host-level shaping for `netchaos netem apply -p`.
     pub netem: Option<crate::netem::Netem>,
-    /// `tls = "intercept"`: HTTPS is terminated for HTTP faults (`run`).
+    /// `tls = "intercept"`: HTTPS is terminated for HTTP and TLS faults (`run`).
     pub tls_intercept: bool,
 }
 
