@@ -83,29 +83,24 @@ impl Splitter {
 /// half and padded with spaces.
 pub(crate) fn spoil(block: &[u8]) -> Vec<u8> {
     let mut out = block.to_vec();
-    let mut start = 0;
-    while start < out.len() {
-        let end = out[start..]
-            .iter()
-            .position(|b| *b == b'\n' || *b == b'\r')
-            .map_or(out.len(), |p| start + p);
-        if out[start..end].starts_with(b"data:") {
-            let mut v = start + 5;
-            if out.get(v) == Some(&b' ') {
-                v += 1;
-            }
-            let value = &mut out[v..end];
-            let keep = value.len() / 2;
-            for b in &mut value[keep..] {
-                *b = b' ';
-            }
-            // A half that is still JSON (a number's digits) starts wrong.
-            if serde_json::from_slice::<serde_json::Value>(value).is_ok() {
-                value[0] = b'{';
-            }
-            return out;
-        }
-        start = end + 1;
+    let Some((start, end, _)) = lines(block)
+        .into_iter()
+        .find(|(s, e, _)| block[*s..*e].starts_with(b"data:"))
+    else {
+        return out;
+    };
+    let mut v = start + 5;
+    if out.get(v) == Some(&b' ') {
+        v += 1;
+    }
+    let value = &mut out[v..end];
+    let keep = value.len() / 2;
+    for b in &mut value[keep..] {
+        *b = b' ';
+    }
+    // A half that is still JSON (a number's digits) starts wrong.
+    if serde_json::from_slice::<serde_json::Value>(value).is_ok() {
+        value[0] = b'{';
     }
     out
 }
@@ -116,7 +111,10 @@ pub(crate) fn spoil(block: &[u8]) -> Vec<u8> {
 /// one `data:` line where the first was; the other fields (`event:`,
 /// `id:` …), comments and line ends stay as they came.
 pub(crate) fn patch(block: &[u8], p: &EventPatch) -> Option<Vec<u8>> {
-    let lines = lines(block);
+    let lines: Vec<(&[u8], &[u8])> = lines(block)
+        .into_iter()
+        .map(|(start, end, stop)| (&block[start..end], &block[end..stop]))
+        .collect();
     // A field line as the event-stream format reads it: the name up to
     // the first colon (the whole line without one), the value after it
     // and one space.
@@ -175,8 +173,9 @@ pub(crate) fn patch(block: &[u8], p: &EventPatch) -> Option<Vec<u8>> {
     Some(out)
 }
 
-/// A block's lines, each without and with its end (CRLF, LF or CR).
-fn lines(block: &[u8]) -> Vec<(&[u8], &[u8])> {
+/// A block's lines: where each starts, where its text ends, and where
+/// its line end (CRLF, LF or CR) does.
+fn lines(block: &[u8]) -> Vec<(usize, usize, usize)> {
     let mut out = Vec::new();
     let mut i = 0;
     while i < block.len() {
@@ -189,7 +188,7 @@ fn lines(block: &[u8]) -> Vec<(&[u8], &[u8])> {
             (Some(_), _) => end + 1,
             (None, _) => end,
         };
-        out.push((&block[i..end], &block[end..stop]));
+        out.push((i, end, stop));
         i = stop;
     }
     out

@@ -56,7 +56,7 @@ pub(crate) struct Exchange {
 }
 
 /// A request, as events name it.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 struct Meta {
     n: u64,
     method: String,
@@ -66,7 +66,7 @@ struct Meta {
     keep_alive: bool,
     /// A fault was recorded on it (the summary counts requests faulted,
     /// however many faults each had).
-    faulted: Arc<std::sync::atomic::AtomicBool>,
+    faulted: std::sync::atomic::AtomicBool,
 }
 
 /// What the response side must do next, in request order.
@@ -373,16 +373,20 @@ impl RequestSide {
             };
             let faults = x.faults.borrow().clone();
             let waits = head.expects_continue();
-            let mut json = None;
+            // The body as read whole for matching, if it was: a rewrite
+            // below takes it from here rather than reading it again.
+            let mut peeked = None;
             if decide::needs_body(&faults) && framing != Framing::Empty {
                 match whole_body(src, &mut buf, head.head_len, framing, waits).await {
-                    Ok(payload) => {
-                        json = payload.and_then(|(p, _)| serde_json::from_slice(&p).ok());
-                    }
+                    Ok(w) => peeked = Some(w),
                     Err(BodyEnd::Failed) => return send(out, ItemKind::Reset).await,
                     Err(_) => return self.go_raw(src, &mut buf, out).await,
                 }
             }
+            let json: Option<serde_json::Value> = peeked
+                .as_ref()
+                .and_then(Option::as_ref)
+                .and_then(|(p, _)| serde_json::from_slice(p).ok());
             let host = head
                 .header("host")
                 .map(str::to_string)
@@ -466,11 +470,14 @@ impl RequestSide {
             let body_edits = d.rewrites.iter().any(|(_, w)| w.edits().body.is_some());
             let mut whole = None;
             if body_edits && !tunnel && !waits && rewrite::body_editable(&head.headers) {
-                match whole_body(src, &mut buf, head.head_len, framing, false).await {
-                    Ok(w) => whole = w,
-                    Err(BodyEnd::Failed) => return send(out, ItemKind::Reset).await,
-                    Err(_) => return self.go_raw(src, &mut buf, out).await,
-                }
+                whole = match peeked.take() {
+                    Some(w) => w,
+                    None => match whole_body(src, &mut buf, head.head_len, framing, false).await {
+                        Ok(w) => w,
+                        Err(BodyEnd::Failed) => return send(out, ItemKind::Reset).await,
+                        Err(_) => return self.go_raw(src, &mut buf, out).await,
+                    },
+                };
             }
             // The head as it goes: edited by `http_rewrite` faults, its Host the upstream's name when
             // netchaos speaks TLS to it; else byte for byte, with the body.
