@@ -293,4 +293,19 @@ mod tests {
         assert!(sse(&[("envelope", "openai"), ("event_delay", "1ms")]).is_err());
         assert!(sse(&[("error_after_events", "1"), ("drop_after_events", "1")]).is_err());
     }
+
+    #[test]
+    fn a_patch_is_json_and_event_goes_with_it() {
+        let p = sse(&[("patch_json", r#"{"a": 1}"#), ("event", "message_*")]).unwrap();
+        assert!(p.patch().unwrap().applies_to("message_delta"));
+        assert!(!p.patch().unwrap().applies_to("ping"));
+        for (bad, says) in [
+            (vec![("event", "x")], "event goes with patch_json"),
+            (vec![("patch_json", "{\"a\":")], "expected a JSON merge patch"),
+            (vec![], "or patch_json"),
+        ] {
+            let e = sse(&bad).unwrap_err().to_string();
+            assert!(e.contains(says), "{bad:?}: {e}");
+        }
+    }
 }
