@@ -382,6 +382,22 @@ fn json_in_attributes_keeps_its_case_and_ctl_takes_json_values() {
     );
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["attributes"]["set_query"], json!({"Beta": "1"}), "{v}");
+    // A JSON Patch is a list of operations: pointers and values keep their case.
+    let toxic = json!({"Name": "ops", "Type": "http_rewrite", "Attributes": {
+        "Phase": "response", "Path": "/json-chunked", "Patch_Ops": [
+            {"op": "replace", "path": "/content/0/text", "value": "Cut"},
+            {"op": "add", "path": "/Upper", "value": {"K": [1]}}]}});
+    let (st, v) = http(
+        "POST",
+        &format!("{url}/proxies/api/toxics"),
+        Some(&toxic.to_string()),
+        &[],
+    );
+    assert_eq!(st, 200, "{v}");
+    let (st, v) = http("GET", &format!("http://{addr}/json-chunked"), None, &[]);
+    assert_eq!(st, 200);
+    assert_eq!(v["content"][0]["text"], "Cut", "{v}");
+    assert_eq!(v["Upper"], json!({"K": [1]}), "{v}");
     let (st, v) = http("GET", &format!("http://{addr}/json"), None, &[]);
     assert_eq!(st, 200);
     assert_eq!(v["stop_reason"], "max_tokens", "{v}");

@@ -752,6 +752,57 @@ print(m.stop_reason, m.content[0].text)
     assert!(log.contains("2 seen, 2 faulted"), "{log}");
 }
 
+/// The same built-in against OpenAI's own Python SDK: a chat completion's
+/// `finish_reason` sits in `choices[0]`, reached by a JSON Patch whose
+/// `test` lets only a finished answer change. A whole answer and a stream's
+/// last chunk say `length`; the stream's earlier chunks (`null`) and its
+/// usage chunk (no choices) come as the upstream sent them.
+#[test]
+fn llm_max_tokens_ends_answers_at_the_limit_for_openais_sdk() {
+    if !need(&["python3"]) {
+        return;
+    }
+    if python("import openai", &[]).0 != 0 {
+        assert!(
+            !in_ci(),
+            "openai is required in CI (scripts/test.sh installs it)"
+        );
+        eprintln!("SKIPPED: python3 has no openai");
+        return;
+    }
+    let up = Httpd::start(None);
+    let p = Proxy::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        &format!("127.0.0.1:{}", up.port),
+        "-p",
+        "llm-max-tokens",
+    ]);
+    let code = r#"
+import sys, openai
+c = openai.OpenAI(base_url=sys.argv[1] + "/v1", api_key="test", max_retries=0)
+ask = dict(model="gpt-test", messages=[{"role": "user", "content": "hi"}])
+r = c.chat.completions.create(**ask)
+print(r.choices[0].finish_reason, r.choices[0].message.content)
+text, finish, usage = "", [], None
+for ch in c.chat.completions.create(stream=True, stream_options={"include_usage": True}, **ask):
+    for choice in ch.choices:
+        text += choice.delta.content or ""
+        finish.append(choice.finish_reason)
+    usage = ch.usage.total_tokens if ch.usage else usage
+print(finish, text, usage)
+"#;
+    let (rc, out, err) = python(code, &[&base(&p)]);
+    assert_eq!(rc, 0, "{err}");
+    assert_eq!(
+        out, "length hello\n[None, None, None, 'length'] hello 4\n",
+        "{err}"
+    );
+    let (_, log) = p.stop();
+    assert!(log.contains("2 seen, 2 faulted"), "{log}");
+}
+
 #[test]
 fn an_upstream_with_an_untrusted_certificate_fails_the_clients_tls() {
     if !need(&["curl", "python3", "ip", "nft"]) {

@@ -4,8 +4,8 @@
 //! its method, path, query parameters, headers and body; on a response:
 //! its status (the upstream's headers and body kept under the new code),
 //! headers (a `Retry-After` added to a real 429, a header removed) and
-//! body (replaced, or a JSON merge patch: a `stop_reason` turned
-//! `max_tokens`). What frames the message (a HEAD or CONNECT method, a
+//! body (replaced, or a JSON patch: a `stop_reason` turned `max_tokens`,
+//! a `finish_reason` `length`). What frames the message (a HEAD or CONNECT method, a
 //! status without a body) is not changed; a body that is rewritten is
 //! read whole and sent with its new `Content-Length`, so the client and
 //! the upstream still agree where each message ends. The rewriting itself
@@ -13,8 +13,9 @@
 
 use super::http_match::{RequestMatch, named_values};
 use super::http_reply::AnswerPhase;
+use super::json_edit::JsonEdit;
 use super::{Kind, KindInfo, Layer, Stream};
-use crate::settings::{Fields, ProfileError, Value, to_json};
+use crate::settings::{Fields, ProfileError};
 
 #[derive(Debug, Clone, Default, PartialEq)]
 pub(crate) struct Edits {
@@ -37,8 +38,8 @@ pub(crate) struct Edits {
 pub(crate) enum BodyEdit {
     /// Replaced by these bytes (`set_body`, `set_body_file`: as shown).
     Set(Vec<u8>, Shown),
-    /// A JSON merge patch (RFC 7396) applied to a JSON body.
-    Patch(serde_json::Value),
+    /// A JSON body patched (`patch_json`, `patch_ops`).
+    Json(JsonEdit),
 }
 
 /// How a replacement body was given, for `check` and the event log.
@@ -116,6 +117,11 @@ impl Kind for HttpRewrite {
                 "patch_json",
                 "a JSON merge patch (RFC 7396) like '{\"stop_reason\": \"max_tokens\"}', or a table",
                 "a JSON body patched: members set, null removes one (bodies up to 1MiB, not compressed)",
+            ),
+            (
+                "patch_ops",
+                "a JSON Patch (RFC 6902) like '[{\"op\": \"replace\", \"path\": \"/choices/0/finish_reason\", \"value\": \"length\"}]', or a list of tables",
+                "…or operations at JSON Pointers (one array element); a failed op (a test) leaves the body as it came",
             ),
         ],
     };
@@ -221,7 +227,7 @@ impl Kind for HttpRewrite {
         }
         if edits == Edits::default() {
             return Err(f.table_error(
-                "nothing to change: give set_method, set_path, set_query, set_header, remove_header, set_body, set_body_file or patch_json (phase = \"response\": set_status, set_header, remove_header or a body)",
+                "nothing to change: give set_method, set_path, set_query, set_header, remove_header, set_body, set_body_file, patch_json or patch_ops (phase = \"response\": set_status, set_header, remove_header or a body)",
             ));
         }
         Ok(HttpRewrite {
@@ -252,7 +258,7 @@ impl Kind for HttpRewrite {
                 p.push(("set_body", String::from_utf8_lossy(b).into_owned()))
             }
             Some(BodyEdit::Set(_, Shown::File(path))) => p.push(("set_body_file", path.clone())),
-            Some(BodyEdit::Patch(v)) => p.push(("patch_json", v.to_string())),
+            Some(BodyEdit::Json(e)) => p.push(e.param()),
             None => {}
         }
         p.extend(self.matcher.params());
@@ -284,11 +290,12 @@ impl HttpRewrite {
     }
 }
 
-/// `set_body`, `set_body_file` or `patch_json`: one of them at most.
+/// `set_body`, `set_body_file`, `patch_json` or `patch_ops`: one of them
+/// at most.
 fn body_edit(f: &mut Fields) -> Result<Option<BodyEdit>, ProfileError> {
     let text = f.string("set_body")?;
     let file = f.file("set_body_file")?;
-    let patch = json_patch(f)?;
+    let patch = JsonEdit::parse(f)?;
     if [text.is_some(), file.is_some(), patch.is_some()]
         .iter()
         .filter(|x| **x)
@@ -296,7 +303,7 @@ fn body_edit(f: &mut Fields) -> Result<Option<BodyEdit>, ProfileError> {
         > 1
     {
         return Err(f.table_error(
-            "give one of set_body, set_body_file and patch_json: each makes the whole body",
+            "give one of set_body, set_body_file and patch_json or patch_ops: each makes the whole body",
         ));
     }
     if let Some(t) = text {
@@ -305,29 +312,7 @@ fn body_edit(f: &mut Fields) -> Result<Option<BodyEdit>, ProfileError> {
     if let Some((bytes, shown)) = file {
         return Ok(Some(BodyEdit::Set(bytes, Shown::File(shown))));
     }
-    Ok(patch.map(BodyEdit::Patch))
-}
-
-/// `patch_json`: a JSON merge patch as JSON text, or (a profile's table,
-/// an API body's object) the patch itself.
-pub(crate) fn json_patch(f: &mut Fields) -> Result<Option<serde_json::Value>, ProfileError> {
-    let Some(node) = f.take("patch_json") else {
-        return Ok(None);
-    };
-    match &node.value {
-        Value::Str(text) => serde_json::from_str(text).map(Some).map_err(|e| {
-            f.error(
-                "patch_json",
-                &node.loc,
-                format!(
-                    "expected a JSON merge patch like {{\"stop_reason\": \"max_tokens\"}}, got {text:?} ({e})"
-                ),
-            )
-        }),
-        _ => to_json(&node)
-            .map(Some)
-            .ok_or_else(|| f.error("patch_json", &node.loc, "expected JSON, or a table")),
-    }
+    Ok(patch.map(BodyEdit::Json))
 }
 
 /// RFC 9110 `tchar`: what a method or a header name is made of.
@@ -375,7 +360,7 @@ mod tests {
         let r = rewrite(&[("patch_json", r#"{"stop_reason": "max_tokens"}"#)]).unwrap();
         assert_eq!(
             r.edits().body,
-            Some(BodyEdit::Patch(serde_json::json!({"stop_reason": "max_tokens"})))
+            Some(BodyEdit::Json(JsonEdit::Merge(serde_json::json!({"stop_reason": "max_tokens"}))))
         );
         let r = rewrite(&[("phase", "response"), ("set_body", "{}"), ("remove_header", "A|B")])
             .unwrap();

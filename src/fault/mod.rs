@@ -25,6 +25,7 @@ pub(crate) mod connect;
 pub(crate) mod dns_match;
 pub(crate) mod http_match;
 pub(crate) mod http_reply;
+pub(crate) mod json_edit;
 pub(crate) mod path;
 pub(crate) mod stage;
 pub(crate) mod trigger;

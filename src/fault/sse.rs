@@ -7,10 +7,11 @@
 //! `error_after_events` — the provider's own mid-stream error event
 //! (`envelope`: Anthropic's `event: error` with an `overloaded_error`,
 //! OpenAI's `data: {"error": …}`), then the stream ends, as those APIs end
-//! a stream they cannot finish after its 200; `patch_json` — each event
-//! whose `data:` is JSON (those named by `event`, a glob) gets a JSON merge
-//! patch, so that a streamed answer ends otherwise (its `message_delta`'s
-//! `stop_reason` turned `max_tokens`).
+//! a stream they cannot finish after its 200; `patch_json` / `patch_ops`
+//! — each event whose `data:` is JSON (those named by `event`, a glob)
+//! gets a JSON merge patch or a JSON Patch, so that a streamed answer ends
+//! otherwise (Anthropic's `message_delta` `stop_reason` turned
+//! `max_tokens`, OpenAI's last chunk's `finish_reason` turned `length`).
 
 use std::time::Duration;
 
@@ -18,6 +19,7 @@ use wildmatch::WildMatch;
 
 use super::http_match::RequestMatch;
 use super::http_status::After;
+use super::json_edit::JsonEdit;
 use super::{Kind, KindInfo, Layer, Stream};
 use crate::settings::{Fields, ProfileError};
 use crate::units::format_duration;
@@ -46,14 +48,14 @@ pub(crate) struct Sse {
     /// With `error_after_events`: the error event as sent, and for display
     /// the envelope and error type.
     error: Option<(Vec<u8>, &'static str, String)>,
-    /// A JSON merge patch for events' data, and which events (by the glob
-    /// on their `event:` name) get it.
+    /// A JSON patch for events' data, and which events (by the glob on
+    /// their `event:` name) get it.
     patch: Option<EventPatch>,
 }
 
 #[derive(Debug, Clone)]
 pub(crate) struct EventPatch {
-    pub(crate) patch: serde_json::Value,
+    pub(crate) patch: JsonEdit,
     /// As given, and as matched; none: every event.
     event: Option<(String, WildMatch)>,
 }
@@ -89,7 +91,12 @@ impl Kind for Sse {
                 "a JSON merge patch (RFC 7396) like '{\"delta\": {\"stop_reason\": \"max_tokens\"}}', or a table",
                 "each event whose data is JSON gets it (a stream with a length is then ended by a close)",
             ),
-            ("event", "a glob like message_delta, default any", "only events of this type, with patch_json"),
+            (
+                "patch_ops",
+                "a JSON Patch (RFC 6902) like '[{\"op\": \"test\", \"path\": \"/choices/0/finish_reason\", \"value\": \"stop\"}, {\"op\": \"replace\", …}]'",
+                "…or operations at JSON Pointers: an event whose op fails (a test) passes as it came",
+            ),
+            ("event", "a glob like message_delta, default any", "only events of this type, with patch_json or patch_ops"),
         ],
     };
 
@@ -106,10 +113,10 @@ impl Kind for Sse {
         let envelope = f.choice("envelope", &["anthropic", "openai"])?;
         let error_type = f.string("error_type")?;
         let event_delay = f.duration("event_delay")?.unwrap_or_default();
-        let patch = super::http_rewrite::json_patch(f)?;
+        let patch = JsonEdit::parse(f)?;
         let event = f.string("event")?;
         if event.is_some() && patch.is_none() {
-            return Err(f.table_error("event goes with patch_json (it names the events to patch)"));
+            return Err(f.table_error("event goes with patch_json or patch_ops (it names the events to patch)"));
         }
         let patch = patch.map(|patch| EventPatch {
             patch,
@@ -147,7 +154,7 @@ impl Kind for Sse {
         if breaks.is_none() && event_delay.is_zero() && patch.is_none() {
             return Err(f.table_error(
                 "give stall_after_events, drop_after_events, malformed_after_events, \
-                 error_after_events, event_delay or patch_json",
+                 error_after_events, event_delay, patch_json or patch_ops",
             ));
         }
         let error = error_after.map(|_| {
@@ -198,7 +205,7 @@ impl Kind for Sse {
             p.push(("event_delay", format_duration(self.event_delay)));
         }
         if let Some(e) = &self.patch {
-            p.push(("patch_json", e.patch.to_string()));
+            p.push(e.patch.param());
             if let Some((glob, _)) = &e.event {
                 p.push(("event", glob.clone()));
             }
@@ -302,7 +309,12 @@ mod tests {
         for (bad, says) in [
             (vec![("event", "x")], "event goes with patch_json"),
             (vec![("patch_json", "{\"a\":")], "expected a JSON merge patch"),
-            (vec![], "or patch_json"),
+            (vec![], "patch_json or patch_ops"),
+            (vec![("patch_ops", r#"[{"op": "swap", "path": "/a"}]"#)], "expected a JSON Patch (RFC 6902)"),
+            (vec![("patch_ops", r#"[{"op": "remove", "path": "a"}]"#)], "expected a JSON Patch (RFC 6902)"),
+            (vec![("patch_ops", "[]")], "an empty JSON Patch"),
+            (vec![("patch_ops", r#"{"op": "remove", "path": "/a"}"#)], "a list of"),
+            (vec![("patch_ops", r#"[{"op": "remove", "path": "/a"}]"#), ("patch_json", "{}")], "not both"),
         ] {
             let e = sse(&bad).unwrap_err().to_string();
             assert!(e.contains(says), "{bad:?}: {e}");

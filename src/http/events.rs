@@ -151,8 +151,7 @@ pub(crate) fn patch(block: &[u8], p: &EventPatch) -> Option<Vec<u8>> {
     let was: serde_json::Value = serde_json::from_slice(&data.join(&b'\n'))
         .ok()
         .filter(|v: &serde_json::Value| v.is_object() || v.is_array())?;
-    let mut now = was.clone();
-    super::rewrite::merge_patch(&mut now, &p.patch);
+    let now = p.patch.apply(&was)?;
     if now == was {
         return None;
     }
@@ -237,6 +236,17 @@ mod tests {
         assert!(patch(b"event:\ndata: {}\n\n", &msg).is_some());
         assert!(patch(b"event: a\nevent\ndata: {}\n\n", &msg).is_some());
         assert!(patch(b"event: a\ndata: {}\n\n", &msg).is_none());
+        // A JSON Patch whose test fails leaves the event as it came.
+        let ops = spec(&[(
+            "patch_ops",
+            r#"[{"op": "test", "path": "/c/0/f", "value": "stop"}, {"op": "replace", "path": "/c/0/f", "value": "length"}]"#,
+        )]);
+        assert_eq!(
+            patch(b"data: {\"c\":[{\"f\":\"stop\"}]}\n\n", &ops).unwrap(),
+            b"data: {\"c\":[{\"f\":\"length\"}]}\n\n"
+        );
+        assert_eq!(patch(b"data: {\"c\":[{\"f\":null}]}\n\n", &ops), None);
+        assert_eq!(patch(b"data: {\"c\":[]}\n\n", &ops), None);
     }
 
     #[test]

@@ -90,45 +90,22 @@ pub(crate) fn response(head: &[u8], e: &Edits, status: u16, status_framed: bool)
     Bytes::from(out)
 }
 
-/// The body after `edit`, or `None` when it does not apply: a JSON merge
-/// patch on a body that is not JSON (`json`: its `Content-Type` says
-/// JSON; and it parses). A patch that changes no value leaves the bytes
-/// as they were (its re-serialisation would differ in spacing alone).
+/// The body after `edit`, or `None` when it does not apply: a JSON patch
+/// on a body that is not JSON (`json`: its `Content-Type` says JSON; and
+/// it parses), or one whose operation failed (a `test`). A patch that
+/// changes no value leaves the bytes as they were (its re-serialisation
+/// would differ in spacing alone).
 pub(crate) fn body(payload: &[u8], edit: &BodyEdit, json: bool) -> Option<Vec<u8>> {
     match edit {
         BodyEdit::Set(bytes, _) => Some(bytes.clone()),
-        BodyEdit::Patch(_) if !json => None,
-        BodyEdit::Patch(patch) => {
+        BodyEdit::Json(_) if !json => None,
+        BodyEdit::Json(patch) => {
             let was: Value = serde_json::from_slice(payload).ok()?;
-            let mut now = was.clone();
-            merge_patch(&mut now, patch);
+            let now = patch.apply(&was)?;
             match now == was {
                 true => Some(payload.to_vec()),
                 false => serde_json::to_vec(&now).ok(),
             }
-        }
-    }
-}
-
-/// RFC 7396 JSON merge patch: an object's members are merged (a `null`
-/// removes one, the others keep their place); anything else replaces the
-/// target.
-pub(crate) fn merge_patch(target: &mut Value, patch: &Value) {
-    let Value::Object(members) = patch else {
-        *target = patch.clone();
-        return;
-    };
-    if !target.is_object() {
-        *target = Value::Object(serde_json::Map::new());
-    }
-    let Value::Object(t) = target else {
-        unreachable!("made an object above")
-    };
-    for (k, v) in members {
-        if v.is_null() {
-            t.shift_remove(k);
-        } else {
-            merge_patch(t.entry(k.clone()).or_insert(Value::Null), v);
         }
     }
 }
@@ -268,6 +245,7 @@ fn edit_target(target: &str, path: Option<&str>, query: &[(String, String)]) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fault::json_edit::JsonEdit;
 
     fn edits() -> Edits {
         Edits::default()
@@ -354,7 +332,7 @@ mod tests {
     #[test]
     fn a_json_merge_patch_follows_rfc_7396() {
         let patch = |target: &str, patch: &str| -> String {
-            let edit = BodyEdit::Patch(serde_json::from_str(patch).unwrap());
+            let edit = BodyEdit::Json(JsonEdit::Merge(serde_json::from_str(patch).unwrap()));
             String::from_utf8(body(target.as_bytes(), &edit, true).expect("JSON")).unwrap()
         };
         // RFC 7396's own example, members kept in their order.
@@ -374,7 +352,7 @@ mod tests {
         assert_eq!(patch(r#"{"e":null}"#, r#"{"a":1}"#), r#"{"e":null,"a":1}"#);
         // Nothing changed: the bytes stay as they came, spacing and all.
         assert_eq!(patch("{ \"a\" : 1 }\n", r#"{"a":1}"#), "{ \"a\" : 1 }\n");
-        let edit = BodyEdit::Patch(serde_json::json!({"a": 1}));
+        let edit = BodyEdit::Json(JsonEdit::Merge(serde_json::json!({"a": 1})));
         assert_eq!(body(b"<html>", &edit, true), None);
         // Only a body its Content-Type calls JSON is patched.
         assert_eq!(body(b"42", &edit, false), None);

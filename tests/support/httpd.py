@@ -10,6 +10,9 @@ python3 httpd.py [--bind ADDR] [--cert CERT --key KEY]   prints its port, then s
   POST /echo         200, the request body back (any framing in)
   POST /v1/messages  an Anthropic Messages API answer, "hello" with stop_reason
                      end_turn: JSON, or its event stream when the body asks
+  POST /v1/chat/completions  an OpenAI Chat Completions answer, "hello" with
+                     finish_reason stop: JSON, or its chunks when the body
+                     asks (a usage chunk without choices too, when asked)
   ANY  /echo-head/…  200, the request line and headers as received
   GET  /ws           101 Switching Protocols, then echoes raw bytes
   GET  /close        200 with Connection: close, then closes
@@ -166,6 +169,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if self.path.startswith("/v1/messages"):
             self.messages(json.loads(body or b"{}"))
             return
+        if self.path.startswith("/v1/chat/completions"):
+            self.completions(json.loads(body or b"{}"))
+            return
         self.reply(200, body)
 
     def messages(self, req):
@@ -195,6 +201,36 @@ class Handler(http.server.BaseHTTPRequestHandler):
         )
         for name, data in events:
             ev = f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(ev), ev))
+            self.wfile.flush()
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+
+    def completions(self, req):
+        model = req.get("model", "gpt-test")
+        head = {"id": "chatcmpl-1", "created": 1, "model": model}
+        usage = {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4}
+        if not req.get("stream"):
+            answer = dict(head, object="chat.completion", usage=usage, choices=[{
+                "index": 0, "finish_reason": "stop", "logprobs": None,
+                "message": {"role": "assistant", "content": "hello"}}])
+            self.reply(200, json.dumps(answer).encode(), [("Content-Type", "application/json")])
+            return
+
+        def chunk(delta, finish):
+            return dict(head, object="chat.completion.chunk", choices=[
+                {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}])
+        chunks = [chunk({"role": "assistant", "content": ""}, None),
+                  chunk({"content": "hel"}, None), chunk({"content": "lo"}, None),
+                  chunk({}, "stop")]
+        if req.get("stream_options", {}).get("include_usage"):
+            chunks.append(dict(head, object="chat.completion.chunk", choices=[], usage=usage))
+        self.wfile.write(
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+            b"Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n"
+        )
+        for ev in [f"data: {json.dumps(c)}\n\n".encode() for c in chunks] + [b"data: [DONE]\n\n"]:
             self.wfile.write(b"%x\r\n%s\r\n" % (len(ev), ev))
             self.wfile.flush()
         self.wfile.write(b"0\r\n\r\n")
