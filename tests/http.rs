@@ -653,6 +653,77 @@ fn event_streams_stall_drop_and_turn_malformed_after_whole_events() {
     assert_eq!(out, "body-3;".repeat(10));
 }
 
+/// `stall_for`: the silence ends and the stream goes on, every event
+/// delivered. A client whose read timeout is longer than the pause rides it
+/// out; one whose timeout is shorter fails with a read timeout. With 0
+/// events the head arrives at once and the first event late: a slow first
+/// token, not slow headers.
+#[test]
+fn an_event_stream_pauses_and_goes_on() {
+    if !need(&["python3"]) {
+        return;
+    }
+    let up = Httpd::start(None);
+    let start = |fault: &str| {
+        Proxy::start(&[
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            &format!("127.0.0.1:{}", up.port),
+            "--fault",
+            fault,
+        ])
+    };
+    let code = r#"
+import json, sys, time, requests
+t0, out = time.monotonic(), {"events": [], "end": "complete"}
+try:
+    r = requests.get(sys.argv[1] + "/sse/4", stream=True, timeout=(5, float(sys.argv[2])))
+    out["head"] = time.monotonic() - t0
+    for chunk in r.iter_content(chunk_size=None):
+        for line in chunk.split(b"\n"):
+            if line.startswith(b"data:"):
+                out["events"].append([json.loads(line[5:])["i"], time.monotonic() - t0])
+except requests.exceptions.ConnectionError as e:
+    out["end"] = "read timeout" if "timed out" in str(e) else "broken: " + type(e).__name__
+print(json.dumps(out))
+"#;
+    let p = start("sse:stall_after_events=2,stall_for=1500ms");
+    let run = |read_timeout: &str| -> serde_json::Value {
+        let (rc, out, err) = python(code, &[&base(&p), read_timeout]);
+        assert_eq!(rc, 0, "{err}");
+        serde_json::from_str(out.trim()).unwrap_or_else(|_| panic!("{out}\n{err}"))
+    };
+    let v = run("10");
+    assert_eq!(v["end"], "complete", "{v}");
+    let events = v["events"].as_array().unwrap();
+    let at = |i: usize| events[i][1].as_f64().unwrap();
+    let order: Vec<u64> = events.iter().map(|e| e[0].as_u64().unwrap()).collect();
+    assert_eq!(order, [0, 1, 2, 3], "every event, in order: {v}");
+    assert!(
+        at(2) - at(1) >= 1.4,
+        "the pause falls after two events: {v}"
+    );
+    let v = run("0.4");
+    assert_eq!(v["end"], "read timeout", "{v}");
+    assert_eq!(v["events"].as_array().unwrap().len(), 2, "{v}");
+    let (_, log) = p.stop();
+    assert!(log.contains("2 seen, 2 faulted"), "{log}");
+
+    let p = start("sse:stall_after_events=0,stall_for=1500ms");
+    let (rc, out, err) = python(code, &[&base(&p), "10"]);
+    assert_eq!(rc, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let head = v["head"].as_f64().unwrap();
+    let first = v["events"][0][1].as_f64().unwrap();
+    assert!(
+        first - head >= 1.4,
+        "the head at once, the first event late: {v}"
+    );
+    assert_eq!(v["events"].as_array().unwrap().len(), 4, "{v}");
+    p.stop();
+}
+
 /// An event stream's JSON data patched event by event (a streamed answer
 /// made to end otherwise), chunked or with a length (then ended by a close
 /// instead, since the events' lengths change); events of another type

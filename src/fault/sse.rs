@@ -1,6 +1,9 @@
 //! `sse` (HTTP layer): on `text/event-stream` responses, counted in whole
 //! events (an event ends at a blank line): `stall_after_events` — then
-//! silence, the connection open; `drop_after_events` — then a close or a
+//! silence, the connection open (for good, or for `stall_for`, and then
+//! the stream goes on: a slow first token after the headers, a pause
+//! mid-answer that a client's read timeout should or should not ride
+//! out); `drop_after_events` — then a close or a
 //! reset (`then`); `event_delay` — each event late; `malformed_after_events`
 //! — the next event's `data:` is not valid JSON (`malformed = "json"`), or
 //! the stream ends in the middle of an event (`malformed = "truncate"`);
@@ -27,8 +30,9 @@ use crate::units::format_duration;
 /// How the stream goes wrong after its events.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Breakage {
-    /// Nothing more, the connection open.
-    Stall,
+    /// Nothing more, the connection open: for good, or for a while
+    /// (the upstream's bytes wait in its socket), then the rest.
+    Stall(Option<Duration>),
     /// The connection ends: cleanly or with an RST.
     Drop(After),
     /// One event whose `data:` is not valid JSON, then the stream goes on.
@@ -75,9 +79,14 @@ impl Kind for Sse {
         default_stream: Stream::Both,
         streamed: false,
         stages: false,
-        about: "a server-sent event stream stalls, drops, slows or turns malformed after N events, or has its events' JSON patched",
+        about: "a server-sent event stream stalls (for good or a while), drops, slows or turns malformed after N events, or has its events' JSON patched",
         params: &[
             ("stall_after_events", "a number", "after N whole events nothing more, the connection open"),
+            (
+                "stall_for",
+                "a duration like 10s, default for good",
+                "with stall_after_events: the silence ends and the stream goes on (0 events: headers, then a slow first event)",
+            ),
             ("drop_after_events", "a number", "after N events the connection ends"),
             ("then", "close (default) or reset", "how it ends, with drop_after_events"),
             ("malformed_after_events", "a number", "event N+1 is malformed"),
@@ -102,6 +111,7 @@ impl Kind for Sse {
 
     fn parse(f: &mut Fields) -> Result<Self, ProfileError> {
         let stall = f.integer_in("stall_after_events", 0, u64::MAX)?;
+        let stall_for = f.duration("stall_for")?;
         let drop = f.integer_in("drop_after_events", 0, u64::MAX)?;
         let malformed_after = f.integer_in("malformed_after_events", 0, u64::MAX)?;
         let then = match f.choice("then", &["close", "reset"])? {
@@ -137,6 +147,14 @@ impl Kind for Sse {
                  and error_after_events",
             ));
         }
+        if stall_for.is_some() && stall.is_none() {
+            return Err(f.table_error(
+                "stall_for goes with stall_after_events (after how many events the silence starts)",
+            ));
+        }
+        if stall_for.is_some_and(|d| d.is_zero()) {
+            return Err(f.table_error("stall_for must be longer than 0 (leave it out to stall for good)"));
+        }
         if malformed.is_some() && malformed_after.is_none() {
             return Err(f.table_error("malformed goes with malformed_after_events"));
         }
@@ -144,7 +162,7 @@ impl Kind for Sse {
             return Err(f.table_error("envelope and error_type go with error_after_events"));
         }
         let breaks = match (stall, drop, malformed_after, error_after) {
-            (Some(n), ..) => Some((n, Breakage::Stall)),
+            (Some(n), ..) => Some((n, Breakage::Stall(stall_for))),
             (_, Some(n), ..) => Some((n, Breakage::Drop(then))),
             (_, _, Some(n), _) if malformed == Some("truncate") => Some((n, Breakage::Truncate)),
             (_, _, Some(n), _) => Some((n, Breakage::BadJson)),
@@ -180,7 +198,12 @@ impl Kind for Sse {
     fn params(&self) -> Vec<(&'static str, String)> {
         let mut p = Vec::new();
         match self.breaks {
-            Some((n, Breakage::Stall)) => p.push(("stall_after_events", n.to_string())),
+            Some((n, Breakage::Stall(d))) => {
+                p.push(("stall_after_events", n.to_string()));
+                if let Some(d) = d {
+                    p.push(("stall_for", format_duration(d)));
+                }
+            }
             Some((n, Breakage::Drop(then))) => {
                 p.push(("drop_after_events", n.to_string()));
                 if then == After::Reset {
@@ -306,8 +329,13 @@ mod tests {
         let p = sse(&[("patch_json", r#"{"a": 1}"#), ("event", "message_*")]).unwrap();
         assert!(p.patch().unwrap().applies_to("message_delta"));
         assert!(!p.patch().unwrap().applies_to("ping"));
+        let p = sse(&[("stall_after_events", "1"), ("stall_for", "2s")]).unwrap();
+        let pause = Breakage::Stall(Some(std::time::Duration::from_secs(2)));
+        assert_eq!(p.breaks(), Some((1, pause)));
         for (bad, says) in [
             (vec![("event", "x")], "event goes with patch_json"),
+            (vec![("stall_for", "1s")], "stall_for goes with stall_after_events"),
+            (vec![("stall_after_events", "1"), ("stall_for", "0s")], "longer than 0"),
             (vec![("patch_json", "{\"a\":")], "expected a JSON merge patch"),
             (vec![], "patch_json or patch_ops"),
             (vec![("patch_ops", r#"[{"op": "swap", "path": "/a"}]"#)], "expected a JSON Patch (RFC 6902)"),

@@ -1000,9 +1000,17 @@ impl Stream<'_> {
         rx: &mut mpsc::Receiver<Pending>,
     ) -> Result<Option<Next>, Gone> {
         match self.sse.breaks() {
-            Some((n, Breakage::Stall)) if n == self.counted => {
+            Some((n, Breakage::Stall(None))) if n == self.counted => {
                 self.record();
                 Ok(Some(stall(src, out, rx).await?))
+            }
+            Some((n, Breakage::Stall(Some(d)))) if n == self.counted => {
+                // A pause, then the rest: nothing more is read meanwhile,
+                // so the upstream's events wait in its socket (TCP pushes
+                // back) and none is lost.
+                self.record();
+                crate::timer::sleep(d).await;
+                Ok(None)
             }
             Some((n, Breakage::Drop(then))) if n == self.counted => {
                 self.record();

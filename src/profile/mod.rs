@@ -392,6 +392,7 @@ mod tests {
             r#"sse:patch_json={"delta":{"stop_reason":"max_tokens"}},event=message_*,event_delay=5ms"#,
             r#"sse:patch_ops=[{"op":"test","path":"/choices/0/finish_reason","value":"stop"},{"op":"replace","path":"/choices/0/finish_reason","value":"length"}]"#,
             r#"http_rewrite:phase=response,patch_ops=[{"op":"remove","path":"/a~1b"},{"op":"move","from":"/x","path":"/y/-"}],path=/v1/*"#,
+            "sse:stall_after_events=1,stall_for=10s,path=/v1/*",
             "latency:delay=150ms,jitter=20ms,stream=both",
             "tls_error:error=wrong_host,host=*.example.com",
             "dns_error:rcode=SERVFAIL,name=api.example.com",
