@@ -786,26 +786,9 @@ fn event_stream_json_is_patched_event_by_event() {
 /// limit (`stop_reason` `max_tokens`), their text as the upstream sent it.
 #[test]
 fn llm_max_tokens_ends_answers_at_the_limit_for_anthropics_sdk() {
-    if !need(&["python3"]) {
+    let Some((_up, p)) = llm_max_tokens_before("anthropic") else {
         return;
-    }
-    if python("import anthropic", &[]).0 != 0 {
-        assert!(
-            !in_ci(),
-            "anthropic is required in CI (scripts/test.sh installs it)"
-        );
-        eprintln!("SKIPPED: python3 has no anthropic");
-        return;
-    }
-    let up = Httpd::start(None);
-    let p = Proxy::start(&[
-        "--listen",
-        "127.0.0.1:0",
-        "--upstream",
-        &format!("127.0.0.1:{}", up.port),
-        "-p",
-        "llm-max-tokens",
-    ]);
+    };
     let code = r#"
 import sys, anthropic
 c = anthropic.Anthropic(base_url=sys.argv[1], api_key="test", max_retries=0)
@@ -830,26 +813,9 @@ print(m.stop_reason, m.content[0].text)
 /// usage chunk (no choices) come as the upstream sent them.
 #[test]
 fn llm_max_tokens_ends_answers_at_the_limit_for_openais_sdk() {
-    if !need(&["python3"]) {
+    let Some((_up, p)) = llm_max_tokens_before("openai") else {
         return;
-    }
-    if python("import openai", &[]).0 != 0 {
-        assert!(
-            !in_ci(),
-            "openai is required in CI (scripts/test.sh installs it)"
-        );
-        eprintln!("SKIPPED: python3 has no openai");
-        return;
-    }
-    let up = Httpd::start(None);
-    let p = Proxy::start(&[
-        "--listen",
-        "127.0.0.1:0",
-        "--upstream",
-        &format!("127.0.0.1:{}", up.port),
-        "-p",
-        "llm-max-tokens",
-    ]);
+    };
     let code = r#"
 import sys, openai
 c = openai.OpenAI(base_url=sys.argv[1] + "/v1", api_key="test", max_retries=0)
@@ -872,6 +838,88 @@ print(finish, text, usage)
     );
     let (_, log) = p.stop();
     assert!(log.contains("2 seen, 2 faulted"), "{log}");
+}
+
+/// The same built-in against OpenAI's Responses API, whose stream ends in
+/// an event *type*: a whole answer comes back `incomplete` for
+/// `max_output_tokens`, and a stream's `response.completed` becomes
+/// `response.incomplete`, its `event:` line and its data alike (`sse`
+/// `set_event` with a JSON Patch). The SDK's stream helper then has no
+/// final response (openai-python PR #3538, open): the kind of client bug
+/// this fault is for.
+#[test]
+fn llm_max_tokens_ends_responses_api_answers_incomplete_for_openais_sdk() {
+    let Some((_up, p)) = llm_max_tokens_before("openai") else {
+        return;
+    };
+    let code = r#"
+import json, sys, httpx, openai
+c = openai.OpenAI(base_url=sys.argv[1] + "/v1", api_key="test", max_retries=0)
+ask = dict(model="gpt-test", input="hi")
+r = c.responses.create(**ask)
+print(r.status, r.incomplete_details.reason, r.output_text)
+events = list(c.responses.create(stream=True, **ask))
+last = events[-1]
+print(len(events), last.type, last.response.status, last.response.incomplete_details.reason)
+with c.responses.stream(**ask) as s:
+    try:
+        print("final", s.get_final_response().status)
+    except RuntimeError as e:
+        print("helper:", e)
+# On the wire: the event's type line and its data's type agree.
+raw = httpx.post(sys.argv[1] + "/v1/responses", json=dict(stream=True, **ask)).text
+blocks = [b.split("\n") for b in raw.strip().split("\n\n")]
+data = [json.loads(b[1].removeprefix("data: ")) for b in blocks[-2:]]
+print([b[0] for b in blocks[-2:]], data[1]["type"], data[0]["item"]["status"])
+"#;
+    let (rc, out, err) = python(code, &[&base(&p)]);
+    assert_eq!(rc, 0, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines[..3],
+        [
+            "incomplete max_output_tokens hello",
+            "9 response.incomplete incomplete max_output_tokens",
+            "helper: Didn't receive a `response.completed` event.",
+        ],
+        "{out}\n{err}"
+    );
+    // The last event only: the output item's own `completed` passes.
+    assert_eq!(
+        lines[3],
+        "['event: response.output_item.done', 'event: response.incomplete'] \
+         response.incomplete completed",
+        "{out}"
+    );
+    let (_, log) = p.stop();
+    assert!(log.contains("4 seen, 4 faulted"), "{log}");
+}
+
+/// An upstream speaking the LLM APIs (`httpd.py`) and a `proxy` before it
+/// with the `llm-max-tokens` built-in; `None` (skipped) when python3 lacks
+/// the provider's SDK, which CI must have.
+fn llm_max_tokens_before(sdk: &str) -> Option<(Httpd, Proxy)> {
+    if !need(&["python3"]) {
+        return None;
+    }
+    if python(&format!("import {sdk}"), &[]).0 != 0 {
+        assert!(
+            !in_ci(),
+            "{sdk} is required in CI (scripts/test.sh installs it)"
+        );
+        eprintln!("SKIPPED: python3 has no {sdk}");
+        return None;
+    }
+    let up = Httpd::start(None);
+    let p = Proxy::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        &format!("127.0.0.1:{}", up.port),
+        "-p",
+        "llm-max-tokens",
+    ]);
+    Some((up, p))
 }
 
 #[test]

@@ -14,7 +14,10 @@
 //! — each event whose `data:` is JSON (those named by `event`, a glob)
 //! gets a JSON merge patch or a JSON Patch, so that a streamed answer ends
 //! otherwise (Anthropic's `message_delta` `stop_reason` turned
-//! `max_tokens`, OpenAI's last chunk's `finish_reason` turned `length`).
+//! `max_tokens`, OpenAI's last chunk's `finish_reason` turned `length`);
+//! `set_event` — those events' type (`event:` line) renamed, with a patch
+//! only where it applied (OpenAI's Responses stream ending in
+//! `response.incomplete` instead of `response.completed`).
 
 use std::time::Duration;
 
@@ -52,14 +55,18 @@ pub(crate) struct Sse {
     /// With `error_after_events`: the error event as sent, and for display
     /// the envelope and error type.
     error: Option<(Vec<u8>, &'static str, String)>,
-    /// A JSON patch for events' data, and which events (by the glob on
-    /// their `event:` name) get it.
+    /// A JSON patch for events' data and/or a new type, and which events
+    /// (by the glob on their `event:` name) get them.
     patch: Option<EventPatch>,
 }
 
 #[derive(Debug, Clone)]
 pub(crate) struct EventPatch {
-    pub(crate) patch: JsonEdit,
+    /// For the data (none: only a new type). An event whose patch fails
+    /// (a `test` op) keeps its type too: the patch is the condition.
+    pub(crate) patch: Option<JsonEdit>,
+    /// The type the event then has (its `event:` line).
+    pub(crate) set_event: Option<String>,
     /// As given, and as matched; none: every event.
     event: Option<(String, WildMatch)>,
 }
@@ -79,7 +86,7 @@ impl Kind for Sse {
         default_stream: Stream::Both,
         streamed: false,
         stages: false,
-        about: "a server-sent event stream stalls (for good or a while), drops, slows or turns malformed after N events, or has its events' JSON patched",
+        about: "a server-sent event stream stalls (for good or a while), drops, slows or turns malformed after N events, or has its events' JSON patched or their type changed",
         params: &[
             ("stall_after_events", "a number", "after N whole events nothing more, the connection open"),
             (
@@ -105,7 +112,16 @@ impl Kind for Sse {
                 "a JSON Patch (RFC 6902) like '[{\"op\": \"test\", \"path\": \"/choices/0/finish_reason\", \"value\": \"stop\"}, {\"op\": \"replace\", …}]'",
                 "…or operations at JSON Pointers: an event whose op fails (a test) passes as it came",
             ),
-            ("event", "a glob like message_delta, default any", "only events of this type, with patch_json or patch_ops"),
+            (
+                "set_event",
+                "an event type like response.incomplete",
+                "the events get this type (their event: line), with a patch only those it applied to",
+            ),
+            (
+                "event",
+                "a glob like message_delta, default any",
+                "only events of this type, with patch_json, patch_ops or set_event",
+            ),
         ],
     };
 
@@ -124,12 +140,24 @@ impl Kind for Sse {
         let error_type = f.string("error_type")?;
         let event_delay = f.duration("event_delay")?.unwrap_or_default();
         let patch = JsonEdit::parse(f)?;
-        let event = f.string("event")?;
-        if event.is_some() && patch.is_none() {
-            return Err(f.table_error("event goes with patch_json or patch_ops (it names the events to patch)"));
+        let set_event = f.string("set_event")?;
+        if let Some(name) = &set_event {
+            // A line end would start another field of the stream.
+            if name.is_empty() || name.contains(['\r', '\n']) {
+                return Err(f.table_error(
+                    "set_event must be an event type on one line, not empty (like response.incomplete)",
+                ));
+            }
         }
-        let patch = patch.map(|patch| EventPatch {
+        let event = f.string("event")?;
+        if event.is_some() && patch.is_none() && set_event.is_none() {
+            return Err(f.table_error(
+                "event goes with patch_json, patch_ops or set_event (it names the events to change)",
+            ));
+        }
+        let patch = (patch.is_some() || set_event.is_some()).then(|| EventPatch {
             patch,
+            set_event,
             event: event.map(|e| {
                 let g = WildMatch::new(&e);
                 (e, g)
@@ -172,7 +200,7 @@ impl Kind for Sse {
         if breaks.is_none() && event_delay.is_zero() && patch.is_none() {
             return Err(f.table_error(
                 "give stall_after_events, drop_after_events, malformed_after_events, \
-                 error_after_events, event_delay, patch_json or patch_ops",
+                 error_after_events, event_delay, patch_json, patch_ops or set_event",
             ));
         }
         let error = error_after.map(|_| {
@@ -228,7 +256,10 @@ impl Kind for Sse {
             p.push(("event_delay", format_duration(self.event_delay)));
         }
         if let Some(e) = &self.patch {
-            p.push(e.patch.param());
+            p.extend(e.patch.as_ref().map(JsonEdit::param));
+            if let Some(name) = &e.set_event {
+                p.push(("set_event", name.clone()));
+            }
             if let Some((glob, _)) = &e.event {
                 p.push(("event", glob.clone()));
             }
@@ -337,7 +368,9 @@ mod tests {
             (vec![("stall_for", "1s")], "stall_for goes with stall_after_events"),
             (vec![("stall_after_events", "1"), ("stall_for", "0s")], "longer than 0"),
             (vec![("patch_json", "{\"a\":")], "expected a JSON merge patch"),
-            (vec![], "patch_json or patch_ops"),
+            (vec![], "patch_ops or set_event"),
+            (vec![("set_event", "a\ndata: x")], "on one line"),
+            (vec![("set_event", "")], "on one line"),
             (vec![("patch_ops", r#"[{"op": "swap", "path": "/a"}]"#)], "expected a JSON Patch (RFC 6902)"),
             (vec![("patch_ops", r#"[{"op": "remove", "path": "a"}]"#)], "expected a JSON Patch (RFC 6902)"),
             (vec![("patch_ops", "[]")], "an empty JSON Patch"),

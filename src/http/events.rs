@@ -105,11 +105,12 @@ pub(crate) fn spoil(block: &[u8]) -> Vec<u8> {
     out
 }
 
-/// The block with `p` applied to its data, or `None` when it does not
-/// apply: another event type (`message` when it names none), data that is
-/// not JSON (`[DONE]`), or a patch that changes nothing. The data goes as
-/// one `data:` line where the first was; the other fields (`event:`,
-/// `id:` …), comments and line ends stay as they came.
+/// The block with `p` applied, or `None` when it does not apply: another
+/// event type (`message` when it names none), data that is not JSON
+/// (`[DONE]`) or a patch that fails, or nothing that would change. The
+/// data goes as one `data:` line where the first was, a new type as one
+/// `event:` line where the first was (or first, when there was none); the
+/// other fields (`id:` …), comments and line ends stay as they came.
 pub(crate) fn patch(block: &[u8], p: &EventPatch) -> Option<Vec<u8>> {
     let lines: Vec<(&[u8], &[u8])> = lines(block)
         .into_iter()
@@ -139,6 +140,8 @@ pub(crate) fn patch(block: &[u8], p: &EventPatch) -> Option<Vec<u8>> {
     if !p.applies_to(&event) {
         return None;
     }
+    // Without data it is no event (a client dispatches none): a comment,
+    // a retry.
     let data: Vec<Vec<u8>> = lines
         .iter()
         .filter_map(|(l, _)| value(l, b"data"))
@@ -146,24 +149,44 @@ pub(crate) fn patch(block: &[u8], p: &EventPatch) -> Option<Vec<u8>> {
     if data.is_empty() {
         return None;
     }
-    // Objects and arrays only: a scalar (`"ping"`, `42`) is not a message
-    // to patch.
-    let was: serde_json::Value = serde_json::from_slice(&data.join(&b'\n'))
-        .ok()
-        .filter(|v: &serde_json::Value| v.is_object() || v.is_array())?;
-    let now = p.patch.apply(&was)?;
-    if now == was {
+    let data = match &p.patch {
+        Some(edit) => {
+            // Objects and arrays only: a scalar (`"ping"`, `42`) is not a
+            // message to patch.
+            let was: serde_json::Value = serde_json::from_slice(&data.join(&b'\n'))
+                .ok()
+                .filter(|v: &serde_json::Value| v.is_object() || v.is_array())?;
+            let now = edit.apply(&was)?;
+            (now != was).then_some(now)
+        }
+        None => None,
+    };
+    let rename = p.set_event.as_deref().filter(|name| *name != event);
+    if data.is_none() && rename.is_none() {
         return None;
     }
     let mut out = Vec::with_capacity(block.len() + 64);
-    let mut written = false;
+    let (mut data_written, mut event_written) = (data.is_none(), rename.is_none());
+    if let Some(name) = rename {
+        if !lines.iter().any(|(l, _)| value(l, b"event").is_some()) {
+            let end = lines.first().map_or(&b"\n"[..], |(_, end)| end);
+            out.extend_from_slice(format!("event: {name}").as_bytes());
+            out.extend_from_slice(if end.is_empty() { b"\n" } else { end });
+            event_written = true;
+        }
+    }
     for (l, end) in &lines {
-        if value(l, b"data").is_some() {
-            if std::mem::replace(&mut written, true) {
+        if let (Some(now), Some(_)) = (&data, value(l, b"data")) {
+            if std::mem::replace(&mut data_written, true) {
                 continue;
             }
             out.extend_from_slice(b"data: ");
             out.extend_from_slice(now.to_string().as_bytes());
+        } else if let (Some(name), Some(_)) = (rename, value(l, b"event")) {
+            if std::mem::replace(&mut event_written, true) {
+                continue;
+            }
+            out.extend_from_slice(format!("event: {name}").as_bytes());
         } else {
             out.extend_from_slice(l);
         }
@@ -247,6 +270,37 @@ mod tests {
         );
         assert_eq!(patch(b"data: {\"c\":[{\"f\":null}]}\n\n", &ops), None);
         assert_eq!(patch(b"data: {\"c\":[]}\n\n", &ops), None);
+        // A new type, with a patch: only where the patch applied, the
+        // `event:` line where it was, every other line as it came.
+        let mut done = ops.clone();
+        done.set_event = Some("end.cut".into());
+        assert_eq!(
+            patch(
+                b"id: 1\r\nevent: end\r\nevent: end.ok\r\ndata: {\"c\":[{\"f\":\"stop\"}]}\r\n\r\n",
+                &done
+            )
+            .unwrap(),
+            b"id: 1\r\nevent: end.cut\r\ndata: {\"c\":[{\"f\":\"length\"}]}\r\n\r\n"
+        );
+        assert_eq!(
+            patch(b"event: end\ndata: {\"c\":[{\"f\":null}]}\n\n", &done),
+            None
+        );
+        // Alone: a rename; an untyped event gets an `event:` line; one
+        // already of that type is left.
+        let renamed = spec(&[("set_event", "b"), ("event", "a")]);
+        assert_eq!(
+            patch(b"event: a\ndata: x\n\n", &renamed).unwrap(),
+            b"event: b\ndata: x\n\n"
+        );
+        assert_eq!(patch(b"event: c\ndata: x\n\n", &renamed), None);
+        let typed = spec(&[("set_event", "b")]);
+        assert_eq!(
+            patch(b"data: x\r\n\r\n", &typed).unwrap(),
+            b"event: b\r\ndata: x\r\n\r\n"
+        );
+        assert_eq!(patch(b"event: b\ndata: x\n\n", &typed), None);
+        assert_eq!(patch(b": keep-alive\n\n", &typed), None);
     }
 
     #[test]

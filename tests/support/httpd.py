@@ -13,6 +13,8 @@ python3 httpd.py [--bind ADDR] [--cert CERT --key KEY]   prints its port, then s
   POST /v1/chat/completions  an OpenAI Chat Completions answer, "hello" with
                      finish_reason stop: JSON, or its chunks when the body
                      asks (a usage chunk without choices too, when asked)
+  POST /v1/responses an OpenAI Responses API answer, "hello", status
+                     completed: JSON, or its typed event stream when asked
   ANY  /echo-head/…  200, the request line and headers as received
   GET  /ws           101 Switching Protocols, then echoes raw bytes
   GET  /close        200 with Connection: close, then closes
@@ -172,6 +174,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if self.path.startswith("/v1/chat/completions"):
             self.completions(json.loads(body or b"{}"))
             return
+        if self.path.startswith("/v1/responses"):
+            self.responses(json.loads(body or b"{}"))
+            return
         self.reply(200, body)
 
     def messages(self, req):
@@ -195,16 +200,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                                "usage": {"output_tokens": 1}}),
             ("message_stop", {"type": "message_stop"}),
         ]
-        self.wfile.write(
-            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-            b"Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n"
-        )
-        for name, data in events:
-            ev = f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
-            self.wfile.write(b"%x\r\n%s\r\n" % (len(ev), ev))
-            self.wfile.flush()
-        self.wfile.write(b"0\r\n\r\n")
-        self.wfile.flush()
+        self.event_stream([f"event: {name}\ndata: {json.dumps(data)}\n\n" for name, data in events])
 
 
     def completions(self, req):
@@ -226,11 +222,50 @@ class Handler(http.server.BaseHTTPRequestHandler):
                   chunk({}, "stop")]
         if req.get("stream_options", {}).get("include_usage"):
             chunks.append(dict(head, object="chat.completion.chunk", choices=[], usage=usage))
+        self.event_stream([f"data: {json.dumps(c)}\n\n" for c in chunks] + ["data: [DONE]\n\n"])
+
+    def responses(self, req):
+        text = {"type": "output_text", "text": "hello", "annotations": []}
+        item = {"type": "message", "id": "msg_1", "status": "completed", "role": "assistant",
+                "content": [text]}
+        usage = {"input_tokens": 3, "output_tokens": 1, "total_tokens": 4,
+                 "input_tokens_details": {"cached_tokens": 0},
+                 "output_tokens_details": {"reasoning_tokens": 0}}
+        response = {"id": "resp_1", "object": "response", "created_at": 1, "status": "completed",
+                    "error": None, "incomplete_details": None, "instructions": None,
+                    "max_output_tokens": None, "model": req.get("model", "gpt-test"),
+                    "output": [item], "parallel_tool_calls": True, "tool_choice": "auto",
+                    "tools": [], "usage": usage}
+        if not req.get("stream"):
+            self.reply(200, json.dumps(response).encode(), [("Content-Type", "application/json")])
+            return
+        at = {"item_id": "msg_1", "output_index": 0, "content_index": 0}
+        started = dict(response, status="in_progress", output=[], usage=None)
+        events = [
+            {"type": "response.created", "response": started},
+            {"type": "response.output_item.added", "output_index": 0,
+             "item": dict(item, status="in_progress", content=[])},
+            dict(at, type="response.content_part.added", part=dict(text, text="")),
+            dict(at, type="response.output_text.delta", delta="hel", logprobs=[]),
+            dict(at, type="response.output_text.delta", delta="lo", logprobs=[]),
+            dict(at, type="response.output_text.done", text="hello", logprobs=[]),
+            dict(at, type="response.content_part.done", part=text),
+            {"type": "response.output_item.done", "output_index": 0, "item": item},
+            {"type": "response.completed", "response": response},
+        ]
+        self.event_stream([
+            f"event: {e['type']}\ndata: {json.dumps(dict(e, sequence_number=n))}\n\n"
+            for n, e in enumerate(events)
+        ])
+
+    def event_stream(self, events):
+        """A text/event-stream response, one chunk per event."""
         self.wfile.write(
             b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
             b"Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n"
         )
-        for ev in [f"data: {json.dumps(c)}\n\n".encode() for c in chunks] + [b"data: [DONE]\n\n"]:
+        for ev in events:
+            ev = ev.encode()
             self.wfile.write(b"%x\r\n%s\r\n" % (len(ev), ev))
             self.wfile.flush()
         self.wfile.write(b"0\r\n\r\n")
