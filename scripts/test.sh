@@ -5,7 +5,7 @@
 # As root on a Debian-like machine it first installs what the tests use
 # (apt: curl, python3, iproute2, nftables, iptables, iperf3, socat, nodejs,
 # npm, a JDK, Go, chromium, ...; pip: requests, httpx, toxiproxy-python,
-# anthropic, openai; npm:
+# anthropic, openai, google-genai; npm:
 # toxiproxy-node-client), a Rust toolchain with rustup when
 # there is none, and for the later stages an aarch64 cross compiler with
 # qemu-user and cargo-fuzz on a nightly toolchain. Opt-outs:
@@ -49,10 +49,10 @@ if ((${#missing[@]})); then
 fi
 
 # The Python client tests use `requests`, `httpx`, a Toxiproxy client
-# written by someone else (toxiproxy-python) and Anthropic's and OpenAI's
-# SDKs, from whichever python3 is first on PATH. The HTTPS tests also run Node, Java
+# written by someone else (toxiproxy-python) and Anthropic's, OpenAI's and
+# Google's (Gemini) SDKs, from whichever python3 is first on PATH. The HTTPS tests also run Node, Java
 # and Go clients.
-for mod in requests:requests httpx:httpx toxiproxy:toxiproxy-python anthropic:anthropic openai:openai; do
+for mod in requests:requests httpx:httpx toxiproxy:toxiproxy-python anthropic:anthropic openai:openai google.genai:google-genai; do
   if ! python3 -c "import ${mod%%:*}" 2>/dev/null; then
     python3 -m pip install -q "${mod#*:}" 2>/dev/null ||
       python3 -m pip install -q --break-system-packages "${mod#*:}" 2>/dev/null ||

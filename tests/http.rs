@@ -895,6 +895,39 @@ print([b[0] for b in blocks[-2:]], data[1]["type"], data[0]["item"]["status"])
     assert!(log.contains("4 seen, 4 faulted"), "{log}");
 }
 
+/// The same built-in against Google's Gemini SDK (`google-genai`): the
+/// `finishReason` in `candidates[0]` turns from `STOP` into `MAX_TOKENS`,
+/// in a whole answer (`:generateContent`) and in a stream's last chunk
+/// (`:streamGenerateContent?alt=sse`), the text as it came.
+#[test]
+fn llm_max_tokens_ends_answers_at_the_limit_for_geminis_sdk() {
+    let Some((_up, p)) = llm_max_tokens_before("google.genai") else {
+        return;
+    };
+    let code = r#"
+import sys
+from google import genai
+from google.genai import types
+options = types.HttpOptions(base_url=sys.argv[1], api_version="v1beta")
+c = genai.Client(api_key="test", http_options=options)
+r = c.models.generate_content(model="gemini-test", contents="hi")
+print(r.candidates[0].finish_reason.value, r.text)
+text, finish = "", []
+for ch in c.models.generate_content_stream(model="gemini-test", contents="hi"):
+    text += ch.text or ""
+    finish.append(ch.candidates[0].finish_reason and ch.candidates[0].finish_reason.value)
+print(finish, text)
+"#;
+    let (rc, out, err) = python(code, &[&base(&p)]);
+    assert_eq!(rc, 0, "{err}");
+    assert_eq!(
+        out, "MAX_TOKENS hello\n[None, 'MAX_TOKENS'] hello\n",
+        "{err}"
+    );
+    let (_, log) = p.stop();
+    assert!(log.contains("2 seen, 2 faulted"), "{log}");
+}
+
 /// An upstream speaking the LLM APIs (`httpd.py`) and a `proxy` before it
 /// with the `llm-max-tokens` built-in; `None` (skipped) when python3 lacks
 /// the provider's SDK, which CI must have.

@@ -15,6 +15,9 @@ python3 httpd.py [--bind ADDR] [--cert CERT --key KEY]   prints its port, then s
                      asks (a usage chunk without choices too, when asked)
   POST /v1/responses an OpenAI Responses API answer, "hello", status
                      completed: JSON, or its typed event stream when asked
+  POST /v1beta/models/M:generateContent        a Gemini API answer, "hello",
+  POST /v1beta/models/M:streamGenerateContent  finishReason STOP: JSON, or
+                     two chunks as an event stream (alt=sse)
   ANY  /echo-head/…  200, the request line and headers as received
   GET  /ws           101 Switching Protocols, then echoes raw bytes
   GET  /close        200 with Connection: close, then closes
@@ -177,6 +180,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if self.path.startswith("/v1/responses"):
             self.responses(json.loads(body or b"{}"))
             return
+        if self.path.startswith("/v1beta/models/"):
+            self.gemini()
+            return
         self.reply(200, body)
 
     def messages(self, req):
@@ -257,6 +263,22 @@ class Handler(http.server.BaseHTTPRequestHandler):
             f"event: {e['type']}\ndata: {json.dumps(dict(e, sequence_number=n))}\n\n"
             for n, e in enumerate(events)
         ])
+
+    def gemini(self):
+        model = self.path.split("/")[3].split(":")[0]
+
+        def chunk(text, finish):
+            candidate = {"content": {"parts": [{"text": text}], "role": "model"}, "index": 0}
+            if finish:
+                candidate["finishReason"] = finish
+            return {"candidates": [candidate], "modelVersion": model, "responseId": "r1",
+                    "usageMetadata": {"promptTokenCount": 3, "candidatesTokenCount": 1,
+                                      "totalTokenCount": 4}}
+        if ":streamGenerateContent" not in self.path:
+            self.reply(200, json.dumps(chunk("hello", "STOP")).encode(),
+                       [("Content-Type", "application/json")])
+            return
+        self.event_stream([f"data: {json.dumps(c)}\r\n\r\n" for c in (chunk("hel", None), chunk("lo", "STOP"))])
 
     def event_stream(self, events):
         """A text/event-stream response, one chunk per event."""
