@@ -786,7 +786,7 @@ fn event_stream_json_is_patched_event_by_event() {
 /// limit (`stop_reason` `max_tokens`), their text as the upstream sent it.
 #[test]
 fn llm_max_tokens_ends_answers_at_the_limit_for_anthropics_sdk() {
-    let Some((_up, p)) = llm_max_tokens_before("anthropic") else {
+    let Some((_up, p)) = llm_sdk_before("anthropic", &["-p", "llm-max-tokens"]) else {
         return;
     };
     let code = r#"
@@ -813,7 +813,7 @@ print(m.stop_reason, m.content[0].text)
 /// usage chunk (no choices) come as the upstream sent them.
 #[test]
 fn llm_max_tokens_ends_answers_at_the_limit_for_openais_sdk() {
-    let Some((_up, p)) = llm_max_tokens_before("openai") else {
+    let Some((_up, p)) = llm_sdk_before("openai", &["-p", "llm-max-tokens"]) else {
         return;
     };
     let code = r#"
@@ -849,7 +849,7 @@ print(finish, text, usage)
 /// this fault is for.
 #[test]
 fn llm_max_tokens_ends_responses_api_answers_incomplete_for_openais_sdk() {
-    let Some((_up, p)) = llm_max_tokens_before("openai") else {
+    let Some((_up, p)) = llm_sdk_before("openai", &["-p", "llm-max-tokens"]) else {
         return;
     };
     let code = r#"
@@ -901,7 +901,7 @@ print([b[0] for b in blocks[-2:]], data[1]["type"], data[0]["item"]["status"])
 /// (`:streamGenerateContent?alt=sse`), the text as it came.
 #[test]
 fn llm_max_tokens_ends_answers_at_the_limit_for_geminis_sdk() {
-    let Some((_up, p)) = llm_max_tokens_before("google.genai") else {
+    let Some((_up, p)) = llm_sdk_before("google.genai", &["-p", "llm-max-tokens"]) else {
         return;
     };
     let code = r#"
@@ -928,10 +928,44 @@ print(finish, text)
     assert!(log.contains("2 seen, 2 faulted"), "{log}");
 }
 
+/// OpenAI's Responses API breaks a stream with its own `event: error`
+/// (`envelope = "openai-responses"`), numbered in the stream's sequence.
+/// OpenAI's SDK does not raise it: it is one more event the client must
+/// look at, and the stream helper then has no final response.
+#[test]
+fn a_responses_api_stream_ends_in_its_own_error_event() {
+    let fault = "sse:error_after_events=3,envelope=openai-responses,path=/v1/responses";
+    let Some((_up, p)) = llm_sdk_before("openai", &["--fault", fault]) else {
+        return;
+    };
+    let code = r#"
+import sys, openai
+c = openai.OpenAI(base_url=sys.argv[1] + "/v1", api_key="test", max_retries=0)
+ask = dict(model="gpt-test", input="hi")
+events = list(c.responses.create(stream=True, **ask))
+print([e.type for e in events][1:], events[-1].code, events[-1].sequence_number)
+with c.responses.stream(**ask) as s:
+    try:
+        print("final", s.get_final_response().status)
+    except RuntimeError as e:
+        print("helper:", e)
+"#;
+    let (rc, out, err) = python(code, &[&base(&p)]);
+    assert_eq!(rc, 0, "{err}");
+    assert_eq!(
+        out,
+        "['response.output_item.added', 'response.content_part.added', 'error'] server_error 3\n\
+         helper: Didn't receive a `response.completed` event.\n",
+        "{err}"
+    );
+    let (_, log) = p.stop();
+    assert!(log.contains("2 seen, 2 faulted (sse 200: 2)"), "{log}");
+}
+
 /// An upstream speaking the LLM APIs (`httpd.py`) and a `proxy` before it
-/// with the `llm-max-tokens` built-in; `None` (skipped) when python3 lacks
-/// the provider's SDK, which CI must have.
-fn llm_max_tokens_before(sdk: &str) -> Option<(Httpd, Proxy)> {
+/// with `faults` (`-p llm-max-tokens`, `--fault …`); `None` (skipped) when
+/// python3 lacks the provider's SDK, which CI must have.
+fn llm_sdk_before(sdk: &str, faults: &[&str]) -> Option<(Httpd, Proxy)> {
     if !need(&["python3"]) {
         return None;
     }
@@ -944,14 +978,10 @@ fn llm_max_tokens_before(sdk: &str) -> Option<(Httpd, Proxy)> {
         return None;
     }
     let up = Httpd::start(None);
-    let p = Proxy::start(&[
-        "--listen",
-        "127.0.0.1:0",
-        "--upstream",
-        &format!("127.0.0.1:{}", up.port),
-        "-p",
-        "llm-max-tokens",
-    ]);
+    let upstream = format!("127.0.0.1:{}", up.port);
+    let mut args = vec!["--listen", "127.0.0.1:0", "--upstream", &upstream];
+    args.extend(faults);
+    let p = Proxy::start(&args);
     Some((up, p))
 }
 

@@ -9,8 +9,9 @@
 //! the stream ends in the middle of an event (`malformed = "truncate"`);
 //! `error_after_events` — the provider's own mid-stream error event
 //! (`envelope`: Anthropic's `event: error` with an `overloaded_error`,
-//! OpenAI's `data: {"error": …}`), then the stream ends, as those APIs end
-//! a stream they cannot finish after its 200; `patch_json` / `patch_ops`
+//! OpenAI's `data: {"error": …}`, OpenAI's Responses API's `event: error`),
+//! then the stream ends, as those APIs end a stream they cannot finish
+//! after its 200; `patch_json` / `patch_ops`
 //! — each event whose `data:` is JSON (those named by `event`, a glob)
 //! gets a JSON merge patch or a JSON Patch, so that a streamed answer ends
 //! otherwise (Anthropic's `message_delta` `stop_reason` turned
@@ -99,8 +100,12 @@ impl Kind for Sse {
             ("malformed_after_events", "a number", "event N+1 is malformed"),
             ("malformed", "json (default) or truncate", "data that is not JSON, or half an event and the end"),
             ("error_after_events", "a number", "after N events the provider's error event, then the end"),
-            ("envelope", "anthropic (default) or openai", "whose error event, with error_after_events"),
-            ("error_type", "a string", "its error type (default overloaded_error; openai: server_error)"),
+            (
+                "envelope",
+                "anthropic (default), openai or openai-responses",
+                "whose error event, with error_after_events",
+            ),
+            ("error_type", "a string", "its error type (default overloaded_error; openai and openai-responses: server_error, the code)"),
             ("event_delay", "a duration, default 0", "each event this much later"),
             (
                 "patch_json",
@@ -136,7 +141,7 @@ impl Kind for Sse {
         };
         let malformed = f.choice("malformed", &["json", "truncate"])?;
         let error_after = f.integer_in("error_after_events", 0, u64::MAX)?;
-        let envelope = f.choice("envelope", &["anthropic", "openai"])?;
+        let envelope = f.choice("envelope", &["anthropic", "openai", "openai-responses"])?;
         let error_type = f.string("error_type")?;
         let event_delay = f.duration("event_delay")?.unwrap_or_default();
         let patch = JsonEdit::parse(f)?;
@@ -203,16 +208,13 @@ impl Kind for Sse {
                  error_after_events, event_delay, patch_json, patch_ops or set_event",
             ));
         }
-        let error = error_after.map(|_| {
-            let provider = match envelope {
-                Some("openai") => "openai",
-                _ => "anthropic",
-            };
+        let error = error_after.map(|n| {
+            let provider = envelope.unwrap_or("anthropic");
             let kind = error_type.unwrap_or_else(|| match provider {
-                "openai" => "server_error".into(),
-                _ => "overloaded_error".into(),
+                "anthropic" => "overloaded_error".into(),
+                _ => "server_error".into(),
             });
-            (error_event(provider, &kind), provider, kind)
+            (error_event(provider, &kind, n), provider, kind)
         });
         Ok(Sse {
             breaks,
@@ -294,15 +296,24 @@ impl Sse {
 
 /// A provider's mid-stream error event: Anthropic's `event: error` (its
 /// SDKs raise the error by its `type`, with the response's 200), OpenAI's
-/// chat-completions chunk carrying `error` (its SDK raises `APIError`).
-fn error_event(provider: &str, kind: &str) -> Vec<u8> {
+/// chat-completions chunk carrying `error` (its SDK raises `APIError`),
+/// the Responses API's `event: error` (its SDK yields it as an event:
+/// the client must look), numbered after the `events` before it, as that
+/// API numbers a stream's events from 0.
+fn error_event(provider: &str, kind: &str, events: u64) -> Vec<u8> {
+    const MESSAGE: &str =
+        "The server had an error while processing your request. (injected by netchaos)";
     let (event, data) = match provider {
         "openai" => (
             None,
             serde_json::json!({"error": {
-                "message": "The server had an error while processing your request. (injected by netchaos)",
-                "type": kind, "param": null, "code": null
+                "message": MESSAGE, "type": kind, "param": null, "code": null
             }}),
+        ),
+        "openai-responses" => (
+            Some("error"),
+            serde_json::json!({"type": "error", "code": kind, "message": MESSAGE,
+                "param": null, "sequence_number": events}),
         ),
         _ => (
             Some("error"),
@@ -351,6 +362,15 @@ mod tests {
         assert!(text.contains("\"type\":\"server_error\""), "{text}");
         let t = sse(&[("error_after_events", "1"), ("error_type", "api_error")]).unwrap();
         assert!(String::from_utf8_lossy(t.error_event()).contains("\"api_error\""));
+        let r = sse(&[("error_after_events", "5"), ("envelope", "openai-responses")]).unwrap();
+        let text = String::from_utf8(r.error_event().to_vec()).unwrap();
+        assert!(text.starts_with("event: error\ndata: {"), "{text}");
+        let data: serde_json::Value =
+            serde_json::from_str(text.lines().nth(1).unwrap().strip_prefix("data: ").unwrap())
+                .unwrap();
+        assert_eq!(data["type"], "error");
+        assert_eq!(data["code"], "server_error");
+        assert_eq!(data["sequence_number"], 5);
         assert!(sse(&[("envelope", "openai"), ("event_delay", "1ms")]).is_err());
         assert!(sse(&[("error_after_events", "1"), ("drop_after_events", "1")]).is_err());
     }
