@@ -928,6 +928,57 @@ print(finish, text)
     assert!(log.contains("2 seen, 2 faulted"), "{log}");
 }
 
+/// `envelope = "gemini"`: Google's error shape, which its SDK raises as
+/// its own `ServerError` / `ClientError` with the code and status name. The
+/// SDK retries only when asked to (`retry_options`), and then recovers
+/// from the second 503; a 429 carries when to come back as a `RetryInfo`.
+#[test]
+fn gemini_errors_reach_googles_sdk_as_its_own() {
+    let faults = [
+        "--fault",
+        "http_status:status=503,envelope=gemini,first=2,path=*:generateContent",
+        "--fault",
+        "http_status:status=429,envelope=gemini,retry_after=30s,path=*:streamGenerateContent",
+    ];
+    let Some((_up, p)) = llm_sdk_before("google.genai", &faults) else {
+        return;
+    };
+    let code = r#"
+import sys
+from google import genai
+from google.genai import errors, types
+# A client must outlive its calls: a dropped one closes its connections.
+def client(**retry):
+    options = types.HttpOptions(base_url=sys.argv[1], api_version="v1beta", **retry)
+    return genai.Client(api_key="test", http_options=options)
+once = client()
+try:
+    once.models.generate_content(model="gemini-test", contents="hi")
+except errors.ServerError as e:
+    print("ServerError", e.code, e.status, e.message)
+retry = types.HttpRetryOptions(attempts=3, initial_delay=0.05, max_delay=0.1, jitter=0)
+retrying = client(retry_options=retry)
+print(retrying.models.generate_content(model="gemini-test", contents="hi").text)
+try:
+    list(once.models.generate_content_stream(model="gemini-test", contents="hi"))
+except errors.ClientError as e:
+    print("ClientError", e.code, e.status, e.details["error"]["details"][0]["retryDelay"])
+"#;
+    let (rc, out, err) = python(code, &[&base(&p)]);
+    assert_eq!(rc, 0, "{err}");
+    assert_eq!(
+        out,
+        "ServerError 503 UNAVAILABLE The model is overloaded. Please try again later.\n\
+         hello\nClientError 429 RESOURCE_EXHAUSTED 30s\n",
+        "{err}"
+    );
+    let (_, log) = p.stop();
+    assert!(
+        log.contains("4 seen, 3 faulted (http_status 429: 1, http_status 503: 2)"),
+        "{log}"
+    );
+}
+
 /// OpenAI's Responses API breaks a stream with its own `event: error`
 /// (`envelope = "openai-responses"`), numbered in the stream's sequence.
 /// OpenAI's SDK does not raise it: it is one more event the client must

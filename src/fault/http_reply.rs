@@ -14,6 +14,9 @@ use bytes::{Bytes, BytesMut};
 use super::http_match::RequestMatch;
 use crate::settings::{Fields, ProfileError};
 
+/// Whose errors an `envelope` can shape a reply as.
+pub(crate) const ENVELOPES: &[&str] = &["anthropic", "openai", "gemini"];
+
 /// A canned reply's `status`: 200-599. A 1xx is interim, not an answer
 /// (the client would wait on for the real one), and is refused as such.
 pub(crate) fn status(f: &mut Fields) -> Result<Option<u16>, ProfileError> {
@@ -188,6 +191,13 @@ fn envelope_for(
     retry_after: Option<Duration>,
 ) -> (&'static str, Vec<u8>, Vec<String>) {
     let mut headers = Vec::new();
+    if provider == "gemini" {
+        return (
+            "application/json; charset=UTF-8",
+            google_error(status, retry_after),
+            headers,
+        );
+    }
     if let Some(r) = retry_after {
         // Both SDKs read the millisecond form first.
         headers.push(format!("retry-after-ms: {}", r.as_millis()));
@@ -264,6 +274,48 @@ fn envelope_for(
         })
     };
     ("application/json", body.to_string().into_bytes(), headers)
+}
+
+/// A Google API error (Gemini's): the HTTP status, its `google.rpc.Code`
+/// name, a message; with `retry_after`, a `RetryInfo` detail carrying it
+/// (`retryDelay`), where Google's 429s say when to come back.
+fn google_error(status: u16, retry_after: Option<Duration>) -> Vec<u8> {
+    let (code, message) = match status {
+        400 => ("INVALID_ARGUMENT", "Request contains an invalid argument."),
+        401 => (
+            "UNAUTHENTICATED",
+            "API key not valid. Please pass a valid API key.",
+        ),
+        403 => ("PERMISSION_DENIED", "The caller does not have permission"),
+        404 => ("NOT_FOUND", "Requested entity was not found."),
+        409 => ("ABORTED", "The operation was aborted."),
+        429 => (
+            "RESOURCE_EXHAUSTED",
+            "Resource has been exhausted (e.g. check quota). (injected by netchaos)",
+        ),
+        499 => ("CANCELLED", "The operation was cancelled."),
+        501 => ("UNIMPLEMENTED", "Method not found."),
+        503 => (
+            "UNAVAILABLE",
+            "The model is overloaded. Please try again later.",
+        ),
+        504 => (
+            "DEADLINE_EXCEEDED",
+            "Deadline expired before operation could complete.",
+        ),
+        s if s >= 500 => ("INTERNAL", "An internal error has occurred."),
+        _ => ("FAILED_PRECONDITION", "Precondition check failed."),
+    };
+    let mut error = serde_json::json!({"code": status, "message": message, "status": code});
+    if let Some(r) = retry_after {
+        error["details"] = serde_json::json!([{
+            "@type": "type.googleapis.com/google.rpc.RetryInfo",
+            "retryDelay": format!("{}s", ceil_secs(r)),
+        }]);
+    }
+    serde_json::json!({ "error": error })
+        .to_string()
+        .into_bytes()
 }
 
 /// The reason phrase of a status (what real servers send).

@@ -61,7 +61,7 @@ impl Given {
 
 const PARAMS: &[(&str, &str, &str)] = &[
     ("status", "an HTTP status 200-599, required", "the answer's status"),
-    ("envelope", "anthropic or openai", "a provider-shaped error body and headers"),
+    ("envelope", "anthropic, openai or gemini", "a provider-shaped error body and headers"),
     ("body", "a string", "the answer's body (default: the provider's error, or the status's name)"),
     ("body_file", "a path (regular file, at most 1MiB)", "…or a file's bytes"),
     ("retry_after", "a duration", "a Retry-After header (whole seconds, rounded up)"),
@@ -88,7 +88,7 @@ impl Kind for HttpStatus {
     fn parse(f: &mut Fields) -> Result<Self, ProfileError> {
         let status = http_reply::status(f)?
             .ok_or_else(|| f.table_error("missing \"status\" (an HTTP status like 429)"))?;
-        let envelope = f.choice("envelope", &["anthropic", "openai"])?;
+        let envelope = f.choice("envelope", super::http_reply::ENVELOPES)?;
         // `body = "text"` is the answer's body; `body.model = "…"` (a
         // table) is the request match's.
         let body = match f.is_table("body") {
@@ -226,6 +226,20 @@ mod tests {
         assert!(text.contains("retry-after-ms: 1500\r\n"), "{text}");
         assert!(text.contains("\"code\":\"rate_limit_exceeded\""), "{text}");
         assert!(!text.contains("connection: close"), "keep-alive by default: {text}");
+        // Google's: the rpc code's name beside the number, and when to come
+        // back as a RetryInfo detail (and Retry-After); no OpenAI headers.
+        let s = status(&[("status", "429"), ("envelope", "gemini"), ("retry_after", "1500ms")]);
+        let text = String::from_utf8(s.reply(false, false).to_vec()).unwrap();
+        assert!(text.contains("content-type: application/json; charset=UTF-8\r\n"), "{text}");
+        assert!(text.contains("retry-after: 2\r\n") && !text.contains("retry-after-ms"), "{text}");
+        let body: serde_json::Value =
+            serde_json::from_str(text.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+        assert_eq!(body["error"]["code"], 429);
+        assert_eq!(body["error"]["status"], "RESOURCE_EXHAUSTED");
+        assert_eq!(body["error"]["details"][0]["retryDelay"], "2s");
+        let s = status(&[("status", "503"), ("envelope", "gemini")]);
+        let text = String::from_utf8(s.reply(false, false).to_vec()).unwrap();
+        assert!(text.contains(r#"{"error":{"code":503,"message":"The model is overloaded. Please try again later.","status":"UNAVAILABLE"}}"#), "{text}");
     }
 
     /// Each status carries the error type Anthropic documents for it (the
