@@ -6,7 +6,7 @@
 # (apt: curl, python3, iproute2, nftables, iptables, iperf3, socat, nodejs,
 # npm, a JDK, Go, chromium, ...; pip: requests, httpx, toxiproxy-python,
 # anthropic, openai, google-genai; npm:
-# toxiproxy-node-client), a Rust toolchain with rustup when
+# toxiproxy-node-client, openai), a Rust toolchain with rustup when
 # there is none, and for the later stages an aarch64 cross compiler with
 # qemu-user and cargo-fuzz on a nightly toolchain. Opt-outs:
 # NETCHAOS_NO_CROSS=1 skips the aarch64 stage, NETCHAOS_NO_VM=1 the VM
@@ -60,11 +60,15 @@ for mod in requests:requests httpx:httpx toxiproxy:toxiproxy-python anthropic:an
   fi
 done
 
-# toxiproxy-node-client (npm), for the Toxiproxy drop-in tests.
+# toxiproxy-node-client (npm), for the Toxiproxy drop-in tests, and
+# OpenAI's Node SDK, for the LLM fault tests (one install: npm prunes what
+# a later install into the same prefix does not name).
 node_clients="$PWD/target/node-clients"
-if command -v npm >/dev/null && [ ! -d "$node_clients/node_modules/toxiproxy-node-client" ]; then
-  npm install --silent --no-audit --no-fund --prefix "$node_clients" toxiproxy-node-client >/dev/null 2>&1 ||
-    echo "test.sh: could not npm install toxiproxy-node-client" >&2
+node_packages=(toxiproxy-node-client openai)
+if command -v npm >/dev/null &&
+  { [ ! -d "$node_clients/node_modules/toxiproxy-node-client" ] || [ ! -d "$node_clients/node_modules/openai" ]; }; then
+  npm install --silent --no-audit --no-fund --prefix "$node_clients" "${node_packages[@]}" >/dev/null 2>&1 ||
+    echo "test.sh: could not npm install ${node_packages[*]}" >&2
 fi
 if [ -d "$node_clients/node_modules/toxiproxy-node-client" ]; then
   export NETCHAOS_NODE_MODULES="$node_clients/node_modules"

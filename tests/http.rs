@@ -1013,6 +1013,76 @@ with c.responses.stream(**ask) as s:
     assert!(log.contains("2 seen, 2 faulted (sse 200: 2)"), "{log}");
 }
 
+/// The same two Responses API faults against OpenAI's Node SDK, which
+/// meets them otherwise than its Python one: `finalResponse()` resolves to
+/// the incomplete response, and the stream's error event rejects it with
+/// the event itself, an object that is no `Error` (so no `APIError`).
+#[test]
+fn openais_node_sdk_meets_the_responses_api_faults() {
+    let Some(modules) =
+        std::env::var_os("NETCHAOS_NODE_MODULES").filter(|m| Path::new(m).join("openai").is_dir())
+    else {
+        assert!(
+            !in_ci(),
+            "OpenAI's Node SDK (NETCHAOS_NODE_MODULES, set by scripts/test.sh) is required in CI"
+        );
+        eprintln!("SKIPPED: no openai Node module (scripts/test.sh installs it)");
+        return;
+    };
+    let error = "sse:error_after_events=3,envelope=openai-responses";
+    let Some((up, cut)) = llm_sdk_before("openai", &["-p", "llm-max-tokens"]) else {
+        return;
+    };
+    if !need(&["node"]) {
+        return;
+    }
+    let upstream = format!("127.0.0.1:{}", up.port);
+    let broken = Proxy::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        &upstream,
+        "--fault",
+        error,
+    ]);
+    let code = r#"
+const OpenAI = require("openai");
+const client = (url) => new OpenAI({ baseURL: url + "/v1", apiKey: "test", maxRetries: 0 });
+const ask = { model: "gpt-test", input: "hi" };
+(async () => {
+  const r = await client(process.argv[1]).responses.stream(ask).finalResponse();
+  console.log(r.status, r.incomplete_details.reason, r.output_text);
+  try {
+    await client(process.argv[2]).responses.stream(ask).finalResponse();
+    console.log("no error");
+  } catch (e) {
+    console.log(e instanceof Error, e instanceof OpenAI.APIError, e.type, e.code, e.sequence_number);
+  }
+})().catch((e) => { console.error(e); process.exit(1); });
+"#;
+    let out = Command::new("node")
+        .arg("-e")
+        .arg(code)
+        .arg(base(&cut))
+        .arg(base(&broken))
+        .env("NODE_PATH", &modules)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert_eq!(
+        stdout, "incomplete max_output_tokens hello\nfalse false error server_error 3\n",
+        "{stderr}"
+    );
+    let (_, log) = cut.stop();
+    assert!(log.contains("1 seen, 1 faulted"), "{log}");
+    let (_, log) = broken.stop();
+    assert!(log.contains("1 seen, 1 faulted (sse 200: 1)"), "{log}");
+}
+
 /// An upstream speaking the LLM APIs (`httpd.py`) and a `proxy` before it
 /// with `faults` (`-p llm-max-tokens`, `--fault …`); `None` (skipped) when
 /// python3 lacks the provider's SDK, which CI must have.
