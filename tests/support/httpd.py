@@ -178,7 +178,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.completions(json.loads(body or b"{}"))
             return
         if self.path.startswith("/v1/responses"):
-            self.responses(json.loads(body or b"{}"))
+            self.openai_responses(json.loads(body or b"{}"))
             return
         if self.path.startswith("/v1beta/models/"):
             self.gemini()
@@ -230,7 +230,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             chunks.append(dict(head, object="chat.completion.chunk", choices=[], usage=usage))
         self.event_stream([f"data: {json.dumps(c)}\n\n" for c in chunks] + ["data: [DONE]\n\n"])
 
-    def responses(self, req):
+    def openai_responses(self, req):  # (`responses` is the base class's status table)
         text = {"type": "output_text", "text": "hello", "annotations": []}
         item = {"type": "message", "id": "msg_1", "status": "completed", "role": "assistant",
                 "content": [text]}
