@@ -931,14 +931,17 @@ print(finish, text)
 /// `envelope = "gemini"`: Google's error shape, which its SDK raises as
 /// its own `ServerError` / `ClientError` with the code and status name. The
 /// SDK retries only when asked to (`retry_options`), and then recovers
-/// from the second 503; a 429 carries when to come back as a `RetryInfo`.
+/// from the second 503; a 429 carries when to come back as a `RetryInfo`;
+/// a stream cut by Google's error chunk raises after the text before it.
 #[test]
 fn gemini_errors_reach_googles_sdk_as_its_own() {
     let faults = [
         "--fault",
         "http_status:status=503,envelope=gemini,first=2,path=*:generateContent",
         "--fault",
-        "http_status:status=429,envelope=gemini,retry_after=30s,path=*:streamGenerateContent",
+        "http_status:status=429,envelope=gemini,retry_after=30s,path=*/gemini-test:streamGenerateContent",
+        "--fault",
+        "sse:error_after_events=1,envelope=gemini,path=*/gemini-cut:streamGenerateContent",
     ];
     let Some((_up, p)) = llm_sdk_before("google.genai", &faults) else {
         return;
@@ -963,18 +966,24 @@ try:
     list(once.models.generate_content_stream(model="gemini-test", contents="hi"))
 except errors.ClientError as e:
     print("ClientError", e.code, e.status, e.details["error"]["details"][0]["retryDelay"])
+text = ""
+try:
+    for ch in once.models.generate_content_stream(model="gemini-cut", contents="hi"):
+        text += ch.text
+except errors.ServerError as e:
+    print(text, "then ServerError", e.code, e.status)
 "#;
     let (rc, out, err) = python(code, &[&base(&p)]);
     assert_eq!(rc, 0, "{err}");
     assert_eq!(
         out,
         "ServerError 503 UNAVAILABLE The model is overloaded. Please try again later.\n\
-         hello\nClientError 429 RESOURCE_EXHAUSTED 30s\n",
+         hello\nClientError 429 RESOURCE_EXHAUSTED 30s\nhel then ServerError 500 INTERNAL\n",
         "{err}"
     );
     let (_, log) = p.stop();
     assert!(
-        log.contains("4 seen, 3 faulted (http_status 429: 1, http_status 503: 2)"),
+        log.contains("5 seen, 4 faulted (http_status 429: 1, http_status 503: 2, sse 200: 1)"),
         "{log}"
     );
 }

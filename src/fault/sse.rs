@@ -9,7 +9,8 @@
 //! the stream ends in the middle of an event (`malformed = "truncate"`);
 //! `error_after_events` — the provider's own mid-stream error event
 //! (`envelope`: Anthropic's `event: error` with an `overloaded_error`,
-//! OpenAI's `data: {"error": …}`, OpenAI's Responses API's `event: error`),
+//! OpenAI's `data: {"error": …}`, OpenAI's Responses API's `event: error`,
+//! Gemini's `data: {"error": …}` in Google's shape),
 //! then the stream ends, as those APIs end a stream they cannot finish
 //! after its 200; `patch_json` / `patch_ops`
 //! — each event whose `data:` is JSON (those named by `event`, a glob)
@@ -25,6 +26,7 @@ use std::time::Duration;
 use wildmatch::WildMatch;
 
 use super::http_match::RequestMatch;
+use super::http_reply::{google_code_names, google_error_named};
 use super::http_status::After;
 use super::json_edit::JsonEdit;
 use super::{Kind, KindInfo, Layer, Stream};
@@ -102,10 +104,10 @@ impl Kind for Sse {
             ("error_after_events", "a number", "after N events the provider's error event, then the end"),
             (
                 "envelope",
-                "anthropic (default), openai or openai-responses",
+                "anthropic (default), openai, openai-responses or gemini",
                 "whose error event, with error_after_events",
             ),
-            ("error_type", "a string", "its error type (default overloaded_error; openai and openai-responses: server_error, the code)"),
+            ("error_type", "a string", "its error type (default overloaded_error; openai and openai-responses: server_error, the code; gemini: INTERNAL, a google.rpc code name)"),
             ("event_delay", "a duration, default 0", "each event this much later"),
             (
                 "patch_json",
@@ -141,7 +143,7 @@ impl Kind for Sse {
         };
         let malformed = f.choice("malformed", &["json", "truncate"])?;
         let error_after = f.integer_in("error_after_events", 0, u64::MAX)?;
-        let envelope = f.choice("envelope", &["anthropic", "openai", "openai-responses"])?;
+        let envelope = f.choice("envelope", &["anthropic", "openai", "openai-responses", "gemini"])?;
         let error_type = f.string("error_type")?;
         let event_delay = f.duration("event_delay")?.unwrap_or_default();
         let patch = JsonEdit::parse(f)?;
@@ -208,14 +210,24 @@ impl Kind for Sse {
                  error_after_events, event_delay, patch_json, patch_ops or set_event",
             ));
         }
-        let error = error_after.map(|n| {
-            let provider = envelope.unwrap_or("anthropic");
-            let kind = error_type.unwrap_or_else(|| match provider {
-                "anthropic" => "overloaded_error".into(),
-                _ => "server_error".into(),
-            });
-            (error_event(provider, &kind, n), provider, kind)
-        });
+        let error = match error_after {
+            Some(n) => {
+                let provider = envelope.unwrap_or("anthropic");
+                let kind = error_type.unwrap_or_else(|| match provider {
+                    "anthropic" => "overloaded_error".into(),
+                    "gemini" => "INTERNAL".into(),
+                    _ => "server_error".into(),
+                });
+                if provider == "gemini" && google_error_named(&kind).is_none() {
+                    return Err(f.table_error(format!(
+                        "error_type {kind:?} is not a google.rpc code name Gemini sends: give one of {}",
+                        google_code_names().collect::<Vec<_>>().join(", ")
+                    )));
+                }
+                Some((error_event(provider, &kind, n), provider, kind))
+            }
+            None => None,
+        };
         Ok(Sse {
             breaks,
             event_delay,
@@ -299,7 +311,8 @@ impl Sse {
 /// chat-completions chunk carrying `error` (its SDK raises `APIError`),
 /// the Responses API's `event: error` (its SDK yields it as an event:
 /// the client must look), numbered after the `events` before it, as that
-/// API numbers a stream's events from 0.
+/// API numbers a stream's events from 0; Gemini's chunk carrying Google's
+/// `error` (its SDK raises it as `ServerError` / `ClientError`).
 fn error_event(provider: &str, kind: &str, events: u64) -> Vec<u8> {
     const MESSAGE: &str =
         "The server had an error while processing your request. (injected by netchaos)";
@@ -310,6 +323,8 @@ fn error_event(provider: &str, kind: &str, events: u64) -> Vec<u8> {
                 "message": MESSAGE, "type": kind, "param": null, "code": null
             }}),
         ),
+        // Google's error, by its code name (checked at parse).
+        "gemini" => (None, google_error_named(kind).unwrap_or_default()),
         "openai-responses" => (
             Some("error"),
             serde_json::json!({"type": "error", "code": kind, "message": MESSAGE,
@@ -371,6 +386,15 @@ mod tests {
         assert_eq!(data["type"], "error");
         assert_eq!(data["code"], "server_error");
         assert_eq!(data["sequence_number"], 5);
+        let g = sse(&[("error_after_events", "1"), ("envelope", "gemini")]).unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(g.error_event()),
+            "data: {\"error\":{\"code\":500,\"message\":\"An internal error has occurred.\",\"status\":\"INTERNAL\"}}\n\n"
+        );
+        let g = sse(&[("error_after_events", "1"), ("envelope", "gemini"), ("error_type", "UNAVAILABLE")]);
+        assert!(String::from_utf8_lossy(g.unwrap().error_event()).contains("\"code\":503"));
+        let e = sse(&[("error_after_events", "1"), ("envelope", "gemini"), ("error_type", "overloaded")]);
+        assert!(e.unwrap_err().to_string().contains("not a google.rpc code name"));
         assert!(sse(&[("envelope", "openai"), ("event_delay", "1ms")]).is_err());
         assert!(sse(&[("error_after_events", "1"), ("drop_after_events", "1")]).is_err());
     }
