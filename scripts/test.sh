@@ -52,21 +52,28 @@ fi
 # written by someone else (toxiproxy-python) and Anthropic's, OpenAI's and
 # Google's (Gemini) SDKs, from whichever python3 is first on PATH. The HTTPS tests also run Node, Java
 # and Go clients.
-for mod in requests:requests httpx:httpx toxiproxy:toxiproxy-python anthropic:anthropic openai:openai google.genai:google-genai; do
-  if ! python3 -c "import ${mod%%:*}" 2>/dev/null; then
-    python3 -m pip install -q "${mod#*:}" 2>/dev/null ||
-      python3 -m pip install -q --break-system-packages "${mod#*:}" 2>/dev/null ||
-      echo "test.sh: could not pip install ${mod#*:}" >&2
+# The LLM SDKs are pinned: tests pin how these versions meet the faults.
+for mod in requests:requests httpx:httpx toxiproxy:toxiproxy-python anthropic:anthropic \
+  openai:openai==3.60.0 google.genai:google-genai==3.6.1; do
+  spec=${mod#*:}
+  if [[ $spec == *==* ]]; then
+    have=$(python3 -c "import importlib.metadata as m; print(m.version('${spec%%==*}'))" 2>/dev/null)
+    [ "$have" = "${spec#*==}" ] && continue
+  elif python3 -c "import ${mod%%:*}" 2>/dev/null; then
+    continue
   fi
+  python3 -m pip install -q "$spec" 2>/dev/null ||
+    python3 -m pip install -q --break-system-packages "$spec" 2>/dev/null ||
+    echo "test.sh: could not pip install $spec" >&2
 done
 
 # toxiproxy-node-client (npm), for the Toxiproxy drop-in tests, and
-# OpenAI's Node SDK, for the LLM fault tests (one install: npm prunes what
-# a later install into the same prefix does not name).
+# OpenAI's Node SDK (pinned, as above), for the LLM fault tests.
 node_clients="$PWD/target/node-clients"
-node_packages=(toxiproxy-node-client openai)
+node_packages=(toxiproxy-node-client openai@6.49.0)
+node_openai=$(node -p "require('$node_clients/node_modules/openai/package.json').version" 2>/dev/null)
 if command -v npm >/dev/null &&
-  { [ ! -d "$node_clients/node_modules/toxiproxy-node-client" ] || [ ! -d "$node_clients/node_modules/openai" ]; }; then
+  { [ ! -d "$node_clients/node_modules/toxiproxy-node-client" ] || [ "$node_openai" != "${node_packages[1]#*@}" ]; }; then
   npm install --silent --no-audit --no-fund --prefix "$node_clients" "${node_packages[@]}" >/dev/null 2>&1 ||
     echo "test.sh: could not npm install ${node_packages[*]}" >&2
 fi

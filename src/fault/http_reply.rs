@@ -337,7 +337,8 @@ fn google_error(status: u16, retry_after: Option<Duration>) -> Vec<u8> {
     if let Some(r) = retry_after {
         doc["error"]["details"] = serde_json::json!([{
             "@type": "type.googleapis.com/google.rpc.RetryInfo",
-            "retryDelay": format!("{}s", ceil_secs(r)),
+            // Google's JSON duration: seconds, with a fraction if any.
+            "retryDelay": format!("{}s", r.as_secs_f64()),
         }]);
     }
     doc.to_string().into_bytes()

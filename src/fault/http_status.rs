@@ -2,9 +2,10 @@
 //! place — `status`, `headers`, `body` (or `body_file`), `retry_after` — and
 //! the upstream never sees it; the connection stays usable for the next
 //! request unless `then = "close" | "reset"`. `envelope = "anthropic" |
-//! "openai"` shapes the body and headers as that provider's errors are
-//! shaped (a 529 `overloaded_error`, a 429 `rate_limit_error` with
-//! `retry-after`), so its SDK takes the error for its own.
+//! "openai" | "gemini"` shapes the body and headers as that provider's
+//! errors are shaped (a 529 `overloaded_error`, a 429 `rate_limit_error`
+//! with `retry-after`, Google's `RESOURCE_EXHAUSTED` with a `RetryInfo`),
+//! so its SDK takes the error for its own.
 
 use bytes::Bytes;
 
@@ -64,7 +65,11 @@ const PARAMS: &[(&str, &str, &str)] = &[
     ("envelope", "anthropic, openai or gemini", "a provider-shaped error body and headers"),
     ("body", "a string", "the answer's body (default: the provider's error, or the status's name)"),
     ("body_file", "a path (regular file, at most 1MiB)", "…or a file's bytes"),
-    ("retry_after", "a duration", "a Retry-After header (whole seconds, rounded up)"),
+    (
+        "retry_after",
+        "a duration",
+        "a Retry-After header (whole seconds, rounded up; an envelope also gives the exact value: retry-after-ms, or Gemini's RetryInfo)",
+    ),
     ("headers", "\"Name: value\" strings, or a table (headers.Name in flags)", "more headers"),
     ("then", "keep (default), close or reset", "what the connection does after the answer"),
     (
@@ -236,7 +241,7 @@ mod tests {
             serde_json::from_str(text.split("\r\n\r\n").nth(1).unwrap()).unwrap();
         assert_eq!(body["error"]["code"], 429);
         assert_eq!(body["error"]["status"], "RESOURCE_EXHAUSTED");
-        assert_eq!(body["error"]["details"][0]["retryDelay"], "2s");
+        assert_eq!(body["error"]["details"][0]["retryDelay"], "1.5s");
         let s = status(&[("status", "503"), ("envelope", "gemini")]);
         let text = String::from_utf8(s.reply(false, false).to_vec()).unwrap();
         assert!(text.contains(r#"{"error":{"code":503,"message":"The model is overloaded. Please try again later.","status":"UNAVAILABLE"}}"#), "{text}");

@@ -76,7 +76,7 @@ pub(crate) struct EventPatch {
 
 impl EventPatch {
     /// Whether an event of this type (`message` when it names none) gets
-    /// the patch.
+    /// the patch and the new type.
     pub(crate) fn applies_to(&self, event: &str) -> bool {
         self.event.as_ref().is_none_or(|(_, g)| g.matches(event))
     }
@@ -154,6 +154,12 @@ impl Kind for Sse {
                 return Err(f.table_error(
                     "set_event must be an event type on one line, not empty (like response.incomplete)",
                 ));
+            }
+            // A client keeps a trailing space as part of the type.
+            if name.trim() != name {
+                return Err(f.table_error(format!(
+                    "set_event {name:?} starts or ends with a space, which would be part of the type"
+                )));
             }
         }
         let event = f.string("event")?;
@@ -415,6 +421,7 @@ mod tests {
             (vec![], "patch_ops or set_event"),
             (vec![("set_event", "a\ndata: x")], "on one line"),
             (vec![("set_event", "")], "on one line"),
+            (vec![("set_event", "a ")], "starts or ends with a space"),
             (vec![("patch_ops", r#"[{"op": "swap", "path": "/a"}]"#)], "expected a JSON Patch (RFC 6902)"),
             (vec![("patch_ops", r#"[{"op": "remove", "path": "a"}]"#)], "expected a JSON Patch (RFC 6902)"),
             (vec![("patch_ops", "[]")], "an empty JSON Patch"),

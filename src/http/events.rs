@@ -2,7 +2,7 @@
 //! into whole events (each ends at a blank line; CRLF, LF and CR line ends
 //! alike, split anywhere across reads), the two ways `sse` spoils one —
 //! its `data:` made invalid JSON at the same length, or half of it — and
-//! the way it patches one's JSON data.
+//! the way it patches one's JSON data and changes its type.
 
 use crate::fault::sse::EventPatch;
 
@@ -167,15 +167,27 @@ pub(crate) fn patch(block: &[u8], p: &EventPatch) -> Option<Vec<u8>> {
     }
     let mut out = Vec::with_capacity(block.len() + 64);
     let (mut data_written, mut event_written) = (data.is_none(), rename.is_none());
-    if let Some(name) = rename {
-        if !lines.iter().any(|(l, _)| value(l, b"event").is_some()) {
-            let end = lines.first().map_or(&b"\n"[..], |(_, end)| end);
+    // A new `event:` line for an event that had none goes before its first
+    // field, after any empty line first (the LF of the CRLF that ended the
+    // event before: a line there would end this one) and after a BOM (only
+    // the stream's first bytes may carry one).
+    let insert_at = match rename {
+        Some(_) if !lines.iter().any(|(l, _)| value(l, b"event").is_some()) => {
+            lines.iter().position(|(l, _)| !l.is_empty())
+        }
+        _ => None,
+    };
+    for (i, (l, end)) in lines.iter().enumerate() {
+        let mut l: &[u8] = l;
+        if let (Some(name), true) = (rename, insert_at == Some(i)) {
+            if let Some(rest) = l.strip_prefix(b"\xEF\xBB\xBF") {
+                out.extend_from_slice(b"\xEF\xBB\xBF");
+                l = rest;
+            }
             out.extend_from_slice(format!("event: {name}").as_bytes());
             out.extend_from_slice(if end.is_empty() { b"\n" } else { end });
             event_written = true;
         }
-    }
-    for (l, end) in &lines {
         if let (Some(now), Some(_)) = (&data, value(l, b"data")) {
             if std::mem::replace(&mut data_written, true) {
                 continue;
@@ -301,6 +313,70 @@ mod tests {
         );
         assert_eq!(patch(b"event: b\ndata: x\n\n", &typed), None);
         assert_eq!(patch(b": keep-alive\n\n", &typed), None);
+    }
+
+    /// The event types a client reads from `wire`, as the event-stream
+    /// format dispatches them (a BOM at the start skipped; an event without
+    /// data is none).
+    fn types_read(wire: &[u8]) -> Vec<String> {
+        let text = String::from_utf8_lossy(wire);
+        let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
+        let (mut out, mut kind, mut data) = (Vec::new(), String::new(), false);
+        for line in text.replace("\r\n", "\n").replace('\r', "\n").split('\n') {
+            match line
+                .split_once(':')
+                .map(|(f, v)| (f, v.strip_prefix(' ').unwrap_or(v)))
+            {
+                _ if line.is_empty() => {
+                    if data {
+                        out.push(if kind.is_empty() {
+                            "message".into()
+                        } else {
+                            kind.clone()
+                        });
+                    }
+                    (kind, data) = (String::new(), false);
+                }
+                Some(("event", v)) => kind = v.into(),
+                Some(("data", _)) => data = true,
+                _ => {}
+            }
+        }
+        out
+    }
+
+    /// A new type for events that named none, through the splitter as a
+    /// stream comes (CRLF, LF, CR, a BOM first): every event read with it.
+    #[test]
+    fn a_new_type_reaches_the_client_whatever_the_line_ends() {
+        let typed = match crate::fault::testing::spec("sse", &[("set_event", "x")])
+            .unwrap()
+            .kind
+        {
+            crate::fault::FaultKind::Sse(s) => s.patch().unwrap().clone(),
+            _ => unreachable!(),
+        };
+        for wire in [
+            &b"data: 1\r\n\r\ndata: 2\r\n\r\n: keep\r\n\r\ndata: 3\r\n\r\n"[..],
+            b"\xEF\xBB\xBFdata: 1\n\ndata: 2\n\ndata: 3\n\n",
+            b"data: 1\r\rdata: 2\r\rdata: 3\r\r",
+            b"\xEF\xBB\xBFdata: 1\r\n\r\nid: 2\r\ndata: 2\r\n\r\ndata: 3\r\n\r\n",
+        ] {
+            assert_eq!(types_read(wire), ["message"; 3], "{wire:?}");
+            let mut s = Splitter::default();
+            let out: Vec<u8> = s
+                .push(wire)
+                .iter()
+                .flat_map(|b| patch(&b.bytes, &typed).unwrap_or_else(|| b.bytes.clone()))
+                .chain(s.rest())
+                .collect();
+            assert_eq!(
+                types_read(&out),
+                ["x"; 3],
+                "{wire:?} became {:?}",
+                String::from_utf8_lossy(&out)
+            );
+        }
     }
 
     #[test]

@@ -737,8 +737,8 @@ impl ResponseSide {
             // ends the connection (the upstream is still streaming): the
             // head says so, or a client would pool the connection and
             // send its next request into the close.
-            // So does a patch that changes events' lengths, when the head
-            // gave the body's: the close delimits it instead.
+            // So does a patch or a new type that changes events' lengths,
+            // when the head gave the body's: the close delimits it instead.
             let closes = matches!(s.breaks(), Some((_, Breakage::Error)))
                 || (s.patch().is_some() && matches!(framing, Framing::Length(_)));
             let head_bytes = match closes {
