@@ -6,7 +6,7 @@
 # (apt: curl, python3, iproute2, nftables, iptables, iperf3, socat, nodejs,
 # npm, a JDK, Go, chromium, ...; pip: requests, httpx, toxiproxy-python,
 # anthropic, openai, google-genai; npm:
-# toxiproxy-node-client, openai), a Rust toolchain with rustup when
+# toxiproxy-node-client, openai, @anthropic-ai/sdk), a Rust toolchain with rustup when
 # there is none, and for the later stages an aarch64 cross compiler with
 # qemu-user and cargo-fuzz on a nightly toolchain. Opt-outs:
 # NETCHAOS_NO_CROSS=1 skips the aarch64 stage, NETCHAOS_NO_VM=1 the VM
@@ -68,12 +68,21 @@ for mod in requests:requests httpx:httpx toxiproxy:toxiproxy-python anthropic:an
 done
 
 # toxiproxy-node-client (npm), for the Toxiproxy drop-in tests, and
-# OpenAI's Node SDK (pinned, as above), for the LLM fault tests.
+# OpenAI's and Anthropic's Node SDKs (pinned, as above), for the LLM fault
+# tests; installed again when one is missing or another version.
 node_clients="$PWD/target/node-clients"
-node_packages=(toxiproxy-node-client openai@6.49.0)
-node_openai=$(node -p "require('$node_clients/node_modules/openai/package.json').version" 2>/dev/null)
-if command -v npm >/dev/null &&
-  { [ ! -d "$node_clients/node_modules/toxiproxy-node-client" ] || [ "$node_openai" != "${node_packages[1]#*@}" ]; }; then
+node_packages=(toxiproxy-node-client openai@6.49.0 @anthropic-ai/sdk@1.17.0)
+node_stale=0
+for pkg in "${node_packages[@]}"; do
+  name=${pkg%@*}
+  [ -z "$name" ] && name=$pkg
+  want=${pkg#"$name"}
+  have=$(node -p "require('$node_clients/node_modules/$name/package.json').version" 2>/dev/null) || have=
+  if [ -z "$have" ] || { [ -n "$want" ] && [ "$have" != "${want#@}" ]; }; then
+    node_stale=1
+  fi
+done
+if command -v npm >/dev/null && [ "$node_stale" = 1 ]; then
   npm install --silent --no-audit --no-fund --prefix "$node_clients" "${node_packages[@]}" >/dev/null 2>&1 ||
     echo "test.sh: could not npm install ${node_packages[*]}" >&2
 fi

@@ -1035,32 +1035,6 @@ with c.responses.stream(**ask) as s:
 /// the event itself, an object that is no `Error` (so no `APIError`).
 #[test]
 fn openais_node_sdk_meets_the_responses_api_faults() {
-    let Some(modules) =
-        std::env::var_os("NETCHAOS_NODE_MODULES").filter(|m| Path::new(m).join("openai").is_dir())
-    else {
-        assert!(
-            !in_ci(),
-            "OpenAI's Node SDK (NETCHAOS_NODE_MODULES, set by scripts/test.sh) is required in CI"
-        );
-        eprintln!("SKIPPED: no openai Node module (scripts/test.sh installs it)");
-        return;
-    };
-    let error = "sse:error_after_events=3,envelope=openai-responses";
-    let Some((up, cut)) = llm_sdk_before(None, &["-p", "llm-max-tokens"]) else {
-        return;
-    };
-    if !need(&["node"]) {
-        return;
-    }
-    let upstream = format!("127.0.0.1:{}", up.port);
-    let broken = Proxy::start(&[
-        "--listen",
-        "127.0.0.1:0",
-        "--upstream",
-        &upstream,
-        "--fault",
-        error,
-    ]);
     let code = r#"
 const OpenAI = require("openai");
 const client = (url) => new OpenAI({ baseURL: url + "/v1", apiKey: "test", maxRetries: 0 });
@@ -1076,12 +1050,84 @@ const ask = { model: "gpt-test", input: "hi" };
   }
 })().catch((e) => { console.error(e); process.exit(1); });
 "#;
+    // openai-node 6.49 (scripts/test.sh pins it) rejects with the event.
+    node_sdk_meets(
+        "openai",
+        code,
+        "sse:error_after_events=3,envelope=openai-responses",
+        "incomplete max_output_tokens hello\nfalse false error server_error 3\n",
+        1,
+    );
+}
+
+/// Anthropic's Node SDK (`@anthropic-ai/sdk`) meets `llm-max-tokens` and
+/// the mid-stream `overloaded_error` event: the answers say `max_tokens`,
+/// and the stream's error rejects `finalMessage()` with an `APIError` of
+/// that type, which, unlike the Python SDK's, carries no status.
+#[test]
+fn anthropics_node_sdk_meets_the_stream_faults() {
+    let code = r#"
+const Anthropic = require("@anthropic-ai/sdk");
+const client = (url) => new Anthropic({ baseURL: url, apiKey: "test", maxRetries: 0 });
+const ask = { model: "claude-test", max_tokens: 16, messages: [{ role: "user", content: "hi" }] };
+(async () => {
+  const m = await client(process.argv[1]).messages.create(ask);
+  const s = await client(process.argv[1]).messages.stream(ask).finalMessage();
+  console.log(m.stop_reason, m.content[0].text, s.stop_reason, s.content[0].text);
+  try {
+    await client(process.argv[2]).messages.stream(ask).finalMessage();
+    console.log("no error");
+  } catch (e) {
+    console.log(e instanceof Anthropic.APIError, e.status, e.error.error.type);
+  }
+})().catch((e) => { console.error(e); process.exit(1); });
+"#;
+    // @anthropic-ai/sdk 1.17 (scripts/test.sh pins it).
+    node_sdk_meets(
+        "@anthropic-ai/sdk",
+        code,
+        "sse:error_after_events=2",
+        "max_tokens hello max_tokens hello\ntrue undefined overloaded_error\n",
+        2,
+    );
+}
+
+/// Runs a Node SDK's `code` against two proxies before one LLM upstream:
+/// `llm-max-tokens` (`process.argv[1]`, `cut_requests` requests expected)
+/// and one with the `broken` fault (`process.argv[2]`, one request). Its
+/// output must be `want`. Skipped outside CI when `package` (from
+/// `NETCHAOS_NODE_MODULES`, which scripts/test.sh sets) is not installed.
+fn node_sdk_meets(package: &str, code: &str, broken: &str, want: &str, cut_requests: usize) {
+    let Some(modules) =
+        std::env::var_os("NETCHAOS_NODE_MODULES").filter(|m| Path::new(m).join(package).is_dir())
+    else {
+        assert!(
+            !in_ci(),
+            "the Node module {package} (NETCHAOS_NODE_MODULES, set by scripts/test.sh) is required in CI"
+        );
+        eprintln!("SKIPPED: no {package} Node module (scripts/test.sh installs it)");
+        return;
+    };
+    if !need(&["node"]) {
+        return;
+    }
+    let Some((up, cut)) = llm_sdk_before(None, &["-p", "llm-max-tokens"]) else {
+        return;
+    };
+    let upstream = format!("127.0.0.1:{}", up.port);
+    let broken = Proxy::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        &upstream,
+        "--fault",
+        broken,
+    ]);
     let out = Command::new("node")
         .arg("-e")
         .arg(code)
-        .arg(base(&cut))
-        .arg(base(&broken))
-        .env("NODE_PATH", &modules)
+        .args([base(&cut), base(&broken)])
+        .env("NODE_PATH", modules)
         .output()
         .unwrap();
     let (stdout, stderr) = (
@@ -1089,13 +1135,10 @@ const ask = { model: "gpt-test", input: "hi" };
         String::from_utf8_lossy(&out.stderr),
     );
     assert!(out.status.success(), "{stdout}\n{stderr}");
-    // openai-node 6.49 (scripts/test.sh pins it) rejects with the event.
-    assert_eq!(
-        stdout, "incomplete max_output_tokens hello\nfalse false error server_error 3\n",
-        "{stderr}"
-    );
+    assert_eq!(stdout, want, "{stderr}");
     let (_, log) = cut.stop();
-    assert!(log.contains("1 seen, 1 faulted"), "{log}");
+    let n = cut_requests;
+    assert!(log.contains(&format!("{n} seen, {n} faulted")), "{log}");
     let (_, log) = broken.stop();
     assert!(log.contains("1 seen, 1 faulted (sse 200: 1)"), "{log}");
 }
