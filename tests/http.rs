@@ -786,9 +786,6 @@ fn event_stream_json_is_patched_event_by_event() {
 /// limit (`stop_reason` `max_tokens`), their text as the upstream sent it.
 #[test]
 fn llm_max_tokens_ends_answers_at_the_limit_for_anthropics_sdk() {
-    let Some((_up, p)) = llm_sdk_before(Some("anthropic"), &["-p", "llm-max-tokens"]) else {
-        return;
-    };
     let code = r#"
 import sys, anthropic
 c = anthropic.Anthropic(base_url=sys.argv[1], api_key="test", max_retries=0)
@@ -799,11 +796,13 @@ with c.messages.stream(**ask) as s:
     m = s.get_final_message()
 print(m.stop_reason, m.content[0].text)
 "#;
-    let (rc, out, err) = python(code, &[&base(&p)]);
-    assert_eq!(rc, 0, "{err}");
-    assert_eq!(out, "max_tokens hello\nmax_tokens hello\n", "{err}");
-    let (_, log) = p.stop();
-    assert!(log.contains("2 seen, 2 faulted"), "{log}");
+    python_sdk_meets(
+        "anthropic",
+        &["-p", "llm-max-tokens"],
+        code,
+        "max_tokens hello\nmax_tokens hello\n",
+        "2 seen, 2 faulted",
+    );
 }
 
 /// The same built-in against OpenAI's own Python SDK: a chat completion's
@@ -813,9 +812,6 @@ print(m.stop_reason, m.content[0].text)
 /// usage chunk (no choices) come as the upstream sent them.
 #[test]
 fn llm_max_tokens_ends_answers_at_the_limit_for_openais_sdk() {
-    let Some((_up, p)) = llm_sdk_before(Some("openai"), &["-p", "llm-max-tokens"]) else {
-        return;
-    };
     let code = r#"
 import sys, openai
 c = openai.OpenAI(base_url=sys.argv[1] + "/v1", api_key="test", max_retries=0)
@@ -830,14 +826,13 @@ for ch in c.chat.completions.create(stream=True, stream_options={"include_usage"
     usage = ch.usage.total_tokens if ch.usage else usage
 print(finish, text, usage)
 "#;
-    let (rc, out, err) = python(code, &[&base(&p)]);
-    assert_eq!(rc, 0, "{err}");
-    assert_eq!(
-        out, "length hello\n[None, None, None, 'length'] hello 4\n",
-        "{err}"
+    python_sdk_meets(
+        "openai",
+        &["-p", "llm-max-tokens"],
+        code,
+        "length hello\n[None, None, None, 'length'] hello 4\n",
+        "2 seen, 2 faulted",
     );
-    let (_, log) = p.stop();
-    assert!(log.contains("2 seen, 2 faulted"), "{log}");
 }
 
 /// The same built-in against OpenAI's Responses API, whose stream ends in
@@ -906,9 +901,6 @@ print([b[0] for b in blocks[-2:]], data[1]["type"], data[0]["item"]["status"])
 /// (`:streamGenerateContent?alt=sse`), the text as it came.
 #[test]
 fn llm_max_tokens_ends_answers_at_the_limit_for_geminis_sdk() {
-    let Some((_up, p)) = llm_sdk_before(Some("google.genai"), &["-p", "llm-max-tokens"]) else {
-        return;
-    };
     let code = r#"
 import sys
 from google import genai
@@ -923,14 +915,76 @@ for ch in c.models.generate_content_stream(model="gemini-test", contents="hi"):
     finish.append(ch.candidates[0].finish_reason and ch.candidates[0].finish_reason.value)
 print(finish, text)
 "#;
-    let (rc, out, err) = python(code, &[&base(&p)]);
-    assert_eq!(rc, 0, "{err}");
-    assert_eq!(
-        out, "MAX_TOKENS hello\n[None, 'MAX_TOKENS'] hello\n",
-        "{err}"
+    python_sdk_meets(
+        "google.genai",
+        &["-p", "llm-max-tokens"],
+        code,
+        "MAX_TOKENS hello\n[None, 'MAX_TOKENS'] hello\n",
+        "2 seen, 2 faulted",
     );
-    let (_, log) = p.stop();
-    assert!(log.contains("2 seen, 2 faulted"), "{log}");
+}
+
+/// The same built-in against Ollama's Python SDK: its stream is NDJSON,
+/// which `sse` counts line by line. `done_reason` `stop` becomes `length`
+/// in a whole answer and in the stream's last line, the text as it came.
+#[test]
+fn llm_max_tokens_ends_answers_at_the_limit_for_ollamas_sdk() {
+    let code = r#"
+import sys, ollama
+c = ollama.Client(host=sys.argv[1])
+ask = dict(model="llama-test", messages=[{"role": "user", "content": "hi"}])
+r = c.chat(stream=False, **ask)
+print(r.done_reason, r.message.content)
+parts = list(c.chat(stream=True, **ask))
+print([p.done_reason for p in parts], "".join(p.message.content for p in parts))
+"#;
+    python_sdk_meets(
+        "ollama",
+        &["-p", "llm-max-tokens"],
+        code,
+        "length hello\n[None, None, 'length'] hello\n",
+        "2 seen, 2 faulted",
+    );
+}
+
+/// An NDJSON stream (Ollama's) breaks the ways an event stream does, line
+/// by line, as Ollama's SDK meets them: its own error line
+/// (`envelope = "ollama"`) raises `ResponseError` after the text before
+/// it; a cut after two lines is httpx's `RemoteProtocolError`; a
+/// malformed second line, a `JSONDecodeError`. The faults pick requests by
+/// the model in their JSON body.
+#[test]
+fn an_ollama_stream_breaks_line_by_line() {
+    let faults = [
+        "--fault",
+        "sse:error_after_events=1,envelope=ollama,body.model=llama-error",
+        "--fault",
+        "sse:drop_after_events=2,body.model=llama-drop",
+        "--fault",
+        "sse:malformed_after_events=1,body.model=llama-bad",
+    ];
+    let code = r#"
+import sys, ollama
+c = ollama.Client(host=sys.argv[1])
+for model in ["llama-error", "llama-drop", "llama-bad"]:
+    text = ""
+    try:
+        for part in c.chat(model=model, messages=[{"role": "user", "content": "hi"}], stream=True):
+            text += part.message.content
+        print(model, text, "complete")
+    except ollama.ResponseError as e:
+        print(model, text, "ResponseError", e.error.split(",")[0])
+    except Exception as e:
+        print(model, text, type(e).__name__)
+"#;
+    python_sdk_meets(
+        "ollama",
+        &faults,
+        code,
+        "llama-error hel ResponseError model runner has unexpectedly stopped\n\
+         llama-drop hello RemoteProtocolError\nllama-bad hel JSONDecodeError\n",
+        "3 seen, 3 faulted (sse 200: 3)",
+    );
 }
 
 /// `envelope = "gemini"`: Google's error shape, which its SDK raises as
@@ -948,9 +1002,6 @@ fn gemini_errors_reach_googles_sdk_as_its_own() {
         "--fault",
         "sse:error_after_events=1,envelope=gemini,path=*/gemini-cut:streamGenerateContent",
     ];
-    let Some((_up, p)) = llm_sdk_before(Some("google.genai"), &faults) else {
-        return;
-    };
     let code = r#"
 import sys
 from google import genai
@@ -978,18 +1029,13 @@ try:
 except errors.ServerError as e:
     print(text, "then ServerError", e.code, e.status)
 "#;
-    let (rc, out, err) = python(code, &[&base(&p)]);
-    assert_eq!(rc, 0, "{err}");
-    assert_eq!(
-        out,
+    python_sdk_meets(
+        "google.genai",
+        &faults,
+        code,
         "ServerError 503 UNAVAILABLE The model is overloaded. Please try again later.\n\
          hello\nClientError 429 RESOURCE_EXHAUSTED 30s\nhel then ServerError 500 INTERNAL\n",
-        "{err}"
-    );
-    let (_, log) = p.stop();
-    assert!(
-        log.contains("5 seen, 4 faulted (http_status 429: 1, http_status 503: 2, sse 200: 1)"),
-        "{log}"
+        "5 seen, 4 faulted (http_status 429: 1, http_status 503: 2, sse 200: 1)",
     );
 }
 
@@ -1000,9 +1046,6 @@ except errors.ServerError as e:
 #[test]
 fn a_responses_api_stream_ends_in_its_own_error_event() {
     let fault = "sse:error_after_events=3,envelope=openai-responses,path=/v1/responses";
-    let Some((_up, p)) = llm_sdk_before(Some("openai"), &["--fault", fault]) else {
-        return;
-    };
     let code = r#"
 import sys, openai
 c = openai.OpenAI(base_url=sys.argv[1] + "/v1", api_key="test", max_retries=0)
@@ -1015,18 +1058,16 @@ with c.responses.stream(**ask) as s:
     except RuntimeError as e:
         print("helper:", e)
 "#;
-    let (rc, out, err) = python(code, &[&base(&p)]);
-    assert_eq!(rc, 0, "{err}");
-    assert_eq!(
-        out,
+    python_sdk_meets(
+        "openai",
+        &["--fault", fault],
+        code,
         format!(
             "['response.output_item.added', 'response.content_part.added', 'error'] server_error 3\n\
              {RAISES_NO_COMPLETED}\n"
         ),
-        "{err}"
+        "2 seen, 2 faulted (sse 200: 2)",
     );
-    let (_, log) = p.stop();
-    assert!(log.contains("2 seen, 2 faulted (sse 200: 2)"), "{log}");
 }
 
 /// The same two Responses API faults against OpenAI's Node SDK, which
@@ -1141,6 +1182,20 @@ fn node_sdk_meets(package: &str, code: &str, broken: &str, want: &str, cut_reque
     assert!(log.contains(&format!("{n} seen, {n} faulted")), "{log}");
     let (_, log) = broken.stop();
     assert!(log.contains("1 seen, 1 faulted (sse 200: 1)"), "{log}");
+}
+
+/// Runs `code` under python3 against a `proxy` with `faults` before an LLM
+/// upstream (`sys.argv[1]`, see [`llm_sdk_before`]): it must succeed and
+/// print `want`, and the proxy's summary must say `log_has`.
+fn python_sdk_meets(sdk: &str, faults: &[&str], code: &str, want: impl AsRef<str>, log_has: &str) {
+    let Some((_up, p)) = llm_sdk_before(Some(sdk), faults) else {
+        return;
+    };
+    let (rc, out, err) = python(code, &[&base(&p)]);
+    assert_eq!(rc, 0, "{err}");
+    assert_eq!(out, want.as_ref(), "{err}");
+    let (_, log) = p.stop();
+    assert!(log.contains(log_has), "{log}");
 }
 
 /// What openai-python's stream helper says when a Responses stream ends

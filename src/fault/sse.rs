@@ -1,5 +1,6 @@
 //! `sse` (HTTP layer): on `text/event-stream` responses, counted in whole
-//! events (an event ends at a blank line): `stall_after_events` — then
+//! events (an event ends at a blank line), and on NDJSON ones, counted in
+//! lines (each a JSON value: Ollama's streams): `stall_after_events` — then
 //! silence, the connection open (for good, or for `stall_for`, and then
 //! the stream goes on: a slow first token after the headers, a pause
 //! mid-answer that a client's read timeout should or should not ride
@@ -10,7 +11,7 @@
 //! `error_after_events` — the provider's own mid-stream error event
 //! (`envelope`: Anthropic's `event: error` with an `overloaded_error`,
 //! OpenAI's `data: {"error": …}`, OpenAI's Responses API's `event: error`,
-//! Gemini's `data: {"error": …}` in Google's shape),
+//! Gemini's `data: {"error": …}` in Google's shape, Ollama's error line),
 //! then the stream ends, as those APIs end a stream they cannot finish
 //! after its 200; `patch_json` / `patch_ops`
 //! — each event whose `data:` is JSON (those named by `event`, a glob)
@@ -55,12 +56,21 @@ pub(crate) struct Sse {
     breaks: Option<(u64, Breakage)>,
     event_delay: Duration,
     matcher: RequestMatch,
-    /// With `error_after_events`: the error event as sent, and for display
-    /// the envelope and error type.
-    error: Option<(Vec<u8>, &'static str, String)>,
+    /// With `error_after_events`: the provider's error event.
+    error: Option<ErrorEvent>,
     /// A JSON patch for events' data and/or a new type, and which events
     /// (by the glob on their `event:` name) get them.
     patch: Option<EventPatch>,
+}
+
+/// A provider's mid-stream error: its event type (in an event stream) and
+/// data, and for display the envelope and error type as given.
+#[derive(Debug, Clone)]
+struct ErrorEvent {
+    event: Option<&'static str>,
+    data: serde_json::Value,
+    provider: &'static str,
+    kind: String,
 }
 
 #[derive(Debug, Clone)]
@@ -89,7 +99,7 @@ impl Kind for Sse {
         default_stream: Stream::Both,
         streamed: false,
         stages: false,
-        about: "a server-sent event stream stalls (for good or a while), drops, slows or turns malformed after N events, or has its events' JSON patched or their type changed",
+        about: "an event stream (server-sent events or NDJSON lines) stalls (for good or a while), drops, slows or turns malformed after N events, or has its events' JSON patched or their type changed",
         params: &[
             ("stall_after_events", "a number", "after N whole events nothing more, the connection open"),
             (
@@ -104,10 +114,10 @@ impl Kind for Sse {
             ("error_after_events", "a number", "after N events the provider's error event, then the end"),
             (
                 "envelope",
-                "anthropic (default), openai, openai-responses or gemini",
+                "anthropic (default), openai, openai-responses, gemini or ollama",
                 "whose error event, with error_after_events",
             ),
-            ("error_type", "a string", "its error type (default overloaded_error; openai and openai-responses: server_error, the code; gemini: INTERNAL, a google.rpc code name)"),
+            ("error_type", "a string", "its error type (default overloaded_error; openai and openai-responses: server_error, the code; gemini: INTERNAL, a google.rpc code name; ollama: the error's text)"),
             ("event_delay", "a duration, default 0", "each event this much later"),
             (
                 "patch_json",
@@ -143,7 +153,7 @@ impl Kind for Sse {
         };
         let malformed = f.choice("malformed", &["json", "truncate"])?;
         let error_after = f.integer_in("error_after_events", 0, u64::MAX)?;
-        let envelope = f.choice("envelope", &["anthropic", "openai", "openai-responses", "gemini"])?;
+        let envelope = f.choice("envelope", &["anthropic", "openai", "openai-responses", "gemini", "ollama"])?;
         let error_type = f.string("error_type")?;
         let event_delay = f.duration("event_delay")?.unwrap_or_default();
         let patch = JsonEdit::parse(f)?;
@@ -222,6 +232,7 @@ impl Kind for Sse {
                 let kind = error_type.unwrap_or_else(|| match provider {
                     "anthropic" => "overloaded_error".into(),
                     "gemini" => "INTERNAL".into(),
+                    "ollama" => OLLAMA_ERROR.into(),
                     _ => "server_error".into(),
                 });
                 if provider == "gemini" && google_error_named(&kind).is_none() {
@@ -230,7 +241,13 @@ impl Kind for Sse {
                         google_code_names().collect::<Vec<_>>().join(", ")
                     )));
                 }
-                Some((error_event(provider, &kind, n), provider, kind))
+                let (event, data) = error_event(provider, &kind, n);
+                Some(ErrorEvent {
+                    event,
+                    data,
+                    provider,
+                    kind,
+                })
             }
             None => None,
         };
@@ -265,9 +282,9 @@ impl Kind for Sse {
             }
             Some((n, Breakage::Error)) => {
                 p.push(("error_after_events", n.to_string()));
-                if let Some((_, provider, kind)) = &self.error {
-                    p.push(("envelope", (*provider).into()));
-                    p.push(("error_type", kind.clone()));
+                if let Some(e) = &self.error {
+                    p.push(("envelope", e.provider.into()));
+                    p.push(("error_type", e.kind.clone()));
                 }
             }
             None => {}
@@ -306,9 +323,10 @@ impl Sse {
         self.patch.as_ref()
     }
 
-    /// The error event `error_after_events` sends, as it goes on the wire.
-    pub(crate) fn error_event(&self) -> &[u8] {
-        self.error.as_ref().map_or(&[], |(e, ..)| e)
+    /// The error event `error_after_events` sends: its type (for an event
+    /// stream) and its data.
+    pub(crate) fn error_event(&self) -> Option<(Option<&str>, &serde_json::Value)> {
+        self.error.as_ref().map(|e| (e.event, &e.data))
     }
 }
 
@@ -318,11 +336,13 @@ impl Sse {
 /// the Responses API's `event: error` (its SDK yields it as an event:
 /// the client must look), numbered after the `events` before it, as that
 /// API numbers a stream's events from 0; Gemini's chunk carrying Google's
-/// `error` (its SDK raises it as `ServerError` / `ClientError`).
-fn error_event(provider: &str, kind: &str, events: u64) -> Vec<u8> {
+/// `error` (its SDK raises it as `ServerError` / `ClientError`); Ollama's
+/// line carrying an `error` string (its SDK raises `ResponseError`).
+fn error_event(provider: &str, kind: &str, events: u64) -> (Option<&'static str>, serde_json::Value) {
     const MESSAGE: &str =
         "The server had an error while processing your request. (injected by netchaos)";
-    let (event, data) = match provider {
+    match provider {
+        "ollama" => (None, serde_json::json!({ "error": kind })),
         "openai" => (
             None,
             serde_json::json!({"error": {
@@ -343,20 +363,25 @@ fn error_event(provider: &str, kind: &str, events: u64) -> Vec<u8> {
                 "message": if kind == "overloaded_error" { "Overloaded" } else { "Internal server error" }
             }}),
         ),
-    };
-    let mut e = String::new();
-    if let Some(name) = event {
-        e.push_str(&format!("event: {name}\n"));
     }
-    e.push_str(&format!("data: {data}\n\n"));
-    e.into_bytes()
 }
+
+/// What Ollama says when its model runner dies mid-answer.
+const OLLAMA_ERROR: &str = "model runner has unexpectedly stopped, this may be due to resource \
+     limitations or an internal error, check ollama server logs for details (injected by netchaos)";
 
 #[cfg(test)]
 mod tests {
     use super::super::testing::*;
     use super::*;
     use crate::fault::FaultKind;
+
+    /// The error event as an event stream carries it.
+    fn wire(s: &Sse) -> String {
+        let (event, data) = s.error_event().unwrap();
+        let bytes = crate::http::events::error_event(crate::http::events::Format::EventStream, event, data);
+        String::from_utf8(bytes).unwrap()
+    }
 
     fn sse(pairs: &[(&str, &str)]) -> Result<Sse, ProfileError> {
         spec("sse", pairs).map(|s| match s.kind {
@@ -369,7 +394,7 @@ mod tests {
     fn error_events_are_the_providers() {
         let a = sse(&[("error_after_events", "3")]).unwrap();
         assert_eq!(a.breaks(), Some((3, Breakage::Error)));
-        let text = String::from_utf8(a.error_event().to_vec()).unwrap();
+        let text = wire(&a);
         assert!(text.starts_with("event: error\ndata: "), "{text}");
         assert!(text.ends_with("\n\n"), "{text}");
         let data: serde_json::Value =
@@ -378,13 +403,13 @@ mod tests {
         assert_eq!(data["type"], "error");
         assert_eq!(data["error"]["type"], "overloaded_error");
         let o = sse(&[("error_after_events", "0"), ("envelope", "openai")]).unwrap();
-        let text = String::from_utf8(o.error_event().to_vec()).unwrap();
+        let text = wire(&o);
         assert!(text.starts_with("data: {\"error\":"), "{text}");
         assert!(text.contains("\"type\":\"server_error\""), "{text}");
         let t = sse(&[("error_after_events", "1"), ("error_type", "api_error")]).unwrap();
-        assert!(String::from_utf8_lossy(t.error_event()).contains("\"api_error\""));
+        assert!(wire(&t).contains("\"api_error\""));
         let r = sse(&[("error_after_events", "5"), ("envelope", "openai-responses")]).unwrap();
-        let text = String::from_utf8(r.error_event().to_vec()).unwrap();
+        let text = wire(&r);
         assert!(text.starts_with("event: error\ndata: {"), "{text}");
         let data: serde_json::Value =
             serde_json::from_str(text.lines().nth(1).unwrap().strip_prefix("data: ").unwrap())
@@ -394,13 +419,16 @@ mod tests {
         assert_eq!(data["sequence_number"], 5);
         let g = sse(&[("error_after_events", "1"), ("envelope", "gemini")]).unwrap();
         assert_eq!(
-            String::from_utf8_lossy(g.error_event()),
+            wire(&g),
             "data: {\"error\":{\"code\":500,\"message\":\"An internal error has occurred.\",\"status\":\"INTERNAL\"}}\n\n"
         );
         let g = sse(&[("error_after_events", "1"), ("envelope", "gemini"), ("error_type", "UNAVAILABLE")]);
-        assert!(String::from_utf8_lossy(g.unwrap().error_event()).contains("\"code\":503"));
+        assert!(wire(&g.unwrap()).contains("\"code\":503"));
         let e = sse(&[("error_after_events", "1"), ("envelope", "gemini"), ("error_type", "overloaded")]);
         assert!(e.unwrap_err().to_string().contains("not a google.rpc code name"));
+        let o = sse(&[("error_after_events", "0"), ("envelope", "ollama")]).unwrap();
+        let (event, data) = o.error_event().unwrap();
+        assert_eq!((event, data["error"].as_str()), (None, Some(OLLAMA_ERROR)));
         assert!(sse(&[("envelope", "openai"), ("event_delay", "1ms")]).is_err());
         assert!(sse(&[("error_after_events", "1"), ("drop_after_events", "1")]).is_err());
     }

@@ -1,8 +1,10 @@
-//! Server-sent events on the wire: a `text/event-stream` payload split
-//! into whole events (each ends at a blank line; CRLF, LF and CR line ends
-//! alike, split anywhere across reads), the two ways `sse` spoils one —
-//! its `data:` made invalid JSON at the same length, or half of it — and
-//! the way it patches one's JSON data and changes its type.
+//! Streamed events on the wire: a `text/event-stream` payload split into
+//! whole events (each ends at a blank line; CRLF, LF and CR line ends
+//! alike, split anywhere across reads), or an NDJSON / JSON Lines one into
+//! lines (each a JSON value: Ollama's and other local model servers'
+//! streams); the two ways `sse` spoils one — its JSON made invalid at the
+//! same length, or half of it — the way it patches one's JSON and changes
+//! its type, and the provider's error event in either form.
 
 use crate::fault::sse::EventPatch;
 
@@ -19,9 +21,21 @@ pub(crate) struct Block {
 /// (an upstream that never ends its event) goes on in pieces, uncounted.
 const MAX_EVENT: usize = 1024 * 1024;
 
+/// How a stream's payload is cut into events.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum Format {
+    /// `text/event-stream`: blocks of fields, each ending at a blank line.
+    #[default]
+    EventStream,
+    /// NDJSON / JSON Lines: each line (ended by LF; a CR before it is the
+    /// JSON's whitespace) is one JSON value, and one event.
+    JsonLines,
+}
+
 /// Splits a payload arriving in pieces into event blocks.
 #[derive(Debug, Default)]
 pub(crate) struct Splitter {
+    format: Format,
     cur: Vec<u8>,
     /// Bytes of the current line so far, its end excluded.
     line: usize,
@@ -34,34 +48,29 @@ pub(crate) struct Splitter {
 }
 
 impl Splitter {
+    pub(crate) fn new(format: Format) -> Splitter {
+        Splitter {
+            format,
+            ..Splitter::default()
+        }
+    }
+
     /// The blocks that `data` completes.
     pub(crate) fn push(&mut self, data: &[u8]) -> Vec<Block> {
         let mut out = Vec::new();
         for &b in data {
             self.cur.push(b);
-            if std::mem::replace(&mut self.after_cr, false) && b == b'\n' {
-                continue;
-            }
-            match b {
-                b'\r' | b'\n' => {
-                    self.after_cr = b == b'\r';
-                    if self.line == 0 {
-                        out.push(Block {
-                            bytes: std::mem::take(&mut self.cur),
-                            counts: std::mem::replace(&mut self.has_field, false)
-                                && !std::mem::replace(&mut self.spilled, false),
-                        });
-                    }
-                    self.line = 0;
-                }
-                _ => {
-                    if self.line == 0 && b != b':' {
-                        self.has_field = true;
-                    }
-                    self.line += 1;
-                }
-            }
-            if self.cur.len() >= MAX_EVENT {
+            let ends = match self.format {
+                Format::EventStream => self.event_stream_byte(b),
+                Format::JsonLines => self.json_lines_byte(b),
+            };
+            if ends {
+                out.push(Block {
+                    bytes: std::mem::take(&mut self.cur),
+                    counts: std::mem::replace(&mut self.has_field, false)
+                        && !std::mem::replace(&mut self.spilled, false),
+                });
+            } else if self.cur.len() >= MAX_EVENT {
                 out.push(Block {
                     bytes: std::mem::take(&mut self.cur),
                     counts: false,
@@ -72,27 +81,63 @@ impl Splitter {
         out
     }
 
+    /// One more byte of an event stream: whether it ends the event (the
+    /// end of a blank line).
+    fn event_stream_byte(&mut self, b: u8) -> bool {
+        if std::mem::replace(&mut self.after_cr, false) && b == b'\n' {
+            return false;
+        }
+        match b {
+            b'\r' | b'\n' => {
+                self.after_cr = b == b'\r';
+                std::mem::replace(&mut self.line, 0) == 0
+            }
+            _ => {
+                if self.line == 0 && b != b':' {
+                    self.has_field = true;
+                }
+                self.line += 1;
+                false
+            }
+        }
+    }
+
+    /// One more byte of JSON lines: whether it ends the line; one with
+    /// more than whitespace counts.
+    fn json_lines_byte(&mut self, b: u8) -> bool {
+        if b == b'\n' {
+            return true;
+        }
+        if !b.is_ascii_whitespace() {
+            self.has_field = true;
+        }
+        false
+    }
+
     /// What arrived of an event not yet complete.
     pub(crate) fn rest(&mut self) -> Vec<u8> {
         std::mem::take(&mut self.cur)
     }
 }
 
-/// The block with its first `data:` value made invalid JSON, at the same
-/// length (so that any framing stays right): the value cut to its first
-/// half and padded with spaces.
-pub(crate) fn spoil(block: &[u8]) -> Vec<u8> {
+/// The block with its JSON (its first `data:` value, or the line) made
+/// invalid, at the same length (so that any framing stays right): the
+/// value cut to its first half and padded with spaces.
+pub(crate) fn spoil(block: &[u8], format: Format) -> Vec<u8> {
     let mut out = block.to_vec();
-    let Some((start, end, _)) = lines(block)
-        .into_iter()
-        .find(|(s, e, _)| block[*s..*e].starts_with(b"data:"))
-    else {
+    let span = match format {
+        Format::JsonLines => json_span(block),
+        Format::EventStream => lines(block)
+            .into_iter()
+            .find(|(s, e, _)| block[*s..*e].starts_with(b"data:"))
+            .map(|(start, end, _)| {
+                let v = start + 5;
+                (v + usize::from(block.get(v) == Some(&b' ')), end)
+            }),
+    };
+    let Some((v, end)) = span else {
         return out;
     };
-    let mut v = start + 5;
-    if out.get(v) == Some(&b' ') {
-        v += 1;
-    }
     let value = &mut out[v..end];
     let keep = value.len() / 2;
     for b in &mut value[keep..] {
@@ -111,7 +156,10 @@ pub(crate) fn spoil(block: &[u8]) -> Vec<u8> {
 /// data goes as one `data:` line where the first was, a new type as one
 /// `event:` line where the first was (or first, when there was none); the
 /// other fields (`id:` …), comments and line ends stay as they came.
-pub(crate) fn patch(block: &[u8], p: &EventPatch) -> Option<Vec<u8>> {
+pub(crate) fn patch(block: &[u8], p: &EventPatch, format: Format) -> Option<Vec<u8>> {
+    if format == Format::JsonLines {
+        return patch_line(block, p);
+    }
     let lines: Vec<(&[u8], &[u8])> = lines(block)
         .into_iter()
         .map(|(start, end, stop)| (&block[start..end], &block[end..stop]))
@@ -207,6 +255,49 @@ pub(crate) fn patch(block: &[u8], p: &EventPatch) -> Option<Vec<u8>> {
     Some(out)
 }
 
+/// [`patch`] for a JSON line: its JSON patched, the whitespace around it
+/// kept. A line has no type: it is a `message` to `event`, and `set_event`
+/// leaves it as it is.
+fn patch_line(block: &[u8], p: &EventPatch) -> Option<Vec<u8>> {
+    let edit = p.patch.as_ref().filter(|_| p.applies_to("message"))?;
+    let (start, end) = json_span(block)?;
+    let was: serde_json::Value = serde_json::from_slice(&block[start..end])
+        .ok()
+        .filter(|v: &serde_json::Value| v.is_object() || v.is_array())?;
+    let now = edit.apply(&was)?;
+    if now == was {
+        return None;
+    }
+    let mut out = block[..start].to_vec();
+    out.extend_from_slice(now.to_string().as_bytes());
+    out.extend_from_slice(&block[end..]);
+    Some(out)
+}
+
+/// Where a JSON line's text is: from its first byte that is not
+/// whitespace to its last.
+fn json_span(block: &[u8]) -> Option<(usize, usize)> {
+    let start = block.iter().position(|b| !b.is_ascii_whitespace())?;
+    let end = block.iter().rposition(|b| !b.is_ascii_whitespace())? + 1;
+    Some((start, end))
+}
+
+/// A provider's error event as `format` carries it: an event-stream event
+/// (`event:` if it has a type, then its `data:`), or its data as one line.
+pub(crate) fn error_event(
+    format: Format,
+    event: Option<&str>,
+    data: &serde_json::Value,
+) -> Vec<u8> {
+    match format {
+        Format::JsonLines => format!("{data}\n").into_bytes(),
+        Format::EventStream => {
+            let event = event.map(|e| format!("event: {e}\n")).unwrap_or_default();
+            format!("{event}data: {data}\n\n").into_bytes()
+        }
+    }
+}
+
 /// A block's lines: where each starts, where its text ends, and where
 /// its line end (CRLF, LF or CR) does.
 fn lines(block: &[u8]) -> Vec<(usize, usize, usize)> {
@@ -236,6 +327,80 @@ pub(crate) fn half(block: &[u8]) -> &[u8] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// [`super::patch`] on an event stream.
+    fn patch(block: &[u8], p: &EventPatch) -> Option<Vec<u8>> {
+        super::patch(block, p, Format::EventStream)
+    }
+
+    fn spoil(block: &[u8]) -> Vec<u8> {
+        super::spoil(block, Format::EventStream)
+    }
+
+    /// JSON lines: split at LF alone, blank lines not counted, patched and
+    /// spoiled in the JSON, the whitespace around it kept; a line is a
+    /// `message` and has no type to change.
+    #[test]
+    fn json_lines_are_events_too() {
+        let wire = b"{\"a\":1}\r\n\n  \n{\"done\":true,\"done_reason\":\"stop\"}\n{\"b\":";
+        for step in 1..wire.len() {
+            let mut s = Splitter::new(Format::JsonLines);
+            let got: Vec<Block> = wire.chunks(step).flat_map(|c| s.push(c)).collect();
+            let counted: Vec<&[u8]> = got
+                .iter()
+                .filter(|b| b.counts)
+                .map(|b| b.bytes.as_slice())
+                .collect();
+            assert_eq!(
+                counted,
+                [
+                    &b"{\"a\":1}\r\n"[..],
+                    b"{\"done\":true,\"done_reason\":\"stop\"}\n"
+                ],
+                "{step}"
+            );
+            assert_eq!(s.rest(), b"{\"b\":");
+        }
+        let spec = |pairs: &[(&str, &str)]| match crate::fault::testing::spec("sse", pairs)
+            .unwrap()
+            .kind
+        {
+            crate::fault::FaultKind::Sse(s) => s.patch().unwrap().clone(),
+            _ => unreachable!(),
+        };
+        let ops = r#"[{"op": "test", "path": "/done_reason", "value": "stop"}, {"op": "replace", "path": "/done_reason", "value": "length"}]"#;
+        let p = spec(&[("patch_ops", ops)]);
+        assert_eq!(
+            super::patch(b" {\"done_reason\": \"stop\"}\r\n", &p, Format::JsonLines).unwrap(),
+            b" {\"done_reason\":\"length\"}\r\n"
+        );
+        assert_eq!(
+            super::patch(b"{\"done_reason\":null}\n", &p, Format::JsonLines),
+            None
+        );
+        let typed = spec(&[("patch_ops", ops), ("set_event", "x"), ("event", "message")]);
+        assert_eq!(
+            super::patch(b"{\"done_reason\":\"stop\"}\n", &typed, Format::JsonLines).unwrap(),
+            b"{\"done_reason\":\"length\"}\n"
+        );
+        assert_eq!(
+            super::patch(b"{}\n", &spec(&[("set_event", "x")]), Format::JsonLines),
+            None
+        );
+        let bad = super::spoil(b"{\"message\":{\"content\":\"hi\"}}\r\n", Format::JsonLines);
+        assert_eq!(bad.len(), 30);
+        assert!(bad.ends_with(b"\r\n"));
+        assert!(serde_json::from_slice::<serde_json::Value>(&bad).is_err());
+        let data = serde_json::json!({"error": "x"});
+        assert_eq!(
+            error_event(Format::JsonLines, Some("error"), &data),
+            b"{\"error\":\"x\"}\n"
+        );
+        assert_eq!(
+            error_event(Format::EventStream, Some("error"), &data),
+            b"event: error\ndata: {\"error\":\"x\"}\n\n"
+        );
+    }
 
     #[test]
     fn an_events_json_data_is_patched_and_the_rest_kept() {

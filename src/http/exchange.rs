@@ -23,7 +23,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use super::decide::{self, Decision};
-use super::events::{self as sse_events, Splitter};
+use super::events::{self as sse_events, Format, Splitter};
 use super::rewrite::{self, set_header};
 use super::wire::{self, Body, Framing, MAX_HEAD, WireError};
 use crate::events::{ConnInfo, Events, RequestInfo};
@@ -699,9 +699,11 @@ impl ResponseSide {
         // no events to fault.
         // (A compressed one, which the upstream sent although asked not
         // to, has no events netchaos can see: it passes as it came.)
-        let sse = d.sse.take().filter(|_| {
-            head.is_event_stream() && framing != Framing::Empty && !head.is_compressed()
-        });
+        let format = head.stream_format();
+        let sse = d
+            .sse
+            .take()
+            .filter(|_| format.is_some() && framing != Framing::Empty && !head.is_compressed());
         // A body to rewrite: not a stream's (it may never end), nor one
         // that a response has none of by its status or request (HEAD); an
         // empty one (a length of 0) may get one.
@@ -759,6 +761,7 @@ impl ResponseSide {
                 sse: &s,
                 meta: &meta,
                 status: head.status,
+                format: format.unwrap_or_default(),
                 chunked: framing == Framing::Chunked,
                 closes,
                 counted: 0,
@@ -922,7 +925,7 @@ impl ResponseSide {
         let framing = head.framing(&meta.method).ok();
         let drains = match framing {
             Some(Framing::Empty) => true,
-            Some(Framing::Length(n)) => n <= MAX_BODY as u64 && !head.is_event_stream(),
+            Some(Framing::Length(n)) => n <= MAX_BODY as u64 && head.stream_format().is_none(),
             _ => false,
         };
         let then = match reply.then() {
@@ -954,13 +957,15 @@ async fn cut(out: &Output, then: After) -> Result<Next, Gone> {
     send(out, kind).await.map(|()| Next::End)
 }
 
-/// One `text/event-stream` response under an `sse` fault.
+/// One streamed response (an event stream, or JSON lines) under an `sse`
+/// fault.
 struct Stream<'a> {
     x: &'a Exchange,
     chosen: &'a Chosen,
     sse: &'a crate::fault::sse::Sse,
     meta: &'a Meta,
     status: u16,
+    format: Format,
     /// Chunked: each event goes out as a chunk of its own (a cut then
     /// falls between events for clients that read whole chunks).
     chunked: bool,
@@ -1021,7 +1026,10 @@ impl Stream<'_> {
                 // the body's end, then (the upstream still streaming) the
                 // connection's.
                 self.record();
-                self.emit(out, self.sse.error_event()).await?;
+                if let Some((event, data)) = self.sse.error_event() {
+                    let error = sse_events::error_event(self.format, event, data);
+                    self.emit(out, &error).await?;
+                }
                 if self.chunked {
                     send_data(out, Bytes::from_static(b"0\r\n\r\n")).await?;
                 }
@@ -1039,7 +1047,7 @@ impl Stream<'_> {
         out: &Output,
         rx: &mut mpsc::Receiver<Pending>,
     ) -> Result<Next, Gone> {
-        let mut split = Splitter::default();
+        let mut split = Splitter::new(self.format);
         if let Some(next) = self.after_events(src, out, rx).await? {
             return Ok(next);
         }
@@ -1078,7 +1086,8 @@ impl Stream<'_> {
                 match self.sse.breaks() {
                     Some((n, Breakage::BadJson)) if nth == n + 1 => {
                         self.record();
-                        self.emit(out, &sse_events::spoil(&block.bytes)).await?;
+                        self.emit(out, &sse_events::spoil(&block.bytes, self.format))
+                            .await?;
                     }
                     Some((n, Breakage::Truncate)) if nth == n + 1 => {
                         self.record();
@@ -1093,7 +1102,7 @@ impl Stream<'_> {
                         let patched = self
                             .sse
                             .patch()
-                            .and_then(|p| sse_events::patch(&block.bytes, p));
+                            .and_then(|p| sse_events::patch(&block.bytes, p, self.format));
                         if patched.is_some() {
                             self.record();
                         }

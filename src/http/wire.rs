@@ -5,6 +5,8 @@
 //! byte, and a faulted one can be answered, delayed or cut at the right
 //! byte. Heads are parsed by httparse; bodies by [`Body`], fed in pieces.
 
+use super::events::Format;
+
 /// The largest head read; a longer one is not HTTP netchaos will parse.
 pub(crate) const MAX_HEAD: usize = 64 * 1024;
 /// Headers per head.
@@ -229,12 +231,28 @@ impl Response {
             .is_some_and(|e| !e.trim().is_empty() && !e.trim().eq_ignore_ascii_case("identity"))
     }
 
-    pub(crate) fn is_event_stream(&self) -> bool {
-        self.header("content-type").is_some_and(|t| {
-            t.split(';')
-                .next()
-                .is_some_and(|m| m.trim().eq_ignore_ascii_case("text/event-stream"))
-        })
+    /// How the body streams events, by its media type: an event stream, or
+    /// NDJSON / JSON Lines (under any of the names in use); `None` for a
+    /// body that is not one.
+    pub(crate) fn stream_format(&self) -> Option<Format> {
+        let media = self.header("content-type")?.split(';').next()?.trim();
+        let is = |m: &str| media.eq_ignore_ascii_case(m);
+        if is("text/event-stream") {
+            Some(Format::EventStream)
+        } else if [
+            "application/x-ndjson",
+            "application/ndjson",
+            "application/jsonl",
+            "application/x-jsonlines",
+            "application/jsonlines",
+        ]
+        .into_iter()
+        .any(is)
+        {
+            Some(Format::JsonLines)
+        } else {
+            None
+        }
     }
 }
 
@@ -491,7 +509,15 @@ mod tests {
         assert!(!r.keep_alive());
         assert_eq!(r.framing(), Ok(Framing::Empty));
         let r = response(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream; charset=utf-8\r\nTransfer-Encoding: chunked\r\n\r\n").unwrap().unwrap();
-        assert!(r.is_event_stream() && !r.closes());
+        assert!(r.stream_format() == Some(Format::EventStream) && !r.closes());
+        let other = response(b"HTTP/1.1 200 OK\r\nContent-Type: Application/X-NDJSON\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(other.stream_format(), Some(Format::JsonLines));
+        let other = response(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(other.stream_format(), None);
         assert_eq!(r.framing("POST"), Ok(Framing::Chunked));
         // HTTP/1.0 closes unless it says keep-alive; 1.1 only if it says close.
         for (head, closes) in [

@@ -18,6 +18,8 @@ python3 httpd.py [--bind ADDR] [--cert CERT --key KEY]   prints its port, then s
   POST /v1beta/models/M:generateContent        a Gemini API answer, "hello",
   POST /v1beta/models/M:streamGenerateContent  finishReason STOP: JSON, or
                      two chunks as an event stream (alt=sse)
+  POST /api/chat     an Ollama chat answer, "hello", done_reason stop: its
+                     NDJSON stream (three lines), or JSON with stream false
   ANY  /echo-head/…  200, the request line and headers as received
   GET  /ws           101 Switching Protocols, then echoes raw bytes
   GET  /close        200 with Connection: close, then closes
@@ -183,6 +185,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if self.path.startswith("/v1beta/models/"):
             self.gemini()
             return
+        if self.path == "/api/chat":
+            self.ollama(json.loads(body or b"{}"))
+            return
         self.reply(200, body)
 
     def messages(self, req):
@@ -280,11 +285,25 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return
         self.event_stream([f"data: {json.dumps(c)}\r\n\r\n" for c in (chunk("hel", None), chunk("lo", "STOP"))])
 
-    def event_stream(self, events):
-        """A text/event-stream response, one chunk per event."""
+    def ollama(self, req):
+        def line(content, done):
+            out = {"model": req.get("model", "llama-test"), "created_at": "2026-12-04T00:00:00Z",
+                   "message": {"role": "assistant", "content": content}, "done": done}
+            if done:
+                out.update(done_reason="stop", total_duration=1000, eval_count=1)
+            return out
+        if req.get("stream") is False:
+            self.reply(200, json.dumps(line("hello", True)).encode(),
+                       [("Content-Type", "application/json; charset=utf-8")])
+            return
+        self.event_stream([json.dumps(c) + "\n" for c in (line("hel", False), line("lo", False), line("", True))],
+                          "application/x-ndjson")
+
+    def event_stream(self, events, content_type="text/event-stream"):
+        """A streamed response (text/event-stream by default), one chunk per event."""
         self.wfile.write(
-            b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-            b"Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n"
+            f"HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\n".encode()
+            + b"Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n"
         )
         for ev in events:
             ev = ev.encode()
