@@ -926,7 +926,8 @@ print(finish, text)
 
 /// The same built-in against Ollama's Python SDK: its stream is NDJSON,
 /// which `sse` counts line by line. `done_reason` `stop` becomes `length`
-/// in a whole answer and in the stream's last line, the text as it came.
+/// in a whole answer and in the stream's last line, the text as it came,
+/// also when that line comes without its LF (as JSON Lines allows).
 #[test]
 fn llm_max_tokens_ends_answers_at_the_limit_for_ollamas_sdk() {
     let code = r#"
@@ -937,19 +938,21 @@ r = c.chat(stream=False, **ask)
 print(r.done_reason, r.message.content)
 parts = list(c.chat(stream=True, **ask))
 print([p.done_reason for p in parts], "".join(p.message.content for p in parts))
+ask["model"] = "llama-nolf"
+print([p.done_reason for p in c.chat(stream=True, **ask)])
 "#;
     python_sdk_meets(
         "ollama",
         &["-p", "llm-max-tokens"],
         code,
-        "length hello\n[None, None, 'length'] hello\n",
-        "2 seen, 2 faulted",
+        "length hello\n[None, None, 'length'] hello\n[None, None, 'length']\n",
+        "3 seen, 3 faulted",
     );
 }
 
 /// An NDJSON stream (Ollama's) breaks the ways an event stream does, line
-/// by line, as Ollama's SDK meets them: its own error line
-/// (`envelope = "ollama"`) raises `ResponseError` after the text before
+/// by line, as Ollama's SDK meets them: its own error line (what an
+/// NDJSON stream gets with no `envelope`) raises `ResponseError` after the text before
 /// it; a cut after two lines is httpx's `RemoteProtocolError`; a
 /// malformed second line, a `JSONDecodeError`. The faults pick requests by
 /// the model in their JSON body.
@@ -957,7 +960,7 @@ print([p.done_reason for p in parts], "".join(p.message.content for p in parts))
 fn an_ollama_stream_breaks_line_by_line() {
     let faults = [
         "--fault",
-        "sse:error_after_events=1,envelope=ollama,body.model=llama-error",
+        "sse:error_after_events=1,body.model=llama-error",
         "--fault",
         "sse:drop_after_events=2,body.model=llama-drop",
         "--fault",

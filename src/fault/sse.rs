@@ -6,15 +6,18 @@
 //! mid-answer that a client's read timeout should or should not ride
 //! out); `drop_after_events` — then a close or a
 //! reset (`then`); `event_delay` — each event late; `malformed_after_events`
-//! — the next event's `data:` is not valid JSON (`malformed = "json"`), or
+//! — the next event's JSON (its `data:`, or the line) is not valid
+//! (`malformed = "json"`), or
 //! the stream ends in the middle of an event (`malformed = "truncate"`);
 //! `error_after_events` — the provider's own mid-stream error event
 //! (`envelope`: Anthropic's `event: error` with an `overloaded_error`,
 //! OpenAI's `data: {"error": …}`, OpenAI's Responses API's `event: error`,
-//! Gemini's `data: {"error": …}` in Google's shape, Ollama's error line),
+//! Gemini's `data: {"error": …}` in Google's shape, Ollama's error line,
+//! which an NDJSON stream gets when no envelope is given),
 //! then the stream ends, as those APIs end a stream they cannot finish
 //! after its 200; `patch_json` / `patch_ops`
-//! — each event whose `data:` is JSON (those named by `event`, a glob)
+//! — each event whose `data:` (or line) is JSON (those named by `event`,
+//! a glob)
 //! gets a JSON merge patch or a JSON Patch, so that a streamed answer ends
 //! otherwise (Anthropic's `message_delta` `stop_reason` turned
 //! `max_tokens`, OpenAI's last chunk's `finish_reason` turned `length`);
@@ -69,7 +72,13 @@ pub(crate) struct Sse {
 struct ErrorEvent {
     event: Option<&'static str>,
     data: serde_json::Value,
+    /// The data as an NDJSON stream's line: the same, or with no envelope
+    /// given Ollama's error (the servers that stream NDJSON are Ollama's
+    /// kind, and its SDK cannot raise another provider's error shape).
+    line: serde_json::Value,
     provider: &'static str,
+    /// Whether `envelope` was given, not defaulted.
+    given: bool,
     kind: String,
 }
 
@@ -132,12 +141,12 @@ impl Kind for Sse {
             (
                 "set_event",
                 "an event type like response.incomplete",
-                "the events get this type (their event: line), with a patch only those it applied to",
+                "the events get this type (their event: line), with a patch only those it applied to; an NDJSON line has none to change",
             ),
             (
                 "event",
                 "a glob like message_delta, default any",
-                "only events of this type, with patch_json, patch_ops or set_event",
+                "only events of this type (an NDJSON line is a message), with patch_json, patch_ops or set_event",
             ),
         ],
     };
@@ -229,6 +238,9 @@ impl Kind for Sse {
         let error = match error_after {
             Some(n) => {
                 let provider = envelope.unwrap_or("anthropic");
+                if error_type.as_deref() == Some("") {
+                    return Err(f.table_error("error_type must not be empty"));
+                }
                 let kind = error_type.unwrap_or_else(|| match provider {
                     "anthropic" => "overloaded_error".into(),
                     "gemini" => "INTERNAL".into(),
@@ -242,10 +254,16 @@ impl Kind for Sse {
                     )));
                 }
                 let (event, data) = error_event(provider, &kind, n);
+                let line = match envelope {
+                    Some(_) => data.clone(),
+                    None => error_event("ollama", OLLAMA_ERROR, n).1,
+                };
                 Some(ErrorEvent {
                     event,
                     data,
+                    line,
                     provider,
+                    given: envelope.is_some(),
                     kind,
                 })
             }
@@ -282,8 +300,12 @@ impl Kind for Sse {
             }
             Some((n, Breakage::Error)) => {
                 p.push(("error_after_events", n.to_string()));
+                // A defaulted envelope is not shown: given, it would hold
+                // for NDJSON streams too.
                 if let Some(e) = &self.error {
-                    p.push(("envelope", e.provider.into()));
+                    if e.given {
+                        p.push(("envelope", e.provider.into()));
+                    }
                     p.push(("error_type", e.kind.clone()));
                 }
             }
@@ -324,9 +346,12 @@ impl Sse {
     }
 
     /// The error event `error_after_events` sends: its type (for an event
-    /// stream) and its data.
-    pub(crate) fn error_event(&self) -> Option<(Option<&str>, &serde_json::Value)> {
-        self.error.as_ref().map(|e| (e.event, &e.data))
+    /// stream) and its data, or (`json_lines`) its data as an NDJSON line.
+    pub(crate) fn error_event(&self, json_lines: bool) -> Option<(Option<&str>, &serde_json::Value)> {
+        self.error.as_ref().map(|e| match json_lines {
+            true => (None, &e.line),
+            false => (e.event, &e.data),
+        })
     }
 }
 
@@ -378,7 +403,7 @@ mod tests {
 
     /// The error event as an event stream carries it.
     fn wire(s: &Sse) -> String {
-        let (event, data) = s.error_event().unwrap();
+        let (event, data) = s.error_event(false).unwrap();
         let bytes = crate::http::events::error_event(crate::http::events::Format::EventStream, event, data);
         String::from_utf8(bytes).unwrap()
     }
@@ -427,8 +452,16 @@ mod tests {
         let e = sse(&[("error_after_events", "1"), ("envelope", "gemini"), ("error_type", "overloaded")]);
         assert!(e.unwrap_err().to_string().contains("not a google.rpc code name"));
         let o = sse(&[("error_after_events", "0"), ("envelope", "ollama")]).unwrap();
-        let (event, data) = o.error_event().unwrap();
+        let (event, data) = o.error_event(false).unwrap();
         assert_eq!((event, data["error"].as_str()), (None, Some(OLLAMA_ERROR)));
+        // On an NDJSON stream: Ollama's error unless an envelope is given.
+        let (_, line) = a.error_event(true).unwrap();
+        assert_eq!(line["error"].as_str(), Some(OLLAMA_ERROR));
+        let given = sse(&[("error_after_events", "1"), ("envelope", "anthropic")]).unwrap();
+        let (_, line) = given.error_event(true).unwrap();
+        assert_eq!(line["error"]["type"], "overloaded_error");
+        let e = sse(&[("error_after_events", "1"), ("error_type", "")]).unwrap_err();
+        assert!(e.to_string().contains("must not be empty"), "{e}");
         assert!(sse(&[("envelope", "openai"), ("event_delay", "1ms")]).is_err());
         assert!(sse(&[("error_after_events", "1"), ("drop_after_events", "1")]).is_err());
     }

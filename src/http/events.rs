@@ -8,12 +8,13 @@
 
 use crate::fault::sse::EventPatch;
 
-/// One event block as it arrived, blank line included.
+/// One event block as it arrived, blank line (or LF) included.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Block {
     pub(crate) bytes: Vec<u8>,
-    /// Whether it carries a field (`data:`, `event:` …): comment-only and
-    /// empty blocks dispatch nothing to the client and are not counted.
+    /// Whether it carries a field (`data:`, `event:` …) or, in JSON lines,
+    /// more than whitespace: comment-only and empty blocks dispatch nothing
+    /// to the client and are not counted.
     pub(crate) counts: bool,
 }
 
@@ -43,7 +44,7 @@ pub(crate) struct Splitter {
     after_cr: bool,
     has_field: bool,
     /// Part of an event too long to hold went on: the rest of it, up to
-    /// its blank line, goes uncounted too.
+    /// its blank line (or LF), goes uncounted too.
     spilled: bool,
 }
 
@@ -65,11 +66,7 @@ impl Splitter {
                 Format::JsonLines => self.json_lines_byte(b),
             };
             if ends {
-                out.push(Block {
-                    bytes: std::mem::take(&mut self.cur),
-                    counts: std::mem::replace(&mut self.has_field, false)
-                        && !std::mem::replace(&mut self.spilled, false),
-                });
+                out.push(self.take(true));
             } else if self.cur.len() >= MAX_EVENT {
                 out.push(Block {
                     bytes: std::mem::take(&mut self.cur),
@@ -114,9 +111,22 @@ impl Splitter {
         false
     }
 
-    /// What arrived of an event not yet complete.
-    pub(crate) fn rest(&mut self) -> Vec<u8> {
-        std::mem::take(&mut self.cur)
+    /// What is held, as a block that counts if `whole` and it has a field
+    /// and no part of it went on uncounted; the flags start over.
+    fn take(&mut self, whole: bool) -> Block {
+        let field = std::mem::replace(&mut self.has_field, false);
+        let spilled = std::mem::replace(&mut self.spilled, false);
+        Block {
+            bytes: std::mem::take(&mut self.cur),
+            counts: whole && field && !spilled,
+        }
+    }
+
+    /// What is held at the body's end. In JSON lines a last line without
+    /// its LF is a whole line (it counts if not blank); in an event stream
+    /// it is an unfinished event, which a client drops (it does not).
+    pub(crate) fn finish(&mut self) -> Block {
+        self.take(self.format == Format::JsonLines)
     }
 }
 
@@ -359,8 +369,25 @@ mod tests {
                 ],
                 "{step}"
             );
-            assert_eq!(s.rest(), b"{\"b\":");
+            // The last line, without its LF, is a line all the same.
+            let last = s.finish();
+            assert!(last.counts && last.bytes == b"{\"b\":", "{step}");
+            let all: Vec<u8> = got
+                .iter()
+                .flat_map(|b| b.bytes.clone())
+                .chain(last.bytes)
+                .collect();
+            assert_eq!(all, wire, "no byte lost or moved");
+            assert!(!s.finish().counts, "nothing left");
         }
+        // A blank last line does not count; in an event stream, an
+        // unfinished event does not either.
+        let mut s = Splitter::new(Format::JsonLines);
+        s.push(b"{}\n \r");
+        assert!(!s.finish().counts);
+        let mut s = Splitter::default();
+        s.push(b"data: 1\n");
+        assert!(!s.finish().counts);
         let spec = |pairs: &[(&str, &str)]| match crate::fault::testing::spec("sse", pairs)
             .unwrap()
             .kind
@@ -533,7 +560,7 @@ mod tests {
                 .push(wire)
                 .iter()
                 .flat_map(|b| patch(&b.bytes, &typed).unwrap_or_else(|| b.bytes.clone()))
-                .chain(s.rest())
+                .chain(s.finish().bytes)
                 .collect();
             assert_eq!(
                 types_read(&out),
@@ -575,7 +602,7 @@ mod tests {
             let all: Vec<u8> = got
                 .iter()
                 .flat_map(|b| b.bytes.clone())
-                .chain(s.rest())
+                .chain(s.finish().bytes)
                 .collect();
             assert_eq!(all, wire, "no byte lost or moved");
         }

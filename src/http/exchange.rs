@@ -23,7 +23,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use super::decide::{self, Decision};
-use super::events::{self as sse_events, Format, Splitter};
+use super::events::{self as sse_events, Block, Format, Splitter};
 use super::rewrite::{self, set_header};
 use super::wire::{self, Body, Framing, MAX_HEAD, WireError};
 use crate::events::{ConnInfo, Events, RequestInfo};
@@ -1026,7 +1026,8 @@ impl Stream<'_> {
                 // the body's end, then (the upstream still streaming) the
                 // connection's.
                 self.record();
-                if let Some((event, data)) = self.sse.error_event() {
+                if let Some((event, data)) = self.sse.error_event(self.format == Format::JsonLines)
+                {
                     let error = sse_events::error_event(self.format, event, data);
                     self.emit(out, &error).await?;
                 }
@@ -1037,6 +1038,53 @@ impl Stream<'_> {
             }
             _ => Ok(None),
         }
+    }
+
+    /// One block of the stream: passed on as it came if it does not
+    /// count, else spoiled, cut, delayed or patched as the fault says; then
+    /// what happens once it is out ([`Stream::after_events`]).
+    async fn block<R: AsyncRead + Unpin>(
+        &mut self,
+        block: Block,
+        src: &mut Src<R>,
+        out: &Output,
+        rx: &mut mpsc::Receiver<Pending>,
+    ) -> Result<Option<Next>, Gone> {
+        if !block.counts {
+            self.emit(out, &block.bytes).await?;
+            return Ok(None);
+        }
+        let nth = self.counted + 1;
+        match self.sse.breaks() {
+            Some((n, Breakage::BadJson)) if nth == n + 1 => {
+                self.record();
+                self.emit(out, &sse_events::spoil(&block.bytes, self.format))
+                    .await?;
+            }
+            Some((n, Breakage::Truncate)) if nth == n + 1 => {
+                self.record();
+                self.emit(out, sse_events::half(&block.bytes)).await?;
+                return Ok(Some(cut(out, After::Close).await?));
+            }
+            _ => {
+                let delay = self.sse.event_delay();
+                if !delay.is_zero() {
+                    self.record();
+                    crate::timer::sleep(delay).await;
+                }
+                let patched = self
+                    .sse
+                    .patch()
+                    .and_then(|p| sse_events::patch(&block.bytes, p, self.format));
+                if patched.is_some() {
+                    self.record();
+                }
+                self.emit(out, patched.as_deref().unwrap_or(&block.bytes))
+                    .await?;
+            }
+        }
+        self.counted = nth;
+        self.after_events(src, out, rx).await
     }
 
     async fn run<R: AsyncRead + Unpin>(
@@ -1051,12 +1099,13 @@ impl Stream<'_> {
         if let Some(next) = self.after_events(src, out, rx).await? {
             return Ok(next);
         }
-        let delay = self.sse.event_delay();
         loop {
             if buf.is_empty() && !body.is_done() {
                 match src.fill(buf).await {
                     Ok(0) => {
-                        self.emit(out, &split.rest()).await?;
+                        if let Some(next) = self.block(split.finish(), src, out, rx).await? {
+                            return Ok(next);
+                        }
                         send(out, ItemKind::Fin).await?;
                         return Ok(Next::End);
                     }
@@ -1078,45 +1127,14 @@ impl Stream<'_> {
             };
             let _ = buf.split_to(scan.used);
             for block in split.push(&payload) {
-                if !block.counts {
-                    self.emit(out, &block.bytes).await?;
-                    continue;
-                }
-                let nth = self.counted + 1;
-                match self.sse.breaks() {
-                    Some((n, Breakage::BadJson)) if nth == n + 1 => {
-                        self.record();
-                        self.emit(out, &sse_events::spoil(&block.bytes, self.format))
-                            .await?;
-                    }
-                    Some((n, Breakage::Truncate)) if nth == n + 1 => {
-                        self.record();
-                        self.emit(out, sse_events::half(&block.bytes)).await?;
-                        return cut(out, After::Close).await;
-                    }
-                    _ => {
-                        if !delay.is_zero() {
-                            self.record();
-                            crate::timer::sleep(delay).await;
-                        }
-                        let patched = self
-                            .sse
-                            .patch()
-                            .and_then(|p| sse_events::patch(&block.bytes, p, self.format));
-                        if patched.is_some() {
-                            self.record();
-                        }
-                        self.emit(out, patched.as_deref().unwrap_or(&block.bytes))
-                            .await?;
-                    }
-                }
-                self.counted = nth;
-                if let Some(next) = self.after_events(src, out, rx).await? {
+                if let Some(next) = self.block(block, src, out, rx).await? {
                     return Ok(next);
                 }
             }
             if scan.done {
-                self.emit(out, &split.rest()).await?;
+                if let Some(next) = self.block(split.finish(), src, out, rx).await? {
+                    return Ok(next);
+                }
                 if self.chunked {
                     send_data(out, Bytes::from_static(b"0\r\n\r\n")).await?;
                 }

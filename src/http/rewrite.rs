@@ -8,6 +8,8 @@
 use bytes::Bytes;
 use serde_json::Value;
 
+use super::wire::JSON_LINES;
+
 use crate::fault::http_reply::reason;
 use crate::fault::http_rewrite::{BodyEdit, Edits};
 
@@ -110,14 +112,11 @@ pub(crate) fn body(payload: &[u8], edit: &BodyEdit, json: bool) -> Option<Vec<u8
     }
 }
 
-/// Media types of bodies that stream for as long as their sender likes:
-/// rewriting one would hold it back until it ended.
+/// Media types of bodies that stream for as long as their sender likes
+/// (beside JSON lines, [`JSON_LINES`]): rewriting one would hold it back
+/// until it ended.
 const STREAMS: &[&str] = &[
     "text/event-stream",
-    "application/x-ndjson",
-    "application/ndjson",
-    "application/jsonl",
-    "application/x-jsonlines",
     "application/stream+json",
     "multipart/x-mixed-replace",
 ];
@@ -148,7 +147,9 @@ pub(crate) fn body_editable(headers: &[(String, String)]) -> bool {
             _ => true,
         }
     });
-    plain && media_type(headers).is_none_or(|t| !STREAMS.contains(&t.as_str()))
+    plain
+        && media_type(headers)
+            .is_none_or(|t| !STREAMS.contains(&t.as_str()) && !JSON_LINES.contains(&t.as_str()))
 }
 
 /// Whether the `Content-Type` says JSON (`application/json`, `…+json`):

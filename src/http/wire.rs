@@ -7,6 +7,16 @@
 
 use super::events::Format;
 
+/// The media types of NDJSON / JSON Lines bodies, under every name in use
+/// (lowercase).
+pub(crate) const JSON_LINES: &[&str] = &[
+    "application/x-ndjson",
+    "application/ndjson",
+    "application/jsonl",
+    "application/x-jsonlines",
+    "application/jsonlines",
+];
+
 /// The largest head read; a longer one is not HTTP netchaos will parse.
 pub(crate) const MAX_HEAD: usize = 64 * 1024;
 /// Headers per head.
@@ -236,19 +246,10 @@ impl Response {
     /// body that is not one.
     pub(crate) fn stream_format(&self) -> Option<Format> {
         let media = self.header("content-type")?.split(';').next()?.trim();
-        let is = |m: &str| media.eq_ignore_ascii_case(m);
-        if is("text/event-stream") {
+        let is = |m: &&str| media.eq_ignore_ascii_case(m);
+        if is(&"text/event-stream") {
             Some(Format::EventStream)
-        } else if [
-            "application/x-ndjson",
-            "application/ndjson",
-            "application/jsonl",
-            "application/x-jsonlines",
-            "application/jsonlines",
-        ]
-        .into_iter()
-        .any(is)
-        {
+        } else if JSON_LINES.iter().any(is) {
             Some(Format::JsonLines)
         } else {
             None

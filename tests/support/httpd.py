@@ -19,7 +19,8 @@ python3 httpd.py [--bind ADDR] [--cert CERT --key KEY]   prints its port, then s
   POST /v1beta/models/M:streamGenerateContent  finishReason STOP: JSON, or
                      two chunks as an event stream (alt=sse)
   POST /api/chat     an Ollama chat answer, "hello", done_reason stop: its
-                     NDJSON stream (three lines), or JSON with stream false
+                     NDJSON stream (three lines; model llama-nolf: the last
+                     without its LF), or JSON with stream false
   ANY  /echo-head/…  200, the request line and headers as received
   GET  /ws           101 Switching Protocols, then echoes raw bytes
   GET  /close        200 with Connection: close, then closes
@@ -296,8 +297,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
             self.reply(200, json.dumps(line("hello", True)).encode(),
                        [("Content-Type", "application/json; charset=utf-8")])
             return
-        self.event_stream([json.dumps(c) + "\n" for c in (line("hel", False), line("lo", False), line("", True))],
-                          "application/x-ndjson")
+        lines = [json.dumps(c) + "\n" for c in (line("hel", False), line("lo", False), line("", True))]
+        if req.get("model") == "llama-nolf":
+            lines[-1] = lines[-1].rstrip("\n")  # JSON Lines allows a last line without its LF
+        self.event_stream(lines, "application/x-ndjson")
 
     def event_stream(self, events, content_type="text/event-stream"):
         """A streamed response (text/event-stream by default), one chunk per event."""
