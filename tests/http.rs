@@ -1142,19 +1142,9 @@ const ask = { model: "claude-test", max_tokens: 16, messages: [{ role: "user", c
 /// output must be `want`. Skipped outside CI when `package` (from
 /// `NETCHAOS_NODE_MODULES`, which scripts/test.sh sets) is not installed.
 fn node_sdk_meets(package: &str, code: &str, broken: &str, want: &str, cut_requests: usize) {
-    let Some(modules) =
-        std::env::var_os("NETCHAOS_NODE_MODULES").filter(|m| Path::new(m).join(package).is_dir())
-    else {
-        assert!(
-            !in_ci(),
-            "the Node module {package} (NETCHAOS_NODE_MODULES, set by scripts/test.sh) is required in CI"
-        );
-        eprintln!("SKIPPED: no {package} Node module (scripts/test.sh installs it)");
+    let Some(modules) = node_modules_with(package) else {
         return;
     };
-    if !need(&["node"]) {
-        return;
-    }
     let Some((up, cut)) = llm_sdk_before(None, &["-p", "llm-max-tokens"]) else {
         return;
     };
@@ -1167,18 +1157,8 @@ fn node_sdk_meets(package: &str, code: &str, broken: &str, want: &str, cut_reque
         "--fault",
         broken,
     ]);
-    let out = Command::new("node")
-        .arg("-e")
-        .arg(code)
-        .args([base(&cut), base(&broken)])
-        .env("NODE_PATH", modules)
-        .output()
-        .unwrap();
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-    );
-    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let (rc, stdout, stderr) = node(code, &[&base(&cut), &base(&broken)], &modules);
+    assert_eq!(rc, 0, "{stdout}\n{stderr}");
     assert_eq!(stdout, want, "{stderr}");
     let (_, log) = cut.stop();
     let n = cut_requests;

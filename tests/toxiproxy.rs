@@ -688,17 +688,9 @@ print("ok")
 
 #[test]
 fn toxiproxy_node_client_drives_the_server() {
-    let Some(modules) = std::env::var_os("NETCHAOS_NODE_MODULES") else {
-        assert!(
-            !in_ci(),
-            "NETCHAOS_NODE_MODULES (set by scripts/test.sh) is required in CI"
-        );
-        eprintln!("SKIPPED: no toxiproxy-node-client (scripts/test.sh installs it)");
+    let Some(modules) = node_modules_with("toxiproxy-node-client") else {
         return;
     };
-    if !need(&["node"]) {
-        return;
-    }
     let echo = Server::echo("127.0.0.1:0");
     let s = server(&[]);
     let code = r#"
@@ -727,20 +719,8 @@ const rt = (host, port) => new Promise((ok, bad) => {
   console.log("ok");
 })().catch((e) => { console.error(e); process.exit(1); });
 "#;
-    let out = Command::new("node")
-        .arg("-e")
-        .arg(code)
-        .arg(s.url())
-        .arg(echo.addr.to_string())
-        .env("NODE_PATH", &modules)
-        .output()
-        .unwrap();
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout).trim(),
-        "ok",
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (_, out, err) = node(code, &[&s.url(), &echo.addr.to_string()], &modules);
+    assert_eq!(out.trim(), "ok", "{err}");
 }
 
 #[test]

@@ -429,6 +429,40 @@ pub(crate) fn python(code: &str, args: &[&str]) -> (i32, String, String) {
     )
 }
 
+/// The NODE_PATH holding the Node `package` (`NETCHAOS_NODE_MODULES`,
+/// where scripts/test.sh installs it), with node on PATH; `None` (skipped,
+/// with the reason) otherwise, which CI does not allow.
+pub(crate) fn node_modules_with(package: &str) -> Option<std::ffi::OsString> {
+    let modules = std::env::var_os("NETCHAOS_NODE_MODULES")
+        .filter(|m| std::path::Path::new(m).join(package).is_dir());
+    if modules.is_none() {
+        assert!(
+            !in_ci(),
+            "the Node module {package} (NETCHAOS_NODE_MODULES, set by scripts/test.sh) is required in CI"
+        );
+        eprintln!("SKIPPED: no {package} Node module (scripts/test.sh installs it)");
+        return None;
+    }
+    need(&["node"]).then_some(modules).flatten()
+}
+
+/// Runs a Node snippet with `modules` on NODE_PATH (`process.argv[1]` on
+/// are `args`); returns (exit code, stdout, stderr).
+pub(crate) fn node(code: &str, args: &[&str], modules: &std::ffi::OsStr) -> (i32, String, String) {
+    let out = Command::new("node")
+        .arg("-e")
+        .arg(code)
+        .args(args)
+        .env("NODE_PATH", modules)
+        .output()
+        .expect("run node");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 /// A network namespace made for one test, joined to the host by a veth
 /// pair (host side .1, namespace side .2 of a /30); deleted on drop.
 pub(crate) struct TestNetns {
