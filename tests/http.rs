@@ -990,6 +990,44 @@ for model in ["llama-error", "llama-drop", "llama-bad"]:
     );
 }
 
+/// The timing and cutting faults count NDJSON lines too, as Ollama's SDK
+/// meets them: a stall after the first line is its client's read timeout
+/// after "hel"; an `event_delay` holds each of the three lines (the
+/// answer whole, at least three delays late); `malformed = "truncate"`
+/// cuts the second line and the stream with it (httpx's
+/// `RemoteProtocolError` after "hel").
+#[test]
+fn an_ollama_stream_stalls_slows_and_is_cut_line_by_line() {
+    let faults = [
+        "--fault",
+        "sse:stall_after_events=1,stall_for=30s,body.model=llama-stall",
+        "--fault",
+        "sse:event_delay=300ms,body.model=llama-slow",
+        "--fault",
+        "sse:malformed_after_events=1,malformed=truncate,body.model=llama-cut",
+    ];
+    let code = r#"
+import sys, time, ollama
+c = ollama.Client(host=sys.argv[1], timeout=1.0)
+for model in ["llama-stall", "llama-slow", "llama-cut"]:
+    text, t = "", time.monotonic()
+    try:
+        for part in c.chat(model=model, messages=[{"role": "user", "content": "hi"}], stream=True):
+            text += part.message.content
+        print(model, text, "complete", time.monotonic() - t >= 0.9)
+    except Exception as e:
+        print(model, text, type(e).__name__)
+"#;
+    python_sdk_meets(
+        "ollama",
+        &faults,
+        code,
+        "llama-stall hel ReadTimeout\nllama-slow hello complete True\n\
+         llama-cut hel RemoteProtocolError\n",
+        "3 seen, 3 faulted (sse 200: 3)",
+    );
+}
+
 /// `envelope = "gemini"`: Google's error shape, which its SDK raises as
 /// its own `ServerError` / `ClientError` with the code and status name. The
 /// SDK retries only when asked to (`retry_options`), and then recovers
