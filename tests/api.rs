@@ -58,7 +58,10 @@ fn routes_and_status_codes_follow_toxiproxy() {
 
     let (st, v) = http("POST", &format!("{u}/proxies"), Some(&body), &[]);
     assert_eq!(st, 409, "{v}");
-    assert_eq!(v, json!({"error": "proxy already exists", "status": 409}));
+    assert_eq!(
+        v,
+        json!({"error": "proxy already exists", "status": 409, "title": "proxy already exists"})
+    );
     let (st, v) = http(
         "POST",
         &format!("{u}/proxies"),

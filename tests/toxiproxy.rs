@@ -465,7 +465,10 @@ fn headers_and_shapes_are_toxiproxys() {
         header(&h, "content-type"),
         Some("text/plain; charset=utf-8")
     );
-    assert_eq!(body, "{\"error\":\"proxy not found\",\"status\":404}\n");
+    assert_eq!(
+        body,
+        "{\"error\":\"proxy not found\",\"status\":404,\"title\":\"proxy not found\"}\n"
+    );
     let (st, _, body) = raw(api, "GET", "/", None);
     assert_eq!((st, body.as_str()), (404, "404 page not found\n"));
     assert_eq!(raw(api, "HEAD", "/version", None).0, 405);

@@ -1,7 +1,8 @@
 //! The HTTP routes, as Toxiproxy 2.12 answers them: the same paths and
 //! methods, status codes (proxy create 201, toxic create 200, deletes and
 //! reset 204, populate 201), shapes (`"Logger":{}` in proxies, upstream
-//! toxics listed first), errors (`{"error","status"}` as `text/plain` with a
+//! toxics listed first), errors (`{"error","status"}`, plus the message as
+//! `title` for clients of Toxiproxy before 2.2; `text/plain` with a
 //! newline, Go's messages), an `X-Toxiproxy-Request-Id` on every answer of
 //! a route, `404 page not found` off the routes and 405 for a method a route
 //! lacks (HEAD included). Request bodies are read as Go reads them
@@ -583,7 +584,7 @@ fn populated(e: Option<ApiError>, done: Vec<Value>) -> Response {
         None => reply(StatusCode::CREATED, json!({"proxies": list})),
         Some(e) => reply(
             e.status,
-            json!({"error": e.message, "status": e.status.as_u16(), "proxies": list}),
+            json!({"error": e.message, "status": e.status.as_u16(), "title": e.message, "proxies": list}),
         ),
     }
 }

@@ -9,14 +9,18 @@ use serde_json::{Map, Value};
 
 use super::model::ApiError;
 
-/// How Go names a JSON value in a type error.
-fn go_value(v: &Value) -> String {
+/// How Go names a JSON value in a type error for a field of type `ty`: a
+/// number with its digits only where a number field could not hold it
+/// (`number 1.5` into an `int64`), plain `number` into any other kind.
+fn go_value(v: &Value, ty: &str) -> String {
+    let numeric = ty.starts_with("int") || ty.starts_with("uint") || ty.starts_with("float");
     match v {
         Value::String(_) => "string".into(),
         Value::Bool(_) => "bool".into(),
         Value::Array(_) => "array".into(),
         Value::Object(_) => "object".into(),
-        Value::Number(n) => format!("number {n}"),
+        Value::Number(n) if numeric => format!("number {n}"),
+        Value::Number(_) => "number".into(),
         Value::Null => "null".into(),
     }
 }
@@ -25,7 +29,7 @@ fn go_value(v: &Value) -> String {
 pub(crate) fn type_error(v: &Value, path: &str, ty: &str) -> ApiError {
     ApiError::bad_request(format!(
         "json: cannot unmarshal {} into Go struct field {path} of type {ty}",
-        go_value(v)
+        go_value(v, ty)
     ))
 }
 

@@ -29,7 +29,11 @@ use crate::units::Window;
 /// for updates from 2.6 on.
 pub(crate) const TOXIPROXY_VERSION: &str = "2.12.0";
 
-/// An error answer: `{"error": …, "status": …}`.
+/// An error answer: `{"error": …, "status": …, "title": …}`. Toxiproxy
+/// 2.12 sends `error` and `status`; before 2.2 it named the message
+/// `title`, and clients written then still read it (toxiproxy-java builds
+/// its `IOException` from `status` and `title`, and against 2.12 throws a
+/// `NullPointerException` instead): both names, the message twice.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct ApiError {
     pub status: StatusCode,
@@ -53,7 +57,7 @@ impl ApiError {
     }
 
     pub(crate) fn to_json(&self) -> Value {
-        json!({"error": self.message, "status": self.status.as_u16()})
+        json!({"error": self.message, "status": self.status.as_u16(), "title": self.message})
     }
 }
 
@@ -192,7 +196,7 @@ impl Toxic {
     /// checks the name is free before [`Toxic::build`]). `id` identifies
     /// the fault on open connections.
     pub(crate) fn from_request(body: &Map<String, Value>) -> Result<Toxic, ApiError> {
-        let stream_text = gojson::string(body, "stream", "Toxic.stream")?;
+        let stream_text = gojson::string(body, "stream", "ToxicWrapper.stream")?;
         let stream = match stream_text.as_deref() {
             None => ToxicStream::of(Stream::Downstream),
             Some(t) => ToxicStream::parse(t).ok_or_else(|| {
@@ -202,15 +206,16 @@ impl Toxic {
                 )
             })?,
         };
-        let toxicity = gojson::float(body, "toxicity", "Toxic.toxicity", "float32")?.unwrap_or(1.0);
-        let type_text = gojson::string(body, "type", "Toxic.type")?.unwrap_or_default();
-        let name = gojson::string(body, "name", "Toxic.name")?
+        let toxicity =
+            gojson::float(body, "toxicity", "ToxicWrapper.toxicity", "float32")?.unwrap_or(1.0);
+        let type_text = gojson::string(body, "type", "ToxicWrapper.type")?.unwrap_or_default();
+        let name = gojson::string(body, "name", "ToxicWrapper.name")?
             .filter(|n| !n.is_empty())
             .unwrap_or_else(|| format!("{type_text}_{}", stream.text));
         let kind = ToxicType::parse(&type_text)
             .ok_or_else(|| ApiError::new(StatusCode::BAD_REQUEST, "invalid toxic type"))?;
         let attributes =
-            gojson::object(body, "attributes", "Toxic.attributes")?.unwrap_or_default();
+            gojson::object(body, "attributes", "ToxicWrapper.attributes")?.unwrap_or_default();
         Ok(Toxic {
             name,
             kind,
@@ -232,10 +237,10 @@ impl Toxic {
         fresh: u64,
     ) -> Result<Toxic, ApiError> {
         let mut t = self.clone();
-        if let Some(x) = gojson::float(body, "toxicity", "Toxic.toxicity", "float32")? {
+        if let Some(x) = gojson::float(body, "toxicity", "ToxicWrapper.toxicity", "float32")? {
             t.toxicity = x;
         }
-        if let Some(m) = gojson::object(body, "attributes", "Toxic.attributes")? {
+        if let Some(m) = gojson::object(body, "attributes", "ToxicWrapper.attributes")? {
             for (k, v) in m {
                 t.attributes.insert(k, v);
             }
@@ -258,7 +263,18 @@ impl Toxic {
                 self.attributes = attrs;
                 kind
             }
-            _ => Some(self.netchaos_form(&scope.files)?),
+            Some(go) => match self.netchaos_form(&scope.files) {
+                Ok(kind) => Some(kind),
+                // Only a Toxiproxy attribute written as a string made it
+                // netchaos's form (`"jitter": "x"`): the client is most
+                // likely Toxiproxy's, and gets Toxiproxy's type error
+                // rather than one naming netchaos's parameters.
+                Err(e) if !netchaos_only(go, info, &self.attributes) => {
+                    return Err(go.build(&self.attributes).err().unwrap_or(e));
+                }
+                Err(e) => return Err(e),
+            },
+            None => Some(self.netchaos_form(&scope.files)?),
         };
         let Some(kind) = kind else {
             self.fault = None;
@@ -403,6 +419,14 @@ fn toxiproxy_form(go: &GoType, info: Option<&KindInfo>, attrs: &Map<String, Valu
         let toxiproxy = go.attrs.iter().any(|(a, _)| a == k);
         netchaos(k) && (!toxiproxy || v.is_string())
     })
+}
+
+/// Whether an attribute only netchaos knows is given.
+fn netchaos_only(go: &GoType, info: Option<&KindInfo>, attrs: &Map<String, Value>) -> bool {
+    let netchaos = |k: &str| info.is_some_and(|i| i.params.iter().any(|(p, _, _)| *p == k));
+    attrs
+        .keys()
+        .any(|k| netchaos(k) && !go.attrs.iter().any(|(a, _)| a == k))
 }
 
 fn ms(n: i64) -> Duration {
@@ -668,12 +692,16 @@ mod tests {
                 "bad request body: json: cannot unmarshal string into Go struct field LatencyToxic.attributes.latency of type int64",
             ),
             (
+                json!({"type": "latency", "attributes": {"jitter": "x"}}),
+                "bad request body: json: cannot unmarshal string into Go struct field LatencyToxic.attributes.jitter of type int64",
+            ),
+            (
                 json!({"type": "latency", "attributes": {"latency": 1.5}}),
                 "cannot unmarshal number 1.5",
             ),
             (
                 json!({"type": 7}),
-                "cannot unmarshal number 7 into Go struct field Toxic.type",
+                "cannot unmarshal number into Go struct field ToxicWrapper.type of type string",
             ),
         ] {
             let e = toxic(body.clone()).unwrap_err();
