@@ -5,7 +5,7 @@
 # As root on a Debian-like machine it first installs what the tests use
 # (apt: curl, python3, iproute2, nftables, iptables, iperf3, socat, nodejs,
 # npm, a JDK, Go, chromium, ...; pip: requests, httpx, toxiproxy-python,
-# anthropic, openai, google-genai, ollama; npm:
+# anthropic, openai, google-genai, ollama, boto3; npm:
 # toxiproxy-node-client, openai, @anthropic-ai/sdk), a Rust toolchain with rustup when
 # there is none, and for the later stages an aarch64 cross compiler with
 # qemu-user and cargo-fuzz on a nightly toolchain. Opt-outs:
@@ -50,11 +50,12 @@ fi
 
 # The Python client tests use `requests`, `httpx`, a Toxiproxy client
 # written by someone else (toxiproxy-python) and Anthropic's, OpenAI's,
-# Google's (Gemini) and Ollama's SDKs, from whichever python3 is first on PATH. The HTTPS tests also run Node, Java
+# Google's (Gemini), Ollama's and AWS's (boto3, for Bedrock) SDKs, from whichever python3 is first on PATH. The HTTPS tests also run Node, Java
 # and Go clients.
 # The LLM SDKs are pinned: tests pin how these versions meet the faults.
 for mod in requests:requests httpx:httpx toxiproxy:toxiproxy-python anthropic:anthropic \
-  openai:openai==3.60.0 google.genai:google-genai==3.6.1 ollama:ollama==0.6.3; do
+  openai:openai==3.60.0 google.genai:google-genai==3.6.1 ollama:ollama==0.6.3 \
+  boto3:boto3==1.43.11; do
   spec=${mod#*:}
   if [[ $spec == *==* ]]; then
     have=$(python3 -c "import importlib.metadata as m; print(m.version('${spec%%==*}'))" 2>/dev/null)

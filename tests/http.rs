@@ -1028,6 +1028,148 @@ for model in ["llama-stall", "llama-slow", "llama-cut"]:
     );
 }
 
+/// boto3 against Bedrock (`httpd.py`), for the Bedrock tests: a client
+/// with `attempts` tries, and the two ways its streams are read (the
+/// InvokeModel stream of Anthropic's events, the Converse stream).
+const BEDROCK_CLIENT: &str = r#"
+import sys, json, boto3, botocore
+from botocore.config import Config
+def client(attempts=1):
+    return boto3.client("bedrock-runtime", region_name="us-east-1", endpoint_url=sys.argv[1],
+                        aws_access_key_id="test", aws_secret_access_key="test",
+                        config=Config(retries={"total_max_attempts": attempts, "mode": "standard"},
+                                      read_timeout=1))
+def invoke_stream(model):
+    text, stop = "", None
+    r = client().invoke_model_with_response_stream(modelId=model, body=json.dumps({"messages": []}))
+    for ev in r["body"]:
+        e = json.loads(ev["chunk"]["bytes"])
+        if e["type"] == "content_block_delta": text += e["delta"]["text"]
+        if e["type"] == "message_delta": stop = e["delta"]["stop_reason"]
+    return text, stop
+def converse_stream(model):
+    text, stop = "", None
+    r = client().converse_stream(modelId=model, messages=[{"role": "user", "content": [{"text": "hi"}]}])
+    for ev in r["stream"]:
+        if "contentBlockDelta" in ev: text += ev["contentBlockDelta"]["delta"]["text"]
+        if "messageStop" in ev: stop = ev["messageStop"]["stopReason"]
+    return text, stop
+def streams(model):
+    for read in (invoke_stream, converse_stream):
+        try:
+            print(model, read.__name__, *read(model))
+        except botocore.exceptions.EventStreamError as e:
+            print(model, read.__name__, "EventStreamError", e.response["Error"]["Code"])
+        except Exception as e:
+            print(model, read.__name__, type(e).__name__)
+"#;
+
+/// `llm-max-tokens` against Amazon Bedrock through boto3: InvokeModel's
+/// Anthropic answer and the Converse API's say `max_tokens`, whole and
+/// streamed — the stream's events patched inside their binary frames
+/// (base64 JSON in InvokeModel's `chunk`s), CRCs right, as boto3 checks.
+#[test]
+fn llm_max_tokens_ends_answers_at_the_limit_for_bedrock() {
+    let code = format!(
+        r#"{BEDROCK_CLIENT}
+r = client().invoke_model(modelId="m", body=json.dumps({{"messages": []}}))
+print(json.loads(r["body"].read())["stop_reason"])
+r = client().converse(modelId="m", messages=[{{"role": "user", "content": [{{"text": "hi"}}]}}])
+print(r["stopReason"])
+streams("m")
+"#
+    );
+    python_sdk_meets(
+        "boto3",
+        &["-p", "llm-max-tokens"],
+        &code,
+        "max_tokens\nmax_tokens\nm invoke_stream hello max_tokens\nm converse_stream hello max_tokens\n",
+        "4 seen, 4 faulted",
+    );
+}
+
+/// Bedrock's streams break frame by frame, as boto3 meets them: after two
+/// events its own exception frame (`modelStreamErrorException` by default,
+/// the one given with `envelope = "bedrock"`), which boto3 raises as
+/// `EventStreamError` by that name; a cut (`ProtocolError`); a stall
+/// (boto3's read timeout); a frame cut in half, then the end; a frame
+/// whose JSON is malformed (its checksums right), which boto3 does not
+/// raise: it yields the event without its members (`KeyError` in a
+/// client that reads them).
+#[test]
+fn a_bedrock_stream_breaks_frame_by_frame() {
+    let faults = [
+        "--fault",
+        "sse:error_after_events=2,path=/model/m-error/*",
+        "--fault",
+        "sse:error_after_events=2,envelope=bedrock,error_type=throttlingException,path=/model/m-throttled/*",
+        "--fault",
+        "sse:drop_after_events=2,path=/model/m-drop/*",
+        "--fault",
+        "sse:stall_after_events=2,stall_for=30s,path=/model/m-stall/*",
+        "--fault",
+        "sse:malformed_after_events=2,malformed=truncate,path=/model/m-cut/*",
+        "--fault",
+        "sse:malformed_after_events=1,path=/model/m-bad/*",
+    ];
+    let code = format!(
+        "{BEDROCK_CLIENT}\nfor m in ['m-error', 'm-throttled', 'm-drop', 'm-stall', 'm-cut', 'm-bad']:\n    streams(m)\n"
+    );
+    let want = [
+        "m-error invoke_stream EventStreamError modelStreamErrorException",
+        "m-error converse_stream EventStreamError modelStreamErrorException",
+        "m-throttled invoke_stream EventStreamError throttlingException",
+        "m-throttled converse_stream EventStreamError throttlingException",
+        "m-drop invoke_stream ProtocolError",
+        "m-drop converse_stream ProtocolError",
+        "m-stall invoke_stream ReadTimeoutError",
+        "m-stall converse_stream ReadTimeoutError",
+        "m-cut invoke_stream ProtocolError",
+        "m-cut converse_stream ProtocolError",
+        "m-bad invoke_stream KeyError",
+        "m-bad converse_stream KeyError",
+    ];
+    python_sdk_meets(
+        "boto3",
+        &faults,
+        &code,
+        want.join("\n") + "\n",
+        "12 seen, 12 faulted (sse 200: 12)",
+    );
+}
+
+/// `envelope = "bedrock"`: Bedrock's error, its exception named in
+/// `x-amzn-ErrorType`, which boto3 reads as the code and its standard
+/// retry mode retries when it is `ThrottlingException` (two throttled,
+/// the third answers); a 503 is `ServiceUnavailableException`.
+#[test]
+fn bedrock_errors_reach_boto3_as_its_own() {
+    let faults = [
+        "--fault",
+        "http_status:status=429,envelope=bedrock,first=2,path=/model/m-throttled/*",
+        "--fault",
+        "http_status:status=503,envelope=bedrock,path=/model/m-down/*",
+    ];
+    let code = format!(
+        r#"{BEDROCK_CLIENT}
+ask = dict(messages=[{{"role": "user", "content": [{{"text": "hi"}}]}}])
+r = client(3).converse(modelId="m-throttled", **ask)
+print(r["stopReason"], r["ResponseMetadata"]["RetryAttempts"])
+try:
+    client().converse(modelId="m-down", **ask)
+except botocore.exceptions.ClientError as e:
+    print(e.response["Error"]["Code"], e.response["ResponseMetadata"]["HTTPStatusCode"])
+"#
+    );
+    python_sdk_meets(
+        "boto3",
+        &faults,
+        &code,
+        "end_turn 2\nServiceUnavailableException 503\n",
+        "4 seen, 3 faulted",
+    );
+}
+
 /// `envelope = "gemini"`: Google's error shape, which its SDK raises as
 /// its own `ServerError` / `ClientError` with the code and status name. The
 /// SDK retries only when asked to (`retry_options`), and then recovers

@@ -15,7 +15,7 @@ use super::http_match::RequestMatch;
 use crate::settings::{Fields, ProfileError};
 
 /// Whose errors an `envelope` can shape a reply as.
-pub(crate) const ENVELOPES: &[&str] = &["anthropic", "openai", "gemini"];
+pub(crate) const ENVELOPES: &[&str] = &["anthropic", "openai", "gemini", "bedrock"];
 
 /// A canned reply's `status`: 200-599. A 1xx is interim, not an answer
 /// (the client would wait on for the real one), and is refused as such.
@@ -198,6 +198,9 @@ fn envelope_for(
             headers,
         );
     }
+    if provider == "bedrock" {
+        return bedrock_error(status);
+    }
     if let Some(r) = retry_after {
         // Both SDKs read the millisecond form first.
         headers.push(format!("retry-after-ms: {}", r.as_millis()));
@@ -273,6 +276,77 @@ fn envelope_for(
             "error": {"message": message, "type": kind, "param": null, "code": code}
         })
     };
+    ("application/json", body.to_string().into_bytes(), headers)
+}
+
+/// Amazon Bedrock's exceptions by the HTTP status it sends them with, and
+/// its messages. `InternalServerException` stands for other 5xx,
+/// `ValidationException` for other 4xx.
+const BEDROCK_EXCEPTIONS: &[(u16, &str, &str)] = &[
+    (
+        400,
+        "ValidationException",
+        "Malformed input request, please reformat your input and try again.",
+    ),
+    (
+        403,
+        "AccessDeniedException",
+        "You don't have access to the model with the specified model ID.",
+    ),
+    (
+        404,
+        "ResourceNotFoundException",
+        "Could not resolve the foundation model from the provided model identifier.",
+    ),
+    (
+        408,
+        "ModelTimeoutException",
+        "Model has timed out in processing the request.",
+    ),
+    (
+        424,
+        "ModelErrorException",
+        "The model failed to process the request.",
+    ),
+    (
+        429,
+        "ThrottlingException",
+        "Too many requests, please wait before trying again. (injected by netchaos)",
+    ),
+    (
+        500,
+        "InternalServerException",
+        "The server encountered an internal error while processing the request.",
+    ),
+    (
+        503,
+        "ServiceUnavailableException",
+        "Bedrock is unable to process your request.",
+    ),
+];
+
+/// An Amazon Bedrock error: the exception's name in `x-amzn-ErrorType`
+/// (where AWS's SDKs read the error code: boto3's `ThrottlingException`,
+/// which its retry modes retry) and `{"message": …}`.
+fn bedrock_error(status: u16) -> (&'static str, Vec<u8>, Vec<String>) {
+    let (name, message) = BEDROCK_EXCEPTIONS
+        .iter()
+        .find(|(s, ..)| *s == status)
+        .map_or(
+            match status >= 500 {
+                true => (
+                    "InternalServerException",
+                    "The server encountered an internal error.",
+                ),
+                false => ("ValidationException", "The request was refused."),
+            },
+            |(_, n, m)| (*n, *m),
+        );
+    let headers = vec![
+        format!("x-amzn-ErrorType: {name}:http://internal.amazon.com/coral/com.amazon.bedrock/"),
+        "x-amzn-RequestId: 00000000-0000-4000-8000-6e6574636861".into(),
+    ];
+    let body = serde_json::json!({ "message": message });
     ("application/json", body.to_string().into_bytes(), headers)
 }
 

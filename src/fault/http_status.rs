@@ -2,9 +2,10 @@
 //! place — `status`, `headers`, `body` (or `body_file`), `retry_after` — and
 //! the upstream never sees it; the connection stays usable for the next
 //! request unless `then = "close" | "reset"`. `envelope = "anthropic" |
-//! "openai" | "gemini"` shapes the body and headers as that provider's
+//! "openai" | "gemini" | "bedrock"` shapes the body and headers as that provider's
 //! errors are shaped (a 529 `overloaded_error`, a 429 `rate_limit_error`
-//! with `retry-after`, Google's `RESOURCE_EXHAUSTED` with a `RetryInfo`),
+//! with `retry-after`, Google's `RESOURCE_EXHAUSTED` with a `RetryInfo`, Bedrock's
+//! `ThrottlingException`),
 //! so its SDK takes the error for its own.
 
 use bytes::Bytes;
@@ -62,7 +63,7 @@ impl Given {
 
 const PARAMS: &[(&str, &str, &str)] = &[
     ("status", "an HTTP status 200-599, required", "the answer's status"),
-    ("envelope", "anthropic, openai or gemini", "a provider-shaped error body and headers"),
+    ("envelope", "anthropic, openai, gemini or bedrock", "a provider-shaped error body and headers"),
     ("body", "a string", "the answer's body (default: the provider's error, or the status's name)"),
     ("body_file", "a path (regular file, at most 1MiB)", "…or a file's bytes"),
     (
@@ -245,6 +246,22 @@ mod tests {
         let s = status(&[("status", "503"), ("envelope", "gemini")]);
         let text = String::from_utf8(s.reply(false, false).to_vec()).unwrap();
         assert!(text.contains(r#"{"error":{"code":503,"message":"The model is overloaded. Please try again later.","status":"UNAVAILABLE"}}"#), "{text}");
+    }
+
+    /// Bedrock's: the exception's name where AWS's SDKs read the code.
+    #[test]
+    fn bedrock_errors_name_their_exception() {
+        let s = status(&[("status", "429"), ("envelope", "bedrock")]);
+        let text = String::from_utf8(s.reply(false, false).to_vec()).unwrap();
+        assert!(text.contains("x-amzn-ErrorType: ThrottlingException:"), "{text}");
+        let body: serde_json::Value =
+            serde_json::from_str(text.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+        assert!(body["message"].as_str().unwrap().starts_with("Too many requests"));
+        for (code, want) in [("503", "ServiceUnavailableException"), ("502", "InternalServerException"), ("422", "ValidationException")] {
+            let s = status(&[("status", code), ("envelope", "bedrock")]);
+            let text = String::from_utf8(s.reply(false, false).to_vec()).unwrap();
+            assert!(text.contains(&format!("x-amzn-ErrorType: {want}:")), "{text}");
+        }
     }
 
     /// Each status carries the error type Anthropic documents for it (the

@@ -52,7 +52,7 @@ impl Kind for Respond {
         streamed: false,
         stages: false,
         about: "the upstream is never contacted; the client gets canned bytes",
-        params: &[("data", "a string", "the bytes to send"), ("file", "a path (regular file, at most 1MiB)", "…or a file's bytes"), ("status", "an HTTP status 200-599", "…or an HTTP reply with this status"), ("body", "a string", "the HTTP reply's body"), ("retry_after", "a duration", "a Retry-After header (whole seconds, rounded up; an envelope also gives the exact value)"), ("envelope", "anthropic, openai or gemini", "the HTTP reply as that provider's error"), ("headers", "\"Name: value\" strings, or a table (headers.Name in flags)", "more HTTP headers"), ("then", "close (default), reset or stall", "after the bytes: FIN, RST or silence"), ("wait_request", "true (default) or false", "wait for the client's first bytes")],
+        params: &[("data", "a string", "the bytes to send"), ("file", "a path (regular file, at most 1MiB)", "…or a file's bytes"), ("status", "an HTTP status 200-599", "…or an HTTP reply with this status"), ("body", "a string", "the HTTP reply's body"), ("retry_after", "a duration", "a Retry-After header (whole seconds, rounded up; an envelope also gives the exact value)"), ("envelope", "anthropic, openai, gemini or bedrock", "the HTTP reply as that provider's error"), ("headers", "\"Name: value\" strings, or a table (headers.Name in flags)", "more HTTP headers"), ("then", "close (default), reset or stall", "after the bytes: FIN, RST or silence"), ("wait_request", "true (default) or false", "wait for the client's first bytes")],
     };
 
     fn parse(f: &mut Fields) -> Result<Self, ProfileError> {

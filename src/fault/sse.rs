@@ -1,6 +1,7 @@
 //! `sse` (HTTP layer): on `text/event-stream` responses, counted in whole
-//! events (an event ends at a blank line), and on NDJSON ones, counted in
-//! lines (each a JSON value: Ollama's streams): `stall_after_events` — then
+//! events (an event ends at a blank line), on NDJSON ones, counted in
+//! lines (each a JSON value: Ollama's streams), and on AWS's binary event
+//! stream (Amazon Bedrock's), counted in event frames: `stall_after_events` — then
 //! silence, the connection open (for good, or for `stall_for`, and then
 //! the stream goes on: a slow first token after the headers, a pause
 //! mid-answer that a client's read timeout should or should not ride
@@ -13,7 +14,8 @@
 //! (`envelope`: Anthropic's `event: error` with an `overloaded_error`,
 //! OpenAI's `data: {"error": …}`, OpenAI's Responses API's `event: error`,
 //! Gemini's `data: {"error": …}` in Google's shape, Ollama's error line,
-//! which an NDJSON stream gets when no envelope is given),
+//! which an NDJSON stream gets when no envelope is given, Bedrock's
+//! exception frame, which AWS's binary event stream always gets),
 //! then the stream ends, as those APIs end a stream they cannot finish
 //! after its 200; `patch_json` / `patch_ops`
 //! — each event whose `data:` (or line) is JSON (those named by `event`,
@@ -34,6 +36,7 @@ use super::http_reply::{google_code_names, google_error_named};
 use super::http_status::After;
 use super::json_edit::JsonEdit;
 use super::{Kind, KindInfo, Layer, Stream};
+use crate::http::events::Format;
 use crate::settings::{Fields, ProfileError};
 use crate::units::format_duration;
 
@@ -59,8 +62,9 @@ pub(crate) struct Sse {
     breaks: Option<(u64, Breakage)>,
     event_delay: Duration,
     matcher: RequestMatch,
-    /// With `error_after_events`: the provider's error event.
-    error: Option<ErrorEvent>,
+    /// With `error_after_events`: the provider's error event (boxed: the
+    /// other faults stay small).
+    error: Option<Box<ErrorEvent>>,
     /// A JSON patch for events' data and/or a new type, and which events
     /// (by the glob on their `event:` name) get them.
     patch: Option<EventPatch>,
@@ -80,6 +84,10 @@ struct ErrorEvent {
     /// Whether `envelope` was given, not defaulted.
     given: bool,
     kind: String,
+    /// In AWS's binary event stream: Bedrock's exception type and its
+    /// payload (another envelope has no frame of its own there: Bedrock
+    /// reports every provider's mid-stream failure this way).
+    aws: (String, serde_json::Value),
 }
 
 #[derive(Debug, Clone)]
@@ -108,7 +116,7 @@ impl Kind for Sse {
         default_stream: Stream::Both,
         streamed: false,
         stages: false,
-        about: "an event stream (server-sent events or NDJSON lines) stalls (for good or a while), drops, slows or turns malformed after N events, or has its events' JSON patched or their type changed",
+        about: "an event stream (server-sent events, NDJSON lines or AWS event-stream frames: Bedrock) stalls (for good or a while), drops, slows or turns malformed after N events, or has its events' JSON patched or their type changed",
         params: &[
             ("stall_after_events", "a number", "after N whole events nothing more, the connection open"),
             (
@@ -123,10 +131,10 @@ impl Kind for Sse {
             ("error_after_events", "a number", "after N events the provider's error event, then the end"),
             (
                 "envelope",
-                "anthropic (default), openai, openai-responses, gemini or ollama",
+                "anthropic (default), openai, openai-responses, gemini, ollama or bedrock",
                 "whose error event, with error_after_events",
             ),
-            ("error_type", "a string", "its error type (default overloaded_error; openai and openai-responses: server_error, the code; gemini: INTERNAL, a google.rpc code name; ollama: the error's text)"),
+            ("error_type", "a string", "its error type (default overloaded_error; openai and openai-responses: server_error, the code; gemini: INTERNAL, a google.rpc code name; ollama: the error's text; bedrock: modelStreamErrorException, an exception of Bedrock's streams)"),
             ("event_delay", "a duration, default 0", "each event this much later"),
             (
                 "patch_json",
@@ -141,12 +149,12 @@ impl Kind for Sse {
             (
                 "set_event",
                 "an event type like response.incomplete",
-                "the events get this type (their event: line), with a patch only those it applied to; an NDJSON line has none to change",
+                "the events get this type (their event: line, or an AWS frame's :event-type), with a patch only those it applied to; an NDJSON line has none to change",
             ),
             (
                 "event",
                 "a glob like message_delta, default any",
-                "only events of this type (an NDJSON line is a message), with patch_json, patch_ops or set_event",
+                "only events of this type (an NDJSON line is a message; an AWS frame's is its :event-type), with patch_json, patch_ops or set_event",
             ),
         ],
     };
@@ -162,7 +170,10 @@ impl Kind for Sse {
         };
         let malformed = f.choice("malformed", &["json", "truncate"])?;
         let error_after = f.integer_in("error_after_events", 0, u64::MAX)?;
-        let envelope = f.choice("envelope", &["anthropic", "openai", "openai-responses", "gemini", "ollama"])?;
+        let envelope = f.choice(
+            "envelope",
+            &["anthropic", "openai", "openai-responses", "gemini", "ollama", "bedrock"],
+        )?;
         let error_type = f.string("error_type")?;
         let event_delay = f.duration("event_delay")?.unwrap_or_default();
         let patch = JsonEdit::parse(f)?;
@@ -245,6 +256,7 @@ impl Kind for Sse {
                     "anthropic" => "overloaded_error".into(),
                     "gemini" => "INTERNAL".into(),
                     "ollama" => OLLAMA_ERROR.into(),
+                    "bedrock" => BEDROCK_STREAM_ERROR.into(),
                     _ => "server_error".into(),
                 });
                 if provider == "gemini" && google_error_named(&kind).is_none() {
@@ -253,19 +265,31 @@ impl Kind for Sse {
                         google_code_names().collect::<Vec<_>>().join(", ")
                     )));
                 }
+                if provider == "bedrock" && !BEDROCK_EXCEPTIONS.contains(&kind.as_str()) {
+                    return Err(f.table_error(format!(
+                        "error_type {kind:?} is not an exception Bedrock streams: give one of {}",
+                        BEDROCK_EXCEPTIONS.join(", ")
+                    )));
+                }
                 let (event, data) = error_event(provider, &kind, n);
+                let aws_kind = match provider {
+                    "bedrock" => kind.clone(),
+                    _ => BEDROCK_STREAM_ERROR.to_string(),
+                };
+                let aws = (aws_kind.clone(), bedrock_exception(&aws_kind));
                 let line = match envelope {
                     Some(_) => data.clone(),
                     None => error_event("ollama", OLLAMA_ERROR, n).1,
                 };
-                Some(ErrorEvent {
+                Some(Box::new(ErrorEvent {
                     event,
                     data,
                     line,
                     provider,
                     given: envelope.is_some(),
                     kind,
-                })
+                    aws,
+                }))
             }
             None => None,
         };
@@ -345,12 +369,14 @@ impl Sse {
         self.patch.as_ref()
     }
 
-    /// The error event `error_after_events` sends: its type (for an event
-    /// stream) and its data, or (`json_lines`) its data as an NDJSON line.
-    pub(crate) fn error_event(&self, json_lines: bool) -> Option<(Option<&str>, &serde_json::Value)> {
-        self.error.as_ref().map(|e| match json_lines {
-            true => (None, &e.line),
-            false => (e.event, &e.data),
+    /// The error event `error_after_events` sends in a stream of this
+    /// format: its type (an event stream's, or the exception's in AWS's)
+    /// and its data (an NDJSON stream's: its line).
+    pub(crate) fn error_event(&self, format: Format) -> Option<(Option<&str>, &serde_json::Value)> {
+        self.error.as_ref().map(|e| match format {
+            Format::JsonLines => (None, &e.line),
+            Format::AwsEventStream => (Some(e.aws.0.as_str()), &e.aws.1),
+            Format::EventStream => (e.event, &e.data),
         })
     }
 }
@@ -376,6 +402,9 @@ fn error_event(provider: &str, kind: &str, events: u64) -> (Option<&'static str>
         ),
         // Google's error, by its code name (checked at parse).
         "gemini" => (None, google_error_named(kind).unwrap_or_default()),
+        // In an event stream (a Bedrock-compatible server's SSE): the
+        // exception's payload as data, named by its type.
+        "bedrock" => (None, bedrock_exception(kind)),
         "openai-responses" => (
             Some("error"),
             serde_json::json!({"type": "error", "code": kind, "message": MESSAGE,
@@ -391,6 +420,33 @@ fn error_event(provider: &str, kind: &str, events: u64) -> (Option<&'static str>
     }
 }
 
+/// The exceptions Bedrock's streams (`InvokeModelWithResponseStream`,
+/// `ConverseStream`) carry in place of an event; its SDKs raise them by
+/// this name (boto3: `EventStreamError`, whose code is the name).
+const BEDROCK_EXCEPTIONS: &[&str] = &[
+    "modelStreamErrorException",
+    "internalServerException",
+    "throttlingException",
+    "serviceUnavailableException",
+    "modelTimeoutException",
+    "validationException",
+];
+
+/// What a model's failure mid-answer comes as.
+const BEDROCK_STREAM_ERROR: &str = "modelStreamErrorException";
+
+/// A Bedrock exception frame's payload: its message, and for a model's
+/// failure the status and message the model gave.
+fn bedrock_exception(kind: &str) -> serde_json::Value {
+    const MESSAGE: &str = "The model failed while streaming its answer. (injected by netchaos)";
+    match kind {
+        BEDROCK_STREAM_ERROR => serde_json::json!({
+            "message": MESSAGE, "originalStatusCode": 500, "originalMessage": "Internal server error"
+        }),
+        _ => serde_json::json!({ "message": MESSAGE }),
+    }
+}
+
 /// What Ollama says when its model runner dies mid-answer.
 const OLLAMA_ERROR: &str = "model runner has unexpectedly stopped, this may be due to resource \
      limitations or an internal error, check ollama server logs for details (injected by netchaos)";
@@ -403,7 +459,7 @@ mod tests {
 
     /// The error event as an event stream carries it.
     fn wire(s: &Sse) -> String {
-        let (event, data) = s.error_event(false).unwrap();
+        let (event, data) = s.error_event(Format::EventStream).unwrap();
         let bytes = crate::http::events::error_event(crate::http::events::Format::EventStream, event, data);
         String::from_utf8(bytes).unwrap()
     }
@@ -452,14 +508,25 @@ mod tests {
         let e = sse(&[("error_after_events", "1"), ("envelope", "gemini"), ("error_type", "overloaded")]);
         assert!(e.unwrap_err().to_string().contains("not a google.rpc code name"));
         let o = sse(&[("error_after_events", "0"), ("envelope", "ollama")]).unwrap();
-        let (event, data) = o.error_event(false).unwrap();
+        let (event, data) = o.error_event(Format::EventStream).unwrap();
         assert_eq!((event, data["error"].as_str()), (None, Some(OLLAMA_ERROR)));
         // On an NDJSON stream: Ollama's error unless an envelope is given.
-        let (_, line) = a.error_event(true).unwrap();
+        let (_, line) = a.error_event(Format::JsonLines).unwrap();
         assert_eq!(line["error"].as_str(), Some(OLLAMA_ERROR));
         let given = sse(&[("error_after_events", "1"), ("envelope", "anthropic")]).unwrap();
-        let (_, line) = given.error_event(true).unwrap();
+        let (_, line) = given.error_event(Format::JsonLines).unwrap();
         assert_eq!(line["error"]["type"], "overloaded_error");
+        let b = sse(&[("error_after_events", "2"), ("envelope", "bedrock")]).unwrap();
+        let (kind, data) = b.error_event(Format::AwsEventStream).unwrap();
+        assert_eq!(kind, Some("modelStreamErrorException"));
+        assert_eq!(data["originalStatusCode"], 500);
+        let t = sse(&[("error_after_events", "2"), ("envelope", "bedrock"), ("error_type", "throttlingException")]);
+        assert_eq!(t.unwrap().error_event(Format::AwsEventStream).unwrap().0, Some("throttlingException"));
+        let e = sse(&[("error_after_events", "1"), ("envelope", "bedrock"), ("error_type", "ThrottlingException")]);
+        assert!(e.unwrap_err().message.contains("throttlingException"));
+        // Another envelope: an AWS stream still gets Bedrock's own.
+        let (kind, _) = a.error_event(Format::AwsEventStream).unwrap();
+        assert_eq!(kind, Some("modelStreamErrorException"));
         let e = sse(&[("error_after_events", "1"), ("error_type", "")]).unwrap_err();
         assert!(e.to_string().contains("must not be empty"), "{e}");
         assert!(sse(&[("envelope", "openai"), ("event_delay", "1ms")]).is_err());

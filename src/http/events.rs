@@ -6,6 +6,7 @@
 //! same length, or half of it — the way it patches one's JSON and changes
 //! its type, and the provider's error event in either form.
 
+use super::eventstream::{self, Frame};
 use crate::fault::sse::EventPatch;
 
 /// One event block as it arrived, blank line (or LF) included.
@@ -31,6 +32,9 @@ pub(crate) enum Format {
     /// NDJSON / JSON Lines: each line (ended by LF; a CR before it is the
     /// JSON's whitespace) is one JSON value, and one event.
     JsonLines,
+    /// AWS's binary event stream (Amazon Bedrock): length-prefixed frames
+    /// ([`eventstream`]); each event frame is an event.
+    AwsEventStream,
 }
 
 /// Splits a payload arriving in pieces into event blocks.
@@ -44,7 +48,9 @@ pub(crate) struct Splitter {
     after_cr: bool,
     has_field: bool,
     /// Part of an event too long to hold went on: the rest of it, up to
-    /// its blank line (or LF), goes uncounted too.
+    /// its blank line (or LF), goes uncounted too. In a binary event
+    /// stream: bytes that were no frame came, and the rest goes uncounted
+    /// (no frame boundary can be found after them).
     spilled: bool,
 }
 
@@ -58,12 +64,16 @@ impl Splitter {
 
     /// The blocks that `data` completes.
     pub(crate) fn push(&mut self, data: &[u8]) -> Vec<Block> {
+        if self.format == Format::AwsEventStream {
+            return self.push_frames(data);
+        }
         let mut out = Vec::new();
         for &b in data {
             self.cur.push(b);
             let ends = match self.format {
                 Format::EventStream => self.event_stream_byte(b),
                 Format::JsonLines => self.json_lines_byte(b),
+                Format::AwsEventStream => unreachable!("split by push_frames"),
             };
             if ends {
                 out.push(self.take(true));
@@ -76,6 +86,40 @@ impl Splitter {
             }
         }
         out
+    }
+
+    /// [`Splitter::push`] for a binary event stream: whole frames, each an
+    /// event if it is an event frame that parses (CRCs right). Bytes that
+    /// cannot begin a frame, or one longer than [`MAX_EVENT`], and all
+    /// after them, pass on uncounted.
+    fn push_frames(&mut self, data: &[u8]) -> Vec<Block> {
+        if self.spilled {
+            return vec![Block {
+                bytes: data.to_vec(),
+                counts: false,
+            }];
+        }
+        self.cur.extend_from_slice(data);
+        let mut out = Vec::new();
+        loop {
+            match eventstream::frame_len(&self.cur, MAX_EVENT) {
+                Ok(Some(total)) if self.cur.len() >= total => {
+                    let rest = self.cur.split_off(total);
+                    let bytes = std::mem::replace(&mut self.cur, rest);
+                    let counts = Frame::parse(&bytes).is_some_and(|f| f.is_event());
+                    out.push(Block { bytes, counts });
+                }
+                Ok(_) => return out,
+                Err(()) => {
+                    self.spilled = true;
+                    out.push(Block {
+                        bytes: std::mem::take(&mut self.cur),
+                        counts: false,
+                    });
+                    return out;
+                }
+            }
+        }
     }
 
     /// One more byte of an event stream: whether it ends the event (the
@@ -126,6 +170,7 @@ impl Splitter {
     /// its LF is a whole line (it counts if not blank); in an event stream
     /// it is an unfinished event, which a client drops (it does not).
     pub(crate) fn finish(&mut self) -> Block {
+        // An unfinished frame is no event.
         self.take(self.format == Format::JsonLines)
     }
 }
@@ -134,8 +179,18 @@ impl Splitter {
 /// invalid, at the same length (so that any framing stays right): the
 /// value cut to its first half and padded with spaces.
 pub(crate) fn spoil(block: &[u8], format: Format) -> Vec<u8> {
+    if format == Format::AwsEventStream {
+        // The frame's JSON payload spoiled (the outer JSON of a Bedrock
+        // chunk: its SDK cannot even find the event), its CRCs right.
+        return eventstream::respoil(block, |payload| {
+            if let Some((start, end)) = json_span(payload) {
+                spoil_value(&mut payload[start..end]);
+            }
+        });
+    }
     let mut out = block.to_vec();
     let span = match format {
+        Format::AwsEventStream => unreachable!("handled above"),
         Format::JsonLines => json_span(block),
         Format::EventStream => lines(block)
             .into_iter()
@@ -148,7 +203,13 @@ pub(crate) fn spoil(block: &[u8], format: Format) -> Vec<u8> {
     let Some((v, end)) = span else {
         return out;
     };
-    let value = &mut out[v..end];
+    spoil_value(&mut out[v..end]);
+    out
+}
+
+/// A JSON value made invalid in place: cut to its first half, padded with
+/// spaces.
+fn spoil_value(value: &mut [u8]) {
     let keep = value.len() / 2;
     for b in &mut value[keep..] {
         *b = b' ';
@@ -157,7 +218,6 @@ pub(crate) fn spoil(block: &[u8], format: Format) -> Vec<u8> {
     if serde_json::from_slice::<serde_json::Value>(value).is_ok() {
         value[0] = b'{';
     }
-    out
 }
 
 /// The block with `p` applied, or `None` when it does not apply: another
@@ -167,8 +227,10 @@ pub(crate) fn spoil(block: &[u8], format: Format) -> Vec<u8> {
 /// `event:` line where the first was (or first, when there was none); the
 /// other fields (`id:` …), comments and line ends stay as they came.
 pub(crate) fn patch(block: &[u8], p: &EventPatch, format: Format) -> Option<Vec<u8>> {
-    if format == Format::JsonLines {
-        return patch_line(block, p);
+    match format {
+        Format::JsonLines => return patch_line(block, p),
+        Format::AwsEventStream => return patch_frame(block, p),
+        Format::EventStream => {}
     }
     let lines: Vec<(&[u8], &[u8])> = lines(block)
         .into_iter()
@@ -284,6 +346,39 @@ fn patch_line(block: &[u8], p: &EventPatch) -> Option<Vec<u8>> {
     Some(out)
 }
 
+/// [`patch`] for a binary event-stream frame: its type is its
+/// `:event-type` (what `event` matches and `set_event` changes); the JSON
+/// patched is a Bedrock chunk's own event (base64 in `bytes`), or the
+/// payload; lengths and CRCs are made right.
+fn patch_frame(block: &[u8], p: &EventPatch) -> Option<Vec<u8>> {
+    let mut frame = Frame::parse(block).filter(Frame::is_event)?;
+    let event = frame.event_type().unwrap_or("message").to_string();
+    if !p.applies_to(&event) {
+        return None;
+    }
+    let data = match &p.patch {
+        Some(edit) => {
+            let (was, wrapped) = frame
+                .json()
+                .filter(|(v, _)| v.is_object() || v.is_array())?;
+            let now = edit.apply(&was)?;
+            (now != was).then_some((now, wrapped))
+        }
+        None => None,
+    };
+    let rename = p.set_event.as_deref().filter(|name| *name != event);
+    if data.is_none() && rename.is_none() {
+        return None;
+    }
+    if let Some((now, wrapped)) = data {
+        frame.set_json(&now, wrapped);
+    }
+    if let Some(name) = rename {
+        frame.set_event_type(name);
+    }
+    Some(frame.encode())
+}
+
 /// Where a JSON line's text is: from its first byte that is not
 /// whitespace to its last.
 fn json_span(block: &[u8]) -> Option<(usize, usize)> {
@@ -301,6 +396,10 @@ pub(crate) fn error_event(
 ) -> Vec<u8> {
     match format {
         Format::JsonLines => format!("{data}\n").into_bytes(),
+        // Bedrock's exception frame: the type is the exception's.
+        Format::AwsEventStream => {
+            Frame::exception(event.unwrap_or("internalServerException"), data).encode()
+        }
         Format::EventStream => {
             let event = event.map(|e| format!("event: {e}\n")).unwrap_or_default();
             format!("{event}data: {data}\n\n").into_bytes()
@@ -345,6 +444,37 @@ mod tests {
 
     fn spoil(block: &[u8]) -> Vec<u8> {
         super::spoil(block, Format::EventStream)
+    }
+
+    /// AWS's binary frames split across reads, counted when they are
+    /// event frames that check out; bytes that are no frame, and all after
+    /// them, pass uncounted; an unfinished frame at the end is no event.
+    #[test]
+    fn aws_frames_are_events_too() {
+        let frame = |json: &str| Frame::event("chunk", json.as_bytes()).encode();
+        let a = frame(r#"{"n":1}"#);
+        let b =
+            eventstream::Frame::exception("throttlingException", &serde_json::json!({})).encode();
+        let mut wire = a.clone();
+        wire.extend_from_slice(&b);
+        let mut split = Splitter::new(Format::AwsEventStream);
+        let mut got = Vec::new();
+        for piece in wire.chunks(7) {
+            got.extend(split.push(piece));
+        }
+        assert_eq!(got.len(), 2);
+        assert_eq!(got[0].bytes, a);
+        // An exception frame does not count: it is not an event.
+        assert_eq!((got[0].counts, got[1].counts), (true, false));
+        assert!(split.finish().bytes.is_empty());
+        let mut split = Splitter::new(Format::AwsEventStream);
+        assert!(split.push(&a[..10]).is_empty());
+        assert!(!split.finish().counts);
+        let mut split = Splitter::new(Format::AwsEventStream);
+        let junk = split.push(b"data: not a frame\n\n");
+        assert_eq!(junk.len(), 1);
+        assert!(!junk[0].counts);
+        assert!(!split.push(&a).iter().any(|b| b.counts));
     }
 
     /// JSON lines: split at LF alone, blank lines not counted, patched and

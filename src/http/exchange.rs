@@ -1026,8 +1026,7 @@ impl Stream<'_> {
                 // the body's end, then (the upstream still streaming) the
                 // connection's.
                 self.record();
-                if let Some((event, data)) = self.sse.error_event(self.format == Format::JsonLines)
-                {
+                if let Some((event, data)) = self.sse.error_event(self.format) {
                     let error = sse_events::error_event(self.format, event, data);
                     self.emit(out, &error).await?;
                 }

@@ -2,6 +2,7 @@
 //! and (through [`crate::tls`]) inside HTTPS.
 pub(crate) mod decide;
 pub(crate) mod events;
+pub(crate) mod eventstream;
 pub(crate) mod exchange;
 pub(crate) mod rewrite;
 pub(crate) mod wire;

@@ -119,6 +119,7 @@ const STREAMS: &[&str] = &[
     "text/event-stream",
     "application/stream+json",
     "multipart/x-mixed-replace",
+    "application/vnd.amazon.eventstream",
 ];
 
 /// The media type of a `Content-Type`, lowercased, without parameters.

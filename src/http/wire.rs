@@ -251,6 +251,8 @@ impl Response {
             Some(Format::EventStream)
         } else if JSON_LINES.iter().any(is) {
             Some(Format::JsonLines)
+        } else if is(&"application/vnd.amazon.eventstream") {
+            Some(Format::AwsEventStream)
         } else {
             None
         }

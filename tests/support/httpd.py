@@ -21,6 +21,11 @@ python3 httpd.py [--bind ADDR] [--cert CERT --key KEY]   prints its port, then s
   POST /api/chat     an Ollama chat answer, "hello", done_reason stop: its
                      NDJSON stream (three lines; model llama-nolf: the last
                      without its LF), or JSON with stream false
+  POST /model/M/invoke                       Amazon Bedrock: an Anthropic
+  POST /model/M/invoke-with-response-stream  answer as JSON, or its events in
+                     Bedrock chunks (AWS's binary event stream, base64 JSON)
+  POST /model/M/converse         Bedrock's Converse API: "hello", stopReason
+  POST /model/M/converse-stream  end_turn: JSON, or its typed event frames
   ANY  /echo-head/…  200, the request line and headers as received
   GET  /ws           101 Switching Protocols, then echoes raw bytes
   GET  /close        200 with Connection: close, then closes
@@ -33,14 +38,29 @@ python3 httpd.py [--bind ADDR] [--cert CERT --key KEY]   prints its port, then s
 Each response is written in one piece with TCP_NODELAY, so timing is the
 relay's, not Nagle's. Ends when stdin closes (the test dropped it).
 """
+import base64
+import binascii
 import gzip
 import http.server
 import json
 import socketserver
 import ssl
+import struct
 import sys
 import threading
 import time
+
+
+def aws_frame(event_type, payload):
+    """One frame of AWS's binary event stream: an event of this type."""
+    headers = b""
+    for name, value in ((":event-type", event_type), (":content-type", "application/json"),
+                        (":message-type", "event")):
+        headers += bytes([len(name)]) + name.encode() + b"\x07" + struct.pack(">H", len(value)) + value.encode()
+    body = json.dumps(payload).encode()
+    prelude = struct.pack(">II", 12 + len(headers) + len(body) + 4, len(headers))
+    frame = prelude + struct.pack(">I", binascii.crc32(prelude)) + headers + body
+    return frame + struct.pack(">I", binascii.crc32(frame))
 
 
 MESSAGE = {
@@ -189,6 +209,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
         if self.path == "/api/chat":
             self.ollama(json.loads(body or b"{}"))
             return
+        if self.path.startswith("/model/"):
+            self.bedrock(self.path.rsplit("/", 1)[1], json.loads(body or b"{}"))
+            return
         self.reply(200, body)
 
     def messages(self, req):
@@ -200,7 +223,12 @@ class Handler(http.server.BaseHTTPRequestHandler):
             message.update(content=[{"type": "text", "text": "hello"}], stop_reason="end_turn")
             self.reply(200, json.dumps(message).encode(), [("Content-Type", "application/json")])
             return
-        events = [
+        events = self.anthropic_events(message)
+        self.event_stream([f"event: {name}\ndata: {json.dumps(data)}\n\n" for name, data in events])
+
+    @staticmethod
+    def anthropic_events(message):
+        return [
             ("message_start", {"type": "message_start", "message": message}),
             ("content_block_start", {"type": "content_block_start", "index": 0,
                                      "content_block": {"type": "text", "text": ""}}),
@@ -212,7 +240,39 @@ class Handler(http.server.BaseHTTPRequestHandler):
                                "usage": {"output_tokens": 1}}),
             ("message_stop", {"type": "message_stop"}),
         ]
-        self.event_stream([f"event: {name}\ndata: {json.dumps(data)}\n\n" for name, data in events])
+
+    def bedrock(self, action, req):
+        json_type = [("Content-Type", "application/json")]
+        stream = [("X-Amzn-Bedrock-Content-Type", "application/json")]
+        if action in ("invoke", "invoke-with-response-stream"):
+            usage = {"input_tokens": 3, "output_tokens": 1}
+            message = {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-test",
+                       "content": [], "stop_reason": None, "stop_sequence": None, "usage": usage}
+            if action == "invoke":
+                message.update(content=[{"type": "text", "text": "hello"}], stop_reason="end_turn")
+                self.reply(200, json.dumps(message).encode(), json_type)
+                return
+            frames = [aws_frame("chunk", {"bytes": base64.b64encode(json.dumps(data).encode()).decode(),
+                                          "p": "abcdefgh"})
+                      for _, data in self.anthropic_events(message)]
+            self.event_stream(frames, "application/vnd.amazon.eventstream", stream)
+            return
+        usage = {"inputTokens": 3, "outputTokens": 1, "totalTokens": 4}
+        if action == "converse":
+            self.reply(200, json.dumps({
+                "output": {"message": {"role": "assistant", "content": [{"text": "hello"}]}},
+                "stopReason": "end_turn", "usage": usage, "metrics": {"latencyMs": 1},
+            }).encode(), json_type)
+            return
+        frames = [aws_frame(t, dict(d, p="abcd")) for t, d in [
+            ("messageStart", {"role": "assistant"}),
+            ("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": "hel"}}),
+            ("contentBlockDelta", {"contentBlockIndex": 0, "delta": {"text": "lo"}}),
+            ("contentBlockStop", {"contentBlockIndex": 0}),
+            ("messageStop", {"stopReason": "end_turn"}),
+            ("metadata", {"usage": usage, "metrics": {"latencyMs": 1}}),
+        ]]
+        self.event_stream(frames, "application/vnd.amazon.eventstream", stream)
 
 
     def completions(self, req):
@@ -302,14 +362,15 @@ class Handler(http.server.BaseHTTPRequestHandler):
             lines[-1] = lines[-1].rstrip("\n")  # JSON Lines allows a last line without its LF
         self.event_stream(lines, "application/x-ndjson")
 
-    def event_stream(self, events, content_type="text/event-stream"):
+    def event_stream(self, events, content_type="text/event-stream", headers=()):
         """A streamed response (text/event-stream by default), one chunk per event."""
         self.wfile.write(
             f"HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\n".encode()
+            + "".join(f"{k}: {v}\r\n" for k, v in headers).encode()
             + b"Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n"
         )
         for ev in events:
-            ev = ev.encode()
+            ev = ev if isinstance(ev, bytes) else ev.encode()
             self.wfile.write(b"%x\r\n%s\r\n" % (len(ev), ev))
             self.wfile.flush()
         self.wfile.write(b"0\r\n\r\n")
