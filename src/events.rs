@@ -361,6 +361,15 @@ impl Stats {
             Some((listen.to_string(), upstream.to_string()));
     }
 
+    /// Drops deleted proxy `name`'s counters, so that an API creating and
+    /// deleting proxies by new names (a test suite's, per test) does not
+    /// grow the series for ever; a connection still open keeps counting
+    /// into its own copy, unseen. A proxy made again by that name starts
+    /// from 0, which Prometheus reads as a counter reset.
+    pub(crate) fn forget_proxy(&self, name: &str) {
+        self.proxies.lock().expect("stats lock").remove(name);
+    }
+
     /// The counters of proxy `name` (made on first use).
     pub(crate) fn proxy(&self, name: &str) -> Arc<ProxyStats> {
         self.proxies

@@ -664,6 +664,12 @@ fn metrics_move_as_faults_are_injected() {
             "{line}"
         );
     }
+    // A deleted proxy's series go with it (proxies made and deleted by
+    // new names would otherwise pile up for as long as netchaos runs).
+    http("DELETE", &format!("{u}/proxies/m"), None, &[]);
+    let (_, v) = http("GET", &format!("{u}/metrics"), None, &[]);
+    let text = v.as_str().unwrap();
+    assert!(!text.contains("proxy=\"m\""), "{text}");
 }
 
 #[test]

@@ -674,6 +674,7 @@ async fn proxy_delete(State(st): State<ApiState>, Path(name): Path<String>) -> R
         Some(mut p) => {
             stop(&mut p).await;
             st.control.relay.rules.remove(&p.name);
+            st.control.relay.events.stats.forget_proxy(&p.name);
             no_content()
         }
         None => fail(not_found("proxy")),
