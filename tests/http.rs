@@ -783,25 +783,30 @@ fn event_stream_json_is_patched_event_by_event() {
 
 /// The `llm-max-tokens` built-in, against Anthropic's own Python SDK: a
 /// whole answer and a streamed one both come back cut off at the token
-/// limit (`stop_reason` `max_tokens`), their text as the upstream sent it.
+/// limit (`stop_reason` `max_tokens`), their text as the upstream sent it;
+/// the same through the SDK's Vertex AI client (`:rawPredict`,
+/// `:streamRawPredict`).
 #[test]
 fn llm_max_tokens_ends_answers_at_the_limit_for_anthropics_sdk() {
     let code = r#"
 import sys, anthropic
-c = anthropic.Anthropic(base_url=sys.argv[1], api_key="test", max_retries=0)
+direct = anthropic.Anthropic(base_url=sys.argv[1], api_key="test", max_retries=0)
+vertex = anthropic.AnthropicVertex(base_url=sys.argv[1] + "/v1", access_token="test",
+                                   region="us-east5", project_id="p", max_retries=0)
 ask = dict(model="claude-test", max_tokens=16, messages=[{"role": "user", "content": "hi"}])
-m = c.messages.create(**ask)
-print(m.stop_reason, m.content[0].text)
-with c.messages.stream(**ask) as s:
-    m = s.get_final_message()
-print(m.stop_reason, m.content[0].text)
+for c in (direct, vertex):
+    m = c.messages.create(**ask)
+    print(m.stop_reason, m.content[0].text)
+    with c.messages.stream(**ask) as s:
+        m = s.get_final_message()
+    print(m.stop_reason, m.content[0].text)
 "#;
     python_sdk_meets(
         "anthropic",
         &["-p", "llm-max-tokens"],
         code,
-        "max_tokens hello\nmax_tokens hello\n",
-        "2 seen, 2 faulted",
+        "max_tokens hello\nmax_tokens hello\n".repeat(2),
+        "4 seen, 4 faulted",
     );
 }
 
@@ -1039,29 +1044,28 @@ def client(attempts=1):
                         aws_access_key_id="test", aws_secret_access_key="test",
                         config=Config(retries={"total_max_attempts": attempts, "mode": "standard"},
                                       read_timeout=1))
-def invoke_stream(model):
-    text, stop = "", None
+def invoke_stream(model, got):
     r = client().invoke_model_with_response_stream(modelId=model, body=json.dumps({"messages": []}))
     for ev in r["body"]:
         e = json.loads(ev["chunk"]["bytes"])
-        if e["type"] == "content_block_delta": text += e["delta"]["text"]
-        if e["type"] == "message_delta": stop = e["delta"]["stop_reason"]
-    return text, stop
-def converse_stream(model):
-    text, stop = "", None
+        if e["type"] == "content_block_delta": got.append(e["delta"]["text"])
+        if e["type"] == "message_delta": got.append(e["delta"]["stop_reason"])
+def converse_stream(model, got):
     r = client().converse_stream(modelId=model, messages=[{"role": "user", "content": [{"text": "hi"}]}])
     for ev in r["stream"]:
-        if "contentBlockDelta" in ev: text += ev["contentBlockDelta"]["delta"]["text"]
-        if "messageStop" in ev: stop = ev["messageStop"]["stopReason"]
-    return text, stop
+        if "contentBlockDelta" in ev: got.append(ev["contentBlockDelta"]["delta"]["text"])
+        if "messageStop" in ev: got.append(ev["messageStop"]["stopReason"])
 def streams(model):
+    # What each stream gave (text, then the stop reason), and how it ended.
     for read in (invoke_stream, converse_stream):
+        got = []
         try:
-            print(model, read.__name__, *read(model))
+            read(model, got)
+            print(model, read.__name__, *got)
         except botocore.exceptions.EventStreamError as e:
-            print(model, read.__name__, "EventStreamError", e.response["Error"]["Code"])
+            print(model, read.__name__, *got, "EventStreamError", e.response["Error"]["Code"])
         except Exception as e:
-            print(model, read.__name__, type(e).__name__)
+            print(model, read.__name__, *got, type(e).__name__)
 "#;
 
 /// `llm-max-tokens` against Amazon Bedrock through boto3: InvokeModel's
@@ -1083,51 +1087,53 @@ streams("m")
         "boto3",
         &["-p", "llm-max-tokens"],
         &code,
-        "max_tokens\nmax_tokens\nm invoke_stream hello max_tokens\nm converse_stream hello max_tokens\n",
+        "max_tokens\nmax_tokens\nm invoke_stream hello max_tokens\nm converse_stream hel lo max_tokens\n",
         "4 seen, 4 faulted",
     );
 }
 
-/// Bedrock's streams break frame by frame, as boto3 meets them: after two
-/// events its own exception frame (`modelStreamErrorException` by default,
-/// the one given with `envelope = "bedrock"`), which boto3 raises as
-/// `EventStreamError` by that name; a cut (`ProtocolError`); a stall
-/// (boto3's read timeout); a frame cut in half, then the end; a frame
-/// whose JSON is malformed (its checksums right), which boto3 does not
-/// raise: it yields the event without its members (`KeyError` in a
-/// client that reads them).
+/// Bedrock's streams break frame by frame, as boto3 meets them (each line
+/// has the text before the break): after three events, Bedrock's own
+/// exception frame (`modelStreamErrorException` by default, the one given
+/// with `envelope = "bedrock"`), which boto3 raises as `EventStreamError`
+/// by that name; a cut (`ProtocolError`); a stall (boto3's read timeout);
+/// a frame cut in half, then the end. A malformed third frame (its
+/// checksums right): in InvokeModel's stream the model's event inside the
+/// chunk is bad JSON (the client's `json.loads` raises); in Converse's
+/// the payload is, which boto3 does not raise: it yields the event
+/// without its members (`KeyError` in a client that reads them).
 #[test]
 fn a_bedrock_stream_breaks_frame_by_frame() {
     let faults = [
         "--fault",
-        "sse:error_after_events=2,path=/model/m-error/*",
+        "sse:error_after_events=3,path=/model/m-error/*",
         "--fault",
-        "sse:error_after_events=2,envelope=bedrock,error_type=throttlingException,path=/model/m-throttled/*",
+        "sse:error_after_events=3,envelope=bedrock,error_type=throttlingException,path=/model/m-throttled/*",
         "--fault",
-        "sse:drop_after_events=2,path=/model/m-drop/*",
+        "sse:drop_after_events=3,path=/model/m-drop/*",
         "--fault",
-        "sse:stall_after_events=2,stall_for=30s,path=/model/m-stall/*",
+        "sse:stall_after_events=3,stall_for=30s,path=/model/m-stall/*",
         "--fault",
-        "sse:malformed_after_events=2,malformed=truncate,path=/model/m-cut/*",
+        "sse:malformed_after_events=3,malformed=truncate,path=/model/m-cut/*",
         "--fault",
-        "sse:malformed_after_events=1,path=/model/m-bad/*",
+        "sse:malformed_after_events=2,path=/model/m-bad/*",
     ];
     let code = format!(
         "{BEDROCK_CLIENT}\nfor m in ['m-error', 'm-throttled', 'm-drop', 'm-stall', 'm-cut', 'm-bad']:\n    streams(m)\n"
     );
     let want = [
-        "m-error invoke_stream EventStreamError modelStreamErrorException",
-        "m-error converse_stream EventStreamError modelStreamErrorException",
-        "m-throttled invoke_stream EventStreamError throttlingException",
-        "m-throttled converse_stream EventStreamError throttlingException",
-        "m-drop invoke_stream ProtocolError",
-        "m-drop converse_stream ProtocolError",
-        "m-stall invoke_stream ReadTimeoutError",
-        "m-stall converse_stream ReadTimeoutError",
-        "m-cut invoke_stream ProtocolError",
-        "m-cut converse_stream ProtocolError",
-        "m-bad invoke_stream KeyError",
-        "m-bad converse_stream KeyError",
+        "m-error invoke_stream hello EventStreamError modelStreamErrorException",
+        "m-error converse_stream hel lo EventStreamError modelStreamErrorException",
+        "m-throttled invoke_stream hello EventStreamError throttlingException",
+        "m-throttled converse_stream hel lo EventStreamError throttlingException",
+        "m-drop invoke_stream hello ProtocolError",
+        "m-drop converse_stream hel lo ProtocolError",
+        "m-stall invoke_stream hello ReadTimeoutError",
+        "m-stall converse_stream hel lo ReadTimeoutError",
+        "m-cut invoke_stream hello ProtocolError",
+        "m-cut converse_stream hel lo ProtocolError",
+        "m-bad invoke_stream JSONDecodeError",
+        "m-bad converse_stream hel KeyError",
     ];
     python_sdk_meets(
         "boto3",
@@ -1135,6 +1141,47 @@ fn a_bedrock_stream_breaks_frame_by_frame() {
         &code,
         want.join("\n") + "\n",
         "12 seen, 12 faulted (sse 200: 12)",
+    );
+}
+
+/// Anthropic's own SDK on Bedrock (`AnthropicBedrock`) reads the same
+/// frames: a patched `message_delta` inside a chunk ends the answer at
+/// `max_tokens`; Bedrock's exception frame is raised as `APIStatusError`
+/// whose error type is the exception's, after the text before it; a
+/// malformed event inside a chunk is the SDK's `JSONDecodeError`.
+#[test]
+fn anthropics_bedrock_client_meets_bedrock_stream_faults() {
+    let faults = [
+        "--fault",
+        r#"sse:patch_ops=[{"op":"test","path":"/type","value":"message_delta"},{"op":"replace","path":"/delta/stop_reason","value":"max_tokens"}],path=/model/m-max/*"#,
+        "--fault",
+        "sse:error_after_events=3,path=/model/m-error/*",
+        "--fault",
+        "sse:malformed_after_events=2,path=/model/m-bad/*",
+    ];
+    let code = r#"
+import sys, anthropic
+c = anthropic.AnthropicBedrock(aws_access_key="test", aws_secret_key="test", aws_region="us-east-1",
+                               base_url=sys.argv[1], max_retries=0)
+for model in ["m-max", "m-error", "m-bad"]:
+    text = ""
+    try:
+        with c.messages.stream(model=model, max_tokens=16, messages=[{"role": "user", "content": "hi"}]) as s:
+            for t in s.text_stream:
+                text += t
+            print(model, text, s.get_final_message().stop_reason)
+    except anthropic.APIStatusError as e:
+        print(model, text, "APIStatusError", e.body["error"]["type"])
+    except Exception as e:
+        print(model, text, type(e).__name__)
+"#;
+    python_sdk_meets(
+        "anthropic.lib.bedrock",
+        &faults,
+        code,
+        "m-max hello max_tokens\nm-error hello APIStatusError modelStreamErrorException\n\
+         m-bad  JSONDecodeError\n",
+        "3 seen, 3 faulted (sse 200: 3)",
     );
 }
 

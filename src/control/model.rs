@@ -237,10 +237,12 @@ impl Toxic {
         fresh: u64,
     ) -> Result<Toxic, ApiError> {
         let mut t = self.clone();
-        if let Some(x) = gojson::float(body, "toxicity", "ToxicWrapper.toxicity", "float32")? {
+        // Toxiproxy decodes an update into an anonymous struct, which Go's
+        // errors name as nothing: `Go struct field .toxicity`.
+        if let Some(x) = gojson::float(body, "toxicity", ".toxicity", "float32")? {
             t.toxicity = x;
         }
-        if let Some(m) = gojson::object(body, "attributes", "ToxicWrapper.attributes")? {
+        if let Some(m) = gojson::object(body, "attributes", ".attributes")? {
             for (k, v) in m {
                 t.attributes.insert(k, v);
             }

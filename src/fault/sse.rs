@@ -185,6 +185,10 @@ impl Kind for Sse {
                     "set_event must be an event type on one line, not empty (like response.incomplete)",
                 ));
             }
+            // An AWS frame's header holds at most 64 KiB.
+            if name.len() > crate::http::eventstream::MAX_HEADER_VALUE {
+                return Err(f.table_error("set_event is longer than an event type can be (64 KiB)"));
+            }
             // A client keeps a trailing space as part of the type.
             if name.trim() != name {
                 return Err(f.table_error(format!(
@@ -403,7 +407,8 @@ fn error_event(provider: &str, kind: &str, events: u64) -> (Option<&'static str>
         // Google's error, by its code name (checked at parse).
         "gemini" => (None, google_error_named(kind).unwrap_or_default()),
         // In an event stream (a Bedrock-compatible server's SSE): the
-        // exception's payload as data, named by its type.
+        // exception's payload as data (AWS's event stream names it by its
+        // type: see `Sse::error_event`).
         "bedrock" => (None, bedrock_exception(kind)),
         "openai-responses" => (
             Some("error"),
@@ -423,6 +428,8 @@ fn error_event(provider: &str, kind: &str, events: u64) -> (Option<&'static str>
 /// The exceptions Bedrock's streams (`InvokeModelWithResponseStream`,
 /// `ConverseStream`) carry in place of an event; its SDKs raise them by
 /// this name (boto3: `EventStreamError`, whose code is the name).
+/// `modelTimeoutException` is `InvokeModelWithResponseStream`'s only:
+/// boto3 reads it in a Converse stream with an empty code.
 const BEDROCK_EXCEPTIONS: &[&str] = &[
     "modelStreamErrorException",
     "internalServerException",

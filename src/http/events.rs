@@ -52,6 +52,9 @@ pub(crate) struct Splitter {
     /// stream: bytes that were no frame came, and the rest goes uncounted
     /// (no frame boundary can be found after them).
     spilled: bool,
+    /// In a binary event stream: bytes of a frame too long to hold still
+    /// to pass uncounted before the next frame.
+    skip: usize,
 }
 
 impl Splitter {
@@ -89,9 +92,9 @@ impl Splitter {
     }
 
     /// [`Splitter::push`] for a binary event stream: whole frames, each an
-    /// event if it is an event frame that parses (CRCs right). Bytes that
-    /// cannot begin a frame, or one longer than [`MAX_EVENT`], and all
-    /// after them, pass on uncounted.
+    /// event if it is an event frame that parses (CRCs right). A frame
+    /// longer than [`MAX_EVENT`] passes on in pieces, uncounted; bytes that
+    /// cannot begin a frame, and all after them, pass on uncounted.
     fn push_frames(&mut self, data: &[u8]) -> Vec<Block> {
         if self.spilled {
             return vec![Block {
@@ -102,7 +105,20 @@ impl Splitter {
         self.cur.extend_from_slice(data);
         let mut out = Vec::new();
         loop {
-            match eventstream::frame_len(&self.cur, MAX_EVENT) {
+            if self.skip > 0 {
+                let n = self.skip.min(self.cur.len());
+                let rest = self.cur.split_off(n);
+                out.push(Block {
+                    bytes: std::mem::replace(&mut self.cur, rest),
+                    counts: false,
+                });
+                self.skip -= n;
+                if self.cur.is_empty() {
+                    return out;
+                }
+            }
+            match eventstream::frame_len(&self.cur) {
+                Ok(Some(total)) if total > MAX_EVENT => self.skip = total,
                 Ok(Some(total)) if self.cur.len() >= total => {
                     let rest = self.cur.split_off(total);
                     let bytes = std::mem::replace(&mut self.cur, rest);
@@ -470,6 +486,21 @@ mod tests {
         let mut split = Splitter::new(Format::AwsEventStream);
         assert!(split.push(&a[..10]).is_empty());
         assert!(!split.finish().counts);
+        // A frame too long to hold passes in pieces, uncounted; the next
+        // one counts.
+        let big = Frame::event("chunk", &vec![b' '; MAX_EVENT]).encode();
+        let mut split = Splitter::new(Format::AwsEventStream);
+        let mut got = Vec::new();
+        for piece in big.chunks(64 << 10).chain([&a[..]]) {
+            got.extend(split.push(piece));
+        }
+        let passed: usize = got
+            .iter()
+            .filter(|b| !b.counts)
+            .map(|b| b.bytes.len())
+            .sum();
+        assert_eq!(passed, big.len());
+        assert_eq!(got.last().map(|b| (&b.bytes, b.counts)), Some((&a, true)));
         let mut split = Splitter::new(Format::AwsEventStream);
         let junk = split.push(b"data: not a frame\n\n");
         assert_eq!(junk.len(), 1);

@@ -18,20 +18,24 @@ const CRC: usize = 4;
 const TYPE_STRING: u8 = 7;
 const TYPE_BYTES: u8 = 6;
 
-/// A frame's length from its first four bytes, if that many have come and
-/// it could be a frame (at least a prelude and CRC; at most `max`).
-/// `Err(())`: these bytes are no frame (the stream is not what its
-/// content type says), and nothing after them can be split.
-pub(crate) fn frame_len(head: &[u8], max: usize) -> Result<Option<usize>, ()> {
-    let Some(b) = head.get(..4) else {
+/// A frame's length from its prelude, once its 12 bytes have come: its
+/// CRC right, and room for the prelude and the message CRC. `Err(())`:
+/// these bytes are no frame (the stream is not what its content type
+/// says), and nothing after them can be split.
+pub(crate) fn frame_len(head: &[u8]) -> Result<Option<usize>, ()> {
+    let Some(p) = head.get(..PRELUDE) else {
         return Ok(None);
     };
-    let total = u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize;
-    if total < PRELUDE + CRC || total > max {
+    let total = u32::from_be_bytes([p[0], p[1], p[2], p[3]]) as usize;
+    let crc = u32::from_be_bytes([p[8], p[9], p[10], p[11]]);
+    if crc32(&p[..8]) != crc || total < PRELUDE + CRC {
         return Err(());
     }
     Ok(Some(total))
 }
+
+/// The most bytes a header's string value holds (its length is a u16).
+pub(crate) const MAX_HEADER_VALUE: usize = u16::MAX as usize;
 
 /// One header: its name, type tag and raw value bytes (length included
 /// for strings and byte arrays, as on the wire).
@@ -43,9 +47,12 @@ struct Header {
 }
 
 impl Header {
+    /// A string header; a value longer than a header holds is cut to
+    /// [`MAX_HEADER_VALUE`] bytes (`sse` refuses a longer `set_event`).
     fn string(name: &str, value: &str) -> Header {
+        let value = &value.as_bytes()[..value.len().min(MAX_HEADER_VALUE)];
         let mut v = (value.len() as u16).to_be_bytes().to_vec();
-        v.extend_from_slice(value.as_bytes());
+        v.extend_from_slice(value);
         Header {
             name: name.as_bytes().to_vec(),
             kind: TYPE_STRING,
@@ -87,7 +94,7 @@ fn fixed_len(kind: u8) -> Option<Option<usize>> {
 impl Frame {
     /// A whole frame, checked.
     pub(crate) fn parse(bytes: &[u8]) -> Option<Frame> {
-        let total = frame_len(bytes, usize::MAX).ok()??;
+        let total = frame_len(bytes).ok()??;
         if bytes.len() != total {
             return None;
         }
@@ -182,6 +189,24 @@ impl Frame {
         Some((payload, false))
     }
 
+    /// A Bedrock `chunk`'s event as its bytes (decoded from base64), if
+    /// this frame is one.
+    pub(crate) fn wrapped_bytes(&self) -> Option<Vec<u8>> {
+        let payload: serde_json::Value = serde_json::from_slice(&self.payload).ok()?;
+        BASE64.decode(payload.get("bytes")?.as_str()?).ok()
+    }
+
+    /// The chunk carrying `event` as its bytes, its other fields kept.
+    pub(crate) fn set_wrapped_bytes(&mut self, event: &[u8]) {
+        let Ok(mut payload) = serde_json::from_slice::<serde_json::Value>(&self.payload) else {
+            return;
+        };
+        if let Some(obj) = payload.as_object_mut() {
+            obj.insert("bytes".into(), BASE64.encode(event).into());
+            self.payload = payload.to_string().into_bytes();
+        }
+    }
+
     /// The frame carrying `json` where [`Frame::json`] found its JSON (a
     /// wrapped event's other fields, such as Bedrock's `p` padding, kept).
     pub(crate) fn set_json(&mut self, json: &serde_json::Value, wrapped: bool) {
@@ -228,14 +253,24 @@ impl Frame {
     }
 }
 
-/// A frame whose payload is spoiled at the same length (`spoil` makes the
+/// A frame whose JSON is spoiled at the same length (`spoil` makes the
 /// bytes), CRCs made right: the SDK finds bad JSON, not a bad checksum.
-/// A frame that does not parse is returned as it came.
+/// A Bedrock `chunk`'s JSON is the model's event inside it (the envelope
+/// stays valid, as Bedrock's always is: botocore would otherwise yield an
+/// empty chunk, which Anthropic's SDK skips without a word); another
+/// frame's is its payload. A frame that does not parse is returned as it
+/// came.
 pub(crate) fn respoil(block: &[u8], spoil: impl FnOnce(&mut [u8])) -> Vec<u8> {
     let Some(mut frame) = Frame::parse(block) else {
         return block.to_vec();
     };
-    spoil(&mut frame.payload);
+    match frame.wrapped_bytes() {
+        Some(mut event) => {
+            spoil(&mut event);
+            frame.set_wrapped_bytes(&event);
+        }
+        None => spoil(&mut frame.payload),
+    }
     frame.encode()
 }
 
@@ -259,7 +294,7 @@ mod tests {
     fn a_frame_encodes_and_parses_back() {
         let f = chunk(&serde_json::json!({"type": "message_stop"}));
         let wire = f.encode();
-        assert_eq!(frame_len(&wire, 1 << 20), Ok(Some(wire.len())));
+        assert_eq!(frame_len(&wire), Ok(Some(wire.len())));
         assert_eq!(Frame::parse(&wire), Some(f.clone()));
         assert_eq!(f.event_type(), Some("chunk"));
         assert!(f.is_event());
@@ -289,9 +324,12 @@ mod tests {
         let n = wire.len();
         wire[n - 1] ^= 1;
         assert_eq!(Frame::parse(&wire), None);
-        assert_eq!(frame_len(&[0, 0, 0, 3], 1 << 20), Err(()));
-        assert_eq!(frame_len(&[0, 0x20, 0, 0], 1 << 20), Err(()));
-        assert_eq!(frame_len(&[0, 0], 1 << 20), Ok(None));
+        // A prelude whose CRC is wrong, or too short a frame.
+        assert_eq!(frame_len(&wire[..4].repeat(3)), Err(()));
+        let mut short = vec![0, 0, 0, 3, 0, 0, 0, 0];
+        short.extend_from_slice(&crc32(&short).to_be_bytes());
+        assert_eq!(frame_len(&short), Err(()));
+        assert_eq!(frame_len(&wire[..11]), Ok(None));
     }
 
     #[test]
@@ -319,10 +357,17 @@ mod tests {
 
     #[test]
     fn a_spoiled_payload_comes_with_right_checksums() {
+        // A chunk: the event inside it spoiled, the envelope still JSON.
         let wire = chunk(&serde_json::json!({"type": "x"})).encode();
         let spoiled = respoil(&wire, |p| p[0] = b' ');
         assert_eq!(spoiled.len(), wire.len());
         let f = Frame::parse(&spoiled).expect("checksums right");
+        assert!(serde_json::from_slice::<serde_json::Value>(&f.payload).is_ok());
+        assert_eq!(f.wrapped_bytes().unwrap()[0], b' ');
         assert!(f.json().is_none());
+        // Another frame: its payload.
+        let wire = Frame::event("messageStop", br#"{"stopReason":"end_turn"}"#).encode();
+        let f = Frame::parse(&respoil(&wire, |p| p[0] = b' ')).unwrap();
+        assert_eq!(f.payload[0], b' ');
     }
 }

@@ -21,6 +21,8 @@ python3 httpd.py [--bind ADDR] [--cert CERT --key KEY]   prints its port, then s
   POST /api/chat     an Ollama chat answer, "hello", done_reason stop: its
                      NDJSON stream (three lines; model llama-nolf: the last
                      without its LF), or JSON with stream false
+  POST …/publishers/anthropic/models/M:rawPredict        the same, as Google's
+  POST …/publishers/anthropic/models/M:streamRawPredict  Vertex AI serves it
   POST /model/M/invoke                       Amazon Bedrock: an Anthropic
   POST /model/M/invoke-with-response-stream  answer as JSON, or its events in
                      Bedrock chunks (AWS's binary event stream, base64 JSON)
@@ -193,6 +195,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
             body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
         if self.path.startswith("/echo-head/"):
             self.echo_head()
+            return
+        if self.path.endswith((":rawPredict", ":streamRawPredict")):  # Anthropic on Vertex AI
+            self.messages(json.loads(body or b"{}"))
             return
         if self.path.startswith("/v1/messages"):
             self.messages(json.loads(body or b"{}"))
