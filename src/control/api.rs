@@ -267,15 +267,20 @@ fn not_found(what: &str) -> ApiError {
     ApiError::new(StatusCode::NOT_FOUND, format!("{what} not found"))
 }
 
-/// The body as JSON with lower-cased keys (Go matches keys without regard
-/// to case); too big is 413, not JSON is 400 (`bad request body: EOF` for
+/// The body's first JSON value with lower-cased keys (Go matches keys
+/// without regard to case, and its decoder reads one value and leaves what
+/// follows); too big is 413, not JSON is 400 (`bad request body: EOF` for
 /// none, as Go says).
 fn parse(body: Result<Bytes, BytesRejection>) -> Result<Value, ApiError> {
     let body = body.map_err(|r| ApiError::new(r.status(), r.body_text()))?;
     if body.iter().all(u8::is_ascii_whitespace) {
         return Err(ApiError::bad_request("EOF"));
     }
-    let v: Value = serde_json::from_slice(&body).map_err(ApiError::bad_request)?;
+    let v = serde_json::Deserializer::from_slice(&body)
+        .into_iter::<Value>()
+        .next()
+        .unwrap_or_else(|| Ok(Value::Null))
+        .map_err(ApiError::bad_request)?;
     Ok(lowercase_keys(v))
 }
 
