@@ -810,6 +810,44 @@ for c in (direct, vertex):
     );
 }
 
+/// Every `sse` fault that matches a stream acts on it: the built-in's
+/// patch, another fault's delay on each event and a third's cut after
+/// five events give Anthropic's SDK an answer that said `max_tokens`,
+/// arrived late and then broke off before `message_stop` (httpx's own
+/// `RemoteProtocolError`, raised through the SDK's stream as it is).
+#[test]
+fn sse_faults_on_one_stream_all_act() {
+    let code = r#"
+import sys, time, anthropic
+c = anthropic.Anthropic(base_url=sys.argv[1], api_key="test", max_retries=0)
+seen, stop, t = [], None, time.monotonic()
+try:
+    with c.messages.stream(model="claude-test", max_tokens=16, messages=[{"role": "user", "content": "hi"}]) as s:
+        for ev in s:
+            seen.append(ev.type)
+            if ev.type == "message_delta":
+                stop = ev.delta.stop_reason
+    print(seen, stop, "complete")
+except Exception as e:
+    print(seen, stop, type(e).__name__, time.monotonic() - t >= 0.25)
+"#;
+    python_sdk_meets(
+        "anthropic",
+        &[
+            "-p",
+            "llm-max-tokens",
+            "--fault",
+            "sse:drop_after_events=5",
+            "--fault",
+            "sse:event_delay=50ms",
+        ],
+        code,
+        "['message_start', 'content_block_start', 'content_block_delta', 'text', \
+         'content_block_stop', 'message_delta'] max_tokens RemoteProtocolError True\n",
+        "1 seen, 1 faulted (sse 200: 3)",
+    );
+}
+
 /// The same built-in against OpenAI's own Python SDK: a chat completion's
 /// `finish_reason` sits in `choices[0]`, reached by a JSON Patch whose
 /// `test` lets only a finished answer change. A whole answer and a stream's
@@ -889,11 +927,12 @@ print([b[0] for b in blocks[-2:]], data[1]["type"], data[0]["item"]["status"])
         [RAISES_NO_COMPLETED, "final incomplete"].contains(&lines[2]),
         "{out}"
     );
-    // The last event only: the output item's own `completed` passes.
+    // The output item's own event says `incomplete` too (a second `sse`
+    // fault of the profile, acting on the same stream).
     assert_eq!(
         lines[3],
         "['event: response.output_item.done', 'event: response.incomplete'] \
-         response.incomplete completed",
+         response.incomplete incomplete",
         "{out}"
     );
     let (_, log) = p.stop();

@@ -106,7 +106,9 @@ pub(crate) struct OnResponse {
     pub(crate) delays: Vec<Chosen>,
     /// Forwarded, but the upstream's response is replaced (or lost).
     pub(crate) replace: Option<(Chosen, Reply)>,
-    pub(crate) sse: Option<(Chosen, Sse)>,
+    /// `sse` faults, in rule order: each acts (patches one after
+    /// another, delays added up, the first break that comes ends it).
+    pub(crate) sse: Vec<(Chosen, Sse)>,
     pub(crate) truncate: Option<(Chosen, HttpTruncate)>,
     /// `http_rewrite` edits to its head, in rule order (each applies).
     pub(crate) rewrites: Vec<(Chosen, HttpRewrite)>,
@@ -167,7 +169,7 @@ impl Decision {
                     r.delays.push(c);
                 }
                 Later::Replace(c, reply) if r.replace.is_none() => r.replace = Some((c, reply)),
-                Later::Sse(c, s) if r.sse.is_none() => r.sse = Some((c, s)),
+                Later::Sse(c, s) => r.sse.push((c, s)),
                 Later::Truncate(c, t) if r.truncate.is_none() => r.truncate = Some((c, t)),
                 Later::Rewrite(c, w) => r.rewrites.push((c, w)),
                 _ => {}

@@ -700,10 +700,10 @@ impl ResponseSide {
         // (A compressed one, which the upstream sent although asked not
         // to, has no events netchaos can see: it passes as it came.)
         let format = head.stream_format();
-        let sse = d
-            .sse
-            .take()
-            .filter(|_| format.is_some() && framing != Framing::Empty && !head.is_compressed());
+        let sse = match format.is_some() && framing != Framing::Empty && !head.is_compressed() {
+            true => std::mem::take(&mut d.sse),
+            false => Vec::new(),
+        };
         // A body to rewrite: not a stream's (it may never end), nor one
         // that a response has none of by its status or request (HEAD); an
         // empty one (a length of 0) may get one.
@@ -733,7 +733,7 @@ impl ResponseSide {
                 return cut(out, t.then()).await;
             }
             end
-        } else if let Some((c, s)) = sse {
+        } else if !sse.is_empty() {
             let head_bytes = buf.split_to(head.head_len).freeze();
             // The error event ends the body cleanly, and netchaos then
             // ends the connection (the upstream is still streaming): the
@@ -741,8 +741,10 @@ impl ResponseSide {
             // send its next request into the close.
             // So does a patch or a new type that changes events' lengths,
             // when the head gave the body's: the close delimits it instead.
-            let closes = matches!(s.breaks(), Some((_, Breakage::Error)))
-                || (s.patch().is_some() && matches!(framing, Framing::Length(_)));
+            let closes = sse.iter().any(|(_, s)| {
+                matches!(s.breaks(), Some((_, Breakage::Error)))
+                    || (s.patch().is_some() && matches!(framing, Framing::Length(_)))
+            });
             let head_bytes = match closes {
                 // A length would be wrong once the error event replaces
                 // the rest: the close (or the chunks, beside which a
@@ -757,15 +759,14 @@ impl ResponseSide {
             send_data(out, head_bytes).await?;
             let mut stream = Stream {
                 x: &self.x,
-                chosen: &c,
-                sse: &s,
+                faults: &sse,
+                recorded: vec![false; sse.len()],
                 meta: &meta,
                 status: head.status,
                 format: format.unwrap_or_default(),
                 chunked: framing == Framing::Chunked,
                 closes,
                 counted: 0,
-                recorded: false,
             };
             return stream.run(src, buf, &mut body, out, &mut self.rx).await;
         } else {
@@ -957,12 +958,15 @@ async fn cut(out: &Output, then: After) -> Result<Next, Gone> {
     send(out, kind).await.map(|()| Next::End)
 }
 
-/// One streamed response (an event stream, or JSON lines) under an `sse`
-/// fault.
+/// One streamed response (an event stream, JSON lines or AWS frames)
+/// under its `sse` faults, which all act, in rule order: each event gets
+/// their patches one after another and waits the sum of their delays;
+/// the first break whose turn comes ends (or pauses) the stream.
 struct Stream<'a> {
     x: &'a Exchange,
-    chosen: &'a Chosen,
-    sse: &'a crate::fault::sse::Sse,
+    faults: &'a [(Chosen, crate::fault::sse::Sse)],
+    /// Which faults have been counted (once each) for this response.
+    recorded: Vec<bool>,
     meta: &'a Meta,
     status: u16,
     format: Format,
@@ -974,13 +978,14 @@ struct Stream<'a> {
     closes: bool,
     /// Counted events sent so far.
     counted: u64,
-    recorded: bool,
 }
 
 impl Stream<'_> {
-    fn record(&mut self) {
-        if !std::mem::replace(&mut self.recorded, true) {
-            self.x.record(self.chosen, self.meta, Some(self.status));
+    /// Fault `i` acted on this response.
+    fn record(&mut self, i: usize) {
+        if !std::mem::replace(&mut self.recorded[i], true) {
+            self.x
+                .record(&self.faults[i].0, self.meta, Some(self.status));
         }
     }
 
@@ -997,51 +1002,61 @@ impl Stream<'_> {
         send_data(out, Bytes::from(chunk)).await
     }
 
-    /// What happens once `counted` events are out, before any more.
+    /// What happens once `counted` events are out, before any more: the
+    /// faults' breaks due now, in rule order (a timed stall pauses, and
+    /// the next may still act; any other ends the stream).
     async fn after_events<R: AsyncRead + Unpin>(
         &mut self,
         src: &mut Src<R>,
         out: &Output,
         rx: &mut mpsc::Receiver<Pending>,
     ) -> Result<Option<Next>, Gone> {
-        match self.sse.breaks() {
-            Some((n, Breakage::Stall(None))) if n == self.counted => {
-                self.record();
-                Ok(Some(stall(src, out, rx).await?))
-            }
-            Some((n, Breakage::Stall(Some(d)))) if n == self.counted => {
-                // A pause, then the rest: nothing more is read meanwhile,
-                // so the upstream's events wait in its socket (TCP pushes
-                // back) and none is lost.
-                self.record();
-                crate::timer::sleep(d).await;
-                Ok(None)
-            }
-            Some((n, Breakage::Drop(then))) if n == self.counted => {
-                self.record();
-                Ok(Some(cut(out, then).await?))
-            }
-            Some((n, Breakage::Error)) if n == self.counted => {
-                // The error event ends the stream as the provider ends it:
-                // the body's end, then (the upstream still streaming) the
-                // connection's.
-                self.record();
-                if let Some((event, data)) = self.sse.error_event(self.format) {
-                    let error = sse_events::error_event(self.format, event, data);
-                    self.emit(out, &error).await?;
+        for i in 0..self.faults.len() {
+            let sse = &self.faults[i].1;
+            let Some((_, breakage)) = sse.breaks().filter(|(n, _)| *n == self.counted) else {
+                continue;
+            };
+            match breakage {
+                Breakage::Stall(None) => {
+                    self.record(i);
+                    return Ok(Some(stall(src, out, rx).await?));
                 }
-                if self.chunked {
-                    send_data(out, Bytes::from_static(b"0\r\n\r\n")).await?;
+                Breakage::Stall(Some(d)) => {
+                    // A pause, then the rest: nothing more is read
+                    // meanwhile, so the upstream's events wait in its
+                    // socket (TCP pushes back) and none is lost.
+                    self.record(i);
+                    crate::timer::sleep(d).await;
                 }
-                Ok(Some(cut(out, After::Close).await?))
+                Breakage::Drop(then) => {
+                    self.record(i);
+                    return Ok(Some(cut(out, then).await?));
+                }
+                Breakage::Error => {
+                    // The error event ends the stream as the provider ends
+                    // it: the body's end, then (the upstream still
+                    // streaming) the connection's.
+                    self.record(i);
+                    if let Some((event, data)) = sse.error_event(self.format) {
+                        let error = sse_events::error_event(self.format, event, data);
+                        self.emit(out, &error).await?;
+                    }
+                    if self.chunked {
+                        send_data(out, Bytes::from_static(b"0\r\n\r\n")).await?;
+                    }
+                    return Ok(Some(cut(out, After::Close).await?));
+                }
+                // Those act on the next event ([`Stream::block`]).
+                Breakage::BadJson | Breakage::Truncate => {}
             }
-            _ => Ok(None),
         }
+        Ok(None)
     }
 
     /// One block of the stream: passed on as it came if it does not
-    /// count, else spoiled, cut, delayed or patched as the fault says; then
-    /// what happens once it is out ([`Stream::after_events`]).
+    /// count, else spoiled or cut by the first fault whose turn it is, or
+    /// delayed and patched by every fault that does so; then what happens
+    /// once it is out ([`Stream::after_events`]).
     async fn block<R: AsyncRead + Unpin>(
         &mut self,
         block: Block,
@@ -1054,32 +1069,44 @@ impl Stream<'_> {
             return Ok(None);
         }
         let nth = self.counted + 1;
-        match self.sse.breaks() {
-            Some((n, Breakage::BadJson)) if nth == n + 1 => {
-                self.record();
-                self.emit(out, &sse_events::spoil(&block.bytes, self.format))
-                    .await?;
-            }
-            Some((n, Breakage::Truncate)) if nth == n + 1 => {
-                self.record();
+        let spoils = self.faults.iter().position(|(_, s)| {
+            matches!(s.breaks(), Some((n, Breakage::BadJson | Breakage::Truncate)) if nth == n + 1)
+        });
+        match spoils.map(|i| (i, self.faults[i].1.breaks())) {
+            Some((i, Some((_, Breakage::Truncate)))) => {
+                self.record(i);
                 self.emit(out, sse_events::half(&block.bytes)).await?;
                 return Ok(Some(cut(out, After::Close).await?));
             }
-            _ => {
-                let delay = self.sse.event_delay();
+            Some((i, _)) => {
+                self.record(i);
+                self.emit(out, &sse_events::spoil(&block.bytes, self.format))
+                    .await?;
+            }
+            None => {
+                let mut delay = Duration::ZERO;
+                for i in 0..self.faults.len() {
+                    let d = self.faults[i].1.event_delay();
+                    if !d.is_zero() {
+                        self.record(i);
+                        delay += d;
+                    }
+                }
                 if !delay.is_zero() {
-                    self.record();
                     crate::timer::sleep(delay).await;
                 }
-                let patched = self
-                    .sse
-                    .patch()
-                    .and_then(|p| sse_events::patch(&block.bytes, p, self.format));
-                if patched.is_some() {
-                    self.record();
+                let mut bytes = block.bytes;
+                for i in 0..self.faults.len() {
+                    let patched = self.faults[i]
+                        .1
+                        .patch()
+                        .and_then(|p| sse_events::patch(&bytes, p, self.format));
+                    if let Some(p) = patched {
+                        self.record(i);
+                        bytes = p;
+                    }
                 }
-                self.emit(out, patched.as_deref().unwrap_or(&block.bytes))
-                    .await?;
+                self.emit(out, &bytes).await?;
             }
         }
         self.counted = nth;
