@@ -1108,8 +1108,8 @@ def streams(model):
 "#;
 
 /// `llm-max-tokens` against Amazon Bedrock through boto3: InvokeModel's
-/// Anthropic answer and the Converse API's say `max_tokens`, whole and
-/// streamed — the stream's events patched inside their binary frames
+/// answers (Anthropic's, Nova's, Llama's `length`) and the Converse API's
+/// say `max_tokens`, whole and streamed — the stream's events patched inside their binary frames
 /// (base64 JSON in InvokeModel's `chunk`s), CRCs right, as boto3 checks.
 #[test]
 fn llm_max_tokens_ends_answers_at_the_limit_for_bedrock() {
@@ -1120,14 +1120,23 @@ print(json.loads(r["body"].read())["stop_reason"])
 r = client().converse(modelId="m", messages=[{{"role": "user", "content": [{{"text": "hi"}}]}}])
 print(r["stopReason"])
 streams("m")
+# Amazon's Nova and Meta's Llama models, whole and streamed.
+for m in ("amazon.nova-test", "meta.llama-test"):
+    b = json.loads(client().invoke_model(modelId=m, body="{{}}")["body"].read())
+    ends = [b.get("stopReason") or b.get("stop_reason")]
+    for ev in client().invoke_model_with_response_stream(modelId=m, body="{{}}")["body"]:
+        e = json.loads(ev["chunk"]["bytes"])
+        ends.append(e.get("messageStop", {{}}).get("stopReason") or e.get("stop_reason"))
+    print(m, [x for x in ends if x])
 "#
     );
     python_sdk_meets(
         "boto3",
         &["-p", "llm-max-tokens"],
         &code,
-        "max_tokens\nmax_tokens\nm invoke_stream hello max_tokens\nm converse_stream hel lo max_tokens\n",
-        "4 seen, 4 faulted",
+        "max_tokens\nmax_tokens\nm invoke_stream hello max_tokens\nm converse_stream hel lo max_tokens\n\
+         amazon.nova-test ['max_tokens', 'max_tokens']\nmeta.llama-test ['length', 'length']\n",
+        "8 seen, 8 faulted",
     );
 }
 

@@ -25,7 +25,9 @@ python3 httpd.py [--bind ADDR] [--cert CERT --key KEY]   prints its port, then s
   POST …/publishers/anthropic/models/M:streamRawPredict  Vertex AI serves it
   POST /model/M/invoke                       Amazon Bedrock: an Anthropic
   POST /model/M/invoke-with-response-stream  answer as JSON, or its events in
-                     Bedrock chunks (AWS's binary event stream, base64 JSON)
+                     Bedrock chunks (AWS's binary event stream, base64 JSON);
+                     M amazon.nova…: Nova's (stopReason), meta.llama…:
+                     Llama's (stop_reason stop)
   POST /model/M/converse         Bedrock's Converse API: "hello", stopReason
   POST /model/M/converse-stream  end_turn: JSON, or its typed event frames
   ANY  /echo-head/…  200, the request line and headers as received
@@ -249,6 +251,37 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def bedrock(self, action, req):
         json_type = [("Content-Type", "application/json")]
         stream = [("X-Amzn-Bedrock-Content-Type", "application/json")]
+        model = self.path.split("/")[2]
+
+        def chunks(events):
+            return [aws_frame("chunk", {"bytes": base64.b64encode(json.dumps(e).encode()).decode(),
+                                        "p": "abcdefgh"}) for e in events]
+        if action in ("invoke", "invoke-with-response-stream") and model.startswith("amazon.nova"):
+            usage = {"inputTokens": 3, "outputTokens": 1, "totalTokens": 4}
+            if action == "invoke":
+                self.reply(200, json.dumps({
+                    "output": {"message": {"role": "assistant", "content": [{"text": "hello"}]}},
+                    "stopReason": "end_turn", "usage": usage}).encode(), json_type)
+                return
+            self.event_stream(chunks([
+                {"messageStart": {"role": "assistant"}},
+                {"contentBlockDelta": {"delta": {"text": "hello"}, "contentBlockIndex": 0}},
+                {"contentBlockStop": {"contentBlockIndex": 0}},
+                {"messageStop": {"stopReason": "end_turn"}},
+                {"metadata": {"usage": usage}},
+            ]), "application/vnd.amazon.eventstream", stream)
+            return
+        if action in ("invoke", "invoke-with-response-stream") and model.startswith("meta.llama"):
+            if action == "invoke":
+                self.reply(200, json.dumps({"generation": "hello", "prompt_token_count": 3,
+                                            "generation_token_count": 1, "stop_reason": "stop"}).encode(),
+                           json_type)
+                return
+            self.event_stream(chunks([
+                {"generation": "hel", "prompt_token_count": 3, "generation_token_count": 1, "stop_reason": None},
+                {"generation": "lo", "prompt_token_count": None, "generation_token_count": 2, "stop_reason": "stop"},
+            ]), "application/vnd.amazon.eventstream", stream)
+            return
         if action in ("invoke", "invoke-with-response-stream"):
             usage = {"input_tokens": 3, "output_tokens": 1}
             message = {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-test",
@@ -257,9 +290,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 message.update(content=[{"type": "text", "text": "hello"}], stop_reason="end_turn")
                 self.reply(200, json.dumps(message).encode(), json_type)
                 return
-            frames = [aws_frame("chunk", {"bytes": base64.b64encode(json.dumps(data).encode()).decode(),
-                                          "p": "abcdefgh"})
-                      for _, data in self.anthropic_events(message)]
+            frames = chunks([data for _, data in self.anthropic_events(message)])
             self.event_stream(frames, "application/vnd.amazon.eventstream", stream)
             return
         usage = {"inputTokens": 3, "outputTokens": 1, "totalTokens": 4}
