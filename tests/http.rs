@@ -1244,6 +1244,8 @@ fn bedrock_errors_reach_boto3_as_its_own() {
         "http_status:status=429,envelope=bedrock,first=2,path=/model/m-throttled/*",
         "--fault",
         "http_status:status=503,envelope=bedrock,path=/model/m-down/*",
+        "--fault",
+        "http_status:status=429,envelope=bedrock,retry_after=1500ms,first=1,path=/model/m-later/*",
     ];
     let code = format!(
         r#"{BEDROCK_CLIENT}
@@ -1254,14 +1256,25 @@ try:
     client().converse(modelId="m-down", **ask)
 except botocore.exceptions.ClientError as e:
     print(e.response["Error"]["Code"], e.response["ResponseMetadata"]["HTTPStatusCode"])
+# AWS's 2026 retries (opt-in here) wait what x-amz-retry-after says: 1.5 s,
+# where their own backoff for a first throttled try is at most 1 s.
+import os, subprocess, time
+code = "import sys, boto3; from botocore.config import Config; " \
+    "c = boto3.client('bedrock-runtime', region_name='us-east-1', endpoint_url=sys.argv[1], " \
+    "aws_access_key_id='t', aws_secret_access_key='t', config=Config(retries={{'total_max_attempts': 2}})); " \
+    "c.converse(modelId='m-later', messages=[{{'role': 'user', 'content': [{{'text': 'hi'}}]}}])"
+t = time.monotonic()
+env = dict(os.environ, AWS_NEW_RETRIES_2026="true")
+subprocess.run([sys.executable, "-c", code, sys.argv[1]], env=env, check=True)
+print("waited", time.monotonic() - t >= 1.5)
 "#
     );
     python_sdk_meets(
         "boto3",
         &faults,
         &code,
-        "end_turn 2\nServiceUnavailableException 503\n",
-        "4 seen, 3 faulted",
+        "end_turn 2\nServiceUnavailableException 503\nwaited True\n",
+        "6 seen, 4 faulted",
     );
 }
 

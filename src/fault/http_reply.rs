@@ -199,7 +199,7 @@ fn envelope_for(
         );
     }
     if provider == "bedrock" {
-        return bedrock_error(status);
+        return bedrock_error(status, retry_after);
     }
     if let Some(r) = retry_after {
         // Both SDKs read the millisecond form first.
@@ -327,8 +327,13 @@ const BEDROCK_EXCEPTIONS: &[(u16, &str, &str)] = &[
 
 /// An Amazon Bedrock error: the exception's name in `x-amzn-ErrorType`
 /// (where AWS's SDKs read the error code: boto3's `ThrottlingException`,
-/// which its retry modes retry) and `{"message": …}`.
-fn bedrock_error(status: u16) -> (&'static str, Vec<u8>, Vec<String>) {
+/// which its retry modes retry) and `{"message": …}`; with `retry_after`,
+/// also `x-amz-retry-after` in milliseconds, which AWS's 2026 retry
+/// behaviour honours (botocore with `AWS_NEW_RETRIES_2026`).
+fn bedrock_error(
+    status: u16,
+    retry_after: Option<Duration>,
+) -> (&'static str, Vec<u8>, Vec<String>) {
     let (name, message) = BEDROCK_EXCEPTIONS
         .iter()
         .find(|(s, ..)| *s == status)
@@ -342,10 +347,13 @@ fn bedrock_error(status: u16) -> (&'static str, Vec<u8>, Vec<String>) {
             },
             |(_, n, m)| (*n, *m),
         );
-    let headers = vec![
+    let mut headers = vec![
         format!("x-amzn-ErrorType: {name}:http://internal.amazon.com/coral/com.amazon.bedrock/"),
         "x-amzn-RequestId: 00000000-0000-4000-8000-6e6574636861".into(),
     ];
+    if let Some(r) = retry_after {
+        headers.push(format!("x-amz-retry-after: {}", r.as_millis()));
+    }
     let body = serde_json::json!({ "message": message });
     ("application/json", body.to_string().into_bytes(), headers)
 }

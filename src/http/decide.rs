@@ -96,8 +96,9 @@ impl Later {
 }
 
 /// The faults that act on one response: those of its request's whose
-/// `response_status` and `response_header` admit it (the first of each
-/// kind).
+/// `response_status` and `response_header` admit it (the first
+/// replacement and the first truncation; every delay, `sse` fault and
+/// rewrite).
 #[derive(Default)]
 pub(crate) struct OnResponse {
     /// How long its head is held, and the `http_delay` faults that hold it
@@ -107,7 +108,7 @@ pub(crate) struct OnResponse {
     /// Forwarded, but the upstream's response is replaced (or lost).
     pub(crate) replace: Option<(Chosen, Reply)>,
     /// `sse` faults, in rule order: each acts (patches one after
-    /// another, delays added up, the first break that comes ends it).
+    /// another, delays added up, breaks as their turns come).
     pub(crate) sse: Vec<(Chosen, Sse)>,
     pub(crate) truncate: Option<(Chosen, HttpTruncate)>,
     /// `http_rewrite` edits to its head, in rule order (each applies).

@@ -196,8 +196,8 @@ impl Splitter {
 /// value cut to its first half and padded with spaces.
 pub(crate) fn spoil(block: &[u8], format: Format) -> Vec<u8> {
     if format == Format::AwsEventStream {
-        // The frame's JSON payload spoiled (the outer JSON of a Bedrock
-        // chunk: its SDK cannot even find the event), its CRCs right.
+        // The frame's JSON spoiled (a Bedrock chunk's: the model's event
+        // inside it), its CRCs right.
         return eventstream::respoil(block, |payload| {
             if let Some((start, end)) = json_span(payload) {
                 spoil_value(&mut payload[start..end]);

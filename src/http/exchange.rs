@@ -959,9 +959,10 @@ async fn cut(out: &Output, then: After) -> Result<Next, Gone> {
 }
 
 /// One streamed response (an event stream, JSON lines or AWS frames)
-/// under its `sse` faults, which all act, in rule order: each event gets
-/// their patches one after another and waits the sum of their delays;
-/// the first break whose turn comes ends (or pauses) the stream.
+/// under its `sse` faults, which all act, in rule order: each event waits
+/// the sum of their delays and gets their patches one after another;
+/// breaks act as their turns come, and one that ends the stream ends the
+/// others' turns (of two malformed events due at once, the first rule's).
 struct Stream<'a> {
     x: &'a Exchange,
     faults: &'a [(Chosen, crate::fault::sse::Sse)],
@@ -1054,9 +1055,10 @@ impl Stream<'_> {
     }
 
     /// One block of the stream: passed on as it came if it does not
-    /// count, else spoiled or cut by the first fault whose turn it is, or
-    /// delayed and patched by every fault that does so; then what happens
-    /// once it is out ([`Stream::after_events`]).
+    /// count, else delayed by every fault that delays, then spoiled or cut
+    /// by the first fault whose turn it is, or else patched by every fault
+    /// that patches; then what happens once it is out
+    /// ([`Stream::after_events`]).
     async fn block<R: AsyncRead + Unpin>(
         &mut self,
         block: Block,
@@ -1069,8 +1071,22 @@ impl Stream<'_> {
             return Ok(None);
         }
         let nth = self.counted + 1;
+        // Every event is late by the faults' delays, a spoiled one too.
+        let mut delay = Duration::ZERO;
+        for i in 0..self.faults.len() {
+            let d = self.faults[i].1.event_delay();
+            if !d.is_zero() {
+                self.record(i);
+                delay += d;
+            }
+        }
+        if !delay.is_zero() {
+            crate::timer::sleep(delay).await;
+        }
+        // The first fault (in rule order) whose malformed event this is.
         let spoils = self.faults.iter().position(|(_, s)| {
-            matches!(s.breaks(), Some((n, Breakage::BadJson | Breakage::Truncate)) if nth == n + 1)
+            matches!(s.breaks(), Some((n, Breakage::BadJson | Breakage::Truncate))
+                if n.checked_add(1) == Some(nth))
         });
         match spoils.map(|i| (i, self.faults[i].1.breaks())) {
             Some((i, Some((_, Breakage::Truncate)))) => {
@@ -1084,17 +1100,6 @@ impl Stream<'_> {
                     .await?;
             }
             None => {
-                let mut delay = Duration::ZERO;
-                for i in 0..self.faults.len() {
-                    let d = self.faults[i].1.event_delay();
-                    if !d.is_zero() {
-                        self.record(i);
-                        delay += d;
-                    }
-                }
-                if !delay.is_zero() {
-                    crate::timer::sleep(delay).await;
-                }
                 let mut bytes = block.bytes;
                 for i in 0..self.faults.len() {
                     let patched = self.faults[i]
