@@ -996,10 +996,14 @@ print([p.done_reason for p in c.chat(stream=True, **ask)])
 
 /// An NDJSON stream (Ollama's) breaks the ways an event stream does, line
 /// by line, as Ollama's SDK meets them: its own error line (what an
-/// NDJSON stream gets with no `envelope`) raises `ResponseError` after the text before
-/// it; a cut after two lines is httpx's `RemoteProtocolError`; a
-/// malformed second line, a `JSONDecodeError`. The faults pick requests by
-/// the model in their JSON body.
+/// NDJSON stream gets with no `envelope`) raises `ResponseError` after the
+/// text before it; a cut after two lines is httpx's `RemoteProtocolError`;
+/// a malformed second line, a `JSONDecodeError`; a stall after the first
+/// line, its client's read timeout after "hel"; an `event_delay` holds
+/// each of the three lines (the answer whole, at least three delays
+/// late); `malformed = "truncate"` cuts the second line and the stream
+/// with it (`RemoteProtocolError` after "hel"). The faults pick requests
+/// by the model in their JSON body.
 #[test]
 fn an_ollama_stream_breaks_line_by_line() {
     let faults = [
@@ -1009,40 +1013,6 @@ fn an_ollama_stream_breaks_line_by_line() {
         "sse:drop_after_events=2,body.model=llama-drop",
         "--fault",
         "sse:malformed_after_events=1,body.model=llama-bad",
-    ];
-    let code = r#"
-import sys, ollama
-c = ollama.Client(host=sys.argv[1])
-for model in ["llama-error", "llama-drop", "llama-bad"]:
-    text = ""
-    try:
-        for part in c.chat(model=model, messages=[{"role": "user", "content": "hi"}], stream=True):
-            text += part.message.content
-        print(model, text, "complete")
-    except ollama.ResponseError as e:
-        print(model, text, "ResponseError", e.error.split(",")[0])
-    except Exception as e:
-        print(model, text, type(e).__name__)
-"#;
-    python_sdk_meets(
-        "ollama",
-        &faults,
-        code,
-        "llama-error hel ResponseError model runner has unexpectedly stopped\n\
-         llama-drop hello RemoteProtocolError\nllama-bad hel JSONDecodeError\n",
-        "3 seen, 3 faulted (sse 200: 3)",
-    );
-}
-
-/// The timing and cutting faults count NDJSON lines too, as Ollama's SDK
-/// meets them: a stall after the first line is its client's read timeout
-/// after "hel"; an `event_delay` holds each of the three lines (the
-/// answer whole, at least three delays late); `malformed = "truncate"`
-/// cuts the second line and the stream with it (httpx's
-/// `RemoteProtocolError` after "hel").
-#[test]
-fn an_ollama_stream_stalls_slows_and_is_cut_line_by_line() {
-    let faults = [
         "--fault",
         "sse:stall_after_events=1,stall_for=30s,body.model=llama-stall",
         "--fault",
@@ -1053,12 +1023,15 @@ fn an_ollama_stream_stalls_slows_and_is_cut_line_by_line() {
     let code = r#"
 import sys, time, ollama
 c = ollama.Client(host=sys.argv[1], timeout=1.0)
-for model in ["llama-stall", "llama-slow", "llama-cut"]:
+models = ["llama-error", "llama-drop", "llama-bad", "llama-stall", "llama-slow", "llama-cut"]
+for model in models:
     text, t = "", time.monotonic()
     try:
         for part in c.chat(model=model, messages=[{"role": "user", "content": "hi"}], stream=True):
             text += part.message.content
         print(model, text, "complete", time.monotonic() - t >= 0.9)
+    except ollama.ResponseError as e:
+        print(model, text, "ResponseError", e.error.split(",")[0])
     except Exception as e:
         print(model, text, type(e).__name__)
 "#;
@@ -1066,9 +1039,11 @@ for model in ["llama-stall", "llama-slow", "llama-cut"]:
         "ollama",
         &faults,
         code,
-        "llama-stall hel ReadTimeout\nllama-slow hello complete True\n\
+        "llama-error hel ResponseError model runner has unexpectedly stopped\n\
+         llama-drop hello RemoteProtocolError\nllama-bad hel JSONDecodeError\n\
+         llama-stall hel ReadTimeout\nllama-slow hello complete True\n\
          llama-cut hel RemoteProtocolError\n",
-        "3 seen, 3 faulted (sse 200: 3)",
+        "6 seen, 6 faulted (sse 200: 6)",
     );
 }
 

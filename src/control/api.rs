@@ -587,10 +587,11 @@ fn populated(e: Option<ApiError>, done: Vec<Value>) -> Response {
     };
     match e {
         None => reply(StatusCode::CREATED, json!({"proxies": list})),
-        Some(e) => reply(
-            e.status,
-            json!({"error": e.message, "status": e.status.as_u16(), "title": e.message, "proxies": list}),
-        ),
+        Some(e) => {
+            let mut v = e.to_json();
+            v["proxies"] = list;
+            reply(e.status, v)
+        }
     }
 }
 

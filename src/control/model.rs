@@ -416,19 +416,21 @@ fn go_type(name: &str) -> Option<&'static GoType> {
 /// Whether attributes are in Toxiproxy's form: none that only netchaos
 /// knows, and no shared one written as a string (`"delay": "100ms"`).
 fn toxiproxy_form(go: &GoType, info: Option<&KindInfo>, attrs: &Map<String, Value>) -> bool {
-    let netchaos = |k: &str| info.is_some_and(|i| i.params.iter().any(|(p, _, _)| *p == k));
-    !attrs.iter().any(|(k, v)| {
-        let toxiproxy = go.attrs.iter().any(|(a, _)| a == k);
-        netchaos(k) && (!toxiproxy || v.is_string())
-    })
+    !attrs
+        .iter()
+        .any(|(k, v)| netchaos_knows(info, k) && (!go.knows(k) || v.is_string()))
 }
 
 /// Whether an attribute only netchaos knows is given.
 fn netchaos_only(go: &GoType, info: Option<&KindInfo>, attrs: &Map<String, Value>) -> bool {
-    let netchaos = |k: &str| info.is_some_and(|i| i.params.iter().any(|(p, _, _)| *p == k));
     attrs
         .keys()
-        .any(|k| netchaos(k) && !go.attrs.iter().any(|(a, _)| a == k))
+        .any(|k| netchaos_knows(info, k) && !go.knows(k))
+}
+
+/// Whether netchaos's fault of this kind has a parameter named `k`.
+fn netchaos_knows(info: Option<&KindInfo>, k: &str) -> bool {
+    info.is_some_and(|i| i.params.iter().any(|(p, _, _)| *p == k))
 }
 
 fn ms(n: i64) -> Duration {
@@ -440,6 +442,11 @@ fn ms(n: i64) -> Duration {
 type Built = (Option<FaultKind>, Map<String, Value>);
 
 impl GoType {
+    /// Whether Toxiproxy's toxic has an attribute named `k`.
+    fn knows(&self, k: &str) -> bool {
+        self.attrs.iter().any(|(a, _)| *a == k)
+    }
+
     /// Reads the attributes as Toxiproxy's Go struct would (unknown keys
     /// ignored, absent ones 0), and makes the fault. Values Toxiproxy takes
     /// but cannot act on sensibly (a negative rate crashes it, a slicer of

@@ -195,18 +195,16 @@ impl Splitter {
 /// invalid, at the same length (so that any framing stays right): the
 /// value cut to its first half and padded with spaces.
 pub(crate) fn spoil(block: &[u8], format: Format) -> Vec<u8> {
-    if format == Format::AwsEventStream {
+    let span = match format {
         // The frame's JSON spoiled (a Bedrock chunk's: the model's event
         // inside it), its CRCs right.
-        return eventstream::respoil(block, |payload| {
-            if let Some((start, end)) = json_span(payload) {
-                spoil_value(&mut payload[start..end]);
-            }
-        });
-    }
-    let mut out = block.to_vec();
-    let span = match format {
-        Format::AwsEventStream => unreachable!("handled above"),
+        Format::AwsEventStream => {
+            return eventstream::respoil(block, |payload| {
+                if let Some((start, end)) = json_span(payload) {
+                    spoil_value(&mut payload[start..end]);
+                }
+            });
+        }
         Format::JsonLines => json_span(block),
         Format::EventStream => lines(block)
             .into_iter()
@@ -216,10 +214,10 @@ pub(crate) fn spoil(block: &[u8], format: Format) -> Vec<u8> {
                 (v + usize::from(block.get(v) == Some(&b' ')), end)
             }),
     };
-    let Some((v, end)) = span else {
-        return out;
-    };
-    spoil_value(&mut out[v..end]);
+    let mut out = block.to_vec();
+    if let Some((v, end)) = span {
+        spoil_value(&mut out[v..end]);
+    }
     out
 }
 
@@ -273,9 +271,6 @@ pub(crate) fn patch(block: &[u8], p: &EventPatch, format: Format) -> Option<Vec<
         .map_or("message".to_string(), |e| {
             String::from_utf8_lossy(&e).into_owned()
         });
-    if !p.applies_to(&event) {
-        return None;
-    }
     // Without data it is no event (a client dispatches none): a comment,
     // a retry.
     let data: Vec<Vec<u8>> = lines
@@ -285,22 +280,9 @@ pub(crate) fn patch(block: &[u8], p: &EventPatch, format: Format) -> Option<Vec<
     if data.is_empty() {
         return None;
     }
-    let data = match &p.patch {
-        Some(edit) => {
-            // Objects and arrays only: a scalar (`"ping"`, `42`) is not a
-            // message to patch.
-            let was: serde_json::Value = serde_json::from_slice(&data.join(&b'\n'))
-                .ok()
-                .filter(|v: &serde_json::Value| v.is_object() || v.is_array())?;
-            let now = edit.apply(&was)?;
-            (now != was).then_some(now)
-        }
-        None => None,
-    };
-    let rename = p.set_event.as_deref().filter(|name| *name != event);
-    if data.is_none() && rename.is_none() {
-        return None;
-    }
+    let (data, rename) = changes(p, &event, || {
+        serde_json::from_slice(&data.join(&b'\n')).ok()
+    })?;
     let mut out = Vec::with_capacity(block.len() + 64);
     let (mut data_written, mut event_written) = (data.is_none(), rename.is_none());
     // A new `event:` line for an event that had none goes before its first
@@ -347,15 +329,11 @@ pub(crate) fn patch(block: &[u8], p: &EventPatch, format: Format) -> Option<Vec<
 /// kept. A line has no type: it is a `message` to `event`, and `set_event`
 /// leaves it as it is.
 fn patch_line(block: &[u8], p: &EventPatch) -> Option<Vec<u8>> {
-    let edit = p.patch.as_ref().filter(|_| p.applies_to("message"))?;
     let (start, end) = json_span(block)?;
-    let was: serde_json::Value = serde_json::from_slice(&block[start..end])
-        .ok()
-        .filter(|v: &serde_json::Value| v.is_object() || v.is_array())?;
-    let now = edit.apply(&was)?;
-    if now == was {
-        return None;
-    }
+    let (now, _) = changes(p, "message", || {
+        serde_json::from_slice(&block[start..end]).ok()
+    })?;
+    let now = now?;
     let mut out = block[..start].to_vec();
     out.extend_from_slice(now.to_string().as_bytes());
     out.extend_from_slice(&block[end..]);
@@ -369,30 +347,45 @@ fn patch_line(block: &[u8], p: &EventPatch) -> Option<Vec<u8>> {
 fn patch_frame(block: &[u8], p: &EventPatch) -> Option<Vec<u8>> {
     let mut frame = Frame::parse(block).filter(Frame::is_event)?;
     let event = frame.event_type().unwrap_or("message").to_string();
-    if !p.applies_to(&event) {
-        return None;
-    }
-    let data = match &p.patch {
-        Some(edit) => {
-            let (was, wrapped) = frame
-                .json()
-                .filter(|(v, _)| v.is_object() || v.is_array())?;
-            let now = edit.apply(&was)?;
-            (now != was).then_some((now, wrapped))
-        }
-        None => None,
-    };
-    let rename = p.set_event.as_deref().filter(|name| *name != event);
-    if data.is_none() && rename.is_none() {
-        return None;
-    }
-    if let Some((now, wrapped)) = data {
+    let mut wrapped = false;
+    let (data, rename) = changes(p, &event, || {
+        frame.json().map(|(v, w)| {
+            wrapped = w;
+            v
+        })
+    })?;
+    if let Some(now) = data {
         frame.set_json(&now, wrapped);
     }
     if let Some(name) = rename {
         frame.set_event_type(name);
     }
     Some(frame.encode())
+}
+
+/// What `p` makes of an event of type `event` whose JSON `json` reads:
+/// its new JSON and its new type (each `None` when it stays), or `None`
+/// when `p` does not apply (another type, a patch that fails, which keeps
+/// the type too) or changes nothing. Objects and arrays only: a scalar
+/// (`"ping"`, `42`) is not a message to patch.
+fn changes<'p>(
+    p: &'p EventPatch,
+    event: &str,
+    json: impl FnOnce() -> Option<serde_json::Value>,
+) -> Option<(Option<serde_json::Value>, Option<&'p str>)> {
+    if !p.applies_to(event) {
+        return None;
+    }
+    let data = match &p.patch {
+        Some(edit) => {
+            let was = json().filter(|v| v.is_object() || v.is_array())?;
+            let now = edit.apply(&was)?;
+            (now != was).then_some(now)
+        }
+        None => None,
+    };
+    let rename = p.set_event.as_deref().filter(|name| *name != event);
+    (data.is_some() || rename.is_some()).then_some((data, rename))
 }
 
 /// Where a JSON line's text is: from its first byte that is not

@@ -210,20 +210,10 @@ impl Frame {
     /// The frame carrying `json` where [`Frame::json`] found its JSON (a
     /// wrapped event's other fields, such as Bedrock's `p` padding, kept).
     pub(crate) fn set_json(&mut self, json: &serde_json::Value, wrapped: bool) {
-        let now = if wrapped {
-            let mut payload: serde_json::Value =
-                serde_json::from_slice(&self.payload).unwrap_or_default();
-            if let Some(obj) = payload.as_object_mut() {
-                obj.insert(
-                    "bytes".into(),
-                    BASE64.encode(json.to_string().as_bytes()).into(),
-                );
-            }
-            payload
-        } else {
-            json.clone()
-        };
-        self.payload = now.to_string().into_bytes();
+        match wrapped {
+            true => self.set_wrapped_bytes(json.to_string().as_bytes()),
+            false => self.payload = json.to_string().into_bytes(),
+        }
     }
 
     /// An event frame of this type carrying `payload`.
