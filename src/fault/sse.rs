@@ -548,7 +548,9 @@ mod tests {
         let p = sse(&[("stall_after_events", "1"), ("stall_for", "2s")]).unwrap();
         let pause = Breakage::Stall(Some(std::time::Duration::from_secs(2)));
         assert_eq!(p.breaks(), Some((1, pause)));
+        let long = "x".repeat(70_000);
         for (bad, says) in [
+            (vec![("set_event", long.as_str())], "longer than an event type can be"),
             (vec![("event", "x")], "event goes with patch_json"),
             (vec![("stall_for", "1s")], "stall_for goes with stall_after_events"),
             (vec![("stall_after_events", "1"), ("stall_for", "0s")], "longer than 0"),
