@@ -55,7 +55,7 @@ fi
 # The LLM SDKs are pinned: tests pin how these versions meet the faults.
 for mod in requests:requests httpx:httpx toxiproxy:toxiproxy-python anthropic:anthropic \
   openai:openai==3.60.0 google.genai:google-genai==3.6.1 ollama:ollama==0.6.3 \
-  boto3:boto3==1.43.11; do
+  boto3:boto3==1.43.11 grpc:grpcio==1.76.0; do
   spec=${mod#*:}
   if [[ $spec == *==* ]]; then
     have=$(python3 -c "import importlib.metadata as m; print(m.version('${spec%%==*}'))" 2>/dev/null)

@@ -29,6 +29,8 @@ pub(crate) enum After {
 #[derive(Debug, Clone)]
 pub(crate) struct HttpStatus {
     status: u16,
+    /// gRPC calls' answer (`grpc_status`), over HTTP/2.
+    grpc: Option<crate::http::grpc::Answer>,
     reply: CannedReply,
     then: After,
     phase: AnswerPhase,
@@ -62,7 +64,16 @@ impl Given {
 }
 
 const PARAMS: &[(&str, &str, &str)] = &[
-    ("status", "an HTTP status 200-599, required", "the answer's status"),
+    (
+        "status",
+        "an HTTP status 200-599; required unless grpc_status is given",
+        "the answer's status",
+    ),
+    (
+        "grpc_status",
+        "a gRPC status: 0-16, or a name like UNAVAILABLE",
+        "gRPC calls (over HTTP/2) get it as a trailers-only answer: grpc-status, grpc-message (body), grpc-retry-pushback-ms (retry_after); other requests get status (default: the code's HTTP status)",
+    ),
     ("envelope", "anthropic, openai, gemini or bedrock", "a provider-shaped error body and headers"),
     ("body", "a string", "the answer's body (default: the provider's error, or the status's name)"),
     ("body_file", "a path (regular file, at most 1MiB)", "…or a file's bytes"),
@@ -92,8 +103,16 @@ impl Kind for HttpStatus {
     };
 
     fn parse(f: &mut Fields) -> Result<Self, ProfileError> {
-        let status = http_reply::status(f)?
-            .ok_or_else(|| f.table_error("missing \"status\" (an HTTP status like 429)"))?;
+        let grpc_code = f.with_text("grpc_status", crate::http::grpc::CODE_FORM, crate::http::grpc::Code::parse)?;
+        let status = match (http_reply::status(f)?, grpc_code) {
+            (Some(s), _) => s,
+            (None, Some(c)) => c.http_status(),
+            (None, None) => {
+                return Err(f.table_error(
+                    "missing \"status\" (an HTTP status like 429) or \"grpc_status\"",
+                ));
+            }
+        };
         let envelope = f.choice("envelope", super::http_reply::ENVELOPES)?;
         // `body = "text"` is the answer's body; `body.model = "…"` (a
         // table) is the request match's.
@@ -126,12 +145,22 @@ impl Kind for HttpStatus {
         );
         given.note("body_file", body_file.as_ref().map(|(_, shown)| shown.clone()));
         given.note("retry_after", retry_after.map(crate::units::format_duration));
+        given.note("grpc_status", grpc_code.map(|c| c.name().to_string()));
         let body = body.or(body_file.map(|(b, _)| b));
+        let grpc = grpc_code.map(|code| crate::http::grpc::Answer {
+            code,
+            message: match &body {
+                Some(b) => String::from_utf8_lossy(b).trim_end().to_string(),
+                None => code.message().to_string(),
+            },
+            pushback: retry_after,
+        });
         let reply =
             CannedReply::build(status, envelope, body, retry_after, &extra, then != After::Keep)
                 .map_err(|e| f.table_error(&e))?;
         Ok(HttpStatus {
             status,
+            grpc,
             reply,
             then,
             phase,
@@ -176,6 +205,11 @@ impl HttpStatus {
 
     pub(crate) fn then(&self) -> After {
         self.then
+    }
+
+    /// The answer a gRPC call gets (`grpc_status`), if one was given.
+    pub(crate) fn grpc(&self) -> Option<&crate::http::grpc::Answer> {
+        self.grpc.as_ref()
     }
 
     pub(crate) fn phase(&self) -> AnswerPhase {
@@ -249,6 +283,21 @@ mod tests {
     }
 
     /// Bedrock's: the exception's name where AWS's SDKs read the code.
+    #[test]
+    fn a_grpc_status_gives_calls_their_failure_and_others_its_http_status() {
+        let s = status(&[("grpc_status", "resource_exhausted"), ("retry_after", "2s")]);
+        assert_eq!(s.status(), 429, "the code's HTTP status for other requests");
+        let g = s.grpc().unwrap();
+        assert_eq!((g.code.number(), g.pushback), (8, Some(std::time::Duration::from_secs(2))));
+        assert!(g.message.starts_with("Resource has been exhausted"));
+        let s = status(&[("status", "503"), ("grpc_status", "14"), ("body", "down\n")]);
+        assert_eq!((s.status(), s.grpc().unwrap().message.as_str()), (503, "down"));
+        let e = spec("http_status", &[("path", "/x")]).unwrap_err().to_string();
+        assert!(e.contains("missing \"status\"") && e.contains("grpc_status"), "{e}");
+        let e = spec("http_status", &[("grpc_status", "SLOW")]).unwrap_err().to_string();
+        assert!(e.contains("a gRPC status"), "{e}");
+    }
+
     #[test]
     fn bedrock_errors_name_their_exception() {
         let s = status(&[("status", "429"), ("envelope", "bedrock")]);

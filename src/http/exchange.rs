@@ -35,7 +35,7 @@ use crate::fault::{Chosen, Gone, Item, ItemKind, Output};
 /// Requests read ahead of their responses, at most (pipelining).
 const QUEUE: usize = 32;
 /// The largest body read whole to match its JSON fields.
-const MAX_BODY: usize = 1024 * 1024;
+pub(super) const MAX_BODY: usize = 1024 * 1024;
 /// Bytes asked for per read: at first, and at most.
 const READ: usize = 16 * 1024;
 const MAX_READ: usize = 512 * 1024;
@@ -57,16 +57,16 @@ pub(crate) struct Exchange {
 
 /// A request, as events name it.
 #[derive(Debug)]
-struct Meta {
-    n: u64,
-    method: String,
-    target: String,
-    host: Option<String>,
+pub(super) struct Meta {
+    pub(super) n: u64,
+    pub(super) method: String,
+    pub(super) target: String,
+    pub(super) host: Option<String>,
     /// The client may send another request after it.
-    keep_alive: bool,
+    pub(super) keep_alive: bool,
     /// A fault was recorded on it (the summary counts requests faulted,
     /// however many faults each had).
-    faulted: std::sync::atomic::AtomicBool,
+    pub(super) faulted: std::sync::atomic::AtomicBool,
 }
 
 /// What the response side must do next, in request order.
@@ -109,7 +109,7 @@ pub(crate) struct ResponseSide {
 }
 
 impl Exchange {
-    fn record(&self, c: &Chosen, m: &Meta, status: Option<u16>) {
+    pub(super) fn record(&self, c: &Chosen, m: &Meta, status: Option<u16>) {
         let first = !m.faulted.swap(true, std::sync::atomic::Ordering::Relaxed);
         let req = RequestInfo {
             n: m.n,
@@ -123,7 +123,7 @@ impl Exchange {
     }
 
     /// The upstream's own answer to request `m`.
-    fn record_response(&self, m: &Meta, status: u16) {
+    pub(super) fn record_response(&self, m: &Meta, status: u16) {
         let req = RequestInfo {
             n: m.n,
             method: &m.method,
@@ -135,7 +135,7 @@ impl Exchange {
     }
 }
 
-async fn send(out: &Output, kind: ItemKind) -> Result<(), Gone> {
+pub(super) async fn send(out: &Output, kind: ItemKind) -> Result<(), Gone> {
     out.send(Item {
         at: Instant::now(),
         kind,
@@ -143,7 +143,7 @@ async fn send(out: &Output, kind: ItemKind) -> Result<(), Gone> {
     .await
 }
 
-async fn send_data(out: &Output, bytes: Bytes) -> Result<(), Gone> {
+pub(super) async fn send_data(out: &Output, bytes: Bytes) -> Result<(), Gone> {
     if bytes.is_empty() {
         return Ok(());
     }
@@ -159,11 +159,11 @@ pub(crate) struct Src<R> {
 }
 
 impl<R: AsyncRead + Unpin> Src<R> {
-    fn new(inner: R) -> Src<R> {
+    pub(super) fn new(inner: R) -> Src<R> {
         Src { inner, want: READ }
     }
 
-    async fn fill(&mut self, buf: &mut BytesMut) -> io::Result<usize> {
+    pub(super) async fn fill(&mut self, buf: &mut BytesMut) -> io::Result<usize> {
         buf.reserve(self.want);
         let room = buf.capacity() - buf.len();
         let n = self.inner.read_buf(buf).await?;
@@ -177,7 +177,7 @@ impl<R: AsyncRead + Unpin> Src<R> {
 }
 
 /// Relays the rest as bytes: what is buffered, then all the source sends.
-async fn raw<R: AsyncRead + Unpin>(
+pub(super) async fn raw<R: AsyncRead + Unpin>(
     src: &mut Src<R>,
     buf: &mut BytesMut,
     out: &Output,

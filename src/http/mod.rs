@@ -1,8 +1,11 @@
-//! The HTTP layer: HTTP/1.1 faults per request, on keep-alive connections
-//! and (through [`crate::tls`]) inside HTTPS.
+//! The HTTP layer: faults per request, on HTTP/1.1 keep-alive connections
+//! and HTTP/2 streams (gRPC), in the clear and (through [`crate::tls`])
+//! inside HTTPS.
 pub(crate) mod decide;
 pub(crate) mod events;
 pub(crate) mod eventstream;
 pub(crate) mod exchange;
+pub(crate) mod grpc;
+pub(crate) mod h2;
 pub(crate) mod rewrite;
 pub(crate) mod wire;

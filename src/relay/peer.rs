@@ -78,6 +78,10 @@ pub(crate) enum Sink<'a> {
         session: TlsWrite<'a>,
         socket: &'a TcpStream,
     },
+    /// A peer inside netchaos (the HTTP/2 layer's end of an in-memory
+    /// pipe). Once it has gone, what is written is dropped: the
+    /// connection is ending, and its sockets say how.
+    Local(TlsWrite<'a>),
 }
 
 /// How long a TLS close (its close_notify) may take before the socket is
@@ -85,11 +89,12 @@ pub(crate) enum Sink<'a> {
 const TLS_CLOSE: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl Sink<'_> {
-    /// The socket under the sink.
-    pub(crate) fn socket(&self) -> &TcpStream {
+    /// The socket under the sink (none under a local one).
+    pub(crate) fn socket(&self) -> Option<&TcpStream> {
         match self {
-            Sink::Tcp(s) => s,
-            Sink::Tls { socket, .. } => socket,
+            Sink::Tcp(s) => Some(s),
+            Sink::Tls { socket, .. } => Some(socket),
+            Sink::Local(_) => None,
         }
     }
 
@@ -101,14 +106,24 @@ impl Sink<'_> {
                 session.write_all(buf).await?;
                 session.flush().await
             }
+            Sink::Local(w) => {
+                let _ = w.write_all(buf).await;
+                Ok(())
+            }
         }
     }
 
     /// Half-closes: a FIN (after TLS's close_notify).
     pub(crate) async fn finish(&mut self) {
-        if let Sink::Tls { session, .. } = self {
-            let _ = tokio::time::timeout(TLS_CLOSE, session.shutdown()).await;
+        match self {
+            Sink::Tcp(s) => sockopt::shutdown_write(s),
+            Sink::Tls { session, socket } => {
+                let _ = tokio::time::timeout(TLS_CLOSE, session.shutdown()).await;
+                sockopt::shutdown_write(socket);
+            }
+            Sink::Local(w) => {
+                let _ = w.shutdown().await;
+            }
         }
-        sockopt::shutdown_write(self.socket());
     }
 }

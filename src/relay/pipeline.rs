@@ -358,7 +358,9 @@ async fn write_items(
                 return (DirEnd::Close, total);
             }
             ItemKind::Reset => {
-                sockopt::drain(dst.socket(), RESET_DRAIN).await;
+                if let Some(s) = dst.socket() {
+                    sockopt::drain(s, RESET_DRAIN).await;
+                }
                 return (DirEnd::Reset, total);
             }
         }

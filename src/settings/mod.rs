@@ -368,7 +368,7 @@ impl Fields {
 
     /// Reads a string-like value through `parse`; numbers are accepted where
     /// `parse` accepts their text (so `--fault` strings and TOML agree).
-    fn with_text<T>(
+    pub fn with_text<T>(
         &mut self,
         key: &'static str,
         form: &str,

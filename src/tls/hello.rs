@@ -28,6 +28,21 @@ impl Hello {
     pub(crate) fn speaks_http1(&self) -> bool {
         self.alpn.is_empty() || self.alpn.iter().any(|p| p == HTTP11)
     }
+
+    /// Whether it offers HTTP/2 (gRPC's clients offer nothing else).
+    pub(crate) fn offers_h2(&self) -> bool {
+        self.alpn.iter().any(|p| p == super::H2)
+    }
+
+    /// The protocol netchaos agrees to: HTTP/1.1 when the client speaks
+    /// it, else HTTP/2; none when it offers no ALPN.
+    pub(crate) fn agreed(&self) -> Option<Vec<u8>> {
+        match self.offers_alpn() {
+            false => None,
+            true if self.speaks_http1() => Some(HTTP11.to_vec()),
+            true => Some(super::H2.to_vec()),
+        }
+    }
 }
 
 /// The largest hello looked at (one TLS record, and a second for the rest).

@@ -6,9 +6,10 @@
 //! client is shown a certificate nobody trusts, and fails as it would have
 //! without netchaos.
 //!
-//! Only HTTP/1.1 is offered to clients (ALPN); a client that offers only
-//! something else (h2 alone: gRPC) is not terminated — its connection stays
-//! a byte relay.
+//! HTTP/1.1 is agreed to (ALPN) whenever the client offers it; a client
+//! that offers HTTP/2 alone (gRPC) gets HTTP/2, and so does its upstream
+//! ([`crate::http::h2`]). One that offers neither is not terminated — its
+//! connection stays a byte relay.
 
 pub(crate) mod authority;
 pub(crate) mod hello;
@@ -29,8 +30,9 @@ pub(crate) use hello::Hello;
 
 use tokio::io::{AsyncRead, AsyncWrite};
 
-/// The only application protocol netchaos speaks inside TLS.
+/// The application protocols netchaos speaks inside TLS.
 pub(crate) const HTTP11: &[u8] = b"http/1.1";
+pub(crate) const H2: &[u8] = b"h2";
 
 /// Why TLS could not be set up (at start: a bad CA or CA file).
 #[derive(Debug, thiserror::Error)]
@@ -76,6 +78,8 @@ pub(crate) fn check_roots(
 pub(crate) struct Tls {
     authority: Authority,
     upstream: Arc<ClientConfig>,
+    /// The same, offering HTTP/2 alone (for HTTP/2 clients).
+    upstream_h2: Arc<ClientConfig>,
 }
 
 impl std::fmt::Debug for Tls {
@@ -115,9 +119,12 @@ impl Tls {
             .with_root_certificates(roots)
             .with_no_client_auth();
         upstream.alpn_protocols = vec![HTTP11.to_vec()];
+        let mut upstream_h2 = upstream.clone();
+        upstream_h2.alpn_protocols = vec![H2.to_vec()];
         Ok(Tls {
             authority,
             upstream: Arc::new(upstream),
+            upstream_h2: Arc::new(upstream_h2),
         })
     }
 
@@ -125,17 +132,30 @@ impl Tls {
         &self.authority
     }
 
-    /// TLS to the upstream, verified as `name`.
+    /// TLS to the upstream, verified as `name`, offering HTTP/1.1 (or,
+    /// `h2`, HTTP/2: an upstream that agrees to anything else fails).
     pub(crate) async fn connect<S: AsyncRead + AsyncWrite + Unpin>(
         &self,
         sock: S,
         name: &str,
+        h2: bool,
     ) -> io::Result<client::TlsStream<S>> {
         let server = ServerName::try_from(name.to_string())
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("{name:?}: {e}")))?;
-        TlsConnector::from(self.upstream.clone())
+        let config = if h2 {
+            &self.upstream_h2
+        } else {
+            &self.upstream
+        };
+        let s = TlsConnector::from(config.clone())
             .connect(server, sock)
-            .await
+            .await?;
+        if h2 && s.get_ref().1.alpn_protocol() != Some(H2) {
+            return Err(io::Error::other(format!(
+                "{name} does not speak HTTP/2 (ALPN)"
+            )));
+        }
+        Ok(s)
     }
 
     /// Completes the client's handshake (its hello is still unread) with a
@@ -154,8 +174,7 @@ impl Tls {
             authority::untrusted(name).map(Arc::new)
         }
         .map_err(io::Error::other)?;
-        self.serve(sock, key, hello.offers_alpn().then(|| HTTP11.to_vec()))
-            .await
+        self.serve(sock, key, hello.agreed()).await
     }
 
     /// Completes the client's handshake showing `key`'s certificate (a
@@ -167,8 +186,8 @@ impl Tls {
         key: Arc<CertifiedKey>,
         hello: &Hello,
     ) -> io::Result<server::TlsStream<S>> {
-        let alpn = if hello.speaks_http1() {
-            hello.offers_alpn().then(|| HTTP11.to_vec())
+        let alpn = if hello.speaks_http1() || hello.offers_h2() {
+            hello.agreed()
         } else {
             hello.alpn.first().cloned()
         };

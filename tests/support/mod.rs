@@ -787,10 +787,21 @@ impl Httpd {
 
     /// On `bind` (an address of this host).
     pub(crate) fn start_on(bind: &str, tls: Option<&TestCa>) -> Httpd {
-        let script =
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/httpd.py");
+        Httpd::spawn("httpd.py", &["--bind", bind], tls)
+    }
+
+    /// `support/grpcd.py`, a gRPC server (HTTP/2; over TLS with `tls`'s
+    /// leaf), on 127.0.0.1.
+    pub(crate) fn grpc(tls: Option<&TestCa>) -> Httpd {
+        Httpd::spawn("grpcd.py", &[], tls)
+    }
+
+    fn spawn(script: &str, args: &[&str], tls: Option<&TestCa>) -> Httpd {
+        let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/support")
+            .join(script);
         let mut c = Command::new("python3");
-        c.arg(script).args(["--bind", bind]);
+        c.arg(script).args(args);
         if let Some(ca) = tls {
             c.arg("--cert").arg(ca.path("leaf.pem"));
             c.arg("--key").arg(ca.path("leaf.key"));
@@ -799,12 +810,15 @@ impl Httpd {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
-            .expect("start httpd.py");
+            .expect("start a test server");
         let mut line = String::new();
         BufReader::new(child.stdout.take().unwrap())
             .read_line(&mut line)
             .unwrap();
-        let port = line.trim().parse().expect("httpd.py prints its port");
+        let port = line
+            .trim()
+            .parse()
+            .expect("the test server prints its port");
         let stdin = child.stdin.take().unwrap();
         Httpd {
             child,

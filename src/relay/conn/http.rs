@@ -19,6 +19,7 @@ use crate::events::Outcome;
 use crate::fault::tls_error::TlsFailure;
 use crate::fault::{Chosen, Direction, FaultKind};
 use crate::http::exchange::{self, Exchange};
+use crate::http::h2;
 use crate::plan::Protocol;
 use crate::relay::peer::{Sink, TcpRef};
 use crate::relay::pipeline::{self, Source};
@@ -63,6 +64,8 @@ struct Silence {
 /// What a connection turned out to carry.
 enum Carries {
     Http,
+    /// HTTP/2 in the clear, with prior knowledge (its preface first).
+    H2,
     Tls(Hello),
     /// Something else (or the server speaks first): relay it as bytes.
     Other,
@@ -132,17 +135,21 @@ impl Conn<'_> {
                 c => c,
             }
         };
-        let (client_side, upstream_side, sni, path) = match carries {
+        let (client_side, upstream_side, sni, path, h2) = match carries {
             Carries::Other => return None,
-            Carries::Http => {
+            Carries::Http | Carries::H2 => {
+                let h2 = matches!(carries, Carries::H2);
                 let up = match &ep.upstream {
-                    Some(name) => match self.tls_upstream(upstream, name).await {
+                    Some(name) => match self.tls_upstream(upstream, name, h2).await {
                         Ok(s) => s,
+                        Err(e) if h2 => {
+                            return Some(self.upstream_failed(client, upstream, name, &e));
+                        }
                         Err(e) => return Some(self.bad_gateway(client, upstream, name, &e).await),
                     },
                     None => Side::plain(upstream),
                 };
-                (Side::plain(client), up, None, "http")
+                (Side::plain(client), up, None, "http", h2)
             }
             Carries::Tls(hello) => {
                 let tls = tls?;
@@ -170,7 +177,7 @@ impl Conn<'_> {
                                 if s.get_ref()
                                     .1
                                     .alpn_protocol()
-                                    .is_some_and(|p| p != tls::HTTP11) =>
+                                    .is_some_and(|p| p != tls::HTTP11 && p != tls::H2) =>
                             {
                                 let _ = self.path.set("https");
                                 sockopt::set_linger_zero(upstream);
@@ -180,15 +187,21 @@ impl Conn<'_> {
                         }
                     }
                 };
-                if faulty.is_none() && !hello.speaks_http1() {
-                    tracing::debug!("TLS client offers no HTTP/1.1 (ALPN): relayed as bytes");
+                if faulty.is_none() && !hello.speaks_http1() && !hello.offers_h2() {
+                    tracing::debug!(
+                        "TLS client offers neither HTTP/1.1 nor HTTP/2 (ALPN): relayed as bytes"
+                    );
                     return None;
                 }
+                let h2 = match &faulty {
+                    Some(s) => s.get_ref().1.alpn_protocol() == Some(tls::H2),
+                    None => !hello.speaks_http1(),
+                };
                 let up = if ep.serve && ep.upstream.is_none() {
                     Side::plain(upstream)
                 } else {
                     let up_name = ep.upstream.clone().unwrap_or_else(|| name.clone());
-                    match self.tls_upstream(upstream, &up_name).await {
+                    match self.tls_upstream(upstream, &up_name, h2).await {
                         Ok(s) => s,
                         // The client's handshake is done: it can only be
                         // closed (what a server whose backend is gone does).
@@ -222,18 +235,39 @@ impl Conn<'_> {
                         }
                     },
                 };
-                (Side::tls(session, client), up, hello.server_name, "https")
+                (
+                    Side::tls(session, client),
+                    up,
+                    hello.server_name,
+                    "https",
+                    h2,
+                )
             }
         };
         let _ = self.path.set(path);
-        let (requests, responses) = exchange::sides(Exchange {
+        let x = Exchange {
             faults: self.chosen.clone(),
             epoch: self.relay.epoch,
             events: self.relay.events.clone(),
             conn: self.info.clone(),
             sni,
             rewrite_host: ep.upstream.clone(),
-        });
+        };
+        if h2 {
+            let upstream_tls = ep.upstream.is_some() || (path == "https" && !ep.serve);
+            return Some(
+                self.h2(
+                    client,
+                    upstream,
+                    client_side,
+                    upstream_side,
+                    x,
+                    upstream_tls,
+                )
+                .await,
+            );
+        }
+        let (requests, responses) = exchange::sides(x);
         let meter = self.meter();
         let mut up_feed = self.feed(Direction::Upstream);
         let mut down_feed = self.feed(Direction::Downstream);
@@ -372,6 +406,7 @@ impl Conn<'_> {
         &self,
         upstream: &'a TcpStream,
         name: &str,
+        h2: bool,
     ) -> std::io::Result<Side<'a>> {
         let tls = self
             .relay
@@ -379,7 +414,7 @@ impl Conn<'_> {
             .tls
             .clone()
             .ok_or_else(|| std::io::Error::other("TLS is not set up"))?;
-        let s = tls.connect(TcpRef(upstream), name).await?;
+        let s = tls.connect(TcpRef(upstream), name, h2).await?;
         Ok(Side::tls(s, upstream))
     }
 
@@ -448,6 +483,88 @@ impl Conn<'_> {
     }
 }
 
+impl Conn<'_> {
+    /// An HTTP/2 connection: the engine between two in-memory pipes, the
+    /// client's side through the connection's pipelines (its stream
+    /// faults), the upstream's relayed as it is.
+    async fn h2(
+        &self,
+        client: &TcpStream,
+        upstream: &TcpStream,
+        client_side: Side<'_>,
+        mut upstream_side: Side<'_>,
+        x: Exchange,
+        upstream_tls: bool,
+    ) -> (Outcome, [u64; 2]) {
+        let (engine_client, ours) = tokio::io::duplex(H2_PIPE);
+        let (engine_upstream, theirs) = tokio::io::duplex(H2_PIPE);
+        let (end, ending) = h2::ending();
+        let engine = h2::engine(x, engine_client, engine_upstream, upstream_tls, end.clone());
+        let (from_engine, to_engine) = tokio::io::split(ours);
+        let meter = self.meter();
+        let mut up_feed = self.feed(Direction::Upstream);
+        let mut down_feed = self.feed(Direction::Downstream);
+        let client_read = client_side.read;
+        let up = pipeline::run(
+            Source::Driven(Box::new(move |out| {
+                Box::pin(h2::requests(client_read, out))
+            })),
+            Sink::Local(Box::new(to_engine)),
+            Direction::Upstream,
+            &mut up_feed,
+            &meter,
+        );
+        let down = pipeline::run(
+            Source::Driven(Box::new(move |out| {
+                Box::pin(h2::responses(from_engine, ending, out))
+            })),
+            client_side.sink,
+            Direction::Downstream,
+            &mut down_feed,
+            &meter,
+        );
+        let upstream_read = upstream_side.read;
+        let leg = h2::upstream_leg(theirs, upstream_read, &mut upstream_side.sink, end);
+        let pair = run_pair(Box::pin(up), Box::pin(down), client, Some(upstream));
+        tokio::pin!(pair, engine, leg);
+        let (mut engine_done, mut leg_done) = (false, false);
+        let (outcome, bytes) = loop {
+            tokio::select! {
+                r = &mut pair => break r,
+                () = &mut engine, if !engine_done => engine_done = true,
+                () = &mut leg, if !leg_done => leg_done = true,
+            }
+        };
+        teardown(outcome, client, Some(upstream)).await;
+        (outcome, bytes)
+    }
+
+    /// An HTTP/2 client whose upstream's TLS failed (a proxy to an HTTPS
+    /// upstream): it has nothing to read a 502 with, so it is reset.
+    fn upstream_failed(
+        &self,
+        client: &TcpStream,
+        upstream: &TcpStream,
+        name: &str,
+        e: &std::io::Error,
+    ) -> (Outcome, [u64; 2]) {
+        let kind = if tls::is_certificate_error(e) {
+            "upstream_tls_untrusted"
+        } else {
+            "upstream_tls_failed"
+        };
+        self.relay
+            .events
+            .relay_error(self.info, kind, &format!("TLS to {name}: {e}"));
+        sockopt::set_linger_zero(client);
+        sockopt::set_linger_zero(upstream);
+        (Outcome::Reset, [0, 0])
+    }
+}
+
+/// Each in-memory pipe's buffer, each way.
+const H2_PIPE: usize = 64 * 1024;
+
 /// The name the client meant: its SNI, else the address it dialled (`dst`,
 /// or the listener's own).
 fn server_name(hello: &Hello, client: &TcpStream, dst: Option<SocketAddr>) -> String {
@@ -458,22 +575,48 @@ fn server_name(hello: &Hello, client: &TcpStream, dst: Option<SocketAddr>) -> St
     })
 }
 
+/// The start of HTTP/2's connection preface (RFC 9113 §3.4): "PRI" is not
+/// a method any HTTP/1.1 client sends.
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n";
+
 /// Waits for the first bytes: the client's (an HTTP request, a TLS hello
-/// when netchaos terminates TLS) or the server's (a server-first protocol).
+/// when netchaos terminates TLS) or the server's (a server-first protocol;
+/// but an HTTP/2 server greets with its SETTINGS as soon as it accepts,
+/// and its client sends its own preface without waiting for them).
 async fn sniff(client: &TcpStream, upstream: &TcpStream, tls: bool) -> Carries {
     let mut first = [0u8; 16];
-    let mut theirs = [0u8; 1];
-    tokio::select! {
-        r = client.peek(&mut first) => match r {
-            // A method and a space; or the start of one, still arriving.
-            Ok(n) if n > 0 && (crate::http::wire::looks_like_request(&first[..n])
-                || (n < 11 && first[..n].iter().all(u8::is_ascii_uppercase))) => Carries::Http,
-            Ok(n) if n > 0 && first[0] == 0x16 && tls => match tls::hello::peek(client).await {
-                Some(h) => Carries::Tls(h),
-                None => Carries::Other,
-            },
-            _ => Carries::Other,
+    let mut theirs = [0u8; 9];
+    let read = tokio::select! {
+        r = client.peek(&mut first) => r,
+        r = upstream.peek(&mut theirs) => match r {
+            Ok(9) if is_h2_settings(&theirs) => client.peek(&mut first).await,
+            _ => return Carries::Other,
         },
-        _ = upstream.peek(&mut theirs) => Carries::Other,
+    };
+    match read {
+        Ok(n) if n >= 4 && first[..n].starts_with(&H2_PREFACE[..n.min(H2_PREFACE.len())]) => {
+            Carries::H2
+        }
+        // A method and a space; or the start of one, still arriving.
+        Ok(n)
+            if n > 0
+                && (crate::http::wire::looks_like_request(&first[..n])
+                    || (n < 11 && first[..n].iter().all(u8::is_ascii_uppercase))) =>
+        {
+            Carries::Http
+        }
+        Ok(n) if n > 0 && first[0] == 0x16 && tls => match tls::hello::peek(client).await {
+            Some(h) => Carries::Tls(h),
+            None => Carries::Other,
+        },
+        _ => Carries::Other,
     }
+}
+
+/// Whether a frame header is an HTTP/2 SETTINGS frame's, as a server's
+/// first (RFC 9113 §3.4): type 4, no flags, stream 0, a length of whole
+/// settings.
+fn is_h2_settings(h: &[u8; 9]) -> bool {
+    let len = u32::from_be_bytes([0, h[0], h[1], h[2]]);
+    len % 6 == 0 && h[3] == 4 && h[4] == 0 && h[5..9] == [0, 0, 0, 0]
 }

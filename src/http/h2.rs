@@ -1,0 +1,861 @@
+//! One HTTP/2 connection (gRPC, or any client that speaks h2 alone):
+//! netchaos ends the client's HTTP/2 and speaks its own to the upstream,
+//! and each stream is a request whose faults are decided as HTTP/1.1's are
+//! ([`super::decide`]): held (`http_delay`), answered in the upstream's
+//! place (`http_status`, with `grpc_status` a gRPC call's trailers-only
+//! failure), the connection ended where the answer would begin
+//! (`http_abort`) or mid-body (`http_truncate`), heads and bodies
+//! rewritten (`http_rewrite`). An unfaulted stream passes as it came —
+//! headers, data, trailers, and the upstream's own stream resets with
+//! their codes. hyper does the framing, flow control and limits of both
+//! connections. `sse` faults act on HTTP/1.1 streams only.
+//!
+//! Both connections run over in-memory pipes: the client's goes through
+//! the connection's pipelines, so stream faults (latency, bandwidth …)
+//! still act on what the client sends and receives, and a fault that ends
+//! the connection is passed to its downstream reader ([`Ending`]).
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
+
+use bytes::{Bytes, BytesMut};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Empty, Full};
+use hyper::body::{Frame, Incoming, SizeHint};
+use hyper::http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response, StatusCode, Uri};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, DuplexStream, ReadHalf};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
+
+use super::decide::{self, Reply};
+use super::exchange::{self, Exchange, MAX_BODY, Meta, Src};
+use super::wire::MAX_HEAD;
+use super::{grpc, rewrite};
+use crate::fault::http_match::RequestView;
+use crate::fault::http_rewrite::HttpRewrite;
+use crate::fault::http_status::After;
+use crate::fault::{ItemKind, Output};
+use crate::relay::peer::Sink;
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+type Body = BoxBody<Bytes, Failed>;
+type StreamFuture = Pin<Box<dyn Future<Output = Result<Response<Body>, Failed>> + Send>>;
+
+/// Why a stream failed (hyper resets it, with the code of the upstream's
+/// own reset when that is the cause). A type of its own: hyper's HTTP/2
+/// futures cannot be shown to be `Send` with a boxed error as theirs.
+#[derive(Debug)]
+pub(crate) struct Failed(BoxError);
+
+impl std::fmt::Display for Failed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for Failed {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.0)
+    }
+}
+
+/// Concurrent streams a client may open (hyper's default for servers).
+const MAX_STREAMS: u32 = 200;
+/// Bodies held whole at once per connection (each at most [`MAX_BODY`]),
+/// to match or rewrite them: the rest wait their turn.
+const HELD_BODIES: usize = 4;
+
+/// How a fault ended the client's connection (its pipelines pass it on:
+/// [`After::Close`] a FIN, [`After::Reset`] an RST), once it has.
+pub(crate) type Ending = watch::Receiver<Option<After>>;
+
+/// The connection's state, shared by its streams.
+struct State {
+    x: Exchange,
+    upstream: hyper::client::conn::http2::SendRequest<Body>,
+    /// The upstream's scheme (`https` when netchaos speaks TLS to it).
+    scheme: &'static str,
+    /// Streams seen, numbering requests for their `probability` draws.
+    n: AtomicU64,
+    end: watch::Sender<Option<After>>,
+    /// Cancelled when the connection ends: its streams' held futures stop.
+    gone: CancellationToken,
+    /// Turns to hold a body whole ([`HELD_BODIES`]).
+    holding: Arc<Semaphore>,
+}
+
+/// Makes the channel by which a fault (or the upstream's reset) ends the
+/// client's connection.
+pub(crate) fn ending() -> (watch::Sender<Option<After>>, Ending) {
+    watch::channel(None)
+}
+
+/// Runs the two HTTP/2 connections: `client` (the client's, past its
+/// pipelines) and `upstream`, over which netchaos is the client; a fault
+/// that ends the connection says so on `end`.
+pub(crate) fn engine(
+    x: Exchange,
+    client: DuplexStream,
+    upstream: DuplexStream,
+    upstream_tls: bool,
+    end: watch::Sender<Option<After>>,
+) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+    Box::pin(run(x, client, upstream, upstream_tls, end))
+}
+
+async fn run(
+    x: Exchange,
+    client: DuplexStream,
+    upstream: DuplexStream,
+    upstream_tls: bool,
+    end: watch::Sender<Option<After>>,
+) {
+    let up = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+        .handshake::<_, Body>(TokioIo::new(upstream))
+        .await;
+    let (send, up_conn) = match up {
+        Ok(x) => x,
+        Err(e) => {
+            tracing::debug!("HTTP/2 to the upstream failed: {e}");
+            let _ = end.send(Some(After::Reset));
+            return;
+        }
+    };
+    let gone = CancellationToken::new();
+    let _stop = gone.clone().drop_guard();
+    let mut ended = end.subscribe();
+    let st = Arc::new(State {
+        x,
+        upstream: send,
+        scheme: if upstream_tls { "https" } else { "http" },
+        n: AtomicU64::new(0),
+        end,
+        gone,
+        holding: Arc::new(Semaphore::new(HELD_BODIES)),
+    });
+    let service = hyper::service::service_fn(move |req| -> StreamFuture {
+        let st = st.clone();
+        Box::pin(async move {
+            let gone = st.gone.clone();
+            tokio::select! {
+                r = stream(&st, req) => r.map_err(Failed),
+                _ = gone.cancelled() => Err(Failed("the connection ended".into())),
+            }
+        })
+    });
+    let server = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+        .max_concurrent_streams(MAX_STREAMS)
+        .max_header_list_size(MAX_HEAD as u32)
+        .serve_connection(TokioIo::new(client), service);
+    tokio::pin!(server, up_conn);
+    let mut closing = false;
+    // Either side ending ends both: in-flight streams fail as they would
+    // had the upstream (or the client) gone. A fault that ends the
+    // connection first says GOAWAY, as a server going away does: streams
+    // the client opens after it are refused, and retried elsewhere.
+    loop {
+        tokio::select! {
+            r = server.as_mut() => {
+                if let Err(e) = r {
+                    tracing::debug!("HTTP/2 client connection: {e}");
+                }
+                break;
+            }
+            r = up_conn.as_mut() => {
+                if let Err(e) = r {
+                    tracing::debug!("HTTP/2 upstream connection: {e}");
+                }
+                break;
+            }
+            Ok(()) = ended.changed(), if !closing => {
+                if ended.borrow_and_update().is_some() {
+                    server.as_mut().graceful_shutdown();
+                    closing = true;
+                }
+            }
+        }
+    }
+}
+
+/// The client's bytes, into its upstream pipeline (towards the engine).
+pub(crate) async fn requests<R: AsyncRead + Unpin>(client: R, out: Output) {
+    let _ = exchange::raw(&mut Src::new(client), &mut BytesMut::new(), &out).await;
+}
+
+/// What the engine sends the client, into its downstream pipeline; when a
+/// fault ends the connection, what the engine has written by then, and
+/// the end (a FIN or an RST) after it.
+pub(crate) async fn responses(engine: ReadHalf<DuplexStream>, mut ending: Ending, out: Output) {
+    let mut src = Src::new(engine);
+    let mut buf = BytesMut::new();
+    let mut watching = true;
+    let then = loop {
+        tokio::select! {
+            biased;
+            r = src.fill(&mut buf) => match r {
+                Ok(0) => {
+                    let _ = exchange::send(&out, ItemKind::Fin).await;
+                    return;
+                }
+                Ok(_) => {
+                    if exchange::send_data(&out, buf.split().freeze()).await.is_err() {
+                        return;
+                    }
+                }
+                Err(_) => {
+                    let _ = exchange::send(&out, ItemKind::Reset).await;
+                    return;
+                }
+            },
+            r = ending.changed(), if watching => match r {
+                Ok(()) => if let Some(then) = *ending.borrow_and_update() {
+                    break then;
+                },
+                Err(_) => watching = false,
+            },
+        }
+    };
+    // What the engine is still writing (an answer's last frames) goes
+    // first: until it pauses, for at most a second.
+    let deadline = tokio::time::Instant::now() + END_DRAIN;
+    while let Ok(Ok(n)) = tokio::time::timeout_at(
+        deadline.min(tokio::time::Instant::now() + END_PAUSE),
+        src.fill(&mut buf),
+    )
+    .await
+    {
+        if n == 0
+            || exchange::send_data(&out, buf.split().freeze())
+                .await
+                .is_err()
+        {
+            break;
+        }
+    }
+    let _ = exchange::send(
+        &out,
+        match then {
+            After::Reset => ItemKind::Reset,
+            _ => ItemKind::Close,
+        },
+    )
+    .await;
+}
+
+/// A fault's end waits for what the engine writes until it pauses this
+/// long, at most [`END_DRAIN`] in all.
+const END_PAUSE: Duration = Duration::from_millis(50);
+const END_DRAIN: Duration = Duration::from_secs(1);
+
+/// The upstream's side: the engine's bytes to the upstream and back. An
+/// upstream that resets ends the client's connection with an RST too.
+pub(crate) async fn upstream_leg<R: AsyncRead + Unpin>(
+    engine: DuplexStream,
+    mut read: R,
+    sink: &mut Sink<'_>,
+    end: watch::Sender<Option<After>>,
+) {
+    let (mut from_engine, mut to_engine) = tokio::io::split(engine);
+    let out = async {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            match from_engine.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if sink.write_all(&buf[..n]).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+        sink.finish().await;
+    };
+    let back = async {
+        if let Err(e) = tokio::io::copy(&mut read, &mut to_engine).await {
+            tracing::debug!("HTTP/2 upstream: {e}");
+            let _ = end.send(Some(After::Reset));
+        }
+        let _ = to_engine.shutdown().await;
+    };
+    tokio::join!(out, back);
+}
+
+/// One stream: its request's faults, its forwarding, its response's.
+async fn stream(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body>, BoxError> {
+    let x = &st.x;
+    let n = st.n.fetch_add(1, Ordering::Relaxed);
+    x.events.http_request();
+    let faults = x.faults.borrow().clone();
+    let (mut parts, incoming) = req.into_parts();
+    let mut headers = pairs(&parts.headers);
+    let mut body = Held::new(incoming);
+    if decide::needs_body(&faults) {
+        body.read_ahead(&st.holding).await?;
+    }
+    let json: Option<serde_json::Value> = body.whole().and_then(|b| serde_json::from_slice(b).ok());
+    let host = parts
+        .uri
+        .authority()
+        .map(|a| a.as_str().to_string())
+        .or_else(|| header(&headers, "host").map(str::to_string))
+        .or_else(|| x.sni.clone());
+    let target = parts
+        .uri
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .to_string();
+    let method = parts.method.as_str().to_string();
+    let view = RequestView {
+        method: &method,
+        path: &target,
+        host: host.as_deref(),
+        headers: &headers,
+        body: json.as_ref(),
+    };
+    let mut d = decide::decide(&faults, n, &view, x.epoch.elapsed());
+    let call = grpc::is_call(&headers);
+    let head_only = parts.method == Method::HEAD;
+    let meta = Meta {
+        n,
+        method,
+        target,
+        host,
+        keep_alive: true,
+        faulted: Default::default(),
+    };
+    // Counted as the hold begins, as over HTTP/1.1.
+    let answering = d.answer.as_ref().and_then(|(_, r)| r.status());
+    for c in &d.request_delays {
+        x.record(c, &meta, answering);
+    }
+    if !d.request_delay.is_zero() {
+        crate::timer::sleep(d.request_delay).await;
+    }
+    if let Some((chosen, reply)) = d.answer.take() {
+        let held = d.on_answer(reply.status());
+        for c in &held.delays {
+            x.record(c, &meta, reply.status());
+        }
+        if !held.headers_delay.is_zero() {
+            crate::timer::sleep(held.headers_delay).await;
+        }
+        x.record(&chosen, &meta, reply.status());
+        return st.answer(&reply, call, head_only).await;
+    }
+
+    // Forwarded: its head (and body) as `http_rewrite` leaves them.
+    let body_edits = d.rewrites.iter().any(|(_, w)| w.edits().body.is_some());
+    if body_edits && rewrite::body_editable(&headers) {
+        body.read_ahead(&st.holding).await?;
+    }
+    let json_body = rewrite::is_json(&headers);
+    for (c, w) in &d.rewrites {
+        let mut changed = false;
+        if let Some(head) = edit_request(&parts, &headers, w) {
+            changed |= head.method != parts.method
+                || head.uri != parts.uri
+                || head.headers != parts.headers;
+            parts.method = head.method;
+            parts.uri = head.uri;
+            parts.headers = head.headers;
+        }
+        if let Some(e) = &w.edits().body {
+            changed |= body.edit(|b| rewrite::body(b, e, json_body));
+        }
+        if changed {
+            x.record(c, &meta, None);
+        }
+    }
+    headers = pairs(&parts.headers);
+    if body.edited {
+        set(
+            &mut parts.headers,
+            "content-length",
+            Some(&body.len().to_string()),
+        );
+    }
+    let mut uri = parts.uri.clone().into_parts();
+    uri.scheme = Some(st.scheme.parse()?);
+    if let Some(h) = &x.rewrite_host {
+        uri.authority = Some(h.parse()?);
+    } else if uri.authority.is_none() {
+        uri.authority = header(&headers, "host").and_then(|h| h.parse().ok());
+    }
+    parts.uri = Uri::from_parts(uri)?;
+    // Over HTTP/2 the authority says it; a Host beside it must agree.
+    parts.headers.remove(hyper::http::header::HOST);
+    if d.reads_response_body() {
+        set(&mut parts.headers, "accept-encoding", Some("identity"));
+    }
+    let mut up = st.upstream.clone();
+    up.ready().await?;
+    // The upstream's failure (its stream reset, its connection gone) is
+    // the client's: hyper resets the client's stream with its code.
+    let response = up
+        .send_request(Request::from_parts(parts, body.boxed()))
+        .await?;
+
+    let (mut rparts, rbody) = response.into_parts();
+    let status = rparts.status.as_u16();
+    x.record_response(&meta, status);
+    let rheaders = pairs(&rparts.headers);
+    let mut od = d.on_response(Some(status), &rheaders);
+    for c in &od.delays {
+        x.record(c, &meta, Some(status));
+    }
+    if !od.headers_delay.is_zero() {
+        crate::timer::sleep(od.headers_delay).await;
+    }
+    if let Some((c, reply)) = od.replace.take() {
+        x.record(&c, &meta, reply.status());
+        drop(rbody);
+        return st.answer(&reply, call, head_only).await;
+    }
+    if !od.sse.is_empty() {
+        tracing::debug!(
+            "sse faults act on HTTP/1.1 streams only: {} passes",
+            meta.target
+        );
+    }
+    let mut rbody = Held::new(rbody);
+    let bodiless = head_only || matches!(status, 204 | 304);
+    let body_edits = od.rewrites.iter().any(|(_, w)| w.edits().body.is_some());
+    if body_edits && !bodiless && rewrite::body_editable(&rheaders) {
+        rbody.read_ahead(&st.holding).await?;
+    }
+    let json_body = rewrite::is_json(&rheaders);
+    let mut status_now = status;
+    for (c, w) in &od.rewrites {
+        let mut changed = false;
+        if let Some((s, h)) = edit_response(status_now, &rparts.headers, w) {
+            changed |= s != status_now || h != rparts.headers;
+            status_now = s;
+            rparts.headers = h;
+        }
+        if let Some(e) = &w.edits().body {
+            changed |= !bodiless && rbody.edit(|b| rewrite::body(b, e, json_body));
+        }
+        if changed {
+            x.record(c, &meta, Some(status_now));
+        }
+    }
+    rparts.status = StatusCode::from_u16(status_now)?;
+    if rbody.edited {
+        set(
+            &mut rparts.headers,
+            "content-length",
+            Some(&rbody.len().to_string()),
+        );
+    }
+    let out = match od.truncate {
+        Some((c, t)) => {
+            let st2 = st.clone();
+            let (limit, then) = (t.after_bytes(), t.then());
+            let recorded = move || {
+                st2.x.record(&c, &meta, Some(status_now));
+                let _ = st2.end.send(Some(then));
+            };
+            Cut {
+                inner: rbody.boxed(),
+                left: limit,
+                at_limit: Some(Box::new(recorded)),
+                gone: Box::pin(st.gone.clone().cancelled_owned()),
+            }
+            .boxed()
+        }
+        None => rbody.boxed(),
+    };
+    Ok(Response::from_parts(rparts, out))
+}
+
+impl State {
+    /// Answers in the upstream's place: a status (a gRPC call's
+    /// trailers-only failure when the fault gives `grpc_status`), or none,
+    /// the connection ending where the answer would begin.
+    async fn answer(
+        &self,
+        reply: &Reply,
+        call: bool,
+        head_only: bool,
+    ) -> Result<Response<Body>, BoxError> {
+        let s = match reply {
+            Reply::Abort(a) => {
+                let _ = self.end.send(Some(a.then()));
+                // The connection ends under this stream: nothing to send.
+                self.gone.cancelled().await;
+                return Err(BoxError::from("aborted"));
+            }
+            Reply::Status(s) => s,
+        };
+        let mut response = match s.grpc().filter(|_| call) {
+            Some(g) => {
+                let mut r = Response::new(Empty::new().map_err(|e| match e {}).boxed());
+                for (k, v) in g.headers() {
+                    r.headers_mut().insert(k, HeaderValue::from_str(&v)?);
+                }
+                r
+            }
+            None => from_http1(&s.reply(false, head_only))?,
+        };
+        // `then = close | reset`: the connection ends once the answer has
+        // gone out (its body's end).
+        if s.then() != After::Keep {
+            let end = self.end.clone();
+            let then = s.then();
+            let (parts, body) = response.into_parts();
+            response = Response::from_parts(
+                parts,
+                Then {
+                    inner: body,
+                    at_end: Some(Box::new(move || {
+                        let _ = end.send(Some(then));
+                    })),
+                }
+                .boxed(),
+            );
+        }
+        Ok(response)
+    }
+}
+
+/// A canned HTTP/1.1 reply (as `http_status` makes it) as an HTTP/2
+/// response: its status, headers (not those of HTTP/1.1's connection
+/// management, which HTTP/2 forbids) and body.
+fn from_http1(bytes: &Bytes) -> Result<Response<Body>, BoxError> {
+    let mut hs = [httparse::EMPTY_HEADER; 64];
+    let mut r = httparse::Response::new(&mut hs);
+    let len = match r.parse(bytes)? {
+        httparse::Status::Complete(n) => n,
+        httparse::Status::Partial => {
+            return Err(BoxError::from("a canned reply without its head's end"));
+        }
+    };
+    let mut out = Response::new(
+        Full::new(bytes.slice(len..))
+            .map_err(|e| match e {})
+            .boxed(),
+    );
+    *out.status_mut() = StatusCode::from_u16(r.code.unwrap_or(502))?;
+    for h in r.headers.iter() {
+        if !HOP_BY_HOP.iter().any(|n| h.name.eq_ignore_ascii_case(n)) {
+            out.headers_mut().append(
+                HeaderName::from_bytes(h.name.as_bytes())?,
+                HeaderValue::from_bytes(h.value)?,
+            );
+        }
+    }
+    Ok(out)
+}
+
+/// HTTP/1.1's connection-specific headers, which HTTP/2 forbids (RFC 9113
+/// §8.2.2).
+const HOP_BY_HOP: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// The request head as `w` edits it (rendered as HTTP/1.1's, so edits mean
+/// what they mean there), or `None` if it leaves it as it was.
+fn edit_request(
+    parts: &hyper::http::request::Parts,
+    headers: &[(String, String)],
+    w: &HttpRewrite,
+) -> Option<Head> {
+    let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let mut was = format!("{} {target} HTTP/1.1\r\n", parts.method).into_bytes();
+    render(&mut was, headers);
+    let next = rewrite::request(&was, w.edits());
+    if next[..] == was[..] {
+        return None;
+    }
+    let mut hs = [httparse::EMPTY_HEADER; 128];
+    let mut r = httparse::Request::new(&mut hs);
+    r.parse(&next).ok()?;
+    let mut uri = parts.uri.clone().into_parts();
+    uri.path_and_query = Some(r.path?.parse().ok()?);
+    Some(Head {
+        method: Method::from_bytes(r.method?.as_bytes()).ok()?,
+        uri: Uri::from_parts(uri).ok()?,
+        headers: header_map(r.headers)?,
+    })
+}
+
+/// The response's status and headers as `w` edits them, or `None` if it
+/// leaves them as they were.
+fn edit_response(status: u16, headers: &HeaderMap, w: &HttpRewrite) -> Option<(u16, HeaderMap)> {
+    let mut was = format!(
+        "HTTP/1.1 {status} {}\r\n",
+        super::super::fault::http_reply::reason(status)
+    )
+    .into_bytes();
+    render(&mut was, &pairs(headers));
+    let next = rewrite::response(&was, w.edits(), status, false);
+    if next[..] == was[..] {
+        return None;
+    }
+    let mut hs = [httparse::EMPTY_HEADER; 128];
+    let mut r = httparse::Response::new(&mut hs);
+    r.parse(&next).ok()?;
+    Some((r.code?, header_map(r.headers)?))
+}
+
+struct Head {
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+}
+
+fn render(out: &mut Vec<u8>, headers: &[(String, String)]) {
+    for (k, v) in headers {
+        out.extend_from_slice(format!("{k}: {v}\r\n").as_bytes());
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+fn header_map(hs: &[httparse::Header<'_>]) -> Option<HeaderMap> {
+    let mut m = HeaderMap::new();
+    for h in hs {
+        if HOP_BY_HOP.iter().any(|n| h.name.eq_ignore_ascii_case(n)) {
+            continue;
+        }
+        m.append(
+            HeaderName::from_bytes(h.name.as_bytes()).ok()?,
+            HeaderValue::from_bytes(h.value).ok()?,
+        );
+    }
+    Some(m)
+}
+
+/// Headers as the fault matchers see them (name, value).
+fn pairs(h: &HeaderMap) -> Vec<(String, String)> {
+    h.iter()
+        .map(|(k, v)| {
+            (
+                k.as_str().to_string(),
+                String::from_utf8_lossy(v.as_bytes()).into_owned(),
+            )
+        })
+        .collect()
+}
+
+fn header<'a>(h: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    h.iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_str())
+}
+
+fn set(h: &mut HeaderMap, name: &'static str, value: Option<&str>) {
+    match value.and_then(|v| HeaderValue::from_str(v).ok()) {
+        Some(v) => {
+            h.insert(name, v);
+        }
+        None => {
+            h.remove(name);
+        }
+    }
+}
+
+/// A body as far as it was read ahead (its frames, in order), then the
+/// rest as it comes.
+struct Held {
+    frames: VecDeque<Frame<Bytes>>,
+    rest: Option<Incoming>,
+    /// Its data, when it was read to its end (within [`MAX_BODY`]).
+    whole: Option<Bytes>,
+    /// Its data was replaced (by `http_rewrite`).
+    edited: bool,
+    /// Its turn to be held whole, given back when it has gone.
+    _turn: Option<OwnedSemaphorePermit>,
+}
+
+impl Held {
+    fn new(body: Incoming) -> Held {
+        Held {
+            frames: VecDeque::new(),
+            rest: Some(body),
+            whole: None,
+            edited: false,
+            _turn: None,
+        }
+    }
+
+    /// Reads on until the body ends or passes [`MAX_BODY`], in its turn.
+    async fn read_ahead(&mut self, holding: &Arc<Semaphore>) -> Result<(), BoxError> {
+        if self._turn.is_none() {
+            self._turn = Some(holding.clone().acquire_owned().await?);
+        }
+        let mut data = BytesMut::new();
+        for f in &self.frames {
+            if let Some(d) = f.data_ref() {
+                data.extend_from_slice(d);
+            }
+        }
+        while let Some(rest) = self.rest.as_mut() {
+            if data.len() > MAX_BODY {
+                return Ok(());
+            }
+            match rest.frame().await {
+                None => self.rest = None,
+                Some(f) => {
+                    let f = f?;
+                    if let Some(d) = f.data_ref() {
+                        data.extend_from_slice(d);
+                    }
+                    self.frames.push_back(f);
+                }
+            }
+        }
+        self.whole = Some(data.freeze());
+        Ok(())
+    }
+
+    fn whole(&self) -> Option<&[u8]> {
+        self.whole.as_deref()
+    }
+
+    /// Replaces the whole body's data by what `edit` makes of it (its
+    /// trailers kept); whether it changed.
+    fn edit(&mut self, edit: impl FnOnce(&[u8]) -> Option<Vec<u8>>) -> bool {
+        let Some(was) = &self.whole else {
+            return false;
+        };
+        let Some(next) = edit(was).filter(|n| n[..] != was[..]) else {
+            return false;
+        };
+        let next = Bytes::from(next);
+        let trailers: Vec<_> = self.frames.drain(..).filter(Frame::is_trailers).collect();
+        self.frames.push_back(Frame::data(next.clone()));
+        self.frames.extend(trailers);
+        self.whole = Some(next);
+        self.edited = true;
+        true
+    }
+
+    fn len(&self) -> usize {
+        self.whole.as_ref().map_or(0, Bytes::len)
+    }
+
+    fn boxed(self) -> Body {
+        BodyExt::boxed(self)
+    }
+}
+
+impl hyper::body::Body for Held {
+    type Data = Bytes;
+    type Error = Failed;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Failed>>> {
+        if let Some(f) = self.frames.pop_front() {
+            return Poll::Ready(Some(Ok(f)));
+        }
+        match self.rest.as_mut() {
+            Some(r) => Pin::new(r).poll_frame(cx).map_err(|e| Failed(e.into())),
+            None => Poll::Ready(None),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.frames.is_empty() && self.rest.as_ref().is_none_or(|r| r.is_end_stream())
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match (&self.rest, &self.whole) {
+            (None, Some(w)) => SizeHint::with_exact(w.len() as u64),
+            (Some(r), _) if self.frames.is_empty() => r.size_hint(),
+            _ => SizeHint::default(),
+        }
+    }
+}
+
+/// A response body cut after `left` bytes (`http_truncate`): what is in
+/// it goes out, then the connection ends; the stream waits for that.
+struct Cut {
+    inner: Body,
+    left: u64,
+    at_limit: Option<Box<dyn FnOnce() + Send + Sync>>,
+    gone: Pin<Box<WaitForCancellationFutureOwned>>,
+}
+
+impl hyper::body::Body for Cut {
+    type Data = Bytes;
+    type Error = Failed;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Failed>>> {
+        if self.left == 0 {
+            if let Some(f) = self.at_limit.take() {
+                f();
+            }
+            return match self.gone.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(Some(Err(Failed("the connection ended".into())))),
+                Poll::Pending => Poll::Pending,
+            };
+        }
+        match Pin::new(&mut self.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(f))) => match f.into_data() {
+                Ok(mut d) => {
+                    if d.len() as u64 >= self.left {
+                        d.truncate(self.left as usize);
+                        self.left = 0;
+                    } else {
+                        self.left -= d.len() as u64;
+                    }
+                    Poll::Ready(Some(Ok(Frame::data(d))))
+                }
+                // Trailers: the body ended before the cut.
+                Err(f) => Poll::Ready(Some(Ok(f))),
+            },
+            other => other,
+        }
+    }
+}
+
+/// A body that, once sent whole (hyper lets go of it), does something:
+/// ends the connection. A body that is empty stays so, so a gRPC
+/// trailers-only answer still ends its stream in its one HEADERS frame.
+struct Then {
+    inner: Body,
+    at_end: Option<Box<dyn FnOnce() + Send + Sync>>,
+}
+
+impl hyper::body::Body for Then {
+    type Data = Bytes;
+    type Error = Failed;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Failed>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for Then {
+    fn drop(&mut self) {
+        if let Some(f) = self.at_end.take() {
+            f();
+        }
+    }
+}

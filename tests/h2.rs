@@ -1,0 +1,317 @@
+//! HTTP/2 through the HTTP layer: gRPC clients (grpcio, unmodified) and
+//! curl's HTTP/2 meet per-request faults — over h2c with prior knowledge
+//! (a proxy) and over TLS (`run --tls`, the client offering h2 alone) —
+//! and an unfaulted call passes whole: its messages, trailers and status.
+//!
+//! The upstream is `support/grpcd.py` (grpcio) on loopback.
+
+mod support;
+
+use std::process::Command;
+
+use support::*;
+
+/// Calls through one grpcio channel to argv[1] (`secure`: TLS, trusting
+/// what `run --tls` points GRPC_DEFAULT_SSL_ROOTS_FILE_PATH at), one per
+/// argument after it, `METHOD:REQUEST[:TIMEOUT]`: prints per call its
+/// answer (a unary's text, a stream's messages joined by `,` — those that
+/// came before a failure too) or its failure as `CODE: details`, and how
+/// long it took. `retry` as argv[2]: the channel retries RESOURCE_EXHAUSTED
+/// and UNAVAILABLE (three attempts, at most 50 ms apart unless the server
+/// pushes back).
+const GRPC_CLIENT: &str = r#"
+import json, sys, time, grpc
+target, args = sys.argv[1], sys.argv[2:]
+opts = []
+if args and args[0] == "retry":
+    args = args[1:]
+    policy = {"maxAttempts": 3, "initialBackoff": "0.01s", "maxBackoff": "0.05s",
+              "backoffMultiplier": 2, "retryableStatusCodes": ["RESOURCE_EXHAUSTED", "UNAVAILABLE"]}
+    config = {"methodConfig": [{"name": [{"service": "test.Echo"}], "retryPolicy": policy}]}
+    opts = [("grpc.enable_retries", 1), ("grpc.service_config", json.dumps(config))]
+secure = target.startswith("secure:")
+if secure:
+    ch = grpc.secure_channel(target[7:], grpc.ssl_channel_credentials(), options=opts)
+else:
+    ch = grpc.insecure_channel(target, options=opts)
+for a in args:
+    method, req, *t = a.split(":")
+    timeout = float(t[0]) if t else 10
+    start = time.monotonic()
+    got = []
+    try:
+        if method == "Stream":
+            for m in ch.unary_stream("/test.Echo/Stream")(req.encode(), timeout=timeout):
+                got.append(m.decode())
+            out = ",".join(got)
+        else:
+            out = ch.unary_unary("/test.Echo/" + method)(req.encode(), timeout=timeout).decode()
+    except grpc.RpcError as e:
+        out = ",".join(got + [f"{e.code().name}: {e.details()}"])
+    print(json.dumps([out, round(time.monotonic() - start, 3)]), flush=True)
+"#;
+
+/// Whether grpcio is there (in CI it must be: test.sh installs it).
+fn have_grpcio() -> bool {
+    if !need(&["python3"]) {
+        return false;
+    }
+    if python("import grpc", &[]).0 != 0 {
+        assert!(
+            !in_ci(),
+            "grpcio is required in CI (scripts/test.sh installs it)"
+        );
+        eprintln!("SKIPPED: python3 has no grpcio");
+        return false;
+    }
+    true
+}
+
+/// The calls' answers and times, through a proxy with `faults` in front
+/// of `up`.
+fn calls(up: &Httpd, faults: &[&str], calls: &[&str]) -> Vec<(String, f64)> {
+    let mut args = vec![
+        "--listen".to_string(),
+        "127.0.0.1:0".into(),
+        "--upstream".into(),
+        format!("127.0.0.1:{}", up.port),
+    ];
+    for f in faults {
+        args.push("--fault".into());
+        args.push(f.to_string());
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let p = Proxy::start(&args);
+    let mut argv = vec![p.addr().to_string()];
+    argv.extend(calls.iter().map(|c| c.to_string()));
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    let (rc, out, err) = python(GRPC_CLIENT, &argv);
+    assert_eq!(rc, 0, "{err}");
+    parse(&out)
+}
+
+fn parse(out: &str) -> Vec<(String, f64)> {
+    out.lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap();
+            (v[0].as_str().unwrap().to_string(), v[1].as_f64().unwrap())
+        })
+        .collect()
+}
+
+fn answers(r: &[(String, f64)]) -> Vec<&str> {
+    r.iter().map(|(a, _)| a.as_str()).collect()
+}
+
+/// The upstream's count of unary calls it has answered.
+fn upstream_count(up: &Httpd) -> u64 {
+    let (rc, out, err) = python(GRPC_CLIENT, &[&format!("127.0.0.1:{}", up.port), "Count:"]);
+    assert_eq!(rc, 0, "{err}");
+    parse(&out)[0].0.parse().unwrap()
+}
+
+/// A gRPC call answered in the upstream's place gets the status the
+/// fault names (trailers-only, with its message), and the upstream never
+/// sees it; a plain HTTP status reaches grpcio as a gRPC client maps it
+/// (429: UNAVAILABLE); an aborted call fails as over a reset connection,
+/// a truncated stream after the messages that fit, a held one at its
+/// deadline; an unfaulted stream passes whole.
+#[test]
+fn grpc_calls_meet_http_faults_over_h2c() {
+    if !have_grpcio() {
+        return;
+    }
+    let up = Httpd::grpc(None);
+    let r = calls(
+        &up,
+        &["http_status:grpc_status=RESOURCE_EXHAUSTED,body=quota: 0 left,first=1"],
+        &["Unary:a", "Unary:b", "Stream:3"],
+    );
+    assert_eq!(
+        answers(&r),
+        [
+            "RESOURCE_EXHAUSTED: quota: 0 left",
+            "echo:b",
+            "msg-0,msg-1,msg-2"
+        ]
+    );
+    assert_eq!(
+        upstream_count(&up),
+        1,
+        "the answered call never reached the upstream"
+    );
+
+    let r = calls(
+        &up,
+        &["http_status:status=429,first=1"],
+        &["Unary:a", "Unary:b"],
+    );
+    assert!(
+        r[0].0.starts_with("UNAVAILABLE: ") && r[0].0.contains("429"),
+        "{r:?}"
+    );
+    assert_eq!(r[1].0, "echo:b");
+
+    for (then, seen) in [("reset", "reset"), ("close", "closed")] {
+        let r = calls(
+            &up,
+            &[&format!(
+                "http_abort:path=/test.Echo/Unary,first=1,then={then}"
+            )],
+            &["Unary:a", "Unary:b"],
+        );
+        assert!(r[0].0.starts_with("UNAVAILABLE: "), "{then}: {r:?}");
+        assert!(r[0].0.to_lowercase().contains(seen), "{then}: {r:?}");
+        assert_eq!(r[1].0, "echo:b");
+    }
+    assert_eq!(
+        upstream_count(&up),
+        4,
+        "aborted calls never reached the upstream"
+    );
+
+    // Each message is 5 bytes of gRPC framing and 5 of its own: 25 bytes
+    // hold two, and a cut third.
+    let r = calls(
+        &up,
+        &["http_truncate:after_bytes=25,path=/test.Echo/Stream"],
+        &["Stream:4"],
+    );
+    assert!(r[0].0.starts_with("msg-0,msg-1,UNAVAILABLE: "), "{r:?}");
+
+    let r = calls(
+        &up,
+        &["http_delay:delay=5s,path=/test.Echo/Stream"],
+        &["Stream:2:0.5", "Unary:c"],
+    );
+    assert!(r[0].0.starts_with("DEADLINE_EXCEEDED"), "{r:?}");
+    assert_eq!(r[1].0, "echo:c");
+}
+
+/// `grpc_status` with `retry_after`: the answer carries
+/// `grpc-retry-pushback-ms`, which grpcio's retry policy waits for
+/// (its own backoff here is at most 50 ms); and `then = "close"` sends
+/// GOAWAY after the answer, so the retry goes on a new connection.
+#[test]
+fn grpc_retries_wait_for_the_pushback() {
+    if !have_grpcio() {
+        return;
+    }
+    let up = Httpd::grpc(None);
+    let r = calls(
+        &up,
+        &["http_status:grpc_status=UNAVAILABLE,retry_after=1500ms,first=1,then=close"],
+        &["retry", "Unary:a"],
+    );
+    assert_eq!(r[0].0, "echo:a", "{r:?}");
+    assert!(r[0].1 >= 1.4, "the retry came after {} s", r[0].1);
+    // Without the pushback, the retry follows at once.
+    let r = calls(
+        &up,
+        &["http_status:grpc_status=UNAVAILABLE,first=1"],
+        &["retry", "Unary:b"],
+    );
+    assert_eq!(r[0].0, "echo:b", "{r:?}");
+}
+
+/// Stream faults still act on an HTTP/2 connection's bytes: a latency on
+/// every call, beside an HTTP fault on one.
+#[test]
+fn stream_faults_act_under_http2() {
+    if !have_grpcio() {
+        return;
+    }
+    let up = Httpd::grpc(None);
+    let r = calls(
+        &up,
+        &[
+            "latency:delay=300ms,stream=downstream",
+            "http_status:grpc_status=NOT_FOUND,path=/test.Echo/Count",
+        ],
+        &["Unary:a", "Unary:b", "Count:"],
+    );
+    assert_eq!(answers(&r)[..2], ["echo:a", "echo:b"]);
+    assert!(r[2].0.starts_with("NOT_FOUND"), "{r:?}");
+    for (a, t) in &r {
+        assert!(*t >= 0.29, "{a} took {t} s");
+    }
+}
+
+/// A gRPC client over TLS (it offers h2 alone) through `run --tls`: the
+/// run's CA is trusted through GRPC_DEFAULT_SSL_ROOTS_FILE_PATH, the
+/// upstream's TLS is verified, and the fault acts per call.
+#[test]
+fn grpc_over_tls_through_run() {
+    if !have_grpcio() || !need(&["ip", "nft"]) {
+        return;
+    }
+    let ca = TestCa::new();
+    let up = Httpd::grpc(Some(&ca));
+    let target = format!("secure:localhost:{}", up.port);
+    let (code, out, err) = wrapped(
+        &[
+            "--tls",
+            "--upstream-ca",
+            &ca.ca(),
+            "--fault",
+            "http_status:grpc_status=PERMISSION_DENIED,first=1",
+        ],
+        &[
+            "python3",
+            "-c",
+            GRPC_CLIENT,
+            &target,
+            "Unary:a",
+            "Unary:b",
+            "Stream:2",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let r = parse(&out);
+    assert!(r[0].0.starts_with("PERMISSION_DENIED: "), "{r:?}\n{err}");
+    assert_eq!(answers(&r)[1..], ["echo:b", "msg-0,msg-1"], "{err}");
+    assert!(
+        err.contains("HTTP requests: 3 seen, 1 faulted (http_status 403: 1)"),
+        "{err}"
+    );
+}
+
+/// curl's HTTP/2 (prior knowledge, not gRPC): an answer in the upstream's
+/// place keeps its status and headers, and a response rewrite reaches it.
+#[test]
+fn curl_over_h2c_meets_status_and_rewrite_faults() {
+    if !have_grpcio() || !need(&["curl"]) {
+        return;
+    }
+    let up = Httpd::grpc(None);
+    let p = Proxy::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        &format!("127.0.0.1:{}", up.port),
+        "--fault",
+        "http_status:status=503,retry_after=2s,path=/down",
+        "--fault",
+        "http_rewrite:phase=response,set_header.x-chaos=yes",
+    ]);
+    let curl = |path: &str| {
+        let out = Command::new("curl")
+            .args(["-sS", "-i", "--http2-prior-knowledge", "--max-time", "10"])
+            .arg(format!("http://{}{path}", p.addr()))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).to_lowercase()
+    };
+    let down = curl("/down");
+    assert!(down.starts_with("http/2 503"), "{down}");
+    assert!(down.contains("retry-after: 2"), "{down}");
+    // grpcio answers a GET that is no gRPC call; the rewrite shows on it.
+    let other = curl("/test.Echo/Unary");
+    assert!(other.starts_with("http/2 "), "{other}");
+    assert!(other.contains("x-chaos: yes"), "{other}");
+}

@@ -1,0 +1,65 @@
+"""A small gRPC server (grpcio, HTTP/2) for the HTTP/2 tests, on loopback.
+
+python3 grpcd.py [--cert CERT --key KEY]   prints its port, then serves,
+until its standard input closes, messages as raw bytes (no protobuf):
+
+  /test.Echo/Unary    the request back, prefixed "echo:"
+  /test.Echo/Stream   the request's number N: N messages "msg-I", 50 ms apart
+  /test.Echo/Count    how many Unary calls it has had, as text
+"""
+
+import sys
+import threading
+import time
+from concurrent import futures
+
+import grpc
+
+calls = 0
+lock = threading.Lock()
+
+
+def unary(req, ctx):
+    global calls
+    with lock:
+        calls += 1
+    return b"echo:" + req
+
+
+def stream(req, ctx):
+    for i in range(int(req or b"3")):
+        if i:
+            time.sleep(0.05)
+        yield f"msg-{i}".encode()
+
+
+def count(req, ctx):
+    with lock:
+        return str(calls).encode()
+
+
+def main():
+    handler = grpc.method_handlers_generic_handler(
+        "test.Echo",
+        {
+            "Unary": grpc.unary_unary_rpc_method_handler(unary),
+            "Stream": grpc.unary_stream_rpc_method_handler(stream),
+            "Count": grpc.unary_unary_rpc_method_handler(count),
+        },
+    )
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+    server.add_generic_rpc_handlers((handler,))
+    if "--cert" in sys.argv:
+        cert = open(sys.argv[sys.argv.index("--cert") + 1], "rb").read()
+        key = open(sys.argv[sys.argv.index("--key") + 1], "rb").read()
+        creds = grpc.ssl_server_credentials([(key, cert)])
+        port = server.add_secure_port("127.0.0.1:0", creds)
+    else:
+        port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    print(port, flush=True)
+    sys.stdin.read()
+    server.stop(0)
+
+
+main()
