@@ -50,7 +50,7 @@ fi
 
 # The Python client tests use `requests`, `httpx`, a Toxiproxy client
 # written by someone else (toxiproxy-python) and Anthropic's, OpenAI's,
-# Google's (Gemini), Ollama's and AWS's (boto3, for Bedrock) SDKs, from whichever python3 is first on PATH. The HTTPS tests also run Node, Java
+# Google's (Gemini), Ollama's and AWS's (boto3, for Bedrock) SDKs and grpcio, from whichever python3 is first on PATH. The HTTPS tests also run Node, Java
 # and Go clients.
 # The LLM SDKs are pinned: tests pin how these versions meet the faults.
 for mod in requests:requests httpx:httpx toxiproxy:toxiproxy-python anthropic:anthropic \
@@ -68,11 +68,12 @@ for mod in requests:requests httpx:httpx toxiproxy:toxiproxy-python anthropic:an
     echo "test.sh: could not pip install $spec" >&2
 done
 
-# toxiproxy-node-client (npm), for the Toxiproxy drop-in tests, and
+# toxiproxy-node-client (npm), for the Toxiproxy drop-in tests,
 # OpenAI's and Anthropic's Node SDKs (pinned, as above), for the LLM fault
-# tests; installed again when one is missing or another version.
+# tests, and grpc-js (pinned) for the gRPC ones; installed again when one
+# is missing or another version.
 node_clients="$PWD/target/node-clients"
-node_packages=(toxiproxy-node-client openai@6.49.0 @anthropic-ai/sdk@1.17.0)
+node_packages=(toxiproxy-node-client openai@6.49.0 @anthropic-ai/sdk@1.17.0 @grpc/grpc-js@1.14.1)
 node_stale=0
 for pkg in "${node_packages[@]}"; do
   name=${pkg%@*}

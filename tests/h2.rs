@@ -152,21 +152,24 @@ fn grpc_calls_meet_http_faults_over_h2c() {
     );
     assert_eq!(r[1].0, "echo:b");
 
+    // The second call on the connection: no GOAWAY before the end, which
+    // would let the client retry it unseen on a new connection.
     for (then, seen) in [("reset", "reset"), ("close", "closed")] {
         let r = calls(
             &up,
             &[&format!(
-                "http_abort:path=/test.Echo/Unary,first=1,then={then}"
+                "http_abort:path=/test.Echo/Unary,every=2,then={then}"
             )],
-            &["Unary:a", "Unary:b"],
+            &["Unary:a", "Unary:b", "Unary:c"],
         );
-        assert!(r[0].0.starts_with("UNAVAILABLE: "), "{then}: {r:?}");
-        assert!(r[0].0.to_lowercase().contains(seen), "{then}: {r:?}");
-        assert_eq!(r[1].0, "echo:b");
+        assert_eq!(r[0].0, "echo:a");
+        assert!(r[1].0.starts_with("UNAVAILABLE: "), "{then}: {r:?}");
+        assert!(r[1].0.to_lowercase().contains(seen), "{then}: {r:?}");
+        assert_eq!(r[2].0, "echo:c");
     }
     assert_eq!(
         upstream_count(&up),
-        4,
+        6,
         "aborted calls never reached the upstream"
     );
 
@@ -212,6 +215,66 @@ fn grpc_retries_wait_for_the_pushback() {
         &["retry", "Unary:b"],
     );
     assert_eq!(r[0].0, "echo:b", "{r:?}");
+}
+
+/// grpc-js (Node's HTTP/2, another implementation): a call answered
+/// `RESOURCE_EXHAUSTED` with a pushback is retried after it by its retry
+/// policy; one answered `PERMISSION_DENIED` is not retried.
+const NODE_GRPC_CLIENT: &str = r#"
+const grpc = require("@grpc/grpc-js");
+const policy = { maxAttempts: 3, initialBackoff: "0.01s", maxBackoff: "0.05s", backoffMultiplier: 2,
+  retryableStatusCodes: ["UNAVAILABLE", "RESOURCE_EXHAUSTED"] };
+const client = new grpc.Client(process.argv[1], grpc.credentials.createInsecure(), {
+  "grpc.service_config": JSON.stringify({ methodConfig: [{ name: [{ service: "test.Echo" }], retryPolicy: policy }] }),
+});
+const raw = (b) => b;
+const call = (method, req) => new Promise((done) => {
+  const t = Date.now();
+  client.makeUnaryRequest("/test.Echo/" + method, raw, raw, Buffer.from(req), { deadline: Date.now() + 10000 },
+    (err, v) => done([err ? `${grpc.status[err.code]}: ${err.details}` : v.toString(), (Date.now() - t) / 1000]));
+});
+(async () => {
+  for (const a of process.argv.slice(2)) {
+    const [m, r] = a.split(":");
+    console.log(JSON.stringify(await call(m, r)));
+  }
+  client.close();
+})();
+"#;
+
+#[test]
+fn grpc_js_retries_after_the_pushback() {
+    if !have_grpcio() {
+        return;
+    }
+    let Some(modules) = node_modules_with("@grpc/grpc-js") else {
+        return;
+    };
+    let up = Httpd::grpc(None);
+    let p = Proxy::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        &format!("127.0.0.1:{}", up.port),
+        "--fault",
+        "http_status:grpc_status=RESOURCE_EXHAUSTED,retry_after=1200ms,path=/test.Echo/Unary,first=1",
+        "--fault",
+        "http_status:grpc_status=PERMISSION_DENIED,body=no,path=/test.Echo/Count",
+    ]);
+    let (rc, out, err) = node(
+        NODE_GRPC_CLIENT,
+        &[&p.addr().to_string(), "Unary:a", "Count:"],
+        &modules,
+    );
+    assert_eq!(rc, 0, "{err}");
+    let r = parse(&out);
+    assert_eq!(answers(&r), ["echo:a", "PERMISSION_DENIED: no"], "{err}");
+    assert!(r[0].1 >= 1.1, "the retry came after {} s", r[0].1);
+    let (_, summary) = p.stop();
+    assert!(
+        summary.contains("HTTP requests: 3 seen, 2 faulted"),
+        "one call retried once, one not retried: {summary}"
+    );
 }
 
 /// Stream faults still act on an HTTP/2 connection's bytes: a latency on

@@ -71,9 +71,26 @@ const MAX_STREAMS: u32 = 200;
 /// to match or rewrite them: the rest wait their turn.
 const HELD_BODIES: usize = 4;
 
-/// How a fault ended the client's connection (its pipelines pass it on:
-/// [`After::Close`] a FIN, [`After::Reset`] an RST), once it has.
-pub(crate) type Ending = watch::Receiver<Option<After>>;
+/// How a fault ends the client's connection, once it does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct End {
+    /// [`After::Close`]: a FIN; [`After::Reset`]: an RST.
+    then: After,
+    /// A GOAWAY first, as from a server that means to close after an
+    /// answer (streams opened after it are refused, and retried by the
+    /// client elsewhere). Not when the connection fails under a request
+    /// (`http_abort`, `http_truncate`): that the client must see.
+    goaway: bool,
+}
+
+/// The end its pipelines watch for (they pass it on).
+pub(crate) type Ending = watch::Receiver<Option<End>>;
+type Ender = watch::Sender<Option<End>>;
+
+/// Ends the connection (on `end`): `then`, after a GOAWAY or not.
+fn end_with(end: &Ender, then: After, goaway: bool) {
+    let _ = end.send(Some(End { then, goaway }));
+}
 
 /// The connection's state, shared by its streams.
 struct State {
@@ -83,7 +100,7 @@ struct State {
     scheme: &'static str,
     /// Streams seen, numbering requests for their `probability` draws.
     n: AtomicU64,
-    end: watch::Sender<Option<After>>,
+    end: Ender,
     /// Cancelled when the connection ends: its streams' held futures stop.
     gone: CancellationToken,
     /// Turns to hold a body whole ([`HELD_BODIES`]).
@@ -92,7 +109,7 @@ struct State {
 
 /// Makes the channel by which a fault (or the upstream's reset) ends the
 /// client's connection.
-pub(crate) fn ending() -> (watch::Sender<Option<After>>, Ending) {
+pub(crate) fn ending() -> (Ender, Ending) {
     watch::channel(None)
 }
 
@@ -104,7 +121,7 @@ pub(crate) fn engine(
     client: DuplexStream,
     upstream: DuplexStream,
     upstream_tls: bool,
-    end: watch::Sender<Option<After>>,
+    end: Ender,
 ) -> Pin<Box<dyn Future<Output = ()> + Send>> {
     Box::pin(run(x, client, upstream, upstream_tls, end))
 }
@@ -114,7 +131,7 @@ async fn run(
     client: DuplexStream,
     upstream: DuplexStream,
     upstream_tls: bool,
-    end: watch::Sender<Option<After>>,
+    end: Ender,
 ) {
     let up = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
         .handshake::<_, Body>(TokioIo::new(upstream))
@@ -123,7 +140,7 @@ async fn run(
         Ok(x) => x,
         Err(e) => {
             tracing::debug!("HTTP/2 to the upstream failed: {e}");
-            let _ = end.send(Some(After::Reset));
+            end_with(&end, After::Reset, false);
             return;
         }
     };
@@ -156,9 +173,8 @@ async fn run(
     tokio::pin!(server, up_conn);
     let mut closing = false;
     // Either side ending ends both: in-flight streams fail as they would
-    // had the upstream (or the client) gone. A fault that ends the
-    // connection first says GOAWAY, as a server going away does: streams
-    // the client opens after it are refused, and retried elsewhere.
+    // had the upstream (or the client) gone. An answer that closes the
+    // connection says GOAWAY first, as a server going away does.
     loop {
         tokio::select! {
             r = server.as_mut() => {
@@ -174,7 +190,7 @@ async fn run(
                 break;
             }
             Ok(()) = ended.changed(), if !closing => {
-                if ended.borrow_and_update().is_some() {
+                if ended.borrow_and_update().is_some_and(|e| e.goaway) {
                     server.as_mut().graceful_shutdown();
                     closing = true;
                 }
@@ -214,8 +230,8 @@ pub(crate) async fn responses(engine: ReadHalf<DuplexStream>, mut ending: Ending
                 }
             },
             r = ending.changed(), if watching => match r {
-                Ok(()) => if let Some(then) = *ending.borrow_and_update() {
-                    break then;
+                Ok(()) => if let Some(end) = *ending.borrow_and_update() {
+                    break end.then;
                 },
                 Err(_) => watching = false,
             },
@@ -259,7 +275,7 @@ pub(crate) async fn upstream_leg<R: AsyncRead + Unpin>(
     engine: DuplexStream,
     mut read: R,
     sink: &mut Sink<'_>,
-    end: watch::Sender<Option<After>>,
+    end: Ender,
 ) {
     let (mut from_engine, mut to_engine) = tokio::io::split(engine);
     let out = async {
@@ -279,7 +295,7 @@ pub(crate) async fn upstream_leg<R: AsyncRead + Unpin>(
     let back = async {
         if let Err(e) = tokio::io::copy(&mut read, &mut to_engine).await {
             tracing::debug!("HTTP/2 upstream: {e}");
-            let _ = end.send(Some(After::Reset));
+            end_with(&end, After::Reset, false);
         }
         let _ = to_engine.shutdown().await;
     };
@@ -459,7 +475,7 @@ async fn stream(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body
             let (limit, then) = (t.after_bytes(), t.then());
             let recorded = move || {
                 st2.x.record(&c, &meta, Some(status_now));
-                let _ = st2.end.send(Some(then));
+                end_with(&st2.end, then, false);
             };
             Cut {
                 inner: rbody.boxed(),
@@ -486,7 +502,7 @@ impl State {
     ) -> Result<Response<Body>, BoxError> {
         let s = match reply {
             Reply::Abort(a) => {
-                let _ = self.end.send(Some(a.then()));
+                end_with(&self.end, a.then(), false);
                 // The connection ends under this stream: nothing to send.
                 self.gone.cancelled().await;
                 return Err(BoxError::from("aborted"));
@@ -514,7 +530,7 @@ impl State {
                 Then {
                     inner: body,
                     at_end: Some(Box::new(move || {
-                        let _ = end.send(Some(then));
+                        end_with(&end, then, true);
                     })),
                 }
                 .boxed(),
