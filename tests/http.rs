@@ -895,10 +895,13 @@ import json, sys, httpx, openai
 c = openai.OpenAI(base_url=sys.argv[1] + "/v1", api_key="test", max_retries=0)
 ask = dict(model="gpt-test", input="hi")
 r = c.responses.create(**ask)
-print(r.status, r.incomplete_details.reason, r.output_text)
+print(r.status, r.incomplete_details.reason, r.output_text, r.output[0].status)
 events = list(c.responses.create(stream=True, **ask))
 last = events[-1]
-print(len(events), last.type, last.response.status, last.response.incomplete_details.reason)
+print(len(events), last.type, last.response.status, last.response.incomplete_details.reason,
+      last.response.output[0].status)
+r = c.responses.create(reasoning={"effort": "low"}, **ask)
+print("reasoning first:", [o.type for o in r.output], r.output[1].status)
 with c.responses.stream(**ask) as s:
     try:
         print("final", s.get_final_response().status)
@@ -916,11 +919,17 @@ print([b[0] for b in blocks[-2:]], data[1]["type"], data[0]["item"]["status"])
     assert_eq!(
         lines[..2],
         [
-            "incomplete max_output_tokens hello",
-            "9 response.incomplete incomplete max_output_tokens",
+            "incomplete max_output_tokens hello incomplete",
+            "9 response.incomplete incomplete max_output_tokens incomplete",
         ],
         "{out}\n{err}"
     );
+    // The message after a reasoning item says so too.
+    assert_eq!(
+        lines[2], "reasoning first: ['reasoning', 'message'] incomplete",
+        "{out}"
+    );
+    let lines = [&lines[..2], &lines[3..]].concat();
     // openai-python 3.60 (scripts/test.sh pins it) raises; with PR #3538
     // it would return the incomplete response.
     assert!(
@@ -936,7 +945,7 @@ print([b[0] for b in blocks[-2:]], data[1]["type"], data[0]["item"]["status"])
         "{out}"
     );
     let (_, log) = p.stop();
-    assert!(log.contains("4 seen, 4 faulted"), "{log}");
+    assert!(log.contains("5 seen, 5 faulted"), "{log}");
 }
 
 /// The same built-in against Google's Gemini SDK (`google-genai`): the

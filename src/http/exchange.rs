@@ -1095,9 +1095,13 @@ impl Stream<'_> {
                 return Ok(Some(cut(out, After::Close).await?));
             }
             Some((i, _)) => {
-                self.record(i);
-                self.emit(out, &sse_events::spoil(&block.bytes, self.format))
-                    .await?;
+                let spoiled = sse_events::spoil(&block.bytes, self.format);
+                // Counted where it spoiled something (an AWS frame whose
+                // event is not JSON is left as it came).
+                if spoiled != block.bytes {
+                    self.record(i);
+                }
+                self.emit(out, &spoiled).await?;
             }
             None => {
                 let mut bytes = block.bytes;

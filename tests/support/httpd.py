@@ -15,6 +15,7 @@ python3 httpd.py [--bind ADDR] [--cert CERT --key KEY]   prints its port, then s
                      asks (a usage chunk without choices too, when asked)
   POST /v1/responses an OpenAI Responses API answer, "hello", status
                      completed: JSON, or its typed event stream when asked
+                     (a reasoning item first when the body asks for reasoning)
   POST /v1beta/models/M:generateContent        a Gemini API answer, "hello",
   POST /v1beta/models/M:streamGenerateContent  finishReason STOP: JSON, or
                      two chunks as an event stream (alt=sse)
@@ -344,6 +345,9 @@ class Handler(http.server.BaseHTTPRequestHandler):
                     "max_output_tokens": None, "model": req.get("model", "gpt-test"),
                     "output": [item], "parallel_tool_calls": True, "tool_choice": "auto",
                     "tools": [], "usage": usage}
+        if req.get("reasoning"):
+            # A reasoning model's answer: its reasoning item comes first.
+            response["output"] = [{"type": "reasoning", "id": "rs_1", "summary": []}, item]
         if not req.get("stream"):
             self.reply(200, json.dumps(response).encode(), [("Content-Type", "application/json")])
             return
