@@ -13,14 +13,15 @@ use support::*;
 
 /// Calls through one grpcio channel to argv[1] (`secure`: TLS, trusting
 /// what `run --tls` points GRPC_DEFAULT_SSL_ROOTS_FILE_PATH at), one per
-/// argument after it, `METHOD:REQUEST[:TIMEOUT]`: prints per call its
+/// argument after it, `METHOD:REQUEST[:TIMEOUT]` (`Chat:N`: N messages,
+/// each sent once the last was echoed): prints per call its
 /// answer (a unary's text, a stream's messages joined by `,` — those that
 /// came before a failure too) or its failure as `CODE: details`, and how
 /// long it took. `retry` as argv[2]: the channel retries RESOURCE_EXHAUSTED
 /// and UNAVAILABLE (three attempts, at most 50 ms apart unless the server
 /// pushes back).
 const GRPC_CLIENT: &str = r#"
-import json, sys, time, grpc
+import json, queue, sys, time, grpc
 target, args = sys.argv[1], sys.argv[2:]
 opts = []
 if args and args[0] == "retry":
@@ -40,7 +41,19 @@ for a in args:
     start = time.monotonic()
     got = []
     try:
-        if method == "Stream":
+        if method == "Chat":
+            # One message at a time, each after the last one's echo: a
+            # body that never ends while the call waits.
+            echoed = queue.Queue()
+            def ask():
+                for i in range(int(req)):
+                    yield f"m{i}".encode()
+                    echoed.get(timeout=timeout)
+            for m in ch.stream_stream("/test.Echo/Chat")(ask(), timeout=timeout):
+                got.append(m.decode())
+                echoed.put(1)
+            out = ",".join(got)
+        elif method == "Stream":
             for m in ch.unary_stream("/test.Echo/Stream")(req.encode(), timeout=timeout):
                 got.append(m.decode())
             out = ",".join(got)
@@ -275,6 +288,52 @@ fn grpc_js_retries_after_the_pushback() {
         summary.contains("HTTP requests: 3 seen, 2 faulted"),
         "one call retried once, one not retried: {summary}"
     );
+}
+
+/// Faults that read bodies (a `body.*` match, a body rewrite) hold none
+/// of a gRPC call's, which may never end: a chat that waits for each
+/// echo goes on, and a unary call is not held either.
+#[test]
+fn grpc_message_streams_are_never_held() {
+    if !have_grpcio() {
+        return;
+    }
+    let up = Httpd::grpc(None);
+    let r = calls(
+        &up,
+        &[
+            "http_status:status=500,body.model=x",
+            "http_rewrite:set_body=x",
+            r#"http_rewrite:phase=response,patch_json={"a":1}"#,
+        ],
+        &["Chat:3:5", "Unary:a:5", "Stream:2:5"],
+    );
+    assert_eq!(
+        answers(&r),
+        ["echo:m0,echo:m1,echo:m2", "echo:a", "msg-0,msg-1"]
+    );
+}
+
+/// An upstream that sends its connection away (gRPC's max connection
+/// age: GOAWAY, its calls in flight let finish) does not cut the client's
+/// calls short: the client is sent away in turn, and a call after it
+/// reaches a new connection.
+#[test]
+fn an_upstream_going_away_lets_calls_finish() {
+    if !have_grpcio() {
+        return;
+    }
+    let up = Httpd::grpc_aging(400);
+    let r = calls(
+        &up,
+        &["http_status:status=503,path=/nowhere"],
+        &["Stream:20", "Unary:a", "Stream:20", "Unary:b"],
+    );
+    let twenty = (0..20)
+        .map(|i| format!("msg-{i}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    assert_eq!(answers(&r), [&twenty, "echo:a", &twenty, "echo:b"]);
 }
 
 /// Stream faults still act on an HTTP/2 connection's bytes: a latency on

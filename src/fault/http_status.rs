@@ -207,6 +207,11 @@ impl HttpStatus {
         self.then
     }
 
+    /// The extra `headers` the answer carries.
+    pub(crate) fn extra_headers(&self) -> &[(String, String)] {
+        &self.given.headers
+    }
+
     /// The answer a gRPC call gets (`grpc_status`), if one was given.
     pub(crate) fn grpc(&self) -> Option<&crate::http::grpc::Answer> {
         self.grpc.as_ref()

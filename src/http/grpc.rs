@@ -121,7 +121,7 @@ impl Answer {
             ("grpc-status", self.code.number().to_string()),
         ];
         if !self.message.is_empty() {
-            h.push(("grpc-message", percent_encode(&self.message)));
+            h.push(("grpc-message", percent_encode(shortened(&self.message))));
         }
         if let Some(p) = self.pushback {
             h.push(("grpc-retry-pushback-ms", p.as_millis().to_string()));
@@ -142,6 +142,20 @@ pub(crate) fn is_call(headers: &[(String, String)]) -> bool {
         }
     })
 }
+
+/// A message of at most [`MAX_MESSAGE`] bytes (cut at a character): a
+/// `body_file`'s whole text would pass clients' metadata limits (8 KiB in
+/// grpc's), and the call would fail for that instead.
+fn shortened(s: &str) -> &str {
+    let mut end = s.len().min(MAX_MESSAGE);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// The longest `grpc-message` sent, before its encoding.
+const MAX_MESSAGE: usize = 1024;
 
 /// `grpc-message` is percent-encoded: every byte outside printable ASCII,
 /// and `%` itself (the gRPC over HTTP/2 protocol).
@@ -181,6 +195,17 @@ mod tests {
         assert!(h.contains(&("grpc-status", "8".into())));
         assert!(h.contains(&("grpc-message", "quota: 100%25 used %E2%9C%93".into())));
         assert!(h.contains(&("grpc-retry-pushback-ms", "1500".into())));
+        let long = Answer {
+            message: "é".repeat(1000),
+            ..a
+        };
+        let m = &long
+            .headers()
+            .into_iter()
+            .find(|(k, _)| *k == "grpc-message")
+            .unwrap()
+            .1;
+        assert_eq!(m.len(), 512 * 6, "1024 bytes, each byte as %XX");
         let call = |ct: &str| is_call(&[("Content-Type".into(), ct.into())]);
         assert!(call("application/grpc") && call("application/grpc+proto"));
         assert!(!call("application/grpc-web") && !call("application/json"));

@@ -67,6 +67,9 @@ impl std::error::Error for Failed {
 
 /// Concurrent streams a client may open (hyper's default for servers).
 const MAX_STREAMS: u32 = 200;
+/// What hyper buffers per stream to send (its default is 400 KiB, which
+/// across [`MAX_STREAMS`] would be 80 MB per connection).
+const SEND_BUF: usize = 64 * 1024;
 /// Bodies held whole at once per connection (each at most [`MAX_BODY`]),
 /// to match or rewrite them: the rest wait their turn.
 const HELD_BODIES: usize = 4;
@@ -134,6 +137,7 @@ async fn run(
     end: Ender,
 ) {
     let up = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+        .max_send_buf_size(SEND_BUF)
         .handshake::<_, Body>(TokioIo::new(upstream))
         .await;
     let (send, up_conn) = match up {
@@ -169,12 +173,15 @@ async fn run(
     let server = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
         .max_concurrent_streams(MAX_STREAMS)
         .max_header_list_size(MAX_HEAD as u32)
+        .max_send_buf_size(SEND_BUF)
         .serve_connection(TokioIo::new(client), service);
     tokio::pin!(server, up_conn);
-    let mut closing = false;
-    // Either side ending ends both: in-flight streams fail as they would
-    // had the upstream (or the client) gone. An answer that closes the
-    // connection says GOAWAY first, as a server going away does.
+    let (mut closing, mut upstream_done) = (false, false);
+    // The client's connection ending ends the upstream's. The upstream's
+    // going away (a GOAWAY: a server's connection age, a restart) lets the
+    // client's streams in flight finish, and says GOAWAY to the client in
+    // turn; an answer that closes the connection says GOAWAY first too, as
+    // a server going away does.
     loop {
         tokio::select! {
             r = server.as_mut() => {
@@ -183,11 +190,15 @@ async fn run(
                 }
                 break;
             }
-            r = up_conn.as_mut() => {
+            r = up_conn.as_mut(), if !upstream_done => {
                 if let Err(e) = r {
                     tracing::debug!("HTTP/2 upstream connection: {e}");
                 }
-                break;
+                upstream_done = true;
+                if !closing {
+                    server.as_mut().graceful_shutdown();
+                    closing = true;
+                }
             }
             Ok(()) = ended.changed(), if !closing => {
                 if ended.borrow_and_update().is_some_and(|e| e.goaway) {
@@ -211,9 +222,9 @@ pub(crate) async fn responses(engine: ReadHalf<DuplexStream>, mut ending: Ending
     let mut src = Src::new(engine);
     let mut buf = BytesMut::new();
     let mut watching = true;
+    // Unbiased: an end is not held back by a busy stream's bytes.
     let then = loop {
         tokio::select! {
-            biased;
             r = src.fill(&mut buf) => match r {
                 Ok(0) => {
                     let _ = exchange::send(&out, ItemKind::Fin).await;
@@ -311,7 +322,10 @@ async fn stream(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body
     let (mut parts, incoming) = req.into_parts();
     let mut headers = pairs(&parts.headers);
     let mut body = Held::new(incoming);
-    if decide::needs_body(&faults) {
+    // A body is read ahead (to match its JSON fields, or rewrite it) only
+    // when it may be held whole: not a gRPC call's or another stream's.
+    let may_hold = holdable(&headers);
+    if decide::needs_body(&faults) && may_hold && rewrite::is_json(&headers) {
         body.read_ahead(&st.holding).await?;
     }
     let json: Option<serde_json::Value> = body.whole().and_then(|b| serde_json::from_slice(b).ok());
@@ -367,7 +381,7 @@ async fn stream(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body
 
     // Forwarded: its head (and body) as `http_rewrite` leaves them.
     let body_edits = d.rewrites.iter().any(|(_, w)| w.edits().body.is_some());
-    if body_edits && rewrite::body_editable(&headers) {
+    if body_edits && may_hold {
         body.read_ahead(&st.holding).await?;
     }
     let json_body = rewrite::is_json(&headers);
@@ -398,10 +412,17 @@ async fn stream(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body
     }
     let mut uri = parts.uri.clone().into_parts();
     uri.scheme = Some(st.scheme.parse()?);
-    if let Some(h) = &x.rewrite_host {
-        uri.authority = Some(h.parse()?);
-    } else if uri.authority.is_none() {
-        uri.authority = header(&headers, "host").and_then(|h| h.parse().ok());
+    // The authority: the proxy's upstream name; else a Host the request
+    // carries (one a rewrite set, too); else its own, or the TLS name.
+    let host_header = header(&headers, "host").and_then(|h| h.parse().ok());
+    uri.authority = match &x.rewrite_host {
+        Some(h) => Some(h.parse()?),
+        None => host_header
+            .or(uri.authority)
+            .or_else(|| x.sni.as_deref().and_then(|h| h.parse().ok())),
+    };
+    if uri.authority.is_none() {
+        uri.authority = Some(x.conn.dst.to_string().parse()?);
     }
     parts.uri = Uri::from_parts(uri)?;
     // Over HTTP/2 the authority says it; a Host beside it must agree.
@@ -410,7 +431,11 @@ async fn stream(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body
         set(&mut parts.headers, "accept-encoding", Some("identity"));
     }
     let mut up = st.upstream.clone();
-    up.ready().await?;
+    // The upstream went away: refused, which a client retries elsewhere
+    // (the stream reached no server).
+    if up.ready().await.is_err() {
+        return Err(h2::Error::from(h2::Reason::REFUSED_STREAM).into());
+    }
     // The upstream's failure (its stream reset, its connection gone) is
     // the client's: hyper resets the client's stream with its code.
     let response = up
@@ -442,7 +467,7 @@ async fn stream(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body
     let mut rbody = Held::new(rbody);
     let bodiless = head_only || matches!(status, 204 | 304);
     let body_edits = od.rewrites.iter().any(|(_, w)| w.edits().body.is_some());
-    if body_edits && !bodiless && rewrite::body_editable(&rheaders) {
+    if body_edits && !bodiless && holdable(&rheaders) {
         rbody.read_ahead(&st.holding).await?;
     }
     let json_body = rewrite::is_json(&rheaders);
@@ -480,6 +505,7 @@ async fn stream(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body
             Cut {
                 inner: rbody.boxed(),
                 left: limit,
+                cut: false,
                 at_limit: Some(Box::new(recorded)),
                 gone: Box::pin(st.gone.clone().cancelled_owned()),
             }
@@ -512,6 +538,12 @@ impl State {
         let mut response = match s.grpc().filter(|_| call) {
             Some(g) => {
                 let mut r = Response::new(Empty::new().map_err(|e| match e {}).boxed());
+                for (k, v) in s.extra_headers() {
+                    r.headers_mut().append(
+                        HeaderName::from_bytes(k.to_ascii_lowercase().as_bytes())?,
+                        HeaderValue::from_str(v)?,
+                    );
+                }
                 for (k, v) in g.headers() {
                     r.headers_mut().insert(k, HeaderValue::from_str(&v)?);
                 }
@@ -567,6 +599,19 @@ fn from_http1(bytes: &Bytes) -> Result<Response<Body>, BoxError> {
         }
     }
     Ok(out)
+}
+
+/// Whether a message's body may be read whole before it goes on (to match
+/// or rewrite it): one HTTP/1.1 would hold ([`rewrite::body_editable`]),
+/// and not a gRPC message stream, which may never end.
+fn holdable(headers: &[(String, String)]) -> bool {
+    rewrite::body_editable(headers)
+        && !headers.iter().any(|(k, v)| {
+            k.eq_ignore_ascii_case("content-type")
+                && v.trim()
+                    .to_ascii_lowercase()
+                    .starts_with("application/grpc")
+        })
 }
 
 /// HTTP/1.1's connection-specific headers, which HTTP/2 forbids (RFC 9113
@@ -776,6 +821,8 @@ impl hyper::body::Body for Held {
         if let Some(f) = self.frames.pop_front() {
             return Poll::Ready(Some(Ok(f)));
         }
+        // What was held has gone: the next body may be held.
+        self._turn = None;
         match self.rest.as_mut() {
             Some(r) => Pin::new(r).poll_frame(cx).map_err(|e| Failed(e.into())),
             None => Poll::Ready(None),
@@ -795,11 +842,14 @@ impl hyper::body::Body for Held {
     }
 }
 
-/// A response body cut after `left` bytes (`http_truncate`): what is in
-/// it goes out, then the connection ends; the stream waits for that.
+/// A response body cut after `left` bytes (`http_truncate`), when it is
+/// longer: what came before goes out, then the connection ends; the
+/// stream waits for that.
 struct Cut {
     inner: Body,
     left: u64,
+    /// The cut is made: the next poll ends the connection.
+    cut: bool,
     at_limit: Option<Box<dyn FnOnce() + Send + Sync>>,
     gone: Pin<Box<WaitForCancellationFutureOwned>>,
 }
@@ -812,30 +862,33 @@ impl hyper::body::Body for Cut {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Failed>>> {
-        if self.left == 0 {
-            if let Some(f) = self.at_limit.take() {
-                f();
-            }
-            return match self.gone.as_mut().poll(cx) {
-                Poll::Ready(()) => Poll::Ready(Some(Err(Failed("the connection ended".into())))),
-                Poll::Pending => Poll::Pending,
-            };
-        }
-        match Pin::new(&mut self.inner).poll_frame(cx) {
-            Poll::Ready(Some(Ok(f))) => match f.into_data() {
-                Ok(mut d) => {
-                    if d.len() as u64 >= self.left {
-                        d.truncate(self.left as usize);
+        if !self.cut {
+            match Pin::new(&mut self.inner).poll_frame(cx) {
+                Poll::Ready(Some(Ok(f))) => match f.into_data() {
+                    Ok(d) if d.len() as u64 > self.left => {
+                        self.cut = true;
+                        let keep = d.slice(..self.left as usize);
                         self.left = 0;
-                    } else {
-                        self.left -= d.len() as u64;
+                        if !keep.is_empty() {
+                            return Poll::Ready(Some(Ok(Frame::data(keep))));
+                        }
                     }
-                    Poll::Ready(Some(Ok(Frame::data(d))))
-                }
-                // Trailers: the body ended before the cut.
-                Err(f) => Poll::Ready(Some(Ok(f))),
-            },
-            other => other,
+                    Ok(d) => {
+                        self.left -= d.len() as u64;
+                        return Poll::Ready(Some(Ok(Frame::data(d))));
+                    }
+                    // Trailers: the body ended within the limit.
+                    Err(f) => return Poll::Ready(Some(Ok(f))),
+                },
+                other => return other,
+            }
+        }
+        if let Some(f) = self.at_limit.take() {
+            f();
+        }
+        match self.gone.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Some(Err(Failed("the connection ended".into())))),
+            Poll::Pending => Poll::Pending,
         }
     }
 }
@@ -873,5 +926,80 @@ impl Drop for Then {
         if let Some(f) = self.at_end.take() {
             f();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fault::FaultKind;
+    use crate::fault::testing::spec;
+
+    fn rewrite(pairs: &[(&str, &str)]) -> HttpRewrite {
+        match spec("http_rewrite", pairs).unwrap().kind {
+            FaultKind::HttpRewrite(w) => w,
+            _ => unreachable!(),
+        }
+    }
+
+    /// A canned reply keeps its status, headers and body, without the
+    /// headers HTTP/2 forbids.
+    #[test]
+    fn a_canned_reply_as_http2() {
+        let bytes = Bytes::from_static(
+            b"HTTP/1.1 429 Too Many Requests\r\nretry-after: 2\r\nconnection: close\r\ncontent-length: 2\r\n\r\nno",
+        );
+        let r = from_http1(&bytes).unwrap();
+        assert_eq!(r.status(), 429);
+        assert_eq!(r.headers()["retry-after"], "2");
+        assert!(r.headers().get("connection").is_none());
+        assert_eq!(hyper::body::Body::size_hint(r.body()).exact(), Some(2));
+    }
+
+    /// Rewrites mean what they mean over HTTP/1.1: the path (its query
+    /// kept) and headers of a request, the status and headers of a
+    /// response; none that changes nothing.
+    #[test]
+    fn heads_are_edited_as_http11_heads_are() {
+        let req = Request::builder()
+            .method("POST")
+            .uri("http://h:1/v1/a?x=1")
+            .header("content-type", "application/json")
+            .body(())
+            .unwrap();
+        let (parts, ()) = req.into_parts();
+        let headers = pairs(&parts.headers);
+        let w = rewrite(&[
+            ("path", "/v1/a"),
+            ("set_path", "/v2/b"),
+            ("set_header.x-n", "1"),
+        ]);
+        let head = edit_request(&parts, &headers, &w).unwrap();
+        assert_eq!(head.uri.to_string(), "http://h:1/v2/b?x=1");
+        assert_eq!(head.headers["x-n"], "1");
+        assert_eq!(head.headers["content-type"], "application/json");
+        let same = rewrite(&[("remove_header", "x-absent")]);
+        assert!(edit_request(&parts, &headers, &same).is_none());
+        let mut h = HeaderMap::new();
+        h.insert("content-type", HeaderValue::from_static("text/plain"));
+        let w = rewrite(&[
+            ("phase", "response"),
+            ("set_status", "503"),
+            ("set_header.retry-after", "1"),
+        ]);
+        let (status, h) = edit_response(200, &h, &w).unwrap();
+        assert_eq!(
+            (status, &h["retry-after"]),
+            (503, &HeaderValue::from_static("1"))
+        );
+    }
+
+    #[test]
+    fn grpc_and_event_streams_are_never_held() {
+        let h = |ct: &str| vec![("content-type".to_string(), ct.to_string())];
+        assert!(holdable(&h("application/json")));
+        assert!(!holdable(&h("application/grpc")));
+        assert!(!holdable(&h("application/grpc+proto")));
+        assert!(!holdable(&h("text/event-stream")));
     }
 }

@@ -1,10 +1,13 @@
 """A small gRPC server (grpcio, HTTP/2) for the HTTP/2 tests, on loopback.
 
-python3 grpcd.py [--cert CERT --key KEY]   prints its port, then serves,
-until its standard input closes, messages as raw bytes (no protobuf):
+python3 grpcd.py [--cert CERT --key KEY] [--max-age MS]   prints its port,
+then serves, until its standard input closes, messages as raw bytes (no
+protobuf); with --max-age, each connection is sent away (GOAWAY) that long
+after it opened, its calls in flight let finish:
 
   /test.Echo/Unary    the request back, prefixed "echo:"
   /test.Echo/Stream   the request's number N: N messages "msg-I", 50 ms apart
+  /test.Echo/Chat     each message back, prefixed "echo:", as it comes
   /test.Echo/Count    how many Unary calls it has had, as text
 """
 
@@ -33,6 +36,11 @@ def stream(req, ctx):
         yield f"msg-{i}".encode()
 
 
+def chat(reqs, ctx):
+    for r in reqs:
+        yield b"echo:" + r
+
+
 def count(req, ctx):
     with lock:
         return str(calls).encode()
@@ -44,10 +52,16 @@ def main():
         {
             "Unary": grpc.unary_unary_rpc_method_handler(unary),
             "Stream": grpc.unary_stream_rpc_method_handler(stream),
+            "Chat": grpc.stream_stream_rpc_method_handler(chat),
             "Count": grpc.unary_unary_rpc_method_handler(count),
         },
     )
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+    options = []
+    if "--max-age" in sys.argv:
+        age = int(sys.argv[sys.argv.index("--max-age") + 1])
+        options = [("grpc.max_connection_age_ms", age),
+                   ("grpc.max_connection_age_grace_ms", 30000)]
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8), options=options)
     server.add_generic_rpc_handlers((handler,))
     if "--cert" in sys.argv:
         cert = open(sys.argv[sys.argv.index("--cert") + 1], "rb").read()

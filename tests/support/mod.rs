@@ -796,6 +796,12 @@ impl Httpd {
         Httpd::spawn("grpcd.py", &[], tls)
     }
 
+    /// The same, sending each connection away (GOAWAY) `ms` after it
+    /// opened (gRPC's max connection age).
+    pub(crate) fn grpc_aging(ms: u64) -> Httpd {
+        Httpd::spawn("grpcd.py", &["--max-age", &ms.to_string()], None)
+    }
+
     fn spawn(script: &str, args: &[&str], tls: Option<&TestCa>) -> Httpd {
         let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("tests/support")
