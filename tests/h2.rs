@@ -35,6 +35,9 @@ if secure:
     ch = grpc.secure_channel(target[7:], grpc.ssl_channel_credentials(), options=opts)
 else:
     ch = grpc.insecure_channel(target, options=opts)
+# Messages are UTF-8 text: a message that is not fails as an unparsable
+# protobuf message does (INTERNAL).
+text = lambda b: b.decode("utf-8")
 for a in args:
     method, req, *t = a.split(":")
     timeout = float(t[0]) if t else 10
@@ -49,16 +52,16 @@ for a in args:
                 for i in range(int(req)):
                     yield f"m{i}".encode()
                     echoed.get(timeout=timeout)
-            for m in ch.stream_stream("/test.Echo/Chat")(ask(), timeout=timeout):
-                got.append(m.decode())
+            for m in ch.stream_stream("/test.Echo/Chat", response_deserializer=text)(ask(), timeout=timeout):
+                got.append(m)
                 echoed.put(1)
             out = ",".join(got)
         elif method == "Stream":
-            for m in ch.unary_stream("/test.Echo/Stream")(req.encode(), timeout=timeout):
-                got.append(m.decode())
+            for m in ch.unary_stream("/test.Echo/Stream", response_deserializer=text)(req.encode(), timeout=timeout):
+                got.append(m)
             out = ",".join(got)
         else:
-            out = ch.unary_unary("/test.Echo/" + method)(req.encode(), timeout=timeout).decode()
+            out = ch.unary_unary("/test.Echo/" + method, response_deserializer=text)(req.encode(), timeout=timeout)
     except grpc.RpcError as e:
         out = ",".join(got + [f"{e.code().name}: {e.details()}"])
     print(json.dumps([out, round(time.monotonic() - start, 3)]), flush=True)
@@ -334,6 +337,48 @@ fn an_upstream_going_away_lets_calls_finish() {
         .collect::<Vec<_>>()
         .join(",");
     assert_eq!(answers(&r), [&twenty, "echo:a", &twenty, "echo:b"]);
+}
+
+/// `sse` faults count a gRPC server stream's messages as they count an
+/// event stream's events: the connection dropped after two, a pause after
+/// one, the call failed in its trailers with the status `error_type`
+/// names, a message that does not parse (grpcio: INTERNAL), half a
+/// message and the end; other calls on the connection unharmed.
+#[test]
+fn grpc_server_streams_break_message_by_message() {
+    if !have_grpcio() {
+        return;
+    }
+    let up = Httpd::grpc(None);
+    let stream = |fault: &str| calls(&up, &[fault], &["Stream:4", "Unary:a"]);
+    let r = stream("sse:drop_after_events=2");
+    assert!(r[0].0.starts_with("msg-0,msg-1,UNAVAILABLE: "), "{r:?}");
+    assert_eq!(r[1].0, "echo:a");
+    let r = stream("sse:stall_after_events=1,stall_for=700ms");
+    assert_eq!(answers(&r), ["msg-0,msg-1,msg-2,msg-3", "echo:a"]);
+    assert!(r[0].1 >= 0.65, "the pause: {} s", r[0].1);
+    let r = stream("sse:error_after_events=2,envelope=gemini,error_type=RESOURCE_EXHAUSTED");
+    assert!(
+        r[0].0.starts_with("msg-0,msg-1,RESOURCE_EXHAUSTED: "),
+        "{r:?}"
+    );
+    let r = stream("sse:error_after_events=3");
+    assert!(
+        r[0].0.starts_with("msg-0,msg-1,msg-2,UNAVAILABLE: "),
+        "{r:?}"
+    );
+    let r = stream("sse:malformed_after_events=1");
+    assert!(r[0].0.starts_with("msg-0,INTERNAL: "), "{r:?}");
+    let r = stream("sse:malformed_after_events=1,malformed=truncate");
+    assert!(r[0].0.starts_with("msg-0,UNAVAILABLE: "), "{r:?}");
+    // Silence for good: the call's deadline ends it.
+    let r = calls(
+        &up,
+        &["sse:stall_after_events=2,path=/test.Echo/Stream"],
+        &["Stream:4:1", "Unary:b"],
+    );
+    assert!(r[0].0.starts_with("msg-0,msg-1,DEADLINE_EXCEEDED"), "{r:?}");
+    assert_eq!(r[1].0, "echo:b");
 }
 
 /// Stream faults still act on an HTTP/2 connection's bytes: a latency on

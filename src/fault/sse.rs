@@ -1,7 +1,9 @@
 //! `sse` (HTTP layer): on `text/event-stream` responses, counted in whole
 //! events (an event ends at a blank line), on NDJSON ones, counted in
 //! lines (each a JSON value: Ollama's streams), and on AWS's binary event
-//! stream (Amazon Bedrock's), counted in event frames: `stall_after_events` — then
+//! stream (Amazon Bedrock's), counted in event frames, and on gRPC
+//! responses over HTTP/2, counted in messages ([`crate::http::grpc_stream`]):
+//! `stall_after_events` — then
 //! silence, the connection open (for good, or for `stall_for`, and then
 //! the stream goes on: a slow first token after the headers, a pause
 //! mid-answer that a client's read timeout should or should not ride
@@ -116,7 +118,7 @@ impl Kind for Sse {
         default_stream: Stream::Both,
         streamed: false,
         stages: false,
-        about: "an event stream (server-sent events, NDJSON lines or AWS event-stream frames: Bedrock) stalls (for good or a while), drops, slows or turns malformed after N events, or has its events' JSON patched or their type changed",
+        about: "an event stream (server-sent events, NDJSON lines, AWS event-stream frames: Bedrock, or a gRPC response's messages) stalls (for good or a while), drops, slows or turns malformed after N events, or has its events' JSON patched or their type changed",
         params: &[
             ("stall_after_events", "a number", "after N whole events nothing more, the connection open"),
             (
@@ -371,6 +373,11 @@ impl Sse {
 
     pub(crate) fn patch(&self) -> Option<&EventPatch> {
         self.patch.as_ref()
+    }
+
+    /// `error_type`, as given or defaulted, with `error_after_events`.
+    pub(crate) fn error_type(&self) -> Option<&str> {
+        self.error.as_ref().map(|e| e.kind.as_str())
     }
 
     /// The error event `error_after_events` sends in a stream of this

@@ -36,7 +36,8 @@ use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use super::decide::{self, Reply};
 use super::exchange::{self, Exchange, MAX_BODY, Meta, Src};
 use super::wire::MAX_HEAD;
-use super::{grpc, rewrite};
+use super::{grpc, grpc_stream, rewrite};
+use crate::fault::Chosen;
 use crate::fault::http_match::RequestView;
 use crate::fault::http_rewrite::HttpRewrite;
 use crate::fault::http_status::After;
@@ -458,12 +459,12 @@ async fn stream(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body
         drop(rbody);
         return st.answer(&reply, call, head_only).await;
     }
-    if !od.sse.is_empty() {
-        tracing::debug!(
-            "sse faults act on HTTP/1.1 streams only: {} passes",
-            meta.target
-        );
-    }
+    // `sse` faults count a gRPC response's messages (other streams'
+    // events are HTTP/1.1's here).
+    let sse = match od.truncate.is_none() && grpc::is_call(&rheaders) {
+        true => std::mem::take(&mut od.sse),
+        false => Vec::new(),
+    };
     let mut rbody = Held::new(rbody);
     let bodiless = head_only || matches!(status, 204 | 304);
     let body_edits = od.rewrites.iter().any(|(_, w)| w.edits().body.is_some());
@@ -511,9 +512,43 @@ async fn stream(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body
             }
             .boxed()
         }
+        None if !sse.is_empty() => {
+            let host = Recorder {
+                st: st.clone(),
+                meta,
+                status: status_now,
+            };
+            let (body, task) = grpc_stream::relay(rbody, sse, host);
+            let gone = st.gone.clone();
+            tokio::spawn(async move {
+                tokio::select! {
+                    () = task => {}
+                    () = gone.cancelled() => {}
+                }
+            });
+            body.boxed()
+        }
         None => rbody.boxed(),
     };
     Ok(Response::from_parts(rparts, out))
+}
+
+/// Where a gRPC response's `sse` faults are recorded, and end the
+/// connection.
+struct Recorder {
+    st: Arc<State>,
+    meta: Meta,
+    status: u16,
+}
+
+impl grpc_stream::Host for Recorder {
+    fn acted(&self, c: &Chosen) {
+        self.st.x.record(c, &self.meta, Some(self.status));
+    }
+
+    fn end(&self, then: After) {
+        end_with(&self.st.end, then, false);
+    }
 }
 
 impl State {
