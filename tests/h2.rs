@@ -337,6 +337,60 @@ fn an_upstream_going_away_lets_calls_finish() {
         .collect::<Vec<_>>()
         .join(",");
     assert_eq!(answers(&r), [&twenty, "echo:a", &twenty, "echo:b"]);
+    // Under load, across several of its GOAWAYs, no call hangs: a call the
+    // client opens as the upstream goes away is refused (REFUSED_STREAM),
+    // as netchaos opens no second upstream connection for it.
+    let p = Proxy::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        &format!("127.0.0.1:{}", up.port),
+        "--fault",
+        "http_status:status=503,path=/nowhere",
+    ]);
+    let (rc, out, err) = python(LOAD, &[&p.addr().to_string()]);
+    assert_eq!(rc, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert!(v["ok"].as_u64().unwrap() >= 50, "{v}");
+    for f in v["failed"].as_array().unwrap() {
+        assert!(
+            f.as_str().unwrap().contains("RST_STREAM with error code 7"),
+            "only refusals, no hang: {v}"
+        );
+    }
+}
+
+/// Unary calls from 8 threads for 2 s, each with a 5 s deadline: how many
+/// passed, and the failures.
+const LOAD: &str = r#"
+import grpc, json, sys, threading, time
+call = grpc.insecure_channel(sys.argv[1]).unary_unary("/test.Echo/Unary")
+ok, failed, end = [0], [], time.monotonic() + 2
+def go():
+    while time.monotonic() < end:
+        try:
+            call(b"x", timeout=5)
+            ok[0] += 1
+        except grpc.RpcError as e:
+            failed.append(f"{e.code().name}: {e.details()}")
+threads = [threading.Thread(target=go) for _ in range(8)]
+[t.start() for t in threads]
+[t.join() for t in threads]
+print(json.dumps({"ok": ok[0], "failed": failed}))
+"#;
+
+/// Faults that wrap a response body (an `sse` fault, `http_truncate`)
+/// leave an upstream's trailers-only failure as it came.
+#[test]
+fn an_upstreams_own_grpc_failure_passes_under_body_faults() {
+    if !have_grpcio() {
+        return;
+    }
+    let up = Httpd::grpc(None);
+    for fault in ["sse:event_delay=1ms", "http_truncate:after_bytes=100000"] {
+        let r = calls(&up, &[fault], &["Missing:x"]);
+        assert!(r[0].0.starts_with("UNIMPLEMENTED"), "{fault}: {r:?}");
+    }
 }
 
 /// `sse` faults count a gRPC server stream's messages as they count an
@@ -362,11 +416,21 @@ fn grpc_server_streams_break_message_by_message() {
         r[0].0.starts_with("msg-0,msg-1,RESOURCE_EXHAUSTED: "),
         "{r:?}"
     );
-    let r = stream("sse:error_after_events=3");
+    // After the third of three, before the upstream's own end; after a
+    // unary call's one message, before its status.
+    let r = calls(
+        &up,
+        &[
+            "sse:error_after_events=3",
+            "sse:error_after_events=1,path=*/Unary",
+        ],
+        &["Stream:3", "Unary:a"],
+    );
     assert!(
         r[0].0.starts_with("msg-0,msg-1,msg-2,UNAVAILABLE: "),
         "{r:?}"
     );
+    assert!(r[1].0.starts_with("UNAVAILABLE: "), "{r:?}");
     let r = stream("sse:malformed_after_events=1");
     assert!(r[0].0.starts_with("msg-0,INTERNAL: "), "{r:?}");
     let r = stream("sse:malformed_after_events=1,malformed=truncate");

@@ -28,9 +28,10 @@ use crate::fault::sse::{Breakage, Sse};
 
 /// Frames in flight between the task and the client's stream.
 const DEPTH: usize = 2;
-/// The largest message counted (gRPC's default receive limit): past a
-/// longer one's prefix, the rest of the response passes as it comes.
-const MAX_MESSAGE: usize = 4 * 1024 * 1024;
+/// The largest message counted (held whole while it arrives, per stream):
+/// past a longer one's prefix, the rest of the response passes as it
+/// comes. Streamed answers' messages are a few KiB.
+const MAX_MESSAGE: usize = 256 * 1024;
 
 /// What the task tells its stream's owner.
 pub(crate) trait Host: Send + Sync + 'static {
@@ -106,17 +107,30 @@ impl<H: Host> Messages<H> {
         self.tx.send(Ok(f)).await.is_ok()
     }
 
+    /// `f`, unless the client's stream goes first (the call cancelled,
+    /// the connection gone): then the upstream's stream is let go at once,
+    /// as it would be without netchaos.
+    async fn or_gone<T>(&self, f: impl Future<Output = T>) -> Option<T> {
+        tokio::select! {
+            r = f => Some(r),
+            () = self.tx.closed() => None,
+        }
+    }
+
     async fn run<B>(&mut self, mut inner: B)
     where
         B: hyper::body::Body<Data = Bytes, Error = super::h2::Failed> + Unpin,
     {
+        // A break after 0 messages acts before the first.
+        if let Turn::Over = self.after(0).await {
+            return;
+        }
         let mut buf = BytesMut::new();
         loop {
             while let Some(len) = whole(&buf) {
                 let msg = buf.split_to(len);
-                match self.message(msg).await {
-                    Turn::Go => {}
-                    Turn::Over => return,
+                if let Turn::Over = self.message(msg).await {
+                    return;
                 }
             }
             if prefix_len(&buf).is_some_and(|n| n > MAX_MESSAGE) {
@@ -124,14 +138,17 @@ impl<H: Host> Messages<H> {
                 if !self.send(Frame::data(buf.split().freeze())).await {
                     return;
                 }
-                while let Some(f) = inner.frame().await {
+                while let Some(Some(f)) = self.or_gone(inner.frame()).await {
                     if self.tx.send(f).await.is_err() {
                         return;
                     }
                 }
                 return;
             }
-            match inner.frame().await {
+            let Some(next) = self.or_gone(inner.frame()).await else {
+                return;
+            };
+            match next {
                 None => {
                     if !buf.is_empty() {
                         let _ = self.send(Frame::data(buf.split().freeze())).await;
@@ -157,8 +174,9 @@ impl<H: Host> Messages<H> {
         }
     }
 
-    /// One whole message: late by every fault's delay, then what the first
-    /// fault that breaks after the ones before it does, or on as it came.
+    /// One whole message: late by every fault's delay, spoiled by the
+    /// first fault whose malformed message it is, then sent; then the
+    /// breaks due after it.
     async fn message(&mut self, mut msg: BytesMut) -> Turn {
         let nth = self.counted + 1;
         let mut delay = Duration::ZERO;
@@ -169,23 +187,68 @@ impl<H: Host> Messages<H> {
                 delay += d;
             }
         }
-        if !delay.is_zero() {
-            crate::timer::sleep(delay).await;
+        if !delay.is_zero() && self.or_gone(crate::timer::sleep(delay)).await.is_none() {
+            return Turn::Over;
         }
-        let breaking = self.faults.iter().position(|(_, s)| {
-            s.breaks()
-                .is_some_and(|(n, _)| n.checked_add(1) == Some(nth))
+        let spoils = self.faults.iter().position(|(_, s)| {
+            matches!(s.breaks(), Some((n, Breakage::BadJson | Breakage::Truncate))
+                if n.checked_add(1) == Some(nth))
         });
-        if let Some(i) = breaking {
-            self.record(i);
-            match self.faults[i].1.breaks().map(|(_, b)| b) {
-                Some(Breakage::Stall(Some(d))) => crate::timer::sleep(d).await,
-                Some(Breakage::Stall(None)) => return self.silence().await,
-                Some(Breakage::Drop(then)) => {
+        if let Some(i) = spoils {
+            match self.faults[i].1.breaks() {
+                Some((_, Breakage::Truncate)) => {
+                    self.record(i);
+                    let half = msg.len() / 2;
+                    let _ = self.send(Frame::data(msg.split_to(half).freeze())).await;
+                    self.host.end(After::Close);
+                    return self.silence().await;
+                }
+                // Counted where it spoiled something (not an empty message).
+                _ if msg.len() > 5 => {
+                    self.record(i);
+                    for b in &mut msg[5..] {
+                        *b = 0xff;
+                    }
+                }
+                _ => {}
+            }
+        }
+        self.counted = nth;
+        if !self.send(Frame::data(msg.freeze())).await {
+            return Turn::Over;
+        }
+        self.after(nth).await
+    }
+
+    /// The breaks due after `n` messages, in rule order, as over HTTP/1.1:
+    /// a timed stall lets the next act after it; silence, a dropped
+    /// connection or an error ends their turns.
+    async fn after(&mut self, n: u64) -> Turn {
+        for i in 0..self.faults.len() {
+            let Some((at, b)) = self.faults[i].1.breaks() else {
+                continue;
+            };
+            if at != n {
+                continue;
+            }
+            match b {
+                Breakage::Stall(Some(d)) => {
+                    self.record(i);
+                    if self.or_gone(crate::timer::sleep(d)).await.is_none() {
+                        return Turn::Over;
+                    }
+                }
+                Breakage::Stall(None) => {
+                    self.record(i);
+                    return self.silence().await;
+                }
+                Breakage::Drop(then) => {
+                    self.record(i);
                     self.host.end(then);
                     return self.silence().await;
                 }
-                Some(Breakage::Error) => {
+                Breakage::Error => {
+                    self.record(i);
                     let (code, message) = error_of(&self.faults[i].1);
                     let answer = grpc::Answer {
                         code,
@@ -203,26 +266,10 @@ impl<H: Host> Messages<H> {
                     let _ = self.send(Frame::trailers(trailers)).await;
                     return Turn::Over;
                 }
-                Some(Breakage::BadJson) => {
-                    for b in &mut msg[5..] {
-                        *b = 0xff;
-                    }
-                }
-                Some(Breakage::Truncate) => {
-                    let half = msg.len() / 2;
-                    let _ = self.send(Frame::data(msg.split_to(half).freeze())).await;
-                    self.host.end(After::Close);
-                    return self.silence().await;
-                }
-                None => {}
+                Breakage::BadJson | Breakage::Truncate => {}
             }
         }
-        self.counted = nth;
-        if self.send(Frame::data(msg.freeze())).await {
-            Turn::Go
-        } else {
-            Turn::Over
-        }
+        Turn::Go
     }
 
     /// Nothing more: the stream stays open until the client or the

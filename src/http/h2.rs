@@ -107,8 +107,11 @@ struct State {
     end: Ender,
     /// Cancelled when the connection ends: its streams' held futures stop.
     gone: CancellationToken,
-    /// Turns to hold a body whole ([`HELD_BODIES`]).
+    /// Turns to hold a body whole ([`HELD_BODIES`]): requests' and
+    /// responses' apart, so that a request still held cannot keep its own
+    /// response waiting.
     holding: Arc<Semaphore>,
+    holding_responses: Arc<Semaphore>,
 }
 
 /// Makes the channel by which a fault (or the upstream's reset) ends the
@@ -160,6 +163,7 @@ async fn run(
         end,
         gone,
         holding: Arc::new(Semaphore::new(HELD_BODIES)),
+        holding_responses: Arc::new(Semaphore::new(HELD_BODIES)),
     });
     let service = hyper::service::service_fn(move |req| -> StreamFuture {
         let st = st.clone();
@@ -175,9 +179,15 @@ async fn run(
         .max_concurrent_streams(MAX_STREAMS)
         .max_header_list_size(MAX_HEAD as u32)
         .max_send_buf_size(SEND_BUF)
+        // A direct answer has no `date` unless its server sent one.
+        .auto_date_header(false)
         .serve_connection(TokioIo::new(client), service);
-    tokio::pin!(server, up_conn);
-    let (mut closing, mut upstream_done) = (false, false);
+    tokio::pin!(server);
+    // Dropped once it ends (the upstream's GOAWAY): its request channel
+    // closes with it, so a stream opened after is refused, not queued for
+    // a dispatcher that is gone.
+    let mut up_conn = Some(Box::pin(up_conn));
+    let mut closing = false;
     // The client's connection ending ends the upstream's. The upstream's
     // going away (a GOAWAY: a server's connection age, a restart) lets the
     // client's streams in flight finish, and says GOAWAY to the client in
@@ -191,11 +201,11 @@ async fn run(
                 }
                 break;
             }
-            r = up_conn.as_mut(), if !upstream_done => {
+            r = async { up_conn.as_mut().expect("polled while there").await }, if up_conn.is_some() => {
                 if let Err(e) = r {
                     tracing::debug!("HTTP/2 upstream connection: {e}");
                 }
-                upstream_done = true;
+                up_conn = None;
                 if !closing {
                     server.as_mut().graceful_shutdown();
                     closing = true;
@@ -439,9 +449,15 @@ async fn stream(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body
     }
     // The upstream's failure (its stream reset, its connection gone) is
     // the client's: hyper resets the client's stream with its code.
-    let response = up
+    let response = match up
         .send_request(Request::from_parts(parts, body.boxed()))
-        .await?;
+        .await
+    {
+        Ok(r) => r,
+        // Not sent: the upstream went away as it was asked.
+        Err(e) if e.is_canceled() => return Err(h2::Error::from(h2::Reason::REFUSED_STREAM).into()),
+        Err(e) => return Err(e.into()),
+    };
 
     let (mut rparts, rbody) = response.into_parts();
     let status = rparts.status.as_u16();
@@ -461,7 +477,14 @@ async fn stream(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body
     }
     // `sse` faults count a gRPC response's messages (other streams'
     // events are HTTP/1.1's here).
-    let sse = match od.truncate.is_none() && grpc::is_call(&rheaders) {
+    // A response that ended with its head (gRPC's trailers-only failure)
+    // has no body to cut or count: wrapped, it would lose its END_STREAM
+    // on the HEADERS, and the client its status.
+    let ended = hyper::body::Body::is_end_stream(&rbody);
+    if ended {
+        od.truncate = None;
+    }
+    let sse = match !ended && od.truncate.is_none() && grpc::is_call(&rheaders) {
         true => std::mem::take(&mut od.sse),
         false => Vec::new(),
     };
@@ -469,7 +492,7 @@ async fn stream(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body
     let bodiless = head_only || matches!(status, 204 | 304);
     let body_edits = od.rewrites.iter().any(|(_, w)| w.edits().body.is_some());
     if body_edits && !bodiless && holdable(&rheaders) {
-        rbody.read_ahead(&st.holding).await?;
+        rbody.read_ahead(&st.holding_responses).await?;
     }
     let json_body = rewrite::is_json(&rheaders);
     let mut status_now = status;
@@ -892,6 +915,10 @@ struct Cut {
 impl hyper::body::Body for Cut {
     type Data = Bytes;
     type Error = Failed;
+
+    fn is_end_stream(&self) -> bool {
+        !self.cut && self.inner.is_end_stream()
+    }
 
     fn poll_frame(
         mut self: Pin<&mut Self>,
