@@ -445,6 +445,126 @@ fn grpc_server_streams_break_message_by_message() {
     assert_eq!(r[1].0, "echo:b");
 }
 
+/// An upstream whose connection is reset under a call: the client's
+/// connection is reset too (grpcio: UNAVAILABLE), as it would be without
+/// netchaos, not each stream reset by netchaos's own HTTP/2 (INTERNAL).
+#[test]
+fn an_upstream_reset_reaches_the_client_as_a_reset() {
+    if !have_grpcio() {
+        return;
+    }
+    let up = Httpd::grpc(None);
+    // A byte relay that resets the upstream's side 300 ms in.
+    let breaking = Proxy::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        &format!("127.0.0.1:{}", up.port),
+        "--fault",
+        "reset:after=300ms",
+    ]);
+    let p = Proxy::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        &breaking.addr().to_string(),
+        "--fault",
+        "http_status:status=503,path=/nowhere",
+    ]);
+    let (rc, out, err) = python(GRPC_CLIENT, &[&p.addr().to_string(), "Stream:20"]);
+    assert_eq!(rc, 0, "{err}");
+    let r = parse(&out);
+    assert!(r[0].0.starts_with("msg-0,"), "{r:?}");
+    assert!(r[0].0.contains("UNAVAILABLE: "), "{r:?}");
+}
+
+/// `then = "close"` after an answer: a GOAWAY, and the calls already in
+/// flight on the connection still finish before it closes.
+#[test]
+fn a_closing_answer_lets_other_calls_finish() {
+    if !have_grpcio() {
+        return;
+    }
+    let up = Httpd::grpc(None);
+    let p = Proxy::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        &format!("127.0.0.1:{}", up.port),
+        "--fault",
+        "http_status:grpc_status=UNAVAILABLE,path=*/Unary,then=close",
+    ]);
+    let code = r#"
+import sys, threading, time, grpc
+ch = grpc.insecure_channel(sys.argv[1])
+got = []
+def stream():
+    try:
+        got.extend(m.decode() for m in ch.unary_stream("/test.Echo/Stream")(b"10", timeout=10))
+    except grpc.RpcError as e:
+        got.append(e.code().name)
+t = threading.Thread(target=stream)
+t.start()
+time.sleep(0.15)
+try:
+    ch.unary_unary("/test.Echo/Unary")(b"x", timeout=10)
+except grpc.RpcError as e:
+    print(e.code().name)
+t.join()
+print(",".join(got))
+"#;
+    let (rc, out, err) = python(code, &[&p.addr().to_string()]);
+    assert_eq!(rc, 0, "{err}");
+    let ten = (0..10)
+        .map(|i| format!("msg-{i}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    assert_eq!(out, format!("UNAVAILABLE\n{ten}\n"), "{err}");
+}
+
+/// curl's `--http2` on an http:// URL offers an upgrade (h2c): it is
+/// declined, so the server answers in HTTP/1.1 and the next request on the
+/// connection still meets the faults.
+#[test]
+fn an_h2c_upgrade_is_declined() {
+    if !need(&["curl", "python3"]) {
+        return;
+    }
+    let up = Httpd::start(None);
+    let p = Proxy::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        &format!("127.0.0.1:{}", up.port),
+        "--fault",
+        "http_status:status=503,path=/p/1",
+    ]);
+    let base = format!("http://{}", p.addr());
+    let out = Command::new("curl")
+        .args(["-sS", "--http2", "--max-time", "10", "-w", "%{http_code}\n"])
+        .arg(format!("{base}/echo-head/a"))
+        .arg(format!("{base}/p/1"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_lowercase();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("get /echo-head/a http/1.1"), "{text}");
+    assert!(
+        !text.contains("upgrade") && !text.contains("http2-settings"),
+        "{text}"
+    );
+    assert!(text.trim_end().ends_with("503"), "{text}");
+    let (_, summary) = p.stop();
+    assert!(
+        summary.contains("HTTP requests: 2 seen, 1 faulted"),
+        "{summary}"
+    );
+}
+
 /// Stream faults still act on an HTTP/2 connection's bytes: a latency on
 /// every call, beside an HTTP fault on one.
 #[test]

@@ -98,7 +98,7 @@ pub(crate) fn faults(only: Option<&str>) -> Result<u8> {
          (a window like \"10s..40s\").\n\
          Use one with --fault TYPE:key=value,... or as a [[rules.faults]] table of a profile.\n\
          Connect and packet faults need interception: netchaos run, attach or run --in-place.\n\
-         HTTP faults act on HTTP/1.1 requests (keep-alive included); on HTTPS with run --tls.\n\
+         HTTP faults act on HTTP/1.1 requests (keep-alive included) and HTTP/2 streams (gRPC); on HTTPS with run --tls.\n\
          TLS faults act on the handshakes netchaos terminates (--tls), once per connection."
     );
     Ok(0)

@@ -463,8 +463,14 @@ impl RequestSide {
                     Err(_) => return self.go_raw(src, &mut buf, out).await,
                 }
             }
-            let tunnel =
-                head.method.eq_ignore_ascii_case("CONNECT") || head.header("upgrade").is_some();
+            // An upgrade to HTTP/2 (h2c) is declined: the request goes on
+            // without it, and the server answers in HTTP/1.1, where every
+            // later request stays in reach of the faults.
+            let h2c = head
+                .header("upgrade")
+                .is_some_and(|u| u.trim().eq_ignore_ascii_case("h2c"));
+            let tunnel = head.method.eq_ignore_ascii_case("CONNECT")
+                || (head.header("upgrade").is_some() && !h2c);
             // A body to rewrite is read whole first (not one the client
             // sends only after a go-ahead, nor a tunnel's).
             let body_edits = d.rewrites.iter().any(|(_, w)| w.edits().body.is_some());
@@ -481,7 +487,8 @@ impl RequestSide {
             }
             // The head as it goes: edited by `http_rewrite` faults, its Host the upstream's name when
             // netchaos speaks TLS to it; else byte for byte, with the body.
-            let mut edited: Option<Bytes> = None;
+            let mut edited: Option<Bytes> =
+                h2c.then(|| rewrite::without_h2c(&buf[..head.head_len], head.header("connection")));
             let mut new_body: Option<Vec<u8>> = None;
             for (c, w) in &d.rewrites {
                 let was = edited.as_deref().unwrap_or(&buf[..head.head_len]);

@@ -80,20 +80,33 @@ const HELD_BODIES: usize = 4;
 pub(crate) struct End {
     /// [`After::Close`]: a FIN; [`After::Reset`]: an RST.
     then: After,
-    /// A GOAWAY first, as from a server that means to close after an
-    /// answer (streams opened after it are refused, and retried by the
-    /// client elsewhere). Not when the connection fails under a request
-    /// (`http_abort`, `http_truncate`): that the client must see.
-    goaway: bool,
+    /// What goes out before it.
+    drain: Drain,
+}
+
+/// What the client still gets before an [`End`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Drain {
+    /// What the engine is writing, until it pauses: the frames before a
+    /// connection that fails under a request (`http_abort`,
+    /// `http_truncate`), with no GOAWAY, which the client must not take
+    /// for a server going away (it would retry the call unseen).
+    Pause,
+    /// A GOAWAY, and the other streams' answers: a server that means to
+    /// close after an answer (`then = close | reset`).
+    Streams,
+    /// Nothing: the upstream's connection failed, and the client's fails
+    /// as it would have (not each stream reset by netchaos's HTTP/2).
+    Nothing,
 }
 
 /// The end its pipelines watch for (they pass it on).
 pub(crate) type Ending = watch::Receiver<Option<End>>;
 type Ender = watch::Sender<Option<End>>;
 
-/// Ends the connection (on `end`): `then`, after a GOAWAY or not.
-fn end_with(end: &Ender, then: After, goaway: bool) {
-    let _ = end.send(Some(End { then, goaway }));
+/// Ends the connection (on `end`): `then`, after `drain`.
+fn end_with(end: &Ender, then: After, drain: Drain) {
+    let _ = end.send(Some(End { then, drain }));
 }
 
 /// The connection's state, shared by its streams.
@@ -148,7 +161,7 @@ async fn run(
         Ok(x) => x,
         Err(e) => {
             tracing::debug!("HTTP/2 to the upstream failed: {e}");
-            end_with(&end, After::Reset, false);
+            end_with(&end, After::Reset, Drain::Nothing);
             return;
         }
     };
@@ -212,7 +225,7 @@ async fn run(
                 }
             }
             Ok(()) = ended.changed(), if !closing => {
-                if ended.borrow_and_update().is_some_and(|e| e.goaway) {
+                if ended.borrow_and_update().is_some_and(|e| e.drain == Drain::Streams) {
                     server.as_mut().graceful_shutdown();
                     closing = true;
                 }
@@ -253,17 +266,23 @@ pub(crate) async fn responses(engine: ReadHalf<DuplexStream>, mut ending: Ending
             },
             r = ending.changed(), if watching => match r {
                 Ok(()) => if let Some(end) = *ending.borrow_and_update() {
-                    break end.then;
+                    break end;
                 },
                 Err(_) => watching = false,
             },
         }
     };
-    // What the engine is still writing (an answer's last frames) goes
-    // first: until it pauses, for at most a second.
-    let deadline = tokio::time::Instant::now() + END_DRAIN;
+    // What the engine is still writing goes first: until it pauses (an
+    // answer's last frames), or until it has finished its streams after
+    // its GOAWAY; each bounded.
+    let (pause, most) = match then.drain {
+        Drain::Nothing => (Duration::ZERO, Duration::ZERO),
+        Drain::Pause => (END_PAUSE, END_DRAIN),
+        Drain::Streams => (GOAWAY_DRAIN, GOAWAY_DRAIN),
+    };
+    let deadline = tokio::time::Instant::now() + most;
     while let Ok(Ok(n)) = tokio::time::timeout_at(
-        deadline.min(tokio::time::Instant::now() + END_PAUSE),
+        deadline.min(tokio::time::Instant::now() + pause),
         src.fill(&mut buf),
     )
     .await
@@ -278,7 +297,7 @@ pub(crate) async fn responses(engine: ReadHalf<DuplexStream>, mut ending: Ending
     }
     let _ = exchange::send(
         &out,
-        match then {
+        match then.then {
             After::Reset => ItemKind::Reset,
             _ => ItemKind::Close,
         },
@@ -287,9 +306,11 @@ pub(crate) async fn responses(engine: ReadHalf<DuplexStream>, mut ending: Ending
 }
 
 /// A fault's end waits for what the engine writes until it pauses this
-/// long, at most [`END_DRAIN`] in all.
+/// long, at most [`END_DRAIN`] in all; after a GOAWAY, for its streams to
+/// finish, at most [`GOAWAY_DRAIN`].
 const END_PAUSE: Duration = Duration::from_millis(50);
 const END_DRAIN: Duration = Duration::from_secs(1);
+const GOAWAY_DRAIN: Duration = Duration::from_secs(10);
 
 /// The upstream's side: the engine's bytes to the upstream and back. An
 /// upstream that resets ends the client's connection with an RST too.
@@ -316,8 +337,11 @@ pub(crate) async fn upstream_leg<R: AsyncRead + Unpin>(
     };
     let back = async {
         if let Err(e) = tokio::io::copy(&mut read, &mut to_engine).await {
+            // The client's connection is reset as the upstream's was; the
+            // engine, never told, resets no stream of its own before it.
             tracing::debug!("HTTP/2 upstream: {e}");
-            end_with(&end, After::Reset, false);
+            end_with(&end, After::Reset, Drain::Nothing);
+            std::future::pending::<()>().await;
         }
         let _ = to_engine.shutdown().await;
     };
@@ -524,7 +548,7 @@ async fn stream(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body
             let (limit, then) = (t.after_bytes(), t.then());
             let recorded = move || {
                 st2.x.record(&c, &meta, Some(status_now));
-                end_with(&st2.end, then, false);
+                end_with(&st2.end, then, Drain::Pause);
             };
             Cut {
                 inner: rbody.boxed(),
@@ -570,7 +594,7 @@ impl grpc_stream::Host for Recorder {
     }
 
     fn end(&self, then: After) {
-        end_with(&self.st.end, then, false);
+        end_with(&self.st.end, then, Drain::Pause);
     }
 }
 
@@ -586,7 +610,7 @@ impl State {
     ) -> Result<Response<Body>, BoxError> {
         let s = match reply {
             Reply::Abort(a) => {
-                end_with(&self.end, a.then(), false);
+                end_with(&self.end, a.then(), Drain::Pause);
                 // The connection ends under this stream: nothing to send.
                 self.gone.cancelled().await;
                 return Err(BoxError::from("aborted"));
@@ -620,7 +644,7 @@ impl State {
                 Then {
                     inner: body,
                     at_end: Some(Box::new(move || {
-                        end_with(&end, then, true);
+                        end_with(&end, then, Drain::Streams);
                     })),
                 }
                 .boxed(),

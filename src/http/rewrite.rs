@@ -13,6 +13,30 @@ use super::wire::JSON_LINES;
 use crate::fault::http_reply::reason;
 use crate::fault::http_rewrite::{BodyEdit, Edits};
 
+/// A request head without its offer to upgrade to HTTP/2 in the clear
+/// (`Upgrade: h2c`, `HTTP2-Settings`, and their `Connection` options;
+/// `connection` is that header's value).
+pub(crate) fn without_h2c(head: &[u8], connection: Option<&str>) -> Bytes {
+    let head = set_header(head, "Upgrade", None);
+    let head = set_header(&head, "HTTP2-Settings", None);
+    let kept: Vec<&str> = connection
+        .unwrap_or("")
+        .split(',')
+        .map(str::trim)
+        .filter(|t| {
+            !t.is_empty()
+                && !t.eq_ignore_ascii_case("upgrade")
+                && !t.eq_ignore_ascii_case("http2-settings")
+        })
+        .collect();
+    let value = kept.join(", ");
+    set_header(
+        &head,
+        "Connection",
+        (!kept.is_empty()).then_some(value.as_str()),
+    )
+}
+
 /// The head with its `name` header (every line of it) replaced by one
 /// saying `value`, added when there was none; with no value, removed.
 pub(crate) fn set_header(bytes: &[u8], name: &str, value: Option<&str>) -> Bytes {
@@ -247,6 +271,21 @@ fn edit_target(target: &str, path: Option<&str>, query: &[(String, String)]) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_h2c_upgrade_offer_is_taken_out() {
+        let head = b"GET / HTTP/1.1\r\nHost: x\r\nConnection: Upgrade, HTTP2-Settings, close\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAoAAAAAIAAAAA\r\n\r\n";
+        let out = without_h2c(head, Some("Upgrade, HTTP2-Settings, close"));
+        assert_eq!(
+            &out[..],
+            &b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"[..]
+        );
+        let head = b"GET / HTTP/1.1\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n\r\n";
+        assert_eq!(
+            &without_h2c(head, Some("Upgrade, HTTP2-Settings"))[..],
+            &b"GET / HTTP/1.1\r\n\r\n"[..]
+        );
+    }
     use crate::fault::json_edit::JsonEdit;
 
     fn edits() -> Edits {
