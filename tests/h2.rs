@@ -83,21 +83,19 @@ fn have_grpcio() -> bool {
     true
 }
 
+/// A proxy with `faults` in front of `upstream` (an address).
+fn proxy(upstream: &str, faults: &[&str]) -> Proxy {
+    let mut args = vec!["--listen", "127.0.0.1:0", "--upstream", upstream];
+    for f in faults {
+        args.extend(["--fault", f]);
+    }
+    Proxy::start(&args)
+}
+
 /// The calls' answers and times, through a proxy with `faults` in front
 /// of `up`.
 fn calls(up: &Httpd, faults: &[&str], calls: &[&str]) -> Vec<(String, f64)> {
-    let mut args = vec![
-        "--listen".to_string(),
-        "127.0.0.1:0".into(),
-        "--upstream".into(),
-        format!("127.0.0.1:{}", up.port),
-    ];
-    for f in faults {
-        args.push("--fault".into());
-        args.push(f.to_string());
-    }
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let p = Proxy::start(&args);
+    let p = proxy(&format!("127.0.0.1:{}", up.port), faults);
     let mut argv = vec![p.addr().to_string()];
     argv.extend(calls.iter().map(|c| c.to_string()));
     let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
@@ -267,16 +265,13 @@ fn grpc_js_retries_after_the_pushback() {
         return;
     };
     let up = Httpd::grpc(None);
-    let p = Proxy::start(&[
-        "--listen",
-        "127.0.0.1:0",
-        "--upstream",
+    let p = proxy(
         &format!("127.0.0.1:{}", up.port),
-        "--fault",
-        "http_status:grpc_status=RESOURCE_EXHAUSTED,retry_after=1200ms,path=/test.Echo/Unary,first=1",
-        "--fault",
-        "http_status:grpc_status=PERMISSION_DENIED,body=no,path=/test.Echo/Count",
-    ]);
+        &[
+            "http_status:grpc_status=RESOURCE_EXHAUSTED,retry_after=1200ms,path=/test.Echo/Unary,first=1",
+            "http_status:grpc_status=PERMISSION_DENIED,body=no,path=/test.Echo/Count",
+        ],
+    );
     let (rc, out, err) = node(
         NODE_GRPC_CLIENT,
         &[&p.addr().to_string(), "Unary:a", "Count:"],
@@ -340,14 +335,10 @@ fn an_upstream_going_away_lets_calls_finish() {
     // Under load, across several of its GOAWAYs, no call hangs: a call the
     // client opens as the upstream goes away is refused (REFUSED_STREAM),
     // as netchaos opens no second upstream connection for it.
-    let p = Proxy::start(&[
-        "--listen",
-        "127.0.0.1:0",
-        "--upstream",
+    let p = proxy(
         &format!("127.0.0.1:{}", up.port),
-        "--fault",
-        "http_status:status=503,path=/nowhere",
-    ]);
+        &["http_status:status=503,path=/nowhere"],
+    );
     let (rc, out, err) = python(LOAD, &[&p.addr().to_string()]);
     assert_eq!(rc, 0, "{err}");
     let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
@@ -455,22 +446,11 @@ fn an_upstream_reset_reaches_the_client_as_a_reset() {
     }
     let up = Httpd::grpc(None);
     // A byte relay that resets the upstream's side 300 ms in.
-    let breaking = Proxy::start(&[
-        "--listen",
-        "127.0.0.1:0",
-        "--upstream",
-        &format!("127.0.0.1:{}", up.port),
-        "--fault",
-        "reset:after=300ms",
-    ]);
-    let p = Proxy::start(&[
-        "--listen",
-        "127.0.0.1:0",
-        "--upstream",
+    let breaking = proxy(&format!("127.0.0.1:{}", up.port), &["reset:after=300ms"]);
+    let p = proxy(
         &breaking.addr().to_string(),
-        "--fault",
-        "http_status:status=503,path=/nowhere",
-    ]);
+        &["http_status:status=503,path=/nowhere"],
+    );
     let (rc, out, err) = python(GRPC_CLIENT, &[&p.addr().to_string(), "Stream:20"]);
     assert_eq!(rc, 0, "{err}");
     let r = parse(&out);
@@ -486,14 +466,10 @@ fn a_closing_answer_lets_other_calls_finish() {
         return;
     }
     let up = Httpd::grpc(None);
-    let p = Proxy::start(&[
-        "--listen",
-        "127.0.0.1:0",
-        "--upstream",
+    let p = proxy(
         &format!("127.0.0.1:{}", up.port),
-        "--fault",
-        "http_status:grpc_status=UNAVAILABLE,path=*/Unary,then=close",
-    ]);
+        &["http_status:grpc_status=UNAVAILABLE,path=*/Unary,then=close"],
+    );
     let code = r#"
 import sys, threading, time, grpc
 ch = grpc.insecure_channel(sys.argv[1])
@@ -531,14 +507,10 @@ fn an_h2c_upgrade_is_declined() {
         return;
     }
     let up = Httpd::start(None);
-    let p = Proxy::start(&[
-        "--listen",
-        "127.0.0.1:0",
-        "--upstream",
+    let p = proxy(
         &format!("127.0.0.1:{}", up.port),
-        "--fault",
-        "http_status:status=503,path=/p/1",
-    ]);
+        &["http_status:status=503,path=/p/1"],
+    );
     let base = format!("http://{}", p.addr());
     let out = Command::new("curl")
         .args(["-sS", "--http2", "--max-time", "10", "-w", "%{http_code}\n"])
@@ -635,16 +607,13 @@ fn curl_over_h2c_meets_status_and_rewrite_faults() {
         return;
     }
     let up = Httpd::grpc(None);
-    let p = Proxy::start(&[
-        "--listen",
-        "127.0.0.1:0",
-        "--upstream",
+    let p = proxy(
         &format!("127.0.0.1:{}", up.port),
-        "--fault",
-        "http_status:status=503,retry_after=2s,path=/down",
-        "--fault",
-        "http_rewrite:phase=response,set_header.x-chaos=yes",
-    ]);
+        &[
+            "http_status:status=503,retry_after=2s,path=/down",
+            "http_rewrite:phase=response,set_header.x-chaos=yes",
+        ],
+    );
     let curl = |path: &str| {
         let out = Command::new("curl")
             .args(["-sS", "-i", "--http2-prior-knowledge", "--max-time", "10"])

@@ -367,10 +367,6 @@ impl Sse {
         self.breaks
     }
 
-    pub(crate) fn event_delay(&self) -> Duration {
-        self.event_delay
-    }
-
     pub(crate) fn patch(&self) -> Option<&EventPatch> {
         self.patch.as_ref()
     }
@@ -390,6 +386,29 @@ impl Sse {
             Format::EventStream => (e.event, &e.data),
         })
     }
+}
+
+/// How long a stream's faults (in rule order) hold each counted event,
+/// and which of them do (each counted where it acts).
+pub(crate) fn event_delays(faults: &[(super::Chosen, Sse)]) -> (Duration, Vec<usize>) {
+    let mut total = Duration::ZERO;
+    let mut acting = Vec::new();
+    for (i, (_, s)) in faults.iter().enumerate() {
+        if !s.event_delay.is_zero() {
+            total += s.event_delay;
+            acting.push(i);
+        }
+    }
+    (total, acting)
+}
+
+/// The first of a stream's faults (in rule order) whose malformed (or
+/// truncated) event the `nth` counted one is.
+pub(crate) fn spoiling(faults: &[(super::Chosen, Sse)], nth: u64) -> Option<usize> {
+    faults.iter().position(|(_, s)| {
+        matches!(s.breaks, Some((n, Breakage::BadJson | Breakage::Truncate))
+            if n.checked_add(1) == Some(nth))
+    })
 }
 
 /// A provider's mid-stream error event: Anthropic's `event: error` (its

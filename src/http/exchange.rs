@@ -1079,22 +1079,14 @@ impl Stream<'_> {
         }
         let nth = self.counted + 1;
         // Every event is late by the faults' delays, a spoiled one too.
-        let mut delay = Duration::ZERO;
-        for i in 0..self.faults.len() {
-            let d = self.faults[i].1.event_delay();
-            if !d.is_zero() {
-                self.record(i);
-                delay += d;
-            }
+        let (delay, delaying) = crate::fault::sse::event_delays(self.faults);
+        for i in delaying {
+            self.record(i);
         }
         if !delay.is_zero() {
             crate::timer::sleep(delay).await;
         }
-        // The first fault (in rule order) whose malformed event this is.
-        let spoils = self.faults.iter().position(|(_, s)| {
-            matches!(s.breaks(), Some((n, Breakage::BadJson | Breakage::Truncate))
-                if n.checked_add(1) == Some(nth))
-        });
+        let spoils = crate::fault::sse::spoiling(self.faults, nth);
         match spoils.map(|i| (i, self.faults[i].1.breaks())) {
             Some((i, Some((_, Breakage::Truncate)))) => {
                 self.record(i);

@@ -13,7 +13,6 @@
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use http_body_util::BodyExt;
@@ -24,7 +23,7 @@ use tokio::sync::mpsc;
 use super::grpc::{self, Code};
 use crate::fault::Chosen;
 use crate::fault::http_status::After;
-use crate::fault::sse::{Breakage, Sse};
+use crate::fault::sse::{self, Breakage, Sse};
 
 /// Frames in flight between the task and the client's stream.
 const DEPTH: usize = 2;
@@ -179,22 +178,14 @@ impl<H: Host> Messages<H> {
     /// breaks due after it.
     async fn message(&mut self, mut msg: BytesMut) -> Turn {
         let nth = self.counted + 1;
-        let mut delay = Duration::ZERO;
-        for i in 0..self.faults.len() {
-            let d = self.faults[i].1.event_delay();
-            if !d.is_zero() {
-                self.record(i);
-                delay += d;
-            }
+        let (delay, delaying) = sse::event_delays(&self.faults);
+        for i in delaying {
+            self.record(i);
         }
         if !delay.is_zero() && self.or_gone(crate::timer::sleep(delay)).await.is_none() {
             return Turn::Over;
         }
-        let spoils = self.faults.iter().position(|(_, s)| {
-            matches!(s.breaks(), Some((n, Breakage::BadJson | Breakage::Truncate))
-                if n.checked_add(1) == Some(nth))
-        });
-        if let Some(i) = spoils {
+        if let Some(i) = sse::spoiling(&self.faults, nth) {
             match self.faults[i].1.breaks() {
                 Some((_, Breakage::Truncate)) => {
                     self.record(i);

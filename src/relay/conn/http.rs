@@ -431,14 +431,7 @@ impl Conn<'_> {
         e: &std::io::Error,
     ) -> (Outcome, [u64; 2]) {
         let _ = self.path.set("https");
-        let kind = if tls::is_certificate_error(e) {
-            "upstream_tls_untrusted"
-        } else {
-            "upstream_tls_failed"
-        };
-        self.relay
-            .events
-            .relay_error(self.info, kind, &format!("TLS to {name}: {e}"));
+        let kind = self.upstream_tls_failed(name, e);
         sockopt::set_linger_zero(upstream);
         if kind == "upstream_tls_untrusted" {
             if let Ok(mut s) = tls.accept(TcpRef(client), name, hello, false).await {
@@ -448,6 +441,20 @@ impl Conn<'_> {
         }
         sockopt::set_linger_zero(client);
         (Outcome::Reset, [0, 0])
+    }
+
+    /// Records why TLS to the upstream `name` failed, and says which kind
+    /// of failure it was: its certificate not trusted, or anything else.
+    fn upstream_tls_failed(&self, name: &str, e: &std::io::Error) -> &'static str {
+        let kind = if tls::is_certificate_error(e) {
+            "upstream_tls_untrusted"
+        } else {
+            "upstream_tls_failed"
+        };
+        self.relay
+            .events
+            .relay_error(self.info, kind, &format!("TLS to {name}: {e}"));
+        kind
     }
 
     /// A plaintext client of a proxy whose upstream's TLS failed: a 502
@@ -460,15 +467,9 @@ impl Conn<'_> {
         e: &std::io::Error,
     ) -> (Outcome, [u64; 2]) {
         let _ = self.path.set("http");
-        let kind = if tls::is_certificate_error(e) {
-            "upstream_tls_untrusted"
-        } else {
-            "upstream_tls_failed"
-        };
-        let detail = format!("TLS to {name}: {e}");
-        self.relay.events.relay_error(self.info, kind, &detail);
+        self.upstream_tls_failed(name, e);
         sockopt::set_linger_zero(upstream);
-        let body = format!("netchaos: {detail}\n");
+        let body = format!("netchaos: TLS to {name}: {e}\n");
         let reply = format!(
             "HTTP/1.1 502 Bad Gateway\r\ncontent-type: text/plain; charset=utf-8\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
             body.len()
@@ -548,14 +549,7 @@ impl Conn<'_> {
         name: &str,
         e: &std::io::Error,
     ) -> (Outcome, [u64; 2]) {
-        let kind = if tls::is_certificate_error(e) {
-            "upstream_tls_untrusted"
-        } else {
-            "upstream_tls_failed"
-        };
-        self.relay
-            .events
-            .relay_error(self.info, kind, &format!("TLS to {name}: {e}"));
+        self.upstream_tls_failed(name, e);
         sockopt::set_linger_zero(client);
         sockopt::set_linger_zero(upstream);
         (Outcome::Reset, [0, 0])
