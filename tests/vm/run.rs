@@ -126,11 +126,18 @@ fn timings(line: &str) -> Option<(f64, f64)> {
 /// is a large part of a 1 MiB transfer — so connect time is compared with
 /// a plain `run`'s, and the transfer with the netem path through `run`
 /// (its round trips then on the relay's upstream leg, where
-/// `packet_latency` puts them on the client's), within 2.5× (1.35–1.7×
-/// measured): what the delay
-/// line costs in user space is itself inflated under emulation (natively
-/// the same transfer takes 0.43 s, as over a real 50 ms path).
+/// `packet_latency` puts them on the client's), within 2.5× (1.0–1.7×
+/// measured): what the delay line costs in user space is itself inflated
+/// under emulation (natively the same transfer takes 0.43 s, as over a
+/// real 50 ms path). Under TCG the delay line's wakes are slow and
+/// uneven: with the host's CPUs busy a transfer through it took 0.8–2.1 s
+/// against netem's steady 0.47 (no retransmissions: every round trip
+/// late), and in CI a lone one took 6 s. So the paths run in interleaved
+/// rounds, at least 3 and at most `ROUNDS`, until the fastest of each
+/// are within the bound: a delay line slow every time still fails, as
+/// does one that serialises packets (57 segments × 50 ms).
 fn packet_latency() -> Outcome {
+    const ROUNDS: usize = 6;
     let src = probe::tcp_source("127.0.0.1:0", 1 << 20);
     let want = format!("eof after {}", 1 << 20);
     let (plain, err) = wrapped("", "read", src, 30);
@@ -138,41 +145,70 @@ fn packet_latency() -> Outcome {
         plain.starts_with(&want),
         "plain run: {plain}; netchaos: {err}"
     );
-    must("ip link set lo mtu 1500")?;
-    let shaped = must(&format!("{} netem apply --dev lo --delay 25ms", bin()));
-    let (real, err) = wrapped("", "read", src, 30);
-    let (direct_code, direct, _) = sh(&format!("{} client read {src} 30", me()));
-    let _ = must(&format!("{} netem clear --dev lo", bin()));
-    let _ = must("ip link set lo mtu 65536");
-    shaped?;
-    ensure!(
-        real.starts_with(&want),
-        "over netem: {real}; netchaos: {err}"
-    );
-    ensure!(
-        direct_code == 0 && direct.starts_with(&want),
-        "over netem: {direct}"
-    );
-    let (got, err) = wrapped("--fault packet_latency:delay=50ms", "read", src, 30);
-    ensure!(got.starts_with(&want), "{got}; netchaos: {err}");
-    let timed = [&plain, &real, &direct, &got].map(|l| timings(l));
-    let [Some((pc, pt)), Some((_, rt)), Some((dc, dt)), Some((c, t))] = timed else {
-        return Err(format!(
-            "unreadable timings: {plain} / {real} / {direct} / {got}"
-        ));
+    let Some((pc, pt)) = timings(&plain) else {
+        return Err(format!("unreadable timings: {plain}"));
+    };
+    let (mut netem, mut delayed) = (Vec::new(), Vec::new());
+    let mut direct = None;
+    let fastest = |v: &[(f64, f64)]| v.iter().map(|t| t.1).fold(f64::INFINITY, f64::min);
+    let within = |netem: &[(f64, f64)], delayed: &[(f64, f64)]| {
+        (0.67..2.5).contains(&(fastest(delayed) / fastest(netem)))
+    };
+    for round in 0..ROUNDS {
+        if round >= 3 && within(&netem, &delayed) {
+            break;
+        }
+        must("ip link set lo mtu 1500")?;
+        let shaped = must(&format!("{} netem apply --dev lo --delay 25ms", bin()));
+        let (real, err) = wrapped("", "read", src, 30);
+        let first = direct
+            .is_none()
+            .then(|| sh(&format!("{} client read {src} 30", me())));
+        let _ = must(&format!("{} netem clear --dev lo", bin()));
+        let _ = must("ip link set lo mtu 65536");
+        shaped?;
+        ensure!(
+            real.starts_with(&want),
+            "over netem: {real}; netchaos: {err}"
+        );
+        if let Some((code, line, _)) = first {
+            ensure!(code == 0 && line.starts_with(&want), "over netem: {line}");
+            direct = Some(timings(&line).ok_or(format!("unreadable timings: {line}"))?);
+        }
+        netem.push(timings(&real).ok_or(format!("unreadable timings: {real}"))?);
+        let (got, err) = wrapped("--fault packet_latency:delay=50ms", "read", src, 30);
+        ensure!(got.starts_with(&want), "{got}; netchaos: {err}");
+        delayed.push(timings(&got).ok_or(format!("unreadable timings: {got}"))?);
+    }
+    let (dc, dt) = direct.expect("the first round measures the direct path");
+    let (rt, t) = (fastest(&netem), fastest(&delayed));
+    let c = delayed.iter().map(|t| t.0).fold(f64::INFINITY, f64::min);
+    let list = |v: &[(f64, f64)]| {
+        v.iter()
+            .map(|t| format!("{:.0}", t.1))
+            .collect::<Vec<_>>()
+            .join("/")
     };
     let report = format!(
         "1 MiB over a 50 ms round trip: netem direct connect {dc:.1} ms, total {dt:.0} ms; \
-         through run: plain connect {pc:.1} ms, total {pt:.0} ms; over netem total {rt:.0} ms; \
-         packet_latency connect {c:.1} ms, total {t:.0} ms"
+         through run: plain connect {pc:.1} ms, total {pt:.0} ms; over netem totals {} ms; \
+         packet_latency connect {c:.1} ms (fastest), totals {} ms",
+        list(&netem),
+        list(&delayed)
     );
     // connect() takes at least the round trip on both paths (a plain
     // run's own connect time varies from 100 to 180 ms here).
     ensure!((45.0..150.0).contains(&dc), "{report}");
     ensure!((49.0..400.0).contains(&c), "{report}");
+    ensure!(
+        delayed.iter().all(|t| t.0 >= 49.0),
+        "a connect faster than the round trip: {report}"
+    );
     let ratio = t / rt;
-    ensure!((0.67..2.5).contains(&ratio), "{report}");
-    Ok(format!("{report} ({ratio:.2}× the netem path through run)"))
+    ensure!(within(&netem, &delayed), "{report}");
+    Ok(format!(
+        "{report} ({ratio:.2}× the netem path through run, the fastest of each)"
+    ))
 }
 
 /// The network namespace ids that some process is in.
