@@ -635,3 +635,64 @@ fn curl_over_h2c_meets_status_and_rewrite_faults() {
     assert!(other.starts_with("http/2 "), "{other}");
     assert!(other.contains("x-chaos: yes"), "{other}");
 }
+
+/// Netchaos stopping says GOAWAY, as a server stopping does: the call in
+/// flight finishes within the drain, and the connection, idle after it,
+/// ends then, not at the end of a long `--drain` (it used to stay open,
+/// unspoken to, until the drain ran out and it was cut).
+#[test]
+fn stopping_sends_h2_clients_away_and_lets_calls_finish() {
+    if !have_grpcio() {
+        return;
+    }
+    let up = Httpd::grpc(None);
+    let p = Proxy::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        &format!("127.0.0.1:{}", up.port),
+        "--drain",
+        "60s",
+        "--fault",
+        "http_status:status=503,path=/nowhere",
+    ]);
+    // A 20-message stream (1 s): "ready" after its first message.
+    let mut client = Command::new("python3")
+        .arg("-c")
+        .arg(
+            r#"
+import sys, time, grpc
+ch = grpc.insecure_channel(sys.argv[1])
+got = []
+for m in ch.unary_stream("/test.Echo/Stream")(b"20", timeout=30):
+    got.append(m.decode())
+    if len(got) == 1:
+        print("ready", flush=True)
+print(",".join(got), flush=True)
+time.sleep(30)  # the channel, idle, stays open
+"#,
+        )
+        .arg(p.addr().to_string())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3");
+    let mut out = std::io::BufReader::new(client.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert_eq!(line.trim(), "ready");
+    let t = std::time::Instant::now();
+    let (status, err) = p.stop();
+    let took = t.elapsed();
+    assert!(status.success(), "{err}");
+    line.clear();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    let _ = client.kill();
+    let _ = client.wait();
+    let twenty = (0..20).map(|i| format!("msg-{i}")).collect::<Vec<_>>();
+    assert_eq!(line.trim(), twenty.join(","), "the call in flight finishes");
+    assert!(
+        took < std::time::Duration::from_secs(8),
+        "netchaos took {took:?} to stop with a 60 s drain: the idle connection was not sent away"
+    );
+}

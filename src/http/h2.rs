@@ -135,15 +135,17 @@ pub(crate) fn ending() -> (Ender, Ending) {
 
 /// Runs the two HTTP/2 connections: `client` (the client's, past its
 /// pipelines) and `upstream`, over which netchaos is the client; a fault
-/// that ends the connection says so on `end`.
+/// that ends the connection says so on `end`. Netchaos stopping
+/// (`stopping`) sends the client away as a server stopping does.
 pub(crate) fn engine(
     x: Exchange,
     client: DuplexStream,
     upstream: DuplexStream,
     upstream_tls: bool,
     end: Ender,
+    stopping: CancellationToken,
 ) -> Pin<Box<dyn Future<Output = ()> + Send>> {
-    Box::pin(run(x, client, upstream, upstream_tls, end))
+    Box::pin(run(x, client, upstream, upstream_tls, end, stopping))
 }
 
 async fn run(
@@ -152,6 +154,7 @@ async fn run(
     upstream: DuplexStream,
     upstream_tls: bool,
     end: Ender,
+    stopping: CancellationToken,
 ) {
     let up = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
         .max_send_buf_size(SEND_BUF)
@@ -205,7 +208,9 @@ async fn run(
     // going away (a GOAWAY: a server's connection age, a restart) lets the
     // client's streams in flight finish, and says GOAWAY to the client in
     // turn; an answer that closes the connection says GOAWAY first too, as
-    // a server going away does.
+    // a server going away does; and so does netchaos stopping: an idle
+    // connection ends at once (not at the end of --drain, with no word to
+    // the client), calls in flight have the drain to finish.
     loop {
         tokio::select! {
             r = server.as_mut() => {
@@ -223,6 +228,10 @@ async fn run(
                     server.as_mut().graceful_shutdown();
                     closing = true;
                 }
+            }
+            () = stopping.cancelled(), if !closing => {
+                server.as_mut().graceful_shutdown();
+                closing = true;
             }
             Ok(()) = ended.changed(), if !closing => {
                 if ended.borrow_and_update().is_some_and(|e| e.drain == Drain::Streams) {

@@ -460,8 +460,6 @@ impl Relay {
         }
     }
 
-    /// Stops accepting, lets open connections finish for up to `drain`,
-    /// then ends the rest.
     /// The DNS layer, when an intercepted connection to `dst` is DNS over
     /// TCP (port 53) that it serves.
     pub(crate) fn dns_for(&self, dst: SocketAddr) -> Option<&DnsService> {
@@ -473,6 +471,14 @@ impl Relay {
         self.stop.cancelled().await
     }
 
+    /// A token cancelled when netchaos begins to stop, for a task that
+    /// cannot borrow the relay (an HTTP/2 connection's engine).
+    pub(crate) fn stop_token(&self) -> CancellationToken {
+        self.stop.clone()
+    }
+
+    /// Stops accepting, lets open connections finish for up to `drain`,
+    /// then ends the rest.
     pub(crate) async fn shutdown(&self, drain: Duration) {
         self.stop.cancel();
         self.tasks.close();

@@ -500,7 +500,14 @@ impl Conn<'_> {
         let (engine_client, ours) = tokio::io::duplex(H2_PIPE);
         let (engine_upstream, theirs) = tokio::io::duplex(H2_PIPE);
         let (end, ending) = h2::ending();
-        let engine = h2::engine(x, engine_client, engine_upstream, upstream_tls, end.clone());
+        let engine = h2::engine(
+            x,
+            engine_client,
+            engine_upstream,
+            upstream_tls,
+            end.clone(),
+            self.relay.stop_token(),
+        );
         let (from_engine, to_engine) = tokio::io::split(ours);
         let meter = self.meter();
         let mut up_feed = self.feed(Direction::Upstream);
