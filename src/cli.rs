@@ -156,7 +156,9 @@ pub struct RelayArgs {
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_connections: Option<u32>,
     /// When netchaos stops (Ctrl-C, SIGTERM, the command's exit, the end of
-    /// --duration for attach), how long open connections may finish.
+    /// --duration for attach), how long open connections may finish
+    /// (HTTP ones between requests close at once, as a server stopping
+    /// closes them: HTTP/2 with a GOAWAY).
     #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = duration_arg)]
     pub drain: Duration,
 }

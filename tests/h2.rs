@@ -657,40 +657,31 @@ fn stopping_sends_h2_clients_away_and_lets_calls_finish() {
         "http_status:status=503,path=/nowhere",
     ]);
     // A 20-message stream (1 s): "ready" after its first message.
-    let mut client = Command::new("python3")
-        .arg("-c")
-        .arg(
-            r#"
+    let mut client = PythonBg::start(
+        r#"
 import sys, time, grpc
 ch = grpc.insecure_channel(sys.argv[1])
 got = []
-for m in ch.unary_stream("/test.Echo/Stream")(b"20", timeout=30):
-    got.append(m.decode())
-    if len(got) == 1:
-        print("ready", flush=True)
+try:
+    for m in ch.unary_stream("/test.Echo/Stream")(b"20", timeout=30):
+        got.append(m.decode())
+        if len(got) == 1:
+            print("ready", flush=True)
+except grpc.RpcError as e:
+    got.append(f"{e.code().name}: {e.details()}")
 print(",".join(got), flush=True)
 time.sleep(30)  # the channel, idle, stays open
 "#,
-        )
-        .arg(p.addr().to_string())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("python3");
-    let mut out = std::io::BufReader::new(client.stdout.take().unwrap());
-    let mut line = String::new();
-    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
-    assert_eq!(line.trim(), "ready");
+        &[&p.addr().to_string()],
+    );
+    assert_eq!(client.line(), "ready");
     let t = std::time::Instant::now();
     let (status, err) = p.stop();
     let took = t.elapsed();
     assert!(status.success(), "{err}");
-    line.clear();
-    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
-    let _ = client.kill();
-    let _ = client.wait();
+    let line = client.line();
     let twenty = (0..20).map(|i| format!("msg-{i}")).collect::<Vec<_>>();
-    assert_eq!(line.trim(), twenty.join(","), "the call in flight finishes");
+    assert_eq!(line, twenty.join(","), "the call in flight finishes");
     assert!(
         took < std::time::Duration::from_secs(8),
         "netchaos took {took:?} to stop with a 60 s drain: the idle connection was not sent away"

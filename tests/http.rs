@@ -2222,3 +2222,64 @@ except ssl.SSLCertVerificationError as e:
         "{err}"
     );
 }
+
+/// Netchaos stopping closes a keep-alive connection between requests, as
+/// a server stopping does, and lets a request in flight finish within the
+/// drain: a client's held request still gets its answer, then the idle
+/// connection's close — at once, not at the end of a long `--drain` (it
+/// used to stay open until the drain ran out). An answer whose end is the
+/// upstream's close (HTTP/1.0) ends the connection as it did.
+#[test]
+fn stopping_closes_idle_keep_alive_connections_and_lets_requests_finish() {
+    if !need(&["python3"]) {
+        return;
+    }
+    let up = Httpd::start(None);
+    // The client: a quick request, then `path` (held 1.5 s); its answer's
+    // status and length, then what the idle connection reads next.
+    const CLIENT: &str = r#"
+import http.client, sys, time
+host, port = sys.argv[1].rsplit(":", 1)
+c = http.client.HTTPConnection(host, int(port), timeout=30)
+c.request("GET", "/p/1"); c.getresponse().read()
+c.request("GET", sys.argv[2])
+print("sent", flush=True)
+r = c.getresponse()
+print(r.status, len(r.read()), flush=True)
+# The close, with nothing asked (an HTTP/1.0 answer's close was its end).
+print(repr(c.sock.recv(10)) if c.sock else "closed", flush=True)
+time.sleep(30)
+"#;
+    for (path, want) in [
+        ("/p/2", ["200 70", "b''"]),
+        ("/json-close", ["200 159", "closed"]),
+    ] {
+        let p = Proxy::start(&[
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            &format!("127.0.0.1:{}", up.port),
+            "--drain",
+            "60s",
+            "--fault",
+            &format!("http_delay:delay=1500ms,path={path}"),
+        ]);
+        let mut client = PythonBg::start(CLIENT, &[&p.addr().to_string(), path]);
+        assert_eq!(client.line(), "sent");
+        // Into the response's hold.
+        std::thread::sleep(Duration::from_millis(300));
+        let t = std::time::Instant::now();
+        let (status, err) = p.stop();
+        let took = t.elapsed();
+        assert!(status.success(), "{err}");
+        assert_eq!(
+            [client.line(), client.line()],
+            want,
+            "{path}: the held request answered, then the close"
+        );
+        assert!(
+            took < Duration::from_secs(8),
+            "{path}: netchaos took {took:?} to stop with a 60 s drain: the connection was kept"
+        );
+    }
+}

@@ -21,6 +21,7 @@ use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
 use super::decide::{self, Decision};
 use super::events::{self as sse_events, Block, Format, Splitter};
@@ -53,6 +54,9 @@ pub(crate) struct Exchange {
     /// A Host header to put in every request (a proxy to an HTTPS
     /// upstream, whose clients name the proxy).
     pub(crate) rewrite_host: Option<String>,
+    /// Cancelled when netchaos begins to stop: an idle connection ends
+    /// then, as a server stopping ends its idle keep-alive connections.
+    pub(crate) stopping: CancellationToken,
 }
 
 /// A request, as events name it.
@@ -77,6 +81,9 @@ enum Pending {
     Answered(Box<Answer>),
     /// What follows is not HTTP netchaos follows: relay it as bytes.
     Raw,
+    /// Netchaos is stopping and the client between requests: close the
+    /// connection once the answers before are out.
+    Close,
 }
 
 struct Answer {
@@ -358,6 +365,36 @@ impl RequestSide {
         let x = &self.x;
         let mut buf = BytesMut::new();
         for n in 0u64.. {
+            // Between requests, netchaos stopping closes the connection (a
+            // client's next request may cross the close, as with any
+            // server's idle timeout: clients retry it on a new one).
+            if buf.is_empty() {
+                tokio::select! {
+                    biased;
+                    r = src.fill(&mut buf) => match r {
+                        Ok(0) => return send(out, ItemKind::Fin).await,
+                        Ok(_) => {}
+                        Err(_) => return send(out, ItemKind::Reset).await,
+                    },
+                    () = x.stopping.cancelled() => {
+                        if self.tx.send(Pending::Close).await.is_err() {
+                            return Ok(());
+                        }
+                        // Until the close, or until the response side ends
+                        // otherwise (an answer whose end is the upstream's
+                        // close): the client's end is still passed on, as
+                        // the connection's end may wait for it.
+                        loop {
+                            buf.clear();
+                            match src.fill(&mut buf).await {
+                                Ok(0) => return send(out, ItemKind::Fin).await,
+                                Ok(_) => {}
+                                Err(_) => return send(out, ItemKind::Reset).await,
+                            }
+                        }
+                    }
+                }
+            }
             let head = match read_head(src, &mut buf, wire::request).await {
                 Head::Parsed(h) => h,
                 Head::Eof => {
@@ -620,6 +657,10 @@ impl ResponseSide {
             };
             let next = match pending {
                 None | Some(Pending::Raw) => Next::Raw,
+                Some(Pending::Close) => {
+                    send_data(out, buf.split().freeze()).await?;
+                    return send(out, ItemKind::Close).await;
+                }
                 Some(Pending::Answered(a)) => self.answer(*a, out).await?,
                 Some(Pending::Forwarded(f)) => {
                     let (meta, d) = *f;

@@ -135,17 +135,16 @@ pub(crate) fn ending() -> (Ender, Ending) {
 
 /// Runs the two HTTP/2 connections: `client` (the client's, past its
 /// pipelines) and `upstream`, over which netchaos is the client; a fault
-/// that ends the connection says so on `end`. Netchaos stopping
-/// (`stopping`) sends the client away as a server stopping does.
+/// that ends the connection says so on `end`. Netchaos stopping sends
+/// the client away as a server stopping does.
 pub(crate) fn engine(
     x: Exchange,
     client: DuplexStream,
     upstream: DuplexStream,
     upstream_tls: bool,
     end: Ender,
-    stopping: CancellationToken,
 ) -> Pin<Box<dyn Future<Output = ()> + Send>> {
-    Box::pin(run(x, client, upstream, upstream_tls, end, stopping))
+    Box::pin(run(x, client, upstream, upstream_tls, end))
 }
 
 async fn run(
@@ -154,8 +153,8 @@ async fn run(
     upstream: DuplexStream,
     upstream_tls: bool,
     end: Ender,
-    stopping: CancellationToken,
 ) {
+    let stopping = x.stopping.clone();
     let up = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
         .max_send_buf_size(SEND_BUF)
         .handshake::<_, Body>(TokioIo::new(upstream))

@@ -414,6 +414,41 @@ pub(crate) fn http(
     )
 }
 
+/// A Python snippet running beside the test, its stdout read line by
+/// line; killed when dropped (a failing test leaves nothing behind).
+pub(crate) struct PythonBg {
+    child: Child,
+    out: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl PythonBg {
+    pub(crate) fn start(code: &str, args: &[&str]) -> PythonBg {
+        let mut child = Command::new("python3")
+            .arg("-c")
+            .arg(code)
+            .args(args)
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("run python3");
+        let out = std::io::BufReader::new(child.stdout.take().expect("piped"));
+        PythonBg { child, out }
+    }
+
+    /// Its next line (without the newline; empty once it has ended).
+    pub(crate) fn line(&mut self) -> String {
+        let mut l = String::new();
+        let _ = std::io::BufRead::read_line(&mut self.out, &mut l);
+        l.trim_end_matches('\n').to_string()
+    }
+}
+
+impl Drop for PythonBg {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 /// Runs a Python snippet; returns (exit code, stdout, stderr).
 pub(crate) fn python(code: &str, args: &[&str]) -> (i32, String, String) {
     let out = Command::new("python3")

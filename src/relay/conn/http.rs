@@ -252,6 +252,7 @@ impl Conn<'_> {
             conn: self.info.clone(),
             sni,
             rewrite_host: ep.upstream.clone(),
+            stopping: self.relay.stop_token(),
         };
         if h2 {
             let upstream_tls = ep.upstream.is_some() || (path == "https" && !ep.serve);
@@ -500,14 +501,7 @@ impl Conn<'_> {
         let (engine_client, ours) = tokio::io::duplex(H2_PIPE);
         let (engine_upstream, theirs) = tokio::io::duplex(H2_PIPE);
         let (end, ending) = h2::ending();
-        let engine = h2::engine(
-            x,
-            engine_client,
-            engine_upstream,
-            upstream_tls,
-            end.clone(),
-            self.relay.stop_token(),
-        );
+        let engine = h2::engine(x, engine_client, engine_upstream, upstream_tls, end.clone());
         let (from_engine, to_engine) = tokio::io::split(ours);
         let meter = self.meter();
         let mut up_feed = self.feed(Direction::Upstream);
