@@ -687,3 +687,40 @@ time.sleep(30)  # the channel, idle, stays open
         "netchaos took {took:?} to stop with a 60 s drain: the idle connection was not sent away"
     );
 }
+
+/// An upstream that dies under a call (its connection closed, no GOAWAY)
+/// fails the call as it does without netchaos: the client's connection
+/// closes too, `UNAVAILABLE` (which retry policies name), where netchaos's
+/// HTTP/2 used to reset the stream `INTERNAL`.
+#[test]
+fn an_upstream_that_dies_under_a_call_fails_it_as_without_netchaos() {
+    if !have_grpcio() {
+        return;
+    }
+    // A 20-message stream; the server killed after the second message.
+    const DYING: &str = r#"
+import os, signal, sys, grpc
+ch = grpc.insecure_channel(sys.argv[1])
+got = []
+try:
+    for m in ch.unary_stream("/test.Echo/Stream")(b"20", timeout=20):
+        got.append(m)
+        if len(got) == 2:
+            os.kill(int(sys.argv[2]), signal.SIGKILL)
+    print(len(got), "OK")
+except grpc.RpcError as e:
+    print(len(got), e.code().name)
+"#;
+    let run = |through: bool| {
+        let up = Httpd::grpc(None);
+        let upstream = format!("127.0.0.1:{}", up.port);
+        let p = through.then(|| proxy(&upstream, &["http_status:status=503,path=/nowhere"]));
+        let target = p.as_ref().map_or(upstream, |p| p.addr().to_string());
+        let (rc, out, err) = python(DYING, &[&target, &up.pid().to_string()]);
+        assert_eq!(rc, 0, "{err}");
+        out.trim().to_string()
+    };
+    let direct = run(false);
+    assert_eq!(direct, "2 UNAVAILABLE", "without netchaos");
+    assert_eq!(run(true), direct, "through netchaos");
+}

@@ -104,9 +104,43 @@ pub(crate) enum Drain {
 pub(crate) type Ending = watch::Receiver<Option<End>>;
 type Ender = watch::Sender<Option<End>>;
 
-/// Ends the connection (on `end`): `then`, after `drain`.
+/// Ends the connection (on `end`): `then`, after `drain`. The first end
+/// asked for is the one (an upstream reset and the streams it fails may
+/// ask each their way).
 fn end_with(end: &Ender, then: After, drain: Drain) {
-    let _ = end.send(Some(End { then, drain }));
+    end.send_if_modified(|e| {
+        let first = e.is_none();
+        if first {
+            *e = Some(End { then, drain });
+        }
+        first
+    });
+}
+
+/// Whether `e` is the upstream's connection closing (its FIN) under a
+/// stream. Without netchaos the client's connection would close as
+/// that; with it, hyper would reset each stream `INTERNAL_ERROR` (gRPC
+/// clients retry neither, but a closed connection is `UNAVAILABLE`, which
+/// a retry policy names). An upstream's RST never shows here: its leg
+/// resets the client's connection without telling the engine.
+fn upstream_closed(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut at = Some(e);
+    while let Some(e) = at {
+        if let Some(h) = e.downcast_ref::<h2::Error>() {
+            return h.is_io();
+        }
+        at = e.source();
+    }
+    false
+}
+
+/// A stream failed under the upstream's close ([`upstream_closed`]): the
+/// client's connection closes after what the engine is writing, with no
+/// GOAWAY and no reset of this stream (it waits for the end).
+async fn severed(st: &State) -> Failed {
+    end_with(&st.end, After::Close, Drain::Pause);
+    st.gone.cancelled().await;
+    Failed("the upstream's connection closed".into())
 }
 
 /// The connection's state, shared by its streams.
@@ -170,6 +204,7 @@ async fn run(
     let gone = CancellationToken::new();
     let _stop = gone.clone().drop_guard();
     let mut ended = end.subscribe();
+    let end_on_close = end.clone();
     let st = Arc::new(State {
         x,
         upstream: send,
@@ -185,7 +220,10 @@ async fn run(
         Box::pin(async move {
             let gone = st.gone.clone();
             tokio::select! {
-                r = stream(&st, req) => r.map_err(Failed),
+                r = stream(&st, req) => match r {
+                    Err(e) if upstream_closed(&*e) => Err(severed(&st).await),
+                    r => r.map_err(Failed),
+                },
                 _ = gone.cancelled() => Err(Failed("the connection ended".into())),
             }
         })
@@ -219,10 +257,16 @@ async fn run(
                 break;
             }
             r = async { up_conn.as_mut().expect("polled while there").await }, if up_conn.is_some() => {
+                up_conn = None;
                 if let Err(e) = r {
                     tracing::debug!("HTTP/2 upstream connection: {e}");
+                    // Closed, not sent away: the client's connection
+                    // closes as it did (its streams wait for that).
+                    if upstream_closed(&e) {
+                        end_with(&end_on_close, After::Close, Drain::Pause);
+                        closing = true;
+                    }
                 }
-                up_conn = None;
                 if !closing {
                     server.as_mut().graceful_shutdown();
                     closing = true;
@@ -585,7 +629,57 @@ async fn stream(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body
         }
         None => rbody.boxed(),
     };
+    let out = Severed {
+        inner: out,
+        st: st.clone(),
+        gone: None,
+    }
+    .boxed();
     Ok(Response::from_parts(rparts, out))
+}
+
+/// A response body whose upstream connection closes before its end: the
+/// client's connection closes in turn ([`severed`]), the stream not reset.
+struct Severed {
+    inner: Body,
+    st: Arc<State>,
+    /// Once severed: the connection's end, which the body waits for.
+    gone: Option<Pin<Box<WaitForCancellationFutureOwned>>>,
+}
+
+impl hyper::body::Body for Severed {
+    type Data = Bytes;
+    type Error = Failed;
+
+    fn is_end_stream(&self) -> bool {
+        self.gone.is_none() && self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Failed>>> {
+        if self.gone.is_none() {
+            match Pin::new(&mut self.inner).poll_frame(cx) {
+                Poll::Ready(Some(Err(e))) if upstream_closed(&e) => {
+                    end_with(&self.st.end, After::Close, Drain::Pause);
+                    self.gone = Some(Box::pin(self.st.gone.clone().cancelled_owned()));
+                }
+                other => return other,
+            }
+        }
+        let gone = self.gone.as_mut().expect("severed");
+        match gone.as_mut().poll(cx) {
+            Poll::Ready(()) => {
+                Poll::Ready(Some(Err(Failed("the upstream's connection closed".into()))))
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
 }
 
 /// Where a gRPC response's `sse` faults are recorded, and end the
