@@ -691,36 +691,45 @@ time.sleep(30)  # the channel, idle, stays open
 /// An upstream that dies under a call (its connection closed, no GOAWAY)
 /// fails the call as it does without netchaos: the client's connection
 /// closes too, `UNAVAILABLE` (which retry policies name), where netchaos's
-/// HTTP/2 used to reset the stream `INTERNAL`.
+/// HTTP/2 used to reset the stream `INTERNAL`. Both before the answer's
+/// head (a slow unary call) and within its messages (a stream).
 #[test]
 fn an_upstream_that_dies_under_a_call_fails_it_as_without_netchaos() {
     if !have_grpcio() {
         return;
     }
-    // A 20-message stream; the server killed after the second message.
+    // `Stream`: 20 messages, the server killed after the second;
+    // `Sleep`: an answer 10 s away, the server killed after 0.5 s.
     const DYING: &str = r#"
-import os, signal, sys, grpc
-ch = grpc.insecure_channel(sys.argv[1])
+import os, signal, sys, threading, grpc
+target, pid, method = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+ch = grpc.insecure_channel(target)
 got = []
 try:
-    for m in ch.unary_stream("/test.Echo/Stream")(b"20", timeout=20):
-        got.append(m)
-        if len(got) == 2:
-            os.kill(int(sys.argv[2]), signal.SIGKILL)
-    print(len(got), "OK")
+    if method == "Stream":
+        for m in ch.unary_stream("/test.Echo/Stream")(b"20", timeout=20):
+            got.append(m)
+            if len(got) == 2:
+                os.kill(pid, signal.SIGKILL)
+    else:
+        threading.Timer(0.5, os.kill, (pid, signal.SIGKILL)).start()
+        ch.unary_unary("/test.Echo/Sleep")(b"10", timeout=20)
+    print("OK")
 except grpc.RpcError as e:
-    print(len(got), e.code().name)
+    print(e.code().name)
 "#;
-    let run = |through: bool| {
+    let run = |through: bool, method: &str| {
         let up = Httpd::grpc(None);
         let upstream = format!("127.0.0.1:{}", up.port);
         let p = through.then(|| proxy(&upstream, &["http_status:status=503,path=/nowhere"]));
         let target = p.as_ref().map_or(upstream, |p| p.addr().to_string());
-        let (rc, out, err) = python(DYING, &[&target, &up.pid().to_string()]);
+        let (rc, out, err) = python(DYING, &[&target, &up.pid().to_string(), method]);
         assert_eq!(rc, 0, "{err}");
         out.trim().to_string()
     };
-    let direct = run(false);
-    assert_eq!(direct, "2 UNAVAILABLE", "without netchaos");
-    assert_eq!(run(true), direct, "through netchaos");
+    for method in ["Stream", "Sleep"] {
+        let direct = run(false, method);
+        assert_eq!(direct, "UNAVAILABLE", "{method} without netchaos");
+        assert_eq!(run(true, method), direct, "{method} through netchaos");
+    }
 }

@@ -122,12 +122,18 @@ fn end_with(end: &Ender, then: After, drain: Drain) {
 /// that; with it, hyper would reset each stream `INTERNAL_ERROR` (gRPC
 /// clients retry neither, but a closed connection is `UNAVAILABLE`, which
 /// a retry policy names). An upstream's RST never shows here: its leg
-/// resets the client's connection without telling the engine.
+/// resets the client's connection without telling the engine. Asked only
+/// of the upstream's errors, as the client's own connection closing looks
+/// the same. (A response body's error keeps h2's; hyper turns a
+/// request's or the connection's into the io error under it.)
 fn upstream_closed(e: &(dyn std::error::Error + 'static)) -> bool {
     let mut at = Some(e);
     while let Some(e) = at {
         if let Some(h) = e.downcast_ref::<h2::Error>() {
             return h.is_io();
+        }
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            return io.kind() == std::io::ErrorKind::BrokenPipe;
         }
         at = e.source();
     }
@@ -220,10 +226,7 @@ async fn run(
         Box::pin(async move {
             let gone = st.gone.clone();
             tokio::select! {
-                r = stream(&st, req) => match r {
-                    Err(e) if upstream_closed(&*e) => Err(severed(&st).await),
-                    r => r.map_err(Failed),
-                },
+                r = stream(&st, req) => r.map_err(Failed),
                 _ = gone.cancelled() => Err(Failed("the connection ended".into())),
             }
         })
@@ -388,7 +391,13 @@ pub(crate) async fn upstream_leg<R: AsyncRead + Unpin>(
         sink.finish().await;
     };
     let back = async {
-        if let Err(e) = tokio::io::copy(&mut read, &mut to_engine).await {
+        // A TLS upstream that closes without close_notify (a crash) has
+        // closed all the same (rustls's UnexpectedEof): a close, not a reset.
+        let copied = tokio::io::copy(&mut read, &mut to_engine).await;
+        if let Err(e) = copied.map(drop).or_else(|e| match e.kind() {
+            std::io::ErrorKind::UnexpectedEof => Ok(()),
+            _ => Err(e),
+        }) {
             // The client's connection is reset as the upstream's was; the
             // engine, never told, resets no stream of its own before it.
             tracing::debug!("HTTP/2 upstream: {e}");
@@ -532,6 +541,7 @@ async fn stream(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body
         Ok(r) => r,
         // Not sent: the upstream went away as it was asked.
         Err(e) if e.is_canceled() => return Err(h2::Error::from(h2::Reason::REFUSED_STREAM).into()),
+        Err(e) if upstream_closed(&e) => return Err(severed(st).await.into()),
         Err(e) => return Err(e.into()),
     };
 
@@ -568,7 +578,12 @@ async fn stream(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body
     let bodiless = head_only || matches!(status, 204 | 304);
     let body_edits = od.rewrites.iter().any(|(_, w)| w.edits().body.is_some());
     if body_edits && !bodiless && holdable(&rheaders) {
-        rbody.read_ahead(&st.holding_responses).await?;
+        if let Err(e) = rbody.read_ahead(&st.holding_responses).await {
+            return Err(match upstream_closed(&*e) {
+                true => severed(st).await.into(),
+                false => e,
+            });
+        }
     }
     let json_body = rewrite::is_json(&rheaders);
     let mut status_now = status;

@@ -9,6 +9,7 @@ after it opened, its calls in flight let finish:
   /test.Echo/Stream   the request's number N: N messages "msg-I", 50 ms apart
   /test.Echo/Chat     each message back, prefixed "echo:", as it comes
   /test.Echo/Count    how many Unary calls it has had, as text
+  /test.Echo/Sleep    the request back after the request's number of seconds
 """
 
 import sys
@@ -41,6 +42,11 @@ def chat(reqs, ctx):
         yield b"echo:" + r
 
 
+def sleep(req, ctx):
+    time.sleep(float(req))
+    return req
+
+
 def count(req, ctx):
     with lock:
         return str(calls).encode()
@@ -54,6 +60,7 @@ def main():
             "Stream": grpc.unary_stream_rpc_method_handler(stream),
             "Chat": grpc.stream_stream_rpc_method_handler(chat),
             "Count": grpc.unary_unary_rpc_method_handler(count),
+            "Sleep": grpc.unary_unary_rpc_method_handler(sleep),
         },
     )
     options = []

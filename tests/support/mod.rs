@@ -833,13 +833,13 @@ impl Httpd {
 
     /// The same, sending each connection away (GOAWAY) `ms` after it
     /// opened (gRPC's max connection age).
+    pub(crate) fn grpc_aging(ms: u64) -> Httpd {
+        Httpd::spawn("grpcd.py", &["--max-age", &ms.to_string()], None)
+    }
+
     /// Its process (a test may kill it: a server that crashes).
     pub(crate) fn pid(&self) -> u32 {
         self.child.id()
-    }
-
-    pub(crate) fn grpc_aging(ms: u64) -> Httpd {
-        Httpd::spawn("grpcd.py", &["--max-age", &ms.to_string()], None)
     }
 
     fn spawn(script: &str, args: &[&str], tls: Option<&TestCa>) -> Httpd {
