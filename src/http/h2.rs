@@ -29,7 +29,7 @@ use hyper::http::{HeaderMap, HeaderName, HeaderValue, Method, Request, Response,
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, DuplexStream, ReadHalf};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream, ReadHalf};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
@@ -65,6 +65,37 @@ impl std::error::Error for Failed {
         Some(&*self.0)
     }
 }
+
+/// What netchaos speaks HTTP/2 to the upstream over: the in-memory pipe
+/// to the connection's upstream leg, or a socket (TLS on one) it dialled
+/// again.
+pub(crate) trait UpstreamIo: AsyncRead + AsyncWrite + Send + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Send + Unpin> UpstreamIo for T {}
+
+/// Dials the upstream again (see `Conn::redial`).
+pub(crate) type Redial = Arc<
+    dyn Fn() -> Pin<Box<dyn Future<Output = std::io::Result<Box<dyn UpstreamIo>>> + Send>>
+        + Send
+        + Sync,
+>;
+
+/// How the engine reaches the upstream beyond its first connection.
+pub(crate) struct Reach {
+    /// netchaos speaks TLS to it (the scheme it names).
+    pub(crate) tls: bool,
+    /// Dials it again, when it sends a connection away.
+    pub(crate) redial: Option<Redial>,
+}
+
+/// A connection to the upstream, being dialled again.
+type Dialling = Pin<Box<dyn Future<Output = std::io::Result<(Upstream, UpstreamConn)>> + Send>>;
+type UpstreamConn =
+    hyper::client::conn::http2::Connection<TokioIo<Box<dyn UpstreamIo>>, Body, TokioExecutor>;
+type Upstream = hyper::client::conn::http2::SendRequest<Body>;
+
+/// How long a stream waits for the upstream dialled again, after the
+/// last one sent its connection away.
+const REDIAL_WAIT: Duration = Duration::from_secs(10);
 
 /// Concurrent streams a client may open (hyper's default for servers).
 const MAX_STREAMS: u32 = 200;
@@ -152,7 +183,10 @@ async fn severed(st: &State) -> Failed {
 /// The connection's state, shared by its streams.
 struct State {
     x: Exchange,
-    upstream: hyper::client::conn::http2::SendRequest<Body>,
+    /// The upstream connection new streams go to (replaced when the
+    /// upstream sends one away and netchaos dials again; closed when it
+    /// will not).
+    upstream: watch::Receiver<Upstream>,
     /// The upstream's scheme (`https` when netchaos speaks TLS to it).
     scheme: &'static str,
     /// Streams seen, numbering requests for their `probability` draws.
@@ -180,26 +214,33 @@ pub(crate) fn ending() -> (Ender, Ending) {
 pub(crate) fn engine(
     x: Exchange,
     client: DuplexStream,
-    upstream: DuplexStream,
-    upstream_tls: bool,
+    upstream: Box<dyn UpstreamIo>,
+    reach: Reach,
     end: Ender,
 ) -> Pin<Box<dyn Future<Output = ()> + Send>> {
-    Box::pin(run(x, client, upstream, upstream_tls, end))
+    Box::pin(run(x, client, upstream, reach, end))
+}
+
+/// netchaos's HTTP/2 client connection to the upstream, over `io`.
+async fn handshake(io: Box<dyn UpstreamIo>) -> hyper::Result<(Upstream, UpstreamConn)> {
+    hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+        .max_send_buf_size(SEND_BUF)
+        .handshake::<_, Body>(TokioIo::new(io))
+        .await
 }
 
 async fn run(
     x: Exchange,
     client: DuplexStream,
-    upstream: DuplexStream,
-    upstream_tls: bool,
+    upstream: Box<dyn UpstreamIo>,
+    Reach {
+        tls: upstream_tls,
+        redial,
+    }: Reach,
     end: Ender,
 ) {
     let stopping = x.stopping.clone();
-    let up = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
-        .max_send_buf_size(SEND_BUF)
-        .handshake::<_, Body>(TokioIo::new(upstream))
-        .await;
-    let (send, up_conn) = match up {
+    let (send, up_conn) = match handshake(upstream).await {
         Ok(x) => x,
         Err(e) => {
             tracing::debug!("HTTP/2 to the upstream failed: {e}");
@@ -211,9 +252,11 @@ async fn run(
     let _stop = gone.clone().drop_guard();
     let mut ended = end.subscribe();
     let end_on_close = end.clone();
+    let (up_tx, up_rx) = watch::channel(send);
+    let mut up_tx = Some(up_tx);
     let st = Arc::new(State {
         x,
-        upstream: send,
+        upstream: up_rx,
         scheme: if upstream_tls { "https" } else { "http" },
         n: AtomicU64::new(0),
         end,
@@ -243,14 +286,18 @@ async fn run(
     // closes with it, so a stream opened after is refused, not queued for
     // a dispatcher that is gone.
     let mut up_conn = Some(Box::pin(up_conn));
+    // The upstream dialled again, while it is being.
+    let mut redialling: Option<Dialling> = None;
     let mut closing = false;
     // The client's connection ending ends the upstream's. The upstream's
     // going away (a GOAWAY: a server's connection age, a restart) lets the
-    // client's streams in flight finish, and says GOAWAY to the client in
-    // turn; an answer that closes the connection says GOAWAY first too, as
-    // a server going away does; and so does netchaos stopping: an idle
-    // connection ends at once (not at the end of --drain, with no word to
-    // the client), calls in flight have the drain to finish.
+    // client's streams in flight finish, and new ones go to a connection
+    // dialled again, as a client's would (should that fail, the client is
+    // sent away in turn). An answer that closes the connection says
+    // GOAWAY first, as a server going away does; and so does netchaos
+    // stopping: an idle connection ends at once (not at the end of
+    // --drain, with no word to the client), calls in flight have the
+    // drain to finish.
     loop {
         tokio::select! {
             r = server.as_mut() => {
@@ -261,18 +308,53 @@ async fn run(
             }
             r = async { up_conn.as_mut().expect("polled while there").await }, if up_conn.is_some() => {
                 up_conn = None;
-                if let Err(e) = r {
-                    tracing::debug!("HTTP/2 upstream connection: {e}");
-                    // Closed, not sent away: the client's connection
-                    // closes as it did (its streams wait for that).
-                    if upstream_closed(&e) {
-                        end_with(&end_on_close, After::Close, Drain::Pause);
+                match r {
+                    Err(e) => {
+                        tracing::debug!("HTTP/2 upstream connection: {e}");
+                        // Closed, not sent away: the client's connection
+                        // closes as it did (its streams wait for that); a
+                        // connection dialled again and reset resets it.
+                        if upstream_closed(&e) {
+                            end_with(&end_on_close, After::Close, Drain::Pause);
+                        } else if io_kind(&e) == Some(std::io::ErrorKind::ConnectionReset) {
+                            end_with(&end_on_close, After::Reset, Drain::Nothing);
+                        }
                         closing = true;
                     }
+                    Ok(()) if !closing => match &redial {
+                        Some(dial) if !stopping.is_cancelled() => {
+                            let dial = dial();
+                            redialling = Some(Box::pin(async move {
+                                let io = dial.await?;
+                                handshake(io).await.map_err(std::io::Error::other)
+                            }));
+                        }
+                        _ => closing = true,
+                    },
+                    Ok(()) => {}
                 }
-                if !closing {
+                if closing {
                     server.as_mut().graceful_shutdown();
-                    closing = true;
+                }
+            }
+            r = async { redialling.as_mut().expect("polled while there").await }, if redialling.is_some() => {
+                redialling = None;
+                match r {
+                    Ok((send, conn)) if !closing => {
+                        tracing::debug!("HTTP/2: the upstream sent its connection away; dialled again");
+                        if let Some(tx) = &up_tx {
+                            tx.send_replace(send);
+                        }
+                        up_conn = Some(Box::pin(conn));
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::debug!("HTTP/2: the upstream sent its connection away, and dialling it again failed: {e}");
+                        if !closing {
+                            server.as_mut().graceful_shutdown();
+                            closing = true;
+                        }
+                    }
                 }
             }
             () = stopping.cancelled(), if !closing => {
@@ -286,7 +368,25 @@ async fn run(
                 }
             }
         }
+        // Closing: no connection will replace one that goes, and streams
+        // waiting for one are refused (the last one stays theirs).
+        if closing {
+            redialling = None;
+            up_tx = None;
+        }
     }
+}
+
+/// The kind of the io error under `e`, if there is one.
+fn io_kind(e: &(dyn std::error::Error + 'static)) -> Option<std::io::ErrorKind> {
+    let mut at = Some(e);
+    while let Some(e) = at {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            return Some(io.kind());
+        }
+        at = e.source();
+    }
+    None
 }
 
 /// The client's bytes, into its upstream pipeline (towards the engine).
@@ -526,21 +626,32 @@ async fn stream(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body
     if d.reads_response_body() {
         set(&mut parts.headers, "accept-encoding", Some("identity"));
     }
-    let mut up = st.upstream.clone();
-    // The upstream went away: refused, which a client retries elsewhere
-    // (the stream reached no server).
-    if up.ready().await.is_err() {
-        return Err(h2::Error::from(h2::Reason::REFUSED_STREAM).into());
-    }
+    // The upstream gone with none in its place: refused, which a client
+    // retries elsewhere (the stream reached no server).
+    let refused = || -> BoxError { h2::Error::from(h2::Reason::REFUSED_STREAM).into() };
+    let Some(mut up) = st.ready_upstream().await else {
+        return Err(refused());
+    };
     // The upstream's failure (its stream reset, its connection gone) is
     // the client's: hyper resets the client's stream with its code.
-    let response = match up
-        .send_request(Request::from_parts(parts, body.boxed()))
+    let sent = match up
+        .try_send_request(Request::from_parts(parts, body.boxed()))
         .await
     {
+        Ok(r) => Ok(r),
+        // Not sent: the upstream went away as it was asked. Once more, on
+        // the connection dialled in its place.
+        Err(mut e) => match e.take_message() {
+            Some(req) => match st.ready_upstream().await {
+                Some(mut next) => next.send_request(req).await,
+                None => return Err(refused()),
+            },
+            None => Err(e.into_error()),
+        },
+    };
+    let response = match sent {
         Ok(r) => r,
-        // Not sent: the upstream went away as it was asked.
-        Err(e) if e.is_canceled() => return Err(h2::Error::from(h2::Reason::REFUSED_STREAM).into()),
+        Err(e) if e.is_canceled() => return Err(refused()),
         Err(e) if upstream_closed(&e) => return Err(severed(st).await.into()),
         Err(e) => return Err(e.into()),
     };
@@ -716,6 +827,24 @@ impl grpc_stream::Host for Recorder {
 }
 
 impl State {
+    /// The upstream connection to send a stream on, once it is ready: after
+    /// the upstream sent one away, the one dialled in its place (waited for
+    /// at most [`REDIAL_WAIT`]); `None` when there is none.
+    async fn ready_upstream(&self) -> Option<Upstream> {
+        let mut rx = self.upstream.clone();
+        let deadline = tokio::time::Instant::now() + REDIAL_WAIT;
+        loop {
+            let mut up = rx.borrow_and_update().clone();
+            if up.ready().await.is_ok() {
+                return Some(up);
+            }
+            match tokio::time::timeout_at(deadline, rx.changed()).await {
+                Ok(Ok(())) => {}
+                _ => return None,
+            }
+        }
+    }
+
     /// Answers in the upstream's place: a status (a gRPC call's
     /// trailers-only failure when the fault gives `grpc_status`), or none,
     /// the connection ending where the answer would begin.

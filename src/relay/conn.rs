@@ -294,7 +294,9 @@ impl Conn<'_> {
         self.capped[1].store(capped && !partitioned, Ordering::Relaxed);
         if http::wanted(&first, self.tls, self.protocol) {
             let dst = dest.addrs.first().copied();
-            if let Some(done) = Box::pin(self.http(client, &upstream, self.tls, dst)).await {
+            let inside = dest.dial_from();
+            if let Some(done) = Box::pin(self.http(client, &upstream, self.tls, dst, inside)).await
+            {
                 return done;
             }
         }

@@ -833,8 +833,8 @@ impl Httpd {
 
     /// The same, sending each connection away (GOAWAY) `ms` after it
     /// opened (gRPC's max connection age).
-    pub(crate) fn grpc_aging(ms: u64) -> Httpd {
-        Httpd::spawn("grpcd.py", &["--max-age", &ms.to_string()], None)
+    pub(crate) fn grpc_aging(ms: u64, tls: Option<&TestCa>) -> Httpd {
+        Httpd::spawn("grpcd.py", &["--max-age", &ms.to_string()], tls)
     }
 
     /// Its process (a test may kill it: a server that crashes).

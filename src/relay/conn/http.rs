@@ -21,6 +21,8 @@ use crate::fault::{Chosen, Direction, FaultKind};
 use crate::http::exchange::{self, Exchange};
 use crate::http::h2;
 use crate::plan::Protocol;
+use crate::relay::dial;
+use crate::relay::interception::Interception;
 use crate::relay::peer::{Sink, TcpRef};
 use crate::relay::pipeline::{self, Source};
 use crate::relay::sockopt;
@@ -121,6 +123,7 @@ impl Conn<'_> {
         upstream: &TcpStream,
         ep: &EndpointTls,
         dst: Option<SocketAddr>,
+        inside: Option<Arc<dyn Interception>>,
     ) -> Option<(Outcome, [u64; 2])> {
         let tls = self.relay.opts.tls.clone();
         let carries = if ep.serve {
@@ -135,13 +138,18 @@ impl Conn<'_> {
                 c => c,
             }
         };
+        // The name TLS to the upstream verifies, when netchaos speaks it.
+        let mut up_tls: Option<String> = None;
         let (client_side, upstream_side, sni, path, h2) = match carries {
             Carries::Other => return None,
             Carries::Http | Carries::H2 => {
                 let h2 = matches!(carries, Carries::H2);
                 let up = match &ep.upstream {
                     Some(name) => match self.tls_upstream(upstream, name, h2).await {
-                        Ok(s) => s,
+                        Ok(s) => {
+                            up_tls = Some(name.clone());
+                            s
+                        }
                         Err(e) if h2 => {
                             return Some(self.upstream_failed(client, upstream, name, &e));
                         }
@@ -202,7 +210,10 @@ impl Conn<'_> {
                 } else {
                     let up_name = ep.upstream.clone().unwrap_or_else(|| name.clone());
                     match self.tls_upstream(upstream, &up_name, h2).await {
-                        Ok(s) => s,
+                        Ok(s) => {
+                            up_tls = Some(up_name);
+                            s
+                        }
                         // The client's handshake is done: it can only be
                         // closed (what a server whose backend is gone does).
                         Err(e) if faulty.is_some() => {
@@ -255,17 +266,13 @@ impl Conn<'_> {
             stopping: self.relay.stop_token(),
         };
         if h2 {
-            let upstream_tls = ep.upstream.is_some() || (path == "https" && !ep.serve);
+            let reach = h2::Reach {
+                tls: ep.upstream.is_some() || (path == "https" && !ep.serve),
+                redial: self.redial(upstream, inside, up_tls),
+            };
             return Some(
-                self.h2(
-                    client,
-                    upstream,
-                    client_side,
-                    upstream_side,
-                    x,
-                    upstream_tls,
-                )
-                .await,
+                self.h2(client, upstream, client_side, upstream_side, x, reach)
+                    .await,
             );
         }
         let (requests, responses) = exchange::sides(x);
@@ -496,12 +503,18 @@ impl Conn<'_> {
         client_side: Side<'_>,
         mut upstream_side: Side<'_>,
         x: Exchange,
-        upstream_tls: bool,
+        reach: h2::Reach,
     ) -> (Outcome, [u64; 2]) {
         let (engine_client, ours) = tokio::io::duplex(H2_PIPE);
         let (engine_upstream, theirs) = tokio::io::duplex(H2_PIPE);
         let (end, ending) = h2::ending();
-        let engine = h2::engine(x, engine_client, engine_upstream, upstream_tls, end.clone());
+        let engine = h2::engine(
+            x,
+            engine_client,
+            Box::new(engine_upstream),
+            reach,
+            end.clone(),
+        );
         let (from_engine, to_engine) = tokio::io::split(ours);
         let meter = self.meter();
         let mut up_feed = self.feed(Direction::Upstream);
@@ -539,6 +552,38 @@ impl Conn<'_> {
         };
         teardown(outcome, client, Some(upstream)).await;
         (outcome, bytes)
+    }
+
+    /// How the HTTP/2 engine dials the upstream again when the upstream
+    /// sends its connection away (a GOAWAY: a server's connection age): the
+    /// same address, from the same place, TLS verifying the same name.
+    fn redial(
+        &self,
+        upstream: &TcpStream,
+        inside: Option<Arc<dyn Interception>>,
+        tls_name: Option<String>,
+    ) -> Option<h2::Redial> {
+        let addr = upstream.peer_addr().ok()?;
+        let (timeout, peer_timeout) = (self.relay.opts.dial_timeout, self.relay.opts.peer_timeout);
+        let tls = match tls_name {
+            Some(name) => Some((self.relay.opts.tls.clone()?, name)),
+            None => None,
+        };
+        Some(Arc::new(move || {
+            let (inside, tls) = (inside.clone(), tls.clone());
+            Box::pin(async move {
+                let sock = dial::dial(addr, timeout, inside.as_ref(), dial::Shape::Native)
+                    .await
+                    .map_err(|e| std::io::Error::other(e.message))?;
+                // As the first upstream socket: no Nagle, keepalive.
+                sockopt::tune(&sock, peer_timeout);
+                let io: Box<dyn h2::UpstreamIo> = match tls {
+                    Some((tls, name)) => Box::new(tls.connect(sock, &name, true).await?),
+                    None => Box::new(sock),
+                };
+                Ok(io)
+            })
+        }))
     }
 
     /// An HTTP/2 client whose upstream's TLS failed (a proxy to an HTTPS
