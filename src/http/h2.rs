@@ -18,7 +18,7 @@
 use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::task::{Context, Poll};
 
 use bytes::{Bytes, BytesMut};
@@ -85,6 +85,10 @@ pub(crate) struct Reach {
     pub(crate) tls: bool,
     /// Dials it again, when it sends a connection away.
     pub(crate) redial: Option<Redial>,
+    /// Set once a connection dialled again has taken the first one's
+    /// place: what becomes of the first (a reset, after its GOAWAY) is no
+    /// longer the client's.
+    pub(crate) moved_on: Arc<AtomicBool>,
 }
 
 /// A connection to the upstream, being dialled again.
@@ -96,6 +100,9 @@ type Upstream = hyper::client::conn::http2::SendRequest<Body>;
 /// How long a stream waits for the upstream dialled again, after the
 /// last one sent its connection away.
 const REDIAL_WAIT: Duration = Duration::from_secs(10);
+/// A connection dialled again that is sent away sooner than this is not
+/// dialled again: the client is sent away instead.
+const REDIAL_SPACING: Duration = Duration::from_millis(100);
 
 /// Concurrent streams a client may open (hyper's default for servers).
 const MAX_STREAMS: u32 = 200;
@@ -236,6 +243,7 @@ async fn run(
     Reach {
         tls: upstream_tls,
         redial,
+        moved_on,
     }: Reach,
     end: Ender,
 ) {
@@ -288,6 +296,8 @@ async fn run(
     let mut up_conn = Some(Box::pin(up_conn));
     // The upstream dialled again, while it is being.
     let mut redialling: Option<Dialling> = None;
+    // When the connection in use was dialled again, if it was.
+    let mut redialled_at: Option<tokio::time::Instant> = None;
     let mut closing = false;
     // The client's connection ending ends the upstream's. The upstream's
     // going away (a GOAWAY: a server's connection age, a restart) lets the
@@ -322,11 +332,23 @@ async fn run(
                         closing = true;
                     }
                     Ok(()) if !closing => match &redial {
-                        Some(dial) if !stopping.is_cancelled() => {
+                        // One sent away as soon as it was dialled: the
+                        // upstream is going (draining), not ageing its
+                        // connections; no storm of dials.
+                        Some(dial)
+                            if !stopping.is_cancelled()
+                                && redialled_at.is_none_or(|t| t.elapsed() >= REDIAL_SPACING) =>
+                        {
                             let dial = dial();
+                            // Bounded: an upstream that takes the TCP
+                            // connection and never answers its TLS.
                             redialling = Some(Box::pin(async move {
-                                let io = dial.await?;
-                                handshake(io).await.map_err(std::io::Error::other)
+                                tokio::time::timeout(REDIAL_WAIT, async {
+                                    let io = dial.await?;
+                                    handshake(io).await.map_err(std::io::Error::other)
+                                })
+                                .await
+                                .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))?
                             }));
                         }
                         _ => closing = true,
@@ -345,7 +367,9 @@ async fn run(
                         if let Some(tx) = &up_tx {
                             tx.send_replace(send);
                         }
+                        moved_on.store(true, Ordering::Relaxed);
                         up_conn = Some(Box::pin(conn));
+                        redialled_at = Some(tokio::time::Instant::now());
                     }
                     Ok(_) => {}
                     Err(e) => {
@@ -375,6 +399,20 @@ async fn run(
             up_tx = None;
         }
     }
+}
+
+/// Whether `e` is the upstream's GOAWAY failing a stream it never
+/// processed (beyond the last one it names): refused, as it reached no
+/// server.
+fn went_away(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut at = Some(e);
+    while let Some(e) = at {
+        if let Some(h) = e.downcast_ref::<h2::Error>() {
+            return h.is_go_away() && h.is_remote();
+        }
+        at = e.source();
+    }
+    false
 }
 
 /// The kind of the io error under `e`, if there is one.
@@ -474,6 +512,7 @@ pub(crate) async fn upstream_leg<R: AsyncRead + Unpin>(
     mut read: R,
     sink: &mut Sink<'_>,
     end: Ender,
+    moved_on: Arc<AtomicBool>,
 ) {
     let (mut from_engine, mut to_engine) = tokio::io::split(engine);
     let out = async {
@@ -500,9 +539,13 @@ pub(crate) async fn upstream_leg<R: AsyncRead + Unpin>(
         }) {
             // The client's connection is reset as the upstream's was; the
             // engine, never told, resets no stream of its own before it.
+            // (Unless a connection dialled again has taken this one's
+            // place: then it just ends.)
             tracing::debug!("HTTP/2 upstream: {e}");
-            end_with(&end, After::Reset, Drain::Nothing);
-            std::future::pending::<()>().await;
+            if !moved_on.load(Ordering::Relaxed) {
+                end_with(&end, After::Reset, Drain::Nothing);
+                std::future::pending::<()>().await;
+            }
         }
         let _ = to_engine.shutdown().await;
     };
@@ -651,7 +694,7 @@ async fn stream(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body
     };
     let response = match sent {
         Ok(r) => r,
-        Err(e) if e.is_canceled() => return Err(refused()),
+        Err(e) if e.is_canceled() || went_away(&e) => return Err(refused()),
         Err(e) if upstream_closed(&e) => return Err(severed(st).await.into()),
         Err(e) => return Err(e.into()),
     };

@@ -269,6 +269,7 @@ impl Conn<'_> {
             let reach = h2::Reach {
                 tls: ep.upstream.is_some() || (path == "https" && !ep.serve),
                 redial: self.redial(upstream, inside, up_tls),
+                moved_on: Default::default(),
             };
             return Some(
                 self.h2(client, upstream, client_side, upstream_side, x, reach)
@@ -508,6 +509,7 @@ impl Conn<'_> {
         let (engine_client, ours) = tokio::io::duplex(H2_PIPE);
         let (engine_upstream, theirs) = tokio::io::duplex(H2_PIPE);
         let (end, ending) = h2::ending();
+        let moved_on = reach.moved_on.clone();
         let engine = h2::engine(
             x,
             engine_client,
@@ -539,8 +541,16 @@ impl Conn<'_> {
             &meter,
         );
         let upstream_read = upstream_side.read;
-        let leg = h2::upstream_leg(theirs, upstream_read, &mut upstream_side.sink, end);
-        let pair = run_pair(Box::pin(up), Box::pin(down), client, Some(upstream));
+        let leg = h2::upstream_leg(
+            theirs,
+            upstream_read,
+            &mut upstream_side.sink,
+            end,
+            moved_on,
+        );
+        // The upstream's socket is the leg's to watch (its reset is the
+        // client's only until a connection dialled again replaces it).
+        let pair = run_pair(Box::pin(up), Box::pin(down), client, None);
         tokio::pin!(pair, engine, leg);
         let (mut engine_done, mut leg_done) = (false, false);
         let (outcome, bytes) = loop {
