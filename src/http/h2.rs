@@ -165,17 +165,23 @@ fn end_with(end: &Ender, then: After, drain: Drain) {
 /// the same. (A response body's error keeps h2's; hyper turns a
 /// request's or the connection's into the io error under it.)
 fn upstream_closed(e: &(dyn std::error::Error + 'static)) -> bool {
-    let mut at = Some(e);
-    while let Some(e) = at {
-        if let Some(h) = e.downcast_ref::<h2::Error>() {
-            return h.is_io();
-        }
-        if let Some(io) = e.downcast_ref::<std::io::Error>() {
-            return io.kind() == std::io::ErrorKind::BrokenPipe;
-        }
-        at = e.source();
-    }
-    false
+    causes(e)
+        .find_map(|e| {
+            e.downcast_ref::<h2::Error>()
+                .map(h2::Error::is_io)
+                .or_else(|| {
+                    e.downcast_ref::<std::io::Error>()
+                        .map(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+                })
+        })
+        .unwrap_or(false)
+}
+
+/// `e` and the errors under it, outermost first.
+fn causes<'a>(
+    e: &'a (dyn std::error::Error + 'static),
+) -> impl Iterator<Item = &'a (dyn std::error::Error + 'static)> {
+    std::iter::successors(Some(e), |e| e.source())
 }
 
 /// A stream failed under the upstream's close ([`upstream_closed`]): the
@@ -405,26 +411,16 @@ async fn run(
 /// processed (beyond the last one it names): refused, as it reached no
 /// server.
 fn went_away(e: &(dyn std::error::Error + 'static)) -> bool {
-    let mut at = Some(e);
-    while let Some(e) = at {
-        if let Some(h) = e.downcast_ref::<h2::Error>() {
-            return h.is_go_away() && h.is_remote();
-        }
-        at = e.source();
-    }
-    false
+    causes(e)
+        .find_map(|e| e.downcast_ref::<h2::Error>())
+        .is_some_and(|h| h.is_go_away() && h.is_remote())
 }
 
 /// The kind of the io error under `e`, if there is one.
 fn io_kind(e: &(dyn std::error::Error + 'static)) -> Option<std::io::ErrorKind> {
-    let mut at = Some(e);
-    while let Some(e) = at {
-        if let Some(io) = e.downcast_ref::<std::io::Error>() {
-            return Some(io.kind());
-        }
-        at = e.source();
-    }
-    None
+    causes(e)
+        .find_map(|e| e.downcast_ref::<std::io::Error>())
+        .map(std::io::Error::kind)
 }
 
 /// The client's bytes, into its upstream pipeline (towards the engine).
