@@ -52,8 +52,10 @@ fi
 # written by someone else (toxiproxy-python) and Anthropic's, OpenAI's,
 # Google's (Gemini), Ollama's and AWS's (boto3, for Bedrock) SDKs and grpcio, from whichever python3 is first on PATH. The HTTPS tests also run Node, Java
 # and Go clients.
-# The LLM SDKs are pinned: tests pin how these versions meet the faults.
-for mod in requests:requests httpx:httpx toxiproxy:toxiproxy-python anthropic:anthropic \
+# The LLM SDKs and the HTTP clients are pinned: tests pin how these
+# versions meet the faults (anthropic 2.17 began wrapping a broken
+# stream in its own APIConnectionError; unpinned, a release turned CI red).
+for mod in requests:requests==2.34.2 httpx:httpx==0.29.0 toxiproxy:toxiproxy-python anthropic:anthropic==2.17.0 \
   openai:openai==3.60.0 google.genai:google-genai==3.6.1 ollama:ollama==0.6.3 \
   boto3:boto3==1.43.11 grpc:grpcio==1.76.0; do
   spec=${mod#*:}
@@ -68,12 +70,12 @@ for mod in requests:requests httpx:httpx toxiproxy:toxiproxy-python anthropic:an
     echo "test.sh: could not pip install $spec" >&2
 done
 
-# toxiproxy-node-client (npm), for the Toxiproxy drop-in tests,
+# toxiproxy-node-client (npm, pinned), for the Toxiproxy drop-in tests,
 # OpenAI's and Anthropic's Node SDKs (pinned, as above), for the LLM fault
 # tests, and grpc-js (pinned) for the gRPC ones; installed again when one
 # is missing or another version.
 node_clients="$PWD/target/node-clients"
-node_packages=(toxiproxy-node-client openai@6.49.0 @anthropic-ai/sdk@1.17.0 @grpc/grpc-js@1.14.1)
+node_packages=(toxiproxy-node-client@4.1.0 openai@6.49.0 @anthropic-ai/sdk@1.17.0 @grpc/grpc-js@1.14.1)
 node_stale=0
 for pkg in "${node_packages[@]}"; do
   name=${pkg%@*}

@@ -813,8 +813,9 @@ for c in (direct, vertex):
 /// Every `sse` fault that matches a stream acts on it: the built-in's
 /// patch, another fault's delay on each event and a third's cut after
 /// five events give Anthropic's SDK an answer that said `max_tokens`,
-/// arrived late and then broke off before `message_stop` (httpx's own
-/// `RemoteProtocolError`, raised through the SDK's stream as it is).
+/// arrived late and then broke off before `message_stop` (the SDK's
+/// `APIConnectionError` from 2.17, raised from httpx's own
+/// `RemoteProtocolError`, which earlier versions let through as it is).
 #[test]
 fn sse_faults_on_one_stream_all_act() {
     let code = r#"
@@ -829,7 +830,7 @@ try:
                 stop = ev.delta.stop_reason
     print(seen, stop, "complete")
 except Exception as e:
-    print(seen, stop, type(e).__name__, time.monotonic() - t >= 0.25)
+    print(seen, stop, type(e).__name__, type(e.__cause__).__name__, time.monotonic() - t >= 0.25)
 "#;
     python_sdk_meets(
         "anthropic",
@@ -843,7 +844,7 @@ except Exception as e:
         ],
         code,
         "['message_start', 'content_block_start', 'content_block_delta', 'text', \
-         'content_block_stop', 'message_delta'] max_tokens RemoteProtocolError True\n",
+         'content_block_stop', 'message_delta'] max_tokens APIConnectionError RemoteProtocolError True\n",
         "1 seen, 1 faulted (sse 200: 3)",
     );
 }
