@@ -703,6 +703,7 @@ impl Events {
         spec: &FaultSpec,
         req: &RequestInfo<'_>,
         status: Option<u16>,
+        grpc: Option<GrpcStatus<'_>>,
     ) {
         self.count_one(rule, spec, Unit::Request);
         if req.first_fault {
@@ -738,15 +739,12 @@ impl Events {
             let mut f = conn_fields(c);
             f.insert("rule".into(), rule.into());
             f.insert("fault".into(), spec.name().into());
-            let mut http = Map::new();
-            http.insert("request".into(), req.n.into());
-            http.insert("method".into(), req.method.into());
-            http.insert("path".into(), req.path.into());
-            if let Some(h) = req.host {
-                http.insert("host".into(), h.into());
-            }
+            let mut http = req.fields();
             if let Some(s) = status {
                 http.insert("status".into(), s.into());
+            }
+            if let Some(g) = grpc {
+                g.insert_into(&mut http);
             }
             f.insert("http".into(), Value::Object(http));
             f.insert("params".into(), params_json(spec));
@@ -839,19 +837,34 @@ impl Events {
     }
 
     /// The upstream answered one request (its own answer, not netchaos's):
-    /// one line per response head, for the report's request marks.
-    pub(crate) fn http_response(&self, c: &ConnInfo, req: &RequestInfo<'_>, status: u16) {
+    /// one line per response head, for the report's request marks; a gRPC
+    /// call that failed in its head (trailers-only) with its status.
+    pub(crate) fn http_response(
+        &self,
+        c: &ConnInfo,
+        req: &RequestInfo<'_>,
+        status: u16,
+        grpc: Option<GrpcStatus<'_>>,
+    ) {
         self.write("response", || {
             let mut f = conn_fields(c);
-            let path: String = req.path.chars().take(256).collect();
-            let mut http = Map::new();
-            http.insert("request".into(), req.n.into());
-            http.insert("method".into(), req.method.into());
-            http.insert("path".into(), path.into());
-            if let Some(h) = req.host {
-                http.insert("host".into(), h.into());
-            }
+            let mut http = req.fields();
             http.insert("status".into(), status.into());
+            if let Some(g) = grpc {
+                g.insert_into(&mut http);
+            }
+            f.insert("http".into(), Value::Object(http));
+            f
+        });
+    }
+
+    /// A gRPC call's trailers from the upstream ended it with `grpc`: the
+    /// call's outcome, which its HTTP status (200) does not say.
+    pub(crate) fn http_trailers(&self, c: &ConnInfo, req: &RequestInfo<'_>, grpc: GrpcStatus<'_>) {
+        self.write("trailers", || {
+            let mut f = conn_fields(c);
+            let mut http = req.fields();
+            grpc.insert_into(&mut http);
             f.insert("http".into(), Value::Object(http));
             f
         });
@@ -1068,6 +1081,39 @@ pub(crate) struct RequestInfo<'a> {
     pub host: Option<&'a str>,
     /// The first fault recorded on it (the summary counts requests).
     pub first_fault: bool,
+}
+
+impl RequestInfo<'_> {
+    /// What an event line says of the request (`http`): its number,
+    /// method, path (its first 256 characters) and host.
+    fn fields(&self) -> Map<String, Value> {
+        let mut http = Map::new();
+        http.insert("request".into(), self.n.into());
+        http.insert("method".into(), self.method.into());
+        let path: String = self.path.chars().take(256).collect();
+        http.insert("path".into(), path.into());
+        if let Some(h) = self.host {
+            http.insert("host".into(), h.into());
+        }
+        http
+    }
+}
+
+/// How a gRPC call ended: its `grpc-status` and `grpc-message`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct GrpcStatus<'a> {
+    pub code: u32,
+    pub message: &'a str,
+}
+
+impl GrpcStatus<'_> {
+    fn insert_into(self, http: &mut Map<String, Value>) {
+        http.insert("grpc_status".into(), self.code.into());
+        if !self.message.is_empty() {
+            let message: String = self.message.chars().take(256).collect();
+            http.insert("grpc_message".into(), message.into());
+        }
+    }
 }
 
 /// Where a hit is recorded: the log, the connection, the rule, the fault.

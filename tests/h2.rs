@@ -56,8 +56,8 @@ for a in args:
                 got.append(m)
                 echoed.put(1)
             out = ",".join(got)
-        elif method == "Stream":
-            for m in ch.unary_stream("/test.Echo/Stream", response_deserializer=text)(req.encode(), timeout=timeout):
+        elif method in ("Stream", "Fail"):
+            for m in ch.unary_stream("/test.Echo/" + method, response_deserializer=text)(req.encode(), timeout=timeout):
                 got.append(m)
             out = ",".join(got)
         else:
@@ -432,6 +432,92 @@ fn an_upstreams_own_grpc_failure_passes_under_body_faults() {
     for fault in ["sse:event_delay=1ms", "http_truncate:after_bytes=100000"] {
         let r = calls(&up, &[fault], &["Missing:x"]);
         assert!(r[0].0.starts_with("UNIMPLEMENTED"), "{fault}: {r:?}");
+    }
+}
+
+/// The event log says how each gRPC call ended, which its HTTP status
+/// (200) does not: the upstream's status in its trailers (`trailers`:
+/// a stream's OK, a failure after messages with its message decoded), in
+/// a trailers-only answer (on `response`), and a `grpc_status` fault's
+/// (on its `fault` line); the report names them.
+#[test]
+fn the_event_log_says_how_grpc_calls_ended() {
+    if !have_grpcio() {
+        return;
+    }
+    let up = Httpd::grpc(None);
+    let dir = tempfile::tempdir().unwrap();
+    let events = dir.path().join("events.jsonl");
+    let report = dir.path().join("report.html");
+    let p = Proxy::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        &format!("127.0.0.1:{}", up.port),
+        "--events",
+        &events.display().to_string(),
+        "--report",
+        &report.display().to_string(),
+        "--fault",
+        "http_status:grpc_status=UNAVAILABLE,body=try later,path=*/Count",
+    ]);
+    let (rc, out, err) = python(
+        GRPC_CLIENT,
+        &[
+            &p.addr().to_string(),
+            "Stream:2",
+            "Fail:1",
+            "Missing:x",
+            "Count:",
+        ],
+    );
+    assert_eq!(rc, 0, "{err}");
+    assert_eq!(
+        answers(&parse(&out)),
+        [
+            "msg-0,msg-1",
+            "msg-0,DATA_LOSS: lost 50% ✓",
+            "UNIMPLEMENTED: Method not found!",
+            "UNAVAILABLE: try later"
+        ]
+    );
+    drop(p);
+    let lines = read_events(&events);
+    let ended = |kind: &str, path: &str| -> Vec<(u64, String)> {
+        lines
+            .iter()
+            .filter(|e| e["event"] == kind && e["http"]["path"] == path)
+            .map(|e| {
+                let h = &e["http"];
+                assert!(h["status"].is_null() || h["status"] == 200 || kind == "fault");
+                let message = h["grpc_message"].as_str().unwrap_or("").to_string();
+                (h["grpc_status"].as_u64().unwrap_or(99), message)
+            })
+            .collect()
+    };
+    assert_eq!(ended("trailers", "/test.Echo/Stream"), [(0, String::new())]);
+    assert_eq!(
+        ended("trailers", "/test.Echo/Fail"),
+        [(15, "lost 50% ✓".into())]
+    );
+    let missing = ended("response", "/test.Echo/Missing");
+    assert_eq!(missing.len(), 1);
+    assert_eq!(
+        missing[0].0, 12,
+        "UNIMPLEMENTED, trailers-only: {missing:?}"
+    );
+    assert_eq!(ended("trailers", "/test.Echo/Missing"), []);
+    assert_eq!(
+        ended("fault", "/test.Echo/Count"),
+        [(14, "try later".into())]
+    );
+    let page = std::fs::read_to_string(&report).unwrap();
+    for said in [
+        "DATA_LOSS (15): lost 50% ✓",
+        "UNIMPLEMENTED (12)",
+        "UNAVAILABLE (14): try later",
+    ] {
+        assert!(page.contains(said), "the report names {said}");
     }
 }
 

@@ -27,7 +27,7 @@ use super::decide::{self, Decision};
 use super::events::{self as sse_events, Block, Format, Splitter};
 use super::rewrite::{self, set_header};
 use super::wire::{self, Body, Framing, MAX_HEAD, WireError};
-use crate::events::{ConnInfo, Events, RequestInfo};
+use crate::events::{ConnInfo, Events, GrpcStatus, RequestInfo};
 use crate::fault::http_match::RequestView;
 use crate::fault::http_status::After;
 use crate::fault::sse::Breakage;
@@ -71,6 +71,35 @@ pub(super) struct Meta {
     /// A fault was recorded on it (the summary counts requests faulted,
     /// however many faults each had).
     pub(super) faulted: std::sync::atomic::AtomicBool,
+}
+
+impl Meta {
+    /// The same request, for a record made apart from it (its faults
+    /// already counted or not, as now).
+    pub(super) fn same_request(&self) -> Meta {
+        Meta {
+            n: self.n,
+            method: self.method.clone(),
+            target: self.target.clone(),
+            host: self.host.clone(),
+            keep_alive: self.keep_alive,
+            faulted: self
+                .faulted
+                .load(std::sync::atomic::Ordering::Relaxed)
+                .into(),
+        }
+    }
+
+    /// The request as the event lines name it.
+    fn info(&self, first_fault: bool) -> RequestInfo<'_> {
+        RequestInfo {
+            n: self.n,
+            method: &self.method,
+            path: &self.target,
+            host: self.host.as_deref(),
+            first_fault,
+        }
+    }
 }
 
 /// What the response side must do next, in request order.
@@ -117,28 +146,32 @@ pub(crate) struct ResponseSide {
 
 impl Exchange {
     pub(super) fn record(&self, c: &Chosen, m: &Meta, status: Option<u16>) {
-        let first = !m.faulted.swap(true, std::sync::atomic::Ordering::Relaxed);
-        let req = RequestInfo {
-            n: m.n,
-            method: &m.method,
-            path: &m.target,
-            host: m.host.as_deref(),
-            first_fault: first,
-        };
-        self.events
-            .http_fault(&self.conn, &c.rule, &c.spec, &req, status);
+        self.record_call(c, m, status, None);
     }
 
-    /// The upstream's own answer to request `m`.
-    pub(super) fn record_response(&self, m: &Meta, status: u16) {
-        let req = RequestInfo {
-            n: m.n,
-            method: &m.method,
-            path: &m.target,
-            host: m.host.as_deref(),
-            first_fault: false,
-        };
-        self.events.http_response(&self.conn, &req, status);
+    /// [`Exchange::record`], for a fault that ended a gRPC call with `grpc`.
+    pub(super) fn record_call(
+        &self,
+        c: &Chosen,
+        m: &Meta,
+        status: Option<u16>,
+        grpc: Option<GrpcStatus<'_>>,
+    ) {
+        let first = !m.faulted.swap(true, std::sync::atomic::Ordering::Relaxed);
+        self.events
+            .http_fault(&self.conn, &c.rule, &c.spec, &m.info(first), status, grpc);
+    }
+
+    /// The upstream's own answer to request `m` (`grpc`: a call's end in
+    /// its head).
+    pub(super) fn record_response(&self, m: &Meta, status: u16, grpc: Option<GrpcStatus<'_>>) {
+        self.events
+            .http_response(&self.conn, &m.info(false), status, grpc);
+    }
+
+    /// The upstream's trailers ended call `m` with `grpc`.
+    pub(super) fn record_trailers(&self, m: &Meta, grpc: GrpcStatus<'_>) {
+        self.events.http_trailers(&self.conn, &m.info(false), grpc);
     }
 }
 
@@ -719,7 +752,7 @@ impl ResponseSide {
                 Head::NotHttp => return Ok(Next::Raw),
             }
         };
-        self.x.record_response(&meta, head.status);
+        self.x.record_response(&meta, head.status, None);
         let mut d = d.on_response(Some(head.status), &head.headers);
         // Counted as the hold begins, with the status it holds back.
         for c in &d.delays {

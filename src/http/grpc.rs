@@ -143,6 +143,53 @@ pub(crate) fn is_call(headers: &[(String, String)]) -> bool {
     })
 }
 
+/// The name of status code `n` (`UNAVAILABLE` for 14), if it is one.
+pub(crate) fn code_name(n: u64) -> Option<&'static str> {
+    CODES.get(usize::try_from(n).ok()?).map(|c| c.0)
+}
+
+/// How a call ended, as `headers` (its trailers, or a trailers-only
+/// answer's head) say: `grpc-status`, and `grpc-message` decoded.
+pub(crate) fn ended(headers: &hyper::http::HeaderMap) -> Option<(u32, String)> {
+    let code = headers
+        .get("grpc-status")?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    let message = headers
+        .get("grpc-message")
+        .map(|m| percent_decode(m.as_bytes()))
+        .unwrap_or_default();
+    Some((code, message))
+}
+
+/// `grpc-message` as sent: `%XX` decoded (a malformed escape is kept as
+/// it is, as the protocol asks of clients), then read as UTF-8.
+fn percent_decode(b: &[u8]) -> String {
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        match (
+            b[i],
+            b.get(i + 1).copied().and_then(hex),
+            b.get(i + 2).copied().and_then(hex),
+        ) {
+            (b'%', Some(hi), Some(lo)) => {
+                out.push((hi * 16 + lo) as u8);
+                i += 3;
+            }
+            (c, ..) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// A message of at most [`MAX_MESSAGE`] bytes (cut at a character): a
 /// `body_file`'s whole text would pass clients' metadata limits (8 KiB in
 /// grpc's), and the call would fail for that instead.
@@ -206,6 +253,18 @@ mod tests {
             .unwrap()
             .1;
         assert_eq!(m.len(), 512 * 6, "1024 bytes, each byte as %XX");
+        let mut head = hyper::http::HeaderMap::new();
+        for (k, v) in a.headers() {
+            head.insert(k, v.parse().unwrap());
+        }
+        let said = ended(&head).unwrap();
+        assert_eq!(
+            said,
+            (8, "quota: 100% used ✓".to_string()),
+            "decoded as sent"
+        );
+        head.insert("grpc-message", "50%+ %zz".parse().unwrap());
+        assert_eq!(ended(&head).unwrap().1, "50%+ %zz", "bad escapes kept");
         let call = |ct: &str| is_call(&[("Content-Type".into(), ct.into())]);
         assert!(call("application/grpc") && call("application/grpc+proto"));
         assert!(!call("application/grpc-web") && !call("application/json"));

@@ -610,7 +610,13 @@ async fn stream(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body
         if !held.headers_delay.is_zero() {
             crate::timer::sleep(held.headers_delay).await;
         }
-        x.record(&chosen, &meta, reply.status());
+        let said = answered_call(&reply, call);
+        x.record_call(
+            &chosen,
+            &meta,
+            reply.status(),
+            said.as_ref().map(grpc_status),
+        );
         return st.answer(&reply, call, head_only).await;
     }
 
@@ -697,8 +703,11 @@ async fn stream(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body
 
     let (mut rparts, rbody) = response.into_parts();
     let status = rparts.status.as_u16();
-    x.record_response(&meta, status);
     let rheaders = pairs(&rparts.headers);
+    let call_end = grpc::is_call(&rheaders)
+        .then(|| grpc::ended(&rparts.headers))
+        .flatten();
+    x.record_response(&meta, status, call_end.as_ref().map(grpc_status));
     let mut od = d.on_response(Some(status), &rheaders);
     for c in &od.delays {
         x.record(c, &meta, Some(status));
@@ -707,7 +716,8 @@ async fn stream(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body
         crate::timer::sleep(od.headers_delay).await;
     }
     if let Some((c, reply)) = od.replace.take() {
-        x.record(&c, &meta, reply.status());
+        let said = answered_call(&reply, call);
+        x.record_call(&c, &meta, reply.status(), said.as_ref().map(grpc_status));
         drop(rbody);
         return st.answer(&reply, call, head_only).await;
     }
@@ -725,6 +735,16 @@ async fn stream(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body
         false => Vec::new(),
     };
     let mut rbody = Held::new(rbody);
+    // A call's own end, as the upstream's trailers say it (before any
+    // fault of netchaos's ends it otherwise).
+    if !ended && grpc::is_call(&rheaders) {
+        let (st, meta) = (st.clone(), meta.same_request());
+        rbody.trailers = Some(Box::new(move |t: &HeaderMap| {
+            if let Some(end) = grpc::ended(t) {
+                st.x.record_trailers(&meta, grpc_status(&end));
+            }
+        }));
+    }
     let bodiless = head_only || matches!(status, 204 | 304);
     let body_edits = od.rewrites.iter().any(|(_, w)| w.edits().body.is_some());
     if body_edits && !bodiless && holdable(&rheaders) {
@@ -844,6 +864,24 @@ impl hyper::body::Body for Severed {
             }
             Poll::Pending => Poll::Pending,
         }
+    }
+}
+
+/// How `reply` ends a gRPC call (`call`), when it gives `grpc_status`.
+fn answered_call(reply: &Reply, call: bool) -> Option<(u32, String)> {
+    match reply {
+        Reply::Status(s) if call => s
+            .grpc()
+            .map(|g| (u32::from(g.code.number()), g.message.clone())),
+        _ => None,
+    }
+}
+
+/// A call's end as the event log takes it.
+fn grpc_status((code, message): &(u32, String)) -> crate::events::GrpcStatus<'_> {
+    crate::events::GrpcStatus {
+        code: *code,
+        message,
     }
 }
 
@@ -1092,9 +1130,14 @@ fn set(h: &mut HeaderMap, name: &'static str, value: Option<&str>) {
     }
 }
 
+/// What a body's trailers are shown to.
+type TrailersSeen = Box<dyn FnOnce(&HeaderMap) + Send + Sync>;
+
 /// A body as far as it was read ahead (its frames, in order), then the
 /// rest as it comes.
 struct Held {
+    /// Told of the trailers as they pass.
+    trailers: Option<TrailersSeen>,
     frames: VecDeque<Frame<Bytes>>,
     rest: Option<Incoming>,
     /// Its data, when it was read to its end (within [`MAX_BODY`]).
@@ -1108,6 +1151,7 @@ struct Held {
 impl Held {
     fn new(body: Incoming) -> Held {
         Held {
+            trailers: None,
             frames: VecDeque::new(),
             rest: Some(body),
             whole: None,
@@ -1185,15 +1229,24 @@ impl hyper::body::Body for Held {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Failed>>> {
-        if let Some(f) = self.frames.pop_front() {
-            return Poll::Ready(Some(Ok(f)));
+        let next = match self.frames.pop_front() {
+            Some(f) => Poll::Ready(Some(Ok(f))),
+            None => {
+                // What was held has gone: the next body may be held.
+                self._turn = None;
+                match self.rest.as_mut() {
+                    Some(r) => Pin::new(r).poll_frame(cx).map_err(|e| Failed(e.into())),
+                    None => Poll::Ready(None),
+                }
+            }
+        };
+        if let Poll::Ready(Some(Ok(f))) = &next
+            && let Some(t) = f.trailers_ref()
+            && let Some(told) = self.trailers.take()
+        {
+            told(t);
         }
-        // What was held has gone: the next body may be held.
-        self._turn = None;
-        match self.rest.as_mut() {
-            Some(r) => Pin::new(r).poll_frame(cx).map_err(|e| Failed(e.into())),
-            None => Poll::Ready(None),
-        }
+        next
     }
 
     fn is_end_stream(&self) -> bool {

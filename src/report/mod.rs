@@ -158,6 +158,8 @@ pub(crate) struct Request {
     pub upstream: Option<u16>,
     /// HTTP faults that acted on it.
     pub faults: Vec<String>,
+    /// How a gRPC call ended, when it said (`UNAVAILABLE (14): message`).
+    pub grpc: Option<String>,
 }
 
 /// A shaded stretch of time.
@@ -489,7 +491,9 @@ impl Builder {
                     }
                     self.conns[i].faults.push(mark);
                 }
-                "response" => {
+                // The upstream's answer, and a gRPC call's end in its
+                // trailers.
+                "response" | "trailers" => {
                     let Some(i) = self.conn(run, offset, v) else {
                         m.skipped += 1;
                         continue;
@@ -664,6 +668,14 @@ fn request<'c>(c: &'c mut Conn, h: &Value, t: f64) -> &'c mut Request {
     let r = &mut c.requests[i];
     if let Some(st) = h.get("status").and_then(Value::as_u64) {
         r.status = Some(st as u16);
+    }
+    if let Some(code) = h.get("grpc_status").and_then(Value::as_u64) {
+        let name = crate::http::grpc::code_name(code).unwrap_or("unknown code");
+        let message = h.get("grpc_message").and_then(Value::as_str);
+        r.grpc = Some(match message {
+            Some(m) => format!("{name} ({code}): {m}"),
+            None => format!("{name} ({code})"),
+        });
     }
     r.t = r.t.min(t);
     r

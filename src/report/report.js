@@ -81,6 +81,10 @@
       f.params ? "params: " + f.params : "no parameters"].concat([""], connText(c));
   }
   function answerText(r) {
+    var text = httpAnswerText(r);
+    return r.grpc === null ? text : text + "; gRPC status " + r.grpc;
+  }
+  function httpAnswerText(r) {
     var st = r.status === null ? "?" : r.status;
     if (!r.injected) return "status " + st + " from the upstream";
     if (r.upstream !== null) {

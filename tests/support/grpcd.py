@@ -10,6 +10,8 @@ after it opened, its calls in flight let finish:
   /test.Echo/Chat     each message back, prefixed "echo:", as it comes
   /test.Echo/Count    how many Unary calls it has had, as text
   /test.Echo/Sleep    the request back after the request's number of seconds
+  /test.Echo/Fail     the request's number N: N messages "msg-I", then the
+                      call fails DATA_LOSS, "lost 50% ✓"
 """
 
 import sys
@@ -47,6 +49,12 @@ def sleep(req, ctx):
     return req
 
 
+def fail(req, ctx):
+    for i in range(int(req or b"1")):
+        yield f"msg-{i}".encode()
+    ctx.abort(grpc.StatusCode.DATA_LOSS, "lost 50% ✓")
+
+
 def count(req, ctx):
     with lock:
         return str(calls).encode()
@@ -61,6 +69,7 @@ def main():
             "Chat": grpc.stream_stream_rpc_method_handler(chat),
             "Count": grpc.unary_unary_rpc_method_handler(count),
             "Sleep": grpc.unary_unary_rpc_method_handler(sleep),
+            "Fail": grpc.unary_stream_rpc_method_handler(fail),
         },
     )
     options = []
