@@ -439,7 +439,8 @@ fn an_upstreams_own_grpc_failure_passes_under_body_faults() {
 /// (200) does not: the upstream's status in its trailers (`trailers`:
 /// a stream's OK, a failure after messages with its message decoded), in
 /// a trailers-only answer (on `response`), and a `grpc_status` fault's
-/// (on its `fault` line); the report names them.
+/// (on its `fault` line), as an `sse` fault's error does; the report
+/// names them.
 #[test]
 fn the_event_log_says_how_grpc_calls_ended() {
     if !have_grpcio() {
@@ -460,6 +461,8 @@ fn the_event_log_says_how_grpc_calls_ended() {
         &report.display().to_string(),
         "--fault",
         "http_status:grpc_status=UNAVAILABLE,body=try later,path=*/Count",
+        "--fault",
+        "sse:error_after_events=1,error_type=RESOURCE_EXHAUSTED,path=*/Chat",
     ]);
     let (rc, out, err) = python(
         GRPC_CLIENT,
@@ -469,16 +472,19 @@ fn the_event_log_says_how_grpc_calls_ended() {
             "Fail:1",
             "Missing:x",
             "Count:",
+            "Chat:1",
         ],
     );
     assert_eq!(rc, 0, "{err}");
+    let quota = "Resource has been exhausted (e.g. check quota). (injected by netchaos)";
     assert_eq!(
         answers(&parse(&out)),
         [
             "msg-0,msg-1",
             "msg-0,DATA_LOSS: lost 50% ✓",
             "UNIMPLEMENTED: Method not found!",
-            "UNAVAILABLE: try later"
+            "UNAVAILABLE: try later",
+            &format!("echo:m0,RESOURCE_EXHAUSTED: {quota}"),
         ]
     );
     drop(p);
@@ -511,11 +517,15 @@ fn the_event_log_says_how_grpc_calls_ended() {
         ended("fault", "/test.Echo/Count"),
         [(14, "try later".into())]
     );
+    // The fault's end, not the upstream's (which it never let through).
+    assert_eq!(ended("fault", "/test.Echo/Chat"), [(8, quota.into())]);
+    assert_eq!(ended("trailers", "/test.Echo/Chat"), []);
     let page = std::fs::read_to_string(&report).unwrap();
     for said in [
         "DATA_LOSS (15): lost 50% ✓",
         "UNIMPLEMENTED (12)",
         "UNAVAILABLE (14): try later",
+        "RESOURCE_EXHAUSTED (8): Resource",
     ] {
         assert!(page.contains(said), "the report names {said}");
     }

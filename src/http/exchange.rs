@@ -74,8 +74,9 @@ pub(super) struct Meta {
 }
 
 impl Meta {
-    /// The same request, for a record made apart from it (its faults
-    /// already counted or not, as now).
+    /// The same request, for a line that is not a fault's (its trailers):
+    /// marked faulted, so that a fault recorded with it by mistake could
+    /// not count the request a second time.
     pub(super) fn same_request(&self) -> Meta {
         Meta {
             n: self.n,
@@ -83,10 +84,7 @@ impl Meta {
             target: self.target.clone(),
             host: self.host.clone(),
             keep_alive: self.keep_alive,
-            faulted: self
-                .faulted
-                .load(std::sync::atomic::Ordering::Relaxed)
-                .into(),
+            faulted: true.into(),
         }
     }
 

@@ -21,6 +21,7 @@ use hyper::http::{HeaderMap, HeaderValue};
 use tokio::sync::mpsc;
 
 use super::grpc::{self, Code};
+use crate::events::GrpcStatus;
 use crate::fault::Chosen;
 use crate::fault::http_status::After;
 use crate::fault::sse::{self, Breakage, Sse};
@@ -34,8 +35,8 @@ const MAX_MESSAGE: usize = 256 * 1024;
 
 /// What the task tells its stream's owner.
 pub(crate) trait Host: Send + Sync + 'static {
-    /// Fault `i` acted (counted once).
-    fn acted(&self, c: &Chosen);
+    /// Fault `c` acted (counted once); `ended`: it ended the call so.
+    fn acted(&self, c: &Chosen, ended: Option<GrpcStatus<'_>>);
     /// The connection ends (`drop_after_events`, a truncated message).
     fn end(&self, then: After);
 }
@@ -96,9 +97,13 @@ enum Turn {
 
 impl<H: Host> Messages<H> {
     fn record(&mut self, i: usize) {
+        self.record_end(i, None);
+    }
+
+    fn record_end(&mut self, i: usize, ended: Option<GrpcStatus<'_>>) {
         if !self.recorded[i] {
             self.recorded[i] = true;
-            self.host.acted(&self.faults[i].0);
+            self.host.acted(&self.faults[i].0, ended);
         }
     }
 
@@ -239,8 +244,14 @@ impl<H: Host> Messages<H> {
                     return self.silence().await;
                 }
                 Breakage::Error => {
-                    self.record(i);
                     let (code, message) = error_of(&self.faults[i].1);
+                    self.record_end(
+                        i,
+                        Some(GrpcStatus {
+                            code: code.number().into(),
+                            message: &message,
+                        }),
+                    );
                     let answer = grpc::Answer {
                         code,
                         message,

@@ -704,9 +704,10 @@ async fn stream(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body
     let (mut rparts, rbody) = response.into_parts();
     let status = rparts.status.as_u16();
     let rheaders = pairs(&rparts.headers);
-    let call_end = grpc::is_call(&rheaders)
-        .then(|| grpc::ended(&rparts.headers))
-        .flatten();
+    // A call by the request's type or the answer's (a proxy's own reply
+    // may not say it).
+    let grpc_answer = call || grpc::is_call(&rheaders);
+    let call_end = grpc_answer.then(|| grpc::ended(&rparts.headers)).flatten();
     x.record_response(&meta, status, call_end.as_ref().map(grpc_status));
     let mut od = d.on_response(Some(status), &rheaders);
     for c in &od.delays {
@@ -737,7 +738,7 @@ async fn stream(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body
     let mut rbody = Held::new(rbody);
     // A call's own end, as the upstream's trailers say it (before any
     // fault of netchaos's ends it otherwise).
-    if !ended && grpc::is_call(&rheaders) {
+    if !ended && grpc_answer {
         let (st, meta) = (st.clone(), meta.same_request());
         rbody.trailers = Some(Box::new(move |t: &HeaderMap| {
             if let Some(end) = grpc::ended(t) {
@@ -894,8 +895,10 @@ struct Recorder {
 }
 
 impl grpc_stream::Host for Recorder {
-    fn acted(&self, c: &Chosen) {
-        self.st.x.record(c, &self.meta, Some(self.status));
+    fn acted(&self, c: &Chosen, ended: Option<crate::events::GrpcStatus<'_>>) {
+        self.st
+            .x
+            .record_call(c, &self.meta, Some(self.status), ended);
     }
 
     fn end(&self, then: After) {

@@ -483,6 +483,10 @@ impl Builder {
                         req.injected |= injected;
                         if injected && after {
                             req.upstream = theirs;
+                            // The upstream's gRPC status went with its answer.
+                            if h.get("grpc_status").is_none() {
+                                req.grpc = None;
+                            }
                             if mark.fault == "http_abort" {
                                 req.status = None;
                             }
@@ -766,6 +770,49 @@ not json
             (r[0].status, r[0].upstream, r[0].injected),
             (Some(200), None, false)
         );
+    }
+
+    /// A gRPC call's end: its trailers line merges into its request; a
+    /// trailers-only answer that netchaos replaced with a plain HTTP one
+    /// no longer shows the upstream's gRPC status.
+    #[test]
+    fn a_grpc_calls_end_is_its_requests() {
+        let line = |t: f64, ev: &str, http: &str, rest: &str| {
+            format!(
+                r#"{{"time":"2026-12-01T10:00:00.000Z","t":{t},"event":"{ev}","conn":2,"client":"127.0.0.1:5001","dst":"127.0.0.1:80","proxy":"p",{rest}"http":{{"method":"POST","path":"/a.B/C",{http}}}}}"#
+            )
+        };
+        let log = [
+            LOG.to_string(),
+            line(0.61, "response", r#""request":1,"status":200"#, ""),
+            line(
+                0.62,
+                "trailers",
+                r#""request":1,"grpc_status":15,"grpc_message":"lost""#,
+                "",
+            ),
+            line(
+                0.63,
+                "response",
+                r#""request":2,"status":200,"grpc_status":5"#,
+                "",
+            ),
+            line(
+                0.64,
+                "fault",
+                r#""request":2,"status":503"#,
+                r#""rule":"cli","fault":"http_status","params":{"phase":"response"},"#,
+            ),
+        ]
+        .join("\n");
+        let m = from_lines([log.lines()]);
+        let r = &m.conns[1].requests;
+        assert_eq!(r.len(), 3, "{r:?}");
+        assert_eq!(
+            (r[1].status, r[1].grpc.as_deref()),
+            (Some(200), Some("DATA_LOSS (15): lost"))
+        );
+        assert_eq!((r[2].status, r[2].grpc.as_deref()), (Some(503), None));
     }
 
     #[test]
