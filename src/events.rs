@@ -888,6 +888,17 @@ impl Events {
         });
     }
 
+    /// An HTTP/2 upstream sent its connection away (GOAWAY) and was dialled
+    /// again, taking `took`; the client's connection stays as it was.
+    pub(crate) fn upstream_redialled(&self, c: &ConnInfo, took: Duration) {
+        tracing::debug!("HTTP/2: the upstream sent its connection away; dialled again");
+        self.write("redial", || {
+            let mut f = conn_fields(c);
+            f.insert("ms".into(), json!((took.as_secs_f64() * 1e6).round() / 1e3));
+            f
+        });
+    }
+
     /// A listener stopped listening for a while (`reason`: `limit` or
     /// `resources`).
     pub(crate) fn listener_paused(&self, reason: &'static str) {

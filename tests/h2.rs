@@ -361,11 +361,15 @@ fn grpc_over_tls_keeps_its_connection_across_upstream_goaways() {
     let ca = TestCa::new();
     let up = Httpd::grpc_aging(300, Some(&ca));
     let target = format!("secure:localhost:{}", up.port);
+    let dir = tempfile::tempdir().unwrap();
+    let events = dir.path().join("events.jsonl");
     let (code, out, err) = wrapped(
         &[
             "--tls",
             "--upstream-ca",
             &ca.ca(),
+            "--events",
+            &events.display().to_string(),
             "--fault",
             "http_status:status=503,path=/nowhere",
         ],
@@ -400,6 +404,18 @@ fn grpc_over_tls_keeps_its_connection_across_upstream_goaways() {
             .unwrap_or(0)
     };
     assert_eq!(count("connections: ") - count("dial_refused "), 1, "{err}");
+    // Each dial again is in the log, on the client's one connection.
+    let redials: Vec<_> = read_events(&events)
+        .into_iter()
+        .filter(|e| e["event"] == "redial")
+        .collect();
+    assert!(!redials.is_empty(), "{err}");
+    assert!(
+        redials
+            .iter()
+            .all(|e| e["conn"] == redials[0]["conn"] && e["ms"].as_f64().is_some()),
+        "{redials:?}"
+    );
 }
 
 /// Unary calls from 8 threads for 2 s, each with a 5 s deadline: how many

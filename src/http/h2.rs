@@ -91,8 +91,10 @@ pub(crate) struct Reach {
     pub(crate) moved_on: Arc<AtomicBool>,
 }
 
-/// A connection to the upstream, being dialled again.
-type Dialling = Pin<Box<dyn Future<Output = std::io::Result<(Upstream, UpstreamConn)>> + Send>>;
+/// A connection to the upstream being dialled again: the connection, and
+/// how long the dial took.
+type Dialling =
+    Pin<Box<dyn Future<Output = std::io::Result<(Upstream, UpstreamConn, Duration)>> + Send>>;
 type UpstreamConn =
     hyper::client::conn::http2::Connection<TokioIo<Box<dyn UpstreamIo>>, Body, TokioExecutor>;
 type Upstream = hyper::client::conn::http2::SendRequest<Body>;
@@ -268,6 +270,7 @@ async fn run(
     let end_on_close = end.clone();
     let (up_tx, up_rx) = watch::channel(send);
     let mut up_tx = Some(up_tx);
+    let (events, conn_info) = (x.events.clone(), x.conn.clone());
     let st = Arc::new(State {
         x,
         upstream: up_rx,
@@ -346,15 +349,17 @@ async fn run(
                                 && redialled_at.is_none_or(|t| t.elapsed() >= REDIAL_SPACING) =>
                         {
                             let dial = dial();
+                            let began = tokio::time::Instant::now();
                             // Bounded: an upstream that takes the TCP
                             // connection and never answers its TLS.
                             redialling = Some(Box::pin(async move {
-                                tokio::time::timeout(REDIAL_WAIT, async {
+                                let (send, conn) = tokio::time::timeout(REDIAL_WAIT, async {
                                     let io = dial.await?;
                                     handshake(io).await.map_err(std::io::Error::other)
                                 })
                                 .await
-                                .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))?
+                                .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
+                                Ok((send, conn, began.elapsed()))
                             }));
                         }
                         _ => closing = true,
@@ -368,8 +373,8 @@ async fn run(
             r = async { redialling.as_mut().expect("polled while there").await }, if redialling.is_some() => {
                 redialling = None;
                 match r {
-                    Ok((send, conn)) if !closing => {
-                        tracing::debug!("HTTP/2: the upstream sent its connection away; dialled again");
+                    Ok((send, conn, took)) if !closing => {
+                        events.upstream_redialled(&conn_info, took);
                         if let Some(tx) = &up_tx {
                             tx.send_replace(send);
                         }
@@ -379,7 +384,11 @@ async fn run(
                     }
                     Ok(_) => {}
                     Err(e) => {
-                        tracing::debug!("HTTP/2: the upstream sent its connection away, and dialling it again failed: {e}");
+                        events.relay_error(
+                            &conn_info,
+                            "redial_failed",
+                            &format!("the HTTP/2 upstream sent its connection away, and dialling it again failed: {e}"),
+                        );
                         if !closing {
                             server.as_mut().graceful_shutdown();
                             closing = true;

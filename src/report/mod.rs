@@ -93,6 +93,9 @@ pub(crate) struct Conn {
     pub faults: Vec<Mark>,
     pub requests: Vec<Request>,
     pub errors: Vec<String>,
+    /// Times its HTTP/2 upstream sent its connection away and was dialled
+    /// again (the client's connection stayed).
+    pub redials: u32,
     /// The connection before this one from the same client host to the same
     /// destination (an index into [`Model::conns`]): a retry, or the next
     /// of a pool.
@@ -514,6 +517,11 @@ impl Builder {
                         if c.close.is_some() {
                             c.class = class(&c.outcome, &c.errors);
                         }
+                    }
+                }
+                "redial" => {
+                    if let Some(i) = self.conn(run, offset, v) {
+                        self.conns[i].redials += 1;
                     }
                 }
                 "paused" | "refused" => {}

@@ -65,6 +65,8 @@
     if (c.resolve) lines.push("resolved its name in " + fmtT(c.resolve[1] - c.resolve[0]) + " (" + c.resolve[2] + "), " +
       fmtT(-c.resolve[1]) + " before it opened");
     if (c.dial !== null) lines.push("upstream connected after " + fmtT(c.dial));
+    if (c.redials) lines.push("upstream (HTTP/2) sent its connection away and was dialled again: " +
+      c.redials + (c.redials === 1 ? " time" : " times"));
     if (c.first_down !== null) lines.push("first byte to the client after " + fmtT(c.first_down));
     lines.push("bytes: " + c.bytes_up + " up, " + c.bytes_down + " down" + (c.path ? " (" + c.path + ")" : ""));
     if (c.prev !== null) {
