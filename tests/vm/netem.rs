@@ -14,7 +14,7 @@
 
 use std::time::Duration;
 
-use crate::probe::{self, percentile, stddev};
+use crate::probe::{self, percentile, robust_stddev, stddev};
 use crate::{Check, Outcome, bin, ensure, must, sh};
 
 pub const CHECKS: &[Check] = &[
@@ -143,12 +143,15 @@ fn jitter_normal() -> Outcome {
     let s = apply("--delay 50ms --jitter 10ms --distribution normal")?;
     let rtt = probe::udp_rtts(echo, 150);
     s.clear()?;
-    let mean = rtt.iter().sum::<f64>() / rtt.len() as f64;
     // Two independent normal delays of σ 10 ms: σ ≈ 14 ms per round trip.
-    in_range("mean round trip (ms)", mean, 90.0, 120.0)?;
-    in_range("round-trip σ (ms)", stddev(&rtt), 8.0, 22.0)?;
+    // Read off the median and quartiles: a busy host makes a few round
+    // trips of the emulated CPU late by hundreds of ms (a CI run beside
+    // a build: σ 46.9 ms from them alone), which the mean and σ follow.
+    let (median, sigma) = (percentile(&rtt, 50.0), robust_stddev(&rtt));
+    in_range("median round trip (ms)", median, 90.0, 120.0)?;
+    in_range("round-trip σ from the quartiles (ms)", sigma, 8.0, 22.0)?;
     Ok(format!(
-        "50 ± 10 ms normal: mean {mean:.1} ms, {}",
+        "50 ± 10 ms normal: σ from the quartiles {sigma:.1} ms, {}",
         rtt_summary(&rtt)
     ))
 }
@@ -158,14 +161,17 @@ fn jitter_uniform() -> Outcome {
     let s = apply("--delay 50ms --jitter 10ms --distribution uniform")?;
     let rtt = probe::udp_rtts(echo, 150);
     s.clear()?;
-    let (lo, hi) = (percentile(&rtt, 0.0), percentile(&rtt, 100.0));
-    // Two uniform delays in 40..60 ms: every round trip in 80..120 ms,
-    // σ ≈ 8.2 ms.
+    let (lo, hi) = (percentile(&rtt, 0.0), percentile(&rtt, 95.0));
+    // Two uniform delays in 40..60 ms: every round trip in 80..120 ms
+    // (95 % below 114), σ ≈ 8.2 ms (from the quartiles 8.7). The longest
+    // and σ are read as for the normal one: a busy host's late round trips
+    // are not netem's.
+    let sigma = robust_stddev(&rtt);
     in_range("shortest round trip (ms)", lo, 78.0, 105.0)?;
-    in_range("longest round trip (ms)", hi, 100.0, 140.0)?;
-    in_range("round-trip σ (ms)", stddev(&rtt), 4.0, 13.0)?;
+    in_range("round trip p95 (ms)", hi, 100.0, 140.0)?;
+    in_range("round-trip σ from the quartiles (ms)", sigma, 4.0, 13.0)?;
     Ok(format!(
-        "50 ± 10 ms uniform: {lo:.1}..{hi:.1} ms, {}",
+        "50 ± 10 ms uniform: {lo:.1} ms shortest, p95 {hi:.1} ms, σ from the quartiles {sigma:.1} ms, {}",
         rtt_summary(&rtt)
     ))
 }

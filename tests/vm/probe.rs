@@ -226,6 +226,14 @@ pub fn stddev(xs: &[f64]) -> f64 {
     (xs.iter().map(|x| (x - m).powi(2)).sum::<f64>() / xs.len() as f64).sqrt()
 }
 
+/// The standard deviation of `xs` read off its interquartile range (as
+/// for a normal distribution: IQR / 1.349): a few round trips that an
+/// emulated CPU starved by a busy host made late move it little, where
+/// they would double [`stddev`].
+pub fn robust_stddev(xs: &[f64]) -> f64 {
+    (percentile(xs, 75.0) - percentile(xs, 25.0)) / 1.349
+}
+
 /// The wrapped client (`vm_guest client connect|read ADDR`): one line on
 /// stdout saying what happened, in the words a test compares —
 /// `connected MS`, `refused`, `timeout MS`, `reset after N`, `eof after N`,
