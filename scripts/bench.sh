@@ -34,8 +34,24 @@ while (($#)); do
     *) echo "bench.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
+# The tools and the peers (haproxy, socat), installed when they can be
+# (root, apt): a fresh machine has neither peer, and a table without them
+# says nothing about where netchaos stands.
+missing=()
+for tool in iperf3 python3 haproxy socat; do
+  command -v "$tool" >/dev/null || missing+=("$tool")
+done
+if ((${#missing[@]})) && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  echo "bench.sh: installing ${missing[*]}" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}"; } >/dev/null ||
+    echo "bench.sh: could not install ${missing[*]}" >&2
+fi
 for tool in iperf3 python3; do
   command -v "$tool" >/dev/null || { echo "bench.sh: needs $tool (apt-get install $tool)" >&2; exit 1; }
+done
+for peer in haproxy socat; do
+  command -v "$peer" >/dev/null || echo "bench.sh: $peer is not installed: it is left out of the peers (apt-get install $peer)" >&2
 done
 
 cargo build --release --quiet --bin netchaos --example bench_client --example http_bench
