@@ -41,11 +41,20 @@ missing=()
 for tool in iperf3 python3 haproxy socat; do
   command -v "$tool" >/dev/null || missing+=("$tool")
 done
-if ((${#missing[@]})) && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-  echo "bench.sh: installing ${missing[*]}" >&2
-  export DEBIAN_FRONTEND=noninteractive
-  { apt-get update -qq && apt-get install -y -qq --no-install-recommends "${missing[@]}"; } >/dev/null ||
-    echo "bench.sh: could not install ${missing[*]}" >&2
+if ((${#missing[@]})); then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    echo "bench.sh: installing ${missing[*]}" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    # Bounded (a host whose egress hangs), and one package at a time: one
+    # that cannot be found leaves the others installed.
+    timeout 300 apt-get update -qq >/dev/null 2>&1 || true
+    for p in "${missing[@]}"; do
+      timeout 300 apt-get install -y -qq --no-install-recommends "$p" >/dev/null 2>&1 ||
+        echo "bench.sh: could not install $p" >&2
+    done
+  else
+    echo "bench.sh: not installing ${missing[*]} (needs root and apt-get)" >&2
+  fi
 fi
 for tool in iperf3 python3; do
   command -v "$tool" >/dev/null || { echo "bench.sh: needs $tool (apt-get install $tool)" >&2; exit 1; }

@@ -271,6 +271,8 @@ pub(crate) struct Stats {
     pub dns_refused: [AtomicU64; 2],
     /// HTTP requests the HTTP layer followed.
     pub http_requests: AtomicU64,
+    /// HTTP/2 upstream connections dialled again after their GOAWAY.
+    pub upstream_redials: AtomicU64,
     /// Requests at least one HTTP fault acted on.
     pub http_faulted_requests: AtomicU64,
     /// HTTP faults applied, by (kind, status answered: 0 when none was).
@@ -892,9 +894,13 @@ impl Events {
     /// again, taking `took`; the client's connection stays as it was.
     pub(crate) fn upstream_redialled(&self, c: &ConnInfo, took: Duration) {
         tracing::debug!("HTTP/2: the upstream sent its connection away; dialled again");
+        self.stats.upstream_redials.fetch_add(1, Ordering::Relaxed);
         self.write("redial", || {
             let mut f = conn_fields(c);
-            f.insert("ms".into(), json!((took.as_secs_f64() * 1e6).round() / 1e3));
+            f.insert(
+                "took_ms".into(),
+                json!((took.as_secs_f64() * 1e6).round() / 1e3),
+            );
             f
         });
     }
@@ -1005,6 +1011,12 @@ impl Events {
                 } else {
                     format!(" ({})", list.join(", "))
                 }
+            ));
+        }
+        let redials = s.upstream_redials.load(Ordering::Relaxed);
+        if redials > 0 {
+            out.push_str(&format!(
+                "  HTTP/2 upstream connections dialled again after their GOAWAY: {redials}\n"
             ));
         }
         let queries = s.dns_queries.load(Ordering::Relaxed);

@@ -411,9 +411,16 @@ fn grpc_over_tls_keeps_its_connection_across_upstream_goaways() {
         .collect();
     assert!(!redials.is_empty(), "{err}");
     assert!(
+        err.contains(&format!(
+            "HTTP/2 upstream connections dialled again after their GOAWAY: {}",
+            redials.len()
+        )),
+        "{err}"
+    );
+    assert!(
         redials
             .iter()
-            .all(|e| e["conn"] == redials[0]["conn"] && e["ms"].as_f64().is_some()),
+            .all(|e| e["conn"] == redials[0]["conn"] && e["took_ms"].as_f64().is_some()),
         "{redials:?}"
     );
 }

@@ -156,6 +156,17 @@ pub(crate) fn render(stats: &Stats, extra: &Extra) -> String {
     );
     family_into(
         &mut out,
+        "netchaos_http2_upstream_redials_total",
+        "counter",
+        "HTTP/2 upstream connections dialled again after their GOAWAY.",
+    );
+    let _ = writeln!(
+        out,
+        "netchaos_http2_upstream_redials_total {}",
+        stats.upstream_redials.load(Ordering::Relaxed)
+    );
+    family_into(
+        &mut out,
         "netchaos_http_faults_total",
         "counter",
         "HTTP faults applied to requests, by fault and status answered (0: none).",

@@ -143,6 +143,7 @@ fn jitter_normal() -> Outcome {
     let s = apply("--delay 50ms --jitter 10ms --distribution normal")?;
     let rtt = probe::udp_rtts(echo, 150);
     s.clear()?;
+    ensure!(rtt.len() >= 140, "{} of 150 probes answered", rtt.len());
     // Two independent normal delays of σ 10 ms: σ ≈ 14 ms per round trip.
     // Read off the median and quartiles: a busy host makes a few round
     // trips of the emulated CPU late by hundreds of ms (a CI run beside
@@ -161,6 +162,7 @@ fn jitter_uniform() -> Outcome {
     let s = apply("--delay 50ms --jitter 10ms --distribution uniform")?;
     let rtt = probe::udp_rtts(echo, 150);
     s.clear()?;
+    ensure!(rtt.len() >= 140, "{} of 150 probes answered", rtt.len());
     let (lo, hi) = (percentile(&rtt, 0.0), percentile(&rtt, 95.0));
     // Two uniform delays in 40..60 ms: every round trip in 80..120 ms
     // (95 % below 114), σ ≈ 8.2 ms (from the quartiles 8.7). The longest
