@@ -523,6 +523,8 @@ impl TestNetns {
         if missing_tool("ip") {
             return None;
         }
+        static SWEPT: std::sync::Once = std::sync::Once::new();
+        SWEPT.call_once(remove_orphaned_netns);
         let n = N.fetch_add(1, Ordering::SeqCst);
         let id = (std::process::id() as usize * 7 + n) % 250;
         let name = format!("nctest-{}-{n}", std::process::id());
@@ -608,6 +610,27 @@ impl TestNetns {
             .args(["netns", "exec", &self.name, "sh", "-c", script])
             .output()
             .expect("ip netns exec")
+    }
+}
+
+/// Removes the test namespaces of test processes that are gone: one killed
+/// (SIGKILL, a CI run stopped) never ran its [`TestNetns`]'s drop, and its
+/// named namespace outlives it in `/run/netns`.
+fn remove_orphaned_netns() {
+    let Ok(dir) = std::fs::read_dir("/run/netns") else {
+        return;
+    };
+    for entry in dir.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name
+            .strip_prefix("nctest-")
+            .and_then(|rest| rest.split('-').next())
+        else {
+            continue;
+        };
+        if !std::path::Path::new("/proc").join(pid).exists() {
+            let _ = Command::new("ip").args(["netns", "del", &name]).output();
+        }
     }
 }
 
