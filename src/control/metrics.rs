@@ -143,27 +143,17 @@ pub(crate) fn render(stats: &Stats, extra: &Extra) -> String {
             "netchaos_connections_by_path_total{{path=\"{path}\"}} {n}"
         );
     }
-    family_into(
+    counter_into(
         &mut out,
         "netchaos_http_requests_total",
-        "counter",
         "HTTP requests the HTTP layer read.",
+        stats.http_requests.load(Ordering::Relaxed),
     );
-    let _ = writeln!(
-        out,
-        "netchaos_http_requests_total {}",
-        stats.http_requests.load(Ordering::Relaxed)
-    );
-    family_into(
+    counter_into(
         &mut out,
         "netchaos_http2_upstream_redials_total",
-        "counter",
         "HTTP/2 upstream connections dialled again after their GOAWAY.",
-    );
-    let _ = writeln!(
-        out,
-        "netchaos_http2_upstream_redials_total {}",
-        stats.upstream_redials.load(Ordering::Relaxed)
+        stats.upstream_redials.load(Ordering::Relaxed),
     );
     family_into(
         &mut out,
@@ -177,16 +167,11 @@ pub(crate) fn render(stats: &Stats, extra: &Extra) -> String {
             "netchaos_http_faults_total{{fault=\"{fault}\",status=\"{status}\"}} {n}"
         );
     }
-    family_into(
+    counter_into(
         &mut out,
         "netchaos_dns_queries_total",
-        "counter",
         "DNS queries of the namespace the DNS layer saw (retransmissions not counted).",
-    );
-    let _ = writeln!(
-        out,
-        "netchaos_dns_queries_total {}",
-        stats.dns_queries.load(Ordering::Relaxed)
+        stats.dns_queries.load(Ordering::Relaxed),
     );
     family_into(
         &mut out,
@@ -350,6 +335,12 @@ fn runtime_into(out: &mut String) {
 
 fn family_into(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+/// A counter family of one unlabelled series.
+fn counter_into(out: &mut String, name: &str, help: &str, value: u64) {
+    family_into(out, name, "counter", help);
+    let _ = writeln!(out, "{name} {value}");
 }
 
 /// Escapes a label value (backslash, quote, newline).

@@ -370,10 +370,11 @@ async fn run(
                     server.as_mut().graceful_shutdown();
                 }
             }
+            // (Never while closing: a dial in progress is dropped then.)
             r = async { redialling.as_mut().expect("polled while there").await }, if redialling.is_some() => {
                 redialling = None;
                 match r {
-                    Ok((send, conn, took)) if !closing => {
+                    Ok((send, conn, took)) => {
                         events.upstream_redialled(&conn_info, took);
                         if let Some(tx) = &up_tx {
                             tx.send_replace(send);
@@ -382,17 +383,14 @@ async fn run(
                         up_conn = Some(Box::pin(conn));
                         redialled_at = Some(tokio::time::Instant::now());
                     }
-                    Ok(_) => {}
                     Err(e) => {
                         events.relay_error(
                             &conn_info,
                             "redial_failed",
                             &format!("the HTTP/2 upstream sent its connection away, and dialling it again failed: {e}"),
                         );
-                        if !closing {
-                            server.as_mut().graceful_shutdown();
-                            closing = true;
-                        }
+                        server.as_mut().graceful_shutdown();
+                        closing = true;
                     }
                 }
             }
