@@ -247,6 +247,7 @@ mod tests {
             names: Vec::new(),
             upstream: None,
             syn_at: std::time::Instant::now(),
+            delayed: false,
         }
     }
 

@@ -288,6 +288,7 @@ async fn decide(
         names,
         upstream,
         syn_at,
+        delayed: added,
     };
     (fate, Some(handoff))
 }

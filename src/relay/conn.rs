@@ -52,11 +52,6 @@ pub(crate) async fn serve(
     inherits: bool,
 ) {
     let opened = Instant::now();
-    let client_capped = if inherits {
-        sockopt::tune_accepted(&client)
-    } else {
-        sockopt::tune(&client, relay.opts.peer_timeout)
-    };
     // A client the SYN gate let through comes with its decisions and its
     // upstream, dialled while its SYN was held.
     let mut dest = dial::destination(&ep, &client).await;
@@ -89,10 +84,13 @@ pub(crate) async fn serve(
         _ => None,
     };
     let mut syn_at = None;
+    // Only the packet delay line puts a client on this host on a long path.
+    let mut near = true;
     let (seq, mut faults, upstream) = match handoff {
         Some(h) => {
             dest.names = h.names;
             syn_at = Some(h.syn_at);
+            near = !h.delayed;
             (h.seq, h.faults, h.upstream)
         }
         None => {
@@ -106,6 +104,11 @@ pub(crate) async fn serve(
             };
             (seq, relay.rules.connect(&meta, seq), None)
         }
+    };
+    let client_capped = if inherits {
+        sockopt::tune_accepted(&client, near)
+    } else {
+        sockopt::tune(&client, relay.opts.peer_timeout, near)
     };
     let info = Arc::new(ConnInfo {
         id: seq,
@@ -281,17 +284,12 @@ impl Conn<'_> {
             },
         };
         self.info.marks.dialled();
-        let capped = sockopt::tune(&upstream, self.relay.opts.peer_timeout);
-        // A partition must find the relay holding little of a local
-        // server's stream, as a real path holds nothing: a small buffer
-        // that does not grow. (Over a longer path the buffer stays the
-        // kernel's: a small one would cap the rate.)
-        let partitioned =
-            self.partition.is_some() && dial::Shape::for_faults(&first) == dial::Shape::Ethernet;
-        if capped && partitioned {
-            sockopt::hold_little(&upstream);
-        }
-        self.capped[1].store(capped && !partitioned, Ordering::Relaxed);
+        let grows = sockopt::tune_upstream(
+            &upstream,
+            self.relay.opts.peer_timeout,
+            self.partitioned(&first),
+        );
+        self.capped[1].store(grows, Ordering::Relaxed);
         if http::wanted(&first, self.tls, self.protocol) {
             let dst = dest.addrs.first().copied();
             let inside = dest.dial_from();
@@ -307,6 +305,12 @@ impl Conn<'_> {
         let (outcome, bytes) = run_pair(up, down, client, Some(&upstream)).await;
         teardown(outcome, client, Some(&upstream)).await;
         (outcome, bytes)
+    }
+
+    /// Whether a partition may cut this connection's upstream stream, which
+    /// then must find the relay holding little of it.
+    fn partitioned(&self, faults: &[Chosen]) -> bool {
+        self.partition.is_some() && dial::Shape::for_faults(faults) == dial::Shape::Ethernet
     }
 
     async fn dial(

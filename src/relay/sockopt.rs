@@ -53,9 +53,9 @@ pub(crate) fn shutdown_write(s: &TcpStream) {
 /// vanished peer is retransmitted until the kernel gives up
 /// (`tcp_retries2`, about 15 minutes), as the client's own socket would.
 /// Returns whether the receive buffer was bounded (see [`RecvGrowth`]).
-pub(crate) fn tune(s: &TcpStream, peer_timeout: Duration) -> bool {
+pub(crate) fn tune(s: &TcpStream, peer_timeout: Duration, near: bool) -> bool {
     set_relay_options(SockRef::from(s), peer_timeout);
-    tune_accepted(s)
+    tune_accepted(s, near)
 }
 
 /// Sets [`tune`]'s options on a listening socket, which the sockets it
@@ -66,17 +66,50 @@ pub(crate) fn tune_listener(l: &tokio::net::TcpListener, peer_timeout: Duration)
     set_relay_options(SockRef::from(l), peer_timeout)
 }
 
+/// [`tune`] for a socket to the upstream (the packet delay line is never
+/// on that side); `partitioned`: a partition may cut it, and then the
+/// relay must hold little of a local server's stream, as a real path holds
+/// nothing — a small buffer that does not grow. (Over a longer path the
+/// buffer stays the kernel's: a small one would cap the rate.) Returns
+/// whether the receive buffer is bounded and may grow ([`RecvGrowth`]).
+pub(crate) fn tune_upstream(s: &TcpStream, peer_timeout: Duration, partitioned: bool) -> bool {
+    let capped = tune(s, peer_timeout, true);
+    if capped && partitioned {
+        hold_little(s);
+    }
+    capped && !partitioned
+}
+
 /// [`tune`] for a socket accepted from a listener [`tune_listener`] set up:
-/// only what depends on the connection's own path.
-pub(crate) fn tune_accepted(s: &TcpStream) -> bool {
+/// only what depends on the connection's own path. `near`: a peer on this
+/// host is on a short path (netchaos's packet delay line is not between).
+pub(crate) fn tune_accepted(s: &TcpStream, near: bool) -> bool {
     // What the relay holds of a stream that cannot move on stays close to
     // what a direct path would hold (the peers' own buffers): no more than
     // LOWAT unsent bytes queued towards a peer that is not reading, and,
     // towards a peer on this host, a bounded receive buffer instead of one
     // autotuned to megabytes. Over a longer path the buffer stays
     // autotuned: a fixed one would cap the rate at RECV_BUF per round trip.
-    path_rtt(s).is_some_and(|rtt| rtt < LOCAL_RTT)
+    short_path(path_rtt(s), || near && on_this_host(s))
         && SockRef::from(s).set_recv_buffer_size(RECV_BUF).is_ok()
+}
+
+/// Whether a connection is on a short path: its handshake's round trip
+/// was below [`LOCAL_RTT`], or (asked only then) its peer is `local`.
+fn short_path(rtt: Option<Duration>, local: impl FnOnce() -> bool) -> bool {
+    rtt.is_some_and(|rtt| rtt < LOCAL_RTT) || local()
+}
+
+/// Whether the peer is on this host whatever the handshake's round trip
+/// said: a loopback address, or the socket's own address. A handshake on a
+/// busy machine can take milliseconds (softirqs deferred to ksoftirqd),
+/// and a local peer judged remote got an autotuned buffer that held
+/// megabytes in front of a server that never reads.
+fn on_this_host(s: &TcpStream) -> bool {
+    match (s.peer_addr(), s.local_addr()) {
+        (Ok(peer), Ok(local)) => super::is_loopback(peer) || peer.ip() == local.ip(),
+        _ => false,
+    }
 }
 
 /// No Nagle, keepalive after `peer_timeout`, and at most
@@ -97,7 +130,7 @@ fn set_relay_options(sock: SockRef<'_>, peer_timeout: Duration) -> bool {
 /// that a partition may cut: what the relay's kernel accepts during it is
 /// what a real path would not have carried (at a local round trip 32 KiB
 /// still carries gigabytes a second).
-pub(crate) fn hold_little(s: &TcpStream) {
+fn hold_little(s: &TcpStream) {
     // The kernel doubles what is set.
     let _ = SockRef::from(s).set_recv_buffer_size(16 << 10);
 }
@@ -303,6 +336,26 @@ pub(crate) async fn drain(s: &TcpStream, limit: Duration) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A peer on this host whose handshake a busy machine made slow is
+    /// still near (it was judged far, and its buffer autotuned to
+    /// megabytes); one behind the delay line, or elsewhere, is far.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_slow_handshake_on_this_host_is_still_a_short_path() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let c = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        let (s, _) = l.accept().await.unwrap();
+        assert!(on_this_host(&c) && on_this_host(&s));
+        let slow = Some(Duration::from_millis(3));
+        assert!(short_path(slow, || true));
+        assert!(!short_path(slow, || false));
+        assert!(short_path(Some(Duration::from_micros(40)), || false));
+        assert!(!short_path(None, || false));
+        assert!(
+            tune_accepted(&s, true),
+            "a loopback peer's buffer is bounded"
+        );
+    }
 
     /// A socket just handed to tokio, whose first readiness event the
     /// reactor has not yet read: `try_write` refuses without trying, and

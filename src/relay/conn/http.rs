@@ -575,6 +575,9 @@ impl Conn<'_> {
     ) -> Option<h2::Redial> {
         let addr = upstream.peer_addr().ok()?;
         let (timeout, peer_timeout) = (self.relay.opts.dial_timeout, self.relay.opts.peer_timeout);
+        // Shaped and buffered as the first upstream socket was.
+        let faults = self.chosen.borrow().clone();
+        let (shape, partitioned) = (dial::Shape::for_faults(&faults), self.partitioned(&faults));
         let tls = match tls_name {
             Some(name) => Some((self.relay.opts.tls.clone()?, name)),
             None => None,
@@ -582,11 +585,10 @@ impl Conn<'_> {
         Some(Arc::new(move || {
             let (inside, tls) = (inside.clone(), tls.clone());
             Box::pin(async move {
-                let sock = dial::dial(addr, timeout, inside.as_ref(), dial::Shape::Native)
+                let sock = dial::dial(addr, timeout, inside.as_ref(), shape)
                     .await
                     .map_err(|e| std::io::Error::other(e.message))?;
-                // As the first upstream socket: no Nagle, keepalive.
-                sockopt::tune(&sock, peer_timeout);
+                sockopt::tune_upstream(&sock, peer_timeout, partitioned);
                 let io: Box<dyn h2::UpstreamIo> = match tls {
                     Some((tls, name)) => Box::new(tls.connect(sock, &name, true).await?),
                     None => Box::new(sock),
