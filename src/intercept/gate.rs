@@ -247,7 +247,6 @@ mod tests {
             names: Vec::new(),
             upstream: None,
             syn_at: std::time::Instant::now(),
-            delayed: false,
         }
     }
 

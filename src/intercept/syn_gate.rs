@@ -288,7 +288,6 @@ async fn decide(
         names,
         upstream,
         syn_at,
-        delayed: added,
     };
     (fate, Some(handoff))
 }

@@ -16,7 +16,7 @@ mod http;
 pub(crate) use http::EndpointTls;
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicU8;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -52,6 +52,11 @@ pub(crate) async fn serve(
     inherits: bool,
 ) {
     let opened = Instant::now();
+    let client_buf = if inherits {
+        sockopt::tune_accepted(&client)
+    } else {
+        sockopt::tune(&client, relay.opts.peer_timeout)
+    };
     // A client the SYN gate let through comes with its decisions and its
     // upstream, dialled while its SYN was held.
     let mut dest = dial::destination(&ep, &client).await;
@@ -84,13 +89,10 @@ pub(crate) async fn serve(
         _ => None,
     };
     let mut syn_at = None;
-    // Only the packet delay line puts a client on this host on a long path.
-    let mut near = true;
     let (seq, mut faults, upstream) = match handoff {
         Some(h) => {
             dest.names = h.names;
             syn_at = Some(h.syn_at);
-            near = !h.delayed;
             (h.seq, h.faults, h.upstream)
         }
         None => {
@@ -104,11 +106,6 @@ pub(crate) async fn serve(
             };
             (seq, relay.rules.connect(&meta, seq), None)
         }
-    };
-    let client_capped = if inherits {
-        sockopt::tune_accepted(&client, near)
-    } else {
-        sockopt::tune(&client, relay.opts.peer_timeout, near)
     };
     let info = Arc::new(ConnInfo {
         id: seq,
@@ -149,7 +146,10 @@ pub(crate) async fn serve(
             ends: ep.ends,
             protocol: faults.protocol(),
             path: OnceLock::new(),
-            capped: [AtomicBool::new(client_capped), AtomicBool::new(false)],
+            recv_buf: [
+                AtomicU8::new(client_buf as u8),
+                AtomicU8::new(sockopt::RecvBuf::Fixed as u8),
+            ],
         };
         let ended = faults.end_signals();
         // Follows the connection's rules: each change republishes its faults.
@@ -217,9 +217,9 @@ struct Conn<'a> {
     /// The path the bytes took (`splice`, `pipeline`, `http`, `https`),
     /// once known: for the event log and the counters.
     path: OnceLock<&'static str>,
-    /// Whether the client's and the upstream's receive buffers are
-    /// bounded ([`sockopt::tune`]), so that the splice path grows them.
-    capped: [AtomicBool; 2],
+    /// How the client's and the upstream's receive buffers are sized
+    /// ([`sockopt::RecvBuf`]), for the splice path to grow them.
+    recv_buf: [AtomicU8; 2],
 }
 
 /// A direction's view of the connection's faults.
@@ -284,12 +284,12 @@ impl Conn<'_> {
             },
         };
         self.info.marks.dialled();
-        let grows = sockopt::tune_upstream(
+        sockopt::tune_upstream(
             &upstream,
             self.relay.opts.peer_timeout,
             self.partitioned(&first),
-        );
-        self.capped[1].store(grows, Ordering::Relaxed);
+        )
+        .store(&self.recv_buf[1]);
         if http::wanted(&first, self.tls, self.protocol) {
             let dst = dest.addrs.first().copied();
             let inside = dest.dial_from();
@@ -391,10 +391,7 @@ impl Conn<'_> {
         let meter = self.meter();
         let mut total = 0;
         // The source of the upstream direction is the client.
-        let growth = |fresh| {
-            let capped = self.capped[dir.index()].load(Ordering::Relaxed);
-            sockopt::RecvGrowth::new(src, capped, fresh)
-        };
+        let growth = |fresh| sockopt::RecvGrowth::new(src, &self.recv_buf[dir.index()], fresh);
         if feed.wanted().is_empty() {
             match splice::run(src, dst, dir, &meter, &mut feed, growth(true)).await {
                 splice::Spliced::End(end, n) => return (end, n),

@@ -37,9 +37,6 @@ pub(crate) struct Handoff {
     /// When the SYN arrived: the handshake was held from then on (the
     /// connect phase the event log's close line reports as `syn_ms`).
     pub syn_at: std::time::Instant,
-    /// Its packets cross the packet delay line: a path netchaos makes
-    /// long, though the client is on this host.
-    pub delayed: bool,
 }
 
 pub(crate) type DialFuture<'a> = Pin<Box<dyn Future<Output = io::Result<TcpStream>> + Send + 'a>>;

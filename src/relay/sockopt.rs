@@ -4,6 +4,7 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 use socket2::{SockRef, TcpKeepalive};
@@ -52,10 +53,10 @@ pub(crate) fn shutdown_write(s: &TcpStream) {
 /// open and a direct connection keeps. Unacknowledged data towards a
 /// vanished peer is retransmitted until the kernel gives up
 /// (`tcp_retries2`, about 15 minutes), as the client's own socket would.
-/// Returns whether the receive buffer was bounded (see [`RecvGrowth`]).
-pub(crate) fn tune(s: &TcpStream, peer_timeout: Duration, near: bool) -> bool {
+/// Returns how the receive buffer is sized.
+pub(crate) fn tune(s: &TcpStream, peer_timeout: Duration) -> RecvBuf {
     set_relay_options(SockRef::from(s), peer_timeout);
-    tune_accepted(s, near)
+    tune_accepted(s)
 }
 
 /// Sets [`tune`]'s options on a listening socket, which the sockets it
@@ -66,50 +67,74 @@ pub(crate) fn tune_listener(l: &tokio::net::TcpListener, peer_timeout: Duration)
     set_relay_options(SockRef::from(l), peer_timeout)
 }
 
-/// [`tune`] for a socket to the upstream (the packet delay line is never
-/// on that side); `partitioned`: a partition may cut it, and then the
-/// relay must hold little of a local server's stream, as a real path holds
-/// nothing — a small buffer that does not grow. (Over a longer path the
-/// buffer stays the kernel's: a small one would cap the rate.) Returns
-/// whether the receive buffer is bounded and may grow ([`RecvGrowth`]).
-pub(crate) fn tune_upstream(s: &TcpStream, peer_timeout: Duration, partitioned: bool) -> bool {
-    let capped = tune(s, peer_timeout, true);
-    if capped && partitioned {
-        hold_little(s);
+/// [`tune`] for a socket to the upstream; `partitioned`: a partition may
+/// cut it, and then the relay must hold little of a local server's
+/// stream, as a real path holds nothing — a small buffer that does not
+/// grow. (Over a longer path the buffer stays the kernel's: a small one
+/// would cap the rate.)
+pub(crate) fn tune_upstream(s: &TcpStream, peer_timeout: Duration, partitioned: bool) -> RecvBuf {
+    match tune(s, peer_timeout) {
+        RecvBuf::Bounded if partitioned => {
+            hold_little(s);
+            RecvBuf::Fixed
+        }
+        RecvBuf::Kernel if partitioned => RecvBuf::Fixed,
+        b => b,
     }
-    capped && !partitioned
+}
+
+/// How the relay sizes a socket's receive buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum RecvBuf {
+    /// Bounded, growing while the stream moves ([`RecvGrowth`]): a peer
+    /// on a short path.
+    Bounded = 0,
+    /// The kernel's, autotuned: the handshake's round trip was long. It is
+    /// bounded after all at the stream's first stall if the receiver's
+    /// own round-trip estimate is short by then (on a busy machine a
+    /// loopback handshake can take milliseconds).
+    Kernel = 1,
+    /// Never changed: [`hold_little`]'s, or the kernel's where bounding
+    /// failed.
+    Fixed = 2,
+}
+
+impl RecvBuf {
+    pub(crate) fn load(a: &AtomicU8) -> RecvBuf {
+        match a.load(Ordering::Relaxed) {
+            0 => RecvBuf::Bounded,
+            1 => RecvBuf::Kernel,
+            _ => RecvBuf::Fixed,
+        }
+    }
+
+    pub(crate) fn store(self, a: &AtomicU8) {
+        a.store(self as u8, Ordering::Relaxed);
+    }
 }
 
 /// [`tune`] for a socket accepted from a listener [`tune_listener`] set up:
-/// only what depends on the connection's own path. `near`: a peer on this
-/// host is on a short path (netchaos's packet delay line is not between).
-pub(crate) fn tune_accepted(s: &TcpStream, near: bool) -> bool {
+/// only what depends on the connection's own path.
+pub(crate) fn tune_accepted(s: &TcpStream) -> RecvBuf {
     // What the relay holds of a stream that cannot move on stays close to
     // what a direct path would hold (the peers' own buffers): no more than
     // LOWAT unsent bytes queued towards a peer that is not reading, and,
     // towards a peer on this host, a bounded receive buffer instead of one
     // autotuned to megabytes. Over a longer path the buffer stays
     // autotuned: a fixed one would cap the rate at RECV_BUF per round trip.
-    short_path(path_rtt(s), || near && on_this_host(s))
-        && SockRef::from(s).set_recv_buffer_size(RECV_BUF).is_ok()
-}
-
-/// Whether a connection is on a short path: its handshake's round trip
-/// was below [`LOCAL_RTT`], or (asked only then) its peer is `local`.
-fn short_path(rtt: Option<Duration>, local: impl FnOnce() -> bool) -> bool {
-    rtt.is_some_and(|rtt| rtt < LOCAL_RTT) || local()
-}
-
-/// Whether the peer is on this host whatever the handshake's round trip
-/// said: a loopback address, or the socket's own address. A handshake on a
-/// busy machine can take milliseconds (softirqs deferred to ksoftirqd),
-/// and a local peer judged remote got an autotuned buffer that held
-/// megabytes in front of a server that never reads.
-fn on_this_host(s: &TcpStream) -> bool {
-    match (s.peer_addr(), s.local_addr()) {
-        (Ok(peer), Ok(local)) => super::is_loopback(peer) || peer.ip() == local.ip(),
-        _ => false,
+    if !short(tcp_info(s).map(|i| i.tcpi_rtt)) {
+        RecvBuf::Kernel
+    } else if SockRef::from(s).set_recv_buffer_size(RECV_BUF).is_ok() {
+        RecvBuf::Bounded
+    } else {
+        RecvBuf::Fixed
     }
+}
+
+/// Whether a round trip (µs, 0: no sample yet) says the peer is near.
+fn short(rtt_us: Option<u32>) -> bool {
+    rtt_us.is_some_and(|us| us > 0 && Duration::from_micros(us.into()) < LOCAL_RTT)
 }
 
 /// No Nagle, keepalive after `peer_timeout`, and at most
@@ -146,10 +171,14 @@ fn hold_little(s: &TcpStream) {
 /// So a bulk transfer gets its window back (the fixed 256 KiB cost 18 %
 /// of the splice path's throughput), and a peer that stops reading finds
 /// the relay holding what it held when the stream last moved.
-pub(crate) struct RecvGrowth {
-    /// The current bound; `None`: the buffer is the kernel's (autotuned).
+pub(crate) struct RecvGrowth<'a> {
+    /// The current bound; `None`: the buffer is the kernel's (autotuned)
+    /// or fixed.
     cap: Option<usize>,
     since_block: u64,
+    /// The connection's record of how the buffer is sized (for the
+    /// direction's next path); `Kernel`: still to be checked at a stall.
+    sized: &'a AtomicU8,
 }
 
 /// Buffers' worth of bytes that must go out unblocked before one doubling.
@@ -157,13 +186,14 @@ const GROW_AFTER: u64 = 4;
 /// The largest bound (the kernel doubles it, and caps it at `rmem_max`).
 const RECV_BUF_MAX: usize = 4 << 20;
 
-impl RecvGrowth {
-    /// For a source whose buffer [`tune`] bounded (`capped`), or not; from
-    /// its size now (an earlier path may have grown it: never shrink),
-    /// which is the bound [`tune`] set while the stream is `fresh` (so
-    /// asking the kernel would only cost a system call per direction).
-    pub(crate) fn new(src: &TcpStream, capped: bool, fresh: bool) -> RecvGrowth {
-        let cap = capped.then(|| {
+impl<'a> RecvGrowth<'a> {
+    /// For a source whose buffer is `sized` as [`tune`] said; a bounded one
+    /// from its size now (an earlier path may have grown it: never
+    /// shrink), which is the bound [`tune`] set while the stream is
+    /// `fresh` (so asking the kernel would only cost a system call per
+    /// direction).
+    pub(crate) fn new(src: &TcpStream, sized: &'a AtomicU8, fresh: bool) -> RecvGrowth<'a> {
+        let cap = (RecvBuf::load(sized) == RecvBuf::Bounded).then(|| {
             if fresh {
                 return RECV_BUF;
             }
@@ -174,6 +204,7 @@ impl RecvGrowth {
         RecvGrowth {
             cap,
             since_block: 0,
+            sized,
         }
     }
 
@@ -191,8 +222,31 @@ impl RecvGrowth {
     }
 
     /// The destination is slower than the source: the pipe is full.
-    pub(crate) fn blocked(&mut self) {
+    pub(crate) fn blocked(&mut self, src: &TcpStream) {
         self.since_block = 0;
+        self.stalled(src);
+    }
+
+    /// The relay holds all it will of the stream (its pipe or channel is
+    /// full). A buffer left to the kernel because the handshake looked far
+    /// is bounded now if the receiver's estimate of the round trip, from
+    /// the stream's own segments, says the peer is near: autotuned, it
+    /// would take megabytes in front of a destination that stopped reading.
+    pub(crate) fn stalled(&mut self, src: &TcpStream) {
+        if RecvBuf::load(self.sized) != RecvBuf::Kernel {
+            return;
+        }
+        let rtt = tcp_info(src).map_or(0, |i| i.tcpi_rcv_rtt);
+        if rtt == 0 {
+            // No sample yet: asked again at the next stall.
+            return;
+        }
+        // Once: a far path stays far.
+        RecvBuf::Fixed.store(self.sized);
+        if short(Some(rtt)) && SockRef::from(src).set_recv_buffer_size(RECV_BUF).is_ok() {
+            self.cap = Some(RECV_BUF);
+            RecvBuf::Bounded.store(self.sized);
+        }
     }
 }
 
@@ -203,8 +257,8 @@ const RECV_BUF: usize = 256 * 1024;
 /// it): RECV_BUF per round trip is then gigabytes per second.
 const LOCAL_RTT: Duration = Duration::from_micros(500);
 
-/// The connection's smoothed round-trip time, from the handshake on.
-fn path_rtt(s: &TcpStream) -> Option<Duration> {
+/// The connection's TCP state: round-trip estimates among it.
+fn tcp_info(s: &TcpStream) -> Option<libc::tcp_info> {
     let mut info = std::mem::MaybeUninit::<libc::tcp_info>::zeroed();
     let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
     // SAFETY: `s` is a live TCP socket; the kernel writes at most `len`
@@ -219,14 +273,13 @@ fn path_rtt(s: &TcpStream) -> Option<Duration> {
             &mut len,
         )
     };
-    if r != 0 || (len as usize) < std::mem::offset_of!(libc::tcp_info, tcpi_rttvar) {
+    if r != 0 || (len as usize) < std::mem::offset_of!(libc::tcp_info, tcpi_total_retrans) {
         return None;
     }
-    // SAFETY: zero-initialised, and the kernel filled at least the fields
-    // up to tcpi_rtt.
-    let info = unsafe { info.assume_init() };
-    // 0: no sample yet, so nothing is known of the path.
-    (info.tcpi_rtt > 0).then(|| Duration::from_micros(u64::from(info.tcpi_rtt)))
+    // SAFETY: zero-initialised (so a field the kernel did not fill is 0,
+    // "no sample"), and the kernel filled at least those up to
+    // tcpi_rcv_rtt.
+    Some(unsafe { info.assume_init() })
 }
 
 /// Whether a non-blocking `connect()` has finished, one way or the other
@@ -337,24 +390,51 @@ pub(crate) async fn drain(s: &TcpStream, limit: Duration) {
 mod tests {
     use super::*;
 
-    /// A peer on this host whose handshake a busy machine made slow is
-    /// still near (it was judged far, and its buffer autotuned to
-    /// megabytes); one behind the delay line, or elsewhere, is far.
+    /// A buffer the handshake left to the kernel (a busy machine made a
+    /// loopback handshake look far) is bounded at the stream's first stall
+    /// once the stream's own round trip says the peer is near; with no
+    /// sample yet it is left alone until the next stall.
     #[tokio::test(flavor = "current_thread")]
-    async fn a_slow_handshake_on_this_host_is_still_a_short_path() {
+    async fn a_near_peer_judged_far_is_bounded_at_the_first_stall() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let c = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
-        let (s, _) = l.accept().await.unwrap();
-        assert!(on_this_host(&c) && on_this_host(&s));
-        let slow = Some(Duration::from_millis(3));
-        assert!(short_path(slow, || true));
-        assert!(!short_path(slow, || false));
-        assert!(short_path(Some(Duration::from_micros(40)), || false));
-        assert!(!short_path(None, || false));
-        assert!(
-            tune_accepted(&s, true),
-            "a loopback peer's buffer is bounded"
+        let mut c = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        let (mut s, _) = l.accept().await.unwrap();
+        assert!(short(Some(40)) && !short(Some(3_000)) && !short(Some(0)) && !short(None));
+
+        let unsampled = AtomicU8::new(RecvBuf::Kernel as u8);
+        let before = SockRef::from(&s).recv_buffer_size().unwrap();
+        RecvGrowth::new(&s, &unsampled, true).blocked(&s);
+        assert_eq!(
+            RecvBuf::load(&unsampled),
+            RecvBuf::Kernel,
+            "no sample: left alone"
         );
+        assert_eq!(SockRef::from(&s).recv_buffer_size().unwrap(), before);
+
+        // The receiver samples the round trip from the stream's segments.
+        const SENT: usize = 16 << 16;
+        let send = async {
+            c.write_all(&vec![7u8; SENT]).await.unwrap();
+        };
+        let recv = async {
+            let mut buf = vec![0u8; 1 << 18];
+            let mut got = 0;
+            while got < SENT {
+                got += s.read(&mut buf).await.unwrap();
+            }
+        };
+        tokio::join!(send, recv);
+        let sized = AtomicU8::new(RecvBuf::Kernel as u8);
+        let mut g = RecvGrowth::new(&s, &sized, false);
+        g.blocked(&s);
+        assert_eq!(RecvBuf::load(&sized), RecvBuf::Bounded);
+        assert_eq!(g.cap, Some(RECV_BUF));
+        // Checked once: what is bounded stays so.
+        g.stalled(&s);
+        assert_eq!(RecvBuf::load(&sized), RecvBuf::Bounded);
+        // The kernel doubles what is set (rmem_max may cap it lower).
+        assert!(SockRef::from(&s).recv_buffer_size().unwrap() <= 2 * RECV_BUF);
     }
 
     /// A socket just handed to tokio, whose first readiness event the
