@@ -218,7 +218,8 @@ struct Conn<'a> {
     /// once known: for the event log and the counters.
     path: OnceLock<&'static str>,
     /// How the client's and the upstream's receive buffers are sized
-    /// ([`sockopt::RecvBuf`]), for the splice path to grow them.
+    /// ([`sockopt::RecvBuf`]), for the splice and pipeline paths to grow
+    /// them or judge them again at a stall.
     recv_buf: [AtomicU8; 2],
 }
 

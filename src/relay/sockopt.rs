@@ -91,12 +91,12 @@ pub(crate) enum RecvBuf {
     /// on a short path.
     Bounded = 0,
     /// The kernel's, autotuned: the handshake's round trip was long. It is
-    /// bounded after all at the stream's first stall if the receiver's
-    /// own round-trip estimate is short by then (on a busy machine a
-    /// loopback handshake can take milliseconds).
+    /// bounded after all at a stall of the stream if the receiver's own
+    /// round-trip estimate is short by then (on a busy machine a loopback
+    /// handshake can take milliseconds): [`RecvGrowth::stalled`].
     Kernel = 1,
-    /// Never changed: [`hold_little`]'s, or the kernel's where bounding
-    /// failed.
+    /// Never changed: [`hold_little`]'s, the kernel's where bounding
+    /// failed, or one a stall found far (or could not tell).
     Fixed = 2,
 }
 
@@ -170,12 +170,15 @@ fn hold_little(s: &TcpStream) {
 /// destination has just taken all there was, up to [`RECV_BUF_MAX`].
 /// So a bulk transfer gets its window back (the fixed 256 KiB cost 18 %
 /// of the splice path's throughput), and a peer that stops reading finds
-/// the relay holding what it held when the stream last moved.
+/// the relay holding what it held when the stream last moved. A buffer
+/// left to the kernel is judged again at a stall ([`Self::stalled`]).
 pub(crate) struct RecvGrowth<'a> {
     /// The current bound; `None`: the buffer is the kernel's (autotuned)
     /// or fixed.
     cap: Option<usize>,
     since_block: u64,
+    /// Stalls seen with no round-trip sample yet.
+    unsampled: u32,
     /// The connection's record of how the buffer is sized (for the
     /// direction's next path); `Kernel`: still to be checked at a stall.
     sized: &'a AtomicU8,
@@ -204,6 +207,7 @@ impl<'a> RecvGrowth<'a> {
         RecvGrowth {
             cap,
             since_block: 0,
+            unsampled: 0,
             sized,
         }
     }
@@ -236,14 +240,17 @@ impl<'a> RecvGrowth<'a> {
         if RecvBuf::load(self.sized) != RecvBuf::Kernel {
             return;
         }
-        let rtt = tcp_info(src).map_or(0, |i| i.tcpi_rcv_rtt);
-        if rtt == 0 {
+        // `None`: no TCP_INFO (an emulator), nothing will be known.
+        let rtt = tcp_info(src).map(|i| i.tcpi_rcv_rtt);
+        if rtt == Some(0) && self.unsampled < MAX_UNSAMPLED {
             // No sample yet: asked again at the next stall.
+            self.unsampled += 1;
             return;
         }
         // Once: a far path stays far.
         RecvBuf::Fixed.store(self.sized);
-        if short(Some(rtt)) && SockRef::from(src).set_recv_buffer_size(RECV_BUF).is_ok() {
+        let near = rtt.is_some_and(|us| us > 0 && u64::from(us) < NEAR_AT_STALL_US);
+        if near && SockRef::from(src).set_recv_buffer_size(RECV_BUF).is_ok() {
             self.cap = Some(RECV_BUF);
             RecvBuf::Bounded.store(self.sized);
         }
@@ -256,6 +263,15 @@ const RECV_BUF: usize = 256 * 1024;
 /// Below this handshake round trip a peer is on this host (or next to
 /// it): RECV_BUF per round trip is then gigabytes per second.
 const LOCAL_RTT: Duration = Duration::from_micros(500);
+/// Below this receiver's estimate a stalled peer is near. Wider than
+/// [`LOCAL_RTT`]: before Linux 6.16 the estimate counts a timestamp
+/// sample of 0 ms as 1 ms, so loopback reads about 1000 us; a bound that
+/// grows back costs a path of 2 ms little (RECV_BUF per round trip is
+/// 2 Gbit/s there), and `packet_latency` of 1 ms makes 2 ms at least.
+const NEAR_AT_STALL_US: u64 = 2_000;
+/// Stalls with no sample after which a buffer is left to the kernel for
+/// good (each asks the kernel once).
+const MAX_UNSAMPLED: u32 = 64;
 
 /// The connection's TCP state: round-trip estimates among it.
 fn tcp_info(s: &TcpStream) -> Option<libc::tcp_info> {
@@ -278,7 +294,7 @@ fn tcp_info(s: &TcpStream) -> Option<libc::tcp_info> {
     }
     // SAFETY: zero-initialised (so a field the kernel did not fill is 0,
     // "no sample"), and the kernel filled at least those up to
-    // tcpi_rcv_rtt.
+    // tcpi_rcv_space.
     Some(unsafe { info.assume_init() })
 }
 
@@ -391,50 +407,71 @@ mod tests {
     use super::*;
 
     /// A buffer the handshake left to the kernel (a busy machine made a
-    /// loopback handshake look far) is bounded at the stream's first stall
-    /// once the stream's own round trip says the peer is near; with no
-    /// sample yet it is left alone until the next stall.
+    /// loopback handshake look far) is bounded at a stall once the
+    /// stream's own round trip says the peer is near; with no sample yet
+    /// it is left alone until the next stall; where the kernel's TCP state
+    /// cannot be read (qemu-user) it stays the kernel's.
     #[tokio::test(flavor = "current_thread")]
-    async fn a_near_peer_judged_far_is_bounded_at_the_first_stall() {
+    async fn a_near_peer_judged_far_is_bounded_at_a_stall() {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let mut c = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
         let (mut s, _) = l.accept().await.unwrap();
         assert!(short(Some(40)) && !short(Some(3_000)) && !short(Some(0)) && !short(None));
-
-        let unsampled = AtomicU8::new(RecvBuf::Kernel as u8);
         let before = SockRef::from(&s).recv_buffer_size().unwrap();
-        RecvGrowth::new(&s, &unsampled, true).blocked(&s);
+        let sized = AtomicU8::new(RecvBuf::Kernel as u8);
+        let mut g = RecvGrowth::new(&s, &sized, true);
+        let Some(info) = tcp_info(&s) else {
+            g.stalled(&s);
+            assert_eq!(
+                RecvBuf::load(&sized),
+                RecvBuf::Fixed,
+                "nothing can be known"
+            );
+            assert_eq!(SockRef::from(&s).recv_buffer_size().unwrap(), before);
+            return;
+        };
+        assert_eq!(info.tcpi_rcv_rtt, 0, "no segment received yet");
+        g.stalled(&s);
         assert_eq!(
-            RecvBuf::load(&unsampled),
+            RecvBuf::load(&sized),
             RecvBuf::Kernel,
             "no sample: left alone"
         );
         assert_eq!(SockRef::from(&s).recv_buffer_size().unwrap(), before);
 
-        // The receiver samples the round trip from the stream's segments.
-        const SENT: usize = 16 << 16;
-        let send = async {
-            c.write_all(&vec![7u8; SENT]).await.unwrap();
-        };
-        let recv = async {
-            let mut buf = vec![0u8; 1 << 18];
-            let mut got = 0;
-            while got < SENT {
-                got += s.read(&mut buf).await.unwrap();
+        // The receiver samples the round trip from the stream's segments
+        // (once a receive window's worth has come): up to 16 MiB.
+        const CHUNK: usize = 1 << 20;
+        let mut buf = vec![0u8; 1 << 18];
+        for _ in 0..16 {
+            if tcp_info(&s).is_some_and(|i| i.tcpi_rcv_rtt > 0) {
+                break;
             }
-        };
-        tokio::join!(send, recv);
-        let sized = AtomicU8::new(RecvBuf::Kernel as u8);
-        let mut g = RecvGrowth::new(&s, &sized, false);
-        g.blocked(&s);
-        assert_eq!(RecvBuf::load(&sized), RecvBuf::Bounded);
-        assert_eq!(g.cap, Some(RECV_BUF));
-        // Checked once: what is bounded stays so.
+            let send = async {
+                c.write_all(&vec![7u8; CHUNK]).await.unwrap();
+            };
+            let recv = async {
+                let mut got = 0;
+                while got < CHUNK {
+                    got += s.read(&mut buf).await.unwrap();
+                }
+            };
+            tokio::join!(send, recv);
+        }
         g.stalled(&s);
-        assert_eq!(RecvBuf::load(&sized), RecvBuf::Bounded);
+        assert_eq!(
+            RecvBuf::load(&sized),
+            RecvBuf::Bounded,
+            "{:?}",
+            tcp_info(&s).map(|i| i.tcpi_rcv_rtt)
+        );
+        assert_eq!(g.cap, Some(RECV_BUF));
         // The kernel doubles what is set (rmem_max may cap it lower).
         assert!(SockRef::from(&s).recv_buffer_size().unwrap() <= 2 * RECV_BUF);
+        // Judged once: what is bounded stays so, and grows as before.
+        g.stalled(&s);
+        assert_eq!(RecvBuf::load(&sized), RecvBuf::Bounded);
     }
 
     /// A socket just handed to tokio, whose first readiness event the
