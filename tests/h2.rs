@@ -769,6 +769,61 @@ fn grpc_over_tls_through_run() {
     );
 }
 
+/// curl over HTTPS offers HTTP/2 and HTTP/1.1; a gRPC server speaks only
+/// HTTP/2 and, offered HTTP/1.1 alone, agrees to no protocol (as grpc-go
+/// does too). Through `run --tls` the client still gets HTTP/2 and the
+/// upstream's own answer, as directly: netchaos dials the upstream again
+/// offering HTTP/2, once — it remembers, and later connections offer both
+/// at once. It used to speak HTTP/1.1 to such an upstream, which reset the
+/// client.
+#[test]
+fn a_client_offering_h2_and_http1_reaches_an_h2_only_upstream_over_tls() {
+    if !have_grpcio() || !need(&["curl", "ip", "nft"]) {
+        return;
+    }
+    let ca = TestCa::new();
+    let up = Httpd::grpc(Some(&ca));
+    let url = |path: &str| format!("https://localhost:{}{path}", up.port);
+    const WHAT: &str = "%{http_version} %{http_code}\\n";
+    let out = Command::new("curl")
+        .args(["-sS", "-o", "/dev/null", "--max-time", "10", "-w", WHAT])
+        .args(["--cacert", &ca.ca()])
+        .arg(url("/test.Echo/Unary"))
+        .output()
+        .unwrap();
+    let direct = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(direct.starts_with("2 "), "directly: {direct:?}");
+    let script = format!(
+        "for p in /down /test.Echo/Unary /test.Echo/Unary; do \
+         curl -sS -o /dev/null --max-time 10 -w '{WHAT}' {}$p || echo failed; done",
+        url("")
+    );
+    let (code, out, err) = wrapped(
+        &[
+            "-v",
+            "--tls",
+            "--upstream-ca",
+            &ca.ca(),
+            "--fault",
+            "http_status:status=503,path=/down",
+        ],
+        &["sh", "-c", &script],
+    );
+    assert_eq!(code, 0, "{err}");
+    let got: Vec<&str> = out.lines().collect();
+    assert_eq!(got, ["2 503", &direct, &direct], "{err}");
+    assert!(
+        err.contains("HTTP requests: 3 seen, 1 faulted (http_status 503: 1)"),
+        "{err}"
+    );
+    assert_eq!(
+        err.matches("offered HTTP/2 too, it agreed to HTTP/2")
+            .count(),
+        1,
+        "{err}"
+    );
+}
+
 /// curl's HTTP/2 (prior knowledge, not gRPC): an answer in the upstream's
 /// place keeps its status and headers, and a response rewrite reaches it.
 #[test]

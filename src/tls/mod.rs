@@ -6,11 +6,14 @@
 //! client is shown a certificate nobody trusts, and fails as it would have
 //! without netchaos.
 //!
-//! HTTP/1.1 is agreed to (ALPN) whenever the client offers it; a client
-//! that offers HTTP/2 alone (gRPC) gets HTTP/2, and so does its upstream
-//! ([`crate::http::h2`]). One that offers neither is not terminated — its
-//! connection stays a byte relay.
+//! HTTP/1.1 is agreed to (ALPN) whenever the client offers it and the
+//! upstream speaks it; a client that offers HTTP/2 alone (gRPC) gets
+//! HTTP/2, and so does its upstream ([`crate::http::h2`]), as does one
+//! offering both to an upstream that speaks only HTTP/2 ([`alpn`]). One
+//! that offers neither is not terminated — its connection stays a byte
+//! relay.
 
+pub(crate) mod alpn;
 pub(crate) mod authority;
 pub(crate) mod hello;
 pub(crate) mod jks;
@@ -80,6 +83,10 @@ pub(crate) struct Tls {
     upstream: Arc<ClientConfig>,
     /// The same, offering HTTP/2 alone (for HTTP/2 clients).
     upstream_h2: Arc<ClientConfig>,
+    /// The same, offering HTTP/2 then HTTP/1.1 ([`alpn::Offer`]).
+    upstream_either: Arc<ClientConfig>,
+    /// What upstreams agreed to.
+    pub(crate) seen: alpn::Memory,
 }
 
 impl std::fmt::Debug for Tls {
@@ -121,10 +128,14 @@ impl Tls {
         upstream.alpn_protocols = vec![HTTP11.to_vec()];
         let mut upstream_h2 = upstream.clone();
         upstream_h2.alpn_protocols = vec![H2.to_vec()];
+        let mut upstream_either = upstream.clone();
+        upstream_either.alpn_protocols = vec![H2.to_vec(), HTTP11.to_vec()];
         Ok(Tls {
             authority,
             upstream: Arc::new(upstream),
             upstream_h2: Arc::new(upstream_h2),
+            upstream_either: Arc::new(upstream_either),
+            seen: alpn::Memory::default(),
         })
     }
 
@@ -132,25 +143,26 @@ impl Tls {
         &self.authority
     }
 
-    /// TLS to the upstream, verified as `name`, offering HTTP/1.1 (or,
-    /// `h2`, HTTP/2: an upstream that agrees to anything else fails).
+    /// TLS to the upstream, verified as `name`, offering `offer` (with
+    /// [`alpn::Offer::H2`], an upstream that agrees to anything else
+    /// fails).
     pub(crate) async fn connect<S: AsyncRead + AsyncWrite + Unpin>(
         &self,
         sock: S,
         name: &str,
-        h2: bool,
+        offer: alpn::Offer,
     ) -> io::Result<client::TlsStream<S>> {
         let server = ServerName::try_from(name.to_string())
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("{name:?}: {e}")))?;
-        let config = if h2 {
-            &self.upstream_h2
-        } else {
-            &self.upstream
+        let config = match offer {
+            alpn::Offer::Http11 => &self.upstream,
+            alpn::Offer::H2 => &self.upstream_h2,
+            alpn::Offer::H2OrHttp11 => &self.upstream_either,
         };
         let s = TlsConnector::from(config.clone())
             .connect(server, sock)
             .await?;
-        if h2 && s.get_ref().1.alpn_protocol() != Some(H2) {
+        if offer == alpn::Offer::H2 && s.get_ref().1.alpn_protocol() != Some(H2) {
             return Err(io::Error::other(format!(
                 "{name} does not speak HTTP/2 (ALPN)"
             )));
@@ -160,12 +172,13 @@ impl Tls {
 
     /// Completes the client's handshake (its hello is still unread) with a
     /// certificate for `name`: the authority's leaf, or, when the upstream
-    /// was not trusted, one the client will not trust either.
+    /// was not trusted, one the client will not trust either; agreeing to
+    /// `alpn` (one of the protocols the client offered, if it offered any).
     pub(crate) async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
         &self,
         sock: S,
         name: &str,
-        hello: &Hello,
+        alpn: Option<Vec<u8>>,
         trusted: bool,
     ) -> io::Result<server::TlsStream<S>> {
         let key = if trusted {
@@ -174,7 +187,7 @@ impl Tls {
             authority::untrusted(name).map(Arc::new)
         }
         .map_err(io::Error::other)?;
-        self.serve(sock, key, hello.agreed()).await
+        self.serve(sock, key, alpn).await
     }
 
     /// Completes the client's handshake showing `key`'s certificate (a

@@ -140,13 +140,17 @@ impl Conn<'_> {
         };
         // The name TLS to the upstream verifies, when netchaos speaks it.
         let mut up_tls: Option<String> = None;
+        // The upstream dialled again to offer it HTTP/2 ([`tls::alpn`]),
+        // which then carries the connection in the first one's place.
+        let mut again: Option<TcpStream> = None;
+        let mut on_again = false;
         let (client_side, upstream_side, sni, path, h2) = match carries {
             Carries::Other => return None,
             Carries::Http | Carries::H2 => {
                 let h2 = matches!(carries, Carries::H2);
                 let up = match &ep.upstream {
-                    Some(name) => match self.tls_upstream(upstream, name, h2).await {
-                        Ok(s) => {
+                    Some(name) => match self.tls_upstream(upstream, name, offer_for(h2)).await {
+                        Ok((s, _)) => {
                             up_tls = Some(name.clone());
                             s
                         }
@@ -201,7 +205,7 @@ impl Conn<'_> {
                     );
                     return None;
                 }
-                let h2 = match &faulty {
+                let mut h2 = match &faulty {
                     Some(s) => s.get_ref().1.alpn_protocol() == Some(tls::H2),
                     None => !hello.speaks_http1(),
                 };
@@ -209,8 +213,49 @@ impl Conn<'_> {
                     Side::plain(upstream)
                 } else {
                     let up_name = ep.upstream.clone().unwrap_or_else(|| name.clone());
-                    match self.tls_upstream(upstream, &up_name, h2).await {
-                        Ok(s) => {
+                    // A client that offered both may be agreed HTTP/2 when
+                    // the upstream speaks nothing else (not once shown a
+                    // faulty certificate: its protocol is agreed).
+                    let either = faulty.is_none() && !h2 && hello.offers_h2();
+                    let addr = upstream.peer_addr().ok().filter(|_| either);
+                    let offer = match addr {
+                        Some(addr) => tls.seen.offer(addr, &up_name, true),
+                        None => offer_for(h2),
+                    };
+                    let mut reached = self.tls_upstream(upstream, &up_name, offer).await;
+                    let unagreed = matches!(reached, Ok((_, None)));
+                    if let Some(addr) = addr
+                        && offer == tls::alpn::Offer::Http11
+                        && unagreed
+                        && tls.seen.worth_asking(addr, &up_name)
+                    {
+                        again = self.dial_again(upstream, inside.clone()).await;
+                    }
+                    if let Some(sock) = &again {
+                        let either = tls::alpn::Offer::H2OrHttp11;
+                        match self.tls_upstream(sock, &up_name, either).await {
+                            Ok((s, agreed)) => {
+                                let h2_only = agreed.as_deref() == Some(tls::H2);
+                                if let Some(addr) = addr {
+                                    use tls::alpn::Seen;
+                                    let seen = if h2_only { Seen::H2Only } else { Seen::NoAlpn };
+                                    tls.seen.learn(addr, &up_name, seen);
+                                }
+                                tracing::debug!(
+                                    "{up_name} agreed to no protocol for HTTP/1.1; offered HTTP/2 too, it agreed to {}",
+                                    if h2_only { "HTTP/2" } else { "none again" }
+                                );
+                                // The first connection, unused, goes.
+                                sockopt::shutdown_write(upstream);
+                                reached = Ok((s, agreed));
+                                on_again = true;
+                            }
+                            Err(e) => tracing::debug!("TLS to {up_name} dialled again: {e}"),
+                        }
+                    }
+                    match reached {
+                        Ok((s, agreed)) => {
+                            h2 |= agreed.as_deref() == Some(tls::H2);
                             up_tls = Some(up_name);
                             s
                         }
@@ -234,9 +279,20 @@ impl Conn<'_> {
                         }
                     }
                 };
+                // HTTP/2 when the upstream chose it for a client offering both.
+                let agree = if h2 {
+                    Some(tls::H2.to_vec())
+                } else {
+                    hello.agreed()
+                };
+                let upstream = if on_again {
+                    again.as_ref().unwrap_or(upstream)
+                } else {
+                    upstream
+                };
                 let session = match faulty {
                     Some(s) => s,
-                    None => match tls.accept(TcpRef(client), &name, &hello, true).await {
+                    None => match tls.accept(TcpRef(client), &name, agree, true).await {
                         Ok(s) => s,
                         Err(e) => {
                             tracing::debug!("TLS handshake with the client failed: {e}");
@@ -254,6 +310,10 @@ impl Conn<'_> {
                     h2,
                 )
             }
+        };
+        let upstream = match &again {
+            Some(s) if on_again => s,
+            _ => upstream,
         };
         let _ = self.path.set(path);
         let x = Exchange {
@@ -323,7 +383,10 @@ impl Conn<'_> {
         };
         let name = server_name(&hello, client, dst);
         let accepted = match self.tls_fault(tls, &name) {
-            Shown::Good => tls.accept(TcpRef(client), &name, &hello, true).await,
+            Shown::Good => {
+                tls.accept(TcpRef(client), &name, hello.agreed(), true)
+                    .await
+            }
             Shown::Bad(key) => tls.accept_showing(TcpRef(client), key, &hello).await,
             Shown::Silent(silence) => return Err(self.tls_silent(client, None, silence).await),
         };
@@ -411,20 +474,53 @@ impl Conn<'_> {
         (Outcome::Closed, [0, 0])
     }
 
+    /// TLS to the upstream, offering `offer`; the side, and the protocol
+    /// the upstream agreed to.
     async fn tls_upstream<'a>(
         &self,
         upstream: &'a TcpStream,
         name: &str,
-        h2: bool,
-    ) -> std::io::Result<Side<'a>> {
+        offer: tls::alpn::Offer,
+    ) -> std::io::Result<(Side<'a>, Option<Vec<u8>>)> {
         let tls = self
             .relay
             .opts
             .tls
             .clone()
             .ok_or_else(|| std::io::Error::other("TLS is not set up"))?;
-        let s = tls.connect(TcpRef(upstream), name, h2).await?;
-        Ok(Side::tls(s, upstream))
+        let s = tls.connect(TcpRef(upstream), name, offer).await?;
+        let agreed = s.get_ref().1.alpn_protocol().map(<[u8]>::to_vec);
+        Ok((Side::tls(s, upstream), agreed))
+    }
+
+    /// The upstream dialled again from the same place, shaped and tuned as
+    /// the first connection; `None` (and the reason logged) when the dial
+    /// fails.
+    async fn dial_again(
+        &self,
+        upstream: &TcpStream,
+        inside: Option<Arc<dyn Interception>>,
+    ) -> Option<TcpStream> {
+        let addr = upstream.peer_addr().ok()?;
+        let (shape, partitioned) = self.upstream_shape();
+        let opts = &self.relay.opts;
+        match dial::dial(addr, opts.dial_timeout, inside.as_ref(), shape).await {
+            Ok(sock) => {
+                sockopt::tune_upstream(&sock, opts.peer_timeout, partitioned);
+                Some(sock)
+            }
+            Err(e) => {
+                tracing::debug!("dialling {addr} again: {}", e.message);
+                None
+            }
+        }
+    }
+
+    /// How the upstream is dialled for this connection's faults, and
+    /// whether a partition may cut it.
+    fn upstream_shape(&self) -> (dial::Shape, bool) {
+        let faults = self.chosen.borrow().clone();
+        (dial::Shape::for_faults(&faults), self.partitioned(&faults))
     }
 
     /// The upstream's TLS failed: the client, whose hello is still unread,
@@ -443,7 +539,10 @@ impl Conn<'_> {
         let kind = self.upstream_tls_failed(name, e);
         sockopt::set_linger_zero(upstream);
         if kind == "upstream_tls_untrusted" {
-            if let Ok(mut s) = tls.accept(TcpRef(client), name, hello, false).await {
+            if let Ok(mut s) = tls
+                .accept(TcpRef(client), name, hello.agreed(), false)
+                .await
+            {
                 let _ = tokio::io::AsyncWriteExt::shutdown(&mut s).await;
             }
             return (Outcome::Closed, [0, 0]);
@@ -575,9 +674,9 @@ impl Conn<'_> {
     ) -> Option<h2::Redial> {
         let addr = upstream.peer_addr().ok()?;
         let (timeout, peer_timeout) = (self.relay.opts.dial_timeout, self.relay.opts.peer_timeout);
-        // Shaped and buffered as the first upstream socket was.
-        let faults = self.chosen.borrow().clone();
-        let (shape, partitioned) = (dial::Shape::for_faults(&faults), self.partitioned(&faults));
+        // Shaped and buffered for the connection's faults, as the first
+        // upstream socket was (for those it had when dialled).
+        let (shape, partitioned) = self.upstream_shape();
         let tls = match tls_name {
             Some(name) => Some((self.relay.opts.tls.clone()?, name)),
             None => None,
@@ -590,7 +689,9 @@ impl Conn<'_> {
                     .map_err(|e| std::io::Error::other(e.message))?;
                 sockopt::tune_upstream(&sock, peer_timeout, partitioned);
                 let io: Box<dyn h2::UpstreamIo> = match tls {
-                    Some((tls, name)) => Box::new(tls.connect(sock, &name, true).await?),
+                    Some((tls, name)) => {
+                        Box::new(tls.connect(sock, &name, tls::alpn::Offer::H2).await?)
+                    }
                     None => Box::new(sock),
                 };
                 Ok(io)
@@ -671,4 +772,14 @@ async fn sniff(client: &TcpStream, upstream: &TcpStream, tls: bool) -> Carries {
 fn is_h2_settings(h: &[u8; 9]) -> bool {
     let len = u32::from_be_bytes([0, h[0], h[1], h[2]]);
     len % 6 == 0 && h[3] == 4 && h[4] == 0 && h[5..9] == [0, 0, 0, 0]
+}
+
+/// What to offer an upstream for a client speaking HTTP/2 (`h2`) or
+/// HTTP/1.1.
+fn offer_for(h2: bool) -> tls::alpn::Offer {
+    if h2 {
+        tls::alpn::Offer::H2
+    } else {
+        tls::alpn::Offer::Http11
+    }
 }
