@@ -11,12 +11,14 @@
 //! it directly. So when the client offers both and the upstream agrees to
 //! nothing, the upstream is dialled once more offering HTTP/2 first, and
 //! the client is agreed whatever the upstream chose. What an upstream
-//! answered is remembered, so that later connections to it pay no second
-//! dial.
+//! answered is remembered for a while ([`REMEMBERED`]), so that later
+//! connections to it pay no second dial; an upstream redeployed meanwhile
+//! is asked again after that.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 /// The protocols offered to an upstream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,9 +39,13 @@ pub(crate) enum Offer {
 pub(crate) enum Seen {
     /// It agreed to HTTP/2: it speaks nothing else.
     H2Only,
-    /// Nothing again: it does not do ALPN (an HTTP/1.1 server).
+    /// Not HTTP/2: it does not do ALPN (an HTTP/1.1 server), or chose
+    /// HTTP/1.1 this time.
     NoAlpn,
 }
+
+/// How long what an upstream did is trusted.
+const REMEMBERED: Duration = Duration::from_secs(600);
 
 /// Upstreams remembered at most; beyond, the memory starts afresh (a
 /// forgotten upstream costs one more dial).
@@ -48,7 +54,7 @@ const MAX_SEEN: usize = 4096;
 /// What upstreams (address and verified name) were seen to do.
 #[derive(Debug, Default)]
 pub(crate) struct Memory {
-    seen: Mutex<HashMap<(SocketAddr, String), Seen>>,
+    seen: Mutex<HashMap<(SocketAddr, String), (Seen, Instant)>>,
 }
 
 impl Memory {
@@ -74,12 +80,18 @@ impl Memory {
         if m.len() >= MAX_SEEN {
             m.clear();
         }
-        m.insert((addr, name.to_string()), seen);
+        m.insert((addr, name.to_string()), (seen, Instant::now()));
     }
 
     fn get(&self, addr: SocketAddr, name: &str) -> Option<Seen> {
+        self.get_at(addr, name, Instant::now())
+    }
+
+    fn get_at(&self, addr: SocketAddr, name: &str, now: Instant) -> Option<Seen> {
         let m = self.seen.lock().unwrap_or_else(|e| e.into_inner());
-        m.get(&(addr, name.to_string())).copied()
+        m.get(&(addr, name.to_string()))
+            .filter(|(_, at)| now.saturating_duration_since(*at) < REMEMBERED)
+            .map(|(seen, _)| *seen)
     }
 }
 
@@ -103,6 +115,9 @@ mod tests {
         assert_eq!(m.offer(a, "other", true), Offer::Http11);
         assert!(!m.worth_asking(a, "api") && !m.worth_asking(b, "api"));
         assert_eq!(m.offer(b, "api", true), Offer::Http11);
+        // Forgotten after a while: asked again.
+        let later = Instant::now() + REMEMBERED + Duration::from_secs(1);
+        assert_eq!(m.get_at(a, "api", later), None);
     }
 
     #[test]

@@ -245,12 +245,16 @@ impl Conn<'_> {
                                     "{up_name} agreed to no protocol for HTTP/1.1; offered HTTP/2 too, it agreed to {}",
                                     if h2_only { "HTTP/2" } else { "none again" }
                                 );
-                                // The first connection, unused, goes.
+                                // The first connection, unused, is ended (its
+                                // descriptor stays until the connection ends).
                                 sockopt::shutdown_write(upstream);
                                 reached = Ok((s, agreed));
                                 on_again = true;
                             }
-                            Err(e) => tracing::debug!("TLS to {up_name} dialled again: {e}"),
+                            Err(e) => {
+                                tracing::debug!("TLS to {up_name} dialled again: {e}");
+                                sockopt::abort(sock);
+                            }
                         }
                     }
                     match reached {
