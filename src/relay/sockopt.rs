@@ -78,7 +78,7 @@ pub(crate) fn tune_upstream(s: &TcpStream, peer_timeout: Duration, partitioned: 
             hold_little(s);
             RecvBuf::Fixed
         }
-        RecvBuf::Kernel if partitioned => RecvBuf::Fixed,
+        RecvBuf::Kernel if partitioned => RecvBuf::KernelHeld,
         b => b,
     }
 }
@@ -90,14 +90,17 @@ pub(crate) enum RecvBuf {
     /// Bounded, growing while the stream moves ([`RecvGrowth`]): a peer
     /// on a short path.
     Bounded = 0,
-    /// The kernel's, autotuned: the handshake's round trip was long. It is
-    /// bounded after all at a stall of the stream if the receiver's own
-    /// round-trip estimate is short by then (on a busy machine a loopback
-    /// handshake can take milliseconds): [`RecvGrowth::stalled`].
+    /// The kernel's, autotuned: the handshake's round trip was long (for a
+    /// peer on this host, longer than load alone makes it). It is
+    /// bounded after all at a stall of the stream if the peer is near by
+    /// then: [`RecvGrowth::stalled`].
     Kernel = 1,
     /// Never changed: [`hold_little`]'s, the kernel's where bounding
     /// failed, or one a stall found far (or could not tell).
     Fixed = 2,
+    /// As `Kernel`, for a stream a partition may cut: held little
+    /// ([`hold_little`]) if a stall finds the peer near.
+    KernelHeld = 3,
 }
 
 impl RecvBuf {
@@ -105,6 +108,7 @@ impl RecvBuf {
         match a.load(Ordering::Relaxed) {
             0 => RecvBuf::Bounded,
             1 => RecvBuf::Kernel,
+            3 => RecvBuf::KernelHeld,
             _ => RecvBuf::Fixed,
         }
     }
@@ -123,13 +127,23 @@ pub(crate) fn tune_accepted(s: &TcpStream) -> RecvBuf {
     // towards a peer on this host, a bounded receive buffer instead of one
     // autotuned to megabytes. Over a longer path the buffer stays
     // autotuned: a fixed one would cap the rate at RECV_BUF per round trip.
-    if !short(tcp_info(s).map(|i| i.tcpi_rtt)) {
+    let rtt = tcp_info(s).map_or(0, |i| i.tcpi_rtt);
+    if !near_at_handshake(rtt, || on_this_host(s)) {
         RecvBuf::Kernel
     } else if SockRef::from(s).set_recv_buffer_size(RECV_BUF).is_ok() {
         RecvBuf::Bounded
     } else {
         RecvBuf::Fixed
     }
+}
+
+/// Whether a handshake's round trip (µs; 0: none measured) says the peer
+/// is near: short, or (asked only then) `local` and no longer than load
+/// alone makes it — a peer on this host on a path made long on purpose
+/// (netem on `lo`, the packet delay line) takes longer, or is bounded only
+/// at a stall.
+fn near_at_handshake(rtt_us: u32, local: impl FnOnce() -> bool) -> bool {
+    short(Some(rtt_us)) || (u64::from(rtt_us) < SLOWED_LOCAL_US && local())
 }
 
 /// Whether a round trip (µs, 0: no sample yet) says the peer is near.
@@ -233,24 +247,34 @@ impl<'a> RecvGrowth<'a> {
 
     /// The relay holds all it will of the stream (its pipe or channel is
     /// full). A buffer left to the kernel because the handshake looked far
-    /// is bounded now if the receiver's estimate of the round trip, from
-    /// the stream's own segments, says the peer is near: autotuned, it
-    /// would take megabytes in front of a destination that stopped reading.
+    /// is bounded now (held little, where a partition may cut the stream)
+    /// if the peer is near after all: on this host, or near by the
+    /// receiver's estimate of the round trip from the stream's own segments
+    /// (which a sender's pauses inflate, so it cannot vouch for a local
+    /// peer). Autotuned, it would take megabytes in front of a destination
+    /// that stopped reading. Bounding only at a stall leaves a local peer
+    /// behind a real delay (tc netem on `lo`, the packet delay line) its
+    /// window while the stream flows.
     pub(crate) fn stalled(&mut self, src: &TcpStream) {
-        if RecvBuf::load(self.sized) != RecvBuf::Kernel {
-            return;
-        }
+        let held = match RecvBuf::load(self.sized) {
+            RecvBuf::Kernel => false,
+            RecvBuf::KernelHeld => true,
+            _ => return,
+        };
+        let local = on_this_host(src);
         // `None`: no TCP_INFO (an emulator), nothing will be known.
         let rtt = tcp_info(src).map(|i| i.tcpi_rcv_rtt);
-        if rtt == Some(0) && self.unsampled < MAX_UNSAMPLED {
+        if !local && rtt == Some(0) && self.unsampled < MAX_UNSAMPLED {
             // No sample yet: asked again at the next stall.
             self.unsampled += 1;
             return;
         }
         // Once: a far path stays far.
         RecvBuf::Fixed.store(self.sized);
-        let near = rtt.is_some_and(|us| us > 0 && u64::from(us) < NEAR_AT_STALL_US);
-        if near && SockRef::from(src).set_recv_buffer_size(RECV_BUF).is_ok() {
+        let near = local || rtt.is_some_and(|us| us > 0 && u64::from(us) < NEAR_AT_STALL_US);
+        if near && held {
+            hold_little(src);
+        } else if near && SockRef::from(src).set_recv_buffer_size(RECV_BUF).is_ok() {
             self.cap = Some(RECV_BUF);
             RecvBuf::Bounded.store(self.sized);
         }
@@ -263,6 +287,19 @@ const RECV_BUF: usize = 256 * 1024;
 /// Below this handshake round trip a peer is on this host (or next to
 /// it): RECV_BUF per round trip is then gigabytes per second.
 const LOCAL_RTT: Duration = Duration::from_micros(500);
+/// Below this handshake round trip a peer on this host is near (a busy
+/// machine made its handshake slow); above, something delays its path.
+const SLOWED_LOCAL_US: u64 = 10_000;
+
+/// Whether the peer is on this host: a loopback address, or the socket's
+/// own.
+fn on_this_host(s: &TcpStream) -> bool {
+    match (s.peer_addr(), s.local_addr()) {
+        (Ok(peer), Ok(local)) => super::is_loopback(peer) || peer.ip() == local.ip(),
+        _ => false,
+    }
+}
+
 /// Below this receiver's estimate a stalled peer is near. Wider than
 /// [`LOCAL_RTT`]: before Linux 6.16 the estimate counts a timestamp
 /// sample of 0 ms as 1 ms, so loopback reads about 1000 us; a bound that
@@ -407,71 +444,39 @@ mod tests {
     use super::*;
 
     /// A buffer the handshake left to the kernel (a busy machine made a
-    /// loopback handshake look far) is bounded at a stall once the
-    /// stream's own round trip says the peer is near; with no sample yet
-    /// it is left alone until the next stall; where the kernel's TCP state
-    /// cannot be read (qemu-user) it stays the kernel's.
+    /// loopback handshake look far) is bounded at the stream's first
+    /// stall, as the peer is on this host, sample or not; judged once. One
+    /// a partition may cut is held little instead.
     #[tokio::test(flavor = "current_thread")]
-    async fn a_near_peer_judged_far_is_bounded_at_a_stall() {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    async fn a_local_peer_judged_far_is_bounded_at_a_stall() {
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let mut c = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
-        let (mut s, _) = l.accept().await.unwrap();
+        let c = TcpStream::connect(l.local_addr().unwrap()).await.unwrap();
+        let (s, _) = l.accept().await.unwrap();
         assert!(short(Some(40)) && !short(Some(3_000)) && !short(Some(0)) && !short(None));
-        let before = SockRef::from(&s).recv_buffer_size().unwrap();
+        assert!(on_this_host(&s) && on_this_host(&c));
+        // At the handshake: a local peer slowed by load is near, one behind
+        // a real delay is not; a remote one must be quick.
+        assert!(near_at_handshake(3_000, || true) && !near_at_handshake(3_000, || false));
+        assert!(!near_at_handshake(50_000, || true) && near_at_handshake(40, || false));
         let sized = AtomicU8::new(RecvBuf::Kernel as u8);
         let mut g = RecvGrowth::new(&s, &sized, true);
-        let Some(info) = tcp_info(&s) else {
-            g.stalled(&s);
-            assert_eq!(
-                RecvBuf::load(&sized),
-                RecvBuf::Fixed,
-                "nothing can be known"
-            );
-            assert_eq!(SockRef::from(&s).recv_buffer_size().unwrap(), before);
-            return;
-        };
-        assert_eq!(info.tcpi_rcv_rtt, 0, "no segment received yet");
         g.stalled(&s);
-        assert_eq!(
-            RecvBuf::load(&sized),
-            RecvBuf::Kernel,
-            "no sample: left alone"
-        );
-        assert_eq!(SockRef::from(&s).recv_buffer_size().unwrap(), before);
-
-        // The receiver samples the round trip from the stream's segments
-        // (once a receive window's worth has come): up to 16 MiB.
-        const CHUNK: usize = 1 << 20;
-        let mut buf = vec![0u8; 1 << 18];
-        for _ in 0..16 {
-            if tcp_info(&s).is_some_and(|i| i.tcpi_rcv_rtt > 0) {
-                break;
-            }
-            let send = async {
-                c.write_all(&vec![7u8; CHUNK]).await.unwrap();
-            };
-            let recv = async {
-                let mut got = 0;
-                while got < CHUNK {
-                    got += s.read(&mut buf).await.unwrap();
-                }
-            };
-            tokio::join!(send, recv);
-        }
-        g.stalled(&s);
-        assert_eq!(
-            RecvBuf::load(&sized),
-            RecvBuf::Bounded,
-            "{:?}",
-            tcp_info(&s).map(|i| i.tcpi_rcv_rtt)
-        );
+        assert_eq!(RecvBuf::load(&sized), RecvBuf::Bounded);
         assert_eq!(g.cap, Some(RECV_BUF));
         // The kernel doubles what is set (rmem_max may cap it lower).
         assert!(SockRef::from(&s).recv_buffer_size().unwrap() <= 2 * RECV_BUF);
         // Judged once: what is bounded stays so, and grows as before.
         g.stalled(&s);
         assert_eq!(RecvBuf::load(&sized), RecvBuf::Bounded);
+
+        let held = AtomicU8::new(RecvBuf::KernelHeld as u8);
+        RecvGrowth::new(&c, &held, true).stalled(&c);
+        assert_eq!(RecvBuf::load(&held), RecvBuf::Fixed);
+        assert!(SockRef::from(&c).recv_buffer_size().unwrap() <= 2 * (16 << 10));
+        // Fixed is never touched.
+        let before = SockRef::from(&c).recv_buffer_size().unwrap();
+        RecvGrowth::new(&c, &held, true).stalled(&c);
+        assert_eq!(SockRef::from(&c).recv_buffer_size().unwrap(), before);
     }
 
     /// A socket just handed to tokio, whose first readiness event the
