@@ -16,7 +16,7 @@ mod http;
 pub(crate) use http::EndpointTls;
 
 use std::net::SocketAddr;
-use std::sync::atomic::AtomicU8;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -52,7 +52,7 @@ pub(crate) async fn serve(
     inherits: bool,
 ) {
     let opened = Instant::now();
-    let client_buf = if inherits {
+    let client_capped = if inherits {
         sockopt::tune_accepted(&client)
     } else {
         sockopt::tune(&client, relay.opts.peer_timeout)
@@ -146,10 +146,7 @@ pub(crate) async fn serve(
             ends: ep.ends,
             protocol: faults.protocol(),
             path: OnceLock::new(),
-            recv_buf: [
-                AtomicU8::new(client_buf as u8),
-                AtomicU8::new(sockopt::RecvBuf::Fixed as u8),
-            ],
+            capped: [AtomicBool::new(client_capped), AtomicBool::new(false)],
         };
         let ended = faults.end_signals();
         // Follows the connection's rules: each change republishes its faults.
@@ -217,10 +214,9 @@ struct Conn<'a> {
     /// The path the bytes took (`splice`, `pipeline`, `http`, `https`),
     /// once known: for the event log and the counters.
     path: OnceLock<&'static str>,
-    /// How the client's and the upstream's receive buffers are sized
-    /// ([`sockopt::RecvBuf`]), for the splice and pipeline paths to grow
-    /// them or judge them again at a stall.
-    recv_buf: [AtomicU8; 2],
+    /// Whether the client's and the upstream's receive buffers are
+    /// bounded ([`sockopt::tune`]), so that the splice path grows them.
+    capped: [AtomicBool; 2],
 }
 
 /// A direction's view of the connection's faults.
@@ -285,12 +281,12 @@ impl Conn<'_> {
             },
         };
         self.info.marks.dialled();
-        sockopt::tune_upstream(
+        let grows = sockopt::tune_upstream(
             &upstream,
             self.relay.opts.peer_timeout,
             self.partitioned(&first),
-        )
-        .store(&self.recv_buf[1]);
+        );
+        self.capped[1].store(grows, Ordering::Relaxed);
         if http::wanted(&first, self.tls, self.protocol) {
             let dst = dest.addrs.first().copied();
             let inside = dest.dial_from();
@@ -392,7 +388,10 @@ impl Conn<'_> {
         let meter = self.meter();
         let mut total = 0;
         // The source of the upstream direction is the client.
-        let growth = |fresh| sockopt::RecvGrowth::new(src, &self.recv_buf[dir.index()], fresh);
+        let growth = |fresh| {
+            let capped = self.capped[dir.index()].load(Ordering::Relaxed);
+            sockopt::RecvGrowth::new(src, capped, fresh)
+        };
         if feed.wanted().is_empty() {
             match splice::run(src, dst, dir, &meter, &mut feed, growth(true)).await {
                 splice::Spliced::End(end, n) => return (end, n),

@@ -40,7 +40,7 @@ pub(crate) enum Source<'a> {
     /// ([`sockopt::RecvGrowth`]), and whether its chunks may be dated by
     /// the kernel's receive stamp (not when netchaos's packet delay line
     /// holds its packets after they were stamped).
-    Socket(&'a TcpStream, sockopt::RecvGrowth<'a>, bool),
+    Socket(&'a TcpStream, sockopt::RecvGrowth, bool),
     /// A canned reply (`respond`): these items, then silence.
     Script(Vec<ItemKind>),
     /// A task that reads elsewhere and sends into the pipeline (the HTTP
@@ -268,7 +268,7 @@ async fn read_source(src: Source<'_>, out: Output, meter: &Meter<'_>, dir: Direc
 /// it.
 async fn read_socket(
     src: &TcpStream,
-    mut growth: sockopt::RecvGrowth<'_>,
+    mut growth: sockopt::RecvGrowth,
     stamp: bool,
     out: Output,
     meter: &Meter<'_>,
@@ -309,7 +309,7 @@ async fn read_socket(
                 // The stages' first channel says whether the destination
                 // keeps up (empty) or the bytes back up (full).
                 match out.room() {
-                    Some((0, _)) => growth.blocked(src),
+                    Some((0, _)) => growth.blocked(),
                     Some((free, all)) => growth.moved(src, n, free == all),
                     None => {}
                 }

@@ -106,7 +106,7 @@ pub(crate) async fn run(
     dir: Direction,
     meter: &Meter<'_>,
     feed: &mut impl Feed,
-    mut growth: sockopt::RecvGrowth<'_>,
+    mut growth: sockopt::RecvGrowth,
 ) -> Spliced {
     let mut total = 0u64;
     let mut pipe: Option<Pipe> = None;
@@ -204,15 +204,12 @@ pub(crate) async fn run(
                     Ok(In::Bytes(n)) => {
                         in_pipe += n;
                         meter.read(dir, n as u64);
-                        if in_pipe == p.size {
-                            growth.stalled(src);
-                        }
                         // Short: back to small messages once the pipe is empty.
                         copying = n < COPY_BUF;
                     }
                     Ok(In::PipeFull) => {
                         pipe_full = true;
-                        growth.blocked(src);
+                        growth.blocked();
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                     Err(_) => state = SrcState::Failed,
