@@ -289,10 +289,9 @@ impl Conn<'_> {
                 } else {
                     hello.agreed()
                 };
-                let upstream = if on_again {
-                    again.as_ref().unwrap_or(upstream)
-                } else {
-                    upstream
+                let upstream = match &again {
+                    Some(s) if on_again => s,
+                    _ => upstream,
                 };
                 let session = match faulty {
                     Some(s) => s,
@@ -497,22 +496,16 @@ impl Conn<'_> {
         Ok((Side::tls(s, upstream), agreed))
     }
 
-    /// The upstream dialled again from the same place, shaped and tuned as
-    /// the first connection; `None` (and the reason logged) when the dial
-    /// fails.
+    /// The upstream dialled again (to offer it HTTP/2); `None` (and the
+    /// reason logged) when the dial fails.
     async fn dial_again(
         &self,
         upstream: &TcpStream,
         inside: Option<Arc<dyn Interception>>,
     ) -> Option<TcpStream> {
         let addr = upstream.peer_addr().ok()?;
-        let (shape, partitioned) = self.upstream_shape();
-        let opts = &self.relay.opts;
-        match dial::dial(addr, opts.dial_timeout, inside.as_ref(), shape).await {
-            Ok(sock) => {
-                sockopt::tune_upstream(&sock, opts.peer_timeout, partitioned);
-                Some(sock)
-            }
+        match self.again().dial(addr, inside.as_ref()).await {
+            Ok(sock) => Some(sock),
             Err(e) => {
                 tracing::debug!("dialling {addr} again: {}", e.message);
                 None
@@ -520,11 +513,15 @@ impl Conn<'_> {
         }
     }
 
-    /// How the upstream is dialled for this connection's faults, and
-    /// whether a partition may cut it.
-    fn upstream_shape(&self) -> (dial::Shape, bool) {
+    /// How the upstream is dialled again, for this connection's faults now.
+    fn again(&self) -> DialAgain {
         let faults = self.chosen.borrow().clone();
-        (dial::Shape::for_faults(&faults), self.partitioned(&faults))
+        DialAgain {
+            timeout: self.relay.opts.dial_timeout,
+            peer_timeout: self.relay.opts.peer_timeout,
+            shape: dial::Shape::for_faults(&faults),
+            partitioned: self.partitioned(&faults),
+        }
     }
 
     /// The upstream's TLS failed: the client, whose hello is still unread,
@@ -677,10 +674,7 @@ impl Conn<'_> {
         tls_name: Option<String>,
     ) -> Option<h2::Redial> {
         let addr = upstream.peer_addr().ok()?;
-        let (timeout, peer_timeout) = (self.relay.opts.dial_timeout, self.relay.opts.peer_timeout);
-        // Shaped and buffered for the connection's faults, as the first
-        // upstream socket was (for those it had when dialled).
-        let (shape, partitioned) = self.upstream_shape();
+        let again = self.again();
         let tls = match tls_name {
             Some(name) => Some((self.relay.opts.tls.clone()?, name)),
             None => None,
@@ -688,10 +682,10 @@ impl Conn<'_> {
         Some(Arc::new(move || {
             let (inside, tls) = (inside.clone(), tls.clone());
             Box::pin(async move {
-                let sock = dial::dial(addr, timeout, inside.as_ref(), shape)
+                let sock = again
+                    .dial(addr, inside.as_ref())
                     .await
                     .map_err(|e| std::io::Error::other(e.message))?;
-                sockopt::tune_upstream(&sock, peer_timeout, partitioned);
                 let io: Box<dyn h2::UpstreamIo> = match tls {
                     Some((tls, name)) => {
                         Box::new(tls.connect(sock, &name, tls::alpn::Offer::H2).await?)
@@ -776,6 +770,29 @@ async fn sniff(client: &TcpStream, upstream: &TcpStream, tls: bool) -> Carries {
 fn is_h2_settings(h: &[u8; 9]) -> bool {
     let len = u32::from_be_bytes([0, h[0], h[1], h[2]]);
     len % 6 == 0 && h[3] == 4 && h[4] == 0 && h[5..9] == [0, 0, 0, 0]
+}
+
+/// How the upstream is dialled again (to offer it HTTP/2, or after its
+/// GOAWAY): from the same place, shaped and tuned as the first connection
+/// was, for the connection's faults.
+#[derive(Clone, Copy)]
+struct DialAgain {
+    timeout: std::time::Duration,
+    peer_timeout: std::time::Duration,
+    shape: dial::Shape,
+    partitioned: bool,
+}
+
+impl DialAgain {
+    async fn dial(
+        self,
+        addr: SocketAddr,
+        inside: Option<&Arc<dyn Interception>>,
+    ) -> Result<TcpStream, dial::DialError> {
+        let sock = dial::dial(addr, self.timeout, inside, self.shape).await?;
+        sockopt::tune_upstream(&sock, self.peer_timeout, self.partitioned);
+        Ok(sock)
+    }
 }
 
 /// What to offer an upstream for a client speaking HTTP/2 (`h2`) or
