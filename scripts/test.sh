@@ -55,9 +55,11 @@ fi
 # The LLM SDKs and the HTTP clients are pinned: tests pin how these
 # versions meet the faults (anthropic 2.17 began wrapping a broken
 # stream in its own APIConnectionError; unpinned, a release turned CI red).
+# grpcio 1.75.0: from 1.75.1 on, a completed call's `_Rendezvous.__del__`
+# can deadlock the client (grpc/grpc#43421; a CI run hung on it).
 for mod in requests:requests==2.34.2 httpx:httpx==0.29.0 toxiproxy:toxiproxy-python anthropic:anthropic==2.17.0 \
   openai:openai==3.60.0 google.genai:google-genai==3.6.1 ollama:ollama==0.6.3 \
-  boto3:boto3==1.43.11 grpc:grpcio==1.76.0; do
+  boto3:boto3==1.43.11 grpc:grpcio==1.75.0; do
   spec=${mod#*:}
   if [[ $spec == *==* ]]; then
     have=$(python3 -c "import importlib.metadata as m; print(m.version('${spec%%==*}'))" 2>/dev/null)

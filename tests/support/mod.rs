@@ -451,18 +451,37 @@ impl Drop for PythonBg {
 
 /// Runs a Python snippet; returns (exit code, stdout, stderr).
 pub(crate) fn python(code: &str, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new("python3")
+    let child = Command::new("python3")
         .arg("-c")
         .arg(code)
         .args(args)
-        .output()
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .expect("run python3");
+    let pid = child.id();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    // Bounded: a client library that deadlocks (grpcio 1.75.1+ can, in
+    // `_Rendezvous.__del__`, grpc/grpc#43421) fails the test instead of
+    // holding CI until its own limit.
+    let Ok(out) = rx.recv_timeout(PYTHON_LIMIT) else {
+        signal(pid, libc::SIGKILL);
+        panic!("a python3 client did not finish in {PYTHON_LIMIT:?}: killed");
+    };
+    let out = out.expect("wait for python3");
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
+
+/// The longest a Python client of the tests may run.
+const PYTHON_LIMIT: Duration = Duration::from_secs(180);
 
 /// The NODE_PATH holding the Node `package` (`NETCHAOS_NODE_MODULES`,
 /// where scripts/test.sh installs it), with node on PATH; `None` (skipped,
