@@ -128,16 +128,23 @@ ratio() { python3 -c "print(f'{$1/$2:.2f}')"; }
 IPORT=$(free_port)
 iperf3 -s -B 127.0.0.1 -p "$IPORT" >/dev/null 2>&1 &
 PIDS+=($!)
+IPERF_PID=$!
 coproc ECHO { "$BC" server; }
 PIDS+=("$ECHO_PID")
 read -r EADDR <&"${ECHO[0]}"
 sleep 0.3
+# bash may run the coprocess's one command in a subshell of its own.
+ECHO_SRV=$ECHO_PID
+[ "$(cat "/proc/$ECHO_PID/comm")" = bench_client ] || ECHO_SRV=$(pgrep -P "$ECHO_PID" -x bench_client)
 declare -A TP RT SU   # relay -> "iperf-addr", "echo-addr"
+declare -A TPPID RTPID # relay -> the pid serving TP / RT (none for direct)
 TP[direct]="127.0.0.1:$IPORT" RT[direct]=$EADDR
 TP[netchaos]=$(start_proxy pass "127.0.0.1:$IPORT")
 RT[netchaos]=$(start_proxy rtt "$EADDR")
 TP[userspace]=$(start_proxy user "127.0.0.1:$IPORT" "latency:delay=0,stream=both")
 RT[userspace]=$(start_proxy rttuser "$EADDR" "latency:delay=0,stream=both")
+TPPID[netchaos]=$(cat "$WORK/pass.pid") RTPID[netchaos]=$(cat "$WORK/rtt.pid")
+TPPID[userspace]=$(cat "$WORK/user.pid") RTPID[userspace]=$(cat "$WORK/rttuser.pid")
 PEERS=()
 if command -v socat >/dev/null; then
   for k in TP RT; do
@@ -145,7 +152,7 @@ if command -v socat >/dev/null; then
     up=$([ $k = TP ] && echo "127.0.0.1:$IPORT" || echo "$EADDR")
     socat "TCP-LISTEN:$port,bind=127.0.0.1,reuseaddr,fork,nodelay" "TCP:$up,nodelay" &
     PIDS+=($!)
-    eval "$k[socat]=127.0.0.1:$port"
+    eval "$k[socat]=127.0.0.1:$port ${k}PID[socat]=$!"
   done
   PEERS+=(socat)
 fi
@@ -157,7 +164,7 @@ if command -v haproxy >/dev/null; then
       "$port" "$up" >"$WORK/haproxy-$k.cfg"
     haproxy -f "$WORK/haproxy-$k.cfg" -db >/dev/null 2>&1 &
     PIDS+=($!)
-    eval "$k[haproxy]=127.0.0.1:$port"
+    eval "$k[haproxy]=127.0.0.1:$port ${k}PID[haproxy]=$!"
   done
   PEERS+=(haproxy)
 fi
@@ -180,6 +187,58 @@ gbps() { # ADDR: a relay may still be closing the last test's connections
   exit 1
 }
 
+# Where the CPU goes: CPU seconds each role spent (/proc for the server
+# and the relay, the shell's child times for the client), summed over
+# rounds, for the throughput and the setup measurements, and the wall time
+# they took: what a relayed path costs, and how fast it could go if it
+# kept every core busy.
+TICK=$(getconf CLK_TCK)
+# cpu FIELDS PID...: CPU seconds in /proc/PID/stat's FIELDS ("14 16":
+# user time, the process's and its reaped children's; "15 17": system).
+cpu() {
+  local fields=$1 t=0 p; shift
+  for p in "$@"; do
+    t=$((t + $(awk -v f="$fields" '{n = split(f, i, " "); for (k = 1; k <= n; k++) s += $i[k]; print s}' "/proc/$p/stat" 2>/dev/null || echo 0)))
+  done
+  awk -v t="$t" -v k="$TICK" 'BEGIN {print t / k}'
+}
+# The shell's reaped children (the clients): `times` in this shell, not a
+# subshell, which would count only its own.
+clients_cpu() {
+  times >"$WORK/times"
+  awk 'NR == 2 { for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); t += a[1] * 60 + a[2] } } END { print t }' "$WORK/times"
+}
+# measured PREFIX RELAY SERVER-PID RELAY-PID... -- CMD...: runs CMD in this
+# shell (its output in $OUTV) and adds each role's CPU seconds to
+# PREFIX_C[RELAY] (client), PREFIX_S (server), PREFIX_U and PREFIX_K
+# (the relay's user and system time), and the wall time to PREFIX_T.
+declare -A TH_C TH_S TH_U TH_K TH_T TH_N SU_C SU_S SU_U SU_K SU_T SU_N
+measured() {
+  local pre=$1 n=$2 srv=$3; shift 3
+  local relay=()
+  while [ "$1" != -- ]; do relay+=("$1"); shift; done
+  shift
+  local c0 s0 u0=0 k0=0 t0 c1 s1 u1=0 k1=0 t1
+  # The clients' times are read closest to CMD: what reads the others
+  # runs as this shell's children too.
+  s0=$(cpu "14 15" "$srv")
+  if ((${#relay[@]})); then u0=$(cpu "14 16" "${relay[@]}") k0=$(cpu "15 17" "${relay[@]}"); fi
+  clients_cpu >"$WORK/c0"
+  t0=$EPOCHREALTIME
+  OUTV=$("$@")
+  t1=$EPOCHREALTIME
+  clients_cpu >"$WORK/c1"
+  s1=$(cpu "14 15" "$srv")
+  if ((${#relay[@]})); then u1=$(cpu "14 16" "${relay[@]}") k1=$(cpu "15 17" "${relay[@]}"); fi
+  c0=$(cat "$WORK/c0") c1=$(cat "$WORK/c1")
+  add() { local -n m=${pre}_$1; m[$n]=$(awk -v a="${m[$n]:-0}" -v b="$2" -v c="$3" 'BEGIN {print a + c - b}'); }
+  add C "$c0" "$c1"
+  add S "$s0" "$s1"
+  add U "$u0" "$u1"
+  add K "$k0" "$k1"
+  add T "$t0" "$t1"
+}
+
 declare -A G P50 P99 CPS
 # Each round starts one relay later: connections left in TIME_WAIT by a
 # round's setup measurements slow the ones after them (a longer port
@@ -188,10 +247,16 @@ ORDER=("${RELAYS[@]}")
 for r in $(seq "$ROUNDS"); do
   echo "peers round $r/$ROUNDS: ${ORDER[*]}" >&2
   for n in "${ORDER[@]}"; do
-    G[$n]+=" $(gbps "${TP[$n]}")"
+    measured TH "$n" "$IPERF_PID" ${TPPID[$n]:-} -- gbps "${TP[$n]}"
+    G[$n]+=" $OUTV"
+    TH_N[$n]=$(python3 -c "print(${TH_N[$n]:-0} + $OUTV * $SECS / 8)") # GB
     read -r a b < <("$BC" rtt "${RT[$n]}" "$RTT_N")
     P50[$n]+=" $a" P99[$n]+=" $b"
-    [ "$n" != userspace ] && CPS[$n]+=" $("$BC" connrate "${RT[$n]}" 2 2)"
+    if [ "$n" != userspace ]; then
+      measured SU "$n" "$ECHO_SRV" ${RTPID[$n]:-} -- "$BC" connrate "${RT[$n]}" 2 2
+      CPS[$n]+=" $OUTV"
+      SU_N[$n]=$(python3 -c "print(${SU_N[$n]:-0} + $OUTV * 2)") # connections
+    fi
   done
   ORDER=("${ORDER[@]:1}" "${ORDER[0]}")
 done
@@ -361,7 +426,7 @@ exec {HTTPD[1]}>&-
     label=$n
     [ "$n" = netchaos ] && label="netchaos (no fault: splice + small-message path)"
     [ "$n" = userspace ] && label="netchaos, \`latency:delay=0\` both ways (user-space fault path)"
-    [ "$n" = haproxy ] && label="haproxy $(haproxy -v 2>/dev/null | head -1 | awk '{print $3}') (tcp mode)"
+    [ "$n" = haproxy ] && label="haproxy $(haproxy -v 2>/dev/null | awk 'NR == 1 {print $3}') (tcp mode)"
     [ "$n" = socat ] && label="socat $(socat -V 2>/dev/null | awk '/socat version/ {print $3}')"
     if [ -n "${CPS[$n]:-}" ]; then setup="${CPS[$n]} | $(ratio "${CPS[$n]}" "$CD")×"; else setup="— | —"; fi
     echo "| $label | ${G[$n]} Gbit/s | $(ratio "${G[$n]}" "$D")× | ${P50[$n]} µs | $(python3 -c "print(f'{${P50[$n]}-$RD50:+.1f}')") µs | ${P99[$n]} µs | $(python3 -c "print(f'{${P99[$n]}-$RD99:+.1f}')") µs | $setup |"
@@ -369,6 +434,45 @@ exec {HTTPD[1]}>&-
   echo
   echo "Goals (issue 15): throughput ≥ 0.85× (user-space path ≥ 0.6×), added round trip"
   echo "below every peer's at p50 and p99 and ≤ 25 µs at p50 on an idle machine, setup ≥ 0.8×."
+  echo
+  echo "Where the CPU goes, in the same rounds: CPU time (user + system) of the"
+  echo "client (iperf3 -c; the setup client), the server (iperf3 -s; the echo"
+  echo "server) and the relay (its user and system time; socat's with its forked"
+  echo "children), per GB carried and per connection set up. \"Busy\": cores"
+  echo "kept busy on average. \"Ceiling\": how fast the path would go with all"
+  echo "$(nproc) cores busy at that cost, against direct's measured rate; \"without"
+  echo "the relay's user time\": the ceiling of a relay whose own code cost"
+  echo "nothing, left with the kernel's work for a second TCP connection."
+  echo
+  cost_table() { # PREFIX UNIT-NAME SCALE
+    local pre=$1 unit=$2 scale=$3 n
+    echo "| relay | client | server | relay user + sys | total ($unit) | busy | ceiling ×direct | without the relay's user time |"
+    echo "|---|---|---|---|---|---|---|---|"
+    for n in "${RELAYS[@]}"; do
+      local -n C=${pre}_C S=${pre}_S U=${pre}_U K=${pre}_K T=${pre}_T N=${pre}_N
+      [ -n "${N[$n]:-}" ] || continue
+      python3 - "$n" "${C[$n]}" "${S[$n]}" "${U[$n]}" "${K[$n]}" "${T[$n]}" "${N[$n]}" \
+        "${N[direct]}" "${T[direct]}" "$scale" "$(nproc)" <<'PY'
+import sys
+n, c, s, u, k, t, units, dunits, dt, scale, cores = sys.argv[1:]
+c, s, u, k, t, units, dunits, dt, scale, cores = map(float, (c, s, u, k, t, units, dunits, dt, scale, cores))
+per = lambda x: x / units * scale
+total = c + s + u + k
+direct_rate = dunits / dt
+ceil = cores / (total / units) / direct_rate
+floor = cores / ((total - u) / units) / direct_rate
+print(f"| {n} | {per(c):.0f} | {per(s):.0f} | {per(u):.0f} + {per(k):.0f} | {per(total):.0f} | "
+      f"{total / t:.2f} | {ceil:.2f}× | {floor:.2f}× |")
+PY
+    done
+  }
+  echo "Throughput, CPU ms per GB:"
+  echo
+  cost_table TH "ms/GB" 1000
+  echo
+  echo "Setup, CPU µs per connection:"
+  echo
+  cost_table SU "µs/connection" 1000000
   echo
   echo "| measure | direct | netchaos | ratio | target |"
   echo "|---|---|---|---|---|"
