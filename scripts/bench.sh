@@ -2,8 +2,8 @@
 # Measures netchaos against baselines taken in the same run, and writes the
 # results to docs/benchmarks.md (or --out FILE).
 #
-#   peers       direct loopback, `netchaos proxy` with no fault (splice and
-#               small-message path), with `latency:delay=0` (every byte through
+#   peers       direct loopback, `netchaos proxy` with no fault (the fast
+#               path: small messages and bulk), with `latency:delay=0` (every byte through
 #               the user-space fault pipeline), socat and haproxy (tcp mode)
 #               when installed, measured round by round, interleaved:
 #               single-stream iperf3 throughput, 64-byte echo round trips
@@ -424,7 +424,7 @@ exec {HTTPD[1]}>&-
   echo "|---|---|---|---|---|---|---|---|---|"
   for n in "${RELAYS[@]}"; do
     label=$n
-    [ "$n" = netchaos ] && label="netchaos (no fault: splice + small-message path)"
+    [ "$n" = netchaos ] && label="netchaos (no fault: the fast path)"
     [ "$n" = userspace ] && label="netchaos, \`latency:delay=0\` both ways (user-space fault path)"
     [ "$n" = haproxy ] && label="haproxy $(haproxy -v 2>/dev/null | awk 'NR == 1 {print $3}') (tcp mode)"
     [ "$n" = socat ] && label="socat $(socat -V 2>/dev/null | awk '/socat version/ {print $3}')"
@@ -511,7 +511,7 @@ PY
   echo
   echo "| measure | direct | netchaos | ratio | per request |"
   echo "|---|---|---|---|---|"
-  echo "| HTTP requests/s, no HTTP fault (splice) | $HD /s | $HS /s | $(ratio "$HS" "$HD")× | — |"
+  echo "| HTTP requests/s, no HTTP fault (fast path) | $HD /s | $HS /s | $(ratio "$HS" "$HD")× | — |"
   echo "| HTTP requests/s, HTTP layer | $HD /s | $HL /s | $(ratio "$HL" "$HD")× | p50 $HDP → $HLP µs ($(python3 -c "print(f'{$HLP-$HDP:+.1f}')") µs) |"
   echo "| HTTPS requests/s, HTTP layer (TLS terminated and re-originated) | $HTD /s | $HTL /s | $(ratio "$HTL" "$HTD")× | p50 $HTDP → $HTLP µs ($(python3 -c "print(f'{$HTLP-$HTDP:+.1f}')") µs) |"
   echo "| HTTP download, HTTP layer | $GD Gbit/s | $GL Gbit/s | $(ratio "$GL" "$GD")× | — |"

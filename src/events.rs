@@ -281,8 +281,8 @@ pub(crate) struct Stats {
     pub dns_queries: AtomicU64,
     /// DNS faults applied, by kind.
     pub dns_faulted: Mutex<BTreeMap<&'static str, u64>>,
-    /// Connections by the path their bytes took (`splice`, `pipeline`,
-    /// `http`, `https`).
+    /// Connections by the path their bytes took (`splice`: the fast path,
+    /// `pipeline`, `http`, `https`).
     pub paths: Mutex<BTreeMap<&'static str, u64>>,
     /// Event lines that could not be written (a full disk, `/dev/full`) or
     /// found the writer's queue full.

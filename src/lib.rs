@@ -47,8 +47,8 @@
 //!   terminating and re-originating TLS, reading a ClientHello without
 //!   consuming it, and a Java key store writer.
 //! * `relay` — listeners and the accept loop, one task per connection
-//!   (`relay::conn`), dialling (`relay::dial`), a `splice(2)` fast path
-//!   (`relay::splice`) and fault pipelines (`relay::pipeline`). What it
+//!   (`relay::conn`), dialling (`relay::dial`), a fast path for fault-free
+//!   bytes (`relay::fast`) and fault pipelines (`relay::pipeline`). What it
 //!   needs from interception is a trait of its own
 //!   (`relay::interception`); a connection with HTTP faults runs the HTTP
 //!   layer's sides as its pipelines' readers (`relay::conn::http`).

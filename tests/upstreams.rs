@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use support::*;
 
-/// netchaos's open sockets. (Pipes are left out: the splice path keeps a
-/// bounded pool of them for reuse, which is not a leak.)
+/// netchaos's open sockets (what else it opens — the event log, timers —
+/// is not per connection).
 fn fds(pid: u32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd"))
         .map(|d| {
@@ -111,7 +111,7 @@ fn an_upstream_that_never_reads_pushes_back_on_the_client_with_bounded_memory() 
                 Err(e) => panic!("write: {e}"),
             }
         }
-        // Socket buffers, the splice pipe or the delay line's cap (8 MiB):
+        // Socket buffers, the fast path's 512 KiB or the delay line's cap (8 MiB):
         // well under 64 MiB, and the relay's memory did not take the rest.
         assert!(sent < 64 << 20, "{sent} bytes accepted with {faults:?}");
         let grown = rss_kib(pid).saturating_sub(rss0);

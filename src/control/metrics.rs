@@ -135,7 +135,7 @@ pub(crate) fn render(stats: &Stats, extra: &Extra) -> String {
         &mut out,
         "netchaos_connections_by_path_total",
         "counter",
-        "Connections by the path their bytes took: splice (in the kernel, no fault on the bytes), pipeline (stream faults), http or https (the HTTP layer).",
+        "Connections by the path their bytes took: splice (the fast path: no fault on the bytes), pipeline (stream faults), http or https (the HTTP layer).",
     );
     for (path, n) in stats.paths.lock().expect("stats lock").iter() {
         let _ = writeln!(

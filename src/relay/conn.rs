@@ -5,7 +5,7 @@
 //!
 //! The connection follows its rules while it runs: when the control API
 //! changes a rule's faults, each direction relinks its pipeline (or leaves
-//! the splice path for it); when a rule or proxy is disabled, the
+//! the fast path for it); when a rule or proxy is disabled, the
 //! connection ends.
 //!
 //! Errors stay in this task: they are recorded and never reach the accept
@@ -30,7 +30,7 @@ use super::dial::{self, Dest, DialError};
 use super::interception::Interception;
 use super::peer::Sink;
 use super::pipeline::{self, Feed, Wanted};
-use super::{DirEnd, Endpoint, Relay, Target, sockopt, splice};
+use super::{DirEnd, Endpoint, Relay, Target, fast, sockopt};
 use crate::events::{ConnInfo, Dst, FaultHit, Meter, Outcome};
 use crate::fault::Chosen;
 use crate::fault::http_reply::is_head_request;
@@ -211,11 +211,12 @@ struct Conn<'a> {
     protocol: Option<crate::plan::Protocol>,
     /// How a connection given up on ends.
     ends: super::EndStyle,
-    /// The path the bytes took (`splice`, `pipeline`, `http`, `https`),
-    /// once known: for the event log and the counters.
+    /// The path the bytes took (`splice`: the fast path, by the name it had
+    /// when it used `splice(2)`; `pipeline`, `http`, `https`), once known:
+    /// for the event log and the counters.
     path: OnceLock<&'static str>,
     /// Whether the client's and the upstream's receive buffers are
-    /// bounded ([`sockopt::tune`]), so that the splice path grows them.
+    /// bounded ([`sockopt::tune`]), so that the fast path grows them.
     capped: [AtomicBool; 2],
 }
 
@@ -381,8 +382,8 @@ impl Conn<'_> {
                 .any(|c| crate::fault::path::is_path_fault(&c.spec.kind))
     }
 
-    /// A fault-free direction splices; once a byte fault applies (now or
-    /// later) it runs the pipeline.
+    /// A fault-free direction takes the fast path; once a byte fault
+    /// applies (now or later) it runs the pipeline.
     async fn direction(&self, src: &TcpStream, dst: &TcpStream, dir: Direction) -> (DirEnd, u64) {
         let mut feed = self.feed(dir);
         let meter = self.meter();
@@ -393,9 +394,9 @@ impl Conn<'_> {
             sockopt::RecvGrowth::new(src, capped, fresh)
         };
         if feed.wanted().is_empty() {
-            match splice::run(src, dst, dir, &meter, &mut feed, growth(true)).await {
-                splice::Spliced::End(end, n) => return (end, n),
-                splice::Spliced::Faulted(n) => total = n,
+            match fast::run(src, dst, dir, &meter, &mut feed, growth(true)).await {
+                fast::Ended::End(end, n) => return (end, n),
+                fast::Ended::Faulted(n) => total = n,
             }
         }
         // Boxed: the pipeline's state is large, and an idle fault-free

@@ -3,8 +3,8 @@
 //! The accept loop only accepts and spawns: each connection gets its own
 //! task ([`conn`]) that resolves, decides faults, dials and relays, so a slow
 //! or dead upstream never holds up the next client. Each direction of a
-//! connection either splices ([`splice`]) or, when faults touch its bytes,
-//! runs a pipeline of fault stages ([`pipeline`]).
+//! connection either takes the fast path ([`fast`]) or, when faults touch
+//! its bytes, runs a pipeline of fault stages ([`pipeline`]).
 //!
 //! The relay knows nothing of namespaces, nftables or the SYN gate: where a
 //! connection came from and how to reach inside is asked of an
@@ -14,11 +14,11 @@
 pub(crate) mod arrival;
 pub(crate) mod conn;
 pub(crate) mod dial;
+pub(crate) mod fast;
 pub(crate) mod interception;
 pub(crate) mod peer;
 pub(crate) mod pipeline;
 pub(crate) mod sockopt;
-pub(crate) mod splice;
 
 use std::io;
 use std::net::SocketAddr;
@@ -212,10 +212,9 @@ pub(crate) struct BadEnv {
     expected: String,
 }
 
-/// What the open-files limit allows: each connection holds two sockets
-/// and, while it splices, pipes from a shared pool; a third of the limit
-/// per connection leaves room for those, for the control API's own
-/// connections (bounded), and for everything else.
+/// What the open-files limit allows: each connection holds two sockets; a
+/// third of the limit per connection leaves room for the control API's own
+/// connections (bounded), the event log, DNS and everything else.
 pub(crate) fn default_max_connections() -> usize {
     let soft = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
         .map_or(1024, |(soft, _)| soft);

@@ -145,11 +145,11 @@ fn hold_little(s: &TcpStream) {
 /// application reads, and a relay reads eagerly whether or not its
 /// destination takes the bytes, so it would grow to megabytes in front of
 /// a peer that never reads; this one doubles each time [`GROW_AFTER`]
-/// buffers' worth has gone out without the relay's pipe filling up (the
+/// buffers' worth has gone out without the relay's buffer filling up (the
 /// destination taking bytes slower than the source sends them), when the
 /// destination has just taken all there was, up to [`RECV_BUF_MAX`].
 /// So a bulk transfer gets its window back (the fixed 256 KiB cost 18 %
-/// of the splice path's throughput), and a peer that stops reading finds
+/// of the fast path's throughput), and a peer that stops reading finds
 /// the relay holding what it held when the stream last moved.
 pub(crate) struct RecvGrowth {
     /// The current bound; `None`: the buffer is the kernel's (autotuned).
@@ -324,11 +324,6 @@ fn ioctl_int(fd: RawFd, request: libc::Ioctl) -> io::Result<usize> {
     } else {
         Ok(n.max(0) as usize)
     }
-}
-
-/// Bytes waiting in the socket's receive queue (`FIONREAD`); 0 on error.
-pub(crate) fn readable_bytes(s: &TcpStream) -> usize {
-    ioctl_int(s.as_raw_fd(), libc::FIONREAD).unwrap_or(0)
 }
 
 /// Waits (up to `limit`) until everything written to `s` has been

@@ -6,7 +6,7 @@
 //!
 //! A connection that carries neither HTTP/1.1 nor TLS netchaos may
 //! terminate is handed back untouched: it is relayed as bytes (and
-//! spliced, when no stream fault touches it).
+//! on the fast path, when no stream fault touches it).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
