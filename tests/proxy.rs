@@ -400,7 +400,7 @@ fn a_hostname_upstream_is_resolved_and_matched() {
 
 #[test]
 fn a_slow_reader_still_gets_every_byte_in_order() {
-    // The server drains slowly, so the relay's pipe and socket buffers fill
+    // The server drains slowly, so the relay's buffer and socket buffers fill
     // and it must wait for room without losing or reordering bytes.
     let (tx, rx) = std::sync::mpsc::channel();
     let server = Server::start("127.0.0.1:0", move |mut s| {

@@ -13,13 +13,13 @@
 //!
 //! Bulk is copied, not spliced. `splice(2)` (socket → pipe → socket, this
 //! path until 2026-12) keeps bytes out of user space, but on this host's
-//! loopback it made both endpoints dearer — their pages stay referenced
-//! in the relay's pipe and the segments it sends are built of the
-//! source's fragments: iperf3 through `proxy`, 2 cores, interleaved rounds,
-//! 15.7–16.5 Gbit/s spliced, 18.7–19.5 copied (direct 26.7–27.2), with
-//! 763–795 ms of CPU per GB in all against 700–720 copied (the relay's
-//! own share rose from 300 to 385). A 256 KiB buffer gave 17.8, 1 MiB no
-//! more than 512 KiB.
+//! loopback it made both endpoints dearer (most likely because their pages
+//! stay referenced in the relay's pipe and the segments it sends are built
+//! of the source's fragments). iperf3 through `proxy`, 2 cores, interleaved
+//! rounds: 14.8–15.9 Gbit/s spliced, 18.6–19.3 copied (direct 26.5–27.4),
+//! at 763–795 ms of CPU per GB in all against 690–720 copied (the relay's
+//! own share rose from 300 to 380). A 256 KiB buffer gave 17.8 Gbit/s,
+//! 1 MiB no more than 512 KiB.
 //!
 //! Buffers are borrowed from a small pool only while bytes are in flight
 //! and returned empty, so an idle connection holds none.
@@ -59,36 +59,42 @@ struct Held {
 }
 
 impl Held {
-    /// An empty buffer, from the pool if one is there.
-    fn take() -> Held {
-        let buf = POOL
-            .lock()
-            .expect("buffer pool lock")
-            .pop()
-            .unwrap_or_else(|| vec![0u8; BULK_SIZE].into_boxed_slice());
-        Held {
+    /// An empty buffer, from the pool if one is there; `None` when memory
+    /// runs out (the small-message path then carries the direction).
+    fn take() -> Option<Held> {
+        let pooled = POOL.lock().expect("buffer pool lock").pop();
+        let buf = match pooled {
+            Some(b) => b,
+            None => {
+                let mut v = Vec::new();
+                v.try_reserve_exact(BULK_SIZE).ok()?;
+                v.resize(BULK_SIZE, 0);
+                v.into_boxed_slice()
+            }
+        };
+        Some(Held {
             buf,
             start: 0,
             end: 0,
-        }
+        })
     }
 
-    /// An empty buffer holding `bytes` (at most [`COPY_BUF`]).
-    fn with(bytes: &[u8]) -> Held {
-        let mut h = Held::take();
-        h.buf[..bytes.len()].copy_from_slice(bytes);
-        h.end = bytes.len();
-        h
+    /// Puts `bytes` (at most [`COPY_BUF`]) into this empty buffer.
+    fn fill(&mut self, bytes: &[u8]) {
+        self.buf[..bytes.len()].copy_from_slice(bytes);
+        (self.start, self.end) = (0, bytes.len());
     }
 
     fn len(&self) -> usize {
         self.end - self.start
     }
 
-    /// Room to read into; what is left unwritten moves to the front first
-    /// when the end is reached.
+    /// Room to read into. Once the end is reached, what is left unwritten
+    /// moves to the front when it is at most half the buffer, so that no
+    /// byte is moved more than once (moving it after every write of a full
+    /// buffer cost more than the reads and writes).
     fn room(&mut self) -> usize {
-        if self.end == self.buf.len() && self.start > 0 {
+        if self.end == self.buf.len() && self.start >= self.buf.len() / 2 {
             self.buf.copy_within(self.start..self.end, 0);
             (self.start, self.end) = (0, self.end - self.start);
         }
@@ -193,6 +199,14 @@ pub(crate) async fn run(
                     state = SrcState::Failed;
                     continue;
                 }
+                if !copying && held.is_none() {
+                    match Held::take() {
+                        Some(h) => held = Some(h),
+                        // Out of memory: the small-message path carries
+                        // everything (a partial write then waits in place).
+                        None => copying = true,
+                    }
+                }
                 if copying && in_flight == 0 {
                     match copy_small(src, dst, dir, meter) {
                         Copied::Nothing => {}
@@ -208,20 +222,32 @@ pub(crate) async fn run(
                             // The rest waits in a bulk buffer (the
                             // destination is full: bulk).
                             copying = false;
-                            held = Some(rest);
+                            if let Some(mut h) = Held::take() {
+                                h.fill(&rest);
+                                held = Some(h);
+                            } else {
+                                if super::pipeline::write_all(dst, &rest).await.is_err() {
+                                    return Ended::End(DirEnd::Reset, total);
+                                }
+                                total += rest.len() as u64;
+                                meter.add(dir, rest.len() as u64);
+                            }
                         }
                     }
                     continue;
                 }
-                let h = held.get_or_insert_with(Held::take);
+                let h = held.as_mut().expect("a bulk buffer, unless copying");
+                let room = h.room();
                 match read_in(src, h) {
                     Ok(0) => state = SrcState::Eof,
                     Ok(n) => {
                         meter.read(dir, n as u64);
                         // Short: back to small messages once it is written.
-                        copying = n < COPY_BUF;
-                        if h.room() == 0 {
-                            // The destination is slower than the source.
+                        copying = n < room.min(COPY_BUF);
+                        if in_flight > 0 && h.room() == 0 {
+                            // Bytes waited for the destination while the
+                            // source filled the buffer: the destination is
+                            // the slower.
                             growth.blocked();
                         }
                     }
@@ -258,6 +284,8 @@ pub(crate) async fn run(
 fn read_in(src: &TcpStream, h: &mut Held) -> io::Result<usize> {
     let mut got = None;
     let room = h.room();
+    // A read of 0 bytes would look like the end of the stream.
+    debug_assert!(room > 0);
     let r = src.try_io(Interest::READABLE, || {
         let n = nix::unistd::read(src.as_fd(), &mut h.buf[h.end..]).map_err(io::Error::from)?;
         if n > 0 && n < room {
@@ -288,10 +316,10 @@ enum Copied {
         n: usize,
         bulk: bool,
     },
-    /// The destination took only `written` bytes; `rest` holds the others.
+    /// The destination took only `written` bytes; `rest` still has to go.
     Partly {
         written: usize,
-        rest: Held,
+        rest: Vec<u8>,
     },
 }
 
@@ -335,7 +363,7 @@ fn copy_small(src: &TcpStream, dst: &TcpStream, dir: Direction, meter: &Meter<'_
         if written < n {
             return Copied::Partly {
                 written,
-                rest: Held::with(&buf[written..n]),
+                rest: buf[written..n].to_vec(),
             };
         }
         Copied::Written {

@@ -195,7 +195,7 @@ impl RecvGrowth {
         }
     }
 
-    /// The destination is slower than the source: the pipe is full.
+    /// The destination is slower than the source: the relay's buffer filled.
     pub(crate) fn blocked(&mut self) {
         self.since_block = 0;
     }
@@ -311,13 +311,13 @@ pub(crate) fn unacked_bytes(s: &TcpStream) -> io::Result<usize> {
     ioctl_int(s.as_raw_fd(), libc::TIOCOUTQ)
 }
 
-/// An ioctl that reports one `int` (TIOCOUTQ, FIONREAD).
+/// An ioctl that reports one `int` (TIOCOUTQ).
 fn ioctl_int(fd: RawFd, request: libc::Ioctl) -> io::Result<usize> {
     let mut n: libc::c_int = 0;
     // SAFETY: `fd` is an open socket borrowed from a live TcpStream for the
-    // duration of the call, and the requests passed here (TIOCOUTQ,
-    // FIONREAD) write exactly one c_int through the pointer, which points at
-    // a local c_int.
+    // duration of the call, and the request passed here (TIOCOUTQ)
+    // writes exactly one c_int through the pointer, which points at a
+    // local c_int.
     let r = unsafe { libc::ioctl(fd, request, &mut n as *mut libc::c_int) };
     if r < 0 {
         Err(io::Error::last_os_error())
