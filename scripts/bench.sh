@@ -21,6 +21,8 @@
 #
 # usage: scripts/bench.sh [--seconds N] [--rounds N] [--idle N] [--rtt-samples N] [--out FILE]
 set -euo pipefail
+# `times`, $EPOCHREALTIME and awk print a decimal point whatever the locale.
+export LC_ALL=C
 cd "$(dirname "$0")/.."
 
 SECS=5 ROUNDS=3 IDLE=5000 OUT=docs/benchmarks.md RTT_N=10000
@@ -52,6 +54,11 @@ if ((${#missing[@]})); then
       timeout 300 apt-get install -y -qq --no-install-recommends "$p" >/dev/null 2>&1 ||
         echo "bench.sh: could not install $p" >&2
     done
+    # Debian starts haproxy's own service on install; the benchmark runs
+    # its own haproxy, and leaves nothing running behind it.
+    if [[ " ${missing[*]} " == *" haproxy "* ]] && [ -d /run/systemd/system ]; then
+      systemctl disable --now haproxy.service >/dev/null 2>&1 || true
+    fi
   else
     echo "bench.sh: not installing ${missing[*]} (needs root and apt-get)" >&2
   fi
@@ -200,13 +207,13 @@ cpu() {
   for p in "$@"; do
     t=$((t + $(awk -v f="$fields" '{n = split(f, i, " "); for (k = 1; k <= n; k++) s += $i[k]; print s}' "/proc/$p/stat" 2>/dev/null || echo 0)))
   done
-  awk -v t="$t" -v k="$TICK" 'BEGIN {print t / k}'
+  awk -v t="$t" -v k="$TICK" 'BEGIN {printf "%.3f\n", t / k}'
 }
 # The shell's reaped children (the clients): `times` in this shell, not a
 # subshell, which would count only its own.
 clients_cpu() {
   times >"$WORK/times"
-  awk 'NR == 2 { for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); t += a[1] * 60 + a[2] } } END { print t }' "$WORK/times"
+  awk 'NR == 2 { for (i = 1; i <= 2; i++) { split($i, a, /[ms]/); t += a[1] * 60 + a[2] } } END { printf "%.3f\n", t }' "$WORK/times"
 }
 # measured PREFIX RELAY SERVER-PID RELAY-PID... -- CMD...: runs CMD in this
 # shell (its output in $OUTV) and adds each role's CPU seconds to
@@ -218,7 +225,13 @@ measured() {
   local relay=()
   while [ "$1" != -- ]; do relay+=("$1"); shift; done
   shift
-  local c0 s0 u0=0 k0=0 t0 c1 s1 u1=0 k1=0 t1
+  local c0 s0 u0=0 k0=0 t0 c1 s1 u1=0 k1=0 t1 ppids
+  # A relay's forked children (socat's) count once reaped: the last run's
+  # are waited for (bounded), so that they are not counted in this one.
+  if ((${#relay[@]})); then
+    ppids=$(IFS=,; echo "${relay[*]}")
+    for _ in $(seq 40); do pgrep -P "$ppids" >/dev/null || break; sleep 0.05; done
+  fi
   # The clients' times are read closest to CMD: what reads the others
   # runs as this shell's children too.
   s0=$(cpu "14 15" "$srv")
@@ -231,7 +244,7 @@ measured() {
   s1=$(cpu "14 15" "$srv")
   if ((${#relay[@]})); then u1=$(cpu "14 16" "${relay[@]}") k1=$(cpu "15 17" "${relay[@]}"); fi
   c0=$(cat "$WORK/c0") c1=$(cat "$WORK/c1")
-  add() { local -n m=${pre}_$1; m[$n]=$(awk -v a="${m[$n]:-0}" -v b="$2" -v c="$3" 'BEGIN {print a + c - b}'); }
+  add() { local -n m=${pre}_$1; m[$n]=$(awk -v a="${m[$n]:-0}" -v b="$2" -v c="$3" 'BEGIN {printf "%.6f\n", a + c - b}'); }
   add C "$c0" "$c1"
   add S "$s0" "$s1"
   add U "$u0" "$u1"
@@ -251,6 +264,8 @@ for r in $(seq "$ROUNDS"); do
     G[$n]+=" $OUTV"
     TH_N[$n]=$(python3 -c "print(${TH_N[$n]:-0} + $OUTV * $SECS / 8)") # GB
     read -r a b < <("$BC" rtt "${RT[$n]}" "$RTT_N")
+    # Reaped now, so that its CPU is not counted as the setup client's.
+    wait $! 2>/dev/null || true
     P50[$n]+=" $a" P99[$n]+=" $b"
     if [ "$n" != userspace ]; then
       measured SU "$n" "$ECHO_SRV" ${RTPID[$n]:-} -- "$BC" connrate "${RT[$n]}" 2 2
@@ -444,20 +459,25 @@ exec {HTTPD[1]}>&-
   echo "the relay's user time\": the ceiling of a relay whose own code cost"
   echo "nothing, left with the kernel's work for a second TCP connection."
   echo
-  cost_table() { # PREFIX UNIT-NAME SCALE
-    local pre=$1 unit=$2 scale=$3 n
+  cost_table() { # PREFIX UNIT-NAME SCALE SECONDS-PER-ROUND
+    local pre=$1 unit=$2 scale=$3 secs=$4 n
     echo "| relay | client | server | relay user + sys | total ($unit) | busy | ceiling ×direct | without the relay's user time |"
     echo "|---|---|---|---|---|---|---|---|"
     for n in "${RELAYS[@]}"; do
       local -n C=${pre}_C S=${pre}_S U=${pre}_U K=${pre}_K T=${pre}_T N=${pre}_N
       [ -n "${N[$n]:-}" ] || continue
       python3 - "$n" "${C[$n]}" "${S[$n]}" "${U[$n]}" "${K[$n]}" "${T[$n]}" "${N[$n]}" \
-        "${N[direct]}" "${T[direct]}" "$scale" "$(nproc)" <<'PY'
+        "${N[direct]}" "$((ROUNDS * secs))" "$scale" "$(nproc)" <<'PY'
 import sys
 n, c, s, u, k, t, units, dunits, dt, scale, cores = sys.argv[1:]
 c, s, u, k, t, units, dunits, dt, scale, cores = map(float, (c, s, u, k, t, units, dunits, dt, scale, cores))
+if units <= 0 or dunits <= 0:
+    print(f"| {n} | — | — | — | — | — | — | — |")
+    sys.exit()
 per = lambda x: x / units * scale
 total = c + s + u + k
+# Direct's rate over the measured seconds (the wall time also holds each
+# client's start and end).
 direct_rate = dunits / dt
 ceil = cores / (total / units) / direct_rate
 floor = cores / ((total - u) / units) / direct_rate
@@ -468,11 +488,11 @@ PY
   }
   echo "Throughput, CPU ms per GB:"
   echo
-  cost_table TH "ms/GB" 1000
+  cost_table TH "ms/GB" 1000 "$SECS"
   echo
   echo "Setup, CPU µs per connection:"
   echo
-  cost_table SU "µs/connection" 1000000
+  cost_table SU "µs/connection" 1000000 2
   echo
   echo "| measure | direct | netchaos | ratio | target |"
   echo "|---|---|---|---|---|"

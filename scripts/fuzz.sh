@@ -9,7 +9,8 @@
 #   ./scripts/fuzz.sh --report FILE   # also write the results as markdown
 #
 # Without nightly or cargo-fuzz (and no way to install it), it says so and
-# exits 3; test.sh then relies on tests/fuzz_corpus.rs alone.
+# exits 3; test.sh then relies on tests/fuzz_corpus.rs alone. Targets that
+# do not build exit 4 (not a finding of the fuzzer's).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -37,7 +38,10 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
 fi
 
 echo "== building the fuzz targets (nightly, AddressSanitizer)"
-cargo +nightly fuzz build --release >/dev/null
+if ! cargo +nightly fuzz build --release >/dev/null; then
+    echo "fuzz.sh: the fuzz targets did not build (see above)" >&2
+    exit 4
+fi
 
 results=()
 failed=0

@@ -183,6 +183,8 @@ else
   bash scripts/fuzz.sh --seconds "$((fuzz_secs > 0 ? fuzz_secs : 15))" || fuzz_rc=$?
   if [ "$fuzz_rc" = 3 ]; then
     echo "SKIPPED: fuzzing needs the nightly toolchain and cargo-fuzz; the corpus ran as regression tests"
+  elif [ "$fuzz_rc" = 4 ]; then
+    fail_stage "fuzz (the fuzz targets did not build)"
   elif [ "$fuzz_rc" != 0 ]; then
     fail_stage "fuzz (a crash: the input is in fuzz/regressions/)"
   fi

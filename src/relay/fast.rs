@@ -15,11 +15,13 @@
 //! path until 2026-12) keeps bytes out of user space, but on this host's
 //! loopback it made both endpoints dearer (most likely because their pages
 //! stay referenced in the relay's pipe and the segments it sends are built
-//! of the source's fragments). iperf3 through `proxy`, 2 cores, interleaved
-//! rounds: 14.8–15.9 Gbit/s spliced, 18.6–19.3 copied (direct 26.5–27.4),
-//! at 763–795 ms of CPU per GB in all against 690–720 copied (the relay's
-//! own share rose from 300 to 380). A 256 KiB buffer gave 17.8 Gbit/s,
-//! 1 MiB no more than 512 KiB.
+//! of the source's fragments). iperf3 through `proxy`, 2 cores, one run of
+//! interleaved rounds (284f8b6): 14.8–15.9 Gbit/s spliced, 18.6–19.3
+//! copied (direct 26.5–27.4), at 763–795 ms of CPU per GB in all against
+//! 690–720 copied (the relay's own share rose from 300 to 380). This
+//! machine also has rounds in which every path, direct too, runs slower
+//! and its client costs about four times the CPU; bench.sh's sums include
+//! them. A 256 KiB buffer gave 17.8 Gbit/s, 1 MiB no more than 512 KiB.
 //!
 //! Buffers are borrowed from a small pool only while bytes are in flight
 //! and returned empty, so an idle connection holds none.
@@ -371,4 +373,72 @@ fn copy_small(src: &TcpStream, dst: &TcpStream, dir: Direction, meter: &Meter<'_
             bulk: n == COPY_BUF,
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Reads `bytes` into the buffer's room (as `read_in` does).
+    fn put(h: &mut Held, bytes: &[u8]) -> usize {
+        let n = bytes.len().min(h.room());
+        h.buf[h.end..h.end + n].copy_from_slice(&bytes[..n]);
+        h.end += n;
+        n
+    }
+
+    /// Writes up to `n` held bytes out (as the write branch does).
+    fn take_out(h: &mut Held, n: usize) -> Vec<u8> {
+        let n = n.min(h.len());
+        let out = h.buf[h.start..h.start + n].to_vec();
+        h.consume(n);
+        out
+    }
+
+    #[test]
+    fn held_bytes_come_out_in_order_through_every_compaction() {
+        let mut h = Held::take().expect("memory for one buffer");
+        let input: Vec<u8> = (0..5 * BULK_SIZE)
+            .map(|i| (i * 7 + i / 251) as u8)
+            .collect();
+        let (mut fed, mut out) = (0, Vec::new());
+        // Writes of uneven sizes, smaller and larger than what is read.
+        let sizes = [100_000, 7, 300_000, 65_536, 1, 200_000];
+        let mut i = 0;
+        while out.len() < input.len() {
+            fed += put(&mut h, &input[fed..]);
+            assert!(h.len() <= BULK_SIZE);
+            out.extend(take_out(&mut h, sizes[i % sizes.len()]));
+            i += 1;
+            assert!(i < 10_000, "no progress");
+        }
+        assert_eq!(out, input);
+        assert_eq!((h.start, h.end), (0, 0), "emptied, it starts again at 0");
+    }
+
+    #[test]
+    fn a_full_buffer_moves_its_rest_only_when_at_most_half_is_left() {
+        let mut h = Held::take().expect("memory for one buffer");
+        put(&mut h, &vec![1u8; BULK_SIZE]);
+        assert_eq!(h.room(), 0);
+        // A quarter written: three quarters still wait, nothing is moved.
+        take_out(&mut h, BULK_SIZE / 4);
+        assert_eq!(h.room(), 0, "no room until half is written");
+        assert_eq!(h.start, BULK_SIZE / 4);
+        // Half written: the rest moves to the front, once.
+        take_out(&mut h, BULK_SIZE / 4);
+        assert_eq!(h.room(), BULK_SIZE / 2);
+        assert_eq!((h.start, h.end), (0, BULK_SIZE / 2));
+        assert_eq!(h.room(), BULK_SIZE / 2, "asking again moves nothing");
+    }
+
+    #[test]
+    fn a_filled_buffer_holds_exactly_the_bytes_given() {
+        let mut h = Held::take().expect("memory for one buffer");
+        put(&mut h, b"stale bytes of an earlier stream");
+        take_out(&mut h, usize::MAX);
+        h.fill(b"rest");
+        assert_eq!(&h.buf[h.start..h.end], b"rest");
+        assert_eq!(h.room(), BULK_SIZE - 4);
+    }
 }
