@@ -280,28 +280,33 @@ pub(crate) async fn run(
     }
 }
 
-/// Reads what the socket holds into the buffer's free room. A read that
-/// comes back short has emptied the socket, and clears its readiness
-/// itself (no read that would fail with EAGAIN).
+/// Reads what the socket holds into the buffer's free room.
 fn read_in(src: &TcpStream, h: &mut Held) -> io::Result<usize> {
-    let mut got = None;
-    let room = h.room();
     // A read of 0 bytes would look like the end of the stream.
-    debug_assert!(room > 0);
+    debug_assert!(h.room() > 0);
+    let n = read_once(src, &mut h.buf[h.end..])?;
+    h.end += n;
+    Ok(n)
+}
+
+/// One read into `buf`. A read that comes back short has emptied the
+/// socket's receive queue, so it clears the read readiness itself: the
+/// read that would only fail with EAGAIN is never made (tokio keeps any
+/// readiness that arrived since, so no wake-up is lost).
+fn read_once(src: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
+    let mut got = None;
     let r = src.try_io(Interest::READABLE, || {
-        let n = nix::unistd::read(src.as_fd(), &mut h.buf[h.end..]).map_err(io::Error::from)?;
-        if n > 0 && n < room {
+        let n = nix::unistd::read(src.as_fd(), &mut *buf).map_err(io::Error::from)?;
+        if n > 0 && n < buf.len() {
             got = Some(n);
             return Err(io::ErrorKind::WouldBlock.into());
         }
         Ok(n)
     });
-    let n = match (got, r) {
-        (Some(n), _) => n,
-        (None, r) => r?,
-    };
-    h.end += n;
-    Ok(n)
+    match got {
+        Some(n) => Ok(n),
+        None => r,
+    }
 }
 
 /// What one small-message read and write did.
@@ -325,29 +330,16 @@ enum Copied {
     },
 }
 
-/// Reads what `src` holds (up to [`COPY_BUF`]) and writes it to `dst`
-/// without waiting. A short read has emptied the socket's receive queue,
-/// so it clears the read readiness itself: the read that would only fail
-/// with EAGAIN is never made (tokio keeps any readiness that arrived since,
-/// so no wake-up is lost).
+/// Reads what `src` holds (up to [`COPY_BUF`], [`read_once`]) and writes
+/// it to `dst` without waiting.
 fn copy_small(src: &TcpStream, dst: &TcpStream, dir: Direction, meter: &Meter<'_>) -> Copied {
     COPY.with(|buf| {
         let mut buf = buf.borrow_mut();
-        let mut got = None;
-        let read = src.try_io(Interest::READABLE, || {
-            let n = nix::unistd::read(src.as_fd(), &mut buf[..]).map_err(io::Error::from)?;
-            if n > 0 && n < COPY_BUF {
-                got = Some(n);
-                return Err(io::ErrorKind::WouldBlock.into());
-            }
-            Ok(n)
-        });
-        let n = match (got, read) {
-            (Some(n), _) => n,
-            (None, Ok(0)) => return Copied::Eof,
-            (None, Ok(n)) => n,
-            (None, Err(e)) if e.kind() == io::ErrorKind::WouldBlock => return Copied::Nothing,
-            (None, Err(_)) => return Copied::Failed,
+        let n = match read_once(src, &mut buf[..]) {
+            Ok(0) => return Copied::Eof,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Copied::Nothing,
+            Err(_) => return Copied::Failed,
         };
         meter.read(dir, n as u64);
         let mut written = 0;

@@ -149,8 +149,9 @@ fn hold_little(s: &TcpStream) {
 /// destination taking bytes slower than the source sends them), when the
 /// destination has just taken all there was, up to [`RECV_BUF_MAX`].
 /// So a bulk transfer gets its window back (the fixed 256 KiB cost 18 %
-/// of the fast path's throughput, measured when it spliced), and a peer that stops reading finds
-/// the relay holding what it held when the stream last moved.
+/// of the fast path's throughput, measured when it spliced), and a peer
+/// that stops reading finds the relay holding what it held when the stream
+/// last moved.
 pub(crate) struct RecvGrowth {
     /// The current bound; `None`: the buffer is the kernel's (autotuned).
     cap: Option<usize>,
