@@ -434,6 +434,94 @@ fn a_slow_reader_still_gets_every_byte_in_order() {
     assert_eq!(sum, want.0);
 }
 
+/// Urgent data (`MSG_OOB`: telnet's Synch, FTP's ABOR). A read stops in
+/// front of the urgent mark with bytes still queued behind it; the fast
+/// path once took that short read for an emptied socket and stalled the
+/// direction until the sender wrote again. It now carries the stream on,
+/// and the urgent byte as urgent, as a direct connection does. A faulted
+/// direction carries the stream; its urgent byte is dropped (what a
+/// receiver without SO_OOBINLINE reads of it), which is not asserted.
+#[test]
+fn urgent_data_neither_stalls_the_stream_nor_loses_its_mark() {
+    use std::os::fd::AsRawFd;
+    /// SIGSTOP now, SIGCONT when dropped (on a failure too).
+    struct Stopped(u32);
+    impl Drop for Stopped {
+        fn drop(&mut self) {
+            signal(self.0, libc::SIGCONT);
+        }
+    }
+    fn send_urgent(s: &std::net::TcpStream, bytes: &[u8]) {
+        // SAFETY: send(2) on a live socket with a buffer and its length.
+        let n = unsafe {
+            libc::send(
+                s.as_raw_fd(),
+                bytes.as_ptr().cast(),
+                bytes.len(),
+                libc::MSG_OOB,
+            )
+        };
+        assert_eq!(n, bytes.len() as isize, "send MSG_OOB");
+    }
+    fn recv_urgent(s: &std::net::TcpStream) -> std::io::Result<u8> {
+        let mut b = 0u8;
+        // SAFETY: recv(2) on a live socket into one byte.
+        let n = unsafe { libc::recv(s.as_raw_fd(), (&mut b as *mut u8).cast(), 1, libc::MSG_OOB) };
+        if n == 1 {
+            Ok(b)
+        } else {
+            Err(std::io::Error::last_os_error())
+        }
+    }
+    for faults in [&[][..], &["--fault", "latency:delay=1ms"][..]] {
+        let upstream = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let up = upstream.local_addr().unwrap().to_string();
+        let mut args = vec!["--listen", "127.0.0.1:0", "--upstream", &up];
+        args.extend_from_slice(faults);
+        let proxy = Proxy::start(&args);
+        let mut c = connect(proxy.addr());
+        let (mut s, _) = upstream.accept().unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        c.write_all(b"hi").unwrap();
+        let mut hi = [0u8; 2];
+        s.read_exact(&mut hi).unwrap();
+        // Stopped, the relay finds it all queued at its next read: the
+        // bytes before the mark, the urgent byte, the bytes after it.
+        let stopped = Stopped(proxy.pid());
+        signal(stopped.0, libc::SIGSTOP);
+        send_urgent(&c, b"abcX");
+        c.write_all(b"def").unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        drop(stopped);
+        let mut got = vec![0u8; 3];
+        s.read_exact(&mut got).unwrap();
+        if faults.is_empty() {
+            // Reads stop at the mark: the urgent byte is there, out of
+            // band, until a read passes it.
+            let deadline = Instant::now() + Duration::from_secs(10);
+            let urgent = loop {
+                match recv_urgent(&s) {
+                    Ok(b) => break Some(b),
+                    Err(_) if Instant::now() < deadline => {
+                        std::thread::sleep(Duration::from_millis(10))
+                    }
+                    Err(_) => break None,
+                }
+            };
+            assert_eq!(urgent, Some(b'X'), "the urgent byte arrives as urgent");
+        }
+        let mut rest = vec![0u8; 3];
+        let r = s.read_exact(&mut rest);
+        assert!(
+            r.is_ok(),
+            "the bytes after the urgent mark arrive ({r:?}) with {faults:?}"
+        );
+        got.extend(rest);
+        assert_eq!(got, b"abcdef", "with {faults:?}");
+        drop(proxy);
+    }
+}
+
 #[test]
 fn the_summary_counts_connections_and_says_which_ways() {
     let echo = Server::echo("127.0.0.1:0");

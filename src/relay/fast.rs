@@ -27,7 +27,7 @@
 //! and returned empty, so an idle connection holds none.
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::AsRawFd;
 use std::sync::Mutex;
 
 use tokio::io::Interest;
@@ -156,13 +156,16 @@ pub(crate) async fn run(
 ) -> Ended {
     let mut total = 0u64;
     let mut held: Option<Held> = None;
+    // An urgent byte read out of band, to send once the bytes read before
+    // it are written; nothing more is read until then.
+    let mut urgent: Option<u8> = None;
     let mut state = SrcState::Open;
     let (mut live, mut faulted) = (true, false);
     // Small messages first: most connections begin with a request.
     let mut copying = true;
     loop {
         let in_flight = held.as_ref().map_or(0, Held::len);
-        if in_flight == 0 {
+        if in_flight == 0 && urgent.is_none() {
             // An idle direction holds no buffer.
             if let Some(h) = held.take() {
                 h.give_back();
@@ -183,7 +186,7 @@ pub(crate) async fn run(
         }
         let room = held.as_mut().map_or(usize::MAX, Held::room);
         // Once a fault arrived, stop reading and empty the buffer first.
-        let want_read = state == SrcState::Open && room > 0 && !faulted;
+        let want_read = state == SrcState::Open && room > 0 && !faulted && urgent.is_none();
         // Biased, the feed first: a fault that arrived before the next
         // bytes (an API call that returned before the client wrote) applies
         // to them, however late this task runs.
@@ -215,12 +218,14 @@ pub(crate) async fn run(
                         Copied::Eof => state = SrcState::Eof,
                         Copied::Failed => state = SrcState::Failed,
                         Copied::DstGone => return Ended::End(DirEnd::Reset, total),
-                        Copied::Written { n, bulk } => {
+                        Copied::Written { n, bulk, urgent: u } => {
                             total += n as u64;
                             copying = !bulk;
+                            urgent = u;
                         }
-                        Copied::Partly { written, rest } => {
+                        Copied::Partly { written, rest, urgent: u } => {
                             total += written as u64;
+                            urgent = u;
                             // The rest waits in a bulk buffer (the
                             // destination is full: bulk).
                             copying = false;
@@ -241,8 +246,9 @@ pub(crate) async fn run(
                 let h = held.as_mut().expect("a bulk buffer, unless copying");
                 let room = h.room();
                 match read_in(src, h) {
-                    Ok(0) => state = SrcState::Eof,
-                    Ok(n) => {
+                    Ok(Got { n: 0, .. }) => state = SrcState::Eof,
+                    Ok(Got { n, urgent: u }) => {
+                        urgent = u;
                         meter.read(dir, n as u64);
                         // Short: back to small messages once it is written.
                         copying = n < room.min(COPY_BUF);
@@ -257,8 +263,22 @@ pub(crate) async fn run(
                     Err(_) => state = SrcState::Failed,
                 }
             }
-            w = dst.writable(), if in_flight > 0 => {
-                let h = held.as_mut().expect("bytes are held");
+            w = dst.writable(), if in_flight > 0 || urgent.is_some() => {
+                let Some(h) = held.as_mut().filter(|h| h.len() > 0) else {
+                    // Everything before the urgent byte is written.
+                    let byte = urgent.expect("an urgent byte when nothing is held");
+                    match w.and_then(|_| sockopt::send_urgent(dst, byte)) {
+                        Ok(_) => {
+                            urgent = None;
+                            total += 1;
+                            meter.read(dir, 1);
+                            meter.add(dir, 1);
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                        Err(_) => return Ended::End(DirEnd::Reset, total),
+                    }
+                    continue;
+                };
                 let out = w.and_then(|_| dst.try_io(Interest::WRITABLE, || {
                     use nix::sys::socket::{MsgFlags, send};
                     send(dst.as_raw_fd(), &h.buf[h.start..h.end], MsgFlags::MSG_NOSIGNAL)
@@ -281,32 +301,55 @@ pub(crate) async fn run(
 }
 
 /// Reads what the socket holds into the buffer's free room.
-fn read_in(src: &TcpStream, h: &mut Held) -> io::Result<usize> {
+fn read_in(src: &TcpStream, h: &mut Held) -> io::Result<Got> {
     // A read of 0 bytes would look like the end of the stream.
     debug_assert!(h.room() > 0);
-    let n = read_once(src, &mut h.buf[h.end..])?;
-    h.end += n;
-    Ok(n)
+    let got = read_once(src, &mut h.buf[h.end..])?;
+    h.end += got.n;
+    Ok(got)
 }
 
-/// One read into `buf`. A read that comes back short has emptied the
-/// socket's receive queue, so it clears the read readiness itself: the
-/// read that would only fail with EAGAIN is never made (tokio keeps any
-/// readiness that arrived since, so no wake-up is lost).
-fn read_once(src: &TcpStream, buf: &mut [u8]) -> io::Result<usize> {
-    let mut got = None;
+/// What one read brought.
+struct Got {
+    n: usize,
+    /// The urgent byte (`MSG_OOB`) the read stopped in front of: it goes to
+    /// the destination as urgent, after the bytes read before it.
+    urgent: Option<u8>,
+}
+
+/// One read into `buf`. A read that empties the socket's receive queue —
+/// the kernel says so with `TCP_INQ`, set on every relay socket — clears
+/// the read readiness itself: the read that would only fail with EAGAIN
+/// is never made (tokio keeps any readiness that arrived since, so no
+/// wake-up is lost). A read's length alone does not tell: one that stops
+/// at an urgent mark comes back short with bytes still queued, and taking
+/// it for the end of the queue stalled the direction until the sender
+/// wrote again (tokio's own `TcpStream` reads have that flaw). Without the
+/// kernel's count (`TCP_INQ` refused), readiness stays until a read fails.
+fn read_once(src: &TcpStream, buf: &mut [u8]) -> io::Result<Got> {
+    let mut drained = None;
     let r = src.try_io(Interest::READABLE, || {
-        let n = nix::unistd::read(src.as_fd(), &mut *buf).map_err(io::Error::from)?;
-        if n > 0 && n < buf.len() {
-            got = Some(n);
+        let (n, queued) = sockopt::recv_counted(src.as_raw_fd(), &mut *buf)?;
+        if n > 0 && queued == Some(0) {
+            drained = Some(n);
             return Err(io::ErrorKind::WouldBlock.into());
         }
-        Ok(n)
+        Ok((n, queued))
     });
-    match got {
-        Some(n) => Ok(n),
-        None => r,
+    if let Some(n) = drained {
+        return Ok(Got { n, urgent: None });
     }
+    let (n, queued) = r?;
+    // Short, with bytes left behind: stopped at an urgent mark, or bytes
+    // arrived while it copied. (A read that fills `buf` exactly up to the
+    // mark is not asked about; the next read then skips the urgent byte, as
+    // a receiver without SO_OOBINLINE does, and nothing stalls.)
+    let urgent = if n > 0 && n < buf.len() && queued.is_some_and(|q| q > 0) {
+        sockopt::urgent_at_mark(src.as_raw_fd())
+    } else {
+        None
+    };
+    Ok(Got { n, urgent })
 }
 
 /// What one small-message read and write did.
@@ -322,11 +365,14 @@ enum Copied {
     Written {
         n: usize,
         bulk: bool,
+        /// The urgent byte the read stopped in front of ([`Got`]).
+        urgent: Option<u8>,
     },
     /// The destination took only `written` bytes; `rest` still has to go.
     Partly {
         written: usize,
         rest: Vec<u8>,
+        urgent: Option<u8>,
     },
 }
 
@@ -335,9 +381,9 @@ enum Copied {
 fn copy_small(src: &TcpStream, dst: &TcpStream, dir: Direction, meter: &Meter<'_>) -> Copied {
     COPY.with(|buf| {
         let mut buf = buf.borrow_mut();
-        let n = match read_once(src, &mut buf[..]) {
-            Ok(0) => return Copied::Eof,
-            Ok(n) => n,
+        let (n, urgent) = match read_once(src, &mut buf[..]) {
+            Ok(Got { n: 0, .. }) => return Copied::Eof,
+            Ok(Got { n, urgent }) => (n, urgent),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Copied::Nothing,
             Err(_) => return Copied::Failed,
         };
@@ -358,11 +404,13 @@ fn copy_small(src: &TcpStream, dst: &TcpStream, dir: Direction, meter: &Meter<'_
             return Copied::Partly {
                 written,
                 rest: buf[written..n].to_vec(),
+                urgent,
             };
         }
         Copied::Written {
             n,
             bulk: n == COPY_BUF,
+            urgent,
         }
     })
 }

@@ -128,6 +128,8 @@ fn set_relay_options(sock: SockRef<'_>, peer_timeout: Duration) -> bool {
     let nodelay = sock.set_tcp_nodelay(true).is_ok();
     let keepalive = sock.set_tcp_keepalive(&ka).is_ok();
     let lowat = set_notsent_lowat(sock.as_raw_fd(), NOTSENT_LOWAT).is_ok();
+    // Not required: without the count, the fast path reads until EAGAIN.
+    let _ = set_int(sock.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_INQ, 1);
     nodelay && keepalive && lowat
 }
 
@@ -274,14 +276,19 @@ pub(crate) fn send_now(s: &TcpStream, buf: &[u8]) -> io::Result<usize> {
 const NOTSENT_LOWAT: libc::c_int = 128 * 1024;
 
 fn set_notsent_lowat(fd: RawFd, bytes: libc::c_int) -> io::Result<()> {
-    // SAFETY: `fd` is a live TCP socket borrowed from the caller, and the
+    set_int(fd, libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT, bytes)
+}
+
+/// Sets an integer socket option.
+fn set_int(fd: RawFd, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> io::Result<()> {
+    // SAFETY: `fd` is a live socket borrowed from the caller, and the
     // option value is a c_int whose address and size are passed together.
     let r = unsafe {
         libc::setsockopt(
             fd,
-            libc::IPPROTO_TCP,
-            libc::TCP_NOTSENT_LOWAT,
-            &bytes as *const libc::c_int as *const libc::c_void,
+            level,
+            name,
+            &value as *const libc::c_int as *const libc::c_void,
             std::mem::size_of::<libc::c_int>() as libc::socklen_t,
         )
     };
@@ -290,6 +297,95 @@ fn set_notsent_lowat(fd: RawFd, bytes: libc::c_int) -> io::Result<()> {
     } else {
         Err(io::Error::last_os_error())
     }
+}
+
+/// One `recvmsg` into `buf` (without waiting), and how many bytes the
+/// socket still holds after it: the kernel's `TCP_CM_INQ` count, `None`
+/// when the socket does not give it (`TCP_INQ` not set).
+pub(crate) fn recv_counted(fd: RawFd, buf: &mut [u8]) -> io::Result<(usize, Option<usize>)> {
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // Aligned for cmsghdr; room for the count's message.
+    let mut control = [0u64; 4];
+    // SAFETY: an all-zero msghdr is a valid empty one; its pointers are set
+    // below to `iov` and `control`, which outlive the call.
+    let mut msg: libc::msghdr = unsafe { std::mem::MaybeUninit::zeroed().assume_init() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&control) as _;
+    // SAFETY: `fd` is a live socket borrowed from the caller; the kernel
+    // writes at most `iov_len` bytes into `buf` and at most
+    // `msg_controllen` bytes into `control`.
+    let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_DONTWAIT) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((n as usize, queued(&msg)))
+}
+
+/// The `TCP_CM_INQ` message of a `recvmsg`, if there is one.
+fn queued(msg: &libc::msghdr) -> Option<usize> {
+    // SAFETY: `msg` is a msghdr the kernel filled in, whose control buffer
+    // is still alive; CMSG_FIRSTHDR/CMSG_NXTHDR stay within its
+    // `msg_controllen`, and a message of this level and type carries a
+    // c_int (read unaligned).
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(msg);
+        while !c.is_null() {
+            let len = libc::CMSG_LEN(std::mem::size_of::<libc::c_int>() as _) as usize;
+            if (*c).cmsg_level == libc::IPPROTO_TCP
+                && (*c).cmsg_type == libc::TCP_CM_INQ
+                && (*c).cmsg_len as usize >= len
+            {
+                let q: libc::c_int = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
+                return usize::try_from(q).ok();
+            }
+            c = libc::CMSG_NXTHDR(msg, c);
+        }
+    }
+    None
+}
+
+/// The urgent byte (`MSG_OOB`) the socket's next read would start at, taken
+/// out of band; `None` when it is not at the mark, or the byte was already
+/// taken or has not arrived.
+pub(crate) fn urgent_at_mark(fd: RawFd) -> Option<u8> {
+    // <asm-generic/sockios.h>, the same on x86_64 and aarch64; the libc
+    // crate defines it only for Apple's systems.
+    const SIOCATMARK: libc::Ioctl = 0x8905;
+    let mut at: libc::c_int = 0;
+    // SAFETY: `fd` is a live socket borrowed from the caller; SIOCATMARK
+    // writes one c_int to the address given.
+    if unsafe { libc::ioctl(fd, SIOCATMARK, &mut at) } != 0 || at == 0 {
+        return None;
+    }
+    let mut b = 0u8;
+    // SAFETY: as above; the kernel writes at most the one byte passed.
+    let n = unsafe {
+        libc::recv(
+            fd,
+            (&mut b as *mut u8).cast(),
+            1,
+            libc::MSG_OOB | libc::MSG_DONTWAIT,
+        )
+    };
+    (n == 1).then_some(b)
+}
+
+/// Sends `byte` as urgent data (`MSG_OOB`): the peer's urgent mark is at it.
+pub(crate) fn send_urgent(s: &TcpStream, byte: u8) -> io::Result<usize> {
+    use nix::sys::socket::{MsgFlags, send};
+    s.try_io(tokio::io::Interest::WRITABLE, || {
+        send(
+            s.as_raw_fd(),
+            &[byte],
+            MsgFlags::MSG_OOB | MsgFlags::MSG_NOSIGNAL,
+        )
+        .map_err(io::Error::from)
+    })
 }
 
 /// The destination a redirected connection was originally addressed to
@@ -340,6 +436,57 @@ pub(crate) async fn drain(s: &TcpStream, limit: Duration) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The kernel's count of what a read left behind, and the urgent byte a
+    /// read stopped in front of: what the fast path's reads rely on.
+    #[test]
+    fn a_read_at_an_urgent_mark_leaves_a_count_and_the_byte_out_of_band() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        set_int(l.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_INQ, 1).unwrap();
+        let mut c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        // Set on the listener, inherited by the accepted socket.
+        let (s, _) = l.accept().unwrap();
+        let oob = nix::sys::socket::MsgFlags::MSG_OOB;
+        nix::sys::socket::send(c.as_raw_fd(), b"abcX", oob).unwrap();
+        std::io::Write::write_all(&mut c, b"def").unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        // Bounded wait until all 7 bytes are queued (loopback: at once).
+        let mut peek = [0u8; 16];
+        for _ in 0..1000 {
+            let n = nix::sys::socket::recv(
+                s.as_raw_fd(),
+                &mut peek,
+                nix::sys::socket::MsgFlags::MSG_PEEK,
+            )
+            .unwrap();
+            if n >= 3 && urgent_pending(&s) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let mut buf = [0u8; 64];
+        assert_eq!(urgent_at_mark(s.as_raw_fd()), None, "not at the mark yet");
+        let (n, left) = recv_counted(s.as_raw_fd(), &mut buf).unwrap();
+        assert_eq!(&buf[..n], b"abc", "a read stops in front of the mark");
+        assert_eq!(
+            left,
+            Some(4),
+            "the urgent byte and what follows it are left"
+        );
+        assert_eq!(urgent_at_mark(s.as_raw_fd()), Some(b'X'));
+        assert_eq!(urgent_at_mark(s.as_raw_fd()), None, "taken once");
+        let (n, left) = recv_counted(s.as_raw_fd(), &mut buf).unwrap();
+        assert_eq!(&buf[..n], b"def", "the urgent byte is not in the stream");
+        assert_eq!(left, Some(0), "emptied");
+    }
+
+    /// Whether `s` has an urgent byte (SIOCATMARK says nothing before the
+    /// byte is there, so ask for it with MSG_PEEK).
+    fn urgent_pending(s: &std::net::TcpStream) -> bool {
+        let mut b = [0u8; 1];
+        let flags = nix::sys::socket::MsgFlags::MSG_OOB | nix::sys::socket::MsgFlags::MSG_PEEK;
+        nix::sys::socket::recv(s.as_raw_fd(), &mut b, flags) == Ok(1)
+    }
 
     /// A peer on this host whose handshake a busy machine slowed is near;
     /// one behind a real delay, or a remote one that is not quick, is far.
