@@ -24,11 +24,15 @@
 //! them. A 256 KiB buffer gave 17.8 Gbit/s, 1 MiB no more than 512 KiB.
 //!
 //! Buffers are borrowed from a small pool only while bytes are in flight
-//! and returned empty, so an idle connection holds none.
+//! and returned empty, so an idle connection holds none. All of them
+//! together are bounded ([`BULK_BUFFERS`]): past that, a direction carries
+//! bulk in small messages, slower but holding nothing of its own, so that
+//! many connections with slow readers cannot take the host's memory.
 
 use std::io;
 use std::os::fd::AsRawFd;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::io::Interest;
 use tokio::net::TcpStream;
@@ -44,6 +48,11 @@ use crate::fault::Direction;
 const BULK_SIZE: usize = 512 << 10;
 /// Idle bulk buffers kept for reuse; beyond this they are freed.
 const POOL_MAX: usize = 32;
+/// Bulk buffers that may exist at once, in flight or pooled: 256 MiB.
+/// Each is held only while its destination is slower than its source, so
+/// this is that many directions backed up at once; more than two cores
+/// can keep at full speed anyway.
+const BULK_BUFFERS: usize = 512;
 /// The per-thread buffer of the small-message path: a read that fills it
 /// is bulk, and the direction takes a bulk buffer.
 const COPY_BUF: usize = 16 * 1024;
@@ -53,7 +62,40 @@ thread_local! {
         std::cell::RefCell::new(vec![0u8; COPY_BUF].into_boxed_slice());
 }
 
+/// A count of things that may not exceed a limit, taken and given back
+/// from any thread.
+struct Budget {
+    limit: usize,
+    taken: AtomicUsize,
+}
+
+impl Budget {
+    const fn new(limit: usize) -> Budget {
+        Budget {
+            limit,
+            taken: AtomicUsize::new(0),
+        }
+    }
+
+    /// Takes one, unless all are taken.
+    fn take(&self) -> bool {
+        self.taken
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.limit).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
+    fn give_back(&self) {
+        self.taken.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+static BUFFERS: Budget = Budget::new(BULK_BUFFERS);
+
 /// A bulk direction's bytes read and not yet written: `buf[start..end]`.
+/// Dropped (a direction that ends holding bytes), its buffer is freed and
+/// leaves the budget.
 struct Held {
     buf: Box<[u8]>,
     start: usize,
@@ -61,15 +103,22 @@ struct Held {
 }
 
 impl Held {
-    /// An empty buffer, from the pool if one is there; `None` when memory
-    /// runs out (the small-message path then carries the direction).
+    /// An empty buffer, from the pool if one is there; `None` when all
+    /// [`BULK_BUFFERS`] are out or memory runs out (the small-message path
+    /// then carries the direction).
     fn take() -> Option<Held> {
         let pooled = POOL.lock().expect("buffer pool lock").pop();
         let buf = match pooled {
             Some(b) => b,
             None => {
+                if !BUFFERS.take() {
+                    return None;
+                }
                 let mut v = Vec::new();
-                v.try_reserve_exact(BULK_SIZE).ok()?;
+                if v.try_reserve_exact(BULK_SIZE).is_err() {
+                    BUFFERS.give_back();
+                    return None;
+                }
                 v.resize(BULK_SIZE, 0);
                 v.into_boxed_slice()
             }
@@ -111,11 +160,21 @@ impl Held {
         }
     }
 
-    /// Returns the (empty) buffer to the pool.
-    fn give_back(self) {
+    /// Returns the (empty) buffer to the pool, or frees it when the pool
+    /// is full.
+    fn give_back(mut self) {
         let mut pool = POOL.lock().expect("buffer pool lock");
         if pool.len() < POOL_MAX {
-            pool.push(self.buf);
+            // An empty boxed slice allocates nothing; drop then sees none.
+            pool.push(std::mem::take(&mut self.buf));
+        }
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if !self.buf.is_empty() {
+            BUFFERS.give_back();
         }
     }
 }
@@ -419,6 +478,14 @@ fn copy_small(src: &TcpStream, dst: &TcpStream, dir: Direction, meter: &Meter<'_
 mod tests {
     use super::*;
 
+    /// The tests that take bulk buffers run one at a time: one of them
+    /// takes every buffer there may be.
+    static SERIAL: Mutex<()> = Mutex::new(());
+
+    fn serial() -> std::sync::MutexGuard<'static, ()> {
+        SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// Reads `bytes` into the buffer's room (as `read_in` does).
     fn put(h: &mut Held, bytes: &[u8]) -> usize {
         let n = bytes.len().min(h.room());
@@ -436,7 +503,51 @@ mod tests {
     }
 
     #[test]
+    fn a_budget_gives_no_more_than_its_limit_and_takes_back_what_is_returned() {
+        let b = Budget::new(3);
+        assert!(b.take() && b.take() && b.take());
+        assert!(!b.take(), "all three are out");
+        b.give_back();
+        assert!(b.take(), "one came back");
+        assert!(!b.take());
+        // From many threads at once, still never more than the limit.
+        let b = Budget::new(100);
+        let got = std::sync::atomic::AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..8 {
+                s.spawn(|| {
+                    for _ in 0..50 {
+                        if b.take() {
+                            got.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                });
+            }
+        });
+        assert_eq!(got.into_inner(), 100);
+    }
+
+    #[test]
+    fn no_more_bulk_buffers_than_the_budget_exist_at_once() {
+        // Takes them all (256 MiB): at most BULK_BUFFERS, counting any that
+        // other tests hold at the same time.
+        let _serial = serial();
+        let mut all = Vec::new();
+        while let Some(h) = Held::take() {
+            all.push(h);
+            assert!(all.len() <= BULK_BUFFERS, "past the budget");
+        }
+        assert!(!all.is_empty());
+        // One given back (freed: dropped with bytes in it) can be had again.
+        let mut one = all.pop().unwrap();
+        one.fill(b"in flight");
+        drop(one);
+        assert!(Held::take().is_some());
+    }
+
+    #[test]
     fn held_bytes_come_out_in_order_through_every_compaction() {
+        let _serial = serial();
         let mut h = Held::take().expect("memory for one buffer");
         let input: Vec<u8> = (0..5 * BULK_SIZE)
             .map(|i| (i * 7 + i / 251) as u8)
@@ -458,6 +569,7 @@ mod tests {
 
     #[test]
     fn a_full_buffer_moves_its_rest_only_when_at_most_half_is_left() {
+        let _serial = serial();
         let mut h = Held::take().expect("memory for one buffer");
         put(&mut h, &vec![1u8; BULK_SIZE]);
         assert_eq!(h.room(), 0);
@@ -474,6 +586,7 @@ mod tests {
 
     #[test]
     fn a_filled_buffer_holds_exactly_the_bytes_given() {
+        let _serial = serial();
         let mut h = Held::take().expect("memory for one buffer");
         put(&mut h, b"stale bytes of an earlier stream");
         take_out(&mut h, usize::MAX);
