@@ -463,6 +463,30 @@ fn urgent_data_neither_stalls_the_stream_nor_loses_its_mark() {
         };
         assert_eq!(n, bytes.len() as isize, "send MSG_OOB");
     }
+    /// Whether `s`'s next read starts at the urgent mark (SIOCATMARK,
+    /// 0x8905 on x86_64 and aarch64; the libc crate lacks it for Linux).
+    fn at_mark(s: &std::net::TcpStream) -> bool {
+        let mut at: libc::c_int = 0;
+        // SAFETY: ioctl(2) on a live socket writing one c_int.
+        let r = unsafe { libc::ioctl(s.as_raw_fd(), 0x8905, &mut at) };
+        r == 0 && at != 0
+    }
+    /// Waits (bounded) until `pid` is stopped, as SIGSTOP takes effect
+    /// asynchronously.
+    fn wait_stopped(pid: u32) {
+        for _ in 0..1000 {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            // The state follows the parenthesised command name.
+            if stat
+                .rsplit_once(") ")
+                .is_some_and(|(_, rest)| rest.starts_with('T'))
+            {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        panic!("netchaos (pid {pid}) did not stop");
+    }
     fn recv_urgent(s: &std::net::TcpStream) -> std::io::Result<u8> {
         let mut b = 0u8;
         // SAFETY: recv(2) on a live socket into one byte.
@@ -473,7 +497,7 @@ fn urgent_data_neither_stalls_the_stream_nor_loses_its_mark() {
             Err(std::io::Error::last_os_error())
         }
     }
-    for faults in [&[][..], &["--fault", "latency:delay=1ms"][..]] {
+    for faults in [&[][..], &["--fault", "latency:delay=1ms,stream=both"][..]] {
         let upstream = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let up = upstream.local_addr().unwrap().to_string();
         let mut args = vec!["--listen", "127.0.0.1:0", "--upstream", &up];
@@ -489,6 +513,7 @@ fn urgent_data_neither_stalls_the_stream_nor_loses_its_mark() {
         // bytes before the mark, the urgent byte, the bytes after it.
         let stopped = Stopped(proxy.pid());
         signal(stopped.0, libc::SIGSTOP);
+        wait_stopped(stopped.0);
         send_urgent(&c, b"abcX");
         c.write_all(b"def").unwrap();
         std::thread::sleep(Duration::from_millis(300));
@@ -497,11 +522,14 @@ fn urgent_data_neither_stalls_the_stream_nor_loses_its_mark() {
         s.read_exact(&mut got).unwrap();
         if faults.is_empty() {
             // Reads stop at the mark: the urgent byte is there, out of
-            // band, until a read passes it.
+            // band, until a read passes it, and right after "abc".
             let deadline = Instant::now() + Duration::from_secs(10);
             let urgent = loop {
                 match recv_urgent(&s) {
-                    Ok(b) => break Some(b),
+                    Ok(b) => {
+                        assert!(at_mark(&s), "the mark is where the urgent byte was sent");
+                        break Some(b);
+                    }
                     Err(_) if Instant::now() < deadline => {
                         std::thread::sleep(Duration::from_millis(10))
                     }

@@ -51,8 +51,8 @@ const POOL_MAX: usize = 32;
 /// Bulk buffers that may exist at once, in flight or pooled: 256 MiB.
 /// Each is held only while its destination is slower than its source, so
 /// this is that many directions backed up at once; more than two cores
-/// can keep at full speed anyway.
-const BULK_BUFFERS: usize = 512;
+/// can keep at full speed anyway. (16 in unit tests, which take them all.)
+const BULK_BUFFERS: usize = if cfg!(test) { 16 } else { 512 };
 /// The per-thread buffer of the small-message path: a read that fills it
 /// is bulk, and the direction takes a bulk buffer.
 const COPY_BUF: usize = 16 * 1024;
@@ -100,6 +100,9 @@ struct Held {
     buf: Box<[u8]>,
     start: usize,
     end: usize,
+    /// A bulk buffer counted in [`BUFFERS`]; not: a small-message rest
+    /// ([`Held::rest`]).
+    budgeted: bool,
 }
 
 impl Held {
@@ -127,7 +130,22 @@ impl Held {
             buf,
             start: 0,
             end: 0,
+            budgeted: true,
         })
+    }
+
+    /// What a small-message write left unwritten, held in its own
+    /// allocation (at most [`COPY_BUF`]) when no bulk buffer can be had:
+    /// it drains before anything more is read (it has no room), while
+    /// faults still arrive.
+    fn rest(bytes: Vec<u8>) -> Held {
+        let end = bytes.len();
+        Held {
+            buf: bytes.into_boxed_slice(),
+            start: 0,
+            end,
+            budgeted: false,
+        }
     }
 
     /// Puts `bytes` (at most [`COPY_BUF`]) into this empty buffer.
@@ -145,6 +163,9 @@ impl Held {
     /// byte is moved more than once (moving it after every write of a full
     /// buffer cost more than the reads and writes).
     fn room(&mut self) -> usize {
+        if !self.budgeted {
+            return 0;
+        }
         if self.end == self.buf.len() && self.start >= self.buf.len() / 2 {
             self.buf.copy_within(self.start..self.end, 0);
             (self.start, self.end) = (0, self.end - self.start);
@@ -163,6 +184,9 @@ impl Held {
     /// Returns the (empty) buffer to the pool, or frees it when the pool
     /// is full.
     fn give_back(mut self) {
+        if !self.budgeted {
+            return;
+        }
         let mut pool = POOL.lock().expect("buffer pool lock");
         if pool.len() < POOL_MAX {
             // An empty boxed slice allocates nothing; drop then sees none.
@@ -173,7 +197,7 @@ impl Held {
 
 impl Drop for Held {
     fn drop(&mut self) {
-        if !self.buf.is_empty() {
+        if self.budgeted && !self.buf.is_empty() {
             BUFFERS.give_back();
         }
     }
@@ -266,8 +290,10 @@ pub(crate) async fn run(
                 if !copying && held.is_none() {
                     match Held::take() {
                         Some(h) => held = Some(h),
-                        // Out of memory: the small-message path carries
-                        // everything (a partial write then waits in place).
+                        // No bulk buffer to be had (the budget is spent,
+                        // or memory): the small-message path carries
+                        // everything (a partial write's rest is held on
+                        // its own until it drains, [`Held::rest`]).
                         None => copying = true,
                     }
                 }
@@ -288,16 +314,13 @@ pub(crate) async fn run(
                             // The rest waits in a bulk buffer (the
                             // destination is full: bulk).
                             copying = false;
-                            if let Some(mut h) = Held::take() {
-                                h.fill(&rest);
-                                held = Some(h);
-                            } else {
-                                if super::pipeline::write_all(dst, &rest).await.is_err() {
-                                    return Ended::End(DirEnd::Reset, total);
+                            held = Some(match Held::take() {
+                                Some(mut h) => {
+                                    h.fill(&rest);
+                                    h
                                 }
-                                total += rest.len() as u64;
-                                meter.add(dir, rest.len() as u64);
-                            }
+                                None => Held::rest(rest),
+                            });
                         }
                     }
                     continue;
@@ -529,8 +552,8 @@ mod tests {
 
     #[test]
     fn no_more_bulk_buffers_than_the_budget_exist_at_once() {
-        // Takes them all (256 MiB): at most BULK_BUFFERS, counting any that
-        // other tests hold at the same time.
+        // Takes them all (16 in tests): at most BULK_BUFFERS, counting any
+        // that other tests hold at the same time.
         let _serial = serial();
         let mut all = Vec::new();
         while let Some(h) = Held::take() {
@@ -543,6 +566,20 @@ mod tests {
         one.fill(b"in flight");
         drop(one);
         assert!(Held::take().is_some());
+    }
+
+    #[test]
+    fn a_small_rest_drains_without_taking_more_and_is_not_pooled() {
+        let _serial = serial();
+        let mut h = Held::rest(b"unwritten".to_vec());
+        assert_eq!(h.len(), 9);
+        assert_eq!(h.room(), 0, "nothing more is read until it drains");
+        assert_eq!(take_out(&mut h, 5), b"unwri");
+        assert_eq!(h.room(), 0);
+        assert_eq!(take_out(&mut h, 100), b"tten");
+        let pooled = POOL.lock().unwrap().len();
+        h.give_back();
+        assert_eq!(POOL.lock().unwrap().len(), pooled, "not a bulk buffer");
     }
 
     #[test]
