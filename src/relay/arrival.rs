@@ -5,7 +5,6 @@
 //! of microseconds on a virtual machine) before its `delay` even began.
 
 use std::io;
-use std::mem::MaybeUninit;
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::{Duration, SystemTime};
 
@@ -49,63 +48,24 @@ pub(crate) fn dated(stamp: Option<SystemTime>, now: Instant, wall: SystemTime) -
         .map_or(now, |age| now.checked_sub(age.min(MAX_AGE)).unwrap_or(now))
 }
 
-/// One `recvmsg` into the spare capacity of `buf`, with room for the
-/// timestamp's control message.
+/// One `recvmsg` into the spare capacity of `buf`, and the timestamp's
+/// control message.
 fn recv_stamped(fd: RawFd, buf: &mut BytesMut) -> io::Result<(usize, Option<SystemTime>)> {
-    let spare = buf.spare_capacity_mut();
-    let mut iov = libc::iovec {
-        iov_base: spare.as_mut_ptr().cast(),
-        iov_len: spare.len(),
-    };
-    // Aligned for cmsghdr; room for one timespec message and more.
-    let mut control = [0u64; 16];
-    // SAFETY: an all-zero msghdr is a valid empty one; its pointers are set
-    // below to `iov` and `control`, which outlive the call.
-    let mut msg: libc::msghdr = unsafe { MaybeUninit::zeroed().assume_init() };
-    msg.msg_iov = &mut iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = std::mem::size_of_val(&control) as _;
-    // SAFETY: `fd` is a live socket borrowed from the caller; the kernel
-    // writes at most `iov_len` bytes into the spare capacity (memory that
-    // `buf` owns and may hold uninitialised) and at most `msg_controllen`
-    // bytes into `control`.
-    let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_DONTWAIT) };
-    if n < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    let n = n as usize;
+    let got = super::sockopt::recv_with_control(fd, buf.spare_capacity_mut())?;
     // SAFETY: the kernel initialised the first `n` bytes of the spare
     // capacity.
-    unsafe { buf.advance_mut(n) };
-    Ok((n, timestamp(&msg)))
+    unsafe { buf.advance_mut(got.n) };
+    let stamp = got.message::<libc::timespec>(libc::SOL_SOCKET, libc::SCM_TIMESTAMPNS);
+    Ok((got.n, stamp.and_then(wall_time)))
 }
 
-/// The `SCM_TIMESTAMPNS` message of a `recvmsg`, if there is one.
-fn timestamp(msg: &libc::msghdr) -> Option<SystemTime> {
-    // SAFETY: `msg` is a msghdr the kernel filled in, whose control buffer
-    // is still alive; CMSG_FIRSTHDR/CMSG_NXTHDR stay within its
-    // `msg_controllen`, and a message of this level and type carries a
-    // `timespec` (read unaligned: CMSG_DATA need not be aligned for it).
-    unsafe {
-        let mut c = libc::CMSG_FIRSTHDR(msg);
-        while !c.is_null() {
-            let len = libc::CMSG_LEN(std::mem::size_of::<libc::timespec>() as _) as usize;
-            if (*c).cmsg_level == libc::SOL_SOCKET
-                && (*c).cmsg_type == libc::SCM_TIMESTAMPNS
-                && (*c).cmsg_len as usize >= len
-            {
-                let ts: libc::timespec = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
-                let d = Duration::new(
-                    u64::try_from(ts.tv_sec).ok()?,
-                    u32::try_from(ts.tv_nsec).ok()?,
-                );
-                return SystemTime::UNIX_EPOCH.checked_add(d);
-            }
-            c = libc::CMSG_NXTHDR(msg, c);
-        }
-    }
-    None
+/// The wall-clock time a kernel `timespec` stands for.
+fn wall_time(ts: libc::timespec) -> Option<SystemTime> {
+    let d = Duration::new(
+        u64::try_from(ts.tv_sec).ok()?,
+        u32::try_from(ts.tv_nsec).ok()?,
+    );
+    SystemTime::UNIX_EPOCH.checked_add(d)
 }
 
 #[cfg(test)]

@@ -299,55 +299,88 @@ fn set_int(fd: RawFd, level: libc::c_int, name: libc::c_int, value: libc::c_int)
     }
 }
 
-/// One `recvmsg` into `buf` (without waiting), and how many bytes the
-/// socket still holds after it: the kernel's `TCP_CM_INQ` count, `None`
-/// when the socket does not give it (`TCP_INQ` not set).
-pub(crate) fn recv_counted(fd: RawFd, buf: &mut [u8]) -> io::Result<(usize, Option<usize>)> {
-    let mut iov = libc::iovec {
-        iov_base: buf.as_mut_ptr().cast(),
-        iov_len: buf.len(),
+/// What one `recvmsg` brought: how many bytes, and its control messages.
+pub(crate) struct Received {
+    pub n: usize,
+    /// Aligned for cmsghdr; room for a timestamp and a count, and more.
+    control: [u64; 16],
+    control_len: usize,
+}
+
+impl Received {
+    /// The first control message of `level` and `kind` that holds a `T`.
+    pub(crate) fn message<T: Copy>(&self, level: libc::c_int, kind: libc::c_int) -> Option<T> {
+        // SAFETY: an all-zero msghdr is a valid empty one; only its control
+        // buffer is set, to `self.control`, which outlives `msg`.
+        let mut msg: libc::msghdr = unsafe { std::mem::MaybeUninit::zeroed().assume_init() };
+        msg.msg_control = self.control.as_ptr() as *mut libc::c_void;
+        msg.msg_controllen = self.control_len as _;
+        // SAFETY: the control buffer is what the kernel filled in, up to
+        // `control_len`; CMSG_FIRSTHDR/CMSG_NXTHDR stay within it, and a
+        // message of this level and type at least `len` long carries a `T`
+        // (the caller's to name rightly), read unaligned.
+        unsafe {
+            let len = libc::CMSG_LEN(std::mem::size_of::<T>() as _) as usize;
+            let mut c = libc::CMSG_FIRSTHDR(&msg);
+            while !c.is_null() {
+                if (*c).cmsg_level == level
+                    && (*c).cmsg_type == kind
+                    && (*c).cmsg_len as usize >= len
+                {
+                    return Some(std::ptr::read_unaligned(libc::CMSG_DATA(c).cast()));
+                }
+                c = libc::CMSG_NXTHDR(&msg, c);
+            }
+        }
+        None
+    }
+}
+
+/// One `recvmsg` into `data` (which may be uninitialised) without
+/// waiting, with room for control messages; the first `n` bytes of `data`
+/// are initialised after it.
+pub(crate) fn recv_with_control(
+    fd: RawFd,
+    data: &mut [std::mem::MaybeUninit<u8>],
+) -> io::Result<Received> {
+    let mut got = Received {
+        n: 0,
+        control: [0; 16],
+        control_len: 0,
     };
-    // Aligned for cmsghdr; room for the count's message and another (a
-    // timestamp, should one be asked for).
-    let mut control = [0u64; 8];
+    let mut iov = libc::iovec {
+        iov_base: data.as_mut_ptr().cast(),
+        iov_len: data.len(),
+    };
     // SAFETY: an all-zero msghdr is a valid empty one; its pointers are set
-    // below to `iov` and `control`, which outlive the call.
+    // below to `iov` and `got.control`, which outlive the call.
     let mut msg: libc::msghdr = unsafe { std::mem::MaybeUninit::zeroed().assume_init() };
     msg.msg_iov = &mut iov;
     msg.msg_iovlen = 1;
-    msg.msg_control = control.as_mut_ptr().cast();
-    msg.msg_controllen = std::mem::size_of_val(&control) as _;
+    msg.msg_control = got.control.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&got.control) as _;
     // SAFETY: `fd` is a live socket borrowed from the caller; the kernel
-    // writes at most `iov_len` bytes into `buf` and at most
-    // `msg_controllen` bytes into `control`.
+    // writes at most `iov_len` bytes into `data` and at most
+    // `msg_controllen` bytes into the control buffer.
     let n = unsafe { libc::recvmsg(fd, &mut msg, libc::MSG_DONTWAIT) };
     if n < 0 {
         return Err(io::Error::last_os_error());
     }
-    Ok((n as usize, queued(&msg)))
+    got.n = n as usize;
+    got.control_len = msg.msg_controllen;
+    Ok(got)
 }
 
-/// The `TCP_CM_INQ` message of a `recvmsg`, if there is one.
-fn queued(msg: &libc::msghdr) -> Option<usize> {
-    // SAFETY: `msg` is a msghdr the kernel filled in, whose control buffer
-    // is still alive; CMSG_FIRSTHDR/CMSG_NXTHDR stay within its
-    // `msg_controllen`, and a message of this level and type carries a
-    // c_int (read unaligned).
-    unsafe {
-        let mut c = libc::CMSG_FIRSTHDR(msg);
-        while !c.is_null() {
-            let len = libc::CMSG_LEN(std::mem::size_of::<libc::c_int>() as _) as usize;
-            if (*c).cmsg_level == libc::IPPROTO_TCP
-                && (*c).cmsg_type == libc::TCP_CM_INQ
-                && (*c).cmsg_len as usize >= len
-            {
-                let q: libc::c_int = std::ptr::read_unaligned(libc::CMSG_DATA(c).cast());
-                return usize::try_from(q).ok();
-            }
-            c = libc::CMSG_NXTHDR(msg, c);
-        }
-    }
-    None
+/// One `recvmsg` into `buf` (without waiting), and how many bytes the
+/// socket still holds after it: the kernel's `TCP_CM_INQ` count, `None`
+/// when the socket does not give it (`TCP_INQ` not set).
+pub(crate) fn recv_counted(fd: RawFd, buf: &mut [u8]) -> io::Result<(usize, Option<usize>)> {
+    // SAFETY: initialised bytes are valid MaybeUninit<u8>s, and the kernel
+    // writes only initialised bytes through this view.
+    let data = unsafe { &mut *(buf as *mut [u8] as *mut [std::mem::MaybeUninit<u8>]) };
+    let got = recv_with_control(fd, data)?;
+    let queued = got.message::<libc::c_int>(libc::IPPROTO_TCP, libc::TCP_CM_INQ);
+    Ok((got.n, queued.and_then(|q| usize::try_from(q).ok())))
 }
 
 /// The urgent byte (`MSG_OOB`) the socket's next read would start at, taken
