@@ -497,37 +497,49 @@ fn urgent_data_neither_stalls_the_stream_nor_loses_its_mark() {
             Err(std::io::Error::last_os_error())
         }
     }
-    for faults in [&[][..], &["--fault", "latency:delay=1ms,stream=both"][..]] {
+    // Both ways: client -> server (a socket accepted from the listener)
+    // and server -> client (one the relay dialled).
+    let cases = [
+        (&[][..], true),
+        (&[][..], false),
+        (&["--fault", "latency:delay=1ms,stream=both"][..], true),
+    ];
+    for (faults, upstream_bound) in cases {
         let upstream = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let up = upstream.local_addr().unwrap().to_string();
         let mut args = vec!["--listen", "127.0.0.1:0", "--upstream", &up];
         args.extend_from_slice(faults);
         let proxy = Proxy::start(&args);
-        let mut c = connect(proxy.addr());
-        let (mut s, _) = upstream.accept().unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        c.write_all(b"hi").unwrap();
+        let c = connect(proxy.addr());
+        let (s, _) = upstream.accept().unwrap();
+        let (mut from, mut to) = if upstream_bound { (c, s) } else { (s, c) };
+        let case = format!("with {faults:?}, towards the upstream: {upstream_bound}");
+        to.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        from.write_all(b"hi").unwrap();
         let mut hi = [0u8; 2];
-        s.read_exact(&mut hi).unwrap();
+        to.read_exact(&mut hi).unwrap();
         // Stopped, the relay finds it all queued at its next read: the
         // bytes before the mark, the urgent byte, the bytes after it.
         let stopped = Stopped(proxy.pid());
         signal(stopped.0, libc::SIGSTOP);
         wait_stopped(stopped.0);
-        send_urgent(&c, b"abcX");
-        c.write_all(b"def").unwrap();
+        send_urgent(&from, b"abcX");
+        from.write_all(b"def").unwrap();
         std::thread::sleep(Duration::from_millis(300));
         drop(stopped);
         let mut got = vec![0u8; 3];
-        s.read_exact(&mut got).unwrap();
+        to.read_exact(&mut got).unwrap();
         if faults.is_empty() {
             // Reads stop at the mark: the urgent byte is there, out of
             // band, until a read passes it, and right after "abc".
             let deadline = Instant::now() + Duration::from_secs(10);
             let urgent = loop {
-                match recv_urgent(&s) {
+                match recv_urgent(&to) {
                     Ok(b) => {
-                        assert!(at_mark(&s), "the mark is where the urgent byte was sent");
+                        assert!(
+                            at_mark(&to),
+                            "the mark is where the urgent byte was sent, {case}"
+                        );
                         break Some(b);
                     }
                     Err(_) if Instant::now() < deadline => {
@@ -536,16 +548,20 @@ fn urgent_data_neither_stalls_the_stream_nor_loses_its_mark() {
                     Err(_) => break None,
                 }
             };
-            assert_eq!(urgent, Some(b'X'), "the urgent byte arrives as urgent");
+            assert_eq!(
+                urgent,
+                Some(b'X'),
+                "the urgent byte arrives as urgent, {case}"
+            );
         }
         let mut rest = vec![0u8; 3];
-        let r = s.read_exact(&mut rest);
+        let r = to.read_exact(&mut rest);
         assert!(
             r.is_ok(),
-            "the bytes after the urgent mark arrive ({r:?}) with {faults:?}"
+            "the bytes after the urgent mark arrive ({r:?}), {case}"
         );
         got.extend(rest);
-        assert_eq!(got, b"abcdef", "with {faults:?}");
+        assert_eq!(got, b"abcdef", "{case}");
         drop(proxy);
     }
 }
