@@ -6,6 +6,7 @@ mod support;
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::Shutdown;
+use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
 use support::*;
@@ -434,6 +435,62 @@ fn a_slow_reader_still_gets_every_byte_in_order() {
     assert_eq!(sum, want.0);
 }
 
+// Urgent data (MSG_OOB) helpers for the two tests below.
+
+/// SIGSTOP now, SIGCONT when dropped (on a failure too).
+struct Stopped(u32);
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        signal(self.0, libc::SIGCONT);
+    }
+}
+fn send_urgent(s: &std::net::TcpStream, bytes: &[u8]) {
+    // SAFETY: send(2) on a live socket with a buffer and its length.
+    let n = unsafe {
+        libc::send(
+            s.as_raw_fd(),
+            bytes.as_ptr().cast(),
+            bytes.len(),
+            libc::MSG_OOB,
+        )
+    };
+    assert_eq!(n, bytes.len() as isize, "send MSG_OOB");
+}
+/// Whether `s`'s next read starts at the urgent mark (SIOCATMARK,
+/// 0x8905 on x86_64 and aarch64; the libc crate lacks it for Linux).
+fn at_mark(s: &std::net::TcpStream) -> bool {
+    let mut at: libc::c_int = 0;
+    // SAFETY: ioctl(2) on a live socket writing one c_int.
+    let r = unsafe { libc::ioctl(s.as_raw_fd(), 0x8905, &mut at) };
+    r == 0 && at != 0
+}
+/// Waits (bounded) until `pid` is stopped, as SIGSTOP takes effect
+/// asynchronously.
+fn wait_stopped(pid: u32) {
+    for _ in 0..1000 {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // The state follows the parenthesised command name.
+        if stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('T'))
+        {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    panic!("netchaos (pid {pid}) did not stop");
+}
+fn recv_urgent(s: &std::net::TcpStream) -> std::io::Result<u8> {
+    let mut b = 0u8;
+    // SAFETY: recv(2) on a live socket into one byte.
+    let n = unsafe { libc::recv(s.as_raw_fd(), (&mut b as *mut u8).cast(), 1, libc::MSG_OOB) };
+    if n == 1 {
+        Ok(b)
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
 /// Urgent data (`MSG_OOB`: telnet's Synch, FTP's ABOR). A read stops in
 /// front of the urgent mark with bytes still queued behind it; the fast
 /// path once took that short read for an emptied socket and stalled the
@@ -443,60 +500,6 @@ fn a_slow_reader_still_gets_every_byte_in_order() {
 /// receiver without SO_OOBINLINE reads of it), which is not asserted.
 #[test]
 fn urgent_data_neither_stalls_the_stream_nor_loses_its_mark() {
-    use std::os::fd::AsRawFd;
-    /// SIGSTOP now, SIGCONT when dropped (on a failure too).
-    struct Stopped(u32);
-    impl Drop for Stopped {
-        fn drop(&mut self) {
-            signal(self.0, libc::SIGCONT);
-        }
-    }
-    fn send_urgent(s: &std::net::TcpStream, bytes: &[u8]) {
-        // SAFETY: send(2) on a live socket with a buffer and its length.
-        let n = unsafe {
-            libc::send(
-                s.as_raw_fd(),
-                bytes.as_ptr().cast(),
-                bytes.len(),
-                libc::MSG_OOB,
-            )
-        };
-        assert_eq!(n, bytes.len() as isize, "send MSG_OOB");
-    }
-    /// Whether `s`'s next read starts at the urgent mark (SIOCATMARK,
-    /// 0x8905 on x86_64 and aarch64; the libc crate lacks it for Linux).
-    fn at_mark(s: &std::net::TcpStream) -> bool {
-        let mut at: libc::c_int = 0;
-        // SAFETY: ioctl(2) on a live socket writing one c_int.
-        let r = unsafe { libc::ioctl(s.as_raw_fd(), 0x8905, &mut at) };
-        r == 0 && at != 0
-    }
-    /// Waits (bounded) until `pid` is stopped, as SIGSTOP takes effect
-    /// asynchronously.
-    fn wait_stopped(pid: u32) {
-        for _ in 0..1000 {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            // The state follows the parenthesised command name.
-            if stat
-                .rsplit_once(") ")
-                .is_some_and(|(_, rest)| rest.starts_with('T'))
-            {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        panic!("netchaos (pid {pid}) did not stop");
-    }
-    fn recv_urgent(s: &std::net::TcpStream) -> std::io::Result<u8> {
-        let mut b = 0u8;
-        // SAFETY: recv(2) on a live socket into one byte.
-        let n = unsafe { libc::recv(s.as_raw_fd(), (&mut b as *mut u8).cast(), 1, libc::MSG_OOB) };
-        if n == 1 {
-            Ok(b)
-        } else {
-            Err(std::io::Error::last_os_error())
-        }
-    }
     // Both ways: client -> server (a socket accepted from the listener)
     // and server -> client (one the relay dialled).
     let cases = [
@@ -564,6 +567,66 @@ fn urgent_data_neither_stalls_the_stream_nor_loses_its_mark() {
         assert_eq!(got, b"abcdef", "{case}");
         drop(proxy);
     }
+}
+
+/// An urgent byte read while bytes before it still wait for a destination
+/// that is not reading (the fast path's bulk buffer): it goes out after
+/// all of them, with the mark right behind the last.
+#[test]
+fn urgent_data_behind_a_backed_up_stream_keeps_its_place() {
+    let upstream = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let up = upstream.local_addr().unwrap().to_string();
+    let proxy = Proxy::start(&["--listen", "127.0.0.1:0", "--upstream", &up]);
+    let mut c = connect(proxy.addr());
+    let (mut s, _) = upstream.accept().unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    // Less than the relay and the server's socket take without a read.
+    let filler = pattern(5, 768 << 10);
+    let sender = {
+        let filler = filler.clone();
+        std::thread::spawn(move || {
+            c.write_all(&filler).unwrap();
+            // All of it acknowledged (bounded): the urgent byte then
+            // travels with "abc", not in a later segment (a relay that has
+            // read up to the mark before the byte is there meets it first,
+            // and the kernel skips it: the documented loss).
+            for _ in 0..1000 {
+                let mut queued: libc::c_int = 0;
+                // SAFETY: TIOCOUTQ on a live socket writes one c_int.
+                unsafe { libc::ioctl(c.as_raw_fd(), libc::TIOCOUTQ, &mut queued) };
+                if queued == 0 {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            send_urgent(&c, b"abcX");
+            c.write_all(b"def").unwrap();
+            c
+        })
+    };
+    // The server reads nothing until the relay holds bytes for it.
+    std::thread::sleep(Duration::from_millis(700));
+    let mut got = vec![0u8; filler.len() + 3];
+    s.read_exact(&mut got).unwrap();
+    assert!(
+        got[..filler.len()] == filler[..],
+        "the stream before the mark"
+    );
+    assert_eq!(&got[filler.len()..], b"abc");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let urgent = loop {
+        match recv_urgent(&s) {
+            Ok(b) => break Some(b),
+            Err(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+            Err(_) => break None,
+        }
+    };
+    assert_eq!(urgent, Some(b'X'), "the urgent byte arrives as urgent");
+    assert!(at_mark(&s), "the mark is right after 'abc'");
+    let mut rest = [0u8; 3];
+    s.read_exact(&mut rest).unwrap();
+    assert_eq!(&rest, b"def");
+    drop(sender.join().unwrap());
 }
 
 #[test]

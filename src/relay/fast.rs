@@ -26,8 +26,9 @@
 //! Buffers are borrowed from a small pool only while bytes are in flight
 //! and returned empty, so an idle connection holds none. All of them
 //! together are bounded ([`BULK_BUFFERS`]): past that, a direction carries
-//! bulk in small messages, slower but holding nothing of its own, so that
-//! many connections with slow readers cannot take the host's memory.
+//! bulk in small messages, slower and holding at most a partial write's
+//! rest of its own ([`COPY_BUF`]), so that many connections with slow
+//! readers cannot take the host's memory.
 
 use std::io;
 use std::os::fd::AsRawFd;
@@ -46,8 +47,9 @@ use crate::fault::Direction;
 /// What a bulk direction holds in user space at most: read into while its
 /// destination has no room (the most a read asks for).
 const BULK_SIZE: usize = 512 << 10;
-/// Idle bulk buffers kept for reuse; beyond this they are freed.
-const POOL_MAX: usize = 32;
+/// Idle bulk buffers kept for reuse; beyond this they are freed. (4 in
+/// unit tests, so that freeing is tested too.)
+const POOL_MAX: usize = if cfg!(test) { 4 } else { 32 };
 /// Bulk buffers that may exist at once, in flight or pooled: 256 MiB.
 /// Each is held only while its destination is slower than its source, so
 /// this is that many directions backed up at once; more than two cores
@@ -312,7 +314,8 @@ pub(crate) async fn run(
                             total += written as u64;
                             urgent = u;
                             // The rest waits in a bulk buffer (the
-                            // destination is full: bulk).
+                            // destination is full: bulk), or on its own
+                            // when none can be had.
                             copying = false;
                             held = Some(match Held::take() {
                                 Some(mut h) => {
@@ -552,15 +555,30 @@ mod tests {
 
     #[test]
     fn no_more_bulk_buffers_than_the_budget_exist_at_once() {
-        // Takes them all (16 in tests): at most BULK_BUFFERS, counting any
-        // that other tests hold at the same time.
         let _serial = serial();
+        // Takes them all (16 in tests). The tests that take buffers run one
+        // at a time and no other unit test runs the relay: every buffer
+        // there is, pooled or not, is to be had, and no more.
         let mut all = Vec::new();
         while let Some(h) = Held::take() {
             all.push(h);
             assert!(all.len() <= BULK_BUFFERS, "past the budget");
         }
-        assert!(!all.is_empty());
+        assert_eq!(all.len(), BULK_BUFFERS);
+        // Given back: POOL_MAX pooled (still counted), the rest freed.
+        let last = all.pop().unwrap();
+        for h in all {
+            h.give_back();
+        }
+        assert_eq!(BUFFERS.taken.load(Ordering::Acquire), POOL_MAX + 1);
+        drop(last);
+        assert_eq!(
+            BUFFERS.taken.load(Ordering::Acquire),
+            POOL_MAX,
+            "dropped: freed"
+        );
+        let mut all: Vec<Held> = std::iter::from_fn(Held::take).collect();
+        assert_eq!(all.len(), BULK_BUFFERS, "nothing leaked");
         // One given back (freed: dropped with bytes in it) can be had again.
         let mut one = all.pop().unwrap();
         one.fill(b"in flight");

@@ -59,7 +59,7 @@ pub(crate) fn tune(s: &TcpStream, peer_timeout: Duration) -> bool {
 }
 
 /// Sets [`tune`]'s options on a listening socket, which the sockets it
-/// accepts inherit (Linux copies them at accept): six system calls
+/// accepts inherit (Linux copies them at accept): seven system calls
 /// fewer per connection. Returns whether every one was set, so that
 /// accepted sockets need only [`tune_accepted`].
 pub(crate) fn tune_listener(l: &tokio::net::TcpListener, peer_timeout: Duration) -> bool {
@@ -118,7 +118,8 @@ fn on_this_host(s: &TcpStream) -> bool {
 }
 
 /// No Nagle, keepalive after `peer_timeout`, and at most
-/// [`NOTSENT_LOWAT`] unsent bytes; whether all were set.
+/// [`NOTSENT_LOWAT`] unsent bytes; whether all were set. Also `TCP_INQ`
+/// (each read says what it left: [`recv_counted`]), not required.
 fn set_relay_options(sock: SockRef<'_>, peer_timeout: Duration) -> bool {
     let t = peer_timeout.as_secs().max(2);
     let ka = TcpKeepalive::new()
@@ -307,9 +308,20 @@ pub(crate) struct Received {
     control_len: usize,
 }
 
+/// A type any bytes of its size are a valid value of: what a control
+/// message may be read as.
+///
+/// # Safety
+/// Every bit pattern of `size_of::<Self>()` bytes must be a valid `Self`.
+pub(crate) unsafe trait Plain: Copy {}
+// SAFETY: integers and a struct of two integers: any bits are valid.
+unsafe impl Plain for libc::c_int {}
+// SAFETY: as above.
+unsafe impl Plain for libc::timespec {}
+
 impl Received {
     /// The first control message of `level` and `kind` that holds a `T`.
-    pub(crate) fn message<T: Copy>(&self, level: libc::c_int, kind: libc::c_int) -> Option<T> {
+    pub(crate) fn message<T: Plain>(&self, level: libc::c_int, kind: libc::c_int) -> Option<T> {
         // SAFETY: an all-zero msghdr is a valid empty one; only its control
         // buffer is set, to `self.control`, which outlives `msg`.
         let mut msg: libc::msghdr = unsafe { std::mem::MaybeUninit::zeroed().assume_init() };
@@ -317,8 +329,8 @@ impl Received {
         msg.msg_controllen = self.control_len as _;
         // SAFETY: the control buffer is what the kernel filled in, up to
         // `control_len`; CMSG_FIRSTHDR/CMSG_NXTHDR stay within it, and a
-        // message of this level and type at least `len` long carries a `T`
-        // (the caller's to name rightly), read unaligned.
+        // message at least `len` long holds `size_of::<T>()` bytes, any of
+        // which make a valid `T` ([`Plain`]), read unaligned.
         unsafe {
             let len = libc::CMSG_LEN(std::mem::size_of::<T>() as _) as usize;
             let mut c = libc::CMSG_FIRSTHDR(&msg);
@@ -367,7 +379,11 @@ pub(crate) fn recv_with_control(
         return Err(io::Error::last_os_error());
     }
     got.n = n as usize;
-    got.control_len = msg.msg_controllen;
+    // size_t with glibc (x86_64, aarch64); socklen_t elsewhere.
+    #[allow(clippy::unnecessary_cast)]
+    {
+        got.control_len = msg.msg_controllen as usize;
+    }
     Ok(got)
 }
 
@@ -394,7 +410,8 @@ pub(crate) fn urgent_at_mark(fd: RawFd) -> Option<u8> {
         return None;
     }
     let mut b = 0u8;
-    // SAFETY: as above; the kernel writes at most the one byte passed.
+    // SAFETY: `fd` is a live socket borrowed from the caller; the kernel
+    // writes at most the one byte passed, into `b`.
     let n = unsafe {
         libc::recv(
             fd,
