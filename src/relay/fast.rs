@@ -95,6 +95,19 @@ impl Budget {
 
 static BUFFERS: Budget = Budget::new(BULK_BUFFERS);
 
+/// Says once per run that the budget is spent: from then on, some
+/// directions move their bulk slower than they would.
+fn spent_once() {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if !SAID.swap(true, Ordering::Relaxed) {
+        tracing::warn!(
+            "all {BULK_BUFFERS} fast-path bulk buffers ({} MiB) are in use: directions backed up beyond them carry their bulk in {} KiB copies",
+            (BULK_BUFFERS * BULK_SIZE) >> 20,
+            COPY_BUF >> 10
+        );
+    }
+}
+
 /// A bulk direction's bytes read and not yet written: `buf[start..end]`.
 /// Dropped (a direction that ends holding bytes), its buffer is freed and
 /// leaves the budget.
@@ -117,6 +130,7 @@ impl Held {
             Some(b) => b,
             None => {
                 if !BUFFERS.take() {
+                    spent_once();
                     return None;
                 }
                 let mut v = Vec::new();
