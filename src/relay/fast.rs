@@ -35,6 +35,7 @@ use std::os::fd::AsRawFd;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use nix::sys::socket::MsgFlags;
 use tokio::io::Interest;
 use tokio::net::TcpStream;
 
@@ -115,9 +116,6 @@ struct Held {
     buf: Box<[u8]>,
     start: usize,
     end: usize,
-    /// A bulk buffer counted in [`BUFFERS`]; not: a small-message rest
-    /// ([`Held::rest`]).
-    budgeted: bool,
 }
 
 impl Held {
@@ -146,7 +144,6 @@ impl Held {
             buf,
             start: 0,
             end: 0,
-            budgeted: true,
         })
     }
 
@@ -155,13 +152,22 @@ impl Held {
     /// it drains before anything more is read (it has no room), while
     /// faults still arrive.
     fn rest(bytes: Vec<u8>) -> Held {
+        debug_assert!(
+            bytes.len() < BULK_SIZE,
+            "a rest must not pass for a bulk buffer"
+        );
         let end = bytes.len();
         Held {
             buf: bytes.into_boxed_slice(),
             start: 0,
             end,
-            budgeted: false,
         }
+    }
+
+    /// A bulk buffer, counted in [`BUFFERS`] (a small-message rest is
+    /// shorter, and an emptied one given to the pool has no length).
+    fn budgeted(&self) -> bool {
+        self.buf.len() == BULK_SIZE
     }
 
     /// Puts `bytes` (at most [`COPY_BUF`]) into this empty buffer.
@@ -179,7 +185,7 @@ impl Held {
     /// byte is moved more than once (moving it after every write of a full
     /// buffer cost more than the reads and writes).
     fn room(&mut self) -> usize {
-        if !self.budgeted {
+        if !self.budgeted() {
             return 0;
         }
         if self.end == self.buf.len() && self.start >= self.buf.len() / 2 {
@@ -200,7 +206,7 @@ impl Held {
     /// Returns the (empty) buffer to the pool, or frees it when the pool
     /// is full.
     fn give_back(mut self) {
-        if !self.budgeted {
+        if !self.budgeted() {
             return;
         }
         let mut pool = POOL.lock().expect("buffer pool lock");
@@ -213,7 +219,7 @@ impl Held {
 
 impl Drop for Held {
     fn drop(&mut self) {
-        if self.budgeted && !self.buf.is_empty() {
+        if self.budgeted() {
             BUFFERS.give_back();
         }
     }
@@ -366,7 +372,8 @@ pub(crate) async fn run(
                 let Some(h) = held.as_mut().filter(|h| h.len() > 0) else {
                     // Everything before the urgent byte is written.
                     let byte = urgent.expect("an urgent byte when nothing is held");
-                    match w.and_then(|_| sockopt::send_urgent(dst, byte)) {
+                    let oob = MsgFlags::MSG_OOB;
+                    match w.and_then(|_| sockopt::try_send(dst, &[byte], oob)) {
                         Ok(_) => {
                             urgent = None;
                             total += 1;
@@ -378,11 +385,8 @@ pub(crate) async fn run(
                     }
                     continue;
                 };
-                let out = w.and_then(|_| dst.try_io(Interest::WRITABLE, || {
-                    use nix::sys::socket::{MsgFlags, send};
-                    send(dst.as_raw_fd(), &h.buf[h.start..h.end], MsgFlags::MSG_NOSIGNAL)
-                        .map_err(io::Error::from)
-                }));
+                let held = &h.buf[h.start..h.end];
+                let out = w.and_then(|_| sockopt::try_send(dst, held, MsgFlags::empty()));
                 match out {
                     Ok(m) => {
                         h.consume(m);

@@ -6,6 +6,7 @@ use std::io;
 use std::os::fd::{AsRawFd, RawFd};
 use std::time::Duration;
 
+use nix::sys::socket::MsgFlags;
 use socket2::{SockRef, TcpKeepalive};
 use tokio::net::TcpStream;
 
@@ -128,7 +129,13 @@ fn set_relay_options(sock: SockRef<'_>, peer_timeout: Duration) -> bool {
         .with_retries(3);
     let nodelay = sock.set_tcp_nodelay(true).is_ok();
     let keepalive = sock.set_tcp_keepalive(&ka).is_ok();
-    let lowat = set_notsent_lowat(sock.as_raw_fd(), NOTSENT_LOWAT).is_ok();
+    let lowat = set_int(
+        sock.as_raw_fd(),
+        libc::IPPROTO_TCP,
+        libc::TCP_NOTSENT_LOWAT,
+        NOTSENT_LOWAT,
+    )
+    .is_ok();
     // Not required: without the count, the fast path reads until EAGAIN.
     let _ = set_int(sock.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_INQ, 1);
     nodelay && keepalive && lowat
@@ -262,8 +269,7 @@ pub(crate) fn connected_or_failed(s: &impl std::os::fd::AsFd) -> bool {
 /// inside `try_io`, which clears a stale readiness on EAGAIN; when it does
 /// not, there is nothing to clear and the next edge will wake the waiter.
 pub(crate) fn send_now(s: &TcpStream, buf: &[u8]) -> io::Result<usize> {
-    use nix::sys::socket::{MsgFlags, send};
-    let send = || send(s.as_raw_fd(), buf, MsgFlags::MSG_NOSIGNAL).map_err(io::Error::from);
+    let send = || send_flagged(s, buf, MsgFlags::empty());
     let mut tried = false;
     let r = s.try_io(tokio::io::Interest::WRITABLE, || {
         tried = true;
@@ -272,13 +278,25 @@ pub(crate) fn send_now(s: &TcpStream, buf: &[u8]) -> io::Result<usize> {
     if tried { r } else { send() }
 }
 
+/// A write of what `s` takes now, as tokio's `try_write` (nothing tried
+/// until tokio has seen the socket writable, its readiness cleared on
+/// EAGAIN), with `flags` (`MSG_OOB`: urgent data, the peer's mark at the
+/// last byte) and never SIGPIPE.
+pub(crate) fn try_send(s: &TcpStream, buf: &[u8], flags: MsgFlags) -> io::Result<usize> {
+    s.try_io(tokio::io::Interest::WRITABLE, || {
+        send_flagged(s, buf, flags)
+    })
+}
+
+/// One `send(2)` with `flags` and MSG_NOSIGNAL.
+fn send_flagged(s: &TcpStream, buf: &[u8], flags: MsgFlags) -> io::Result<usize> {
+    nix::sys::socket::send(s.as_raw_fd(), buf, flags | MsgFlags::MSG_NOSIGNAL)
+        .map_err(io::Error::from)
+}
+
 /// Unsent bytes the kernel queues on a relay socket before it stops
 /// reporting it writable.
 const NOTSENT_LOWAT: libc::c_int = 128 * 1024;
-
-fn set_notsent_lowat(fd: RawFd, bytes: libc::c_int) -> io::Result<()> {
-    set_int(fd, libc::IPPROTO_TCP, libc::TCP_NOTSENT_LOWAT, bytes)
-}
 
 /// Sets an integer socket option.
 fn set_int(fd: RawFd, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> io::Result<()> {
@@ -421,19 +439,6 @@ pub(crate) fn urgent_at_mark(fd: RawFd) -> Option<u8> {
         )
     };
     (n == 1).then_some(b)
-}
-
-/// Sends `byte` as urgent data (`MSG_OOB`): the peer's urgent mark is at it.
-pub(crate) fn send_urgent(s: &TcpStream, byte: u8) -> io::Result<usize> {
-    use nix::sys::socket::{MsgFlags, send};
-    s.try_io(tokio::io::Interest::WRITABLE, || {
-        send(
-            s.as_raw_fd(),
-            &[byte],
-            MsgFlags::MSG_OOB | MsgFlags::MSG_NOSIGNAL,
-        )
-        .map_err(io::Error::from)
-    })
 }
 
 /// The destination a redirected connection was originally addressed to
