@@ -967,3 +967,153 @@ except grpc.RpcError as e:
         assert_eq!(run(true, method), direct, "{method} through netchaos");
     }
 }
+
+/// An HTTP/2 upstream (Node's own http2, h2c) streaming five events 20 ms
+/// apart on argv[1] (`sse`: an event stream; `sse-len`: the same with a
+/// content-length; `ndjson`: JSON lines), and an HTTP/2 client (the same
+/// module) reading one stream through argv[2]: prints what it got, how
+/// it ended (`end`: its END_STREAM; `cut:RST` where its connection ended
+/// under it; `error:CODE`; `timeout` after 2 s) and the time.
+const H2_EVENTS: &str = r#"
+const http2 = require("http2");
+const [port, via, mode] = process.argv.slice(1);
+const events = [0, 1, 2, 3, 4].map((i) => mode === "ndjson"
+  ? `{"i":${i},"done":false}\n`
+  : `event: message_delta\ndata: {"i":${i},"delta":{"stop_reason":null}}\n\n`);
+const server = http2.createServer();
+server.on("stream", (stream) => {
+  stream.on("error", () => {});
+  const head = { ":status": 200, "content-type": mode === "ndjson" ? "application/x-ndjson" : "text/event-stream" };
+  if (mode === "sse-len") head["content-length"] = events.join("").length;
+  stream.respond(head);
+  let i = 0;
+  const t = setInterval(() => {
+    if (stream.destroyed) return clearInterval(t);
+    stream.write(events[i]);
+    if (++i === events.length) { clearInterval(t); stream.end(); }
+  }, 20);
+});
+server.listen(+port, "127.0.0.1", () => {
+  const start = Date.now();
+  const session = http2.connect(`http://${via}`);
+  session.on("error", () => {});
+  const req = session.request({ ":path": "/v1/messages" });
+  let body = "";
+  const done = (how) => {
+    console.log(JSON.stringify({ body, how, ms: Date.now() - start }));
+    process.exit(0);
+  };
+  req.setEncoding("utf8");
+  req.on("data", (d) => (body += d));
+  req.on("error", (e) => done(`error:${e.code}`));
+  req.on("close", () => done(req.rstCode === 0 ? "end" : `cut:${req.rstCode}`));
+  setTimeout(() => done("timeout"), 2000);
+});
+"#;
+
+/// `sse` faults act on event streams over HTTP/2 (not gRPC) as over
+/// HTTP/1.1, each event passed on as it is counted: the provider's error
+/// event and the stream's clean end, a dropped connection, a malformed
+/// event, a patch that changes the events' length (the upstream's
+/// content-length no longer stands), a stall, late events, and NDJSON's
+/// lines counted alike. They used to pass unfaulted.
+#[test]
+fn event_streams_over_http2_meet_sse_faults() {
+    if !need(&["node"]) {
+        return;
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string();
+    let through = |mode: &str, fault: Option<&str>| -> (serde_json::Value, String) {
+        let up = format!("127.0.0.1:{port}");
+        let p = proxy(&up, fault.as_slice());
+        let (rc, out, err) = node(
+            H2_EVENTS,
+            &[&port, &p.addr().to_string(), mode],
+            "".as_ref(),
+        );
+        assert_eq!(rc, 0, "{err}");
+        let (_, summary) = p.stop();
+        (serde_json::from_str(out.trim()).unwrap(), summary)
+    };
+    let datas = |v: &serde_json::Value| -> Vec<String> {
+        let body = v["body"].as_str().unwrap();
+        body.lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .map(str::to_string)
+            .collect()
+    };
+    let parses = |d: &String| serde_json::from_str::<serde_json::Value>(d).is_ok();
+
+    let (v, _) = through("sse", None);
+    assert_eq!(
+        (datas(&v).len(), v["how"].as_str()),
+        (5, Some("end")),
+        "{v}"
+    );
+
+    let (v, summary) = through("sse", Some("sse:error_after_events=2"));
+    let d = datas(&v);
+    assert_eq!((d.len(), v["how"].as_str()), (3, Some("end")), "{v}");
+    assert!(
+        v["body"].as_str().unwrap().contains("event: error\n"),
+        "{v}"
+    );
+    assert!(d[2].contains("overloaded_error"), "{v}");
+    assert!(summary.contains("1 faulted"), "{summary}");
+
+    let (v, _) = through("sse", Some("sse:drop_after_events=2"));
+    assert_eq!(datas(&v).len(), 2, "{v}");
+    assert!(v["how"].as_str().unwrap().starts_with("cut:"), "{v}");
+    let (v, _) = through("sse", Some("sse:drop_after_events=2,then=reset"));
+    assert_eq!(
+        (datas(&v).len(), v["how"].as_str()),
+        (2, Some("error:ECONNRESET")),
+        "{v}"
+    );
+
+    let (v, _) = through("sse", Some("sse:malformed_after_events=1"));
+    let d = datas(&v);
+    assert_eq!(d.len(), 5, "{v}");
+    assert_eq!(
+        d.iter().map(parses).collect::<Vec<_>>(),
+        [true, false, true, true, true],
+        "{v}"
+    );
+
+    let (v, _) = through(
+        "sse-len",
+        Some(r#"sse:patch_json={"delta":{"stop_reason":"max_tokens"}},event=message_delta"#),
+    );
+    let d = datas(&v);
+    assert_eq!((d.len(), v["how"].as_str()), (5, Some("end")), "{v}");
+    assert!(
+        d.iter()
+            .all(|d| d.contains(r#""stop_reason":"max_tokens""#)),
+        "{v}"
+    );
+
+    let (v, _) = through("sse", Some("sse:stall_after_events=1"));
+    assert_eq!(
+        (datas(&v).len(), v["how"].as_str()),
+        (1, Some("timeout")),
+        "{v}"
+    );
+
+    let (v, _) = through("sse", Some("sse:event_delay=250ms"));
+    assert_eq!(
+        (datas(&v).len(), v["how"].as_str()),
+        (5, Some("end")),
+        "{v}"
+    );
+    assert!(v["ms"].as_u64().unwrap() >= 1200, "{v}");
+
+    let (v, _) = through("ndjson", Some("sse:error_after_events=1,envelope=ollama"));
+    let lines: Vec<&str> = v["body"].as_str().unwrap().lines().collect();
+    assert_eq!(lines.len(), 2, "{v}");
+    assert!(lines[1].starts_with(r#"{"error":"#), "{v}");
+}

@@ -1,8 +1,9 @@
 //! `sse` (HTTP layer): on `text/event-stream` responses, counted in whole
 //! events (an event ends at a blank line), on NDJSON ones, counted in
 //! lines (each a JSON value: Ollama's streams), and on AWS's binary event
-//! stream (Amazon Bedrock's), counted in event frames, and on gRPC
-//! responses over HTTP/2, counted in messages ([`crate::http::grpc_stream`]):
+//! stream (Amazon Bedrock's), counted in event frames, over HTTP/1.1 and
+//! HTTP/2 alike, and on gRPC responses over HTTP/2, counted in messages
+//! ([`crate::http::h2_stream`]):
 //! `stall_after_events` — then
 //! silence, the connection open (for good, or for `stall_for`, and then
 //! the stream goes on: a slow first token after the headers, a pause

@@ -37,6 +37,25 @@ pub(crate) enum Format {
     AwsEventStream,
 }
 
+impl Format {
+    /// How a body streams events, by its media type (a `Content-Type`):
+    /// an event stream, NDJSON / JSON Lines (under any of the names in
+    /// use) or AWS frames; `None` for a body that is not one.
+    pub(crate) fn of_media_type(content_type: &str) -> Option<Format> {
+        let media = content_type.split(';').next()?.trim();
+        let is = |m: &&str| media.eq_ignore_ascii_case(m);
+        if is(&"text/event-stream") {
+            Some(Format::EventStream)
+        } else if super::wire::JSON_LINES.iter().any(is) {
+            Some(Format::JsonLines)
+        } else if is(&"application/vnd.amazon.eventstream") {
+            Some(Format::AwsEventStream)
+        } else {
+            None
+        }
+    }
+}
+
 /// Splits a payload arriving in pieces into event blocks.
 #[derive(Debug, Default)]
 pub(crate) struct Splitter {

@@ -8,7 +8,8 @@
 //! rewritten (`http_rewrite`). An unfaulted stream passes as it came —
 //! headers, data, trailers, and the upstream's own stream resets with
 //! their codes. hyper does the framing, flow control and limits of both
-//! connections. `sse` faults act on HTTP/1.1 streams only.
+//! connections. `sse` faults count a call's messages or an event stream's
+//! events ([`h2_stream`]).
 //!
 //! Both connections run over in-memory pipes: the client's goes through
 //! the connection's pipelines, so stream faults (latency, bandwidth …)
@@ -34,9 +35,11 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use super::decide::{self, Reply};
+use super::events::Format;
 use super::exchange::{self, Exchange, MAX_BODY, Meta, Src};
+use super::h2_stream::{self, Units};
 use super::wire::MAX_HEAD;
-use super::{grpc, grpc_stream, rewrite};
+use super::{grpc, rewrite, wire};
 use crate::fault::Chosen;
 use crate::fault::http_match::RequestView;
 use crate::fault::http_rewrite::HttpRewrite;
@@ -729,8 +732,9 @@ async fn stream(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body
         drop(rbody);
         return st.answer(&reply, call, head_only).await;
     }
-    // `sse` faults count a gRPC response's messages (other streams'
-    // events are HTTP/1.1's here).
+    // `sse` faults count a gRPC response's messages, or an event stream's
+    // events (one that came compressed, although asked not to, has none
+    // netchaos can see).
     // A response that ended with its head (gRPC's trailers-only failure)
     // has no body to cut or count: wrapped, it would lose its END_STREAM
     // on the HEADERS, and the client its status.
@@ -738,10 +742,16 @@ async fn stream(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body
     if ended {
         od.truncate = None;
     }
-    let sse = match !ended && od.truncate.is_none() && grpc::is_call(&rheaders) {
-        true => std::mem::take(&mut od.sse),
-        false => Vec::new(),
+    let units = match grpc::is_call(&rheaders) {
+        true => Some(Units::Grpc),
+        false => header(&rheaders, "content-type")
+            .and_then(Format::of_media_type)
+            .filter(|_| !header(&rheaders, "content-encoding").is_some_and(wire::compressed))
+            .map(Units::Events),
     };
+    let sse = units
+        .filter(|_| !ended && od.truncate.is_none() && !od.sse.is_empty())
+        .map(|u| (u, std::mem::take(&mut od.sse)));
     let mut rbody = Held::new(rbody);
     // A call's own end, as the upstream's trailers say it (before any
     // fault of netchaos's ends it otherwise).
@@ -787,8 +797,8 @@ async fn stream(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body
             Some(&rbody.len().to_string()),
         );
     }
-    let out = match od.truncate {
-        Some((c, t)) => {
+    let out = match (od.truncate, sse) {
+        (Some((c, t)), _) => {
             let st2 = st.clone();
             let (limit, then) = (t.after_bytes(), t.then());
             let recorded = move || {
@@ -804,13 +814,15 @@ async fn stream(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body
             }
             .boxed()
         }
-        None if !sse.is_empty() => {
+        (None, Some((units, faults))) => {
             let host = Recorder {
                 st: st.clone(),
                 meta,
                 status: status_now,
             };
-            let (body, task) = grpc_stream::relay(rbody, sse, host);
+            // Patched or ended early, events no longer add up to a length.
+            rparts.headers.remove("content-length");
+            let (body, task) = h2_stream::relay(rbody, units, faults, host);
             let gone = st.gone.clone();
             tokio::spawn(async move {
                 tokio::select! {
@@ -820,7 +832,7 @@ async fn stream(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body
             });
             body.boxed()
         }
-        None => rbody.boxed(),
+        (None, None) => rbody.boxed(),
     };
     let out = Severed {
         inner: out,
@@ -901,7 +913,7 @@ struct Recorder {
     status: u16,
 }
 
-impl grpc_stream::Host for Recorder {
+impl h2_stream::Host for Recorder {
     fn acted(&self, c: &Chosen, ended: Option<crate::events::GrpcStatus<'_>>) {
         self.st
             .x

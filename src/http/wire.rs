@@ -237,26 +237,19 @@ impl Response {
 
     /// A `Content-Encoding` other than identity.
     pub(crate) fn is_compressed(&self) -> bool {
-        self.header("content-encoding")
-            .is_some_and(|e| !e.trim().is_empty() && !e.trim().eq_ignore_ascii_case("identity"))
+        self.header("content-encoding").is_some_and(compressed)
     }
 
-    /// How the body streams events, by its media type: an event stream, or
-    /// NDJSON / JSON Lines (under any of the names in use); `None` for a
-    /// body that is not one.
+    /// How the body streams events ([`Format::of_media_type`]).
     pub(crate) fn stream_format(&self) -> Option<Format> {
-        let media = self.header("content-type")?.split(';').next()?.trim();
-        let is = |m: &&str| media.eq_ignore_ascii_case(m);
-        if is(&"text/event-stream") {
-            Some(Format::EventStream)
-        } else if JSON_LINES.iter().any(is) {
-            Some(Format::JsonLines)
-        } else if is(&"application/vnd.amazon.eventstream") {
-            Some(Format::AwsEventStream)
-        } else {
-            None
-        }
+        self.header("content-type").and_then(Format::of_media_type)
     }
+}
+
+/// Whether a `Content-Encoding` compresses (anything but none or identity).
+pub(crate) fn compressed(encoding: &str) -> bool {
+    let e = encoding.trim();
+    !e.is_empty() && !e.eq_ignore_ascii_case("identity")
 }
 
 /// Follows a body arriving in pieces: where it ends, and (if asked) the
