@@ -672,6 +672,58 @@ fn metrics_move_as_faults_are_injected() {
     assert!(!text.contains("proxy=\"m\""), "{text}");
 }
 
+/// The fast path's bulk buffers show in the metrics: none out at first,
+/// one held by a direction whose destination stopped reading, their
+/// limit, and no read that found none left.
+#[test]
+fn bulk_buffers_show_in_the_metrics() {
+    // Reads nothing for 10 s (a connection stays open that long at most).
+    let sink = Server::start("127.0.0.1:0", |s| {
+        std::thread::sleep(Duration::from_secs(10));
+        drop(s);
+    });
+    let s = server(&[]);
+    let u = s.url();
+    let body = json!({"name": "b", "upstream": sink.addr.to_string()}).to_string();
+    let (_, v) = http("POST", &format!("{u}/proxies"), Some(&body), &[]);
+    let addr = listen_of(&v);
+    let metric = |name: &str| -> u64 {
+        let (_, v) = http("GET", &format!("{u}/metrics"), None, &[]);
+        let text = v.as_str().unwrap().to_string();
+        text.lines()
+            .find(|l| l.split(' ').next() == Some(name))
+            .and_then(|l| l.rsplit(' ').next())
+            .unwrap_or_else(|| panic!("no {name} in {text}"))
+            .parse()
+            .unwrap()
+    };
+    assert_eq!(metric("netchaos_relay_bulk_buffers"), 0);
+    assert_eq!(metric("netchaos_relay_bulk_buffers_limit"), 512);
+    let mut c = connect(addr);
+    c.set_nonblocking(true).unwrap();
+    let chunk = vec![7u8; 64 * 1024];
+    let deadline = Instant::now() + Duration::from_secs(8);
+    let mut sent = 0usize;
+    // Writes until the path is full (at most 256 MiB, 8 s), watching for
+    // the relay to hold a bulk buffer.
+    while metric("netchaos_relay_bulk_buffers") == 0 {
+        assert!(
+            Instant::now() < deadline && sent < 256 << 20,
+            "no bulk buffer held after {sent} bytes"
+        );
+        match c.write(&chunk) {
+            Ok(n) => sent += n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(20))
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert_eq!(metric("netchaos_relay_bulk_buffer_misses_total"), 0);
+    drop(c);
+    drop(sink);
+}
+
 #[test]
 fn proxy_and_run_serve_the_api_too() {
     let echo = Server::echo("127.0.0.1:0");

@@ -216,6 +216,28 @@ pub(crate) fn render(stats: &Stats, extra: &Extra) -> String {
             }
         }
     }
+    let (out_now, limit, misses) = crate::relay::fast::bulk_buffers();
+    family_into(
+        &mut out,
+        "netchaos_relay_bulk_buffers",
+        "gauge",
+        "The fast path's bulk buffers out now (held by backed-up directions, or pooled).",
+    );
+    let _ = writeln!(out, "netchaos_relay_bulk_buffers {out_now}");
+    family_into(
+        &mut out,
+        "netchaos_relay_bulk_buffers_limit",
+        "gauge",
+        "The most bulk buffers out at once.",
+    );
+    let _ = writeln!(out, "netchaos_relay_bulk_buffers_limit {limit}");
+    family_into(
+        &mut out,
+        "netchaos_relay_bulk_buffer_misses_total",
+        "counter",
+        "Bulk reads that found every bulk buffer out, and were carried in small copies.",
+    );
+    let _ = writeln!(out, "netchaos_relay_bulk_buffer_misses_total {misses}");
     if extra.runtime {
         runtime_into(&mut out);
     }

@@ -33,7 +33,7 @@
 use std::io;
 use std::os::fd::AsRawFd;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use nix::sys::socket::MsgFlags;
 use tokio::io::Interest;
@@ -95,11 +95,26 @@ impl Budget {
 }
 
 static BUFFERS: Budget = Budget::new(BULK_BUFFERS);
+/// How often a bulk direction wanted a buffer and found the budget spent
+/// (for the metrics): it asks again at its next bulk read.
+static SPENT: AtomicU64 = AtomicU64::new(0);
 
-/// Says once per run that the budget is spent: from then on, some
-/// directions move their bulk slower than they would.
-fn spent_once() {
+/// The bulk buffers now out (in use or pooled), their limit, and how
+/// often a bulk read found none left and went through the small copies.
+pub(crate) fn bulk_buffers() -> (usize, usize, u64) {
+    (
+        BUFFERS.taken.load(Ordering::Relaxed),
+        BUFFERS.limit,
+        SPENT.load(Ordering::Relaxed),
+    )
+}
+
+/// Counts a bulk read that found the budget spent, and says so once per
+/// run: from then on, some directions move their bulk slower than they
+/// would.
+fn spent() {
     static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    SPENT.fetch_add(1, Ordering::Relaxed);
     if !SAID.swap(true, Ordering::Relaxed) {
         tracing::warn!(
             "all {BULK_BUFFERS} fast-path bulk buffers ({} MiB) are in use: directions backed up beyond them carry their bulk in {} KiB copies",
@@ -128,7 +143,7 @@ impl Held {
             Some(b) => b,
             None => {
                 if !BUFFERS.take() {
-                    spent_once();
+                    spent();
                     return None;
                 }
                 let mut v = Vec::new();
@@ -577,12 +592,15 @@ mod tests {
         // Takes them all (16 in tests). The tests that take buffers run one
         // at a time and no other unit test runs the relay: every buffer
         // there is, pooled or not, is to be had, and no more.
+        let misses = bulk_buffers().2;
         let mut all = Vec::new();
         while let Some(h) = Held::take() {
             all.push(h);
             assert!(all.len() <= BULK_BUFFERS, "past the budget");
         }
         assert_eq!(all.len(), BULK_BUFFERS);
+        // What the metrics say: all out, and the take that found none.
+        assert_eq!(bulk_buffers(), (BULK_BUFFERS, BULK_BUFFERS, misses + 1));
         // Given back: POOL_MAX pooled (still counted), the rest freed.
         let last = all.pop().unwrap();
         for h in all {
