@@ -905,6 +905,22 @@ impl Events {
         });
     }
 
+    /// An HTTP/2 upstream sent its connection away and netchaos does not
+    /// dial it again (`reason`: `soon`, the connection dialled again less
+    /// than `REDIAL_SPACING` before: the upstream is going, not ageing its
+    /// connections; `stopping`; `cannot_redial`, its address or TLS setup
+    /// unknown): the client's connection is sent away in turn.
+    pub(crate) fn upstream_went_away(&self, c: &ConnInfo, reason: &'static str) {
+        tracing::debug!(
+            "HTTP/2: the upstream sent its connection away ({reason}); so is the client's"
+        );
+        self.write("goaway", || {
+            let mut f = conn_fields(c);
+            f.insert("reason".into(), reason.into());
+            f
+        });
+    }
+
     /// A listener stopped listening for a while (`reason`: `limit` or
     /// `resources`).
     pub(crate) fn listener_paused(&self, reason: &'static str) {

@@ -1117,3 +1117,77 @@ fn event_streams_over_http2_meet_sse_faults() {
     assert_eq!(lines.len(), 2, "{v}");
     assert!(lines[1].starts_with(r#"{"error":"#), "{v}");
 }
+
+/// An HTTP/2 upstream (Node's http2, h2c) on argv[1] whose first
+/// connection answers one request and then goes away (GOAWAY), and whose
+/// later ones go away as soon as they open (a server shutting down); and
+/// a client holding one connection through argv[2]: one request, then
+/// idle. Prints the first answer's status and the GOAWAY the client got.
+const H2_GOING_AWAY: &str = r#"
+const http2 = require("http2");
+const [port, via] = process.argv.slice(1);
+let sessions = 0;
+const server = http2.createServer();
+server.on("session", (s) => {
+  s.on("error", () => {});
+  if (sessions++ > 0) s.close();
+});
+server.on("stream", (stream) => {
+  stream.on("error", () => {});
+  stream.respond({ ":status": 200 });
+  stream.end("ok", () => stream.session.close());
+});
+server.listen(+port, "127.0.0.1", () => {
+  const session = http2.connect(`http://${via}`);
+  session.on("error", () => {});
+  const out = { status: null, goaway: null };
+  const done = () => { console.log(JSON.stringify(out)); process.exit(0); };
+  session.on("goaway", (code) => { out.goaway = code; done(); });
+  const req = session.request({ ":path": "/" });
+  req.on("response", (h) => (out.status = h[":status"]));
+  req.resume();
+  setTimeout(done, 3000);
+});
+"#;
+
+/// An upstream that sends the connection netchaos dialled again away at
+/// once is going, not ageing its connections: netchaos does not dial it
+/// a third time but sends the client away (GOAWAY), and the event log
+/// says why (`goaway`, `soon`) beside the `redial` before it.
+#[test]
+fn an_upstream_going_for_good_sends_the_client_away_and_says_so() {
+    if !need(&["node"]) {
+        return;
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+        .to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let events = dir.path().join("events.jsonl");
+    let p = Proxy::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        &format!("127.0.0.1:{port}"),
+        "--events",
+        &events.display().to_string(),
+        "--fault",
+        "http_status:status=503,path=/nowhere",
+    ]);
+    let (rc, out, err) = node(H2_GOING_AWAY, &[&port, &p.addr().to_string()], "".as_ref());
+    assert_eq!(rc, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    // The answer, then netchaos's GOAWAY (NO_ERROR), not the 3 s timeout.
+    assert_eq!(v, serde_json::json!({"status": 200, "goaway": 0}), "{out}");
+    let (_, err) = p.stop();
+    let log = read_events(&events);
+    let kinds: Vec<_> = log
+        .iter()
+        .filter(|e| e["event"] == "redial" || e["event"] == "goaway")
+        .map(|e| (e["event"].as_str().unwrap(), e["reason"].as_str()))
+        .collect();
+    assert_eq!(kinds, [("redial", None), ("goaway", Some("soon"))], "{err}");
+}

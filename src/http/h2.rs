@@ -365,7 +365,15 @@ async fn run(
                                 Ok((send, conn, began.elapsed()))
                             }));
                         }
-                        _ => closing = true,
+                        _ => {
+                            let reason = match &redial {
+                                _ if stopping.is_cancelled() => "stopping",
+                                Some(_) => "soon",
+                                None => "cannot_redial",
+                            };
+                            events.upstream_went_away(&conn_info, reason);
+                            closing = true;
+                        }
                     },
                     Ok(()) => {}
                 }

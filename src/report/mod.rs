@@ -524,7 +524,7 @@ impl Builder {
                         self.conns[i].redials += 1;
                     }
                 }
-                "paused" | "refused" => {}
+                "paused" | "refused" | "goaway" => {}
                 _ => m.skipped += 1,
             }
         }
