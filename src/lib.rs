@@ -81,6 +81,7 @@ pub mod fuzzing;
 pub(crate) mod http;
 pub(crate) mod intercept;
 pub(crate) mod netem;
+pub(crate) mod nofile;
 pub(crate) mod plan;
 pub(crate) mod profile;
 pub(crate) mod relay;

@@ -536,3 +536,50 @@ fn rootless_run_finds_its_tools_on_a_stock_user_path() {
     assert_eq!(body, "through the namespace");
     assert!(secs.parse::<f64>().unwrap() >= 0.19, "{out}");
 }
+
+/// `c` started with a soft open-files limit of 200.
+fn with_soft_nofile_200(mut c: Command) -> Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: getrlimit and setrlimit are async-signal-safe syscalls on one
+    // struct on the child's stack.
+    unsafe {
+        c.pre_exec(|| {
+            let mut l = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            libc::getrlimit(libc::RLIMIT_NOFILE, &mut l);
+            l.rlim_cur = 200;
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &l) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    c
+}
+
+/// The wrapped command keeps the open-files limit it was given: netchaos
+/// lifts its own soft limit to the hard one for its connections, and used
+/// to hand that to the command too (1,024 became 1,048,576 on a stock
+/// system: a difference select()-based code, and programs that close
+/// every descriptor up to the limit before they exec, notice). As root,
+/// in place, and rootless.
+#[test]
+fn the_command_keeps_its_open_files_limit() {
+    if !need(&["ip", "nft"]) {
+        return;
+    }
+    let limit = ["sh", "-c", "ulimit -n"];
+    let (code, out, err) = wrapped_with(with_soft_nofile_200(Command::new(BIN)), &[], &limit);
+    assert_eq!((code, out.trim()), (0, "200"), "{err}");
+    let (code, out, err) = wrapped_with(
+        with_soft_nofile_200(Command::new(BIN)),
+        &["--in-place"],
+        &limit,
+    );
+    assert_eq!((code, out.trim()), (0, "200"), "{err}");
+    let Some(nobody) = Nobody::new() else { return };
+    let (code, out, err) = wrapped_with(with_soft_nofile_200(nobody.command()), &[], &limit);
+    assert_eq!((code, out.trim()), (0, "200"), "{err}");
+}

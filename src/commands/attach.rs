@@ -13,9 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::wrap::{SECRET_ENV, forward_signals, stop_faults_after};
-use super::{
-    ApiConfig, announce_seed, api_control, open_events, raise_nofile_limit, runtime, start_api,
-};
+use super::{ApiConfig, announce_seed, api_control, open_events, runtime, start_api};
 use crate::cli::{AttachArgs, Global, RunArgs};
 use crate::error::{Error, Result};
 use crate::events::Events;
@@ -118,7 +116,7 @@ pub(super) fn attach(g: &Global, args: &AttachArgs) -> Result<u8> {
     let resolvers = resolvers(args.resolv_conf.as_deref(), &resolv)?;
     let recording = open_events(&args.log)?;
     let events = recording.events.clone();
-    raise_nofile_limit();
+    crate::nofile::raise();
     let ns = Arc::new(NsThread::enter(Some(&path)).map_err(Error::runtime)?);
     let seed = plan.seed;
     let rules = Arc::new(RuleSet::from_plan(&plan));
@@ -185,7 +183,7 @@ pub(super) fn in_place(g: &Global, args: &RunArgs) -> Result<u8> {
     attach::check_privileges(Mode::InPlace.command(), Mode::InPlace).map_err(Error::runtime)?;
     let recording = open_events(&args.log)?;
     let events = recording.events.clone();
-    raise_nofile_limit();
+    crate::nofile::raise();
     let ns = Arc::new(NsThread::enter(None).map_err(Error::runtime)?);
     let seed = plan.seed;
     let rules = Arc::new(RuleSet::from_plan(&plan));
@@ -221,13 +219,13 @@ pub(super) fn in_place(g: &Global, args: &RunArgs) -> Result<u8> {
             cmd.env_remove(secret);
         }
         // SAFETY: the closure runs in the child between fork and exec and
-        // only makes raw syscalls (prctl, capget, capset), which are
-        // async-signal-safe; it allocates nothing.
+        // only makes raw syscalls (prctl, capget, capset, getrlimit,
+        // setrlimit), which are async-signal-safe; it allocates nothing.
         unsafe {
-            std::os::unix::process::CommandExt::pre_exec(
-                &mut cmd,
-                privilege::drop_net_admin_in_child,
-            );
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+                privilege::drop_net_admin_in_child()?;
+                crate::nofile::give_back()
+            });
         }
         let end = match cmd.spawn() {
             Ok(mut child) => {

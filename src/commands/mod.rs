@@ -162,17 +162,6 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
         .map_err(Error::Runtime)
 }
 
-/// Lifts the soft open-files limit to the hard limit: every relayed
-/// connection costs two descriptors.
-pub(crate) fn raise_nofile_limit() {
-    use nix::sys::resource::{Resource, getrlimit, setrlimit};
-    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
-        if soft < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_err() {
-            tracing::debug!("could not raise RLIMIT_NOFILE from {soft} to {hard}");
-        }
-    }
-}
-
 /// Opens the event log named by `--events` (with `--report` and no
 /// `--events`, a temporary one); [`Recording::finish`] ends it.
 pub(crate) fn open_events(log: &crate::cli::EventsArg) -> Result<Recording> {

@@ -6,9 +6,7 @@ use std::sync::Arc;
 
 use clap::ArgMatches;
 
-use super::{
-    ApiConfig, announce_seed, api_control, open_events, raise_nofile_limit, runtime, start_api,
-};
+use super::{ApiConfig, announce_seed, api_control, open_events, runtime, start_api};
 use crate::cli::{Global, ProxyArgs, RelayArgs, ServerArgs};
 use crate::error::{Error, Result};
 use crate::plan::{Flow, Plan};
@@ -166,7 +164,7 @@ fn serve(
             f.name()
         )));
     }
-    raise_nofile_limit();
+    crate::nofile::raise();
     let mut opts = relay_args.options()?;
     opts.tls = tls;
     opts.ends = ends;

@@ -11,10 +11,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::Arc;
 
-use super::{
-    ApiConfig, announce_seed, api_control, open_events, raise_nofile_limit, runtime, start_api,
-    wrap,
-};
+use super::{ApiConfig, announce_seed, api_control, open_events, runtime, start_api, wrap};
 use crate::cli::{Expose, Global, RunArgs};
 use crate::error::{Error, Result};
 use crate::intercept::addresses::NsAddrs;
@@ -138,7 +135,7 @@ pub(super) fn run(g: &Global, args: &RunArgs) -> Result<u8> {
         .collect::<Result<Vec<_>>>()?;
     let recording = open_events(&args.log)?;
     let events = recording.events.clone();
-    raise_nofile_limit();
+    crate::nofile::raise();
 
     let losses = LossTable::from_plan(&plan).map_err(|e| Error::Usage(e.to_string()))?;
     let cfg = AgentConfig {

@@ -205,6 +205,11 @@ fn exec_command(cfg: &InitConfig<'_>, own_userns: bool, from_init: OwnedFd, to_i
     if let Err(e) = default_signals() {
         fail(&format!("cannot reset signal handling: {e}"));
     }
+    if let Err(e) = crate::nofile::give_back() {
+        fail(&format!(
+            "cannot give the command its open-files limit back: {e}"
+        ));
+    }
     let err = nix::unistd::execvpe(&cfg.argv[0], cfg.argv, cfg.env).unwrap_err();
     let name = cfg.argv[0].to_string_lossy();
     eprintln!("netchaos: cannot run {name}: {}", err.desc());
