@@ -1093,7 +1093,8 @@ def streams(model):
 "#;
 
 /// `llm-max-tokens` against Amazon Bedrock through boto3: InvokeModel's
-/// answers (Anthropic's, Nova's, Llama's `length`) and the Converse API's
+/// answers (Anthropic's, Nova's, Llama's, Mistral's and Jamba's `length`,
+/// Cohere's `MAX_TOKENS`, Titan's `LENGTH`) and the Converse API's
 /// say `max_tokens`, whole and streamed — the stream's events patched inside their binary frames
 /// (base64 JSON in InvokeModel's `chunk`s), CRCs right, as boto3 checks.
 #[test]
@@ -1105,14 +1106,21 @@ print(json.loads(r["body"].read())["stop_reason"])
 r = client().converse(modelId="m", messages=[{{"role": "user", "content": [{{"text": "hi"}}]}}])
 print(r["stopReason"])
 streams("m")
-# Amazon's Nova and Meta's Llama models, whole and streamed.
-for m in ("amazon.nova-test", "meta.llama-test"):
-    b = json.loads(client().invoke_model(modelId=m, body="{{}}")["body"].read())
-    ends = [b.get("stopReason") or b.get("stop_reason")]
+# The other model providers' answers, whole and streamed: every stop or
+# finish reason in them, in order.
+def ends(v):
+    if isinstance(v, list):
+        return [x for i in v for x in ends(i)]
+    if not isinstance(v, dict):
+        return []
+    own = [v[k] for k in ("stopReason", "stop_reason", "finish_reason", "completionReason") if v.get(k)]
+    return own + [x for k, i in v.items() for x in ends(i)]
+for m in ("amazon.nova-test", "meta.llama-test", "mistral.mistral-7b-test", "mistral.mistral-large-2407-v1:0",
+          "ai21.jamba-test", "cohere.command-r-test", "cohere.command-text-test", "amazon.titan-text-test"):
+    got = ends(json.loads(client().invoke_model(modelId=m, body="{{}}")["body"].read()))
     for ev in client().invoke_model_with_response_stream(modelId=m, body="{{}}")["body"]:
-        e = json.loads(ev["chunk"]["bytes"])
-        ends.append(e.get("messageStop", {{}}).get("stopReason") or e.get("stop_reason"))
-    print(m, [x for x in ends if x])
+        got += ends(json.loads(ev["chunk"]["bytes"]))
+    print(m, got)
 "#
     );
     python_sdk_meets(
@@ -1120,8 +1128,13 @@ for m in ("amazon.nova-test", "meta.llama-test"):
         &["-p", "llm-max-tokens"],
         &code,
         "max_tokens\nmax_tokens\nm invoke_stream hello max_tokens\nm converse_stream hel lo max_tokens\n\
-         amazon.nova-test ['max_tokens', 'max_tokens']\nmeta.llama-test ['length', 'length']\n",
-        "8 seen, 8 faulted",
+         amazon.nova-test ['max_tokens', 'max_tokens']\nmeta.llama-test ['length', 'length']\n\
+         mistral.mistral-7b-test ['length', 'length']\nmistral.mistral-large-2407-v1:0 ['length', 'length']\n\
+         ai21.jamba-test ['length', 'length']\n\
+         cohere.command-r-test ['MAX_TOKENS', 'MAX_TOKENS', 'MAX_TOKENS']\n\
+         cohere.command-text-test ['MAX_TOKENS', 'MAX_TOKENS', 'MAX_TOKENS']\n\
+         amazon.titan-text-test ['LENGTH', 'LENGTH']\n",
+        "20 seen, 20 faulted",
     );
 }
 

@@ -28,7 +28,9 @@ python3 httpd.py [--bind ADDR] [--cert CERT --key KEY]   prints its port, then s
   POST /model/M/invoke-with-response-stream  answer as JSON, or its events in
                      Bedrock chunks (AWS's binary event stream, base64 JSON);
                      M amazon.nova…: Nova's (stopReason), meta.llama…:
-                     Llama's (stop_reason stop)
+                     Llama's (stop_reason stop); mistral…, cohere.command-r…,
+                     cohere.command…, ai21.jamba…, amazon.titan-text…: those
+                     providers' own shapes (BEDROCK_MODELS)
   POST /model/M/converse         Bedrock's Converse API: "hello", stopReason
   POST /model/M/converse-stream  end_turn: JSON, or its typed event frames
   ANY  /echo-head/…  200, the request line and headers as received
@@ -76,6 +78,54 @@ MESSAGE = {
     "usage": {"input_tokens": 3, "output_tokens": 1},
 }
 
+
+
+# Other model providers on Bedrock's InvokeModel, by model ID prefix (the
+# first that matches): a whole answer, and its stream's chunks, each ending
+# the way a finished answer does, as AWS's model parameter pages give them.
+def _cohere_r(text, final):
+    return {"response_id": "r1", "text": text, "generation_id": "g1", "chat_history": [],
+            "finish_reason": final}
+
+
+def _jamba(part, final, key="delta"):
+    return {"id": "j1", "choices": [{"index": 0, key: {"role": "assistant", "content": part},
+                                     "finish_reason": final}]}
+
+
+BEDROCK_MODELS = [
+    ("mistral.mistral-large-2407", (  # chat completion: choices, stop_reason
+        {"choices": [{"index": 0, "message": {"role": "assistant", "content": "hello"}, "stop_reason": "stop"}]},
+        [{"choices": [{"index": 0, "message": {"role": "assistant", "content": "hel"}, "stop_reason": None}]},
+         {"choices": [{"index": 0, "message": {"role": "assistant", "content": "lo"}, "stop_reason": "stop"}]}])),
+    ("mistral.", (  # text completion: outputs
+        {"outputs": [{"text": "hello", "stop_reason": "stop"}]},
+        [{"outputs": [{"text": "hel", "stop_reason": None}]},
+         {"outputs": [{"text": "lo", "stop_reason": "stop"}]}])),
+    ("cohere.command-r", (
+        _cohere_r("hello", "COMPLETE"),
+        [{"is_finished": False, "event_type": "stream-start", "generation_id": "g1"},
+         {"is_finished": False, "event_type": "text-generation", "text": "hel"},
+         {"is_finished": False, "event_type": "text-generation", "text": "lo"},
+         {"is_finished": True, "event_type": "stream-end", "finish_reason": "COMPLETE",
+          "response": _cohere_r("hello", "COMPLETE")}])),
+    ("cohere.command", (  # the older Command: generations
+        {"id": "c1", "prompt": "hi", "generations": [
+            {"id": "g1", "text": "hello", "finish_reason": "COMPLETE", "is_finished": True}]},
+        [{"text": "hel", "is_finished": False}, {"text": "lo", "is_finished": False},
+         {"is_finished": True, "finish_reason": "COMPLETE", "response": {"id": "c1", "generations": [
+             {"id": "g1", "text": "hello", "finish_reason": "COMPLETE"}]}}])),
+    ("ai21.jamba", (
+        _jamba("hello", "stop", key="message"),
+        [_jamba("hel", None), _jamba("lo", "stop")])),
+    ("amazon.titan-text", (
+        {"inputTextTokenCount": 3, "results": [{"tokenCount": 1, "outputText": "hello",
+                                                "completionReason": "FINISHED"}]},
+        [{"index": 0, "inputTextTokenCount": 3, "totalOutputTextTokenCount": 1, "outputText": "hel",
+          "completionReason": None},
+         {"index": 0, "inputTextTokenCount": None, "totalOutputTextTokenCount": 2, "outputText": "lo",
+          "completionReason": "FINISHED"}])),
+]
 
 class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
@@ -283,6 +333,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 {"generation": "lo", "prompt_token_count": None, "generation_token_count": 2, "stop_reason": "stop"},
             ]), "application/vnd.amazon.eventstream", stream)
             return
+        for prefix, (whole, streamed) in BEDROCK_MODELS:
+            if action in ("invoke", "invoke-with-response-stream") and model.startswith(prefix):
+                if action == "invoke":
+                    self.reply(200, json.dumps(whole).encode(), json_type)
+                else:
+                    self.event_stream(chunks(streamed), "application/vnd.amazon.eventstream", stream)
+                return
         if action in ("invoke", "invoke-with-response-stream"):
             usage = {"input_tokens": 3, "output_tokens": 1}
             message = {"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-test",
