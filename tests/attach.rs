@@ -510,6 +510,24 @@ fn in_throwaway_ns(script: &str) -> (i32, String, String) {
     )
 }
 
+/// `run --in-place`'s command keeps the open-files soft limit it was
+/// given, as under `run` (tests/run.rs), though netchaos lifts its own.
+#[test]
+fn run_in_place_keeps_the_commands_open_files_limit() {
+    if unsafe { libc::geteuid() } != 0 {
+        assert!(!in_ci(), "CI runs the suite as root");
+        eprintln!("SKIPPED: run --in-place needs root (CAP_NET_ADMIN)");
+        return;
+    }
+    if missing_tool("unshare") || missing_tool("nft") {
+        return;
+    }
+    let (code, out, err) = in_throwaway_ns(
+        r#"ip link set lo up; ulimit -S -n 200; "$NC" run --in-place -- sh -c 'ulimit -n'"#,
+    );
+    assert_eq!((code, out.trim()), (0, "200"), "{err}");
+}
+
 #[test]
 fn run_in_place_faults_the_current_namespace_and_cleans_up() {
     if unsafe { libc::geteuid() } != 0 {

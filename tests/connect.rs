@@ -183,12 +183,7 @@ fn a_port_with_no_listener_is_refused_at_connect() {
     if !need(&["python3", "ip", "nft"]) {
         return;
     }
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-        .to_string();
+    let port = unused_port().to_string();
     let script = r#"
 import socket, sys
 try:

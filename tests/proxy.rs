@@ -169,11 +169,7 @@ fn server_rst_reaches_the_client_after_the_bytes_before_it() {
 #[test]
 fn unreachable_upstream_resets_the_client() {
     // A port with no listener: bind, note the port, close.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = unused_port();
     let up = format!("127.0.0.1:{port}");
     let events = tempfile::NamedTempFile::new().unwrap();
     let ev = events.path().to_str().unwrap();

@@ -913,8 +913,8 @@ fn grpc_status((code, message): &(u32, String)) -> crate::events::GrpcStatus<'_>
     }
 }
 
-/// Where a gRPC response's `sse` faults are recorded, and end the
-/// connection.
+/// Where a response's `sse` faults (a gRPC call's or an event stream's)
+/// are recorded, and end the connection.
 struct Recorder {
     st: Arc<State>,
     meta: Meta,

@@ -110,6 +110,8 @@ enum Turn {
     Go,
     /// The stream is over for the client (its end, or the connection's).
     Over,
+    /// Nothing more for the client, its stream left open ([`Relay::silence`]).
+    Silent,
 }
 
 /// One piece of the body as it is passed on: a whole unit that counts,
@@ -227,39 +229,50 @@ impl<H: Host> Relay<H> {
     where
         B: hyper::body::Body<Data = Bytes, Error = super::h2::Failed> + Unpin,
     {
+        if let Turn::Silent = self.relay_body(&mut inner).await {
+            self.silence(&mut inner).await;
+        }
+    }
+
+    /// The body, unit by unit, until its end, the client's, or a fault's.
+    async fn relay_body<B>(&mut self, inner: &mut B) -> Turn
+    where
+        B: hyper::body::Body<Data = Bytes, Error = super::h2::Failed> + Unpin,
+    {
         // A break after 0 units acts before the first.
-        if let Turn::Over = self.after(0).await {
-            return;
+        let turn = self.after(0).await;
+        if !matches!(turn, Turn::Go) {
+            return turn;
         }
         let mut cutter = Cutter::new(self.units);
         loop {
             let Some(next) = self.or_gone(inner.frame()).await else {
-                return;
+                return Turn::Over;
             };
             match next {
                 Some(Ok(f)) => match f.into_data() {
                     Ok(d) => {
                         for unit in cutter.push(d) {
-                            if let Turn::Over = self.unit(unit).await {
-                                return;
+                            let turn = self.unit(unit).await;
+                            if !matches!(turn, Turn::Go) {
+                                return turn;
                             }
                         }
                     }
                     // Trailers: the stream's end, after what is held.
                     Err(f) => {
-                        if let Turn::Go = self.unit(cutter.finish()).await {
+                        let turn = self.unit(cutter.finish()).await;
+                        if let Turn::Go = turn {
                             let _ = self.send(f).await;
+                            return Turn::Over;
                         }
-                        return;
+                        return turn;
                     }
                 },
-                None => {
-                    let _ = self.unit(cutter.finish()).await;
-                    return;
-                }
+                None => return self.unit(cutter.finish()).await,
                 Some(Err(e)) => {
                     let _ = self.tx.send(Err(e)).await;
-                    return;
+                    return Turn::Over;
                 }
             }
         }
@@ -291,7 +304,7 @@ impl<H: Host> Relay<H> {
                 let half = bytes.slice(..events::half(&bytes).len());
                 let _ = self.send(Frame::data(half)).await;
                 self.host.end(After::Close);
-                return self.silence().await;
+                return Turn::Silent;
             }
             // Counted where it spoiled something (not an empty message, an
             // AWS frame whose event is not JSON).
@@ -353,12 +366,12 @@ impl<H: Host> Relay<H> {
                 }
                 Breakage::Stall(None) => {
                     self.record(i);
-                    return self.silence().await;
+                    return Turn::Silent;
                 }
                 Breakage::Drop(then) => {
                     self.record(i);
                     self.host.end(then);
-                    return self.silence().await;
+                    return Turn::Silent;
                 }
                 Breakage::Error => {
                     self.error(i).await;
@@ -410,10 +423,16 @@ impl<H: Host> Relay<H> {
     }
 
     /// Nothing more: the stream stays open until the client or the
-    /// connection ends it.
-    async fn silence(&self) -> Turn {
+    /// connection ends it. What the upstream still sends is read and
+    /// dropped, as over HTTP/1.1, so that its flow-control windows are
+    /// given back and the connection's other streams keep moving; its end
+    /// is not passed on.
+    async fn silence<B>(&self, inner: &mut B)
+    where
+        B: hyper::body::Body<Data = Bytes, Error = super::h2::Failed> + Unpin,
+    {
+        while let Some(Some(Ok(_))) = self.or_gone(inner.frame()).await {}
         self.tx.closed().await;
-        Turn::Over
     }
 }
 

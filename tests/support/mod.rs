@@ -338,6 +338,16 @@ impl Fnv {
     }
 }
 
+/// A loopback port nothing listens on now (bound, noted and let go): for
+/// a server a test starts on it later, or for a refused connect.
+pub(crate) fn unused_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 /// Connects with a timeout and sane read/write timeouts.
 pub(crate) fn connect(addr: SocketAddr) -> TcpStream {
     let s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
