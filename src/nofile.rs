@@ -25,26 +25,14 @@ pub(crate) fn raise() {
 }
 
 /// Gives the soft limit netchaos started with back, in a command about to
-/// be run (between fork and exec: a raw syscall, no allocation). Lowering
-/// a soft limit is always allowed.
+/// be run (between fork and exec: two system calls, no allocation).
+/// Lowering a soft limit is always allowed.
 pub(crate) fn give_back() -> std::io::Result<()> {
     let soft = STARTED_WITH.load(Ordering::Relaxed);
     if soft == NOT_RAISED {
         return Ok(());
     }
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit and setrlimit write and read the one struct given.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        lim.rlim_cur = soft.min(lim.rlim_max);
-        if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-    }
+    let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE)?;
+    setrlimit(Resource::RLIMIT_NOFILE, soft.min(hard), hard)?;
     Ok(())
 }

@@ -261,12 +261,13 @@ impl<H: Host> Relay<H> {
                     }
                     // Trailers: the stream's end, after what is held.
                     Err(f) => {
-                        let turn = self.unit(cutter.finish()).await;
-                        if let Turn::Go = turn {
-                            let _ = self.send(f).await;
-                            return Turn::Over;
-                        }
-                        return turn;
+                        return match self.unit(cutter.finish()).await {
+                            Turn::Go => {
+                                let _ = self.send(f).await;
+                                Turn::Over
+                            }
+                            turn => turn,
+                        };
                     }
                 },
                 None => return self.unit(cutter.finish()).await,
@@ -387,8 +388,7 @@ impl<H: Host> Relay<H> {
     /// gets the provider's error event, and its end (the upstream's
     /// stream is let go, still streaming).
     async fn error(&mut self, i: usize) {
-        let format = match self.units {
-            Units::Events(format) => format,
+        match self.units {
             Units::Grpc => {
                 let (code, message) = error_of(&self.faults[i].1);
                 self.record_end(
@@ -412,13 +412,14 @@ impl<H: Host> Relay<H> {
                     }
                 }
                 let _ = self.send(Frame::trailers(trailers)).await;
-                return;
             }
-        };
-        self.record(i);
-        if let Some((event, data)) = self.faults[i].1.error_event(format) {
-            let error = events::error_event(format, event, data);
-            let _ = self.send(Frame::data(error.into())).await;
+            Units::Events(format) => {
+                self.record(i);
+                if let Some((event, data)) = self.faults[i].1.error_event(format) {
+                    let error = events::error_event(format, event, data);
+                    let _ = self.send(Frame::data(error.into())).await;
+                }
+            }
         }
     }
 
