@@ -112,6 +112,9 @@ pub(crate) enum DialFailure {
     Timeout,
     /// Anything else: an address the host cannot use, no descriptors.
     Other,
+    /// One of netchaos's own listeners (the control API, a relay port):
+    /// refused as a closed port would be.
+    Own,
 }
 
 impl DialFailure {
@@ -136,6 +139,7 @@ impl DialFailure {
             DialFailure::Prohibited => "dial_prohibited",
             DialFailure::Timeout => "dial_timeout",
             DialFailure::Other => "dial_failed",
+            DialFailure::Own => "dial_own_listener",
         }
     }
 }
@@ -163,7 +167,7 @@ pub(crate) enum SynFate {
 pub(crate) fn fate_of_dial(dial: Result<(), DialFailure>) -> SynFate {
     match dial {
         Ok(()) => SynFate::Pass,
-        Err(DialFailure::Refused) => SynFate::Refuse,
+        Err(DialFailure::Refused | DialFailure::Own) => SynFate::Refuse,
         Err(DialFailure::HostUnreachable | DialFailure::Other) => SynFate::HostUnreachable,
         Err(DialFailure::NetUnreachable) => SynFate::NetUnreachable,
         Err(DialFailure::Prohibited) => SynFate::Prohibited,

@@ -76,6 +76,8 @@ pub(crate) struct Sandbox {
     pub addrs: Option<NsAddrs>,
     /// The DNS forwarder's socket mark inside the namespace.
     pub udp_mark: u32,
+    /// The namespace's identity (its inode; 0 when unknown).
+    netns: u64,
 }
 
 /// The sockets the agent made inside the namespace for netchaos.
@@ -185,6 +187,7 @@ pub(crate) fn create(
             dns_port: redirects.1,
         },
         names: Arc::new(NameTable::default()),
+        netns: netns.unwrap_or(0),
     };
     Ok((Arc::new(sandbox), listeners, Control { netns, ..control }))
 }
@@ -297,7 +300,13 @@ impl Sandbox {
         label: &str,
         udp_mark: u32,
     ) -> Sandbox {
+        let netns = ns
+            .run(|| crate::relay::own::ns_of("/proc/thread-self/ns/net"))
+            .ok()
+            .flatten()
+            .unwrap_or(0);
         Sandbox {
+            netns,
             udp_mark,
             addrs: None,
             door: Arc::new(Door::Thread(ns)),
@@ -400,6 +409,10 @@ impl Interception for Sandbox {
 
     fn dial_inside(&self, dst: SocketAddr, mss: Option<u32>) -> DialFuture<'_> {
         Box::pin(self.connect_inside(dst, mss))
+    }
+
+    fn netns(&self) -> u64 {
+        self.netns
     }
 
     fn partition(&self, client: SocketAddr) -> Arc<dyn Partition> {

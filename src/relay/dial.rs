@@ -207,6 +207,24 @@ pub(crate) async fn dial(
     inside: Option<&Arc<dyn Interception>>,
     shape: Shape,
 ) -> Result<TcpStream, DialError> {
+    let from = inside.map_or_else(super::own::host_ns, |ns| ns.netns());
+    if let Some(kind) = super::own::refused(from, addr) {
+        return Err(DialError {
+            failure: DialFailure::Own,
+            message: format!(
+                "connect to {addr}: refused: it is netchaos's own {} (never dialled on a client's behalf{})",
+                match kind {
+                    super::own::Kind::Api => "control API",
+                    super::own::Kind::Proxy => "proxy listener",
+                    super::own::Kind::Relay => "relay listener",
+                },
+                match kind {
+                    super::own::Kind::Relay => "",
+                    _ => "; `run --api-for-command` lets the command reach the API",
+                }
+            ),
+        });
+    }
     let mss = shape.mss(addr);
     match inside {
         Some(ns) => dial_with(addr, timeout, ns.dial_inside(addr, mss)).await,

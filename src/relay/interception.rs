@@ -58,6 +58,10 @@ pub(crate) trait Interception: Send + Sync {
     /// lets the connection through; advertising `mss` when given.
     fn dial_inside(&self, dst: SocketAddr, mss: Option<u32>) -> DialFuture<'_>;
 
+    /// The namespace's identity (the inode of its `ns/net`; 0 if unknown),
+    /// to tell netchaos's own listeners in it apart ([`super::own`]).
+    fn netns(&self) -> u64;
+
     /// Packet-level control of `client`'s flow (blackouts).
     fn partition(&self, client: SocketAddr) -> Arc<dyn Partition>;
 }

@@ -16,6 +16,7 @@ pub(crate) mod conn;
 pub(crate) mod dial;
 pub(crate) mod fast;
 pub(crate) mod interception;
+pub(crate) mod own;
 pub(crate) mod peer;
 pub(crate) mod pipeline;
 pub(crate) mod sockopt;
@@ -218,8 +219,8 @@ pub(crate) struct BadEnv {
 pub(crate) fn default_max_connections() -> usize {
     let soft = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
         .map_or(1024, |(soft, _)| soft);
-    // 64 for netchaos itself, 64 for the control API (its own cap).
-    (soft.saturating_sub(128) / 3).clamp(16, 100_000) as usize
+    // 64 for netchaos itself, 512 for the control API (its own cap).
+    (soft.saturating_sub(64 + 512) / 3).clamp(16, 100_000) as usize
 }
 
 /// The DNS layer and how its resolvers are reached (`None`: from the host).
@@ -294,7 +295,16 @@ impl Relay {
     pub(crate) fn serve(self: &Arc<Self>, listener: TcpListener, ep: impl Into<Arc<Endpoint>>) {
         let relay = self.clone();
         let ep = ep.into();
+        let (ns, kind) = match &ep.target {
+            Target::Transparent(ns) => (ns.netns(), own::Kind::Relay),
+            Target::Fixed(_) | Target::Inside { .. } => (own::host_ns(), own::Kind::Proxy),
+        };
+        let registered = listener
+            .local_addr()
+            .ok()
+            .map(|a| own::register(ns, a, kind));
         self.tasks.spawn(async move {
+            let _registered = registered;
             relay.accept_loop(listener, &ep).await;
             // The listener is closed (dropped) by now: its port is free.
             ep.closed.cancel();

@@ -1,0 +1,182 @@
+//! The addresses netchaos itself listens on, so that the relay never dials
+//! them on anyone's behalf.
+//!
+//! Under `run` the relay dials a loopback destination on the host's
+//! loopback, where the control API listens; under `attach` it dials from
+//! inside the namespace where its own transparent listener is. A dial to
+//! one of those addresses would hand the wrapped command the API (and so
+//! every fault), or make netchaos dial itself until it runs out of
+//! descriptors. Every listener is registered here with its network
+//! namespace, and [`dial`](super::dial::dial) refuses a destination that is
+//! one of them, in the same namespace, as a closed port would (RST:
+//! ECONNREFUSED), with its own event kind.
+//!
+//! `run --api-for-command` lets the command reach the API and the API's
+//! proxies ([`share_api`]); the relay's transparent listeners are never
+//! dialled.
+
+use std::net::{IpAddr, SocketAddr};
+use std::os::unix::fs::MetadataExt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+/// What a listener of netchaos's is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    /// The control API.
+    Api,
+    /// An explicit proxy (`proxy`, the API's `/proxies`, `--expose`).
+    Proxy,
+    /// A transparent listener that intercepted connections are redirected
+    /// to: dialling it is a loop.
+    Relay,
+}
+
+struct Entry {
+    id: u64,
+    /// The listener's network namespace (its inode).
+    ns: u64,
+    addr: SocketAddr,
+    kind: Kind,
+}
+
+static LISTENING: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
+static NEXT: AtomicU64 = AtomicU64::new(1);
+static SHARED: AtomicBool = AtomicBool::new(false);
+
+/// Holds a listener's registration; dropping it forgets the address.
+#[derive(Debug)]
+pub(crate) struct Registration(u64);
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        let mut l = LISTENING.lock().unwrap_or_else(|e| e.into_inner());
+        l.retain(|e| e.id != self.0);
+    }
+}
+
+/// The network namespace netchaos itself runs in (that of the thread that
+/// first asks, which is the main thread's or a worker's: both stay in it).
+pub(crate) fn host_ns() -> u64 {
+    static HOST: OnceLock<u64> = OnceLock::new();
+    *HOST.get_or_init(|| ns_of("/proc/thread-self/ns/net").unwrap_or(0))
+}
+
+/// The inode of the network namespace at `path`.
+pub(crate) fn ns_of(path: &str) -> Option<u64> {
+    std::fs::metadata(path).ok().map(|m| m.ino())
+}
+
+/// Registers `addr` (a listener's bound address) in namespace `ns`.
+pub(crate) fn register(ns: u64, addr: SocketAddr, kind: Kind) -> Registration {
+    let id = NEXT.fetch_add(1, Ordering::Relaxed);
+    let mut l = LISTENING.lock().unwrap_or_else(|e| e.into_inner());
+    l.push(Entry {
+        id,
+        ns,
+        addr: canonical(addr),
+        kind,
+    });
+    Registration(id)
+}
+
+/// `run --api-for-command`: the command may reach the API and its proxies.
+pub(crate) fn share_api() {
+    SHARED.store(true, Ordering::Relaxed);
+}
+
+/// Which of netchaos's listeners a dial from namespace `ns` to `dst` would
+/// reach, if it is one the relay must not dial.
+pub(crate) fn refused(ns: u64, dst: SocketAddr) -> Option<Kind> {
+    let dst = canonical(dst);
+    let shared = SHARED.load(Ordering::Relaxed);
+    let l = LISTENING.lock().unwrap_or_else(|e| e.into_inner());
+    // Most dials match no listener's port: no system call for them.
+    let mut hits = l
+        .iter()
+        .filter(|e| e.addr.port() == dst.port() && e.ns == ns)
+        .filter(|e| !(shared && e.kind != Kind::Relay))
+        .peekable();
+    hits.peek()?;
+    let mut local = None;
+    for e in hits {
+        let ip = e.addr.ip();
+        let reaches = if ip.is_unspecified() {
+            // `[::]` without V6ONLY takes IPv4 too; `0.0.0.0` only IPv4.
+            let family = ip.is_ipv6() || dst.is_ipv4();
+            family && *local.get_or_insert_with(|| is_local(ns, dst.ip()))
+        } else {
+            ip == dst.ip()
+        };
+        if reaches {
+            return Some(e.kind);
+        }
+    }
+    None
+}
+
+/// Whether `ip` is an address of namespace `ns`: a connection to it stays
+/// on this host. Only netchaos's own namespace is listed; in another one a
+/// loopback or unspecified address is what is known to be local.
+fn is_local(ns: u64, ip: IpAddr) -> bool {
+    if ip.is_loopback() || ip.is_unspecified() {
+        return true;
+    }
+    if ns != host_ns() {
+        return false;
+    }
+    nix::ifaddrs::getifaddrs().is_ok_and(|mut addrs| {
+        addrs.any(|a| {
+            a.address.is_some_and(|s| {
+                s.as_sockaddr_in().map(|v4| IpAddr::V4(v4.ip())) == Some(ip)
+                    || s.as_sockaddr_in6().map(|v6| IpAddr::V6(v6.ip())) == Some(ip)
+            })
+        })
+    })
+}
+
+/// IPv4-mapped IPv6 addresses as the IPv4 ones they are.
+fn canonical(a: SocketAddr) -> SocketAddr {
+    match a {
+        SocketAddr::V6(v6) => match v6.ip().to_ipv4_mapped() {
+            Some(v4) => SocketAddr::new(v4.into(), v6.port()),
+            None => a,
+        },
+        v4 => v4,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(s: &str) -> SocketAddr {
+        s.parse().unwrap()
+    }
+
+    // One test: the registry is process-wide, and tests run in parallel.
+    #[test]
+    fn a_registered_listener_is_refused_only_in_its_namespace() {
+        let ns = 0xdead_beef;
+        let other = 0xfeed;
+        let api = register(ns, at("127.0.0.1:47001"), Kind::Api);
+        let relay = register(ns, at("[::1]:47002"), Kind::Relay);
+        let any = register(ns, at("0.0.0.0:47003"), Kind::Proxy);
+        assert_eq!(refused(ns, at("127.0.0.1:47001")), Some(Kind::Api));
+        assert_eq!(refused(ns, at("[::ffff:127.0.0.1]:47001")), Some(Kind::Api));
+        assert_eq!(refused(other, at("127.0.0.1:47001")), None);
+        assert_eq!(refused(ns, at("127.0.0.2:47001")), None);
+        assert_eq!(refused(ns, at("127.0.0.1:47009")), None);
+        assert_eq!(refused(ns, at("[::1]:47002")), Some(Kind::Relay));
+        // An unspecified IPv4 listener: every loopback IPv4 address, not
+        // IPv6, and in another namespace only its own loopback counts.
+        assert_eq!(refused(ns, at("127.9.9.9:47003")), Some(Kind::Proxy));
+        assert_eq!(refused(ns, at("0.0.0.0:47003")), Some(Kind::Proxy));
+        assert_eq!(refused(ns, at("[::1]:47003")), None);
+        assert_eq!(refused(ns, at("192.0.2.77:47003")), None);
+        drop(api);
+        assert_eq!(refused(ns, at("127.0.0.1:47001")), None);
+        drop((relay, any));
+        assert_eq!(refused(ns, at("[::1]:47002")), None);
+    }
+}
