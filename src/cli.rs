@@ -222,6 +222,13 @@ pub struct ApiAccess {
     /// without it the API reads no file at all.
     #[arg(long, value_name = "DIR")]
     pub api_files: Option<PathBuf>,
+    /// As root: let API clients of this host that are not root make
+    /// netchaos listen on privileged ports (below 1024) and on addresses
+    /// beyond the API's own interface (0.0.0.0, a public address). Without
+    /// it such a request from another local user is refused (403): the
+    /// API would otherwise hand every local user root's power to listen.
+    #[arg(long)]
+    pub api_listen_allow: bool,
 }
 
 impl ApiAccess {
@@ -673,6 +680,14 @@ pub struct RunArgs {
     /// behind: only for commands you trust.
     #[arg(long, conflicts_with = "in_place")]
     pub privileged_command: bool,
+    /// Let the command drive the control API (a test suite that switches
+    /// faults per test, as Toxiproxy users' suites do). Without it the API
+    /// and netchaos's proxies are unreachable from the command. The command
+    /// gets NETCHAOS_API_URL and TOXIPROXY_URL (http://ADDR), and, when the
+    /// API needs a token, NETCHAOS_API_TOKEN holding a token of its own
+    /// (never the operator's).
+    #[arg(long, requires = "api")]
+    pub api_for_command: bool,
     /// The command to run, and its arguments (after --).
     #[arg(
         value_name = "CMD",

@@ -104,7 +104,7 @@ pub fn api_request(data: &[u8]) {
     let a = api();
     a.rt.block_on(async {
         let router =
-            crate::control::api::router(a.control.clone(), None, ([127, 0, 0, 1], 8474).into());
+            crate::control::api::router(a.control.clone(), &[], ([127, 0, 0, 1], 8474).into());
         let resp = router.oneshot(req).await.expect("the router is infallible");
         let status = resp.status();
         let bytes = resp
@@ -128,7 +128,7 @@ pub fn api_request(data: &[u8]) {
                 .body(Body::empty())
                 .expect("a valid request");
             let router =
-                crate::control::api::router(a.control.clone(), None, ([127, 0, 0, 1], 8474).into());
+                crate::control::api::router(a.control.clone(), &[], ([127, 0, 0, 1], 8474).into());
             let _ = router.oneshot(del).await;
         }
         a.control.proxies.lock().await.clear();

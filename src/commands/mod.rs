@@ -220,7 +220,12 @@ impl Recording {
 pub(crate) struct ApiConfig {
     pub(crate) addr: std::net::SocketAddr,
     pub(crate) token: Option<String>,
+    /// `run --api-for-command`: the command's own token (when the API
+    /// needs one).
+    pub(crate) command_token: Option<String>,
     pub(crate) files: crate::settings::files::FilePolicy,
+    /// `--api-listen-allow`.
+    pub(crate) listen_allow: bool,
     /// What `/metrics` adds (`server --runtime-metrics`).
     pub(crate) metrics: crate::control::metrics::Extra,
     /// A second address on the same port, served when it can be bound:
@@ -241,10 +246,23 @@ impl ApiConfig {
         Ok(Some(ApiConfig {
             addr,
             token,
+            command_token: None,
             files: access.files()?,
+            listen_allow: access.api_listen_allow,
             metrics: Default::default(),
             also: None,
         }))
+    }
+}
+
+impl ApiConfig {
+    /// The tokens the API takes: the operator's and the command's.
+    fn tokens(&self) -> Vec<String> {
+        self.token
+            .iter()
+            .chain(&self.command_token)
+            .cloned()
+            .collect()
     }
 }
 
@@ -258,7 +276,11 @@ pub(crate) fn api_control(
         a.files.clone()
     });
     let metrics = api.map(|a| a.metrics).unwrap_or_default();
-    crate::control::Control::new(relay.clone(), reach, files, metrics)
+    let control = crate::control::Control::new(relay.clone(), reach, files, metrics);
+    if api.is_some_and(|a| a.listen_allow) {
+        control.allow_wide_listens();
+    }
+    control
 }
 
 /// Starts the control API when one was asked for, printing where it
@@ -270,12 +292,11 @@ pub(crate) async fn start_api(
 ) -> Result<()> {
     if let Some(api) = api {
         let bound =
-            crate::control::serve(api.addr, control.clone(), api.token.clone(), stop.clone())
-                .await?;
+            crate::control::serve(api.addr, control.clone(), &api.tokens(), stop.clone()).await?;
         eprintln!("netchaos: control API on http://{bound} (Toxiproxy-compatible)");
         if let Some(also) = api.also {
             let also = std::net::SocketAddr::new(also.ip(), bound.port());
-            if crate::control::serve(also, control, api.token.clone(), stop)
+            if crate::control::serve(also, control, &api.tokens(), stop)
                 .await
                 .is_ok()
             {

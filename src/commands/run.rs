@@ -101,9 +101,18 @@ impl RunConfig {
                 "--tls: no rule has an HTTP or TLS fault or a respond, so no connection is terminated (every one stays a byte relay)"
             );
         }
+        let mut api = ApiConfig::new(args.api.api, &args.api.access)?;
+        if let Some(api) = api.as_mut().filter(|_| args.api_for_command) {
+            // The port is fixed now: the command's environment is made
+            // before the API listens.
+            api.addr = relay::numbered(api.addr).map_err(|e| {
+                Error::Runtime(anyhow::anyhow!("control API: cannot choose a port: {e}"))
+            })?;
+            api.command_token = api.token.as_ref().map(|_| fresh_token());
+        }
         Ok(RunConfig {
             tls: prepared,
-            api: ApiConfig::new(args.api.api, &args.api.access)?,
+            api,
             opts: args.relay.options()?,
             drain: args.relay.drain,
             plan,
@@ -113,6 +122,37 @@ impl RunConfig {
             containment,
         })
     }
+}
+
+/// The command's environment: netchaos's without its secrets, and with
+/// `--api-for-command`, where the API is and the command's own token.
+fn command_env(shared: Option<&ApiConfig>) -> Vec<CString> {
+    let mut env = wrap::command_env();
+    if let Some(api) = shared {
+        crate::relay::own::share_api();
+        let url = format!("http://{}", api.addr);
+        let mut set = vec![("NETCHAOS_API_URL", url.clone()), ("TOXIPROXY_URL", url)];
+        if let Some(t) = &api.command_token {
+            set.push(("NETCHAOS_API_TOKEN", t.clone()));
+        }
+        env.retain(|kv| {
+            !set.iter()
+                .any(|(k, _)| kv.as_bytes().starts_with(format!("{k}=").as_bytes()))
+        });
+        env.extend(
+            set.into_iter()
+                .filter_map(|(k, v)| CString::new(format!("{k}={v}")).ok()),
+        );
+    }
+    env
+}
+
+/// A token of 128 random bits, as 32 hex digits.
+fn fresh_token() -> String {
+    use rand::RngCore;
+    let mut b = [0u8; 16];
+    rand::rng().fill_bytes(&mut b);
+    b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
 pub(super) fn run(g: &Global, args: &RunArgs) -> Result<u8> {
@@ -143,7 +183,7 @@ pub(super) fn run(g: &Global, args: &RunArgs) -> Result<u8> {
         uid: nix::unistd::getuid().as_raw(),
         gid: nix::unistd::getgid().as_raw(),
         argv,
-        env: wrap::command_env(),
+        env: command_env(api_cfg.as_ref().filter(|_| args.api_for_command)),
         losses: losses.rules(),
         delayed: plan
             .rules
@@ -154,6 +194,8 @@ pub(super) fn run(g: &Global, args: &RunArgs) -> Result<u8> {
         containment,
         parent: nix::unistd::getpid(),
         udp_mark: crate::intercept::nft::random_udp_mark(),
+        hidden: args.api.access.api_token_file.iter().cloned().collect(),
+        blackhole: plan.answers_unrouted(),
     };
     let (sandbox, listeners, control) = sandbox::create(cfg, losses).map_err(Error::runtime)?;
     // Made after the agent's fork: the CA's key is in netchaos's memory

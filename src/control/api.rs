@@ -29,17 +29,23 @@ use super::{ApiProxy, BODY_LIMIT, Control, Listener};
 #[derive(Clone)]
 struct ApiState {
     control: Arc<Control>,
-    token: Option<Arc<str>>,
+    /// Tokens any of which a request must carry (none: no token needed):
+    /// the operator's, and `run --api-for-command`'s own for the command.
+    tokens: Arc<[Arc<str>]>,
     /// Where the API listens: the only origin and (on loopback) host it
     /// answers.
     bound: SocketAddr,
 }
 
 /// The API's routes, guarded (browsers, token) and with a body limit.
-pub(crate) fn router(control: Arc<Control>, token: Option<String>, bound: SocketAddr) -> Router {
+pub(crate) fn router(control: Arc<Control>, tokens: &[String], bound: SocketAddr) -> Router {
     let state = ApiState {
         control,
-        token: token.filter(|t| !t.is_empty()).map(Arc::from),
+        tokens: tokens
+            .iter()
+            .filter(|t| !t.is_empty())
+            .map(|t| Arc::from(t.as_str()))
+            .collect(),
         bound,
     };
     // HEAD is not GET: Toxiproxy's router answers it 405.
@@ -132,21 +138,65 @@ async fn guard(State(st): State<ApiState>, req: Request, next: Next) -> Response
     if let Some(refusal) = refuse_browsers(&st, req.headers()) {
         return refusal;
     }
-    if let Some(token) = &st.token {
+    if !st.tokens.is_empty() {
         let given = req
             .headers()
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Bearer "))
             .unwrap_or("");
-        if !same(given.as_bytes(), token.as_bytes()) {
+        // Every token compared, in constant time each.
+        let known = st
+            .tokens
+            .iter()
+            .fold(false, |hit, t| same(given.as_bytes(), t.as_bytes()) | hit);
+        if !known {
             return fail(ApiError::new(
                 StatusCode::UNAUTHORIZED,
                 "missing or wrong API token (send Authorization: Bearer TOKEN)",
             ));
         }
     }
-    match tokio::time::timeout(super::server::REQUEST_TIMEOUT, next.run(req)).await {
+    // Busy until answered: an evicted connection is always an idle one.
+    let _busy = req
+        .extensions()
+        .get::<super::server::ConnState>()
+        .map(|s| s.activity.busy(s.epoch));
+    // The body's share of the bodies' budget, taken before it is read.
+    let length = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    let chunked = req.headers().contains_key(header::TRANSFER_ENCODING);
+    let want = match (length, chunked) {
+        (_, true) => BODY_LIMIT,
+        (Some(n), false) => n.min(BODY_LIMIT),
+        (None, false) => 0,
+    };
+    let _body = if want == 0 {
+        None
+    } else {
+        match super::server::body_budget()
+            .clone()
+            .try_acquire_many_owned(want as u32)
+        {
+            Ok(p) => Some(p),
+            Err(_) => {
+                return fail(ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "the API is reading too many request bodies at once; try again",
+                ));
+            }
+        }
+    };
+    let client = req.extensions().get::<super::listen::ApiClient>().copied();
+    let served = tokio::time::timeout(super::server::REQUEST_TIMEOUT, next.run(req));
+    let served = match client {
+        Some(c) => super::listen::CLIENT.scope(c, served).await,
+        None => served.await,
+    };
+    match served {
         Ok(r) => r,
         Err(_) => (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -175,7 +225,7 @@ fn refuse_browsers(st: &ApiState, headers: &axum::http::HeaderMap) -> Option<Res
             );
         }
     }
-    if st.token.is_none() && st.bound.ip().is_loopback() {
+    if st.tokens.is_empty() && st.bound.ip().is_loopback() {
         // (No Host at all is no browser: HTTP/1.0 tools.)
         let host = header(header::HOST).unwrap_or("localhost");
         if !loopback_host(host, st.bound) {

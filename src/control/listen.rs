@@ -4,6 +4,12 @@
 //! as `[::]:PORT`), and what goes wrong is a 500 in Go's words — `listen
 //! tcp 127.0.0.1:3310: bind: address already in use`, `listen tcp: address
 //! local373: missing port in address`.
+//!
+//! A root netchaos does not listen for a local client that is not root
+//! where that client could not listen itself — a privileged port, or an
+//! address beyond the API's own interface (a loopback-only service would
+//! otherwise be one proxy away from the network) — unless the operator
+//! said so (`--api-listen-allow`); see [`refusal`].
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -51,7 +57,7 @@ fn split(listen: &str) -> Result<(&str, &str), ApiError> {
 }
 
 /// Binds `listen`; the listener and the address it listens on.
-pub(crate) async fn bind(listen: &str) -> Result<(TcpListener, String), ApiError> {
+pub(crate) async fn bind(listen: &str, allow: bool) -> Result<(TcpListener, String), ApiError> {
     let (host, port) = split(listen)?;
     let port: u16 = match port {
         "" => 0,
@@ -67,6 +73,9 @@ pub(crate) async fn bind(listen: &str) -> Result<(TcpListener, String), ApiError
             Err(_) => Some(resolve(h, port).await?),
         },
     };
+    if !allow && let Some(why) = CLIENT.try_with(|c| refusal(c, ip, port)).ok().flatten() {
+        return Err(ApiError::new(StatusCode::FORBIDDEN, why));
+    }
     let listener = match ip {
         None => relay::bind_any(port),
         Some(ip) => relay::bind(SocketAddr::new(ip, port)),
@@ -84,6 +93,78 @@ pub(crate) async fn bind(listen: &str) -> Result<(TcpListener, String), ApiError
         .local_addr()
         .map_err(|e| go_error(format!("listen tcp {listen}: {e}")))?;
     Ok((listener, shown(bound)))
+}
+
+tokio::task_local! {
+    /// The API client whose request is being served (set around each
+    /// request by the API's guard).
+    pub(crate) static CLIENT: ApiClient;
+}
+
+/// Both ends of an API client's connection.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ApiClient {
+    pub peer: SocketAddr,
+    pub local: SocketAddr,
+}
+
+/// Why `client` may not have a root netchaos listen on `ip` (`None`: every
+/// address) and `port`, if it may not: it is on this host (loopback, or
+/// the address it reached the API on), its socket is not root's, and the
+/// port is privileged or the address is beyond the API's interface.
+pub(crate) fn refusal(client: &ApiClient, ip: Option<IpAddr>, port: u16) -> Option<String> {
+    if !nix::unistd::geteuid().is_root() {
+        // The kernel holds netchaos to its own user's rights.
+        return None;
+    }
+    let local = canonical(client.local.ip());
+    let peer = canonical(client.peer.ip());
+    if !(peer.is_loopback() || peer == local) {
+        // From elsewhere: exposing the API was the operator's choice.
+        return None;
+    }
+    let privileged = port != 0 && port < unprivileged_port_start();
+    let beyond = match ip.map(canonical) {
+        None => true,
+        Some(ip) => !(ip.is_loopback() || ip == local),
+    };
+    if !(privileged || beyond) {
+        return None;
+    }
+    let uid = crate::intercept::sock_diag::peer_uid(client.peer, client.local)
+        .ok()
+        .flatten();
+    if uid == Some(0) {
+        return None;
+    }
+    let whom = uid.map_or("a local client whose owner is unknown".to_string(), |u| {
+        format!("a local client of uid {u}")
+    });
+    let what = match (privileged, beyond) {
+        (true, true) => format!("a privileged port ({port}) on an address beyond the API's own"),
+        (true, false) => format!("a privileged port ({port})"),
+        _ => "an address beyond the API's own interface".to_string(),
+    };
+    Some(format!(
+        "netchaos runs as root and will not listen on {what} for {whom}, who could not listen there \
+         itself; the operator may allow it with --api-listen-allow"
+    ))
+}
+
+/// The first port an unprivileged process may listen on.
+fn unprivileged_port_start() -> u16 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_unprivileged_port_start")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or(1024)
+}
+
+/// IPv4-mapped IPv6 addresses as IPv4.
+fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    }
 }
 
 /// A host name's address to listen on: the first IPv4 one, as Go prefers.
@@ -107,23 +188,23 @@ mod tests {
 
     #[tokio::test]
     async fn names_resolve_and_errors_read_as_go_writes_them() {
-        let (l, shown) = bind("localhost:0").await.unwrap();
+        let (l, shown) = bind("localhost:0", false).await.unwrap();
         assert!(shown.starts_with("127.0.0.1:"), "{shown}");
         assert_ne!(l.local_addr().unwrap().port(), 0);
         let taken = shown.clone();
-        let e = bind(&taken).await.unwrap_err();
+        let e = bind(&taken, false).await.unwrap_err();
         assert_eq!(e.status, StatusCode::INTERNAL_SERVER_ERROR);
         assert_eq!(
             e.message,
             format!("listen tcp {taken}: bind: address already in use")
         );
         drop(l);
-        let e = bind("local373").await.unwrap_err();
+        let e = bind("local373", false).await.unwrap_err();
         assert_eq!(
             e.message,
             "listen tcp: address local373: missing port in address"
         );
-        let (_, any) = bind(":0").await.unwrap();
+        let (_, any) = bind(":0", false).await.unwrap();
         assert!(
             any.starts_with("[::]:") || any.starts_with("0.0.0.0:"),
             "{any}"

@@ -38,8 +38,10 @@ use crate::plan::{Flow, Match};
 use crate::relay::{self, Endpoint, Relay, Target};
 use crate::ruleset::LiveRule;
 
-/// Largest request body accepted (bigger ones get 413).
-pub(crate) const BODY_LIMIT: usize = 64 * 1024;
+/// Largest request body accepted (bigger ones get 413): a `/populate` of
+/// tens of thousands of proxies. All bodies read at once share
+/// [`server::BODY_BUDGET`].
+pub(crate) const BODY_LIMIT: usize = 8 << 20;
 
 /// Where a proxy's connections come from.
 pub(crate) enum Listener {
@@ -93,6 +95,8 @@ pub(crate) struct Control {
     pub files: FilePolicy,
     /// What `/metrics` adds to netchaos's own series.
     pub metrics: metrics::Extra,
+    /// `--api-listen-allow`: see [`listen::refusal`].
+    pub listen_allow: std::sync::atomic::AtomicBool,
 }
 
 impl Control {
@@ -108,7 +112,14 @@ impl Control {
             reach,
             files,
             metrics,
+            listen_allow: Default::default(),
         })
+    }
+
+    /// `--api-listen-allow`.
+    pub(crate) fn allow_wide_listens(&self) {
+        self.listen_allow
+            .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// What a toxic of proxy `name` may use; `None` when there is no such
@@ -201,7 +212,8 @@ impl Control {
         listen: &str,
         upstream: &str,
     ) -> Result<(String, Arc<Endpoint>), model::ApiError> {
-        let (listener, shown) = listen::bind(listen).await?;
+        let allow = self.listen_allow.load(std::sync::atomic::Ordering::Relaxed);
+        let (listener, shown) = listen::bind(listen, allow).await?;
         let ep = Arc::new(
             Endpoint::new(name, Target::Fixed(upstream.to_string()), Flow::Outbound)
                 .ending(self.relay.opts.ends.unwrap_or(relay::EndStyle::Fin)),
@@ -231,7 +243,7 @@ pub(crate) fn check_api_addr(addr: SocketAddr, token: Option<&str>) -> Result<()
 pub(crate) async fn serve(
     addr: SocketAddr,
     control: Arc<Control>,
-    token: Option<String>,
+    tokens: &[String],
     stop: tokio_util::sync::CancellationToken,
 ) -> Result<SocketAddr, Error> {
     let listener =
@@ -239,7 +251,12 @@ pub(crate) async fn serve(
     let bound = listener
         .local_addr()
         .map_err(|e| Error::Runtime(e.into()))?;
-    let app = api::router(control, token, bound);
-    tokio::spawn(server::serve(listener, app, stop));
+    let app = api::router(control, tokens, bound);
+    // The relay never dials the API on a client's behalf (`relay::own`).
+    let registered = relay::own::register(relay::own::host_ns(), bound, relay::own::Kind::Api);
+    tokio::spawn(async move {
+        let _registered = registered;
+        server::serve(listener, app, stop).await;
+    });
     Ok(bound)
 }

@@ -148,6 +148,73 @@ fn listener(m: &[u8]) -> Option<Listener> {
     })
 }
 
+/// The owner (uid) of the TCP socket at `peer` connected to `local`, both
+/// of this host: who is on the other end of a connection netchaos
+/// accepted from loopback. `None` when no such socket is found (it closed,
+/// or it is in another namespace).
+pub(crate) fn peer_uid(peer: SocketAddr, local: SocketAddr) -> io::Result<Option<u32>> {
+    let v4 = |a: SocketAddr| match a.ip() {
+        IpAddr::V4(v4) => Some(v4),
+        IpAddr::V6(v6) => v6.to_ipv4_mapped(),
+    };
+    let (family, src, dst) = match (v4(peer), v4(local)) {
+        (Some(p), Some(l)) => {
+            let mut s = [0u8; 16];
+            let mut d = [0u8; 16];
+            s[..4].copy_from_slice(&p.octets());
+            d[..4].copy_from_slice(&l.octets());
+            (libc::AF_INET as u8, s, d)
+        }
+        _ => {
+            let six = |a: SocketAddr| match a.ip() {
+                IpAddr::V6(v6) => v6.octets(),
+                IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+            };
+            (libc::AF_INET6 as u8, six(peer), six(local))
+        }
+    };
+    let mut m = Vec::with_capacity(16 + 56);
+    m.extend_from_slice(&(16u32 + 56).to_ne_bytes());
+    m.extend_from_slice(&SOCK_DIAG_BY_FAMILY.to_ne_bytes());
+    m.extend_from_slice(&NLM_F_REQUEST.to_ne_bytes());
+    m.extend_from_slice(&2u32.to_ne_bytes()); // seq
+    m.extend_from_slice(&0u32.to_ne_bytes()); // pid
+    m.extend_from_slice(&[family, libc::IPPROTO_TCP as u8, 0, 0]);
+    m.extend_from_slice(&u32::MAX.to_ne_bytes()); // every state
+    m.extend_from_slice(&peer.port().to_be_bytes());
+    m.extend_from_slice(&local.port().to_be_bytes());
+    m.extend_from_slice(&src);
+    m.extend_from_slice(&dst);
+    m.extend_from_slice(&0u32.to_ne_bytes()); // interface: any
+    m.extend_from_slice(&[0xff; 8]); // INET_DIAG_NOCOOKIE
+    let sock = open()?;
+    send(sock.as_raw_fd(), &m, MsgFlags::empty())?;
+    let mut buf = vec![0u8; 8 * 1024];
+    let n = recv(sock.as_raw_fd(), &mut buf, MsgFlags::empty())?;
+    let b = &buf[..n];
+    if b.len() < 16 {
+        return Err(io::Error::other("socket diagnostics: short answer"));
+    }
+    let kind = u16::from_ne_bytes([b[4], b[5]]);
+    match kind {
+        NLMSG_ERROR => {
+            let code = b
+                .get(16..20)
+                .map_or(0, |c| i32::from_ne_bytes(c.try_into().expect("4 bytes")));
+            match -code {
+                libc::ENOENT => Ok(None),
+                e => Err(io::Error::from_raw_os_error(e)),
+            }
+        }
+        // inet_diag_msg: uid after family, state, timer, retrans (4),
+        // sockid (48), expires, rqueue, wqueue (12).
+        SOCK_DIAG_BY_FAMILY => Ok(b
+            .get(16 + 64..16 + 68)
+            .map(|u| u32::from_ne_bytes(u.try_into().expect("4 bytes")))),
+        _ => Err(io::Error::other("socket diagnostics: unexpected answer")),
+    }
+}
+
 /// Whether `l` accepts connections to `dst`.
 pub(crate) fn accepts(l: &Listener, dst: SocketAddr) -> bool {
     if l.addr.port() != dst.port() {
@@ -184,6 +251,18 @@ mod tests {
         let conn = std::net::TcpStream::connect(a).unwrap();
         let local = conn.local_addr().unwrap();
         assert!(!listeners(&sock).unwrap().iter().any(|l| l.addr == local));
+    }
+
+    #[test]
+    fn the_owner_of_a_loopback_peer_is_found() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (_s, peer) = l.accept().unwrap();
+        let me = nix::unistd::geteuid().as_raw();
+        assert_eq!(peer_uid(peer, l.local_addr().unwrap()).unwrap(), Some(me));
+        drop(c);
+        let gone: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        assert_eq!(peer_uid(gone, l.local_addr().unwrap()).unwrap(), None);
     }
 
     #[test]
