@@ -53,6 +53,11 @@ pub(crate) struct AgentConfig {
     pub parent: Pid,
     /// See [`nft::random_udp_mark`].
     pub udp_mark: u32,
+    /// The plan answers names with `dns_answer random` ([`nft::Blackhole`]).
+    pub blackhole: bool,
+    /// Files of netchaos's the command must not read (the API's token
+    /// file): an empty file is mounted over each in its mount namespace.
+    pub hidden: Vec<std::path::PathBuf>,
 }
 
 /// Agent → netchaos, on the control channel.
@@ -311,6 +316,9 @@ fn setup(cfg: &AgentConfig) -> Result<Setup> {
         udp_mark: cfg.udp_mark,
         fresh_namespace: true,
         delay_line: true,
+        blackhole: cfg.blackhole.then(|| nft::Blackhole {
+            keep: vec![IpAddr::V4(cfg.addrs.v4), IpAddr::V6(cfg.addrs.v6)],
+        }),
         ..nft::Ruleset::default()
     };
     // The namespace is new and dies with the command: nothing to record
@@ -381,6 +389,8 @@ fn spawn_init(cfg: &AgentConfig, env: &[CString]) -> Result<(Pid, OwnedFd)> {
     unshare(CloneFlags::CLONE_NEWPID).map_err(InterceptError::sys(
         "cannot make a PID namespace for the command",
     ))?;
+    let agent_pid = nix::unistd::getpid().as_raw();
+    super::cgroup::sweep_stale();
     let cloexec = nix::fcntl::OFlag::O_CLOEXEC;
     let (status_r, status_w) = nix::unistd::pipe2(cloexec).map_err(InterceptError::sys("pipe"))?;
     let (alive_r, alive_w) = nix::unistd::pipe2(cloexec).map_err(InterceptError::sys("pipe"))?;
@@ -401,6 +411,8 @@ fn spawn_init(cfg: &AgentConfig, env: &[CString]) -> Result<(Pid, OwnedFd)> {
                 env,
                 rootless: cfg.rootless,
                 containment: cfg.containment,
+                hidden: &cfg.hidden,
+                agent: agent_pid,
                 status: status_w,
                 agent_alive: alive_r,
             })
@@ -473,6 +485,7 @@ fn serve(control: &Channel, requests: &Channel, pid: Pid, status: &OwnedFd) -> !
 }
 
 fn report_exit(control: &Channel, code: Option<i32>, signal: Option<i32>) -> ! {
+    super::cgroup::remove_own(nix::unistd::getpid().as_raw());
     let _ = control.send(&AgentMsg::Exited { code, signal }, &[]);
     std::process::exit(0);
 }

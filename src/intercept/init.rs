@@ -49,6 +49,10 @@ pub(crate) struct InitConfig<'a> {
     pub env: &'a [CString],
     pub rootless: bool,
     pub containment: Containment,
+    /// Files to hide from the command ([`super::agent::AgentConfig`]).
+    pub hidden: &'a [std::path::PathBuf],
+    /// The agent's pid: names the command's cgroups ([`super::cgroup`]).
+    pub agent: i32,
     /// Where the command's raw wait status goes, for the agent.
     pub status: OwnedFd,
     /// Closes (hangs up) when the agent is gone.
@@ -63,7 +67,11 @@ pub(crate) fn main(cfg: InitConfig<'_>) -> ! {
     if agent_gone(&cfg.agent_alive) {
         std::process::exit(1);
     }
-    if let Err(e) = isolate_mounts(cfg.containment) {
+    // (Before `/sys` turns read-only.)
+    if cfg.containment == Containment::Full {
+        isolate_cgroups(cfg.agent);
+    }
+    if let Err(e) = isolate_mounts(cfg.containment, cfg.hidden) {
         fail(&e.to_string());
     }
     let signals = match catch_signals() {
@@ -107,7 +115,10 @@ fn fail(message: &str) -> ! {
 /// A mount namespace of its own, with a `/proc` of the new PID namespace
 /// and (contained) a read-only `/proc/sys`, so the command can neither
 /// see processes outside nor change the network namespace's sysctls.
-fn isolate_mounts(containment: Containment) -> Result<(), InterceptError> {
+fn isolate_mounts(
+    containment: Containment,
+    hidden: &[std::path::PathBuf],
+) -> Result<(), InterceptError> {
     let sys = InterceptError::sys;
     unshare(CloneFlags::CLONE_NEWNS)
         .map_err(sys("cannot make a mount namespace for the command"))?;
@@ -118,21 +129,177 @@ fn isolate_mounts(containment: Containment) -> Result<(), InterceptError> {
     let proc_flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
     mount(Some("proc"), "/proc", Some("proc"), proc_flags, none)
         .map_err(sys("cannot mount a /proc for the command's PID namespace"))?;
-    if containment == Containment::Full {
-        let bind = MsFlags::MS_BIND | MsFlags::MS_REC;
-        mount(Some("/proc/sys"), "/proc/sys", none, bind, none)
-            .and_then(|()| {
-                let ro = MsFlags::MS_BIND
-                    | MsFlags::MS_REMOUNT
-                    | MsFlags::MS_RDONLY
-                    | MsFlags::MS_NOSUID
-                    | MsFlags::MS_NODEV
-                    | MsFlags::MS_NOEXEC;
-                mount(none, "/proc/sys", none, ro, none)
-            })
-            .map_err(sys("cannot make /proc/sys read-only"))?;
+    if containment != Containment::Full {
+        return Ok(());
+    }
+    for path in READ_ONLY {
+        match read_only(path) {
+            Err(Errno::ENOENT) => {}
+            r => r.map_err(InterceptError::sys(format!(
+                "cannot make {path} read-only for the command"
+            )))?,
+        }
+    }
+    for path in MASKED {
+        match mask(std::path::Path::new(path)) {
+            Err(Errno::ENOENT) => {}
+            r => r.map_err(InterceptError::sys(format!(
+                "cannot hide {path} from the command"
+            )))?,
+        }
+    }
+    for path in hidden {
+        mask(path).map_err(InterceptError::sys(format!(
+            "cannot hide {} from the command",
+            path.display()
+        )))?;
     }
     Ok(())
+}
+
+/// What a contained command may not write although, uid 0 for files, its
+/// permissions would let it (Docker's read-only paths, and all of `/sys`):
+/// sysctls, the SysRq trigger, cgroups (netchaos's own among them: a
+/// frozen relay), device and power attributes.
+const READ_ONLY: &[&str] = &[
+    "/proc/sys",
+    "/proc/sysrq-trigger",
+    "/proc/irq",
+    "/proc/bus",
+    "/proc/fs",
+    "/sys",
+];
+
+/// What a contained command may not open at all (Docker's masked paths,
+/// and the kernel log, which uid 0 may write into).
+const MASKED: &[&str] = &[
+    "/dev/kmsg",
+    "/proc/kcore",
+    "/proc/keys",
+    "/proc/timer_list",
+    "/proc/sched_debug",
+    "/proc/latency_stats",
+    "/proc/acpi",
+    "/proc/scsi",
+    "/sys/firmware",
+];
+
+/// Makes `path` and every mount below it read-only in this mount
+/// namespace (a mount made in a more privileged user namespace stays so:
+/// the command cannot undo it).
+fn read_only(path: &str) -> nix::Result<()> {
+    let none: Option<&str> = None;
+    // A file (or a directory that is not a mount point) becomes one.
+    mount(
+        Some(path),
+        path,
+        none,
+        MsFlags::MS_BIND | MsFlags::MS_REC,
+        none,
+    )?;
+    // mount_setattr(2) (Linux 5.12) sets the flag on the whole tree and
+    // keeps every other; before it, each mount is remounted with its own.
+    match set_read_only_tree(path) {
+        Err(Errno::ENOSYS) => {}
+        r => return r,
+    }
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let under = |p: &str| p == path || p.starts_with(&format!("{}/", path.trim_end_matches('/')));
+    for at in mounts
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .filter(|p| under(p))
+    {
+        let vfs = nix::sys::statvfs::statvfs(at)?;
+        let keep = [
+            (nix::sys::statvfs::FsFlags::ST_NOSUID, MsFlags::MS_NOSUID),
+            (nix::sys::statvfs::FsFlags::ST_NODEV, MsFlags::MS_NODEV),
+            (nix::sys::statvfs::FsFlags::ST_NOEXEC, MsFlags::MS_NOEXEC),
+            (nix::sys::statvfs::FsFlags::ST_NOATIME, MsFlags::MS_NOATIME),
+            (
+                nix::sys::statvfs::FsFlags::ST_NODIRATIME,
+                MsFlags::MS_NODIRATIME,
+            ),
+            (
+                nix::sys::statvfs::FsFlags::ST_RELATIME,
+                MsFlags::MS_RELATIME,
+            ),
+        ]
+        .into_iter()
+        .filter(|(f, _)| vfs.flags().contains(*f))
+        .fold(MsFlags::empty(), |acc, (_, m)| acc | m);
+        let ro = MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | keep;
+        mount(none, at, none, ro, none)?;
+    }
+    Ok(())
+}
+
+/// `mount_setattr(path, AT_RECURSIVE, {attr_set: MOUNT_ATTR_RDONLY})`.
+fn set_read_only_tree(path: &str) -> nix::Result<()> {
+    #[repr(C)]
+    struct MountAttr {
+        attr_set: u64,
+        attr_clr: u64,
+        propagation: u64,
+        userns_fd: u64,
+    }
+    const MOUNT_ATTR_RDONLY: u64 = 0x1;
+    const AT_RECURSIVE: libc::c_uint = 0x8000;
+    let path = std::ffi::CString::new(path).map_err(|_| Errno::EINVAL)?;
+    let attr = MountAttr {
+        attr_set: MOUNT_ATTR_RDONLY,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: 0,
+    };
+    // SAFETY: a plain system call with a valid C string and a pointer to
+    // an initialised struct of the size passed; the kernel only reads them.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            AT_RECURSIVE,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    Errno::result(r).map(drop)
+}
+
+/// Covers `path`: a file with an empty, read-only one (`/dev/null`), a
+/// directory with an empty read-only tmpfs.
+fn mask(path: &std::path::Path) -> nix::Result<()> {
+    let none: Option<&str> = None;
+    let meta = std::fs::metadata(path)
+        .map_err(|e| Errno::from_raw(e.raw_os_error().unwrap_or(libc::ENOENT)))?;
+    if meta.is_dir() {
+        let flags =
+            MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
+        mount(
+            Some("tmpfs"),
+            path,
+            Some("tmpfs"),
+            flags,
+            Some("size=0,mode=555"),
+        )
+    } else {
+        mount(Some("/dev/null"), path, none, MsFlags::MS_BIND, none)
+    }
+}
+
+/// A cgroup of the command's own, then a cgroup namespace rooted there: a
+/// cgroup file system the command mounts afresh shows it nothing of
+/// netchaos's ([`super::cgroup`]). Where the cgroups cannot be made (no
+/// permission, rootless), the namespace is made all the same; `/sys` is
+/// read-only either way.
+fn isolate_cgroups(agent: i32) {
+    super::cgroup::enter_own(agent);
+    if let Err(e) = unshare(CloneFlags::CLONE_NEWCGROUP) {
+        fail(&format!(
+            "cannot make a cgroup namespace for the command: {e}"
+        ));
+    }
 }
 
 /// Signals arrive on a descriptor. Each has a (do-nothing) handler: the
