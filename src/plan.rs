@@ -315,6 +315,15 @@ pub(crate) struct Plan {
 }
 
 impl Plan {
+    /// Whether a `dns_answer random = true` may send clients to the
+    /// ranges interception must then black-hole.
+    pub(crate) fn answers_unrouted(&self) -> bool {
+        self.rules
+            .iter()
+            .flat_map(|r| &r.faults)
+            .any(|f| matches!(&f.kind, crate::fault::FaultKind::DnsAnswer(a) if a.is_random()))
+    }
+
     /// Checks names for clashes: rule names and proxy names must be unique,
     /// and no two proxies may listen on the same address.
     pub(crate) fn validate(&self) -> Result<(), ProfileError> {

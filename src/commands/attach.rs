@@ -132,6 +132,7 @@ pub(super) fn attach(g: &Global, args: &AttachArgs) -> Result<u8> {
                 losses,
                 replace: args.replace,
                 clean_hint: hint,
+                blackhole: plan.answers_unrouted(),
             },
         )
         .map_err(Error::runtime)?;
@@ -201,6 +202,7 @@ pub(super) fn in_place(g: &Global, args: &RunArgs) -> Result<u8> {
                 losses,
                 replace: args.replace,
                 clean_hint: "--here".into(),
+                blackhole: plan.answers_unrouted(),
             },
         )
         .map_err(Error::runtime)?;

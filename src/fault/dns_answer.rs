@@ -30,8 +30,10 @@ pub(crate) struct DnsAnswer {
 }
 
 /// Where `random = true` draws from: TEST-NET-1, -2, -3 and IPv6's
-/// documentation prefix.
-const DOCUMENTATION: [&str; 4] = ["192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24", "2001:db8::/32"];
+/// documentation prefix. Some networks route them (a LAN on 192.0.2.0/24,
+/// a default route that takes everything), so under interception netchaos
+/// drops them itself in the namespace (`intercept::nft::Blackhole`).
+pub(crate) const UNROUTED: [&str; 4] = ["192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24", "2001:db8::/32"];
 
 /// A and AAAA: what `dns_answer` answers unless `qtype` says otherwise.
 pub(crate) const ADDRESS_TYPES: [u16; 2] = [1, 28];
@@ -87,7 +89,7 @@ impl Kind for DnsAnswer {
                      (a prefix in `addresses` already draws a random address of it)",
                 ));
             }
-            addresses = DOCUMENTATION
+            addresses = UNROUTED
                 .iter()
                 .map(|n| n.parse().expect("a prefix"))
                 .collect();
@@ -145,6 +147,11 @@ impl DnsAnswer {
             return vec![draw(n, rng)];
         }
         family.into_iter().map(|n| draw(n, rng)).collect()
+    }
+
+    /// `random = true`: its answers come from [`UNROUTED`].
+    pub(crate) fn is_random(&self) -> bool {
+        self.one_of
     }
 
     pub(crate) fn ttl(&self) -> u32 {

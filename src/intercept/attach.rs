@@ -69,6 +69,8 @@ pub(crate) struct Config {
     pub replace: bool,
     /// How `clean` would name this namespace, for messages.
     pub clean_hint: String,
+    /// The plan answers names with `dns_answer random` ([`nft::Blackhole`]).
+    pub blackhole: bool,
 }
 
 /// The claim of one netchaos on a namespace: an exclusive lock on a file
@@ -240,6 +242,7 @@ pub(crate) fn install(ns: Arc<NsThread>, cfg: Config) -> Result<Attached> {
         owner: Some(owner.clone()),
         delay_line: false,
         fresh_namespace: false,
+        blackhole: cfg.blackhole.then(nft::Blackhole::default),
     };
     let installed = ns.run(move || nft::install(&ruleset))??;
     let sandbox = Sandbox::over_thread(

@@ -120,6 +120,51 @@ pub(crate) struct Ruleset {
     /// The namespace is netchaos's own, new (`run`): no table of anyone
     /// else's can be in it, so none is looked for.
     pub fresh_namespace: bool,
+    /// `dns_answer random = true` is in the plan: the ranges its answers
+    /// come from are dropped on the way out, so that a client sent there
+    /// reaches nobody, on any network (some route them).
+    pub blackhole: Option<Blackhole>,
+}
+
+/// The documentation ranges `dns_answer random` draws from, dropped in the
+/// namespace before interception sees them (no dial, no packet out),
+/// except the namespace's own addresses in them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Blackhole {
+    pub keep: Vec<std::net::IpAddr>,
+}
+
+impl Blackhole {
+    fn render(&self) -> String {
+        let (v4, v6): (Vec<&str>, Vec<&str>) = crate::fault::dns_answer::UNROUTED
+            .iter()
+            .partition(|r| !r.contains(':'));
+        let keep = |six: bool| {
+            let own: Vec<String> = self
+                .keep
+                .iter()
+                .filter(|a| a.is_ipv6() == six)
+                .map(|a| a.to_string())
+                .collect();
+            let fam = if six { "ip6" } else { "ip" };
+            match own.len() {
+                0 => String::new(),
+                _ => format!("{fam} daddr != {{ {} }} ", own.join(", ")),
+            }
+        };
+        format!(
+            "\tchain blackhole {{
+\t\ttype filter hook output priority -200; policy accept;
+\t\t{}ip daddr {{ {} }} drop
+\t\t{}ip6 daddr {{ {} }} drop
+\t}}
+",
+            keep(false),
+            v4.join(", "),
+            keep(true),
+            v6.join(", ")
+        )
+    }
 }
 
 impl Ruleset {
@@ -181,6 +226,10 @@ impl Ruleset {
                 ppm = l.ppm
             ));
         }
+        let blackhole = self
+            .blackhole
+            .as_ref()
+            .map_or(String::new(), Blackhole::render);
         let comment = self
             .owner
             .as_ref()
@@ -189,7 +238,7 @@ impl Ruleset {
             "table inet {TABLE} {{
 {comment}\tset blackout4 {{ type ipv4_addr . inet_service; flags timeout; }}
 \tset blackout6 {{ type ipv6_addr . inet_service; flags timeout; }}
-{gate}\tchain intercept {{
+{blackhole}{gate}\tchain intercept {{
 \t\ttype nat hook output priority -100; policy accept;
 \t\tmeta mark {RELAY:#010x} return
 {exempt}\t\tmeta l4proto udp meta mark {udp_mark:#x} return
