@@ -1143,7 +1143,7 @@ not json
     #[test]
     fn a_big_log_is_drawn_in_part_and_counted_in_full() {
         let n = MAX_CONNS as u64 + 500;
-        let mut log = String::from(LOG.lines().take(2).collect::<Vec<_>>().join("\n"));
+        let mut log = LOG.lines().take(2).collect::<Vec<_>>().join("\n");
         log.push('\n');
         for i in 0..n {
             let base = format!(
