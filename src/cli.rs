@@ -106,16 +106,32 @@ pub enum Command {
 }
 
 /// The event log, for the commands that relay.
-#[derive(Debug, Args, Clone, Default)]
+#[derive(Debug, Args, Clone)]
 pub struct EventsArg {
-    /// Write one JSON line per connection open/close and per injected fault.
+    /// Write one JSON line per connection open/close and per injected fault
+    /// (a new file is made 0600; a symbolic link is followed only when it
+    /// belongs to this user or root).
     #[arg(long, value_name = "FILE")]
     pub events: Option<PathBuf>,
+    /// The event log's largest size: then one `truncated` line, and later
+    /// events are only counted (the exit summary and /metrics stay whole).
+    #[arg(long, value_name = "SIZE", default_value = "256MiB", value_parser = size_arg)]
+    pub events_max: u64,
     /// At exit (Ctrl-C and SIGTERM too), write an HTML report of the run:
     /// a timeline of every connection, its faults and retries (see
     /// `netchaos report`).
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
+}
+
+impl Default for EventsArg {
+    fn default() -> EventsArg {
+        EventsArg {
+            events: None,
+            events_max: crate::events::DEFAULT_MAX,
+            report: None,
+        }
+    }
 }
 
 /// `netchaos report`.
@@ -842,6 +858,13 @@ fn port_arg(s: &str) -> std::result::Result<u16, BadArg> {
         _ => Err(expected(&format!(
             "a port number from 1 to 65535, got {s:?}"
         ))),
+    }
+}
+
+fn size_arg(s: &str) -> std::result::Result<u64, BadArg> {
+    match crate::units::parse_size(s) {
+        Ok(n) if n < 4096 => Err(expected(&format!("a size of at least 4KiB, got {s:?}"))),
+        r => r.map_err(expected),
     }
 }
 

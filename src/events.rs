@@ -11,7 +11,6 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{self, BufWriter, Write};
 use std::net::SocketAddr;
-use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{SyncSender, sync_channel};
 use std::sync::{Arc, Mutex};
@@ -287,6 +286,9 @@ pub(crate) struct Stats {
     /// Event lines that could not be written (a full disk, `/dev/full`) or
     /// found the writer's queue full.
     pub log_errors: Arc<AtomicU64>,
+    /// Event lines not written because the log reached its size
+    /// (`--events-max`): counted only.
+    pub log_dropped: Arc<AtomicU64>,
 }
 
 /// How often one fault of one rule took effect.
@@ -398,6 +400,10 @@ pub(crate) struct Events {
 /// Event lines waiting for the writer, at most.
 const LOG_QUEUE: usize = 16 * 1024;
 
+/// The event log's size by default (`--events-max`): about a million
+/// connections' lines, and a report of it builds in bounded memory.
+pub(crate) const DEFAULT_MAX: u64 = 256 << 20;
+
 /// The event log's writer: a thread of its own, fed through a bounded
 /// queue, so that no connection's task ever waits on the file (a slow disk,
 /// `/dev/full`). A line that finds the queue full is counted, not waited for.
@@ -406,6 +412,20 @@ const LOG_QUEUE: usize = 16 * 1024;
 struct Log {
     state: Mutex<LogState>,
     errors: Arc<AtomicU64>,
+    limit: Limit,
+}
+
+/// The log's size limit, shared by the writer (which enforces it) and
+/// the senders (which stop formatting lines once it is reached).
+#[derive(Clone)]
+struct Limit {
+    max: u64,
+    /// The log reached `max`: its last line says so.
+    full: Arc<std::sync::atomic::AtomicBool>,
+    /// Lines not written since.
+    dropped: Arc<AtomicU64>,
+    /// The log's time 0, for the `truncated` line.
+    started: Instant,
 }
 
 enum LogState {
@@ -419,10 +439,11 @@ enum LogState {
 }
 
 impl Log {
-    fn new(file: File, errors: Arc<AtomicU64>) -> Log {
+    fn new(file: File, errors: Arc<AtomicU64>, limit: Limit) -> Log {
         Log {
             state: Mutex::new(LogState::Opened(file)),
             errors,
+            limit,
         }
     }
 
@@ -435,9 +456,10 @@ impl Log {
             };
             let (tx, rx) = sync_channel::<String>(LOG_QUEUE);
             let errors = self.errors.clone();
+            let limit = self.limit.clone();
             match std::thread::Builder::new()
                 .name("events".into())
-                .spawn(move || write_lines(file, rx, errors))
+                .spawn(move || write_lines(file, rx, errors, limit))
             {
                 Ok(writer) => *state = LogState::Writing { tx, writer },
                 Err(e) => tracing::warn!("cannot start the event log's writer: {e}"),
@@ -462,19 +484,54 @@ impl Log {
     }
 }
 
-/// The writer thread: lines until the queue closes.
-fn write_lines(file: File, rx: std::sync::mpsc::Receiver<String>, errors: Arc<AtomicU64>) {
+/// The writer thread: lines until the queue closes, or until the log
+/// reaches its size: then one `truncated` line, and every later line is
+/// counted, not written.
+fn write_lines(
+    file: File,
+    rx: std::sync::mpsc::Receiver<String>,
+    errors: Arc<AtomicU64>,
+    limit: Limit,
+) {
     let mut w = BufWriter::new(file);
+    let mut written = 0u64;
+    let mut put = |w: &mut BufWriter<File>, line: &str| -> io::Result<()> {
+        if limit.full.load(Ordering::Relaxed) {
+            limit.dropped.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        }
+        if written + line.len() as u64 > limit.max {
+            limit.full.store(true, Ordering::Relaxed);
+            limit.dropped.fetch_add(1, Ordering::Relaxed);
+            let t = limit.started.elapsed().as_secs_f64();
+            let mut end = json!({
+                "time": humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
+                "t": (t * 1e6).round() / 1e6,
+                "event": "truncated",
+                "max_bytes": limit.max,
+                "written_bytes": written,
+            })
+            .to_string();
+            end.push('\n');
+            tracing::warn!(
+                "the event log reached its size ({}, --events-max): later events are counted, not written",
+                crate::units::format_size(limit.max)
+            );
+            return w.write_all(end.as_bytes());
+        }
+        written += line.len() as u64;
+        w.write_all(line.as_bytes())
+    };
     while let Ok(line) = rx.recv() {
         let mut batch = 1u64;
-        let mut r = w.write_all(line.as_bytes());
+        let mut r = put(&mut w, &line);
         // Flush once the queue is empty: readers (and tests) see lines as
         // they happen, and a burst costs one write.
         while r.is_ok() {
             match rx.try_recv() {
                 Ok(more) => {
                     batch += 1;
-                    r = w.write_all(more.as_bytes());
+                    r = put(&mut w, &more);
                 }
                 Err(_) => break,
             }
@@ -492,20 +549,24 @@ fn write_lines(file: File, rx: std::sync::mpsc::Receiver<String>, errors: Arc<At
 }
 
 impl Events {
-    /// Opens (truncating) the event log at `path`, if one is wanted.
-    pub(crate) fn open(path: Option<&Path>) -> io::Result<Events> {
+    /// Events written to `file` (opened by the caller: see `outfile`), at
+    /// most `max` bytes of them.
+    pub(crate) fn to_file(file: File, max: u64) -> Events {
         let stats = Stats::default();
-        let log = match path {
-            Some(p) => Some(Log::new(File::create(p)?, stats.log_errors.clone())),
-            None => None,
+        let started = Instant::now();
+        let limit = Limit {
+            max,
+            full: Default::default(),
+            dropped: stats.log_dropped.clone(),
+            started,
         };
-        Ok(Events {
-            started: Instant::now(),
-            log,
+        Events {
+            started,
+            log: Some(Log::new(file, stats.log_errors.clone(), limit)),
             stats,
             quiet_faults: Default::default(),
             faults_end: Mutex::new(None),
-        })
+        }
     }
 
     /// Events with no log file (the demo, tests).
@@ -523,6 +584,10 @@ impl Events {
     /// when there is a log to write them to.
     fn write(&self, event: &str, fields: impl FnOnce() -> Map<String, Value>) {
         let Some(log) = &self.log else { return };
+        if log.limit.full.load(Ordering::Relaxed) {
+            log.limit.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
         let mut fields = fields();
         let t = self.started.elapsed().as_secs_f64();
         let mut line = Map::new();
@@ -603,7 +668,7 @@ impl Events {
             .iter()
             .map(|(source, description)| json!({ "source": source, "description": description }))
             .collect();
-        let argv: Vec<String> = std::env::args().collect();
+        let argv = redact_argv(std::env::args());
         self.write("plan", || {
             obj(json!({ "argv": argv, "profiles": profiles, "rules": rules }))
         });
@@ -1086,8 +1151,68 @@ impl Events {
                 "  event log: {lost} line(s) could not be written\n"
             ));
         }
+        let dropped = s.log_dropped.load(Ordering::Relaxed);
+        if let Some(log) = self.log.as_ref().filter(|_| dropped > 0) {
+            out.push_str(&format!(
+                "  event log: cut at its size ({}, --events-max); {dropped} later line(s) counted here, not written\n",
+                crate::units::format_size(log.limit.max)
+            ));
+        }
         out
     }
+}
+
+/// A command line with the control API's token blanked out: the value of
+/// `--api-token` (`--api-token T`, `--api-token=T`) and any argument that
+/// holds the token of `NETCHAOS_API_TOKEN` or `--api-token`, wherever it
+/// stands (after `--` too: the wrapped command may have been handed it).
+pub(crate) fn redact_argv(args: impl IntoIterator<Item = String>) -> Vec<String> {
+    const HIDDEN: &str = "<hidden>";
+    let args: Vec<String> = args.into_iter().collect();
+    let mut secrets: Vec<String> = std::env::var("NETCHAOS_API_TOKEN")
+        .ok()
+        .into_iter()
+        .collect();
+    let mut out = Vec::with_capacity(args.len());
+    // Arguments already blanked (or the flag's own name): left as they are.
+    let mut done = Vec::with_capacity(args.len());
+    let mut value_next = false;
+    let mut options = true;
+    for a in &args {
+        if value_next {
+            value_next = false;
+            secrets.push(a.clone());
+            out.push(HIDDEN.to_string());
+            done.push(true);
+            continue;
+        }
+        if options && a == "--" {
+            options = false;
+        } else if options && a == "--api-token" {
+            value_next = true;
+            out.push(a.clone());
+            done.push(true);
+            continue;
+        } else if let Some(t) = a.strip_prefix("--api-token=").filter(|_| options) {
+            secrets.push(t.to_string());
+            out.push(format!("--api-token={HIDDEN}"));
+            done.push(true);
+            continue;
+        }
+        out.push(a.clone());
+        done.push(false);
+    }
+    secrets.retain(|t| !t.trim().is_empty());
+    for (a, _) in out.iter_mut().zip(&done).filter(|(_, d)| !**d) {
+        for t in &secrets {
+            // Inside a longer argument (`-H "Authorization: Bearer T"`)
+            // when the token is long enough not to be found by chance.
+            if *a == *t || (t.len() >= 6 && a.contains(t.as_str())) {
+                *a = a.replace(t.as_str(), HIDDEN);
+            }
+        }
+    }
+    out
 }
 
 fn obj(v: Value) -> Map<String, Value> {
@@ -1200,6 +1325,75 @@ impl crate::fault::Hit for FaultHit {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_api_token_is_never_in_the_command_line_logged() {
+        let argv = |v: &[&str]| redact_argv(v.iter().map(|s| s.to_string()));
+        assert_eq!(
+            argv(&[
+                "netchaos",
+                "run",
+                "--api-token",
+                "s3cret",
+                "--api=127.0.0.1:1",
+                "--",
+                "sh",
+                "-c",
+                "echo s3cret"
+            ]),
+            [
+                "netchaos",
+                "run",
+                "--api-token",
+                "<hidden>",
+                "--api=127.0.0.1:1",
+                "--",
+                "sh",
+                "-c",
+                "echo <hidden>"
+            ]
+        );
+        assert_eq!(
+            argv(&[
+                "netchaos",
+                "server",
+                "--api-token=tok",
+                "--api=127.0.0.1:8474",
+                "tok"
+            ]),
+            [
+                "netchaos",
+                "server",
+                "--api-token=<hidden>",
+                "--api=127.0.0.1:8474",
+                "<hidden>"
+            ]
+        );
+    }
+
+    #[test]
+    fn the_log_stops_at_its_size_with_one_truncated_line() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("e.jsonl");
+        let events = Events::to_file(File::create(&p).unwrap(), 4096);
+        for _ in 0..200 {
+            events.listener_paused("limit");
+            // The writer's queue is bounded: let it drain.
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        let summary = events.summary(1);
+        let text = std::fs::read_to_string(&p).unwrap();
+        let last = text.lines().last().unwrap();
+        assert!(last.contains("\"event\":\"truncated\""), "{last}");
+        let before = text.len() - last.len() - 1;
+        assert!(before <= 4096, "{before}");
+        assert!(summary.contains("cut at its size (4KiB"), "{summary}");
+        assert_eq!(
+            events.stats.pauses.lock().unwrap()["limit"],
+            200,
+            "counted all the same"
+        );
+    }
 
     #[test]
     fn activity_gets_coarser_instead_of_longer() {

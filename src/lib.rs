@@ -12,6 +12,9 @@
 //! * [`settings`] — settings as written (TOML, `--fault` strings, API JSON),
 //!   located, read key by key with the human units (`units`); where files
 //!   they name may be read from.
+//! * `outfile` — the files netchaos writes: user-named outputs that follow
+//!   no other user's symbolic link, and private files and directories of
+//!   its own in `$TMPDIR`.
 //! * `tool` — finding and running `ip`, `tc`, `nft`, `iptables-restore`, and
 //!   classifying their failures once.
 //!
@@ -82,6 +85,7 @@ pub(crate) mod http;
 pub(crate) mod intercept;
 pub(crate) mod netem;
 pub(crate) mod nofile;
+pub(crate) mod outfile;
 pub(crate) mod plan;
 pub(crate) mod profile;
 pub(crate) mod relay;

@@ -437,3 +437,76 @@ fn ten_thousand_connections_render_in_a_few_seconds() {
         "hovering the canvas names a connection: {check}"
     );
 }
+
+/// A 100 MB log (160,000 connections, a fault and a request on each)
+/// makes a report in bounded memory: the log is read a line at a time,
+/// the timeline draws the first 25,000 connections and counts the rest,
+/// and the page is written as it is made. (Before: ~13 bytes of memory
+/// per byte of log, 1.3 GB for this one.)
+#[test]
+fn a_hundred_megabyte_log_is_reported_in_bounded_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("big.jsonl");
+    let page = dir.path().join("big.html");
+    let conns = 160_000u64;
+    {
+        let mut f = std::io::BufWriter::new(std::fs::File::create(&log).unwrap());
+        writeln!(f, r#"{{"time":"2026-12-01T10:00:00.000Z","t":0.0,"event":"start","seed":1,"version":"0.1.0","mode":"run"}}"#).unwrap();
+        for i in 0..conns {
+            let t = i as f64 * 0.001;
+            let base = format!(
+                r#""conn":{i},"client":"10.0.{}.{}:{}","dst":"10.1.0.{}:443","proxy":"api""#,
+                i % 100 / 50,
+                i % 50,
+                30000 + i % 20000,
+                i % 5
+            );
+            writeln!(
+                f,
+                r#"{{"time":"2026-12-01T10:00:00.000Z","t":{t},"event":"open",{base}}}"#
+            )
+            .unwrap();
+            writeln!(f, r#"{{"time":"2026-12-01T10:00:00.000Z","t":{t},"event":"fault",{base},"rule":"cli","fault":"http_status","http":{{"request":0,"method":"POST","path":"/v1/messages","status":529}},"params":{{"status":"529"}}}}"#).unwrap();
+            writeln!(f, r#"{{"time":"2026-12-01T10:00:00.000Z","t":{t},"event":"close",{base},"outcome":"fin","bytes_upstream":300,"bytes_downstream":4096,"duration_ms":40,"dial_ms":1.2,"first_byte_downstream_ms":8.5,"path":"http","activity":{{"start_ms":8.5,"bucket_ms":10,"upstream":[300],"downstream":[4096]}}}}"#).unwrap();
+        }
+    }
+    let size = std::fs::metadata(&log).unwrap().len();
+    assert!(size > 100_000_000, "{size} bytes");
+    let started = Instant::now();
+    // Reaped by wait4 below, which also gives its peak RSS.
+    #[allow(clippy::zombie_processes)]
+    let child = std::process::Command::new(BIN)
+        .args([
+            "report",
+            log.to_str().unwrap(),
+            "-o",
+            page.to_str().unwrap(),
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // wait4 for the child's own peak RSS (ru_maxrss, KiB).
+    let mut status = 0;
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let pid = unsafe { libc::wait4(child.id() as i32, &mut status, 0, &mut usage) };
+    assert_eq!(pid, child.id() as i32);
+    let took = started.elapsed();
+    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+    let peak_mib = usage.ru_maxrss as f64 / 1024.0;
+    let html = std::fs::read_to_string(&page).unwrap();
+    eprintln!(
+        "{} MB log: report in {:.1} s, peak RSS {peak_mib:.0} MiB, page {} KiB",
+        size / 1_000_000,
+        took.as_secs_f64(),
+        html.len() / 1024
+    );
+    assert!(peak_mib < 200.0, "peak RSS {peak_mib:.0} MiB");
+    assert!(
+        html.contains("data-lanes=\"25000\""),
+        "the first 25,000 drawn"
+    );
+    assert!(html.contains(&format!("The timeline draws 25000 of {conns} connections")));
+    assert!(html.contains(&format!("<td class=\"n\">{conns}</td><td>fin {conns}</td>")));
+}

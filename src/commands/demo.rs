@@ -197,26 +197,36 @@ pub(super) fn run(g: &Global, args: &DemoArgs) -> Result<u8> {
             names.join(", ")
         )));
     }
+    // The demo's files (its wrapped runs' logs, the resolver's
+    // configuration, the HTTPS server's CA) go in a private directory of
+    // its own (0700, a fresh random name), removed when it ends.
+    let scratch = crate::outfile::private_dir("netchaos-demo-")
+        .map_err(|e| Error::runtime(format!("cannot make a temporary directory: {e}")))?;
     let rt = runtime()?;
     rt.block_on(async {
         let server = start_server()
             .await
             .map_err(|e| Error::runtime(format!("cannot start the demo server: {e}")))?;
-        let https = HttpsServer::start()
+        let https = HttpsServer::start(scratch.path())
             .await
             .map_err(|e| Error::runtime(format!("cannot start the demo's HTTPS server: {e}")))?;
-        let dns = DemoDns::start(server.ip())
+        let dns = DemoDns::start(server.ip(), scratch.path())
             .await
             .map_err(|e| Error::runtime(format!("cannot start the demo's DNS responder: {e}")))?;
         // The demo always leaves a report of its run (each wrapped
-        // client's `netchaos run` writes a log of its own beside it).
+        // client's `netchaos run` writes a log of its own, in the private
+        // directory): by default a fresh file of its own (0600, a random
+        // name) in the temporary directory, never a fixed name there.
         let mut log = args.log.clone();
         if log.report.is_none() {
-            log.report = Some(std::env::temp_dir().join("netchaos-demo-report.html"));
+            let (_, path) = crate::outfile::private_file("netchaos-demo-report-", ".html")
+                .and_then(|f| f.keep().map_err(|e| e.error))
+                .map_err(|e| Error::runtime(format!("cannot make the report's file: {e}")))?;
+            log.report = Some(path);
         }
         let recording = open_events(&log)?;
         let events = recording.events.clone();
-        let children = ChildLogs::new();
+        let children = ChildLogs::new(scratch.path());
         let seed = g.seed.unwrap_or_else(rand::random);
         announce_seed(seed);
         events.start(seed, "demo");
@@ -302,18 +312,16 @@ pub(super) fn run(g: &Global, args: &DemoArgs) -> Result<u8> {
 }
 
 /// The event logs of the wrapped clients' runs, for the report: files in
-/// a directory of the demo's own, removed with it.
+/// the demo's private directory.
 struct ChildLogs {
     dir: std::path::PathBuf,
     n: std::sync::atomic::AtomicUsize,
 }
 
 impl ChildLogs {
-    fn new() -> ChildLogs {
-        let dir = std::env::temp_dir().join(format!("netchaos-demo-{}", std::process::id()));
-        let _ = std::fs::create_dir_all(&dir);
+    fn new(dir: &std::path::Path) -> ChildLogs {
         ChildLogs {
-            dir,
+            dir: dir.to_path_buf(),
             n: Default::default(),
         }
     }
@@ -331,12 +339,6 @@ impl ChildLogs {
             .map(|i| self.dir.join(format!("{i:02}.jsonl")))
             .filter(|p| p.exists())
             .collect()
-    }
-}
-
-impl Drop for ChildLogs {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -566,23 +568,16 @@ fn resolve_first(target: &str) -> std::result::Result<SocketAddr, String> {
 /// The demo's DNS responder on loopback: [`DEMO_HOST`] is the demo
 /// server's address (A), without an IPv6 one; every other name NXDOMAIN.
 /// Wrapped clients reach it through the run's forwarder (`--resolv-conf`,
-/// a file removed when the demo ends).
+/// a file in the demo's private directory `dir`).
 struct DemoDns {
     resolv_conf: std::path::PathBuf,
 }
 
-impl Drop for DemoDns {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.resolv_conf);
-    }
-}
-
 impl DemoDns {
-    async fn start(ip: std::net::IpAddr) -> std::io::Result<DemoDns> {
+    async fn start(ip: std::net::IpAddr, dir: &std::path::Path) -> std::io::Result<DemoDns> {
         let sock = tokio::net::UdpSocket::bind("127.0.0.1:0").await?;
         let port = sock.local_addr()?.port();
-        let resolv_conf =
-            std::env::temp_dir().join(format!("netchaos-demo-resolv-{}.conf", std::process::id()));
+        let resolv_conf = dir.join("resolv.conf");
         std::fs::write(&resolv_conf, format!("nameserver 127.0.0.1:{port}\n"))?;
         tokio::spawn(async move {
             let mut buf = vec![0u8; 1500];
@@ -652,28 +647,21 @@ async fn start_server() -> std::io::Result<SocketAddr> {
 }
 
 /// The demo's HTTPS server: keep-alive, a 4 KiB page per request, with a
-/// certificate from a CA of its own (written to a file for `--upstream-ca`,
-/// removed when the demo ends).
+/// certificate from a CA of its own (written to a file for `--upstream-ca`
+/// in the demo's private directory `dir`).
 struct HttpsServer {
     addr: SocketAddr,
     ca_pem: String,
     ca_file: std::path::PathBuf,
 }
 
-impl Drop for HttpsServer {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.ca_file);
-    }
-}
-
 impl HttpsServer {
-    async fn start() -> std::io::Result<HttpsServer> {
+    async fn start(dir: &std::path::Path) -> std::io::Result<HttpsServer> {
         let ca = crate::tls::Authority::generate().map_err(std::io::Error::other)?;
         let config = crate::tls::serving(&ca, "127.0.0.1").map_err(std::io::Error::other)?;
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
-        let ca_file =
-            std::env::temp_dir().join(format!("netchaos-demo-ca-{}.pem", std::process::id()));
+        let ca_file = dir.join("ca.pem");
         std::fs::write(&ca_file, ca.cert_pem())?;
         let acceptor = tokio_rustls::TlsAcceptor::from(config);
         tokio::spawn(async move {

@@ -163,29 +163,45 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
 }
 
 /// Opens the event log named by `--events` (with `--report` and no
-/// `--events`, a temporary one); [`Recording::finish`] ends it.
+/// `--events`, a private temporary one) and, with `--report`, the page
+/// to write at exit: both now, so that a path netchaos must not write
+/// (another user's link: see `outfile`) stops it before anything starts.
+/// [`Recording::finish`] ends them.
 pub(crate) fn open_events(log: &crate::cli::EventsArg) -> Result<Recording> {
-    let (path, temporary) = match (&log.events, &log.report) {
-        (Some(p), _) => (Some(p.clone()), false),
-        (None, Some(_)) => (Some(report::temporary_log()), true),
-        (None, None) => (None, false),
+    let cannot =
+        |what: &str, e: std::io::Error| Error::runtime(format!("cannot write {what}: {e}"));
+    let report = match &log.report {
+        Some(out) => Some((
+            out.clone(),
+            crate::outfile::create(out, 0o600).map_err(|e| cannot("the report", e))?,
+        )),
+        None => None,
     };
-    let events = Events::open(path.as_deref())
-        .map(Arc::new)
-        .with_context(|| {
-            format!(
-                "cannot write the event log {}",
-                path.as_ref()
-                    .map_or(String::new(), |p| p.display().to_string())
-            )
-        })
-        .map_err(Error::Runtime)?;
+    let (file, path, temporary) = match (&log.events, &report) {
+        (Some(p), _) => (
+            Some(crate::outfile::create(p, 0o600).map_err(|e| cannot("the event log", e))?),
+            Some(p.clone()),
+            None,
+        ),
+        (None, Some(_)) => {
+            let (file, path) = crate::outfile::private_file("netchaos-events-", ".jsonl")
+                .map_err(|e| cannot("a temporary event log", e))?
+                .into_parts();
+            (Some(file), Some(path.to_path_buf()), Some(path))
+        }
+        (None, None) => (None, None, None),
+    };
+    let events = Arc::new(match file {
+        Some(f) => Events::to_file(f, log.events_max),
+        None => Events::in_memory(),
+    });
     Ok(Recording {
         events,
-        report: log.report.clone().map(|out| report::Pending {
+        report: report.map(|(out, file)| report::Pending {
             out,
+            file: std::sync::Mutex::new(Some(file)),
             log: path.expect("a report has a log"),
-            temporary,
+            _temporary: temporary,
         }),
     })
 }

@@ -11,7 +11,9 @@ pub(super) fn run(args: &ReportArgs) -> Result<u8> {
     // A log that cannot be read is bad input (nothing was written); a page
     // that cannot be written is a failure at run time.
     let model = crate::report::read(&logs).map_err(|e| Error::Usage(e.to_string()))?;
-    crate::report::write_model(&model, &args.output).map_err(Error::runtime)?;
+    let file = crate::outfile::create(&args.output, 0o600)
+        .map_err(|e| Error::runtime(format!("cannot write the report: {e}")))?;
+    crate::report::write_model(&model, file, &args.output).map_err(Error::runtime)?;
     eprintln!(
         "netchaos: report of {} connection(s) and {} fault(s) written to {}",
         model.summary.conns,
@@ -21,26 +23,15 @@ pub(super) fn run(args: &ReportArgs) -> Result<u8> {
     Ok(0)
 }
 
-/// Where `--report` without `--events` records the run: a file of this
-/// process's own in the temporary directory, removed once the report is
-/// written.
-pub(super) fn temporary_log() -> PathBuf {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    std::env::temp_dir().join(format!(
-        "netchaos-events-{}-{nanos}.jsonl",
-        std::process::id()
-    ))
-}
-
 /// A report to write at exit.
 pub(super) struct Pending {
     pub(super) out: PathBuf,
+    /// The page, opened at the start (taken when written).
+    pub(super) file: std::sync::Mutex<Option<std::fs::File>>,
     /// The run's log.
     pub(super) log: PathBuf,
-    /// The log exists only for the report.
-    pub(super) temporary: bool,
+    /// The log exists only for the report: removed when this is dropped.
+    pub(super) _temporary: Option<tempfile::TempPath>,
 }
 
 impl Pending {
@@ -49,20 +40,13 @@ impl Pending {
     pub(super) fn write(&self, more: &[&Path]) -> Option<&Path> {
         let mut logs = vec![self.log.as_path()];
         logs.extend_from_slice(more);
-        match crate::report::write(&logs, &self.out) {
+        let file = self.file.lock().expect("report lock").take()?;
+        match crate::report::write(&logs, file, &self.out) {
             Ok(_) => Some(&self.out),
             Err(e) => {
                 tracing::warn!("no report: {e}");
                 None
             }
-        }
-    }
-}
-
-impl Drop for Pending {
-    fn drop(&mut self) {
-        if self.temporary {
-            let _ = std::fs::remove_file(&self.log);
         }
     }
 }

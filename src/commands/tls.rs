@@ -75,6 +75,10 @@ pub(super) fn prepare(args: &TlsArgs, wanted: bool) -> Result<Option<Prepared>> 
                 out.display()
             )));
         }
+        // Refused now, before anything starts, if it is another user's
+        // link (see `outfile`); written once the CA exists.
+        crate::outfile::create(out, 0o644)
+            .map_err(|e| Error::Usage(format!("--tls-ca-out {e}")))?;
     }
     Ok(Some(Prepared {
         authority,
@@ -93,8 +97,12 @@ impl Prepared {
         let tls =
             Tls::new(authority, &self.extra_roots).map_err(|e| Error::Usage(e.to_string()))?;
         if let Some(out) = &self.ca_out {
-            std::fs::write(out, tls.authority().cert_pem())
-                .map_err(|e| Error::Usage(format!("--tls-ca-out {}: {e}", out.display())))?;
+            // A certificate, public: 0644 (before the umask), so that
+            // clients running as other users can read it.
+            use std::io::Write;
+            crate::outfile::create(out, 0o644)
+                .and_then(|mut f| f.write_all(tls.authority().cert_pem().as_bytes()))
+                .map_err(|e| Error::Usage(format!("--tls-ca-out {e}")))?;
             eprintln!("netchaos: TLS: the CA certificate is in {}", out.display());
         }
         Ok(Arc::new(tls))

@@ -252,6 +252,17 @@ pub(crate) fn render(stats: &Stats, extra: &Extra) -> String {
         "netchaos_event_log_errors_total {}",
         stats.log_errors.load(Ordering::Relaxed)
     );
+    family_into(
+        &mut out,
+        "netchaos_event_log_dropped_total",
+        "counter",
+        "Event lines counted but not written: the log reached its size (--events-max).",
+    );
+    let _ = writeln!(
+        out,
+        "netchaos_event_log_dropped_total {}",
+        stats.log_dropped.load(Ordering::Relaxed)
+    );
     out
 }
 

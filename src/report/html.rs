@@ -44,11 +44,26 @@ fn esc(s: &str) -> String {
     out
 }
 
-/// JSON that is safe inside `<script>`: no `<` can end the element.
-fn script_json(v: &impl Serialize) -> String {
-    serde_json::to_string(v)
-        .expect("the model serializes")
-        .replace('<', "\\u003c")
+/// Writes JSON that is safe inside `<script>`: no `<` can end the
+/// element (in JSON a `<` can only be inside a string, where `\u003c`
+/// means the same).
+struct NoLt<'a, W: std::io::Write>(&'a mut W);
+
+impl<W: std::io::Write> std::io::Write for NoLt<'_, W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let mut rest = buf;
+        while let Some(p) = rest.iter().position(|&b| b == b'<') {
+            self.0.write_all(&rest[..p])?;
+            self.0.write_all(b"\\u003c")?;
+            rest = &rest[p + 1..];
+        }
+        self.0.write_all(rest)?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
 }
 
 fn secs(t: f64) -> String {
@@ -76,9 +91,18 @@ fn shell_words(argv: &[String]) -> String {
         .join(" ")
 }
 
-/// The page.
+/// The page, as a string (tests).
+#[cfg(test)]
 pub(crate) fn render(m: &Model) -> String {
-    let mut h = String::with_capacity(64 * 1024 + m.conns.len() * 400);
+    let mut page = Vec::new();
+    render_to(m, &mut page).expect("a Vec takes every write");
+    String::from_utf8(page).expect("the page is UTF-8")
+}
+
+/// Writes the page to `w`: the tables (bounded in size) first, then the
+/// model's JSON for the timeline, serialized straight into `w`.
+pub(crate) fn render_to(m: &Model, w: &mut impl std::io::Write) -> std::io::Result<()> {
+    let mut h = String::with_capacity(64 * 1024);
     let title = match m.runs.first() {
         Some(r) if !r.mode.is_empty() => format!("netchaos report: {} ({})", r.mode, r.started),
         _ => "netchaos report".to_string(),
@@ -103,12 +127,10 @@ pub(crate) fn render(m: &Model) -> String {
         end: m.end,
         runs: m.runs.len(),
     };
-    let _ = write!(
-        h,
-        "<div id=\"tip\" hidden></div>\n<script type=\"application/json\" id=\"data\">{}</script>\n<script>{SCRIPT}</script>\n</body></html>\n",
-        script_json(&data)
-    );
-    h
+    h.push_str("<div id=\"tip\" hidden></div>\n<script type=\"application/json\" id=\"data\">");
+    w.write_all(h.as_bytes())?;
+    serde_json::to_writer(NoLt(w), &data)?;
+    write!(w, "</script>\n<script>{SCRIPT}</script>\n</body></html>\n")
 }
 
 fn runs(h: &mut String, m: &Model) {
@@ -147,6 +169,50 @@ fn runs(h: &mut String, m: &Model) {
             h,
             "<p class=\"note\">{} line(s) of the log were not understood and are left out.</p>",
             m.skipped
+        );
+    }
+    for (i, r) in m.runs.iter().enumerate() {
+        if let Some(max) = r.truncated {
+            let _ = writeln!(
+                h,
+                "<p class=\"note cut\">{}The log reached its size ({max} bytes, <code>--events-max</code>) and stops there: \
+                 later connections and faults are not in it, and netchaos's exit summary counted them.</p>",
+                if m.runs.len() > 1 {
+                    format!("Log {}: ", i + 1)
+                } else {
+                    String::new()
+                }
+            );
+        }
+    }
+    let s = &m.summary;
+    let drawn_marks: usize = m.conns.iter().map(|c| c.faults.len()).sum();
+    let drawn_requests: usize = m.conns.iter().map(|c| c.requests.len()).sum();
+    if s.conns > m.conns.len() as u64
+        || s.fault_events > drawn_marks as u64
+        || s.requests > drawn_requests as u64
+    {
+        let _ = writeln!(
+            h,
+            "<p class=\"note bounded\">The timeline draws {} of {} connections, {drawn_marks} of {} fault marks and {drawn_requests} of {} HTTP requests \
+             (at most the first {} connections, {} marks and {} requests, so that a report of any log is made in bounded memory); \
+             the summary counts them all.{}</p>",
+            m.conns.len(),
+            s.conns,
+            s.fault_events,
+            s.requests,
+            super::MAX_CONNS,
+            super::MAX_MARKS,
+            super::MAX_REQUESTS,
+            if s.untracked_lines > 0 {
+                format!(
+                    " {} line(s) of connections beyond those it could follow (more than {} open at once) are counted roughly.",
+                    s.untracked_lines,
+                    super::MAX_COUNTED_OPEN
+                )
+            } else {
+                String::new()
+            }
         );
     }
 }
@@ -221,7 +287,9 @@ const LEGEND: &str = r##"<div class="legend">
 "##;
 
 fn timeline(h: &mut String, m: &Model) {
-    let s = &m.summary;
+    // What the timeline draws (the summary counts all).
+    let marks: usize = m.conns.iter().map(|c| c.faults.len()).sum();
+    let requests: usize = m.conns.iter().map(|c| c.requests.len()).sum();
     let _ = write!(
         h,
         "<h2>Timeline</h2>\n<main id=\"report\" data-lanes=\"{}\" data-faults=\"{}\" data-requests=\"{}\">\n\
@@ -234,7 +302,9 @@ fn timeline(h: &mut String, m: &Model) {
          <p class=\"note\">Lanes are grouped by proxy and destination, each group in order of opening. \
          Phases come from the close line (<code>dial_ms</code>, <code>first_byte_downstream_ms</code>); \
          a connection with neither did not reach an upstream.</p>\n",
-        s.conns, s.fault_events, s.requests
+        m.conns.len(),
+        marks,
+        requests
     );
 }
 
@@ -258,7 +328,7 @@ fn dns(h: &mut String, m: &Model) {
         "<h2>Name resolution</h2>\n<section id=\"dns\" data-dns-faults=\"{}\">\
          <p>{} DNS queries{}; {} faulted. A connection to a name resolved here shows its resolve phase on its lane (dotted).</p>\
          <table><tr><th>name</th><th>type</th><th>fault</th><th>queries</th></tr>\n",
-        m.dns.len(),
+        m.dns_faults,
         m.dns_queries,
         if m.dns_answers.is_empty() {
             String::new()
@@ -270,7 +340,7 @@ fn dns(h: &mut String, m: &Model) {
                 .collect();
             format!(" (answers: {})", a.join(", "))
         },
-        m.dns.len()
+        m.dns_faults
     );
     for ((name, qtype, fault), n) in &by {
         let _ = writeln!(
@@ -297,11 +367,16 @@ fn dns(h: &mut String, m: &Model) {
         );
     }
     h.push_str("</table>\n");
-    if m.dns.len() > MAX_DNS_ROWS {
+    if m.dns_faults > MAX_DNS_ROWS as u64 {
         let _ = writeln!(
             h,
-            "<p class=\"note\">{} more DNS faults, counted above.</p>",
-            m.dns.len() - MAX_DNS_ROWS
+            "<p class=\"note\">{} more DNS faults, counted above{}.</p>",
+            m.dns_faults - MAX_DNS_ROWS as u64,
+            if m.dns_faults > m.dns.len() as u64 {
+                format!(" (by name: the first {})", m.dns.len())
+            } else {
+                String::new()
+            }
         );
     }
     h.push_str("</section>\n");

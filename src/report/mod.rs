@@ -8,6 +8,14 @@
 //! makes a report). Several logs go on one time axis by their wall-clock
 //! times (`netchaos demo` runs one `netchaos run` per scenario, each with
 //! its own log).
+//!
+//! Its footprint is bounded whatever the log's size: the logs are read a
+//! line at a time (a line over [`MAX_LINE`] is skipped), the first
+//! [`MAX_CONNS`] connections are drawn with up to [`MAX_MARKS`] fault marks
+//! and [`MAX_REQUESTS`] requests among them, and everything after is
+//! counted in the summary only (the page says how much); a connection
+//! that is counted only is remembered while it is open (at most
+//! [`MAX_COUNTED_OPEN`] at once). The page is written as it is made.
 
 pub(crate) mod html;
 
@@ -16,6 +24,25 @@ use std::collections::HashMap;
 use std::io::BufRead;
 use std::path::Path;
 use std::time::SystemTime;
+
+/// Connections drawn, at most; later ones are counted only.
+pub(crate) const MAX_CONNS: usize = 25_000;
+/// Fault marks drawn, at most, over all drawn connections.
+pub(crate) const MAX_MARKS: usize = 50_000;
+/// HTTP requests drawn, at most, over all drawn connections.
+pub(crate) const MAX_REQUESTS: usize = 50_000;
+/// Errors listed per connection, at most.
+const MAX_ERRORS: usize = 20;
+/// DNS faults listed, at most (all are counted).
+const MAX_DNS: usize = 10_000;
+/// Answered DNS queries kept to place resolve phases, at most.
+const MAX_RESOLVES: usize = 50_000;
+/// Connections counted only and still open, remembered at most.
+pub(crate) const MAX_COUNTED_OPEN: usize = 100_000;
+/// (rule, fault) pairs told apart in the summary, at most.
+const MAX_FAULT_KINDS: usize = 1_000;
+/// A longer line is skipped (netchaos's own are far shorter).
+pub(crate) const MAX_LINE: usize = 1 << 20;
 
 use serde::Serialize;
 use serde_json::Value;
@@ -32,8 +59,11 @@ pub(crate) struct Model {
     pub groups: Vec<String>,
     /// Fault windows (`active`, `--duration`) to shade.
     pub windows: Vec<Band>,
-    /// DNS faults: the resolve phase, which belongs to no connection.
+    /// DNS faults: the resolve phase, which belongs to no connection (the
+    /// first [`MAX_DNS`]).
     pub dns: Vec<DnsMark>,
+    /// DNS faults, all of them.
+    pub dns_faults: u64,
     /// DNS queries of the namespace, and how many got each answer.
     pub dns_queries: u64,
     pub dns_answers: BTreeMap<String, u64>,
@@ -59,6 +89,8 @@ pub(crate) struct Run {
     pub rules: Vec<String>,
     /// `--duration`: seconds after the start when the faults stopped.
     pub faults_end: Option<f64>,
+    /// The log reached its size (`--events-max`, in bytes) and stops there.
+    pub truncated: Option<u64>,
     /// When this run's time 0 falls on the report's axis, in seconds.
     pub offset: f64,
 }
@@ -110,6 +142,18 @@ pub(crate) struct Conn {
     /// host that was answered last before it opened (seconds relative to
     /// `open`, both ≤ 0), with the answer.
     pub resolve: Option<(f64, f64, String)>,
+    /// Requests and fault marks past the drawing's bounds: counted only.
+    #[serde(skip)]
+    pub more_requests: u64,
+    #[serde(skip)]
+    pub more_faults: u64,
+    /// The next request number not seen yet.
+    #[serde(skip)]
+    next_request: u64,
+    /// Which (rule, fault) pairs hit it ([`Builder::fault_kind`]'s
+    /// indices below 64).
+    #[serde(skip)]
+    kinds: u64,
 }
 
 /// Bytes over time on one connection (the close line's `activity`).
@@ -187,26 +231,91 @@ pub(crate) struct Summary {
     pub requests_injected: u64,
     pub errors: BTreeMap<String, u64>,
     /// Connections that followed an earlier one to the same destination
-    /// from the same client host.
+    /// from the same client host (among those drawn).
     pub retries: u64,
+    /// Connections counted but not drawn (beyond [`MAX_CONNS`]).
+    pub conns_not_drawn: u64,
+    /// Fault marks and requests of drawn connections not drawn.
+    pub faults_not_drawn: u64,
+    pub requests_not_drawn: u64,
+    /// Lines of connections that could be neither drawn nor remembered
+    /// (more than [`MAX_COUNTED_OPEN`] open at once): counted roughly.
+    pub untracked_lines: u64,
 }
 
-/// Reads the logs at `paths` into a model.
+/// Reads the logs at `paths` into a model, a line at a time.
 pub(crate) fn read(paths: &[&Path]) -> std::io::Result<Model> {
-    let mut logs = Vec::new();
+    let open = |p: &Path| {
+        std::fs::File::open(p)
+            .map(|f| std::io::BufReader::with_capacity(64 * 1024, f))
+            .map_err(|e| std::io::Error::new(e.kind(), format!("cannot read {}: {e}", p.display())))
+    };
+    let mut origins = Vec::new();
     for p in paths {
-        let f = std::fs::File::open(p).map_err(|e| {
-            std::io::Error::new(e.kind(), format!("cannot read {}: {e}", p.display()))
-        })?;
-        let mut lines = Vec::new();
-        for line in std::io::BufReader::new(f).lines() {
-            lines.push(line?);
+        let mut lines = Lines::new(open(p)?);
+        let mut first = None;
+        while let Some(line) = lines.next_line()? {
+            if let Some(v) = line.and_then(|l| parse(&l)) {
+                first = Some(v);
+                break;
+            }
         }
-        logs.push(lines);
+        origins.push(first.as_ref().and_then(origin));
     }
-    Ok(from_lines(
-        logs.iter().map(|l| l.iter().map(String::as_str)),
-    ))
+    let mut b = Builder::new(&origins);
+    for (i, p) in paths.iter().enumerate() {
+        let mut lines = Lines::new(open(p)?);
+        let mut run = b.begin(i);
+        while let Some(line) = lines.next_line()? {
+            match line.as_deref().and_then(parse) {
+                Some(v) => b.line(&mut run, &v),
+                None if line.as_deref().is_some_and(|l| l.trim().is_empty()) => {}
+                None => b.m.skipped += 1,
+            }
+        }
+        b.end(run);
+    }
+    Ok(b.finish())
+}
+
+/// A log's lines, each at most [`MAX_LINE`] long: a longer one is
+/// skipped without being held (`Some(None)`).
+struct Lines<R> {
+    r: R,
+    buf: Vec<u8>,
+}
+
+impl<R: BufRead> Lines<R> {
+    fn new(r: R) -> Lines<R> {
+        Lines { r, buf: Vec::new() }
+    }
+
+    fn next_line(&mut self) -> std::io::Result<Option<Option<String>>> {
+        use std::io::Read;
+        self.buf.clear();
+        let n = (&mut self.r)
+            .take(MAX_LINE as u64 + 1)
+            .read_until(b'\n', &mut self.buf)?;
+        if n == 0 {
+            return Ok(None);
+        }
+        if self.buf.last() != Some(&b'\n') && self.buf.len() > MAX_LINE {
+            self.r.skip_until(b'\n')?;
+            return Ok(Some(None));
+        }
+        Ok(Some(String::from_utf8(std::mem::take(&mut self.buf)).ok()))
+    }
+}
+
+/// One line as an event (a JSON object), if it is one.
+fn parse(line: &str) -> Option<Value> {
+    if line.trim().is_empty() {
+        return None;
+    }
+    match serde_json::from_str::<Value>(line) {
+        Ok(v @ Value::Object(_)) => Some(v),
+        _ => None,
+    }
 }
 
 /// A wall-clock origin of a log: its first line's `time` minus its `t`.
@@ -219,58 +328,76 @@ fn origin(v: &Value) -> Option<f64> {
     Some(secs - v.get("t")?.as_f64()?)
 }
 
-/// Builds the model from each log's lines.
+/// Builds the model from each log's lines (held in memory: tests).
+#[cfg(test)]
 pub(crate) fn from_lines<'a, L, I>(logs: L) -> Model
 where
     L: IntoIterator<Item = I>,
     I: IntoIterator<Item = &'a str>,
 {
-    let mut m = Model::default();
-    let mut parsed: Vec<Vec<Value>> = Vec::new();
-    for lines in logs {
-        let mut vals = Vec::new();
+    let logs: Vec<Vec<&str>> = logs.into_iter().map(|l| l.into_iter().collect()).collect();
+    let origins: Vec<Option<f64>> = logs
+        .iter()
+        .map(|l| l.iter().find_map(|x| parse(x)).as_ref().and_then(origin))
+        .collect();
+    let mut b = Builder::new(&origins);
+    for (i, lines) in logs.iter().enumerate() {
+        let mut run = b.begin(i);
         for line in lines {
-            if line.trim().is_empty() {
-                continue;
-            }
-            match serde_json::from_str::<Value>(line) {
-                Ok(v @ Value::Object(_)) => vals.push(v),
-                _ => m.skipped += 1,
+            match parse(line) {
+                Some(v) => b.line(&mut run, &v),
+                None if line.trim().is_empty() => {}
+                None => b.m.skipped += 1,
             }
         }
-        parsed.push(vals);
+        b.end(run);
     }
-    let origins: Vec<Option<f64>> = parsed.iter().map(|v| v.first().and_then(origin)).collect();
-    let base = origins
-        .iter()
-        .flatten()
-        .copied()
-        .fold(f64::INFINITY, f64::min);
-    let mut builder = Builder::default();
-    for (i, vals) in parsed.iter().enumerate() {
-        let offset = match origins[i] {
-            Some(o) if base.is_finite() => o - base,
-            _ => 0.0,
-        };
-        builder.log(&mut m, i, offset, vals);
-    }
-    builder.finish(&mut m);
-    m
+    b.finish()
 }
 
-#[derive(Default)]
 struct Builder {
-    /// (run, conn id) → index into `conns`, for connections seen.
+    m: Model,
+    /// Each log's time 0 on the report's axis.
+    offsets: Vec<f64>,
+    /// (run, conn id) → index into `conns`, for connections drawn.
     index: HashMap<(usize, u64), usize>,
     conns: Vec<Conn>,
     /// Group names seen, with their key.
     groups: Vec<String>,
     group_index: HashMap<String, usize>,
-    /// (rule, fault) → its hits and the connections it hit.
-    faults: BTreeMap<(String, String), Hits>,
+    /// Connections counted only, while they are open.
+    counted: HashMap<(usize, u64), Counted>,
+    /// (rule, fault) → its index in `fault_counts`.
+    fault_kinds: HashMap<(String, String), usize>,
+    /// (rule, fault, hits, connections).
+    fault_counts: Vec<(String, String, u64, u64)>,
     /// DNS queries that were answered: (name, asked, answered, answer), to
     /// place each connection's resolve phase.
     resolves: Vec<(String, f64, f64, String)>,
+    /// Fault marks and requests drawn so far.
+    marks: usize,
+    requests: usize,
+}
+
+/// What is remembered of a connection that is counted only.
+#[derive(Default)]
+struct Counted {
+    next_request: u64,
+    kinds: u64,
+}
+
+/// Where a line's connection is kept.
+enum Slot {
+    Drawn(usize),
+    Counted((usize, u64)),
+    /// Neither: its lines are counted without it.
+    Untracked,
+}
+
+/// One log being read.
+struct RunState {
+    r: Run,
+    index: usize,
 }
 
 /// A DNS answer: asked, answered (seconds on the axis), the answer.
@@ -279,9 +406,6 @@ type Answered = (f64, f64, String);
 /// How long before a connection its name's answer may have come to count
 /// as that connection's resolve phase.
 const RESOLVE_WINDOW: f64 = 30.0;
-
-/// How often a fault acted, and on which connections ((run, conn)).
-type Hits = (u64, std::collections::HashSet<(usize, u64)>);
 
 fn s(v: &Value, k: &str) -> String {
     v.get(k).and_then(Value::as_str).unwrap_or("").to_string()
@@ -318,10 +442,56 @@ fn class(outcome: &str, errors: &[String]) -> &'static str {
 }
 
 impl Builder {
-    fn conn(&mut self, run: usize, offset: f64, v: &Value) -> Option<usize> {
+    fn new(origins: &[Option<f64>]) -> Builder {
+        let base = origins
+            .iter()
+            .flatten()
+            .copied()
+            .fold(f64::INFINITY, f64::min);
+        let offsets = origins
+            .iter()
+            .map(|o| match o {
+                Some(o) if base.is_finite() => o - base,
+                _ => 0.0,
+            })
+            .collect();
+        Builder {
+            m: Model::default(),
+            offsets,
+            index: HashMap::new(),
+            conns: Vec::new(),
+            groups: Vec::new(),
+            group_index: HashMap::new(),
+            counted: HashMap::new(),
+            fault_kinds: HashMap::new(),
+            fault_counts: Vec::new(),
+            resolves: Vec::new(),
+            marks: 0,
+            requests: 0,
+        }
+    }
+
+    /// Where the connection of line `v` is kept; a connection first seen
+    /// is drawn while there is room, else counted (`open` lines only:
+    /// any other line of an unknown connection is counted by itself).
+    fn conn(&mut self, run: usize, offset: f64, v: &Value) -> Option<Slot> {
         let id = v.get("conn")?.as_u64()?;
         if let Some(&i) = self.index.get(&(run, id)) {
-            return Some(i);
+            return Some(Slot::Drawn(i));
+        }
+        if self.counted.contains_key(&(run, id)) {
+            return Some(Slot::Counted((run, id)));
+        }
+        if self.conns.len() >= MAX_CONNS {
+            let opening = v.get("event").and_then(Value::as_str) == Some("open");
+            if opening && self.counted.len() < MAX_COUNTED_OPEN {
+                self.counted.insert((run, id), Counted::default());
+                return Some(Slot::Counted((run, id)));
+            }
+            if !opening {
+                self.m.summary.untracked_lines += 1;
+            }
+            return Some(Slot::Untracked);
         }
         let dst = match v.get("host").and_then(Value::as_str) {
             Some(h) => format!("{h} ({})", s(v, "dst")),
@@ -351,94 +521,113 @@ impl Builder {
         });
         let i = self.conns.len() - 1;
         self.index.insert((run, id), i);
-        Some(i)
+        Some(Slot::Drawn(i))
     }
 
-    fn log(&mut self, m: &mut Model, run: usize, offset: f64, vals: &[Value]) {
-        let mut r = Run {
-            offset,
-            ..Default::default()
+    /// The index of (rule, fault) in the summary's counts (past
+    /// [`MAX_FAULT_KINDS`], one row for the rest).
+    fn fault_kind(&mut self, rule: &str, fault: &str) -> usize {
+        if let Some(&i) = self.fault_kinds.get(&(rule.to_string(), fault.to_string())) {
+            return i;
+        }
+        let key = if self.fault_counts.len() < MAX_FAULT_KINDS {
+            (rule.to_string(), fault.to_string())
+        } else {
+            ("…".to_string(), "other faults".to_string())
         };
-        for v in vals {
-            let t = v.get("t").and_then(Value::as_f64).unwrap_or(0.0) + offset;
-            m.end = m.end.max(t);
-            match v.get("event").and_then(Value::as_str).unwrap_or("") {
-                "start" => {
-                    r.seed = v.get("seed").and_then(Value::as_u64);
-                    r.mode = s(v, "mode");
-                    r.version = s(v, "version");
-                    r.started = s(v, "time");
+        let next = self.fault_counts.len();
+        let i = *self.fault_kinds.entry(key.clone()).or_insert(next);
+        if i == next {
+            self.fault_counts.push((key.0, key.1, 0, 0));
+        }
+        i
+    }
+
+    /// Counts one hit of fault kind `k` on a connection that has had the
+    /// kinds in `seen` (`None`: not known): the connection too, the first
+    /// time.
+    fn count_fault(&mut self, k: usize, seen: Option<&mut u64>) {
+        let row = &mut self.fault_counts[k];
+        row.2 += 1;
+        match seen {
+            Some(mask) if k < 64 => {
+                if *mask & (1 << k) == 0 {
+                    *mask |= 1 << k;
+                    row.3 += 1;
                 }
-                "plan" => self.plan(m, &mut r, v, offset),
-                "faults_end" => {
-                    let at = v.get("at_ms").and_then(Value::as_f64).unwrap_or(0.0) / 1e3;
-                    r.faults_end = Some(at);
+            }
+            _ => row.3 += 1,
+        }
+        self.m.summary.fault_events += 1;
+    }
+
+    /// A log's reading begins.
+    fn begin(&mut self, index: usize) -> RunState {
+        RunState {
+            r: Run {
+                offset: self.offsets.get(index).copied().unwrap_or(0.0),
+                ..Default::default()
+            },
+            index,
+        }
+    }
+
+    /// A log's reading ends.
+    fn end(&mut self, run: RunState) {
+        let offset = run.r.offset;
+        let r = run.r;
+        if let Some(at) = r.faults_end {
+            self.m.windows.push(Band {
+                from: offset,
+                until: Some(offset + at),
+                label: format!("faults on (--duration {at}s)"),
+            });
+        }
+        self.m.runs.push(r);
+    }
+
+    /// One line of the log being read.
+    fn line(&mut self, run: &mut RunState, v: &Value) {
+        let offset = run.r.offset;
+        let log = run.index;
+        let r = &mut run.r;
+        let t = v.get("t").and_then(Value::as_f64).unwrap_or(0.0) + offset;
+        self.m.end = self.m.end.max(t);
+        match v.get("event").and_then(Value::as_str).unwrap_or("") {
+            "start" => {
+                r.seed = v.get("seed").and_then(Value::as_u64);
+                r.mode = s(v, "mode");
+                r.version = s(v, "version");
+                r.started = s(v, "time");
+            }
+            "plan" => self.plan(r, v, offset),
+            "faults_end" => {
+                let at = v.get("at_ms").and_then(Value::as_f64).unwrap_or(0.0) / 1e3;
+                r.faults_end = Some(at);
+            }
+            "truncated" => {
+                r.truncated = Some(v.get("max_bytes").and_then(Value::as_u64).unwrap_or(0));
+            }
+            "open" => {
+                self.conn(log, offset, v);
+            }
+            "close" => self.close(log, offset, t, v),
+            "dns" => {
+                let d = &v["dns"];
+                if let Some(ms) = d.get("ms").and_then(Value::as_f64)
+                    && self.resolves.len() < MAX_RESOLVES
+                {
+                    self.resolves
+                        .push((s(d, "name"), t - ms / 1e3, t, s(d, "answer")));
                 }
-                "open" => {
-                    self.conn(run, offset, v);
-                }
-                "close" => {
-                    let Some(i) = self.conn(run, offset, v) else {
-                        m.skipped += 1;
-                        continue;
-                    };
-                    let c = &mut self.conns[i];
-                    c.close = Some(t);
-                    let ms = |k: &str| v.get(k).and_then(Value::as_f64).map(|x| x / 1e3);
-                    // The close line's own duration places the open when the
-                    // open line is missing (or the connection never reached
-                    // the relay).
-                    if let Some(d) = ms("duration_ms") {
-                        c.open = c.open.min(t - d);
-                    }
-                    // Under interception the SYN came before the open: the
-                    // handshake (held by the SYN gate) is the connect phase.
-                    let syn = ms("syn_ms").unwrap_or(0.0);
-                    let open_line = t - ms("duration_ms").unwrap_or(0.0);
-                    if syn > 0.0 {
-                        c.open = c.open.min(open_line - syn);
-                    }
-                    let shift = open_line - c.open;
-                    let after = |k: &str| ms(k).map(|x| x + shift);
-                    c.dial = after("dial_ms");
-                    c.first_down = after("first_byte_downstream_ms");
-                    c.first_up = after("first_byte_upstream_ms");
-                    if let Some(a) = v.get("activity") {
-                        let list = |k: &str| -> Vec<u64> {
-                            a.get(k)
-                                .and_then(Value::as_array)
-                                .map(|x| x.iter().filter_map(Value::as_u64).collect())
-                                .unwrap_or_default()
-                        };
-                        let num = |k: &str| a.get(k).and_then(Value::as_f64).unwrap_or(0.0) / 1e3;
-                        c.activity = Some(Activity {
-                            start: num("start_ms") + shift,
-                            bucket: num("bucket_ms"),
-                            up: list("upstream"),
-                            down: list("downstream"),
-                        });
-                    }
-                    c.outcome = s(v, "outcome");
-                    c.bytes_up = v.get("bytes_upstream").and_then(Value::as_u64).unwrap_or(0);
-                    c.bytes_down = v
-                        .get("bytes_downstream")
-                        .and_then(Value::as_u64)
-                        .unwrap_or(0);
-                    c.path = s(v, "path");
-                    c.class = class(&c.outcome, &c.errors);
-                }
-                "dns" => {
-                    let d = &v["dns"];
-                    if let Some(ms) = d.get("ms").and_then(Value::as_f64) {
-                        self.resolves
-                            .push((s(d, "name"), t - ms / 1e3, t, s(d, "answer")));
-                    }
-                    m.dns_queries += 1;
-                    *m.dns_answers.entry(s(d, "answer")).or_default() += 1;
-                }
-                "fault" if v.get("dns").is_some() => {
-                    let d = &v["dns"];
-                    m.dns.push(DnsMark {
+                self.m.dns_queries += 1;
+                *self.m.dns_answers.entry(s(d, "answer")).or_default() += 1;
+            }
+            "fault" if v.get("dns").is_some() => {
+                let d = &v["dns"];
+                self.m.dns_faults += 1;
+                if self.m.dns.len() < MAX_DNS {
+                    self.m.dns.push(DnsMark {
                         t,
                         client: s(v, "client"),
                         name: s(d, "name"),
@@ -449,96 +638,252 @@ impl Builder {
                         params: params_text(v),
                     });
                 }
-                "fault" => {
-                    let Some(i) = self.conn(run, offset, v) else {
-                        m.skipped += 1;
-                        continue;
-                    };
-                    let http = v.get("http");
-                    let mark = Mark {
-                        t,
-                        rule: s(v, "rule"),
-                        fault: s(v, "fault"),
-                        direction: s(v, "direction"),
-                        params: params_text(v),
-                        request: http.and_then(|h| h.get("request")).and_then(Value::as_u64),
-                    };
-                    let e = self
-                        .faults
-                        .entry((mark.rule.clone(), mark.fault.clone()))
-                        .or_default();
-                    e.0 += 1;
-                    e.1.insert((run, self.conns[i].id));
-                    if let Some(h) = http {
-                        // Answered (or aborted) by netchaos: the upstream
-                        // never saw the request — or, after it
-                        // (`phase = "response"`), its answer was replaced.
-                        let injected = matches!(mark.fault.as_str(), "http_status" | "http_abort");
-                        let after =
-                            v.pointer("/params/phase").and_then(Value::as_str) == Some("response");
-                        let n = h.get("request").and_then(Value::as_u64).unwrap_or(0);
-                        let theirs = self.conns[i]
-                            .requests
-                            .iter()
-                            .find(|r| r.n == n)
-                            .and_then(|r| r.status);
-                        let req = request(&mut self.conns[i], h, t);
-                        req.injected |= injected;
-                        if injected && after {
-                            req.upstream = theirs;
-                            // The upstream's gRPC status went with its answer.
-                            if h.get("grpc_status").is_none() {
-                                req.grpc = None;
-                            }
-                            if mark.fault == "http_abort" {
-                                req.status = None;
-                            }
-                        }
-                        req.faults.push(mark.fault.clone());
-                    }
-                    self.conns[i].faults.push(mark);
-                }
-                // The upstream's answer, and a gRPC call's end in its
-                // trailers.
-                "response" | "trailers" => {
-                    let Some(i) = self.conn(run, offset, v) else {
-                        m.skipped += 1;
-                        continue;
-                    };
-                    if let Some(h) = v.get("http") {
-                        request(&mut self.conns[i], h, t);
-                    }
-                }
-                "error" => {
-                    if let Some(i) = self.conn(run, offset, v) {
-                        let c = &mut self.conns[i];
-                        c.errors
-                            .push(format!("{}: {}", s(v, "kind"), s(v, "detail")));
-                        if c.close.is_some() {
-                            c.class = class(&c.outcome, &c.errors);
-                        }
-                    }
-                }
-                "redial" => {
-                    if let Some(i) = self.conn(run, offset, v) {
-                        self.conns[i].redials += 1;
-                    }
-                }
-                "paused" | "refused" | "goaway" => {}
-                _ => m.skipped += 1,
             }
+            "fault" => self.fault(log, offset, t, v),
+            // The upstream's answer, and a gRPC call's end in its
+            // trailers.
+            "response" | "trailers" => {
+                let Some(slot) = self.conn(log, offset, v) else {
+                    self.m.skipped += 1;
+                    return;
+                };
+                if let Some(h) = v.get("http") {
+                    self.request(slot, h, t);
+                }
+            }
+            "error" => {
+                let kind = s(v, "kind");
+                *self.m.summary.errors.entry(kind.clone()).or_default() += 1;
+                if let Some(Slot::Drawn(i)) = self.conn(log, offset, v) {
+                    let c = &mut self.conns[i];
+                    if c.errors.len() < MAX_ERRORS {
+                        c.errors.push(format!("{kind}: {}", s(v, "detail")));
+                    }
+                    if c.close.is_some() {
+                        c.class = class(&c.outcome, &c.errors);
+                    }
+                }
+            }
+            "redial" => {
+                if let Some(Slot::Drawn(i)) = self.conn(log, offset, v) {
+                    self.conns[i].redials += 1;
+                }
+            }
+            "paused" | "refused" | "goaway" => {}
+            _ => self.m.skipped += 1,
         }
-        if let Some(at) = r.faults_end {
-            m.windows.push(Band {
-                from: offset,
-                until: Some(offset + at),
-                label: format!("faults on (--duration {at}s)"),
-            });
-        }
-        m.runs.push(r);
     }
 
-    fn plan(&mut self, m: &mut Model, r: &mut Run, v: &Value, offset: f64) {
+    fn close(&mut self, log: usize, offset: f64, t: f64, v: &Value) {
+        let i = match self.conn(log, offset, v) {
+            Some(Slot::Drawn(i)) => i,
+            Some(slot) => {
+                // Counted only: its figures go to the summary now.
+                if let Slot::Counted(key) = slot {
+                    self.counted.remove(&key);
+                }
+                let s = &mut self.m.summary;
+                s.conns += 1;
+                *s.by_outcome.entry(self::s(v, "outcome")).or_default() += 1;
+                s.bytes_up += v.get("bytes_upstream").and_then(Value::as_u64).unwrap_or(0);
+                s.bytes_down += v
+                    .get("bytes_downstream")
+                    .and_then(Value::as_u64)
+                    .unwrap_or(0);
+                return;
+            }
+            None => {
+                self.m.skipped += 1;
+                return;
+            }
+        };
+        let c = &mut self.conns[i];
+        c.close = Some(t);
+        let ms = |k: &str| v.get(k).and_then(Value::as_f64).map(|x| x / 1e3);
+        // The close line's own duration places the open when the open line
+        // is missing (or the connection never reached the relay).
+        if let Some(d) = ms("duration_ms") {
+            c.open = c.open.min(t - d);
+        }
+        // Under interception the SYN came before the open: the handshake
+        // (held by the SYN gate) is the connect phase.
+        let syn = ms("syn_ms").unwrap_or(0.0);
+        let open_line = t - ms("duration_ms").unwrap_or(0.0);
+        if syn > 0.0 {
+            c.open = c.open.min(open_line - syn);
+        }
+        let shift = open_line - c.open;
+        let after = |k: &str| ms(k).map(|x| x + shift);
+        c.dial = after("dial_ms");
+        c.first_down = after("first_byte_downstream_ms");
+        c.first_up = after("first_byte_upstream_ms");
+        if let Some(a) = v.get("activity") {
+            let list = |k: &str| -> Vec<u64> {
+                a.get(k)
+                    .and_then(Value::as_array)
+                    .map(|x| x.iter().take(64).filter_map(Value::as_u64).collect())
+                    .unwrap_or_default()
+            };
+            let num = |k: &str| a.get(k).and_then(Value::as_f64).unwrap_or(0.0) / 1e3;
+            c.activity = Some(Activity {
+                start: num("start_ms") + shift,
+                bucket: num("bucket_ms"),
+                up: list("upstream"),
+                down: list("downstream"),
+            });
+        }
+        c.outcome = s(v, "outcome");
+        c.bytes_up = v.get("bytes_upstream").and_then(Value::as_u64).unwrap_or(0);
+        c.bytes_down = v
+            .get("bytes_downstream")
+            .and_then(Value::as_u64)
+            .unwrap_or(0);
+        c.path = s(v, "path");
+        c.class = class(&c.outcome, &c.errors);
+    }
+
+    fn fault(&mut self, log: usize, offset: f64, t: f64, v: &Value) {
+        let Some(slot) = self.conn(log, offset, v) else {
+            self.m.skipped += 1;
+            return;
+        };
+        let (rule, fault) = (s(v, "rule"), s(v, "fault"));
+        let k = self.fault_kind(&rule, &fault);
+        let http = v.get("http");
+        // Answered (or aborted) by netchaos: the upstream never saw the
+        // request — or, after it (`phase = "response"`), its answer was
+        // replaced.
+        let injected = http.is_some() && matches!(fault.as_str(), "http_status" | "http_abort");
+        let i = match slot {
+            Slot::Drawn(i) => i,
+            Slot::Counted(key) => {
+                let mut mask = self.counted.get(&key).map_or(0, |c| c.kinds);
+                self.count_fault(k, Some(&mut mask));
+                if let Some(c) = self.counted.get_mut(&key) {
+                    c.kinds = mask;
+                }
+                if let Some(h) = http {
+                    self.request(Slot::Counted(key), h, t);
+                }
+                self.m.summary.requests_injected += u64::from(injected);
+                return;
+            }
+            Slot::Untracked => {
+                self.count_fault(k, None);
+                self.m.summary.requests_injected += u64::from(injected);
+                return;
+            }
+        };
+        let mut mask = self.conns[i].kinds;
+        self.count_fault(k, Some(&mut mask));
+        self.conns[i].kinds = mask;
+        let mark = Mark {
+            t,
+            rule,
+            fault,
+            direction: s(v, "direction"),
+            params: params_text(v),
+            request: http.and_then(|h| h.get("request")).and_then(Value::as_u64),
+        };
+        if let Some(h) = http {
+            let after = v.pointer("/params/phase").and_then(Value::as_str) == Some("response");
+            let n = h.get("request").and_then(Value::as_u64).unwrap_or(0);
+            let theirs = self.conns[i]
+                .requests
+                .iter()
+                .rev()
+                .find(|r| r.n == n)
+                .and_then(|r| r.status);
+            let mut newly = injected;
+            if let Some(req) = self.request(Slot::Drawn(i), h, t) {
+                newly = injected && !req.injected;
+                req.injected |= injected;
+                if injected && after {
+                    req.upstream = theirs;
+                    // The upstream's gRPC status went with its answer.
+                    if h.get("grpc_status").is_none() {
+                        req.grpc = None;
+                    }
+                    if mark.fault == "http_abort" {
+                        req.status = None;
+                    }
+                }
+                req.faults.push(mark.fault.clone());
+            }
+            self.m.summary.requests_injected += u64::from(newly);
+        }
+        if self.marks < MAX_MARKS {
+            self.marks += 1;
+            self.conns[i].faults.push(mark);
+        } else {
+            self.conns[i].more_faults += 1;
+        }
+    }
+
+    /// The request `h` names on the connection in `slot`, counted the first
+    /// time it is seen; on a drawn connection, drawn while there is room
+    /// (`None` past that).
+    fn request(&mut self, slot: Slot, h: &Value, t: f64) -> Option<&mut Request> {
+        let n = h.get("request").and_then(Value::as_u64).unwrap_or(0);
+        let s = &mut self.m.summary;
+        let c = match slot {
+            Slot::Drawn(i) => &mut self.conns[i],
+            Slot::Counted(key) => {
+                if let Some(c) = self.counted.get_mut(&key)
+                    && n >= c.next_request
+                {
+                    c.next_request = n + 1;
+                    s.requests += 1;
+                }
+                return None;
+            }
+            Slot::Untracked => {
+                // Each request's first line is its response or its fault.
+                s.requests += 1;
+                return None;
+            }
+        };
+        let i = match c.requests.iter().rposition(|r| r.n == n) {
+            Some(i) => i,
+            None if self.requests < MAX_REQUESTS => {
+                self.requests += 1;
+                s.requests += 1;
+                c.next_request = c.next_request.max(n + 1);
+                c.requests.push(Request {
+                    n,
+                    t,
+                    method: self::s(h, "method"),
+                    path: self::s(h, "path"),
+                    ..Default::default()
+                });
+                c.requests.len() - 1
+            }
+            None => {
+                if n >= c.next_request {
+                    c.next_request = n + 1;
+                    c.more_requests += 1;
+                    s.requests += 1;
+                }
+                return None;
+            }
+        };
+        let r = &mut c.requests[i];
+        if let Some(st) = h.get("status").and_then(Value::as_u64) {
+            r.status = Some(st as u16);
+        }
+        if let Some(code) = h.get("grpc_status").and_then(Value::as_u64) {
+            let name = crate::http::grpc::code_name(code).unwrap_or("unknown code");
+            let message = h.get("grpc_message").and_then(Value::as_str);
+            r.grpc = Some(match message {
+                Some(m) => format!("{name} ({code}): {m}"),
+                None => format!("{name} ({code})"),
+            });
+        }
+        r.t = r.t.min(t);
+        Some(r)
+    }
+
+    fn plan(&mut self, r: &mut Run, v: &Value, offset: f64) {
         r.argv = v
             .get("argv")
             .and_then(Value::as_array)
@@ -574,7 +919,7 @@ impl Builder {
                 let from = f.get("active_from_ms").and_then(Value::as_f64);
                 let until = f.get("active_until_ms").and_then(Value::as_f64);
                 if from.is_some() || until.is_some() {
-                    m.windows.push(Band {
+                    self.m.windows.push(Band {
                         from: offset + from.unwrap_or(0.0) / 1e3,
                         until: until.map(|u| offset + u / 1e3),
                         label: format!("{name}: {kind} active"),
@@ -584,7 +929,8 @@ impl Builder {
         }
     }
 
-    fn finish(mut self, m: &mut Model) {
+    fn finish(mut self) -> Model {
+        let mut m = std::mem::take(&mut self.m);
         // Group by group, then by opening time: lanes in that order.
         let mut order: Vec<usize> = (0..self.conns.len()).collect();
         order.sort_by(|&a, &b| {
@@ -612,6 +958,11 @@ impl Builder {
             list.sort_by(|a, b| a.1.partial_cmp(&b.1).unwrap_or(std::cmp::Ordering::Equal));
         }
         let s = &mut m.summary;
+        // Counted only, and still open when the log ends.
+        s.conns += self.counted.len() as u64;
+        if !self.counted.is_empty() {
+            *s.by_outcome.entry("open".into()).or_default() += self.counted.len() as u64;
+        }
         for (i, c) in conns.iter_mut().enumerate() {
             let host = client_host(&c.client).to_string();
             if !c.host.is_empty()
@@ -631,25 +982,17 @@ impl Builder {
             *s.by_outcome.entry(c.outcome.clone()).or_default() += 1;
             s.bytes_up += c.bytes_up;
             s.bytes_down += c.bytes_down;
-            s.fault_events += c.faults.len() as u64;
-            s.requests += c.requests.len() as u64;
-            s.requests_injected += c.requests.iter().filter(|r| r.injected).count() as u64;
-            for e in &c.errors {
-                let kind = e.split(':').next().unwrap_or("").to_string();
-                *s.errors.entry(kind).or_default() += 1;
-            }
             c.faults
                 .sort_by(|a, b| a.t.partial_cmp(&b.t).unwrap_or(std::cmp::Ordering::Equal));
             c.requests.sort_by_key(|r| r.n);
             m.end = m.end.max(c.close.unwrap_or(c.open));
         }
-        s.faults = self
-            .faults
-            .into_iter()
-            .map(|((rule, kind), (hits, conns))| (rule, kind, hits, conns.len() as u64))
-            .collect();
+        let mut faults = self.fault_counts;
+        faults.sort();
+        s.faults = faults;
         m.conns = conns;
         m.groups = self.groups;
+        m
     }
 }
 
@@ -661,49 +1004,20 @@ fn client_host(client: &str) -> &str {
     }
 }
 
-/// The request `h` names on `c`, made on first mention.
-fn request<'c>(c: &'c mut Conn, h: &Value, t: f64) -> &'c mut Request {
-    let n = h.get("request").and_then(Value::as_u64).unwrap_or(0);
-    let i = match c.requests.iter().position(|r| r.n == n) {
-        Some(i) => i,
-        None => {
-            c.requests.push(Request {
-                n,
-                t,
-                method: s(h, "method"),
-                path: s(h, "path"),
-                ..Default::default()
-            });
-            c.requests.len() - 1
-        }
-    };
-    let r = &mut c.requests[i];
-    if let Some(st) = h.get("status").and_then(Value::as_u64) {
-        r.status = Some(st as u16);
-    }
-    if let Some(code) = h.get("grpc_status").and_then(Value::as_u64) {
-        let name = crate::http::grpc::code_name(code).unwrap_or("unknown code");
-        let message = h.get("grpc_message").and_then(Value::as_str);
-        r.grpc = Some(match message {
-            Some(m) => format!("{name} ({code}): {m}"),
-            None => format!("{name} ({code})"),
-        });
-    }
-    r.t = r.t.min(t);
-    r
-}
-
-/// Writes the report of the logs at `logs` to `out`.
-pub(crate) fn write(logs: &[&Path], out: &Path) -> std::io::Result<Model> {
+/// Writes the report of the logs at `logs` into `file` (the page the
+/// user named `out`).
+pub(crate) fn write(logs: &[&Path], file: std::fs::File, out: &Path) -> std::io::Result<Model> {
     let model = read(logs)?;
-    write_model(&model, out)?;
+    write_model(&model, file, out)?;
     Ok(model)
 }
 
-/// Renders `model` into the page at `out`.
-pub(crate) fn write_model(model: &Model, out: &Path) -> std::io::Result<()> {
-    let page = html::render(model);
-    std::fs::write(out, page)
+/// Renders `model` into `file` (the page the user named `out`), as it
+/// is made.
+pub(crate) fn write_model(model: &Model, file: std::fs::File, out: &Path) -> std::io::Result<()> {
+    let mut w = std::io::BufWriter::with_capacity(256 * 1024, file);
+    html::render_to(model, &mut w)
+        .and_then(|()| std::io::Write::flush(&mut w))
         .map_err(|e| std::io::Error::new(e.kind(), format!("cannot write {}: {e}", out.display())))
 }
 
@@ -821,6 +1135,50 @@ not json
             (Some(200), Some("DATA_LOSS (15): lost"))
         );
         assert_eq!((r[2].status, r[2].grpc.as_deref()), (Some(503), None));
+    }
+
+    /// Past its bounds the model counts instead of drawing: every
+    /// connection and fault is in the summary, the first `MAX_CONNS` on
+    /// the timeline; a `truncated` line is noted.
+    #[test]
+    fn a_big_log_is_drawn_in_part_and_counted_in_full() {
+        let n = MAX_CONNS as u64 + 500;
+        let mut log = LOG.lines().take(2).collect::<Vec<_>>().join("\n");
+        log.push('\n');
+        for i in 0..n {
+            let base = format!(
+                r#""conn":{i},"client":"127.0.0.1:{}","dst":"127.0.0.1:80","proxy":"p""#,
+                1000 + i % 5000
+            );
+            log +=
+                &format!(r#"{{"time":"2026-12-01T10:00:01.000Z","t":1.0,"event":"open",{base}}}"#);
+            log += "\n";
+            log += &format!(
+                r#"{{"time":"2026-12-01T10:00:01.000Z","t":1.1,"event":"fault",{base},"rule":"cli","fault":"reset","direction":"downstream","params":{{}}}}"#
+            );
+            log += "\n";
+            // The last 10 stay open.
+            if i < n - 10 {
+                log += &format!(
+                    r#"{{"time":"2026-12-01T10:00:01.000Z","t":1.2,"event":"close",{base},"outcome":"reset","bytes_upstream":1,"bytes_downstream":2,"duration_ms":200}}"#
+                );
+                log += "\n";
+            }
+        }
+        log += r#"{"time":"2026-12-01T10:00:02.000Z","t":2.0,"event":"truncated","max_bytes":4096,"written_bytes":4000}"#;
+        let m = from_lines([log.lines()]);
+        assert_eq!(m.conns.len(), MAX_CONNS);
+        let s = &m.summary;
+        assert_eq!(s.conns, n);
+        assert_eq!(s.by_outcome["reset"], n - 10);
+        assert_eq!(s.by_outcome["open"], 10);
+        assert_eq!(s.bytes_down, 2 * (n - 10));
+        assert_eq!(s.fault_events, n);
+        assert_eq!(s.faults, vec![("cli".into(), "reset".into(), n, n)]);
+        assert_eq!(m.runs[0].truncated, Some(4096));
+        let page = html::render(&m);
+        assert!(page.contains("The timeline draws 25000 of 25500 connections"));
+        assert!(page.contains("reached its size (4096 bytes"));
     }
 
     #[test]
