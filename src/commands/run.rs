@@ -18,6 +18,7 @@ use crate::intercept::addresses::NsAddrs;
 use crate::intercept::agent::AgentConfig;
 use crate::intercept::loss::LossTable;
 use crate::intercept::syn_gate;
+use crate::intercept::trust::{self, TrustPlan};
 use crate::intercept::{dns_forward as dns, privilege, sandbox};
 use crate::plan::{Flow, Plan};
 use crate::profile;
@@ -35,8 +36,11 @@ struct RunConfig {
     resolvers: Vec<std::net::SocketAddr>,
     argv: Vec<CString>,
     containment: privilege::Containment,
-    /// HTTPS interception (`--tls`, `tls = "intercept"`), its files read.
-    tls: Option<super::tls::Prepared>,
+    /// HTTPS interception (`--tls`, `tls = "intercept"`), its files read,
+    /// and the command's trust stores.
+    tls: Option<(super::tls::Prepared, TrustPlan)>,
+    /// The command's environment (netchaos's, without its secrets).
+    env: Vec<CString>,
 }
 
 impl RunConfig {
@@ -84,7 +88,11 @@ impl RunConfig {
         };
         let tls = args.tls || plan.tls_intercept;
         super::tls::check_tls_faults(&plan, tls, "add --tls")?;
-        let prepared = super::tls::prepare(&args.tls_args, tls)?;
+        let env = wrap::command_env();
+        let prepared = match super::tls::prepare(&args.tls_args, tls)? {
+            Some(p) => Some((p, trust::plan(&env).map_err(Error::Usage)?)),
+            None => None,
+        };
         if tls
             && !plan
                 .rules
@@ -111,6 +119,7 @@ impl RunConfig {
             resolvers,
             argv,
             containment,
+            env,
         })
     }
 }
@@ -126,6 +135,7 @@ pub(super) fn run(g: &Global, args: &RunArgs) -> Result<u8> {
         argv,
         containment,
         tls,
+        env,
     } = RunConfig::from_args(g, args)?;
     let mut opts = opts;
     // Host-side listeners first: a busy port stops us before anything runs.
@@ -143,7 +153,7 @@ pub(super) fn run(g: &Global, args: &RunArgs) -> Result<u8> {
         uid: nix::unistd::getuid().as_raw(),
         gid: nix::unistd::getgid().as_raw(),
         argv,
-        env: wrap::command_env(),
+        env,
         losses: losses.rules(),
         delayed: plan
             .rules
@@ -156,13 +166,16 @@ pub(super) fn run(g: &Global, args: &RunArgs) -> Result<u8> {
         udp_mark: crate::intercept::nft::random_udp_mark(),
     };
     let (sandbox, listeners, control) = sandbox::create(cfg, losses).map_err(Error::runtime)?;
-    // Made after the agent's fork: the CA's key is in netchaos's memory
-    // only, never in the namespace's processes.
-    opts.tls = tls.map(super::tls::Prepared::build).transpose()?;
-    let trust = opts.tls.as_ref().map(|t| crate::intercept::agent::TrustCa {
-        pem: t.authority().cert_pem().to_string(),
-        der: t.authority().cert_der().to_vec(),
-    });
+    // Made after the agent's fork: the CAs' keys are in netchaos's memory
+    // only, never in the namespace's processes. Upstreams are judged
+    // against the command's stores as they were before being covered.
+    let mut trust = None;
+    if let Some((prepared, plan)) = tls {
+        let stores = (!plan.stores.is_empty()).then(|| plan.stores.clone());
+        let t = prepared.build(stores)?;
+        trust = Some(plan.covering(|i| t.cas_for_store(i)));
+        opts.tls = Some(t);
+    }
     let seed = plan.seed;
     let plan = Arc::new(plan);
     let rt = runtime()?;
