@@ -960,8 +960,14 @@ impl TestCa {
         let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
         ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-        ca.distinguished_name
-            .push(rcgen::DnType::CommonName, "netchaos tests' upstream CA");
+        // Each its own name: clients look issuers up by name, and two
+        // CAs of one name in a test would stand in for each other.
+        static MADE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        ca.distinguished_name.push(
+            rcgen::DnType::CommonName,
+            format!("netchaos tests' upstream CA {} {n}", std::process::id()),
+        );
         let ca_cert = ca.self_signed(&ca_key).unwrap();
         let issuer = Issuer::new(ca, ca_key);
         let leaf_key = KeyPair::generate().unwrap();
