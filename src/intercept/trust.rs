@@ -15,6 +15,12 @@
 //! bundle gains the CAs of the sets of stores it belongs to
 //! ([`crate::tls::signers`]) — and mounts them.
 //!
+//! Where a client reads no bundle netchaos can see, the system's store
+//! stands in for its own (Node's built-in store, certifi, a JDK's
+//! `cacerts`): it is trusted to accept what the system's store accepts.
+//! OpenSSL's hashed directory (`SSL_CERT_DIR`) is not read: a client that
+//! trusts a CA only from there refuses that CA's upstreams.
+//!
 //! The copies live on a tmpfs that is mounted only while they are written
 //! and then detached: nothing is written to the host's disk, nothing
 //! outlives the namespace, and the host's own trust stores are untouched.
