@@ -4,8 +4,9 @@
 //! two answers compared: a client pinned to its own CA refuses an upstream
 //! the system trusts and accepts one of its CA, a client of the system's
 //! store the other way round, a client that verifies nothing reaches an
-//! upstream nobody trusts, and bundles anywhere (under /tmp too) are
-//! covered, a missing one named.
+//! upstream nobody trusts, one with a flawed certificate fails on that
+//! flaw, and bundles anywhere (under /tmp too) are covered, a missing one
+//! named.
 //!
 //! The system's trust store is replaced, for one test, in a private mount
 //! namespace (gone with its processes): the host's stays as it is.
@@ -355,5 +356,87 @@ fn bundles_under_tmp_are_covered_read_only_and_a_missing_one_is_named() {
     assert!(
         err.contains("SSL_CERT_FILE") && err.contains(&missing.display().to_string()),
         "names the variable and the file: {err}"
+    );
+}
+
+#[test]
+fn a_flawed_upstream_fails_each_client_on_its_own_flaw() {
+    if !need(&["curl", "python3", "ip", "nft"]) {
+        return;
+    }
+    // Trusted by the client's bundle, but for another name, or expired.
+    let (wrong, expired) = (
+        TestCa::for_names(&["elsewhere.test"]),
+        TestCa::expired_for(&["localhost", "127.0.0.1"]),
+    );
+    let (up_w, up_e) = (Httpd::start(Some(&wrong)), Httpd::start(Some(&expired)));
+    let dir = tempfile::tempdir().unwrap();
+    let bundle = dir.path().join("cas.pem");
+    let mut pem = std::fs::read(wrong.path("ca.pem")).unwrap();
+    pem.extend(std::fs::read(expired.path("ca.pem")).unwrap());
+    std::fs::write(&bundle, pem).unwrap();
+    let bundle = bundle.display().to_string();
+    let urllib = format!("python3 -c {} {{url}}", sh_quote(URLLIB));
+    let clients = [
+        ("curl", curl("-o /dev/null")),
+        ("curl -k", curl("-k -o /dev/null -w %{http_code}")),
+        ("urllib", urllib),
+    ];
+    let clients: Vec<(&str, &str)> = clients.iter().map(|(l, c)| (*l, c.as_str())).collect();
+    let run = script(
+        &clients,
+        &[("wrong name", up_w.https()), ("expired", up_e.https())],
+    );
+    let env = [("SSL_CERT_FILE", &bundle), ("CURL_CA_BUNDLE", &bundle)];
+    let (code, direct, err) = output({
+        let mut c = without_bundle_vars(Command::new("sh"));
+        c.args(["-c", &run]).envs(env);
+        c
+    });
+    assert_eq!(code, 0, "{err}");
+    let direct = lines(&direct);
+    let has = |i: usize, what: &str| assert!(direct[i].contains(what), "{direct:#?}");
+    has(0, "no alternative certificate subject name");
+    has(1, ": 0 200");
+    has(2, "Hostname mismatch");
+    has(3, "certificate has expired");
+    has(4, ": 0 200");
+    has(5, "certificate has expired");
+
+    let dir = tempfile::tempdir().unwrap();
+    let events = dir.path().join("events.jsonl");
+    let mut args = THROUGH_HTTP.to_vec();
+    let ev = events.display().to_string();
+    args.extend(["--events", &ev]);
+    let mut c = without_bundle_vars(Command::new(BIN));
+    c.envs(env);
+    let (code, out, err) = wrapped_with(c, &args, &["sh", "-c", &run]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(lines(&out), direct, "the same flaw, the same errors\n{err}");
+    // Each connection's upstream was judged flawed, and the log says how
+    // (curl checks the name after its handshake: a verifying curl too
+    // completes one on the wrong name's stand-in).
+    let judged: Vec<String> = read_events(&events)
+        .iter()
+        .filter(|e| e["event"] == "error")
+        .map(|e| e["detail"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert_eq!(judged.len(), 6, "{err}");
+    assert_eq!(
+        judged
+            .iter()
+            .filter(|d| d.contains("not valid for name"))
+            .count(),
+        3,
+        "{judged:#?}"
+    );
+    assert_eq!(
+        judged.iter().filter(|d| d.contains("expired")).count(),
+        3,
+        "{judged:#?}"
+    );
+    assert!(
+        count(&events, "upstream_tls_unverified") >= 2,
+        "curl -k went on: {judged:#?}"
     );
 }

@@ -247,11 +247,17 @@ impl Judge {
         } else {
             StandIn::Unknown { with_root }
         };
-        let why = errors
-            .into_iter()
-            .next()
-            .map(|(_, e)| e)
-            .expect("no store trusted it, and there is one at least");
+        // Why: the flaw shown, as a store that anchors the chain saw it;
+        // else the first store's reason.
+        let flawed = match shown {
+            StandIn::Flawed { stores, .. } => stores,
+            _ => 0,
+        };
+        let first = errors
+            .iter()
+            .position(|(i, _)| flawed & (1 << i) != 0)
+            .unwrap_or(0);
+        let why = errors.swap_remove(first).1;
         Verdict::Untrusted { why, shown }
     }
 }

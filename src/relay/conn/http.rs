@@ -328,16 +328,16 @@ impl Conn<'_> {
                                     self.info,
                                     "upstream_tls_unverified",
                                     &format!(
-                                        "TLS to {name}: {why}; the client accepted a certificate \
-                                         nobody trusts in its place (it verifies nothing), so it \
-                                         goes on to that upstream, unverified, as it would directly"
+                                        "TLS to {name}: {why}; the client completed its handshake \
+                                         on the stand-in certificate with that flaw: what it sends \
+                                         goes to the upstream unverified, as it would directly"
                                     ),
                                 );
                             }
                             s
                         }
-                        // Shown a certificate as untrusted as its
-                        // upstream's, the client refused it: closed, as
+                        // Shown a stand-in as untrusted as its upstream's
+                        // certificate, the client refused it: closed, as
                         // by a server whose certificate is refused.
                         Err(e) if judged.as_ref().is_some_and(|v| !v.is_trusted()) => {
                             tracing::debug!("TLS client refused the stand-in certificate: {e}");
@@ -346,8 +346,8 @@ impl Conn<'_> {
                                     self.info,
                                     "upstream_tls_untrusted",
                                     &format!(
-                                        "TLS to {name}: {why}; the client, shown a certificate \
-                                         nobody trusts in its place, refused it"
+                                        "TLS to {name}: {why}; the client refused the stand-in \
+                                         certificate with that flaw, as it would the upstream's"
                                     ),
                                 );
                             }
