@@ -472,6 +472,7 @@ async fn fetch_proxied_tls(
     let tls = crate::tls::Tls::new(
         crate::tls::Authority::generate().map_err(Error::runtime)?,
         &[("the demo CA".into(), https.ca_pem.clone().into_bytes())],
+        None,
     )
     .map_err(Error::runtime)?;
     let roots = vec![tls.authority().cert_der().clone()];

@@ -18,6 +18,7 @@ use crate::intercept::addresses::NsAddrs;
 use crate::intercept::agent::AgentConfig;
 use crate::intercept::loss::LossTable;
 use crate::intercept::syn_gate;
+use crate::intercept::trust::{self, TrustPlan};
 use crate::intercept::{dns_forward as dns, privilege, sandbox};
 use crate::plan::{Flow, Plan};
 use crate::profile;
@@ -35,8 +36,11 @@ struct RunConfig {
     resolvers: Vec<std::net::SocketAddr>,
     argv: Vec<CString>,
     containment: privilege::Containment,
-    /// HTTPS interception (`--tls`, `tls = "intercept"`), its files read.
-    tls: Option<super::tls::Prepared>,
+    /// HTTPS interception (`--tls`, `tls = "intercept"`), its files read,
+    /// and the command's trust stores.
+    tls: Option<(super::tls::Prepared, TrustPlan)>,
+    /// The command's environment (netchaos's, without its secrets).
+    env: Vec<CString>,
 }
 
 impl RunConfig {
@@ -84,7 +88,20 @@ impl RunConfig {
         };
         let tls = args.tls || plan.tls_intercept;
         super::tls::check_tls_faults(&plan, tls, "add --tls")?;
-        let prepared = super::tls::prepare(&args.tls_args, tls)?;
+        let mut api = ApiConfig::new(args.api.api, &args.api.access)?;
+        if let Some(api) = api.as_mut().filter(|_| args.api_for_command) {
+            // The port is fixed now: the command's environment is made
+            // before the API listens.
+            api.addr = relay::numbered(api.addr).map_err(|e| {
+                Error::Runtime(anyhow::anyhow!("control API: cannot choose a port: {e}"))
+            })?;
+            api.command_token = api.token.as_ref().map(|_| fresh_token());
+        }
+        let env = command_env(api.as_ref().filter(|_| args.api_for_command));
+        let prepared = match super::tls::prepare(&args.tls_args, tls)? {
+            Some(p) => Some((p, trust::plan(&env).map_err(Error::Usage)?)),
+            None => None,
+        };
         if tls
             && !plan
                 .rules
@@ -101,15 +118,6 @@ impl RunConfig {
                 "--tls: no rule has an HTTP or TLS fault or a respond, so no connection is terminated (every one stays a byte relay)"
             );
         }
-        let mut api = ApiConfig::new(args.api.api, &args.api.access)?;
-        if let Some(api) = api.as_mut().filter(|_| args.api_for_command) {
-            // The port is fixed now: the command's environment is made
-            // before the API listens.
-            api.addr = relay::numbered(api.addr).map_err(|e| {
-                Error::Runtime(anyhow::anyhow!("control API: cannot choose a port: {e}"))
-            })?;
-            api.command_token = api.token.as_ref().map(|_| fresh_token());
-        }
         Ok(RunConfig {
             tls: prepared,
             api,
@@ -120,6 +128,7 @@ impl RunConfig {
             resolvers,
             argv,
             containment,
+            env,
         })
     }
 }
@@ -166,6 +175,7 @@ pub(super) fn run(g: &Global, args: &RunArgs) -> Result<u8> {
         argv,
         containment,
         tls,
+        env,
     } = RunConfig::from_args(g, args)?;
     let mut opts = opts;
     // Host-side listeners first: a busy port stops us before anything runs.
@@ -183,7 +193,7 @@ pub(super) fn run(g: &Global, args: &RunArgs) -> Result<u8> {
         uid: nix::unistd::getuid().as_raw(),
         gid: nix::unistd::getgid().as_raw(),
         argv,
-        env: command_env(api_cfg.as_ref().filter(|_| args.api_for_command)),
+        env,
         losses: losses.rules(),
         delayed: plan
             .rules
@@ -198,13 +208,16 @@ pub(super) fn run(g: &Global, args: &RunArgs) -> Result<u8> {
         blackhole: plan.answers_unrouted(),
     };
     let (sandbox, listeners, control) = sandbox::create(cfg, losses).map_err(Error::runtime)?;
-    // Made after the agent's fork: the CA's key is in netchaos's memory
-    // only, never in the namespace's processes.
-    opts.tls = tls.map(super::tls::Prepared::build).transpose()?;
-    let trust = opts.tls.as_ref().map(|t| crate::intercept::agent::TrustCa {
-        pem: t.authority().cert_pem().to_string(),
-        der: t.authority().cert_der().to_vec(),
-    });
+    // Made after the agent's fork: the CAs' keys are in netchaos's memory
+    // only, never in the namespace's processes. Upstreams are judged
+    // against the command's stores as they were before being covered.
+    let mut trust = None;
+    if let Some((prepared, plan)) = tls {
+        let stores = (!plan.stores.is_empty()).then(|| plan.stores.clone());
+        let t = prepared.build(stores)?;
+        trust = Some(plan.covering(|i| t.cas_for_store(i)));
+        opts.tls = Some(t);
+    }
     let seed = plan.seed;
     let plan = Arc::new(plan);
     let rt = runtime()?;

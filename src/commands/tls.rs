@@ -88,14 +88,16 @@ pub(super) fn prepare(args: &TlsArgs, wanted: bool) -> Result<Option<Prepared>> 
 }
 
 impl Prepared {
-    /// The CA (loaded, or made now), upstream trust, and `--tls-ca-out`.
-    pub(super) fn build(self) -> Result<Arc<Tls>> {
+    /// The CA (loaded, or made now), upstream trust (`stores`: the trust
+    /// stores of `run`'s command, as read before they were covered; `None`:
+    /// the host's), and `--tls-ca-out`.
+    pub(super) fn build(self, stores: Option<Vec<crate::tls::Store>>) -> Result<Arc<Tls>> {
         let authority = match &self.authority {
             Some((cert, key)) => Authority::load(cert, key).map_err(Error::runtime)?,
             None => Authority::generate().map_err(Error::runtime)?,
         };
-        let tls =
-            Tls::new(authority, &self.extra_roots).map_err(|e| Error::Usage(e.to_string()))?;
+        let tls = Tls::new(authority, &self.extra_roots, stores)
+            .map_err(|e| Error::Usage(e.to_string()))?;
         if let Some(out) = &self.ca_out {
             // A certificate, public: 0644 (before the umask), so that
             // clients running as other users can read it.
@@ -130,5 +132,5 @@ pub(super) fn check_tls_faults(plan: &crate::plan::Plan, wanted: bool, how: &str
 
 /// [`prepare`] and [`Prepared::build`] at once (commands without a fork).
 pub(super) fn setup(args: &TlsArgs, wanted: bool) -> Result<Option<Arc<Tls>>> {
-    prepare(args, wanted)?.map(Prepared::build).transpose()
+    prepare(args, wanted)?.map(|p| p.build(None)).transpose()
 }

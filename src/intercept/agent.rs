@@ -86,15 +86,11 @@ pub(crate) enum AgentMsg {
 /// netchaos → agent, on the control channel.
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) enum ParentMsg {
-    /// Start the command; with `trust`, trusting that CA first.
-    Go { trust: Option<TrustCa> },
-}
-
-/// The CA the command must trust (`run --tls`): its certificate only.
-#[derive(Debug, Serialize, Deserialize)]
-pub(crate) struct TrustCa {
-    pub pem: String,
-    pub der: Vec<u8>,
+    /// Start the command; with `trust`, covering its trust stores first
+    /// (`run --tls`: the CAs' certificates only).
+    Go {
+        trust: Option<super::trust::Covering>,
+    },
 }
 
 /// A request on the request channel.
@@ -168,7 +164,7 @@ pub(crate) fn main(control: Channel, requests: Channel, cfg: &AgentConfig) -> ! 
         _ => std::process::exit(0),
     };
     let env = match trust {
-        Some(ca) => match super::trust::install(&ca.pem, &ca.der, &cfg.env) {
+        Some(covering) => match super::trust::install(&covering, &cfg.env) {
             Ok(env) => env,
             Err(e) => {
                 let message = e.to_string();

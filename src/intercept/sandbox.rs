@@ -222,7 +222,7 @@ fn split_listeners(fds: Vec<OwnedFd>, v6: bool) -> Result<(Listeners, OwnedFd)> 
 
 impl Control {
     /// Starts the command (trusting `trust`, when given); returns its pid.
-    pub(crate) fn start_command(&self, trust: Option<agent::TrustCa>) -> Result<Pid> {
+    pub(crate) fn start_command(&self, trust: Option<super::trust::Covering>) -> Result<Pid> {
         self.channel
             .send(&ParentMsg::Go { trust }, &[])
             .map_err(InterceptError::sys("the namespace agent is gone"))?;

@@ -25,6 +25,10 @@ const LEAVES: usize = 4096;
 /// A CA and the leaves it signed.
 pub(crate) struct Authority {
     issuer: Issuer<'static, KeyPair>,
+    /// Made by netchaos (a self-signed root): clients that trust it need
+    /// no more than the leaf. The user's may be an intermediate, sent
+    /// along with every leaf.
+    own: bool,
     cert_pem: String,
     cert_der: CertificateDer<'static>,
     leaves: Mutex<HashMap<String, Arc<CertifiedKey>>>,
@@ -40,14 +44,17 @@ impl Authority {
     /// A new CA for this run: valid from a day ago (clocks differ) for a
     /// week, able to sign server certificates only.
     pub(crate) fn generate() -> Result<Authority, TlsError> {
+        Authority::generate_named(&format!("netchaos run CA (pid {})", std::process::id()))
+    }
+
+    /// [`Authority::generate`], its common name `name` (each of a run's
+    /// CAs has its own: clients look issuers up by name).
+    pub(crate) fn generate_named(name: &str) -> Result<Authority, TlsError> {
         let key = KeyPair::generate().map_err(TlsError::generate)?;
         let mut params = CertificateParams::default();
         let mut dn = DistinguishedName::new();
         dn.push(DnType::OrganizationName, "netchaos");
-        dn.push(
-            DnType::CommonName,
-            format!("netchaos run CA (pid {})", std::process::id()),
-        );
+        dn.push(DnType::CommonName, name);
         params.distinguished_name = dn;
         params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
         params.key_usages = vec![
@@ -63,6 +70,7 @@ impl Authority {
             cert_pem: cert.pem(),
             cert_der: cert.der().clone(),
             issuer: Issuer::new(params, key),
+            own: true,
             leaves: Mutex::new(HashMap::new()),
         })
     }
@@ -83,6 +91,7 @@ impl Authority {
             cert_pem: cert_pem.to_string(),
             cert_der,
             issuer,
+            own: false,
             leaves: Mutex::new(HashMap::new()),
         })
     }
@@ -111,13 +120,43 @@ impl Authority {
         Ok(key)
     }
 
+    /// [`Authority::leaf`], sent with the CA's certificate or, when
+    /// `with_ca` is false and the CA is netchaos's own root, alone (as
+    /// upstreams send theirs: a client that does not trust the CA then
+    /// fails as on the upstream's chain).
+    pub(crate) fn leaf_sending(
+        &self,
+        name: &str,
+        with_ca: bool,
+    ) -> Result<Arc<CertifiedKey>, TlsError> {
+        let key = self.leaf(name)?;
+        if with_ca || !self.own {
+            return Ok(key);
+        }
+        Ok(Arc::new(CertifiedKey::new(
+            key.cert[..1].to_vec(),
+            key.key.clone(),
+        )))
+    }
+
     fn sign(&self, name: &str) -> Result<CertifiedKey, TlsError> {
+        self.sign_sending(name, true)
+    }
+
+    /// A leaf for `name`, sent with the CA's certificate or alone (made
+    /// each time, not kept: a CA nobody trusts stands in for the issuer
+    /// of an upstream nobody trusts, shaped as that upstream's chain was).
+    pub(crate) fn sign_sending(&self, name: &str, with_ca: bool) -> Result<CertifiedKey, TlsError> {
         let key = KeyPair::generate().map_err(TlsError::generate)?;
         let params = leaf_params(name)?;
         let cert = params
             .signed_by(&key, &self.issuer)
             .map_err(TlsError::generate)?;
-        certified(vec![cert.der().clone(), self.cert_der.clone()], &key)
+        let mut chain = vec![cert.der().clone()];
+        if with_ca {
+            chain.push(self.cert_der.clone());
+        }
+        certified(chain, &key)
     }
 }
 
@@ -131,6 +170,17 @@ impl Authority {
         &self,
         name: &str,
         failure: TlsFailure,
+    ) -> Result<Option<CertifiedKey>, TlsError> {
+        self.faulty_leaf_sending(name, failure, true)
+    }
+
+    /// [`Authority::faulty_leaf`], sent alone when `with_ca` is false and
+    /// the CA is netchaos's own (see [`Authority::leaf_sending`]).
+    pub(crate) fn faulty_leaf_sending(
+        &self,
+        name: &str,
+        failure: TlsFailure,
+        with_ca: bool,
     ) -> Result<Option<CertifiedKey>, TlsError> {
         let now = OffsetDateTime::now_utc();
         let mut params = match failure {
@@ -156,7 +206,11 @@ impl Authority {
         let cert = params
             .signed_by(&key, &self.issuer)
             .map_err(TlsError::generate)?;
-        certified(vec![cert.der().clone(), self.cert_der.clone()], &key).map(Some)
+        let mut chain = vec![cert.der().clone()];
+        if with_ca || !self.own {
+            chain.push(self.cert_der.clone());
+        }
+        certified(chain, &key).map(Some)
     }
 }
 

@@ -1,10 +1,15 @@
 //! TLS for the HTTP layer: HTTPS is terminated with certificates from an
 //! [`Authority`] (the run's own CA, or the user's) so that HTTP faults can
-//! act on requests, and re-originated to the real destination, verified
-//! against the host's trust store plus the user's `--upstream-ca` files.
-//! An upstream whose certificate fails verification is never accepted: its
-//! client is shown a certificate nobody trusts, and fails as it would have
-//! without netchaos.
+//! act on requests, and re-originated to the real destination. The
+//! upstream's certificate is judged against the trust the client itself
+//! would have used ([`verdict`]: for `run`, each trust store the command's
+//! clients read, as they were before netchaos covered them; elsewhere the
+//! host's), plus the user's `--upstream-ca` files, and the client is shown
+//! a certificate that exactly the same stores trust ([`signers`]). An
+//! upstream no store accepts is never vouched for: its client is shown a
+//! certificate nobody trusts, and fails as it would have without netchaos
+//! — or, verifying nothing (`curl -k`), goes on to that upstream as it
+//! would have.
 //!
 //! HTTP/1.1 is agreed to (ALPN) whenever the client offers it and the
 //! upstream speaks it; a client that offers HTTP/2 alone (gRPC) gets
@@ -17,12 +22,14 @@ pub(crate) mod alpn;
 pub(crate) mod authority;
 pub(crate) mod hello;
 pub(crate) mod jks;
+pub(crate) mod signers;
+pub(crate) mod verdict;
 
 use std::io;
 use std::sync::Arc;
 
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::server::ResolvesServerCert;
 use rustls::sign::CertifiedKey;
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
@@ -30,6 +37,7 @@ use tokio_rustls::{TlsAcceptor, TlsConnector, client, server};
 
 pub(crate) use authority::Authority;
 pub(crate) use hello::Hello;
+pub(crate) use verdict::{Store, Verdict};
 
 use tokio::io::{AsyncRead, AsyncWrite};
 
@@ -79,7 +87,8 @@ pub(crate) fn check_roots(
 
 /// Terminating and re-originating TLS, for one run.
 pub(crate) struct Tls {
-    authority: Authority,
+    signers: signers::Signers,
+    judge: verdict::Judge,
     upstream: Arc<ClientConfig>,
     /// The same, offering HTTP/2 alone (for HTTP/2 clients).
     upstream_h2: Arc<ClientConfig>,
@@ -100,30 +109,40 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 }
 
 impl Tls {
-    /// Signs with `authority`; verifies upstreams against the host's trust
-    /// store and the certificates in `extra_roots` (PEM files' contents,
-    /// with the names to show in errors).
+    /// Signs with `authority`; judges upstreams against `stores` (for
+    /// `run`: the command's, as read before they were covered; `None`:
+    /// the host's trust store), each with the certificates in
+    /// `extra_roots` (PEM files' contents, with the names to show in
+    /// errors) added.
     pub(crate) fn new(
         authority: Authority,
         extra_roots: &[(String, Vec<u8>)],
+        stores: Option<Vec<Store>>,
     ) -> Result<Tls, TlsError> {
-        let mut roots = RootCertStore::empty();
-        let native = rustls_native_certs::load_native_certs();
-        let (added, _) = roots.add_parsable_certificates(native.certs);
-        for c in check_roots(extra_roots)? {
-            roots
-                .add(c)
-                .map_err(|e| TlsError::Load(format!("a certificate netchaos cannot use: {e}")))?;
-        }
-        if added == 0 && extra_roots.is_empty() {
-            tracing::warn!(
-                "TLS: no trusted certificate found on this host; upstreams can only be verified with --upstream-ca"
-            );
-        }
-        let mut upstream = ClientConfig::builder_with_provider(provider())
+        let extra = check_roots(extra_roots)?;
+        let stores = match stores {
+            Some(s) => s,
+            None => {
+                let native = rustls_native_certs::load_native_certs();
+                if native.certs.is_empty() && extra_roots.is_empty() {
+                    tracing::warn!(
+                        "TLS: no trusted certificate found on this host; upstreams can only be verified with --upstream-ca"
+                    );
+                }
+                vec![Store {
+                    label: "this host's trust store".into(),
+                    roots: native.certs,
+                }]
+            }
+        };
+        let provider = provider();
+        let judge = verdict::Judge::new(&stores, &extra, &provider);
+        let signers = signers::Signers::new(authority, judge.len())?;
+        let mut upstream = ClientConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
             .map_err(|e| TlsError::Load(e.to_string()))?
-            .with_root_certificates(roots)
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(verdict::Deferred(provider)))
             .with_no_client_auth();
         upstream.alpn_protocols = vec![HTTP11.to_vec()];
         let mut upstream_h2 = upstream.clone();
@@ -131,7 +150,8 @@ impl Tls {
         let mut upstream_either = upstream.clone();
         upstream_either.alpn_protocols = vec![H2.to_vec(), HTTP11.to_vec()];
         Ok(Tls {
-            authority,
+            signers,
+            judge,
             upstream: Arc::new(upstream),
             upstream_h2: Arc::new(upstream_h2),
             upstream_either: Arc::new(upstream_either),
@@ -139,11 +159,20 @@ impl Tls {
         })
     }
 
-    pub(crate) fn authority(&self) -> &Authority {
-        &self.authority
+    /// The CAs (PEM) that the bundle of store `i` (of those given to
+    /// [`Tls::new`]) must hold.
+    pub(crate) fn cas_for_store(&self, i: usize) -> Vec<&str> {
+        self.signers.for_store(i)
     }
 
-    /// TLS to the upstream, verified as `name`, offering `offer` (with
+    /// The CA every store trusts.
+    pub(crate) fn authority(&self) -> &Authority {
+        self.signers.all()
+    }
+
+    /// TLS to the upstream, its certificate judged for `name` (an
+    /// untrusted one is no error: the stream is for a client that, shown a
+    /// certificate nobody trusts, goes on), offering `offer` (with
     /// [`alpn::Offer::H2`], an upstream that agrees to anything else
     /// fails).
     pub(crate) async fn connect<S: AsyncRead + AsyncWrite + Unpin>(
@@ -151,7 +180,7 @@ impl Tls {
         sock: S,
         name: &str,
         offer: alpn::Offer,
-    ) -> io::Result<client::TlsStream<S>> {
+    ) -> io::Result<(client::TlsStream<S>, Verdict)> {
         let server = ServerName::try_from(name.to_string())
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("{name:?}: {e}")))?;
         let config = match offer {
@@ -160,33 +189,39 @@ impl Tls {
             alpn::Offer::H2OrHttp11 => &self.upstream_either,
         };
         let s = TlsConnector::from(config.clone())
-            .connect(server, sock)
+            .connect(server.clone(), sock)
             .await?;
+        // Every handshake, a resumed one too (its chain is the first's).
+        let chain = s.get_ref().1.peer_certificates().unwrap_or(&[]);
+        let verdict = self.judge.verdict(chain, &server, UnixTime::now());
         if offer == alpn::Offer::H2 && s.get_ref().1.alpn_protocol() != Some(H2) {
             return Err(io::Error::other(format!(
                 "{name} does not speak HTTP/2 (ALPN)"
             )));
         }
-        Ok(s)
+        Ok((s, verdict))
     }
 
     /// Completes the client's handshake (its hello is still unread) with a
-    /// certificate for `name`: the authority's leaf, or, when the upstream
-    /// was not trusted, one the client will not trust either; agreeing to
-    /// `alpn` (one of the protocols the client offered, if it offered any).
+    /// certificate for `name` that the stores `verdict` names trust (all,
+    /// with no upstream: `None`), or, when it names none, one with the
+    /// upstream's flaw; agreeing to `alpn` (one of the protocols the client
+    /// offered, if it offered any).
     pub(crate) async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
         &self,
         sock: S,
         name: &str,
         alpn: Option<Vec<u8>>,
-        trusted: bool,
+        verdict: Option<&Verdict>,
     ) -> io::Result<server::TlsStream<S>> {
-        let key = if trusted {
-            self.authority.leaf(name)
-        } else {
-            authority::untrusted(name).map(Arc::new)
-        }
-        .map_err(io::Error::other)?;
+        let all = Verdict::Trusted {
+            stores: self.judge.all(),
+            with_root: true,
+        };
+        let key = self
+            .signers
+            .shown(name, verdict.unwrap_or(&all))
+            .map_err(io::Error::other)?;
         self.serve(sock, key, alpn).await
     }
 

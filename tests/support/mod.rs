@@ -954,22 +954,40 @@ impl TestCa {
 
     /// A CA, and a leaf for `names`.
     pub(crate) fn for_names(names: &[&str]) -> TestCa {
+        TestCa::make(names, false)
+    }
+
+    /// A CA, and a leaf for `names` that expired yesterday.
+    pub(crate) fn expired_for(names: &[&str]) -> TestCa {
+        TestCa::make(names, true)
+    }
+
+    fn make(names: &[&str], expired: bool) -> TestCa {
         use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair, KeyUsagePurpose};
         let dir = tempfile::tempdir().unwrap();
         let ca_key = KeyPair::generate().unwrap();
         let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
         ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-        ca.distinguished_name
-            .push(rcgen::DnType::CommonName, "netchaos tests' upstream CA");
+        // Each its own name: clients look issuers up by name, and two
+        // CAs of one name in a test would stand in for each other.
+        static MADE: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        ca.distinguished_name.push(
+            rcgen::DnType::CommonName,
+            format!("netchaos tests' upstream CA {} {n}", std::process::id()),
+        );
         let ca_cert = ca.self_signed(&ca_key).unwrap();
         let issuer = Issuer::new(ca, ca_key);
         let leaf_key = KeyPair::generate().unwrap();
         let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
-        let leaf = CertificateParams::new(names)
-            .unwrap()
-            .signed_by(&leaf_key, &issuer)
-            .unwrap();
+        let mut leaf = CertificateParams::new(names).unwrap();
+        if expired {
+            let now = time::OffsetDateTime::now_utc();
+            leaf.not_before = now - time::Duration::days(30);
+            leaf.not_after = now - time::Duration::days(1);
+        }
+        let leaf = leaf.signed_by(&leaf_key, &issuer).unwrap();
         std::fs::write(dir.path().join("ca.pem"), ca_cert.pem()).unwrap();
         std::fs::write(dir.path().join("leaf.pem"), leaf.pem()).unwrap();
         std::fs::write(dir.path().join("leaf.key"), leaf_key.serialize_pem()).unwrap();

@@ -26,7 +26,7 @@ use crate::relay::interception::Interception;
 use crate::relay::peer::{Sink, TcpRef};
 use crate::relay::pipeline::{self, Source};
 use crate::relay::sockopt;
-use crate::tls::{self, Hello, Tls};
+use crate::tls::{self, Hello, Tls, Verdict};
 
 /// How an endpoint's connections meet TLS.
 #[derive(Debug, Clone, Default)]
@@ -138,8 +138,9 @@ impl Conn<'_> {
                 c => c,
             }
         };
-        // The name TLS to the upstream verifies, when netchaos speaks it.
-        let mut up_tls: Option<String> = None;
+        // The name TLS to the upstream verifies, when netchaos speaks it,
+        // and what its certificate was judged.
+        let mut up_tls: Option<(String, Verdict)> = None;
         // The upstream dialled again to offer it HTTP/2 ([`tls::alpn`]),
         // which then carries the connection in the first one's place.
         let mut again: Option<TcpStream> = None;
@@ -149,9 +150,14 @@ impl Conn<'_> {
             Carries::Http | Carries::H2 => {
                 let h2 = matches!(carries, Carries::H2);
                 let up = match &ep.upstream {
-                    Some(name) => match self.tls_upstream(upstream, name, offer_for(h2)).await {
-                        Ok((s, _)) => {
-                            up_tls = Some(name.clone());
+                    // No client's TLS to decide: only a trusted upstream.
+                    Some(name) => match self
+                        .tls_upstream(upstream, name, offer_for(h2))
+                        .await
+                        .and_then(|(s, _, v)| v.clone().into_result().map(|()| (s, v)))
+                    {
+                        Ok((s, verdict)) => {
+                            up_tls = Some((name.clone(), verdict));
                             s
                         }
                         Err(e) if h2 => {
@@ -209,6 +215,9 @@ impl Conn<'_> {
                     Some(s) => s.get_ref().1.alpn_protocol() == Some(tls::H2),
                     None => !hello.speaks_http1(),
                 };
+                // What the upstream's certificate was judged (none without
+                // TLS to it).
+                let mut judged: Option<Verdict> = None;
                 let up = if ep.serve && ep.upstream.is_none() {
                     Side::plain(upstream)
                 } else {
@@ -223,7 +232,7 @@ impl Conn<'_> {
                         None => offer_for(h2),
                     };
                     let mut reached = self.tls_upstream(upstream, &up_name, offer).await;
-                    let unagreed = matches!(reached, Ok((_, None)));
+                    let unagreed = matches!(reached, Ok((_, None, _)));
                     if let Some(addr) = addr
                         && offer == tls::alpn::Offer::Http11
                         && unagreed
@@ -234,7 +243,7 @@ impl Conn<'_> {
                     if let Some(sock) = &again {
                         let either = tls::alpn::Offer::H2OrHttp11;
                         match self.tls_upstream(sock, &up_name, either).await {
-                            Ok((s, agreed)) => {
+                            Ok((s, agreed, verdict)) => {
                                 let h2_only = agreed.as_deref() == Some(tls::H2);
                                 if let Some(addr) = addr {
                                     use tls::alpn::Seen;
@@ -248,7 +257,7 @@ impl Conn<'_> {
                                 // The first connection, unused, is ended (its
                                 // descriptor stays until the connection ends).
                                 sockopt::shutdown_write(upstream);
-                                reached = Ok((s, agreed));
+                                reached = Ok((s, agreed, verdict));
                                 on_again = true;
                             }
                             Err(e) => {
@@ -258,9 +267,23 @@ impl Conn<'_> {
                         }
                     }
                     match reached {
-                        Ok((s, agreed)) => {
+                        // A client that accepted a `tls_error` certificate
+                        // is not taken to accept whatever flaw the
+                        // upstream's has: closed, as below.
+                        Ok((_, _, Verdict::Untrusted { why, .. })) if faulty.is_some() => {
+                            self.relay.events.relay_error(
+                                self.info,
+                                "upstream_tls_untrusted",
+                                &format!("TLS to {up_name}: {why}"),
+                            );
+                            let _ = self.path.set("https");
+                            sockopt::set_linger_zero(upstream);
+                            return Some((Outcome::Closed, [0, 0]));
+                        }
+                        Ok((s, agreed, verdict)) => {
                             h2 |= agreed.as_deref() == Some(tls::H2);
-                            up_tls = Some(up_name);
+                            judged = Some(verdict.clone());
+                            up_tls = Some((up_name, verdict));
                             s
                         }
                         // The client's handshake is done: it can only be
@@ -295,8 +318,43 @@ impl Conn<'_> {
                 };
                 let session = match faulty {
                     Some(s) => s,
-                    None => match tls.accept(TcpRef(client), &name, agree, true).await {
-                        Ok(s) => s,
+                    None => match tls
+                        .accept(TcpRef(client), &name, agree, judged.as_ref())
+                        .await
+                    {
+                        Ok(s) => {
+                            if let Some(Verdict::Untrusted { why, .. }) = &judged {
+                                self.relay.events.relay_error(
+                                    self.info,
+                                    "upstream_tls_unverified",
+                                    &format!(
+                                        "TLS to {name}: {why}; the client completed its handshake \
+                                         on the stand-in certificate with that flaw: what it sends \
+                                         goes to the upstream unverified, as it would directly"
+                                    ),
+                                );
+                            }
+                            s
+                        }
+                        // Shown a stand-in as untrusted as its upstream's
+                        // certificate, the client refused it: closed, as
+                        // by a server whose certificate is refused.
+                        Err(e) if judged.as_ref().is_some_and(|v| !v.is_trusted()) => {
+                            tracing::debug!("TLS client refused the stand-in certificate: {e}");
+                            if let Some(Verdict::Untrusted { why, .. }) = &judged {
+                                self.relay.events.relay_error(
+                                    self.info,
+                                    "upstream_tls_untrusted",
+                                    &format!(
+                                        "TLS to {name}: {why}; the client refused the stand-in \
+                                         certificate with that flaw, as it would the upstream's"
+                                    ),
+                                );
+                            }
+                            let _ = self.path.set("https");
+                            sockopt::set_linger_zero(upstream);
+                            return Some((Outcome::Closed, [0, 0]));
+                        }
                         Err(e) => {
                             tracing::debug!("TLS handshake with the client failed: {e}");
                             sockopt::set_linger_zero(client);
@@ -387,7 +445,7 @@ impl Conn<'_> {
         let name = server_name(&hello, client, dst);
         let accepted = match self.tls_fault(tls, &name) {
             Shown::Good => {
-                tls.accept(TcpRef(client), &name, hello.agreed(), true)
+                tls.accept(TcpRef(client), &name, hello.agreed(), None)
                     .await
             }
             Shown::Bad(key) => tls.accept_showing(TcpRef(client), key, &hello).await,
@@ -477,23 +535,23 @@ impl Conn<'_> {
         (Outcome::Closed, [0, 0])
     }
 
-    /// TLS to the upstream, offering `offer`; the side, and the protocol
-    /// the upstream agreed to.
+    /// TLS to the upstream, offering `offer`; the side, the protocol the
+    /// upstream agreed to, and its certificate's verdict.
     async fn tls_upstream<'a>(
         &self,
         upstream: &'a TcpStream,
         name: &str,
         offer: tls::alpn::Offer,
-    ) -> std::io::Result<(Side<'a>, Option<Vec<u8>>)> {
+    ) -> std::io::Result<(Side<'a>, Option<Vec<u8>>, Verdict)> {
         let tls = self
             .relay
             .opts
             .tls
             .clone()
             .ok_or_else(|| std::io::Error::other("TLS is not set up"))?;
-        let s = tls.connect(TcpRef(upstream), name, offer).await?;
+        let (s, verdict) = tls.connect(TcpRef(upstream), name, offer).await?;
         let agreed = s.get_ref().1.alpn_protocol().map(<[u8]>::to_vec);
-        Ok((Side::tls(s, upstream), agreed))
+        Ok((Side::tls(s, upstream), agreed, verdict))
     }
 
     /// The upstream dialled again (to offer it HTTP/2); `None` (and the
@@ -524,9 +582,10 @@ impl Conn<'_> {
         }
     }
 
-    /// The upstream's TLS failed: the client, whose hello is still unread,
-    /// fails as it would have without netchaos — shown a certificate it
-    /// does not trust when the upstream's was not trusted, reset otherwise.
+    /// The upstream's TLS handshake failed: the client, whose hello is
+    /// still unread, fails as it would have without netchaos — shown a
+    /// certificate it does not trust when the upstream's could not be
+    /// used (no certificate, or a key it does not hold), reset otherwise.
     async fn refuse_tls(
         &self,
         tls: &Arc<Tls>,
@@ -540,8 +599,12 @@ impl Conn<'_> {
         let kind = self.upstream_tls_failed(name, e);
         sockopt::set_linger_zero(upstream);
         if kind == "upstream_tls_untrusted" {
+            let stand_in = Verdict::Untrusted {
+                why: rustls::Error::General(e.to_string()),
+                shown: tls::verdict::StandIn::SelfSigned,
+            };
             if let Ok(mut s) = tls
-                .accept(TcpRef(client), name, hello.agreed(), false)
+                .accept(TcpRef(client), name, hello.agreed(), Some(&stand_in))
                 .await
             {
                 let _ = tokio::io::AsyncWriteExt::shutdown(&mut s).await;
@@ -671,7 +734,7 @@ impl Conn<'_> {
         &self,
         upstream: &TcpStream,
         inside: Option<Arc<dyn Interception>>,
-        tls_name: Option<String>,
+        tls_name: Option<(String, Verdict)>,
     ) -> Option<h2::Redial> {
         let addr = upstream.peer_addr().ok()?;
         let again = self.again();
@@ -687,8 +750,17 @@ impl Conn<'_> {
                     .await
                     .map_err(|e| std::io::Error::other(e.message))?;
                 let io: Box<dyn h2::UpstreamIo> = match tls {
-                    Some((tls, name)) => {
-                        Box::new(tls.connect(sock, &name, tls::alpn::Offer::H2).await?)
+                    Some((tls, (name, first))) => {
+                        let (s, now) = tls.connect(sock, &name, tls::alpn::Offer::H2).await?;
+                        if !now.keeps(&first) {
+                            return Err(std::io::Error::new(
+                                std::io::ErrorKind::InvalidData,
+                                format!(
+                                    "TLS to {name} dialled again: its certificate is not one the client's trust accepts ({now:?})"
+                                ),
+                            ));
+                        }
+                        Box::new(s)
                     }
                     None => Box::new(sock),
                 };
