@@ -191,6 +191,9 @@ pub(crate) enum Outcome {
     Disabled,
     /// netchaos shut down while the connection was open.
     Aborted,
+    /// The client gave up before its handshake completed: no upstream was
+    /// dialled for it, or the one dialled was closed unused.
+    Abandoned,
 }
 
 impl Outcome {
@@ -204,6 +207,7 @@ impl Outcome {
             Outcome::ConnectTimeout => "connect_timeout",
             Outcome::Disabled => "disabled",
             Outcome::Aborted => "aborted",
+            Outcome::Abandoned => "abandoned",
         }
     }
 }
@@ -266,6 +270,9 @@ pub(crate) struct Stats {
     pub pauses: Mutex<BTreeMap<&'static str, u64>>,
     /// Connections refused at the SYN because of the limit.
     pub refused_at_limit: AtomicU64,
+    /// Connection attempts the client gave up before its handshake
+    /// completed ([`Outcome::Abandoned`]).
+    pub abandoned: AtomicU64,
     /// DNS queries the forwarder did not forward, by [`DnsRefusal`].
     pub dns_refused: [AtomicU64; 2],
     /// HTTP requests the HTTP layer followed.
@@ -1120,6 +1127,12 @@ impl Events {
             out.push_str(&format!(
                 "  listeners paused (new connections refused): {}\n",
                 list.join(", ")
+            ));
+        }
+        let abandoned = s.abandoned.load(Ordering::Relaxed);
+        if abandoned > 0 {
+            out.push_str(&format!(
+                "  connection attempts abandoned by their client (no upstream kept): {abandoned}\n"
             ));
         }
         let refused = s.refused_at_limit.load(Ordering::Relaxed);

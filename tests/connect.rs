@@ -964,3 +964,92 @@ fn the_slow_path_profile_slows_the_handshake() {
     );
     assert!(rtt >= 99_000, "the client's TCP measured {rtt} µs");
 }
+
+/// A client that gives up connecting (its own connect timeout) while
+/// `connect_delay` holds its SYN never reaches the server: on a real path
+/// its kernel would answer the late SYN-ACK with an RST, and the server
+/// would never accept. Nothing is dialled for it, and the summary counts
+/// the attempts as abandoned.
+#[test]
+fn a_connect_the_client_gave_up_never_reaches_the_server() {
+    if !need(&["python3", "nft"]) {
+        return;
+    }
+    let echo = Server::echo("127.0.0.1:0");
+    let script = r#"
+import socket, sys, time
+for i in range(3):
+    try:
+        socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=1)
+        print("connected")
+    except OSError as e:
+        print(type(e).__name__)
+time.sleep(4)
+"#;
+    let port = echo.addr.port().to_string();
+    let (code, out, err) = wrapped(
+        &["--fault", "connect_delay:delay=3s"],
+        &["python3", "-c", script, &port],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out.lines().filter(|l| *l == "TimeoutError").count(),
+        3,
+        "{out}"
+    );
+    let accepted = echo.accepted.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(
+        accepted, 0,
+        "the server accepted {accepted} ghost connection(s)\n{err}"
+    );
+    assert!(
+        err.contains("connection attempts abandoned by their client (no upstream kept): 3"),
+        "{err}"
+    );
+}
+
+/// With no fault and an upstream that never answers, the relay's SYNs
+/// stop when the client gives up; a path that opens later does not put a
+/// connection through for a client that is gone.
+#[test]
+fn a_dial_stops_when_its_client_gives_up() {
+    let Some(ns) = TestNetns::new() else { return };
+    if !need(&["python3", "nft"]) {
+        return;
+    }
+    let out = ns.sh(
+        "nft add table inet t && nft add chain inet t in '{ type filter hook input priority 0; }' && \
+         nft add rule inet t in tcp dport 80 tcp flags syn counter drop",
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let script = r#"
+import socket, sys, time
+try:
+    socket.create_connection((sys.argv[1], 80), timeout=1)
+    print("connected")
+except OSError as e:
+    print(type(e).__name__)
+time.sleep(8)
+"#;
+    let (code, out, err) = wrapped(&[], &["python3", "-c", script, &ns.ns_ip.to_string()]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.trim(), "TimeoutError", "{out}");
+    let rules = String::from_utf8_lossy(&ns.sh("nft list chain inet t in").stdout).into_owned();
+    let syns: u64 = rules
+        .split("counter packets ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no counter in {rules}"));
+    // The first SYN and at most the retransmission at 1 s; a dial left
+    // running would have sent those at 3 and 7 s too.
+    assert!(
+        syns <= 2,
+        "{syns} SYNs reached the silent host in 8 s\n{err}"
+    );
+    assert!(err.contains("abandoned by their client"), "{err}");
+}

@@ -119,6 +119,17 @@ pub(crate) fn render(stats: &Stats, extra: &Extra) -> String {
     );
     family_into(
         &mut out,
+        "netchaos_connections_abandoned_total",
+        "counter",
+        "Connection attempts their client gave up before the handshake completed: no upstream dialled, or the one dialled closed unused.",
+    );
+    let _ = writeln!(
+        out,
+        "netchaos_connections_abandoned_total {}",
+        stats.abandoned.load(Ordering::Relaxed)
+    );
+    family_into(
+        &mut out,
         "netchaos_dns_queries_dropped_total",
         "counter",
         "DNS queries the forwarder dropped, by reason: malformed (not a standard query) or busy (too many in flight).",

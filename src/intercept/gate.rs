@@ -178,6 +178,25 @@ impl Gate {
         e.handoff.take()
     }
 
+    /// Whether the connection of `syn` still has an upstream waiting for
+    /// the relay (not taken over, not forgotten).
+    pub(crate) fn waiting(&self, syn: &Syn) -> bool {
+        let t = self.table.lock().expect("gate lock");
+        t.entries
+            .get(&(syn.src, syn.dst))
+            .is_some_and(|e| e.isn == syn.isn && e.handoff.is_some())
+    }
+
+    /// Takes back the upstream dialled for `syn` that the relay never took
+    /// over (its client gave up).
+    pub(crate) fn reclaim(&self, syn: &Syn) -> Option<Handoff> {
+        let mut t = self.table.lock().expect("gate lock");
+        t.entries
+            .get_mut(&(syn.src, syn.dst))
+            .filter(|e| e.isn == syn.isn)
+            .and_then(|e| e.handoff.take())
+    }
+
     /// Marks a dial of the relay's own, from `local_port` to `dst`, until
     /// the returned guard is dropped (once it is connected or failed).
     pub(crate) fn expect_own(&self, local_port: u16, dst: SocketAddr) -> OwnDial<'_> {

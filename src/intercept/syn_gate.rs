@@ -123,13 +123,106 @@ async fn on_packet(
             tokio::spawn(
                 async move {
                     let (fate, handoff) = decide(syn, queued, &relay, &sandbox).await;
+                    let dialled = handoff.as_ref().and_then(|h| {
+                        let info = h.upstream.as_ref().map(|_| h.seq)?;
+                        Some((info, h.names.first().cloned()))
+                    });
                     sandbox.gate.settle(&syn, fate, handoff);
                     verdict(&queue, p.id, verdict_of(fate)).await;
+                    if let Some((seq, host)) = dialled {
+                        close_if_abandoned(syn, seq, host, &relay, &sandbox).await;
+                    }
                 }
                 .instrument(span),
             );
         }
     }
+}
+
+/// How often a held or dialling connection checks that its client is
+/// still there.
+const CLIENT_CHECK: Duration = Duration::from_millis(250);
+
+/// Whether the client of `syn` closed its socket: it gave up connecting
+/// (its own connect timeout), and a real path would never have put it
+/// through.
+fn gave_up(syn: &Syn, sandbox: &Sandbox) -> bool {
+    !sandbox.client_waiting(syn.src, syn.dst)
+}
+
+/// Resolves once the client of `syn` has given up (checked every
+/// [`CLIENT_CHECK`]).
+async fn until_given_up(syn: &Syn, sandbox: &Sandbox) {
+    loop {
+        tokio::time::sleep(CLIENT_CHECK).await;
+        if gave_up(syn, sandbox) {
+            return;
+        }
+    }
+}
+
+/// After the SYN passed with an upstream dialled for it: the relay takes
+/// the upstream over within the handshake. If the client gave up instead
+/// (it closed its socket while its SYN was held, and answered the late
+/// SYN-ACK with an RST), the upstream is closed unused — at once, not when
+/// netchaos exits — and the attempt counted as abandoned.
+async fn close_if_abandoned(
+    syn: Syn,
+    seq: u64,
+    host: Option<String>,
+    relay: &Arc<Relay>,
+    sandbox: &Arc<Sandbox>,
+) {
+    let deadline = Instant::now() + crate::intercept::gate::HANDOFF_TTL;
+    while sandbox.gate.waiting(&syn) {
+        tokio::time::sleep(CLIENT_CHECK).await;
+        if !sandbox.gate.waiting(&syn) {
+            return;
+        }
+        if gave_up(&syn, sandbox) || Instant::now() >= deadline {
+            if let Some(h) = sandbox.gate.reclaim(&syn) {
+                if let Some(up) = &h.upstream {
+                    relay::sockopt::set_linger_zero(up);
+                }
+                let info = conn_info(seq, &syn, host, relay, sandbox);
+                abandoned(relay, &info);
+            }
+            return;
+        }
+    }
+}
+
+/// The event-log identity of the connection of `syn`.
+fn conn_info(
+    seq: u64,
+    syn: &Syn,
+    host: Option<String>,
+    relay: &Arc<Relay>,
+    sandbox: &Arc<Sandbox>,
+) -> Arc<ConnInfo> {
+    Arc::new(ConnInfo {
+        id: seq,
+        client: syn.src,
+        dst: Dst::Addr(syn.dst),
+        host,
+        proxy: Some(sandbox.label.clone()),
+        counters: relay.events.stats.proxy(&sandbox.label),
+        faulted: Default::default(),
+        marks: Default::default(),
+    })
+}
+
+/// Records an attempt its client abandoned.
+fn abandoned(relay: &Relay, info: &ConnInfo) {
+    relay
+        .events
+        .stats
+        .abandoned
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    relay.events.conn_open(info);
+    relay
+        .events
+        .conn_close(info, Outcome::Abandoned, [0, 0], Duration::ZERO, None);
 }
 
 fn verdict_of(fate: Fate) -> Verdict {
@@ -185,16 +278,7 @@ async fn decide(
     let elapsed = relay.epoch.elapsed();
     let mut faults = relay.rules.connect(&meta, seq);
     let chosen = faults.chosen(elapsed);
-    let info = Arc::new(ConnInfo {
-        id: seq,
-        client: syn.src,
-        dst: Dst::Addr(syn.dst),
-        host: names.first().cloned(),
-        proxy: Some(sandbox.label.clone()),
-        counters: relay.events.stats.proxy(&sandbox.label),
-        faulted: Default::default(),
-        marks: Default::default(),
-    });
+    let info = conn_info(seq, &syn, names.first().cloned(), relay, sandbox);
     let hit = |c: &Chosen| {
         FaultHit::new(
             relay.events.clone(),
@@ -215,7 +299,16 @@ async fn decide(
     let plan = connect::plan(&chosen, elapsed, relay.at_capacity());
     plan.delayed_by.iter().for_each(|c| hit(c));
     if !plan.delay.is_zero() {
-        crate::timer::sleep_until(queued + plan.delay).await;
+        // A client that gives up meanwhile is never put through, and
+        // nothing is dialled for it.
+        tokio::select! {
+            _ = crate::timer::sleep_until(queued + plan.delay) => {}
+            _ = until_given_up(&syn, sandbox) => {}
+        }
+        if gave_up(&syn, sandbox) {
+            abandoned(relay, &info);
+            return (Fate::Drop, None);
+        }
     }
     let (dial, loss, path) = match plan.verdict {
         connect::Verdict::Refuse(None) => {
@@ -253,7 +346,23 @@ async fn decide(
         let inside: Option<Arc<dyn relay::Interception>> =
             from_inside.then(|| sandbox.clone() as Arc<dyn relay::Interception>);
         let shape = relay::dial::Shape::for_faults(&chosen);
-        match relay::dial::dial(syn.dst, relay.opts.dial_timeout, inside.as_ref(), shape).await {
+        let dialling = relay::dial::dial(
+            syn.dst,
+            relay.opts.dial_timeout,
+            inside.as_ref(),
+            shape,
+            relay::own::Dialer::Client,
+        );
+        // A dial lasts no longer than the client's attempt: when the
+        // client gives up, the relay's SYNs stop too.
+        let dialled = tokio::select! {
+            r = dialling => r,
+            _ = until_given_up(&syn, sandbox) => {
+                abandoned(relay, &info);
+                return (Fate::Drop, None);
+            }
+        };
+        match dialled {
             Ok(s) => Some(s),
             Err(e) => {
                 relay.events.relay_error(&info, e.kind(), &e.to_string());

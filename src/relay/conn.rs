@@ -68,9 +68,15 @@ pub(crate) async fn serve(
     {
         let timeout = relay.opts.dial_timeout;
         let dial = |r: SocketAddr| async move {
-            dial::dial(r, timeout, inside.as_ref(), dial::Shape::Native)
-                .await
-                .map_err(|e| std::io::Error::other(e.to_string()))
+            dial::dial(
+                r,
+                timeout,
+                inside.as_ref(),
+                dial::Shape::Native,
+                super::own::Dialer::Netchaos,
+            )
+            .await
+            .map_err(|e| std::io::Error::other(e.to_string()))
         };
         // Netchaos stopping, or the endpoint going, ends it as any relayed
         // connection ends.
@@ -144,6 +150,10 @@ pub(crate) async fn serve(
             partition,
             tls: &ep.tls,
             ends: ep.ends,
+            dialer: match ep.target {
+                Target::Transparent(_) => super::own::Dialer::Client,
+                _ => super::own::Dialer::Netchaos,
+            },
             protocol: faults.protocol(),
             path: OnceLock::new(),
             capped: [AtomicBool::new(client_capped), AtomicBool::new(false)],
@@ -201,6 +211,8 @@ async fn wait_any(tokens: &[tokio_util::sync::CancellationToken]) {
 struct Conn<'a> {
     relay: &'a Arc<Relay>,
     info: &'a Arc<ConnInfo>,
+    /// Whom its dials are for ([`super::own`]).
+    dialer: super::own::Dialer,
     /// The connection's faults, republished when its rules change.
     chosen: watch::Receiver<Arc<Vec<Chosen>>>,
     opened: Instant,
@@ -323,7 +335,7 @@ impl Conn<'_> {
         let timeout = self.relay.opts.dial_timeout;
         let shape = dial::Shape::for_faults(&self.chosen.borrow());
         for addr in addrs {
-            match dial::dial(*addr, timeout, inside, shape).await {
+            match dial::dial(*addr, timeout, inside, shape, self.dialer).await {
                 Ok(s) => return Ok(s),
                 Err(e) => last = e,
             }
@@ -646,6 +658,7 @@ async fn teardown(outcome: Outcome, client: &TcpStream, upstream: Option<&TcpStr
         | Outcome::Aborted
         | Outcome::Disabled
         | Outcome::Refused
+        | Outcome::Abandoned
         | Outcome::ConnectTimeout => {
             for s in socks.into_iter().flatten() {
                 sockopt::set_linger_zero(s);
