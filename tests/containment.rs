@@ -935,8 +935,9 @@ for i in range(8):
 "#,
     )
     .unwrap();
+    // (A fixed seed: its eight draws put some in the routed ranges.)
     let out = ns.sh(&format!(
-        "timeout 60 {BIN} run -q --resolv-conf {} --fault dns_answer:random=true -- python3 {}",
+        "timeout 60 {BIN} run -q --seed 7 --resolv-conf {} --fault dns_answer:random=true -- python3 {}",
         rc.display(),
         client.display()
     ));
@@ -984,9 +985,15 @@ struct TestCgroup(std::path::PathBuf);
 
 impl Drop for TestCgroup {
     fn drop(&mut self) {
-        // Thawed first, should a failed run have left it frozen.
+        // Thawed first, should a failed run have left it frozen; the
+        // command's own cgroups below it go first.
         let _ = std::fs::write(self.0.join("freezer.state"), "THAWED");
         let _ = std::fs::write(self.0.join("cgroup.freeze"), "0");
+        if let Ok(children) = std::fs::read_dir(&self.0) {
+            for c in children.flatten().filter(|c| c.path().is_dir()) {
+                let _ = std::fs::remove_dir(c.path());
+            }
+        }
         for _ in 0..100 {
             if std::fs::remove_dir(&self.0).is_ok() || !self.0.exists() {
                 return;
@@ -1025,7 +1032,7 @@ fn a_root_command_cannot_freeze_netchaos_or_write_kernel_files() {
 echo {marker} > /dev/kmsg 2>/dev/null
 echo "kmsg rc=$?"
 for f in /sys/fs/cgroup/freezer/freezer.state /sys/fs/cgroup/freezer/{name}/freezer.state \
-         /sys/fs/cgroup/cgroup.freeze /sys/fs/cgroup/unified/cgroup.freeze; do
+         /sys/fs/cgroup/{name}/cgroup.freeze /sys/fs/cgroup/unified/{name}/cgroup.freeze; do
   if [ -e "$f" ]; then echo {frozen} > "$f" 2>/dev/null; echo "freeze rc=$?"; fi
 done
 for f in /sys/fs/cgroup/freezer/cgroup.procs /sys/fs/cgroup/cgroup.procs /sys/fs/cgroup/unified/cgroup.procs; do
@@ -1042,16 +1049,43 @@ curl -sS -m 5 http://{addr}/ ; echo
         addr = http.addr,
     );
     let procs = cg.0.join("cgroup.procs");
-    let out = Command::new("sh")
-        .arg("-c")
+    // Should the attack work, a watchdog outside the cgroup thaws it, so
+    // that the test fails instead of hanging.
+    let (thaw, thawed) = (
+        cg.0.clone(),
+        std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false)),
+    );
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watchdog = {
+        let (done, thawed) = (done.clone(), thawed.clone());
+        std::thread::spawn(move || {
+            let t = Instant::now();
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                if t.elapsed() > Duration::from_secs(60) {
+                    let _ = std::fs::write(thaw.join("freezer.state"), "THAWED");
+                    let _ = std::fs::write(thaw.join("cgroup.freeze"), "0");
+                    thawed.store(true, std::sync::atomic::Ordering::SeqCst);
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        })
+    };
+    let out = Command::new("timeout")
+        .args(["-s", "KILL", "90", "sh", "-c"])
         .arg(format!(
-            "echo $$ > {} && exec timeout -s KILL 60 {BIN} run -q --fault latency:delay=1ms -- sh -c '{}'",
+            "echo $$ > {} && exec {BIN} run -q --fault latency:delay=1ms -- sh -c '{}'",
             procs.display(),
             script.replace('\'', r"'\''")
         ))
         .stdin(Stdio::null())
         .output()
         .unwrap();
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    watchdog.join().unwrap();
+    assert!(
+        !thawed.load(std::sync::atomic::Ordering::SeqCst),
+        "netchaos was frozen (thawed by the test after 60 s)"
+    );
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{text}\n{err}");

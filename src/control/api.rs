@@ -157,53 +157,100 @@ async fn guard(State(st): State<ApiState>, req: Request, next: Next) -> Response
             ));
         }
     }
+    let deadline = tokio::time::Instant::now() + super::server::REQUEST_TIMEOUT;
+    // The body is read before the connection counts as busy (a client
+    // trickling its body is as evictable as one trickling its head), and
+    // takes its share of the bodies' budget as its bytes arrive.
+    let (req, _body) = match read_body(req, deadline).await {
+        Ok(x) => x,
+        Err(refusal) => return refusal,
+    };
     // Busy until answered: an evicted connection is always an idle one.
     let _busy = req
         .extensions()
         .get::<super::server::ConnState>()
         .map(|s| s.activity.busy(s.epoch));
-    // The body's share of the bodies' budget, taken before it is read.
-    let length = req
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
-    let chunked = req.headers().contains_key(header::TRANSFER_ENCODING);
-    let want = match (length, chunked) {
-        (_, true) => BODY_LIMIT,
-        (Some(n), false) => n.min(BODY_LIMIT),
-        (None, false) => 0,
-    };
-    let _body = if want == 0 {
-        None
-    } else {
-        match super::server::body_budget()
-            .clone()
-            .try_acquire_many_owned(want as u32)
-        {
-            Ok(p) => Some(p),
-            Err(_) => {
-                return fail(ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "the API is reading too many request bodies at once; try again",
-                ));
-            }
-        }
-    };
     let client = req.extensions().get::<super::listen::ApiClient>().copied();
-    let served = tokio::time::timeout(super::server::REQUEST_TIMEOUT, next.run(req));
+    let served = tokio::time::timeout_at(deadline, next.run(req));
     let served = match client {
         Some(c) => super::listen::CLIENT.scope(c, served).await,
         None => served.await,
     };
     match served {
         Ok(r) => r,
-        Err(_) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "<html><head><title>Timeout</title></head><body><h1>Timeout</h1></body></html>",
-        )
-            .into_response(),
+        Err(_) => timed_out(),
     }
+}
+
+/// Reads a request's whole body (at most [`BODY_LIMIT`], by `deadline`),
+/// holding a share of the bodies' budget for each byte; the request with
+/// its body in memory, and the share (held until it is answered).
+async fn read_body(
+    req: Request,
+    deadline: tokio::time::Instant,
+) -> Result<(Request, Option<tokio::sync::OwnedSemaphorePermit>), Response> {
+    use futures_util::StreamExt;
+    let too_large = || {
+        fail(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("request body larger than {} bytes", BODY_LIMIT),
+        ))
+    };
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > BODY_LIMIT) {
+        return Err(too_large());
+    }
+    let (parts, body) = req.into_parts();
+    let mut data = bytes::BytesMut::new();
+    let mut held: Option<tokio::sync::OwnedSemaphorePermit> = None;
+    let mut stream = body.into_data_stream();
+    loop {
+        let chunk = match tokio::time::timeout_at(deadline, stream.next()).await {
+            Err(_) => return Err(timed_out()),
+            Ok(None) => break,
+            Ok(Some(Err(_))) => {
+                return Err(fail(ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "the request body could not be read",
+                )));
+            }
+            Ok(Some(Ok(c))) => c,
+        };
+        if data.len() + chunk.len() > BODY_LIMIT {
+            return Err(too_large());
+        }
+        let Ok(share) = super::server::body_budget()
+            .clone()
+            .try_acquire_many_owned(chunk.len() as u32)
+        else {
+            return Err(fail(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the API is reading too many request bodies at once; try again",
+            )));
+        };
+        match &mut held {
+            Some(h) => h.merge(share),
+            None => held = Some(share),
+        }
+        data.extend_from_slice(&chunk);
+    }
+    Ok((
+        Request::from_parts(parts, axum::body::Body::from(data.freeze())),
+        held,
+    ))
+}
+
+/// Go's timeout handler's answer (Toxiproxy's, past 25 s).
+fn timed_out() -> Response {
+    (
+        StatusCode::SERVICE_UNAVAILABLE,
+        "<html><head><title>Timeout</title></head><body><h1>Timeout</h1></body></html>",
+    )
+        .into_response()
 }
 
 /// Refuses what a web page (or a rebound DNS name) calling the API looks

@@ -106,23 +106,23 @@ tokio::task_local! {
 pub(crate) struct ApiClient {
     pub peer: SocketAddr,
     pub local: SocketAddr,
+    /// A connection the relay made for the wrapped command
+    /// (`--api-for-command`): the command's, whoever owns the socket.
+    pub for_command: bool,
 }
 
 /// Why `client` may not have a root netchaos listen on `ip` (`None`: every
-/// address) and `port`, if it may not: it is on this host (loopback, or
-/// the address it reached the API on), its socket is not root's, and the
-/// port is privileged or the address is beyond the API's interface.
+/// address) and `port`, if it may not: its socket is on this host and not
+/// root's (or it is the wrapped command's, through the relay), and the
+/// port is privileged or the address is beyond the API's interface. A
+/// client whose socket is not on this host is remote: exposing the API
+/// was the operator's choice.
 pub(crate) fn refusal(client: &ApiClient, ip: Option<IpAddr>, port: u16) -> Option<String> {
     if !nix::unistd::geteuid().is_root() {
         // The kernel holds netchaos to its own user's rights.
         return None;
     }
     let local = canonical(client.local.ip());
-    let peer = canonical(client.peer.ip());
-    if !(peer.is_loopback() || peer == local) {
-        // From elsewhere: exposing the API was the operator's choice.
-        return None;
-    }
     let privileged = port != 0 && port < unprivileged_port_start();
     let beyond = match ip.map(canonical) {
         None => true,
@@ -131,15 +131,18 @@ pub(crate) fn refusal(client: &ApiClient, ip: Option<IpAddr>, port: u16) -> Opti
     if !(privileged || beyond) {
         return None;
     }
-    let uid = crate::intercept::sock_diag::peer_uid(client.peer, client.local)
-        .ok()
-        .flatten();
-    if uid == Some(0) {
-        return None;
-    }
-    let whom = uid.map_or("a local client whose owner is unknown".to_string(), |u| {
-        format!("a local client of uid {u}")
-    });
+    // Whatever address it came from (a local user may bind the host's
+    // public address): its socket, if it is on this host, says who.
+    let whom = if client.for_command {
+        "the wrapped command".to_string()
+    } else {
+        match crate::intercept::sock_diag::peer_uid(client.peer, client.local) {
+            Ok(Some(0)) => return None,
+            Ok(Some(u)) => format!("a local client of uid {u}"),
+            Ok(None) => return None,
+            Err(_) => "a local client whose owner is unknown".to_string(),
+        }
+    };
     let what = match (privileged, beyond) {
         (true, true) => format!("a privileged port ({port}) on an address beyond the API's own"),
         (true, false) => format!("a privileged port ({port})"),

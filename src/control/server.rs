@@ -6,9 +6,10 @@
 //! small count:
 //!
 //! * at most [`MAX_CONNECTIONS`] connections at once; when all are taken, a
-//!   new one closes the one that has been idle longest (a slowloris's
-//!   half-sent head counts as idle), and is refused only when every
-//!   connection is in the middle of a request;
+//!   new one closes an idle one — first those never answered (a
+//!   slowloris's half-sent head or trickled body), then the one idle
+//!   longest — and is refused only when every connection is being
+//!   answered;
 //! * a connection's buffers hold at most [`MAX_BUF`]; an idle keep-alive
 //!   connection is closed after [`IDLE_TIMEOUT`] (Toxiproxy's 60 s);
 //! * a request body may be [`BODY_LIMIT`](super::BODY_LIMIT) long, and all
@@ -48,6 +49,10 @@ pub(crate) struct Activity {
     busy: AtomicBool,
     /// When it was last busy, in milliseconds since the server started.
     last: AtomicU64,
+    /// It has been answered at least once: evicted after the ones never
+    /// answered (a slowloris), which a pooled client's idle connection is
+    /// not.
+    served: AtomicBool,
     /// Ends it gracefully (netchaos stops).
     close: CancellationToken,
     /// Ends it at once: it was the idlest when a newcomer needed its slot.
@@ -68,6 +73,7 @@ impl Drop for Busy {
     fn drop(&mut self) {
         let ms = self.1.elapsed().as_millis() as u64;
         self.0.last.store(ms, Ordering::Release);
+        self.0.served.store(true, Ordering::Release);
         self.0.busy.store(false, Ordering::Release);
     }
 }
@@ -109,6 +115,7 @@ pub(crate) async fn serve(listener: TcpListener, app: Router, stop: Cancellation
         let activity = Arc::new(Activity {
             busy: AtomicBool::new(false),
             last: AtomicU64::new(epoch.elapsed().as_millis() as u64),
+            served: AtomicBool::new(false),
             close: stop.child_token(),
             evict: CancellationToken::new(),
         });
@@ -120,7 +127,12 @@ pub(crate) async fn serve(listener: TcpListener, app: Router, stop: Cancellation
                     .iter()
                     .enumerate()
                     .filter(|(_, a)| !a.busy.load(Ordering::Acquire))
-                    .min_by_key(|(_, a)| a.last.load(Ordering::Acquire))
+                    .min_by_key(|(_, a)| {
+                        (
+                            a.served.load(Ordering::Acquire),
+                            a.last.load(Ordering::Acquire),
+                        )
+                    })
                     .map(|(i, _)| i);
                 match idlest {
                     Some(i) => open.swap_remove(i).evict.cancel(),
@@ -159,7 +171,11 @@ async fn serve_one(sock: tokio::net::TcpStream, peer: SocketAddr, app: Router, s
     // Who asks, for the listen policy (`listen::refusal`), and the
     // connection's activity, for eviction.
     let app = app
-        .layer(axum::Extension(super::listen::ApiClient { peer, local }))
+        .layer(axum::Extension(super::listen::ApiClient {
+            peer,
+            local,
+            for_command: crate::relay::own::is_for_command(peer),
+        }))
         .layer(axum::Extension(state));
     let svc = TowerToHyperService::new(app);
     let conn = hyper::server::conn::http1::Builder::new()

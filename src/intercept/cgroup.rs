@@ -17,9 +17,9 @@ use std::path::{Path, PathBuf};
 
 const PREFIX: &str = "netchaos-command.";
 
-/// Where the calling process's cgroup is, per hierarchy: the directory
-/// under the hierarchy's mount point.
-fn own_dirs() -> Vec<PathBuf> {
+/// Where the calling process's cgroup is, per hierarchy: the hierarchy's
+/// controllers (empty: cgroup v2) and the directory under its mount point.
+fn own_dirs() -> Vec<(String, PathBuf)> {
     let Ok(cgroups) = std::fs::read_to_string("/proc/self/cgroup") else {
         return Vec::new();
     };
@@ -33,7 +33,7 @@ fn own_dirs() -> Vec<PathBuf> {
             let (_, controllers, path) = (f.next()?, f.next()?, f.next()?);
             mount_of(&mountinfo, controllers).and_then(|(root, at)| {
                 let rel = Path::new(path).strip_prefix(&root).ok()?;
-                Some(at.join(rel))
+                Some((controllers.to_string(), at.join(rel)))
             })
         })
         .collect()
@@ -61,7 +61,7 @@ fn mount_of(mountinfo: &str, controllers: &str) -> Option<(PathBuf, PathBuf)> {
 }
 
 /// mountinfo's octal escapes (`\040` for a space).
-fn unescape(s: &str) -> String {
+pub(crate) fn unescape(s: &str) -> String {
     let mut out = Vec::with_capacity(s.len());
     let b = s.as_bytes();
     let mut i = 0;
@@ -81,29 +81,32 @@ fn unescape(s: &str) -> String {
 }
 
 /// Moves the calling process into `netchaos-command.AGENT` below its
-/// cgroup in every hierarchy where it may; returns how many it entered.
-pub(crate) fn enter_own(agent: i32) -> usize {
+/// cgroup in every hierarchy where it may; whether it entered every one
+/// that can freeze or limit (all but `cpuset`, whose child needs its CPUs
+/// set first and can neither freeze nor cap memory).
+pub(crate) fn enter_own(agent: i32) -> bool {
     let name = format!("{PREFIX}{agent}");
-    let mut entered = 0;
-    for dir in own_dirs() {
+    let mut all = true;
+    for (controllers, dir) in own_dirs() {
         let mine = dir.join(&name);
-        if std::fs::create_dir(&mine).is_err() && !mine.is_dir() {
+        let cpuset = controllers == "cpuset";
+        let made = std::fs::create_dir(&mine).is_ok() || mine.is_dir();
+        if made && std::fs::write(mine.join("cgroup.procs"), "0\n").is_ok() {
             continue;
         }
-        if std::fs::write(mine.join("cgroup.procs"), "0\n").is_ok() {
-            entered += 1;
-        } else {
+        if made {
             let _ = std::fs::remove_dir(&mine);
         }
+        all &= cpuset;
     }
-    entered
+    all
 }
 
 /// Removes the agent's command cgroups (their processes are gone);
 /// retries briefly while the kernel finishes with exiting ones.
 pub(crate) fn remove_own(agent: i32) {
     let name = format!("{PREFIX}{agent}");
-    for dir in own_dirs() {
+    for (_, dir) in own_dirs() {
         let mine = dir.join(&name);
         for _ in 0..50 {
             match std::fs::remove_dir(&mine) {
@@ -120,7 +123,7 @@ pub(crate) fn remove_own(agent: i32) {
 /// netchaos before they could clean up). Called by an agent, which sees
 /// the other agents' pids.
 pub(crate) fn sweep_stale() {
-    for dir in own_dirs() {
+    for (_, dir) in own_dirs() {
         sweep(&dir);
     }
 }

@@ -10,8 +10,11 @@
 //! * the command cannot name, signal or trace netchaos, its agent, or any
 //!   process outside (it sees a fresh `/proc` of its own namespace).
 //!
-//! It then mounts that `/proc` in a mount namespace of its own, makes
-//! `/proc/sys` read-only there, starts the command — as root, in a user
+//! It then moves into a cgroup (and cgroup namespace) of its own below
+//! netchaos's ([`super::cgroup`]), mounts that `/proc` in a mount namespace
+//! of its own, makes `/sys`, `/proc/sys` and the other kernel files a uid 0
+//! could write read-only there (and covers `/dev/kmsg`, Docker's masked
+//! paths and the API's token file), starts the command — as root, in a user
 //! namespace of its own that maps every uid to itself, so it stays uid 0
 //! for files but holds no capability over the network, mount or PID
 //! namespaces netchaos made — and, like any init, forwards signals, reaps
@@ -140,6 +143,16 @@ fn isolate_mounts(
             )))?,
         }
     }
+    // Any other mount of a kernel file system (a container's `/host/proc`,
+    // a second sysfs or cgroup mount) would reach the same files.
+    for path in kernel_mounts() {
+        match read_only(&path) {
+            Err(Errno::ENOENT | Errno::EINVAL) => {}
+            r => r.map_err(InterceptError::sys(format!(
+                "cannot make {path} read-only for the command"
+            )))?,
+        }
+    }
     for path in MASKED {
         match mask(std::path::Path::new(path)) {
             Err(Errno::ENOENT) => {}
@@ -184,6 +197,40 @@ const MASKED: &[&str] = &[
     "/sys/firmware",
 ];
 
+/// Mount points of kernel file systems other than the command's own
+/// `/proc` (and what is already below the fixed paths).
+fn kernel_mounts() -> Vec<String> {
+    const KINDS: &[&str] = &[
+        "proc",
+        "sysfs",
+        "cgroup",
+        "cgroup2",
+        "securityfs",
+        "debugfs",
+        "tracefs",
+        "configfs",
+        "efivarfs",
+        "pstore",
+        "bpf",
+    ];
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let covered = |p: &str| {
+        p == "/proc"
+            || READ_ONLY
+                .iter()
+                .any(|r| p == *r || p.starts_with(&format!("{r}/")))
+    };
+    mounts
+        .lines()
+        .filter_map(|l| {
+            let (before, after) = l.split_once(" - ")?;
+            let fstype = after.split(' ').next()?;
+            let at = super::cgroup::unescape(before.split(' ').nth(4)?);
+            (KINDS.contains(&fstype) && !covered(&at)).then_some(at)
+        })
+        .collect()
+}
+
 /// Makes `path` and every mount below it read-only in this mount
 /// namespace (a mount made in a more privileged user namespace stays so:
 /// the command cannot undo it).
@@ -208,8 +255,10 @@ fn read_only(path: &str) -> nix::Result<()> {
     for at in mounts
         .lines()
         .filter_map(|l| l.split(' ').nth(4))
+        .map(super::cgroup::unescape)
         .filter(|p| under(p))
     {
+        let at = at.as_str();
         let vfs = nix::sys::statvfs::statvfs(at)?;
         let keep = [
             (nix::sys::statvfs::FsFlags::ST_NOSUID, MsFlags::MS_NOSUID),
@@ -294,7 +343,13 @@ fn mask(path: &std::path::Path) -> nix::Result<()> {
 /// permission, rootless), the namespace is made all the same; `/sys` is
 /// read-only either way.
 fn isolate_cgroups(agent: i32) {
-    super::cgroup::enter_own(agent);
+    if !super::cgroup::enter_own(agent) && nix::unistd::geteuid().is_root() {
+        // (Its /sys is read-only all the same; a hierarchy it mounted
+        // afresh would be rooted at netchaos's own cgroup.)
+        eprintln!(
+            "netchaos: warning: the command could not be given a cgroup of its own below netchaos's"
+        );
+    }
     if let Err(e) = unshare(CloneFlags::CLONE_NEWCGROUP) {
         fail(&format!(
             "cannot make a cgroup namespace for the command: {e}"

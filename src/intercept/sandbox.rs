@@ -359,6 +359,14 @@ impl Sandbox {
         }
     }
 
+    /// Whether the client `src` is still trying to reach `dst`: its socket
+    /// is in the namespace (a client that gave up closed it). Unknown is
+    /// taken as yes.
+    pub(crate) fn client_waiting(&self, src: SocketAddr, dst: SocketAddr) -> bool {
+        let diag = self.diag.lock().expect("diag lock");
+        sock_diag::socket_exists(&diag, src, dst).unwrap_or(true)
+    }
+
     /// Where a connection to `dst` is dialled from: an existing namespace
     /// dials everything inside; `run`'s namespace reaches the world through
     /// the host, except what lives inside it — its own addresses, and a
@@ -413,6 +421,18 @@ impl Interception for Sandbox {
 
     fn netns(&self) -> u64 {
         self.netns
+    }
+
+    fn is_local(&self, ip: IpAddr) -> bool {
+        if ip.is_loopback() || ip.is_unspecified() || self.is_own(SocketAddr::new(ip, 0)) {
+            return true;
+        }
+        match &*self.door {
+            Door::Thread(t) => t
+                .run(move || crate::relay::own::is_host_address(ip))
+                .unwrap_or(false),
+            Door::Agent { .. } => false,
+        }
     }
 
     fn partition(&self, client: SocketAddr) -> Arc<dyn Partition> {

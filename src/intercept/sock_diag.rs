@@ -153,6 +153,18 @@ fn listener(m: &[u8]) -> Option<Listener> {
 /// accepted from loopback. `None` when no such socket is found (it closed,
 /// or it is in another namespace).
 pub(crate) fn peer_uid(peer: SocketAddr, local: SocketAddr) -> io::Result<Option<u32>> {
+    lookup(&open()?, peer, local)
+}
+
+/// Whether the namespace of `sock` holds a TCP socket bound to `src` and
+/// connected (or connecting) to `dst`: a client still trying to connect.
+pub(crate) fn socket_exists(sock: &OwnedFd, src: SocketAddr, dst: SocketAddr) -> io::Result<bool> {
+    lookup(sock, src, dst).map(|uid| uid.is_some())
+}
+
+/// The owner of the TCP socket from `peer` to `local` in `sock`'s
+/// namespace, if there is one (an exact lookup, not a dump).
+fn lookup(sock: &OwnedFd, peer: SocketAddr, local: SocketAddr) -> io::Result<Option<u32>> {
     let v4 = |a: SocketAddr| match a.ip() {
         IpAddr::V4(v4) => Some(v4),
         IpAddr::V6(v6) => v6.to_ipv4_mapped(),
@@ -187,7 +199,6 @@ pub(crate) fn peer_uid(peer: SocketAddr, local: SocketAddr) -> io::Result<Option
     m.extend_from_slice(&dst);
     m.extend_from_slice(&0u32.to_ne_bytes()); // interface: any
     m.extend_from_slice(&[0xff; 8]); // INET_DIAG_NOCOOKIE
-    let sock = open()?;
     send(sock.as_raw_fd(), &m, MsgFlags::empty())?;
     let mut buf = vec![0u8; 8 * 1024];
     let n = recv(sock.as_raw_fd(), &mut buf, MsgFlags::empty())?;

@@ -206,30 +206,44 @@ pub(crate) async fn dial(
     timeout: Duration,
     inside: Option<&Arc<dyn Interception>>,
     shape: Shape,
+    dialer: super::own::Dialer,
 ) -> Result<TcpStream, DialError> {
-    let from = inside.map_or_else(super::own::host_ns, |ns| ns.netns());
-    if let Some(kind) = super::own::refused(from, addr) {
+    use super::own::{self, Dialer, Kind};
+    let from = inside.map_or_else(own::host_ns, |ns| ns.netns());
+    let local = |ip| match inside {
+        Some(ns) => ns.is_local(ip),
+        None => own::is_host_address(ip),
+    };
+    if let Some(kind) = own::refused(from, addr, dialer, local) {
         return Err(DialError {
             failure: DialFailure::Own,
             message: format!(
                 "connect to {addr}: refused: it is netchaos's own {} (never dialled on a client's behalf{})",
                 match kind {
-                    super::own::Kind::Api => "control API",
-                    super::own::Kind::Proxy => "proxy listener",
-                    super::own::Kind::Relay => "relay listener",
+                    Kind::Api => "control API",
+                    Kind::Proxy => "proxy listener",
+                    Kind::Relay => "relay listener",
                 },
                 match kind {
-                    super::own::Kind::Relay => "",
+                    Kind::Relay => "",
                     _ => "; `run --api-for-command` lets the command reach the API",
                 }
             ),
         });
     }
+    // `--api-for-command`: the API is told which connections are the
+    // command's (not the relay's root-owned sockets they come from).
+    let to_api = dialer == Dialer::Client
+        && own::refused(from, addr, Dialer::Netchaos, local) == Some(Kind::Api);
     let mss = shape.mss(addr);
-    match inside {
+    let s = match inside {
         Some(ns) => dial_with(addr, timeout, ns.dial_inside(addr, mss)).await,
         None => dial_with(addr, timeout, connect_host(addr, mss)).await,
+    }?;
+    if to_api && let Ok(l) = s.local_addr() {
+        own::dialled_for_command(l);
     }
+    Ok(s)
 }
 
 /// Connects from the host's namespace, advertising `mss` when given. A

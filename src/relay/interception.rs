@@ -62,6 +62,10 @@ pub(crate) trait Interception: Send + Sync {
     /// to tell netchaos's own listeners in it apart ([`super::own`]).
     fn netns(&self) -> u64;
 
+    /// Whether `ip` is one of the namespace's own addresses (loopback
+    /// included): what a listener on every address there accepts.
+    fn is_local(&self, ip: IpAddr) -> bool;
+
     /// Packet-level control of `client`'s flow (blackouts).
     fn partition(&self, client: SocketAddr) -> Arc<dyn Partition>;
 }

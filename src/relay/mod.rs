@@ -299,6 +299,9 @@ impl Relay {
             Target::Transparent(ns) => (ns.netns(), own::Kind::Relay),
             Target::Fixed(_) | Target::Inside { .. } => (own::host_ns(), own::Kind::Proxy),
         };
+        // The socket's own namespace where netchaos may ask (an attached
+        // namespace's inbound listener is not where its target says).
+        let ns = own::ns_of_socket(&listener).unwrap_or(ns);
         let registered = listener
             .local_addr()
             .ok()

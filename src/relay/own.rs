@@ -15,6 +15,7 @@
 //! proxies ([`share_api`]); the relay's transparent listeners are never
 //! dialled.
 
+use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};
 use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -85,11 +86,33 @@ pub(crate) fn share_api() {
     SHARED.store(true, Ordering::Relaxed);
 }
 
+/// Who a dial is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Dialer {
+    /// An intercepted client (the wrapped command, an attached
+    /// namespace's process): `--api-for-command` may let it reach the API.
+    Client,
+    /// A proxy's upstream, a resolver: never one of netchaos's listeners.
+    Netchaos,
+}
+
 /// Which of netchaos's listeners a dial from namespace `ns` to `dst` would
-/// reach, if it is one the relay must not dial.
-pub(crate) fn refused(ns: u64, dst: SocketAddr) -> Option<Kind> {
-    let dst = canonical(dst);
-    let shared = SHARED.load(Ordering::Relaxed);
+/// reach, if it is one the relay must not dial; `local` says whether an
+/// address is one of that namespace's own (asked only for a listener on
+/// every address).
+pub(crate) fn refused(
+    ns: u64,
+    dst: SocketAddr,
+    dialer: Dialer,
+    local: impl Fn(IpAddr) -> bool,
+) -> Option<Kind> {
+    // Linux connects a destination of 0.0.0.0 (or [::]) to loopback.
+    let dst = match canonical(dst) {
+        d if d.ip().is_unspecified() && d.is_ipv4() => SocketAddr::from(([127, 0, 0, 1], d.port())),
+        d if d.ip().is_unspecified() => SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, d.port())),
+        d => d,
+    };
+    let shared = SHARED.load(Ordering::Relaxed) && dialer == Dialer::Client;
     let l = LISTENING.lock().unwrap_or_else(|e| e.into_inner());
     // Most dials match no listener's port: no system call for them.
     let mut hits = l
@@ -98,13 +121,13 @@ pub(crate) fn refused(ns: u64, dst: SocketAddr) -> Option<Kind> {
         .filter(|e| !(shared && e.kind != Kind::Relay))
         .peekable();
     hits.peek()?;
-    let mut local = None;
+    let mut is_local = None;
     for e in hits {
         let ip = e.addr.ip();
+        // `[::]` without V6ONLY takes IPv4 too; `0.0.0.0` only IPv4.
+        let family = ip.is_ipv6() || dst.is_ipv4();
         let reaches = if ip.is_unspecified() {
-            // `[::]` without V6ONLY takes IPv4 too; `0.0.0.0` only IPv4.
-            let family = ip.is_ipv6() || dst.is_ipv4();
-            family && *local.get_or_insert_with(|| is_local(ns, dst.ip()))
+            family && *is_local.get_or_insert_with(|| local(dst.ip()))
         } else {
             ip == dst.ip()
         };
@@ -115,24 +138,64 @@ pub(crate) fn refused(ns: u64, dst: SocketAddr) -> Option<Kind> {
     None
 }
 
-/// Whether `ip` is an address of namespace `ns`: a connection to it stays
-/// on this host. Only netchaos's own namespace is listed; in another one a
-/// loopback or unspecified address is what is known to be local.
-fn is_local(ns: u64, ip: IpAddr) -> bool {
-    if ip.is_loopback() || ip.is_unspecified() {
-        return true;
-    }
-    if ns != host_ns() {
-        return false;
-    }
-    nix::ifaddrs::getifaddrs().is_ok_and(|mut addrs| {
-        addrs.any(|a| {
-            a.address.is_some_and(|s| {
-                s.as_sockaddr_in().map(|v4| IpAddr::V4(v4.ip())) == Some(ip)
-                    || s.as_sockaddr_in6().map(|v6| IpAddr::V6(v6.ip())) == Some(ip)
+/// Whether `ip` is an address of netchaos's own namespace (a loopback or
+/// unspecified one, or an interface's).
+pub(crate) fn is_host_address(ip: IpAddr) -> bool {
+    ip.is_loopback()
+        || ip.is_unspecified()
+        || nix::ifaddrs::getifaddrs().is_ok_and(|mut addrs| {
+            addrs.any(|a| {
+                a.address.is_some_and(|s| {
+                    s.as_sockaddr_in().map(|v4| IpAddr::V4(v4.ip())) == Some(ip)
+                        || s.as_sockaddr_in6().map(|v6| IpAddr::V6(v6.ip())) == Some(ip)
+                })
             })
         })
-    })
+}
+
+/// The API connections the relay made for the command (`--api-for-command`),
+/// by the relay's end: the API treats them as the command's, not as the
+/// root-owned sockets they are. Bounded: the oldest are forgotten.
+static FOR_COMMAND: Mutex<VecDeque<SocketAddr>> = Mutex::new(VecDeque::new());
+const FOR_COMMAND_MAX: usize = 4096;
+
+/// Notes a connection the relay dialled to the API for the command.
+pub(crate) fn dialled_for_command(local: SocketAddr) {
+    let mut q = FOR_COMMAND.lock().unwrap_or_else(|e| e.into_inner());
+    if q.len() >= FOR_COMMAND_MAX {
+        q.pop_front();
+    }
+    q.push_back(canonical(local));
+}
+
+/// Whether the API connection from `peer` is one the relay made for the
+/// command (forgotten once asked).
+pub(crate) fn is_for_command(peer: SocketAddr) -> bool {
+    let peer = canonical(peer);
+    let mut q = FOR_COMMAND.lock().unwrap_or_else(|e| e.into_inner());
+    match q.iter().position(|a| *a == peer) {
+        Some(i) => {
+            q.remove(i);
+            true
+        }
+        None => false,
+    }
+}
+
+/// The network namespace a socket is in (`SIOCGSKNS`), where netchaos may
+/// ask (it needs CAP_NET_ADMIN over that namespace).
+pub(crate) fn ns_of_socket(fd: &impl std::os::fd::AsFd) -> Option<u64> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    const SIOCGSKNS: libc::c_ulong = 0x894c;
+    // SAFETY: SIOCGSKNS takes no argument and returns a new descriptor
+    // (owned below) or -1.
+    let r = unsafe { libc::ioctl(fd.as_fd().as_raw_fd(), SIOCGSKNS as _) };
+    if r < 0 {
+        return None;
+    }
+    // SAFETY: `r` is a descriptor the kernel just opened for us.
+    let ns = unsafe { OwnedFd::from_raw_fd(r) };
+    std::fs::File::from(ns).metadata().ok().map(|m| m.ino())
 }
 
 /// IPv4-mapped IPv6 addresses as the IPv4 ones they are.
@@ -154,6 +217,12 @@ mod tests {
         s.parse().unwrap()
     }
 
+    fn r(ns: u64, a: &str) -> Option<Kind> {
+        refused(ns, at(a), Dialer::Client, |ip: IpAddr| {
+            ip.is_loopback() || ip == IpAddr::from([10, 1, 2, 3])
+        })
+    }
+
     // One test: the registry is process-wide, and tests run in parallel.
     #[test]
     fn a_registered_listener_is_refused_only_in_its_namespace() {
@@ -162,21 +231,36 @@ mod tests {
         let api = register(ns, at("127.0.0.1:47001"), Kind::Api);
         let relay = register(ns, at("[::1]:47002"), Kind::Relay);
         let any = register(ns, at("0.0.0.0:47003"), Kind::Proxy);
-        assert_eq!(refused(ns, at("127.0.0.1:47001")), Some(Kind::Api));
-        assert_eq!(refused(ns, at("[::ffff:127.0.0.1]:47001")), Some(Kind::Api));
-        assert_eq!(refused(other, at("127.0.0.1:47001")), None);
-        assert_eq!(refused(ns, at("127.0.0.2:47001")), None);
-        assert_eq!(refused(ns, at("127.0.0.1:47009")), None);
-        assert_eq!(refused(ns, at("[::1]:47002")), Some(Kind::Relay));
-        // An unspecified IPv4 listener: every loopback IPv4 address, not
-        // IPv6, and in another namespace only its own loopback counts.
-        assert_eq!(refused(ns, at("127.9.9.9:47003")), Some(Kind::Proxy));
-        assert_eq!(refused(ns, at("0.0.0.0:47003")), Some(Kind::Proxy));
-        assert_eq!(refused(ns, at("[::1]:47003")), None);
-        assert_eq!(refused(ns, at("192.0.2.77:47003")), None);
+        assert_eq!(r(ns, "127.0.0.1:47001"), Some(Kind::Api));
+        assert_eq!(r(ns, "[::ffff:127.0.0.1]:47001"), Some(Kind::Api));
+        // A connect to the unspecified address reaches loopback.
+        assert_eq!(r(ns, "0.0.0.0:47001"), Some(Kind::Api));
+        assert_eq!(r(ns, "[::ffff:0.0.0.0]:47001"), Some(Kind::Api));
+        assert_eq!(r(ns, "[::]:47002"), Some(Kind::Relay));
+        assert_eq!(r(other, "127.0.0.1:47001"), None);
+        assert_eq!(r(ns, "127.0.0.2:47001"), None);
+        assert_eq!(r(ns, "127.0.0.1:47009"), None);
+        assert_eq!(r(ns, "[::1]:47002"), Some(Kind::Relay));
+        // An unspecified IPv4 listener: every local IPv4 address (the
+        // namespace's own, as it says), not IPv6.
+        assert_eq!(r(ns, "127.9.9.9:47003"), Some(Kind::Proxy));
+        assert_eq!(r(ns, "10.1.2.3:47003"), Some(Kind::Proxy));
+        assert_eq!(r(ns, "0.0.0.0:47003"), Some(Kind::Proxy));
+        assert_eq!(r(ns, "[::1]:47003"), None);
+        assert_eq!(r(ns, "192.0.2.77:47003"), None);
+        // A proxy's own dials never reach a listener, shared or not.
+        let proxy = |a: &str| refused(ns, at(a), Dialer::Netchaos, |_| true);
+        assert_eq!(proxy("127.0.0.1:47001"), Some(Kind::Api));
         drop(api);
-        assert_eq!(refused(ns, at("127.0.0.1:47001")), None);
+        assert_eq!(r(ns, "127.0.0.1:47001"), None);
         drop((relay, any));
-        assert_eq!(refused(ns, at("[::1]:47002")), None);
+        assert_eq!(r(ns, "[::1]:47002"), None);
+    }
+
+    #[test]
+    fn api_connections_made_for_the_command_are_known_once() {
+        dialled_for_command(at("127.0.0.1:40999"));
+        assert!(is_for_command(at("[::ffff:127.0.0.1]:40999")));
+        assert!(!is_for_command(at("127.0.0.1:40999")));
     }
 }

@@ -579,6 +579,7 @@ impl Conn<'_> {
             peer_timeout: self.relay.opts.peer_timeout,
             shape: dial::Shape::for_faults(&faults),
             partitioned: self.partitioned(&faults),
+            dialer: self.dialer,
         }
     }
 
@@ -853,6 +854,7 @@ struct DialAgain {
     peer_timeout: std::time::Duration,
     shape: dial::Shape,
     partitioned: bool,
+    dialer: crate::relay::own::Dialer,
 }
 
 impl DialAgain {
@@ -861,7 +863,7 @@ impl DialAgain {
         addr: SocketAddr,
         inside: Option<&Arc<dyn Interception>>,
     ) -> Result<TcpStream, dial::DialError> {
-        let sock = dial::dial(addr, self.timeout, inside, self.shape).await?;
+        let sock = dial::dial(addr, self.timeout, inside, self.shape, self.dialer).await?;
         sockopt::tune_upstream(&sock, self.peer_timeout, self.partitioned);
         Ok(sock)
     }
