@@ -194,18 +194,61 @@ pub(super) async fn send_data(out: &Output, bytes: Bytes) -> Result<(), Gone> {
 pub(crate) struct Src<R> {
     inner: R,
     want: usize,
+    /// An error met by a read that followed one with bytes: returned by
+    /// the next fill (a reset is reported once; read again, it would look
+    /// like a clean end).
+    failed: Option<io::Error>,
 }
 
 impl<R: AsyncRead + Unpin> Src<R> {
     pub(super) fn new(inner: R) -> Src<R> {
-        Src { inner, want: READ }
+        Src {
+            inner,
+            want: READ,
+            failed: None,
+        }
     }
 
+    /// Reads what the source has: waits for it with at most [`READ`] of
+    /// room (an idle connection holds no large buffer while it waits: 500
+    /// of them, after a large read each, held 120 MiB more), then reads
+    /// on without waiting, up to the grown size.
     pub(super) async fn fill(&mut self, buf: &mut BytesMut) -> io::Result<usize> {
-        buf.reserve(self.want);
+        use futures_util::FutureExt;
+        if let Some(e) = self.failed.take() {
+            return Err(e);
+        }
+        // The rest of a large read's room (its allocation pinned by it,
+        // after the bytes read went on) is let go before the wait; not a
+        // buffer that is filling (a body read whole), which would be
+        // copied at every read.
+        let spare = buf.capacity() - buf.len();
+        if spare > READ && spare > buf.len() {
+            *buf = BytesMut::from(&buf[..]);
+        }
+        buf.reserve(READ);
         let room = buf.capacity() - buf.len();
-        let n = self.inner.read_buf(buf).await?;
-        if n == room {
+        let mut n = self.inner.read_buf(buf).await?;
+        // Whether the source had no more to give (else the reads filled
+        // all the room they were given: the size grows).
+        let mut drained = n < room;
+        while !drained && n < self.want {
+            buf.reserve(self.want - n);
+            let more = buf.capacity() - buf.len();
+            match self.inner.read_buf(buf).now_or_never() {
+                Some(Ok(k)) if k > 0 => {
+                    n += k;
+                    drained = k < more;
+                }
+                // Nothing now; or the end, which the next fill reads.
+                None | Some(Ok(_)) => drained = true,
+                Some(Err(e)) => {
+                    self.failed = Some(e);
+                    drained = true;
+                }
+            }
+        }
+        if !drained {
             self.want = (self.want * 2).min(MAX_READ);
         } else if n < self.want / 4 {
             self.want = (self.want / 2).max(READ);
