@@ -1295,7 +1295,7 @@ while time.monotonic() - (at or start) < 10:
             pass
         closed = time.monotonic() - (at or start)
         break
-print(json.dumps({"goaway": goaway, "before": before, "after": sent - (before or 0), "closed_in": closed}))
+print(json.dumps({"goaway": goaway, "before": before, "after": sent - (before or 0), "sent": sent, "closed_in": closed, "since_start": time.monotonic() - start}))
 "#;
 
 /// A CONTINUATION flood (HEADERS that never end) is sent away with hyper's
@@ -1319,16 +1319,16 @@ fn a_continuation_flood_is_cut_off_after_its_goaway() {
     assert_eq!(rc, 0, "{err}");
     let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
     // ENHANCE_YOUR_CALM (too many CONTINUATION frames), or another
-    // connection error h2 finds first.
-    assert!(v["goaway"].as_u64().is_some_and(|c| c != 0), "{v}");
+    // connection error h2 finds first; unseen when the reset came before
+    // the client read it (a busy machine), which a server closing with
+    // bytes unread may do too.
+    assert_ne!(v["goaway"].as_u64(), Some(0), "{v}");
     let closed = v["closed_in"].as_f64();
     assert!(closed.is_some_and(|t| t < 5.0), "still open: {v}");
-    // What the kernel buffers hold (both ends' socket buffers) and the
-    // little netchaos reads and drops.
-    let after = v["after"].as_u64().unwrap();
-    assert!(
-        after < 32 << 20,
-        "{after} bytes taken after the GOAWAY: {v}"
-    );
+    // What the kernel buffers hold (both ends' socket buffers), the few
+    // frames hyper reads before its GOAWAY, and the little netchaos reads
+    // and drops after it.
+    let sent = v["sent"].as_u64().unwrap();
+    assert!(sent < 32 << 20, "{sent} bytes taken: {v}");
     eprintln!("{v}");
 }
