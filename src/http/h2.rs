@@ -114,6 +114,16 @@ const MAX_STREAMS: u32 = 200;
 /// What hyper buffers per stream to send (its default is 400 KiB, which
 /// across [`MAX_STREAMS`] would be 80 MB per connection).
 const SEND_BUF: usize = 64 * 1024;
+/// What the client may send ahead (flow control: HTTP/2's windows),
+/// held by hyper until its stream's request body is read: in all, and per
+/// stream (hyper's defaults for servers, stated: they bound what one
+/// connection holds).
+const CLIENT_WINDOW: u32 = 1 << 20;
+const CLIENT_STREAM_WINDOW: u32 = 1 << 20;
+/// What the upstream may send ahead: hyper's client defaults are 5 MiB
+/// and 2 MiB.
+const UPSTREAM_WINDOW: u32 = 2 << 20;
+const UPSTREAM_STREAM_WINDOW: u32 = 1 << 20;
 /// Bodies held whole at once per connection (each at most [`MAX_BODY`]),
 /// to match or rewrite them: the rest wait their turn.
 const HELD_BODIES: usize = 4;
@@ -243,6 +253,8 @@ pub(crate) fn engine(
 async fn handshake(io: Box<dyn UpstreamIo>) -> hyper::Result<(Upstream, UpstreamConn)> {
     hyper::client::conn::http2::Builder::new(TokioExecutor::new())
         .max_send_buf_size(SEND_BUF)
+        .initial_connection_window_size(UPSTREAM_WINDOW)
+        .initial_stream_window_size(UPSTREAM_STREAM_WINDOW)
         .handshake::<_, Body>(TokioIo::new(io))
         .await
 }
@@ -298,6 +310,8 @@ async fn run(
         .max_concurrent_streams(MAX_STREAMS)
         .max_header_list_size(MAX_HEAD as u32)
         .max_send_buf_size(SEND_BUF)
+        .initial_connection_window_size(CLIENT_WINDOW)
+        .initial_stream_window_size(CLIENT_STREAM_WINDOW)
         // A direct answer has no `date` unless its server sent one.
         .auto_date_header(false)
         .serve_connection(TokioIo::new(client), service);
