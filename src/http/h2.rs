@@ -34,9 +34,10 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
+use super::budget::{self, Lease};
 use super::decide::{self, Reply};
 use super::events::Format;
-use super::exchange::{self, Exchange, MAX_BODY, Meta, Src};
+use super::exchange::{self, Exchange, MAX_BODY, Meta, Out, Src};
 use super::h2_stream::{self, Units};
 use super::wire::MAX_HEAD;
 use super::{grpc, rewrite, wire};
@@ -117,13 +118,16 @@ const SEND_BUF: usize = 64 * 1024;
 /// What the client may send ahead (flow control: HTTP/2's windows),
 /// held by hyper until its stream's request body is read: in all, and per
 /// stream (hyper's defaults for servers, stated: they bound what one
-/// connection holds).
+/// connection holds outside the HTTP layer's budget).
 const CLIENT_WINDOW: u32 = 1 << 20;
 const CLIENT_STREAM_WINDOW: u32 = 1 << 20;
 /// What the upstream may send ahead: hyper's client defaults are 5 MiB
 /// and 2 MiB.
 const UPSTREAM_WINDOW: u32 = 2 << 20;
 const UPSTREAM_STREAM_WINDOW: u32 = 1 << 20;
+/// The largest DATA frame (HTTP/2's default, which hyper keeps): what
+/// reading a body ahead takes at once.
+const FRAME: usize = 16 * 1024;
 /// Bodies held whole at once per connection (each at most [`MAX_BODY`]),
 /// to match or rewrite them: the rest wait their turn.
 const HELD_BODIES: usize = 4;
@@ -467,7 +471,9 @@ pub(crate) async fn requests<R: AsyncRead + Unpin>(
     out: Output,
     gone: CancellationToken,
 ) {
-    let (mut src, mut buf) = (Src::new(client), BytesMut::new());
+    let _ending = budget::Connection;
+    let out = Out::new(out);
+    let (mut src, mut buf) = (Src::new(client, &out), BytesMut::new());
     let end = tokio::select! {
         _ = exchange::raw(&mut src, &mut buf, &out) => return,
         () = gone.cancelled() => linger(&mut src).await,
@@ -513,7 +519,8 @@ async fn linger<R: AsyncRead + Unpin>(src: &mut Src<R>) -> ItemKind {
 /// fault ends the connection, what the engine has written by then, and
 /// the end (a FIN or an RST) after it.
 pub(crate) async fn responses(engine: ReadHalf<DuplexStream>, mut ending: Ending, out: Output) {
-    let mut src = Src::new(engine);
+    let out = Out::new(out);
+    let mut src = Src::new(engine, &out);
     let mut buf = BytesMut::new();
     let mut watching = true;
     // Unbiased: an end is not held back by a busy stream's bytes.
@@ -1239,6 +1246,8 @@ struct Held {
     edited: bool,
     /// Its turn to be held whole, given back when it has gone.
     _turn: Option<OwnedSemaphorePermit>,
+    /// What it holds read ahead, in the HTTP layer's budget.
+    held: Lease,
 }
 
 impl Held {
@@ -1250,10 +1259,13 @@ impl Held {
             whole: None,
             edited: false,
             _turn: None,
+            held: Lease::default(),
         }
     }
 
-    /// Reads on until the body ends or passes [`MAX_BODY`], in its turn.
+    /// Reads on until the body ends or passes [`MAX_BODY`], in its turn,
+    /// or until the budget has no room for more (what was read is held
+    /// until it has gone on; the rest passes as it comes).
     async fn read_ahead(&mut self, holding: &Arc<Semaphore>) -> Result<(), BoxError> {
         if self._turn.is_none() {
             self._turn = Some(holding.clone().acquire_owned().await?);
@@ -1266,6 +1278,13 @@ impl Held {
         }
         while let Some(rest) = self.rest.as_mut() {
             if data.len() > MAX_BODY {
+                return Ok(());
+            }
+            // Its frames and their data's copy, and the next frame.
+            if !self.held.hold(2 * data.len() + FRAME) {
+                budget::refused(
+                    "a body passes on as it comes, not held whole to match or rewrite it",
+                );
                 return Ok(());
             }
             match rest.frame().await {
@@ -1327,6 +1346,7 @@ impl hyper::body::Body for Held {
             None => {
                 // What was held has gone: the next body may be held.
                 self._turn = None;
+                self.held = Lease::default();
                 match self.rest.as_mut() {
                     Some(r) => Pin::new(r).poll_frame(cx).map_err(|e| Failed(e.into())),
                     None => Poll::Ready(None),
