@@ -15,7 +15,8 @@ Exit codes: 0 success; 2 bad usage or an invalid profile (nothing was started);
 
 Environment: NETCHAOS_THREADS=N sets the relay's worker threads (default: one per two
 CPUs); NETCHAOS_PEER_TIMEOUT how long a vanished peer may hold an idle connection;
-NETCHAOS_LOG the log filter.
+NETCHAOS_HTTP_MEMORY the HTTP layer's memory budget (default 256MiB); NETCHAOS_LOG the
+log filter.
 
 Examples:
   netchaos demo

@@ -41,7 +41,8 @@
 //!   (`http::rewrite`), and the two sides that follow one connection's
 //!   requests and responses (`http::exchange`); HTTP/2 (gRPC) ended and
 //!   re-originated by hyper, stream by stream (`http::h2`), with gRPC's
-//!   statuses (`http::grpc`).
+//!   statuses (`http::grpc`); one memory budget for all of it
+//!   (`http::budget`).
 //! * `dns` — the DNS layer: each query of the namespace numbered and its
 //!   faults decided (`dns::decide`, pure), answers made in the resolver's
 //!   place (`dns::reply`), DNS over TCP (`dns::tcp`), and the names learned

@@ -377,6 +377,25 @@ fn inputs_once_accepted_or_misreported_now_say_what_is_wrong() {
         err.contains("NETCHAOS_PEER_TIMEOUT=\"soon\": expected a duration"),
         "{err}"
     );
+    for (value, want) in [("1MiB", "at least 16MiB"), ("lots", "expected a size")] {
+        let out = Command::new(BIN)
+            .args([
+                "proxy",
+                "--listen",
+                "127.0.0.1:0",
+                "--upstream",
+                "127.0.0.1:9",
+            ])
+            .env("NETCHAOS_HTTP_MEMORY", value)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert!(
+            err.contains(&format!("NETCHAOS_HTTP_MEMORY=\"{value}\"")) && err.contains(want),
+            "{err}"
+        );
+    }
     outcome(
         &["check", "--fault", "latency:delay=100ms,buffer=100GiB"],
         2,

@@ -249,6 +249,28 @@ pub(crate) fn render(stats: &Stats, extra: &Extra) -> String {
         "Bulk reads that found every bulk buffer out, and were carried in small copies.",
     );
     let _ = writeln!(out, "netchaos_relay_bulk_buffer_misses_total {misses}");
+    let (used, limit, refused) = crate::http::budget::usage();
+    family_into(
+        &mut out,
+        "netchaos_http_memory_bytes",
+        "gauge",
+        "Bytes the HTTP layer holds in its memory budget now (heads, bodies held whole, bytes passed on and not yet written).",
+    );
+    let _ = writeln!(out, "netchaos_http_memory_bytes {used}");
+    family_into(
+        &mut out,
+        "netchaos_http_memory_limit_bytes",
+        "gauge",
+        "The HTTP layer's memory budget (NETCHAOS_HTTP_MEMORY).",
+    );
+    let _ = writeln!(out, "netchaos_http_memory_limit_bytes {limit}");
+    family_into(
+        &mut out,
+        "netchaos_http_memory_refusals_total",
+        "counter",
+        "Heads answered 431, or bodies not held whole, for want of budget.",
+    );
+    let _ = writeln!(out, "netchaos_http_memory_refusals_total {refused}");
     if extra.runtime {
         runtime_into(&mut out);
     }

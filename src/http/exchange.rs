@@ -23,6 +23,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::budget::{self, Flow, Lease};
 use super::decide::{self, Decision};
 use super::events::{self as sse_events, Block, Format, Splitter};
 use super::rewrite::{self, set_header};
@@ -111,7 +112,13 @@ enum Pending {
     /// Netchaos is stopping and the client between requests: close the
     /// connection once the answers before are out.
     Close,
+    /// The request's head found the budget spent: a 431 once the answers
+    /// before are out, then the connection closes.
+    Refuse,
 }
+
+/// The answer to a request whose head found the budget spent.
+const TOO_LARGE: &[u8] = b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: text/plain\r\ncontent-length: 50\r\nconnection: close\r\n\r\nnetchaos: the HTTP layer's memory budget is spent\n";
 
 struct Answer {
     meta: Meta,
@@ -173,19 +180,36 @@ impl Exchange {
     }
 }
 
-pub(super) async fn send(out: &Output, kind: ItemKind) -> Result<(), Gone> {
-    out.send(Item {
-        at: Instant::now(),
-        kind,
-    })
-    .await
+/// A side's output: its pipeline's input, and the direction's bytes
+/// passed on and not yet written, in the HTTP layer's budget.
+pub(crate) struct Out {
+    output: Output,
+    flow: Flow,
 }
 
-pub(super) async fn send_data(out: &Output, bytes: Bytes) -> Result<(), Gone> {
+impl Out {
+    pub(crate) fn new(output: Output) -> Out {
+        Out {
+            output,
+            flow: Flow::default(),
+        }
+    }
+}
+
+pub(super) async fn send(out: &Out, kind: ItemKind) -> Result<(), Gone> {
+    out.output
+        .send(Item {
+            at: Instant::now(),
+            kind,
+        })
+        .await
+}
+
+pub(super) async fn send_data(out: &Out, bytes: Bytes) -> Result<(), Gone> {
     if bytes.is_empty() {
         return Ok(());
     }
-    send(out, ItemKind::Data(bytes)).await
+    send(out, ItemKind::Data(out.flow.tag(bytes))).await
 }
 
 /// A side's source, read in sizes that follow the traffic: small while
@@ -194,18 +218,71 @@ pub(super) async fn send_data(out: &Output, bytes: Bytes) -> Result<(), Gone> {
 pub(crate) struct Src<R> {
     inner: R,
     want: usize,
+    /// An error met by a read that followed one with bytes: returned by
+    /// the next fill (a reset is reported once; read again, it would look
+    /// like a clean end).
+    failed: Option<io::Error>,
+    /// The direction's bytes passed on: while the budget is spent, it
+    /// reads again only once they are written.
+    flow: Flow,
 }
 
 impl<R: AsyncRead + Unpin> Src<R> {
-    pub(super) fn new(inner: R) -> Src<R> {
-        Src { inner, want: READ }
+    /// A source whose bytes go to `out`.
+    pub(super) fn new(inner: R, out: &Out) -> Src<R> {
+        Src {
+            inner,
+            want: READ,
+            failed: None,
+            flow: out.flow.clone(),
+        }
     }
 
+    /// Reads what the source has: waits for it with at most [`READ`] of
+    /// room (an idle connection holds no large buffer while it waits: 500
+    /// of them, after a large read each, held 120 MiB more), then reads
+    /// on without waiting, up to the grown size — unless the budget is
+    /// spent: then [`READ`] at a time, each once the last has gone on.
     pub(super) async fn fill(&mut self, buf: &mut BytesMut) -> io::Result<usize> {
-        buf.reserve(self.want);
+        use futures_util::FutureExt;
+        if let Some(e) = self.failed.take() {
+            return Err(e);
+        }
+        self.flow.room().await;
+        if budget::spent() {
+            self.want = READ;
+        }
+        // The rest of a large read's room (its allocation pinned by it,
+        // after the bytes read went on) is let go before the wait; not a
+        // buffer that is filling (a body read whole), which would be
+        // copied at every read.
+        let spare = buf.capacity() - buf.len();
+        if spare > READ && spare > buf.len() {
+            *buf = BytesMut::from(&buf[..]);
+        }
+        buf.reserve(READ);
         let room = buf.capacity() - buf.len();
-        let n = self.inner.read_buf(buf).await?;
-        if n == room {
+        let mut n = self.inner.read_buf(buf).await?;
+        // Whether the source had no more to give (else the reads filled
+        // all the room they were given: the size grows).
+        let mut drained = n < room;
+        while !drained && n < self.want {
+            buf.reserve(self.want - n);
+            let more = buf.capacity() - buf.len();
+            match self.inner.read_buf(buf).now_or_never() {
+                Some(Ok(k)) if k > 0 => {
+                    n += k;
+                    drained = k < more;
+                }
+                // Nothing now; or the end, which the next fill reads.
+                None | Some(Ok(_)) => drained = true,
+                Some(Err(e)) => {
+                    self.failed = Some(e);
+                    drained = true;
+                }
+            }
+        }
+        if !drained && !budget::spent() {
             self.want = (self.want * 2).min(MAX_READ);
         } else if n < self.want / 4 {
             self.want = (self.want / 2).max(READ);
@@ -218,7 +295,7 @@ impl<R: AsyncRead + Unpin> Src<R> {
 pub(super) async fn raw<R: AsyncRead + Unpin>(
     src: &mut Src<R>,
     buf: &mut BytesMut,
-    out: &Output,
+    out: &Out,
 ) -> Result<(), Gone> {
     send_data(out, buf.split().freeze()).await?;
     loop {
@@ -237,11 +314,21 @@ enum Head<T> {
     Eof,
     Failed,
     NotHttp,
+    /// The head is longer than [`HEAD_ALLOWANCE`], and the budget has no
+    /// room for the rest.
+    Spent,
 }
 
+/// What a head may hold outside the budget (most are far shorter: nginx
+/// reads them into 1 KiB, then up to four 8 KiB buffers).
+const HEAD_ALLOWANCE: usize = 16 * 1024;
+
+/// Reads a head into `buf`; past [`HEAD_ALLOWANCE`], `held` holds it in
+/// the budget (until the caller lets it go, with the head).
 async fn read_head<R: AsyncRead + Unpin, T>(
     src: &mut Src<R>,
     buf: &mut BytesMut,
+    held: &mut Lease,
     parse: impl Fn(&[u8]) -> Result<Option<T>, WireError>,
 ) -> Head<T> {
     loop {
@@ -251,6 +338,9 @@ async fn read_head<R: AsyncRead + Unpin, T>(
                 Ok(None) => {}
                 Err(_) => return Head::NotHttp,
             }
+        }
+        if buf.len() >= HEAD_ALLOWANCE && !held.hold(buf.len() + READ) {
+            return Head::Spent;
         }
         match src.fill(buf).await {
             Ok(0) => return Head::Eof,
@@ -281,7 +371,7 @@ async fn pass_body<R: AsyncRead + Unpin>(
     buf: &mut BytesMut,
     mut start: usize,
     body: &mut Body,
-    out: &Output,
+    out: &Out,
     limit: Option<u64>,
 ) -> Result<BodyEnd, Gone> {
     let mut passed = 0u64;
@@ -346,11 +436,14 @@ async fn drop_body<R: AsyncRead + Unpin>(
 /// Reads a whole body (at most [`MAX_BODY`]) into the buffer, after its
 /// head, and returns its payload (de-chunked) and how many bytes of the
 /// buffer it takes: to match its JSON fields, or to rewrite it. `None`
-/// when it is larger, ends early, or the client waits for a go-ahead
-/// before sending it (`waits`); the buffer keeps what was read either way.
+/// when it is larger, ends early, the client waits for a go-ahead before
+/// sending it (`waits`), or the budget has no room for it (`held` holds
+/// it there, its payload and its bytes in the buffer, until the caller
+/// lets it go); the buffer keeps what was read either way.
 async fn whole_body<R: AsyncRead + Unpin>(
     src: &mut Src<R>,
     buf: &mut BytesMut,
+    held: &mut Lease,
     head_len: usize,
     framing: Framing,
     waits: bool,
@@ -369,6 +462,10 @@ async fn whole_body<R: AsyncRead + Unpin>(
         if waits || at - head_len > MAX_BODY {
             return Ok(None);
         }
+        if !held.hold(buf.len() - head_len + payload.capacity() + READ) {
+            budget::refused("a body passes on as it comes, not held whole to match or rewrite it");
+            return Ok(None);
+        }
         match src.fill(buf).await {
             // A body that runs until the close is whole at the close.
             Ok(0) if framing == Framing::UntilClose => {
@@ -385,13 +482,15 @@ impl RequestSide {
     /// Reads requests from the client until it closes, sending what goes
     /// upstream to `out`.
     pub(crate) async fn run<R: AsyncRead + Unpin>(self, src: R, out: Output) {
-        let _ = self.requests(&mut Src::new(src), &out).await;
+        let _ending = budget::Connection;
+        let out = Out::new(out);
+        let _ = self.requests(&mut Src::new(src, &out), &out).await;
     }
 
     async fn requests<R: AsyncRead + Unpin>(
         &self,
         src: &mut Src<R>,
-        out: &Output,
+        out: &Out,
     ) -> Result<(), Gone> {
         let x = &self.x;
         let mut buf = BytesMut::new();
@@ -426,7 +525,10 @@ impl RequestSide {
                     }
                 }
             }
-            let head = match read_head(src, &mut buf, wire::request).await {
+            // What this request holds in the budget beyond the allowances:
+            // its head, its body read whole; let go with the request.
+            let (mut head_held, mut body_held) = (Lease::default(), Lease::default());
+            let head = match read_head(src, &mut buf, &mut head_held, wire::request).await {
                 Head::Parsed(h) => h,
                 Head::Eof => {
                     send_data(out, buf.split().freeze()).await?;
@@ -434,6 +536,7 @@ impl RequestSide {
                 }
                 Head::Failed => return send(out, ItemKind::Reset).await,
                 Head::NotHttp => return self.go_raw(src, &mut buf, out).await,
+                Head::Spent => return self.refuse().await,
             };
             x.events.http_request();
             let Ok(framing) = head.framing() else {
@@ -445,7 +548,8 @@ impl RequestSide {
             // below takes it from here rather than reading it again.
             let mut peeked = None;
             if decide::needs_body(&faults) && framing != Framing::Empty {
-                match whole_body(src, &mut buf, head.head_len, framing, waits).await {
+                match whole_body(src, &mut buf, &mut body_held, head.head_len, framing, waits).await
+                {
                     Ok(w) => peeked = Some(w),
                     Err(BodyEnd::Failed) => return send(out, ItemKind::Reset).await,
                     Err(_) => return self.go_raw(src, &mut buf, out).await,
@@ -546,7 +650,16 @@ impl RequestSide {
             if body_edits && !tunnel && !waits && rewrite::body_editable(&head.headers) {
                 whole = match peeked.take() {
                     Some(w) => w,
-                    None => match whole_body(src, &mut buf, head.head_len, framing, false).await {
+                    None => match whole_body(
+                        src,
+                        &mut buf,
+                        &mut body_held,
+                        head.head_len,
+                        framing,
+                        false,
+                    )
+                    .await
+                    {
                         Ok(w) => w,
                         Err(BodyEnd::Failed) => return send(out, ItemKind::Reset).await,
                         Err(_) => return self.go_raw(src, &mut buf, out).await,
@@ -627,10 +740,25 @@ impl RequestSide {
         &self,
         src: &mut Src<R>,
         buf: &mut BytesMut,
-        out: &Output,
+        out: &Out,
     ) -> Result<(), Gone> {
         let _ = self.tx.send(Pending::Raw).await;
         raw(src, buf, out).await
+    }
+
+    /// A head the budget has no room for: answered 431 in its turn, then
+    /// the connection closes (the rest of the head unread). A server
+    /// short of memory refuses so; waiting for room could hold every
+    /// connection's head while others hold the budget.
+    async fn refuse(&self) -> Result<(), Gone> {
+        budget::refused("a request head was answered 431 and its connection closed");
+        self.x.events.relay_error(
+            &self.x.conn,
+            "http_memory_spent",
+            "a request head longer than 16 KiB found the HTTP layer's memory budget spent: answered 431, connection closed",
+        );
+        let _ = self.tx.send(Pending::Refuse).await;
+        Ok(())
     }
 }
 
@@ -657,13 +785,14 @@ impl ResponseSide {
     /// Follows the upstream's responses, sending what reaches the client
     /// to `out`.
     pub(crate) async fn run<R: AsyncRead + Unpin>(mut self, src: R, out: Output) {
-        let _ = self.responses(&mut Src::new(src), &out).await;
+        let out = Out::new(out);
+        let _ = self.responses(&mut Src::new(src, &out), &out).await;
     }
 
     async fn responses<R: AsyncRead + Unpin>(
         &mut self,
         src: &mut Src<R>,
-        out: &Output,
+        out: &Out,
     ) -> Result<(), Gone> {
         let mut buf = BytesMut::new();
         loop {
@@ -692,6 +821,11 @@ impl ResponseSide {
                     send_data(out, buf.split().freeze()).await?;
                     return send(out, ItemKind::Close).await;
                 }
+                Some(Pending::Refuse) => {
+                    send_data(out, buf.split().freeze()).await?;
+                    send_data(out, Bytes::from_static(TOO_LARGE)).await?;
+                    return send(out, ItemKind::Close).await;
+                }
                 Some(Pending::Answered(a)) => self.answer(*a, out).await?,
                 Some(Pending::Forwarded(f)) => {
                     let (meta, d) = *f;
@@ -706,7 +840,7 @@ impl ResponseSide {
         }
     }
 
-    async fn answer(&self, a: Answer, out: &Output) -> Result<Next, Gone> {
+    async fn answer(&self, a: Answer, out: &Out) -> Result<Next, Gone> {
         // Delays are counted as their hold begins (request-phase ones
         // already were); the answer once it is sent.
         for c in &a.delays {
@@ -728,12 +862,14 @@ impl ResponseSide {
         &mut self,
         src: &mut Src<R>,
         buf: &mut BytesMut,
-        out: &Output,
+        out: &Out,
         meta: Meta,
         mut d: Decision,
     ) -> Result<Next, Gone> {
+        // A long head, in the budget until the response is done with it.
+        let mut head_held = Lease::default();
         let mut head = loop {
-            match read_head(src, buf, wire::response).await {
+            match read_head(src, buf, &mut head_held, wire::response).await {
                 Head::Parsed(h) if h.is_interim() => {
                     // 100 Continue, 103 Early Hints: on at once.
                     send_data(out, buf.split_to(h.head_len).freeze()).await?;
@@ -747,7 +883,9 @@ impl ResponseSide {
                     send_data(out, buf.split().freeze()).await?;
                     return send(out, ItemKind::Reset).await.map(|()| Next::End);
                 }
-                Head::NotHttp => return Ok(Next::Raw),
+                // A head the budget has no room for passes as bytes (the
+                // client reads it as it would have).
+                Head::NotHttp | Head::Spent => return Ok(Next::Raw),
             }
         };
         self.x.record_response(&meta, head.status, None);
@@ -923,14 +1061,16 @@ impl ResponseSide {
         &self,
         src: &mut Src<R>,
         buf: &mut BytesMut,
-        out: &Output,
+        out: &Out,
         meta: &Meta,
         head: &wire::Response,
         framing: Framing,
         d: &decide::OnResponse,
         head_changed: &[bool],
     ) -> Result<Option<Next>, Gone> {
-        let (payload, wire_len) = match whole_body(src, buf, head.head_len, framing, false).await {
+        let mut held = Lease::default();
+        let whole = whole_body(src, buf, &mut held, head.head_len, framing, false).await;
+        let (payload, wire_len) = match whole {
             Ok(Some(w)) => w,
             Err(BodyEnd::Failed) => {
                 send_data(out, buf.split().freeze()).await?;
@@ -995,7 +1135,7 @@ impl ResponseSide {
         &mut self,
         src: &mut Src<R>,
         buf: &mut BytesMut,
-        out: &Output,
+        out: &Out,
         meta: &Meta,
         head: &wire::Response,
         c: Chosen,
@@ -1029,7 +1169,7 @@ impl ResponseSide {
     }
 }
 
-async fn cut(out: &Output, then: After) -> Result<Next, Gone> {
+async fn cut(out: &Out, then: After) -> Result<Next, Gone> {
     let kind = match then {
         After::Reset => ItemKind::Reset,
         _ => ItemKind::Close,
@@ -1069,7 +1209,7 @@ impl Stream<'_> {
         }
     }
 
-    async fn emit(&self, out: &Output, bytes: &[u8]) -> Result<(), Gone> {
+    async fn emit(&self, out: &Out, bytes: &[u8]) -> Result<(), Gone> {
         if bytes.is_empty() {
             return Ok(());
         }
@@ -1088,7 +1228,7 @@ impl Stream<'_> {
     async fn after_events<R: AsyncRead + Unpin>(
         &mut self,
         src: &mut Src<R>,
-        out: &Output,
+        out: &Out,
         rx: &mut mpsc::Receiver<Pending>,
     ) -> Result<Option<Next>, Gone> {
         for i in 0..self.faults.len() {
@@ -1142,7 +1282,7 @@ impl Stream<'_> {
         &mut self,
         block: Block,
         src: &mut Src<R>,
-        out: &Output,
+        out: &Out,
         rx: &mut mpsc::Receiver<Pending>,
     ) -> Result<Option<Next>, Gone> {
         if !block.counts {
@@ -1198,7 +1338,7 @@ impl Stream<'_> {
         src: &mut Src<R>,
         buf: &mut BytesMut,
         body: &mut Body,
-        out: &Output,
+        out: &Out,
         rx: &mut mpsc::Receiver<Pending>,
     ) -> Result<Next, Gone> {
         let mut split = Splitter::new(self.format);
@@ -1257,7 +1397,7 @@ impl Stream<'_> {
 /// dropped, until it or the client ends the connection.
 async fn stall<R: AsyncRead + Unpin>(
     src: &mut Src<R>,
-    out: &Output,
+    out: &Out,
     rx: &mut mpsc::Receiver<Pending>,
 ) -> Result<Next, Gone> {
     let mut scratch = BytesMut::new();

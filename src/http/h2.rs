@@ -34,9 +34,10 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
+use super::budget::{self, Lease};
 use super::decide::{self, Reply};
 use super::events::Format;
-use super::exchange::{self, Exchange, MAX_BODY, Meta, Src};
+use super::exchange::{self, Exchange, MAX_BODY, Meta, Out, Src};
 use super::h2_stream::{self, Units};
 use super::wire::MAX_HEAD;
 use super::{grpc, rewrite, wire};
@@ -114,6 +115,19 @@ const MAX_STREAMS: u32 = 200;
 /// What hyper buffers per stream to send (its default is 400 KiB, which
 /// across [`MAX_STREAMS`] would be 80 MB per connection).
 const SEND_BUF: usize = 64 * 1024;
+/// What the client may send ahead (flow control: HTTP/2's windows),
+/// held by hyper until its stream's request body is read: in all, and per
+/// stream (hyper's defaults for servers, stated: they bound what one
+/// connection holds outside the HTTP layer's budget).
+const CLIENT_WINDOW: u32 = 1 << 20;
+const CLIENT_STREAM_WINDOW: u32 = 1 << 20;
+/// What the upstream may send ahead: hyper's client defaults are 5 MiB
+/// and 2 MiB.
+const UPSTREAM_WINDOW: u32 = 2 << 20;
+const UPSTREAM_STREAM_WINDOW: u32 = 1 << 20;
+/// The largest DATA frame (HTTP/2's default, which hyper keeps): what
+/// reading a body ahead takes at once.
+const FRAME: usize = 16 * 1024;
 /// Bodies held whole at once per connection (each at most [`MAX_BODY`]),
 /// to match or rewrite them: the rest wait their turn.
 const HELD_BODIES: usize = 4;
@@ -243,6 +257,8 @@ pub(crate) fn engine(
 async fn handshake(io: Box<dyn UpstreamIo>) -> hyper::Result<(Upstream, UpstreamConn)> {
     hyper::client::conn::http2::Builder::new(TokioExecutor::new())
         .max_send_buf_size(SEND_BUF)
+        .initial_connection_window_size(UPSTREAM_WINDOW)
+        .initial_stream_window_size(UPSTREAM_STREAM_WINDOW)
         .handshake::<_, Body>(TokioIo::new(io))
         .await
 }
@@ -298,6 +314,8 @@ async fn run(
         .max_concurrent_streams(MAX_STREAMS)
         .max_header_list_size(MAX_HEAD as u32)
         .max_send_buf_size(SEND_BUF)
+        .initial_connection_window_size(CLIENT_WINDOW)
+        .initial_stream_window_size(CLIENT_STREAM_WINDOW)
         // A direct answer has no `date` unless its server sent one.
         .auto_date_header(false)
         .serve_connection(TokioIo::new(client), service);
@@ -441,16 +459,68 @@ fn io_kind(e: &(dyn std::error::Error + 'static)) -> Option<std::io::ErrorKind> 
         .map(std::io::Error::kind)
 }
 
-/// The client's bytes, into its upstream pipeline (towards the engine).
-pub(crate) async fn requests<R: AsyncRead + Unpin>(client: R, out: Output) {
-    let _ = exchange::raw(&mut Src::new(client), &mut BytesMut::new(), &out).await;
+/// The client's bytes, into its upstream pipeline (towards the engine),
+/// until the engine has ended (`gone`): hyper said GOAWAY (a protocol
+/// error of the client's, a drain that finished) or the client did, and
+/// nothing reads what the client sends any more. Its end is waited for
+/// then ([`linger`]), not its bytes: a client flooding on past its
+/// GOAWAY (a CONTINUATION flood) was read and dropped without end, 47 GB
+/// in 20 s and half a core per connection.
+pub(crate) async fn requests<R: AsyncRead + Unpin>(
+    client: R,
+    out: Output,
+    gone: CancellationToken,
+) {
+    let _ending = budget::Connection;
+    let out = Out::new(out);
+    let (mut src, mut buf) = (Src::new(client, &out), BytesMut::new());
+    let end = tokio::select! {
+        _ = exchange::raw(&mut src, &mut buf, &out) => return,
+        () = gone.cancelled() => linger(&mut src).await,
+    };
+    let _ = exchange::send(&out, end).await;
+}
+
+/// What a client whose HTTP/2 connection has ended may still send, read
+/// and dropped: in flight when it met the GOAWAY (a window update, its own
+/// GOAWAY, the rest of a frame).
+const LINGER_BYTES: usize = 256 * 1024;
+/// How long its own end (FIN) is waited for: longer than a GOAWAY's drain
+/// ([`GOAWAY_DRAIN`]), so the frames before it reach the client first
+/// through a slow downstream.
+const LINGER_TIME: Duration = Duration::from_secs(10);
+
+/// Waits for the end of a client's connection whose HTTP/2 has ended:
+/// its FIN (the connection ends as it would have), or an RST; or, once it
+/// has sent [`LINGER_BYTES`] more (a client that ignores the GOAWAY), a
+/// reset, as from a server that closed its socket with the bytes unread;
+/// or after [`LINGER_TIME`], a close.
+async fn linger<R: AsyncRead + Unpin>(src: &mut Src<R>) -> ItemKind {
+    let deadline = tokio::time::Instant::now() + LINGER_TIME;
+    let mut scratch = BytesMut::new();
+    let mut dropped = 0;
+    loop {
+        match tokio::time::timeout_at(deadline, src.fill(&mut scratch)).await {
+            Err(_) => return ItemKind::Close,
+            Ok(Ok(0)) => return ItemKind::Fin,
+            Ok(Ok(n)) => {
+                dropped += n;
+                scratch.clear();
+                if dropped > LINGER_BYTES {
+                    return ItemKind::Reset;
+                }
+            }
+            Ok(Err(_)) => return ItemKind::Reset,
+        }
+    }
 }
 
 /// What the engine sends the client, into its downstream pipeline; when a
 /// fault ends the connection, what the engine has written by then, and
 /// the end (a FIN or an RST) after it.
 pub(crate) async fn responses(engine: ReadHalf<DuplexStream>, mut ending: Ending, out: Output) {
-    let mut src = Src::new(engine);
+    let out = Out::new(out);
+    let mut src = Src::new(engine, &out);
     let mut buf = BytesMut::new();
     let mut watching = true;
     // Unbiased: an end is not held back by a busy stream's bytes.
@@ -1176,6 +1246,8 @@ struct Held {
     edited: bool,
     /// Its turn to be held whole, given back when it has gone.
     _turn: Option<OwnedSemaphorePermit>,
+    /// What it holds read ahead, in the HTTP layer's budget.
+    held: Lease,
 }
 
 impl Held {
@@ -1187,10 +1259,13 @@ impl Held {
             whole: None,
             edited: false,
             _turn: None,
+            held: Lease::default(),
         }
     }
 
-    /// Reads on until the body ends or passes [`MAX_BODY`], in its turn.
+    /// Reads on until the body ends or passes [`MAX_BODY`], in its turn,
+    /// or until the budget has no room for more (what was read is held
+    /// until it has gone on; the rest passes as it comes).
     async fn read_ahead(&mut self, holding: &Arc<Semaphore>) -> Result<(), BoxError> {
         if self._turn.is_none() {
             self._turn = Some(holding.clone().acquire_owned().await?);
@@ -1203,6 +1278,13 @@ impl Held {
         }
         while let Some(rest) = self.rest.as_mut() {
             if data.len() > MAX_BODY {
+                return Ok(());
+            }
+            // Its frames and their data's copy, and the next frame.
+            if !self.held.hold(2 * data.len() + FRAME) {
+                budget::refused(
+                    "a body passes on as it comes, not held whole to match or rewrite it",
+                );
                 return Ok(());
             }
             match rest.frame().await {
@@ -1264,6 +1346,7 @@ impl hyper::body::Body for Held {
             None => {
                 // What was held has gone: the next body may be held.
                 self._turn = None;
+                self.held = Lease::default();
                 match self.rest.as_mut() {
                     Some(r) => Pin::new(r).poll_frame(cx).map_err(|e| Failed(e.into())),
                     None => Poll::Ready(None),

@@ -166,11 +166,13 @@ impl Default for RelayOptions {
 
 impl RelayOptions {
     /// The options from the command line and the environment; a malformed
-    /// `NETCHAOS_PEER_TIMEOUT` is an error.
+    /// `NETCHAOS_PEER_TIMEOUT` or `NETCHAOS_HTTP_MEMORY` is an error (the
+    /// latter sets the HTTP layer's budget, one for the process).
     pub(crate) fn new(
         dial_timeout: Duration,
         max_connections: Option<u32>,
     ) -> Result<RelayOptions, BadEnv> {
+        crate::http::budget::set_limit(http_memory_from_env()?);
         Ok(RelayOptions {
             dial_timeout,
             max_connections: max_connections.map_or_else(default_max_connections, |n| n as usize),
@@ -200,6 +202,26 @@ fn peer_timeout_from_env() -> Result<Duration, BadEnv> {
     match crate::units::parse_duration(&text) {
         Ok(d) if d >= Duration::from_secs(1) => Ok(d),
         Ok(_) => Err(bad("at least 1s")),
+        Err(e) => Err(bad(e)),
+    }
+}
+
+/// `NETCHAOS_HTTP_MEMORY` (a size like `512MiB`, at least 16 MiB)
+/// overrides the HTTP layer's memory budget ([`crate::http::budget`]).
+fn http_memory_from_env() -> Result<usize, BadEnv> {
+    use crate::http::budget::{DEFAULT_LIMIT, MIN_LIMIT};
+    let Some(v) = std::env::var_os("NETCHAOS_HTTP_MEMORY") else {
+        return Ok(DEFAULT_LIMIT);
+    };
+    let text = v.to_string_lossy().into_owned();
+    let bad = |expected: &str| BadEnv {
+        name: "NETCHAOS_HTTP_MEMORY",
+        value: text.clone(),
+        expected: expected.to_string(),
+    };
+    match crate::units::parse_size(&text).map(usize::try_from) {
+        Ok(Ok(n)) if n >= MIN_LIMIT => Ok(n),
+        Ok(_) => Err(bad("at least 16MiB")),
         Err(e) => Err(bad(e)),
     }
 }

@@ -686,9 +686,13 @@ impl Conn<'_> {
         let mut up_feed = self.feed(Direction::Upstream);
         let mut down_feed = self.feed(Direction::Downstream);
         let client_read = client_side.read;
+        // Cancelled when the engine has ended: the client's bytes have no
+        // reader any more.
+        let engine_gone = tokio_util::sync::CancellationToken::new();
+        let gone = engine_gone.clone();
         let up = pipeline::run(
             Source::Driven(Box::new(move |out| {
-                Box::pin(h2::requests(client_read, out))
+                Box::pin(h2::requests(client_read, out, gone))
             })),
             Sink::Local(Box::new(to_engine)),
             Direction::Upstream,
@@ -720,7 +724,10 @@ impl Conn<'_> {
         let (outcome, bytes) = loop {
             tokio::select! {
                 r = &mut pair => break r,
-                () = &mut engine, if !engine_done => engine_done = true,
+                () = &mut engine, if !engine_done => {
+                    engine_done = true;
+                    engine_gone.cancel();
+                }
                 () = &mut leg, if !leg_done => leg_done = true,
             }
         };
