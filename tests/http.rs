@@ -2297,3 +2297,67 @@ time.sleep(30)
         );
     }
 }
+
+/// `envelope = "auto"` (the built-in LLM profiles' default): each request
+/// gets the error of the API it goes to — OpenAI's SDK OpenAI's
+/// `rate_limit_exceeded` and, for an overload, a 503 (OpenAI never sends
+/// 529); Anthropic's SDK Anthropic's. Each injected error carries a
+/// request id of its own.
+#[test]
+fn auto_envelopes_answer_each_sdk_in_its_own_providers_shape() {
+    let code = r#"
+import sys, openai, anthropic
+o = openai.OpenAI(base_url=sys.argv[1] + "/v1", api_key="test", max_retries=0)
+a = anthropic.Anthropic(base_url=sys.argv[1], api_key="test", max_retries=0)
+ids = []
+for _ in range(2):
+    try:
+        o.chat.completions.create(model="gpt-test", messages=[{"role": "user", "content": "hi"}])
+    except openai.APIStatusError as e:
+        ids.append(e.request_id)
+        print("openai", type(e).__name__, e.status_code, e.code, e.type)
+try:
+    a.messages.create(model="claude-test", max_tokens=8, messages=[{"role": "user", "content": "hi"}])
+except anthropic.APIStatusError as e:
+    ids.append(e.request_id)
+    print("anthropic", type(e).__name__, e.status_code, e.body["error"]["type"])
+print(len(set(ids)), all(i.startswith("req_netchaos_") and len(i) == 37 for i in ids))
+"#;
+    python_sdk_meets(
+        "openai",
+        &[
+            "--fault",
+            "http_status:status=429,envelope=auto,retry_after=1s",
+        ],
+        code,
+        "openai RateLimitError 429 rate_limit_exceeded requests\n\
+         openai RateLimitError 429 rate_limit_exceeded requests\n\
+         anthropic RateLimitError 429 rate_limit_error\n3 True\n",
+        "http_status",
+    );
+    let code = r#"
+import sys, openai, anthropic
+o = openai.OpenAI(base_url=sys.argv[1] + "/v1", api_key="test", max_retries=0)
+a = anthropic.Anthropic(base_url=sys.argv[1], api_key="test", max_retries=0)
+try:
+    o.chat.completions.create(model="gpt-test", messages=[{"role": "user", "content": "hi"}])
+except openai.APIStatusError as e:
+    print("openai", type(e).__name__, e.status_code)
+try:
+    a.messages.create(model="claude-test", max_tokens=8, messages=[{"role": "user", "content": "hi"}])
+except anthropic.APIStatusError as e:
+    print("anthropic", type(e).__name__, e.status_code, e.body["error"]["type"])
+"#;
+    python_sdk_meets(
+        "openai",
+        &[
+            "-p",
+            "llm-overloaded",
+            "--fault",
+            "http_status:status=529,envelope=auto",
+        ],
+        code,
+        "openai InternalServerError 503\nanthropic OverloadedError 529 overloaded_error\n",
+        "http_status",
+    );
+}

@@ -14,8 +14,16 @@ use bytes::{Bytes, BytesMut};
 use super::http_match::RequestMatch;
 use crate::settings::{Fields, ProfileError};
 
-/// Whose errors an `envelope` can shape a reply as.
-pub(crate) const ENVELOPES: &[&str] = &["anthropic", "openai", "gemini", "bedrock"];
+/// Whose errors an `envelope` can shape a reply as; `auto`: the provider
+/// the request goes to ([`super::provider`]).
+pub(crate) const ENVELOPES: &[&str] = &["anthropic", "openai", "gemini", "bedrock", "auto"];
+
+/// The request id an injected error carries, in its header and body; each
+/// reply sent gets its own hex digits in place of the zeros, so ids stay
+/// unique (as the SDKs log and report them) and recognisable.
+const REQUEST_ID: &str = "req_netchaos_000000000000000000000000";
+/// Where the digits of [`REQUEST_ID`] start.
+const ID_DIGITS: usize = "req_netchaos_".len();
 
 /// A canned reply's `status`: 200-599. A 1xx is interim, not an answer
 /// (the client would wait on for the real one), and is refused as such.
@@ -143,12 +151,34 @@ impl CannedReply {
     pub(crate) fn bytes(&self, closing: bool, head_only: bool) -> Bytes {
         let head = if closing { &self.close } else { &self.keep };
         if head_only || self.body.is_empty() {
-            return head.clone();
+            let mut out = BytesMut::from(&head[..]);
+            fresh_ids(&mut out);
+            return out.freeze();
         }
         let mut out = BytesMut::with_capacity(head.len() + self.body.len());
         out.extend_from_slice(head);
         out.extend_from_slice(&self.body);
+        fresh_ids(&mut out);
         out.freeze()
+    }
+}
+
+/// Gives every [`REQUEST_ID`] in `reply` the same fresh digits.
+fn fresh_ids(reply: &mut [u8]) {
+    let needle = REQUEST_ID.as_bytes();
+    let digits: [u8; 12] = rand::random();
+    let hex: Vec<u8> = digits
+        .iter()
+        .flat_map(|b| format!("{b:02x}").into_bytes())
+        .collect();
+    let mut i = 0;
+    while i + needle.len() <= reply.len() {
+        if &reply[i..i + needle.len()] == needle {
+            reply[i + ID_DIGITS..i + needle.len()].copy_from_slice(&hex);
+            i += needle.len();
+        } else {
+            i += 1;
+        }
     }
 }
 
@@ -233,11 +263,11 @@ fn envelope_for(
             s if s >= 400 => ("invalid_request_error", "Error"),
             _ => ("api_error", "Error"),
         };
-        headers.push("request-id: req_netchaos_injected".into());
+        headers.push(format!("request-id: {REQUEST_ID}"));
         serde_json::json!({
             "type": "error",
             "error": {"type": kind, "message": message},
-            "request_id": "req_netchaos_injected"
+            "request_id": REQUEST_ID
         })
     } else {
         let (kind, code, message) = match status {
@@ -265,7 +295,7 @@ fn envelope_for(
             ),
             _ => ("invalid_request_error", None, "Error"),
         };
-        headers.push("x-request-id: req_netchaos_injected".into());
+        headers.push(format!("x-request-id: {REQUEST_ID}"));
         if status == 429 {
             headers.push("x-ratelimit-remaining-requests: 0".into());
             if let Some(r) = retry_after {

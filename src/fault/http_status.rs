@@ -12,6 +12,7 @@ use bytes::Bytes;
 
 use super::http_match::{RequestMatch, named_values};
 use super::http_reply::{self, ANSWERS_HERE, AnswerPhase, CannedReply};
+use super::provider::Provider;
 use super::{Kind, KindInfo, Layer, Stream};
 use crate::settings::{Fields, ProfileError};
 
@@ -32,6 +33,9 @@ pub(crate) struct HttpStatus {
     /// gRPC calls' answer (`grpc_status`), over HTTP/2.
     grpc: Option<crate::http::grpc::Answer>,
     reply: CannedReply,
+    /// `envelope = "auto"`: each provider's status and reply, the one
+    /// for the provider a request goes to taken per request.
+    auto: Option<std::sync::Arc<[(Provider, u16, CannedReply)]>>,
     then: After,
     phase: AnswerPhase,
     matcher: RequestMatch,
@@ -155,12 +159,29 @@ impl Kind for HttpStatus {
             },
             pushback: retry_after,
         });
-        let reply =
-            CannedReply::build(status, envelope, body, retry_after, &extra, then != After::Keep)
-                .map_err(|e| f.table_error(&e))?;
+        let always_close = then != After::Keep;
+        let auto = match envelope {
+            Some("auto") => Some(
+                Provider::ALL
+                    .iter()
+                    .map(|p| {
+                        let s = p.status_for(status);
+                        CannedReply::build(s, Some(p.name()), body.clone(), retry_after, &extra, always_close)
+                            .map(|r| (*p, s, r))
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(|e| f.table_error(&e))?
+                    .into(),
+            ),
+            _ => None,
+        };
+        let first = envelope.map(|e| if e == "auto" { "anthropic" } else { e });
+        let reply = CannedReply::build(status, first, body, retry_after, &extra, always_close)
+            .map_err(|e| f.table_error(&e))?;
         Ok(HttpStatus {
             status,
             grpc,
+            auto,
             reply,
             then,
             phase,
@@ -188,6 +209,20 @@ impl Kind for HttpStatus {
 }
 
 impl HttpStatus {
+    /// This fault as it answers a request to `host` for `path`: with
+    /// `envelope = "auto"`, that provider's status and error.
+    pub(crate) fn for_request(&self, host: Option<&str>, path: &str) -> HttpStatus {
+        let mut s = self.clone();
+        if let Some(auto) = &self.auto {
+            let p = Provider::of(host, path);
+            if let Some((_, status, reply)) = auto.iter().find(|(q, _, _)| *q == p) {
+                s.status = *status;
+                s.reply = reply.clone();
+            }
+        }
+        s
+    }
+
     pub(crate) fn matcher(&self) -> &RequestMatch {
         &self.matcher
     }

@@ -68,6 +68,9 @@ pub(crate) struct Sse {
     /// With `error_after_events`: the provider's error event (boxed: the
     /// other faults stay small).
     error: Option<Box<ErrorEvent>>,
+    /// `envelope = "auto"`: each provider's error event (by envelope
+    /// name), the one for the provider a request goes to taken per request.
+    auto: Option<std::sync::Arc<[(&'static str, ErrorEvent)]>>,
     /// A JSON patch for events' data and/or a new type, and which events
     /// (by the glob on their `event:` name) get them.
     patch: Option<EventPatch>,
@@ -175,9 +178,14 @@ impl Kind for Sse {
         let error_after = f.integer_in("error_after_events", 0, u64::MAX)?;
         let envelope = f.choice(
             "envelope",
-            &["anthropic", "openai", "openai-responses", "gemini", "ollama", "bedrock"],
+            &["anthropic", "openai", "openai-responses", "gemini", "ollama", "bedrock", "auto"],
         )?;
         let error_type = f.string("error_type")?;
+        if envelope == Some("auto") && error_type.is_some() {
+            return Err(f.table_error(
+                "error_type names one provider's error: give an envelope with it, not auto",
+            ));
+        }
         let event_delay = f.duration("event_delay")?.unwrap_or_default();
         let patch = JsonEdit::parse(f)?;
         let set_event = f.string("set_event")?;
@@ -253,9 +261,10 @@ impl Kind for Sse {
                  error_after_events, event_delay, patch_json, patch_ops or set_event",
             ));
         }
-        let error = match error_after {
-            Some(n) => {
-                let provider = envelope.unwrap_or("anthropic");
+        // One provider's error event (`auto`: Anthropic's until a request
+        // says otherwise).
+        let build = |envelope: Option<&'static str>, error_type: Option<String>, n: u64| {
+            let provider = envelope.unwrap_or("anthropic");
                 if error_type.as_deref() == Some("") {
                     return Err(f.table_error("error_type must not be empty"));
                 }
@@ -288,7 +297,7 @@ impl Kind for Sse {
                     Some(_) => data.clone(),
                     None => error_event("ollama", OLLAMA_ERROR, n).1,
                 };
-                Some(Box::new(ErrorEvent {
+                Ok(ErrorEvent {
                     event,
                     data,
                     line,
@@ -296,15 +305,30 @@ impl Kind for Sse {
                     given: envelope.is_some(),
                     kind,
                     aws,
-                }))
+                })
+        };
+        let (error, auto) = match (error_after, envelope) {
+            (Some(n), Some("auto")) => {
+                let each = ["anthropic", "openai", "openai-responses", "gemini", "bedrock"]
+                    .into_iter()
+                    .map(|p| build(Some(p), None, n).map(|mut e| {
+                        // NDJSON streams keep Ollama's, as with no envelope.
+                        e.line = error_event("ollama", OLLAMA_ERROR, n).1;
+                        e.given = false;
+                        (p, e)
+                    }))
+                    .collect::<Result<Vec<_>, ProfileError>>()?;
+                (Some(Box::new(each[0].1.clone())), Some(each.into()))
             }
-            None => None,
+            (Some(n), _) => (Some(Box::new(build(envelope, error_type, n)?)), None),
+            (None, _) => (None, None),
         };
         Ok(Sse {
             breaks,
             event_delay,
             matcher: RequestMatch::parse(f)?,
             error,
+            auto,
             patch,
         })
     }
@@ -333,7 +357,9 @@ impl Kind for Sse {
                 p.push(("error_after_events", n.to_string()));
                 // A defaulted envelope is not shown: given, it would hold
                 // for NDJSON streams too.
-                if let Some(e) = &self.error {
+                if self.auto.is_some() {
+                    p.push(("envelope", "auto".into()));
+                } else if let Some(e) = &self.error {
                     if e.given {
                         p.push(("envelope", e.provider.into()));
                     }
@@ -360,6 +386,25 @@ impl Kind for Sse {
 }
 
 impl Sse {
+    /// This fault as it acts on a request to `host` for `path`: with
+    /// `envelope = "auto"`, that provider's error event.
+    pub(crate) fn for_request(&self, host: Option<&str>, path: &str) -> Sse {
+        let mut s = self.clone();
+        if let Some(auto) = &self.auto {
+            use super::provider::Provider;
+            let name = match Provider::of(host, path) {
+                Provider::OpenAi if path.split('?').next().is_some_and(|p| p.ends_with("/responses")) => {
+                    "openai-responses"
+                }
+                p => p.name(),
+            };
+            if let Some((_, e)) = auto.iter().find(|(n, _)| *n == name) {
+                s.error = Some(Box::new(e.clone()));
+            }
+        }
+        s
+    }
+
     pub(crate) fn matcher(&self) -> &RequestMatch {
         &self.matcher
     }

@@ -207,7 +207,11 @@ pub(crate) fn decide(
             continue;
         }
         match &c.spec.kind {
-            FaultKind::HttpStatus(s) => d.answers(c, s.phase(), Reply::Status(s.clone())),
+            FaultKind::HttpStatus(s) => d.answers(
+                c,
+                s.phase(),
+                Reply::Status(s.for_request(view.host, view.path)),
+            ),
             FaultKind::HttpAbort(a) => d.answers(c, a.phase(), Reply::Abort(a.clone())),
             FaultKind::HttpDelay(h) => {
                 let t = h.sample(&mut rng);
@@ -219,7 +223,9 @@ pub(crate) fn decide(
                     Phase::Headers => d.later.push(Later::Delay(c.clone(), t)),
                 }
             }
-            FaultKind::Sse(s) => d.later.push(Later::Sse(c.clone(), s.clone())),
+            FaultKind::Sse(s) => d
+                .later
+                .push(Later::Sse(c.clone(), s.for_request(view.host, view.path))),
             FaultKind::HttpTruncate(t) => d.later.push(Later::Truncate(c.clone(), t.clone())),
             FaultKind::HttpRewrite(w) => match w.phase() {
                 AnswerPhase::Request => d.rewrites.push((c.clone(), w.clone())),

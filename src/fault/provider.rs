@@ -1,0 +1,161 @@
+//! Which LLM provider a request goes to, for `envelope = "auto"`: a fault
+//! that answers in the provider's place answers in that provider's shape,
+//! so one profile serves an application that calls several.
+//!
+//! By the request's host first (each provider's API host, Azure OpenAI's
+//! `*.openai.azure.com`, Vertex AI's `*aiplatform.googleapis.com`, where
+//! Anthropic's models are under `publishers/anthropic`), then by its path
+//! (a base URL pointed at a gateway or a local mock keeps the provider's
+//! paths), else Anthropic's.
+
+/// A provider whose errors netchaos can shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Provider {
+    Anthropic,
+    OpenAi,
+    Gemini,
+    Bedrock,
+}
+
+impl Provider {
+    pub(crate) const ALL: [Provider; 4] = [
+        Provider::Anthropic,
+        Provider::OpenAi,
+        Provider::Gemini,
+        Provider::Bedrock,
+    ];
+
+    /// Its name as an `envelope` value.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Provider::Anthropic => "anthropic",
+            Provider::OpenAi => "openai",
+            Provider::Gemini => "gemini",
+            Provider::Bedrock => "bedrock",
+        }
+    }
+
+    /// The status it answers for `status`: only Anthropic sends 529
+    /// (overloaded); the others say so with 503.
+    pub(crate) fn status_for(self, status: u16) -> u16 {
+        match (self, status) {
+            (Provider::Anthropic, s) => s,
+            (_, 529) => 503,
+            (_, s) => s,
+        }
+    }
+
+    /// The provider a request to `host` (no port) for `path` goes to.
+    pub(crate) fn of(host: Option<&str>, path: &str) -> Provider {
+        let host = host
+            .map(|h| {
+                h.rsplit_once(':')
+                    .filter(|(_, p)| p.chars().all(|c| c.is_ascii_digit()))
+                    .map_or(h, |(h, _)| h)
+                    .trim_end_matches('.')
+                    .to_ascii_lowercase()
+            })
+            .unwrap_or_default();
+        let path = path.split('?').next().unwrap_or(path);
+        if host == "api.anthropic.com" || path.contains("/publishers/anthropic/") {
+            return Provider::Anthropic;
+        }
+        if host == "api.openai.com" || host.ends_with(".openai.azure.com") {
+            return Provider::OpenAi;
+        }
+        if host == "generativelanguage.googleapis.com"
+            || host.ends_with("aiplatform.googleapis.com")
+        {
+            return Provider::Gemini;
+        }
+        if host.starts_with("bedrock-runtime.") || host.starts_with("bedrock-runtime-fips.") {
+            return Provider::Bedrock;
+        }
+        if path.ends_with("/messages") || path.ends_with("/messages/count_tokens") {
+            Provider::Anthropic
+        } else if path.ends_with("/chat/completions")
+            || path.ends_with("/completions")
+            || path.ends_with("/responses")
+            || path.ends_with("/embeddings")
+            || path.contains("/openai/")
+        {
+            Provider::OpenAi
+        } else if path.contains(":generateContent")
+            || path.contains(":streamGenerateContent")
+            || path.contains("/v1beta/models")
+        {
+            Provider::Gemini
+        } else if path.starts_with("/model/")
+            && (path.contains("/invoke")
+                || path.ends_with("/converse")
+                || path.ends_with("/converse-stream"))
+        {
+            Provider::Bedrock
+        } else {
+            Provider::Anthropic
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_are_told_apart_by_host_then_path() {
+        use Provider::*;
+        let cases = [
+            (Some("api.anthropic.com"), "/v1/messages", Anthropic),
+            (Some("api.openai.com:443"), "/v1/chat/completions", OpenAi),
+            (
+                Some("myco.openai.azure.com"),
+                "/openai/deployments/x/chat/completions?api-version=1",
+                OpenAi,
+            ),
+            (
+                Some("generativelanguage.googleapis.com"),
+                "/v1beta/models/gemini-2.0-flash:generateContent",
+                Gemini,
+            ),
+            (
+                Some("us-east5-aiplatform.googleapis.com"),
+                "/v1/projects/p/locations/l/publishers/anthropic/models/claude:rawPredict",
+                Anthropic,
+            ),
+            (
+                Some("us-east5-aiplatform.googleapis.com"),
+                "/v1/projects/p/locations/l/publishers/google/models/g:generateContent",
+                Gemini,
+            ),
+            (
+                Some("bedrock-runtime.us-east-1.amazonaws.com"),
+                "/model/m/invoke",
+                Bedrock,
+            ),
+            // A gateway or a local mock: the path tells.
+            (Some("127.0.0.1:8080"), "/v1/responses", OpenAi),
+            (Some("localhost"), "/v1/messages", Anthropic),
+            (
+                Some("gw.internal"),
+                "/model/anthropic.claude/converse",
+                Bedrock,
+            ),
+            (
+                None,
+                "/v1beta/models/g:streamGenerateContent?alt=sse",
+                Gemini,
+            ),
+            (None, "/anything", Anthropic),
+        ];
+        for (host, path, want) in cases {
+            assert_eq!(Provider::of(host, path), want, "{host:?} {path}");
+        }
+    }
+
+    #[test]
+    fn only_anthropic_answers_529() {
+        assert_eq!(Provider::Anthropic.status_for(529), 529);
+        assert_eq!(Provider::OpenAi.status_for(529), 503);
+        assert_eq!(Provider::Gemini.status_for(429), 429);
+    }
+}
