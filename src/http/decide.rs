@@ -21,10 +21,10 @@ use crate::fault::{Chosen, FaultKind};
 /// How netchaos answers a request in the upstream's place.
 #[derive(Debug, Clone)]
 pub(crate) enum Reply {
-    /// With a canned reply (`http_status`).
-    Status(HttpStatus),
+    /// With a canned reply (`http_status`; boxed: it is the large one).
+    Status(Box<HttpStatus>),
     /// With no reply at all, the connection ending (`http_abort`).
-    Abort(HttpAbort),
+    Abort(Box<HttpAbort>),
 }
 
 impl Reply {
@@ -210,9 +210,9 @@ pub(crate) fn decide(
             FaultKind::HttpStatus(s) => d.answers(
                 c,
                 s.phase(),
-                Reply::Status(s.for_request(view.host, view.path)),
+                Reply::Status(Box::new(s.for_request(view.host, view.path))),
             ),
-            FaultKind::HttpAbort(a) => d.answers(c, a.phase(), Reply::Abort(a.clone())),
+            FaultKind::HttpAbort(a) => d.answers(c, a.phase(), Reply::Abort(Box::new(a.clone()))),
             FaultKind::HttpDelay(h) => {
                 let t = h.sample(&mut rng);
                 match h.phase() {
