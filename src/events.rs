@@ -281,8 +281,9 @@ pub(crate) struct Stats {
     pub upstream_redials: AtomicU64,
     /// Requests at least one HTTP fault acted on.
     pub http_faulted_requests: AtomicU64,
-    /// HTTP faults applied, by (kind, status answered: 0 when none was).
-    pub http_faulted: Mutex<BTreeMap<(&'static str, u16), u64>>,
+    /// HTTP faults applied, by (kind, status answered: 0 when none was,
+    /// the gRPC status a call was ended with, if one was).
+    pub http_faulted: Mutex<BTreeMap<(&'static str, u16, Option<u32>), u64>>,
     /// DNS queries the DNS layer saw (retransmissions not counted).
     pub dns_queries: AtomicU64,
     /// DNS faults applied, by kind.
@@ -790,7 +791,11 @@ impl Events {
             .http_faulted
             .lock()
             .expect("stats lock")
-            .entry((spec.name(), status.unwrap_or(0)))
+            .entry((
+                spec.name(),
+                status.unwrap_or(0),
+                grpc.as_ref().map(|g| g.code),
+            ))
             .or_default() += 1;
         if self.quiet_faults.load(Ordering::Relaxed) {
             tracing::debug!(
@@ -1087,9 +1092,10 @@ impl Events {
             let faulted = s.http_faulted_requests.load(Ordering::Relaxed);
             let list: Vec<String> = by_kind
                 .iter()
-                .map(|((kind, status), n)| match status {
-                    0 => format!("{kind} {n}"),
-                    s => format!("{kind} {s}: {n}"),
+                .map(|((kind, status, grpc), n)| match (status, grpc) {
+                    (_, Some(g)) => format!("{kind} grpc-status {g}: {n}"),
+                    (0, None) => format!("{kind} {n}"),
+                    (s, None) => format!("{kind} {s}: {n}"),
                 })
                 .collect();
             out.push_str(&format!(

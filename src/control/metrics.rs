@@ -172,10 +172,11 @@ pub(crate) fn render(stats: &Stats, extra: &Extra) -> String {
         "counter",
         "HTTP faults applied to requests, by fault and status answered (0: none).",
     );
-    for ((fault, status), n) in stats.http_faulted.lock().expect("stats lock").iter() {
+    for ((fault, status, grpc), n) in stats.http_faulted.lock().expect("stats lock").iter() {
+        let grpc = grpc.map_or(String::new(), |g| format!(",grpc_status=\"{g}\""));
         let _ = writeln!(
             out,
-            "netchaos_http_faults_total{{fault=\"{fault}\",status=\"{status}\"}} {n}"
+            "netchaos_http_faults_total{{fault=\"{fault}\",status=\"{status}\"{grpc}}} {n}"
         );
     }
     counter_into(

@@ -702,7 +702,7 @@ async fn stream(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body
         x.record_call(
             &chosen,
             &meta,
-            reply.status(),
+            answered_status(&reply, &said),
             said.as_ref().map(grpc_status),
         );
         return st.answer(&reply, call, head_only).await;
@@ -806,7 +806,12 @@ async fn stream(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body
     }
     if let Some((c, reply)) = od.replace.take() {
         let said = answered_call(&reply, call);
-        x.record_call(&c, &meta, reply.status(), said.as_ref().map(grpc_status));
+        x.record_call(
+            &c,
+            &meta,
+            answered_status(&reply, &said),
+            said.as_ref().map(grpc_status),
+        );
         drop(rbody);
         return st.answer(&reply, call, head_only).await;
     }
@@ -972,6 +977,16 @@ fn answered_call(reply: &Reply, call: bool) -> Option<(u32, String)> {
             .grpc()
             .map(|g| (u32::from(g.code.number()), g.message.clone())),
         _ => None,
+    }
+}
+
+/// The HTTP status the client got: a gRPC call answered with
+/// `grpc_status` gets `:status 200` and the failure in its trailers, not
+/// the HTTP status the code maps to.
+fn answered_status(reply: &Reply, said: &Option<(u32, String)>) -> Option<u16> {
+    match said {
+        Some(_) => Some(200),
+        None => reply.status(),
     }
 }
 
