@@ -212,6 +212,10 @@ impl Outcome {
     }
 }
 
+/// An HTTP fault as counted: its kind, the status answered (0: none), the
+/// gRPC status a call was ended with (if one was).
+pub(crate) type HttpFaultKey = (&'static str, u16, Option<u32>);
+
 /// Counters of one proxy (an explicit listener, or the transparent
 /// interception of `run`).
 #[derive(Default, Debug)]
@@ -283,7 +287,7 @@ pub(crate) struct Stats {
     pub http_faulted_requests: AtomicU64,
     /// HTTP faults applied, by (kind, status answered: 0 when none was,
     /// the gRPC status a call was ended with, if one was).
-    pub http_faulted: Mutex<BTreeMap<(&'static str, u16, Option<u32>), u64>>,
+    pub http_faulted: Mutex<BTreeMap<HttpFaultKey, u64>>,
     /// DNS queries the DNS layer saw (retransmissions not counted).
     pub dns_queries: AtomicU64,
     /// DNS faults applied, by kind.
