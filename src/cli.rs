@@ -43,7 +43,9 @@ pub struct Global {
     /// More log output (-v debug, -vv trace).
     #[arg(short, long, action = ArgAction::Count, global = true)]
     pub verbose: u8,
-    /// Less log output (-q warnings only, -qq errors only).
+    /// Less output: -q warnings and errors only (no seed line, no summary:
+    /// nothing at all on success; the seed is in the event log), -qq
+    /// errors only.
     #[arg(short, long, action = ArgAction::Count, global = true)]
     pub quiet: u8,
     /// Seed for every random choice; printed at start, so a run can be replayed.
@@ -151,13 +153,57 @@ pub struct ReportArgs {
 #[derive(Debug, Args, Clone, Default)]
 pub struct FaultArgs {
     /// A profile: a built-in name (see `netchaos profiles`) or a TOML file. Repeatable.
-    #[arg(short = 'p', long = "profile", value_name = "NAME|PATH")]
+    #[arg(short = 'p', long = "profile", value_name = "NAME|PATH", value_parser = Offered::profiles(), hide_possible_values = true)]
     pub profiles: Vec<String>,
     /// Add a fault to a catch-all rule: TYPE:key=value,... (e.g.
     /// latency:delay=100ms,jitter=20ms; `netchaos faults` lists every type
     /// with its parameters). Repeatable.
-    #[arg(long = "fault", value_name = "SPEC")]
+    #[arg(long = "fault", value_name = "SPEC", value_parser = Offered::fault_types(), hide_possible_values = true)]
     pub faults: Vec<String>,
+}
+
+/// Any text, with the values shell completions offer for it (the built-in
+/// profiles' names, the fault types): a file or a whole spec is as good.
+#[derive(Clone)]
+pub struct Offered(&'static [&'static str]);
+
+impl Offered {
+    fn profiles() -> Offered {
+        static NAMES: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+        Offered(NAMES.get_or_init(|| crate::profile::builtin::names().to_vec()))
+    }
+
+    fn fault_types() -> Offered {
+        // Made once, for the life of the process.
+        static TYPES: std::sync::OnceLock<Vec<&'static str>> = std::sync::OnceLock::new();
+        Offered(TYPES.get_or_init(|| {
+            crate::fault::KINDS
+                .iter()
+                .map(|k| &*Box::leak(format!("{}:", k.name).into_boxed_str()))
+                .collect()
+        }))
+    }
+}
+
+impl clap::builder::TypedValueParser for Offered {
+    type Value = String;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> std::result::Result<String, clap::Error> {
+        clap::builder::StringValueParser::new().parse_ref(cmd, arg, value)
+    }
+
+    fn possible_values(
+        &self,
+    ) -> Option<Box<dyn Iterator<Item = clap::builder::PossibleValue> + '_>> {
+        Some(Box::new(
+            self.0.iter().map(|v| clap::builder::PossibleValue::new(*v)),
+        ))
+    }
 }
 
 /// How the relay treats connections: the same for every command that relays.
@@ -818,6 +864,10 @@ pub struct CheckArgs {
     /// Profiles to check: files or built-in names.
     #[arg(value_name = "FILE|NAME")]
     pub files: Vec<String>,
+    /// The same, as `run` and `proxy` take them (`check -p flaky` is
+    /// `check flaky`). Repeatable.
+    #[arg(short = 'p', long = "profile", value_name = "FILE|NAME")]
+    pub profiles: Vec<String>,
     /// Also check these --fault specs.
     #[arg(long = "fault", value_name = "SPEC")]
     pub faults: Vec<String>,

@@ -1057,8 +1057,15 @@ impl Events {
                 .max()
                 .unwrap_or(4)
                 .max(4);
+            // As wide as the longest kind (`connect_timeout`, `packet_latency`).
+            let k = faults
+                .keys()
+                .map(|(_, k)| k.len())
+                .max()
+                .unwrap_or(12)
+                .max(12);
             out.push_str(&format!(
-                "  faults injected:\n    {:<w$}  {:<12}  {:>8}\n",
+                "  faults injected:\n    {:<w$}  {:<k$}  {:>8}\n",
                 "rule", "fault", "count"
             ));
             for ((rule, kind), n) in faults.iter() {
@@ -1072,7 +1079,7 @@ impl Events {
                     [u, d] => format!(" (upstream on {u}, downstream on {d})"),
                 };
                 out.push_str(&format!(
-                    "    {rule:<w$}  {kind:<12}  {:>8} {unit}{detail}\n",
+                    "    {rule:<w$}  {kind:<k$}  {:>8} {unit}{detail}\n",
                     n.units
                 ));
             }

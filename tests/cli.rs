@@ -497,3 +497,58 @@ fn logs_have_no_colour_on_a_pipe_and_run_without_a_command_says_where_it_goes() 
     let (_, out, _) = netchaos(&["check", "--help"]);
     assert!(!out.contains("--events"), "check has no event log: {out}");
 }
+
+/// What a newcomer's small mistakes and asks get (issue 47): a misspelt
+/// key named beside the missing one, `-p flaky.toml` pointed at the
+/// built-in, `check -p`, completions that offer profiles and fault types,
+/// `-q` silent on success, a proxy to a port nothing listens on warned.
+#[test]
+fn small_mistakes_get_pointed_answers() {
+    let (code, _, err) = netchaos(&["check", "--fault", "latency:dealy=100ms"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("\"dealy\" is given: did you mean \"delay\"?"),
+        "{err}"
+    );
+    let (code, _, err) = netchaos(&["check", "-p", "flaky.toml"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("the built-in profile of that name is `-p flaky`"),
+        "{err}"
+    );
+    let (code, out, err) = netchaos(&["check", "-p", "flaky"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("flaky: ok") && out.contains("rule"),
+        "{out}\n{err}"
+    );
+    let (code, out, _) = netchaos(&["completions", "bash"]);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("llm-overloaded") && out.contains("latency:"),
+        "completions offer profiles and fault types"
+    );
+    let closed = unused_port();
+    let p = Proxy::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        &format!("127.0.0.1:{closed}"),
+    ]);
+    assert!(
+        p.stderr().contains("nothing listens on its upstream"),
+        "{}",
+        p.stderr()
+    );
+}
+
+/// `-q`: nothing at all on success (the seed is in the event log).
+#[test]
+fn quiet_runs_print_nothing_on_success() {
+    if !need(&["ip", "nft"]) {
+        return;
+    }
+    let (code, out, err) = wrapped(&["-q", "--fault", "latency:delay=1ms"], &["true"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!((out.as_str(), err.as_str()), ("", ""));
+}

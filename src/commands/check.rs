@@ -6,22 +6,22 @@ use crate::error::{Error, Result};
 use crate::profile::{self, builtin};
 
 pub(super) fn check(g: &Global, args: &CheckArgs) -> Result<u8> {
-    if args.files.is_empty() && args.faults.is_empty() {
+    let files: Vec<String> = args.files.iter().chain(&args.profiles).cloned().collect();
+    if files.is_empty() && args.faults.is_empty() {
         return Err(Error::Usage(
             "nothing to check: give profile files or built-in names, or --fault specs".into(),
         ));
     }
-    for f in &args.files {
+    for f in &files {
         // Each profile on its own first, so a clash between two is reported
         // after each was found valid.
         profile::load(f)?;
         eprintln!("{f}: ok");
     }
-    let profile_seed = args
-        .files
+    let profile_seed = files
         .iter()
         .find_map(|f| profile::load(f).ok().and_then(|d| d.seed));
-    let plan = profile::build_plan(&args.files, &args.faults, g.seed)?;
+    let plan = profile::build_plan(&files, &args.faults, g.seed)?;
     let mut text = plan.render();
     if g.seed.is_none() && profile_seed.is_none() {
         text = text.replacen(

@@ -24,8 +24,17 @@ use crate::cli::{Cli, Command};
 use crate::error::{Error, Result};
 use crate::events::Events;
 
+/// `-q`: what a run says on success (the seed line, the summary) is left
+/// out; errors and warnings are not (`-qq` leaves warnings out too).
+static QUIET: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+fn quiet() -> bool {
+    QUIET.load(std::sync::atomic::Ordering::Relaxed) > 0
+}
+
 /// Runs the parsed command line; returns the process exit code.
 pub fn run(cli: Cli, matches: &ArgMatches) -> Result<u8> {
+    QUIET.store(cli.global.quiet, std::sync::atomic::Ordering::Relaxed);
     match &cli.command {
         Command::Proxy(args) => {
             let sub = matches.subcommand_matches("proxy").expect("proxy matches");
@@ -218,8 +227,12 @@ impl Recording {
     /// report. A report that cannot be written is a warning: the run's
     /// own exit status stands.
     pub(crate) fn finish(&self, seed: u64) {
-        eprint!("{}", self.events.summary(seed));
-        if let Some(out) = self.report(&[]) {
+        if !quiet() {
+            eprint!("{}", self.events.summary(seed));
+        }
+        if let Some(out) = self.report(&[])
+            && !quiet()
+        {
             eprintln!("netchaos: report written to {}", out.display());
         }
     }
@@ -324,7 +337,9 @@ pub(crate) async fn start_api(
 }
 
 pub(crate) fn announce_seed(seed: u64) {
-    eprintln!("netchaos: seed {seed} (replay this run with --seed {seed})");
+    if !quiet() {
+        eprintln!("netchaos: seed {seed} (replay this run with --seed {seed})");
+    }
 }
 
 /// SIGINT, SIGTERM and SIGHUP handlers, installed up front: between

@@ -209,6 +209,7 @@ fn serve(
             );
             relay.serve(l, ep.clone());
             control.adopt_listener(&p.name, addr, &p.upstream, ep).await;
+            warn_if_nothing_listens(&p.name, &p.upstream);
         }
         control.adopt_rules().await;
         if let Mode::Server(Some(config)) = &mode {
@@ -230,4 +231,27 @@ fn serve(
         recording.finish(plan.seed);
         Ok(0)
     })
+}
+
+/// Warns at start when a proxy's upstream is on this host and nothing
+/// listens there (the socket table says so: nothing is dialled to find
+/// out): its clients would meet refusals the user did not ask for.
+fn warn_if_nothing_listens(name: &str, upstream: &str) {
+    let Ok(addr) = upstream.parse::<std::net::SocketAddr>() else {
+        return;
+    };
+    if !relay::is_loopback(addr) {
+        return;
+    }
+    let listening = crate::intercept::sock_diag::open()
+        .and_then(|s| crate::intercept::sock_diag::listeners(&s))
+        .map(|ls| {
+            ls.iter()
+                .any(|l| crate::intercept::sock_diag::accepts(l, addr))
+        });
+    if let Ok(false) = listening {
+        tracing::warn!(
+            "proxy {name:?}: nothing listens on its upstream {upstream} now; its clients' connections will be refused until something does"
+        );
+    }
 }

@@ -55,9 +55,17 @@ pub(crate) fn load(arg: &str) -> Result<ProfileDoc, ProfileError> {
         ));
     }
     let text = std::fs::read_to_string(arg).map_err(|e| {
+        // `-p flaky.toml` where no such file is: the built-in is `flaky`.
+        let stem = Path::new(arg).file_stem().and_then(|s| s.to_str());
+        let hint = match stem.filter(|s| builtin::names().contains(s)) {
+            Some(s) if e.kind() == std::io::ErrorKind::NotFound => {
+                format!("; the built-in profile of that name is `-p {s}` (its text: `netchaos check {s}`)")
+            }
+            _ => String::new(),
+        };
         ProfileError::new(
             format!("-p {arg}"),
-            format!("cannot read profile {arg}: {e}"),
+            format!("cannot read profile {arg}: {e}{hint}"),
         )
     })?;
     let dir = Path::new(arg).parent().map(PathBuf::from);

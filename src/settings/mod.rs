@@ -355,7 +355,30 @@ impl Fields {
 
     /// An error about this table as a whole.
     pub fn table_error(&self, message: impl fmt::Display) -> ProfileError {
-        ProfileError::new(&self.loc, format!("{}: {message}", self.path))
+        let message = message.to_string();
+        // `missing "delay"` beside an unknown `dealy`: say which key it
+        // probably is (that key is only rejected after this error).
+        let hint = message
+            .strip_prefix("missing \"")
+            .and_then(|rest| rest.split('"').next())
+            .and_then(|want| {
+                self.entries
+                    .iter()
+                    .find(|(k, _, _)| {
+                        !self.known.contains(&k.as_str()) && closest(k, &[want]).is_some()
+                    })
+                    .map(|(k, loc, _)| (k.clone(), loc.clone(), want.to_string()))
+            });
+        match hint {
+            Some((given, loc, want)) => ProfileError::new(
+                &loc,
+                format!(
+                    "{}: {message}; {given:?} is given: did you mean {want:?}?",
+                    self.path
+                ),
+            ),
+            None => ProfileError::new(&self.loc, format!("{}: {message}", self.path)),
+        }
     }
 
     fn expected(&self, key: &str, node: &Node, form: &str) -> ProfileError {
@@ -613,6 +636,19 @@ mod tests {
 
     fn fields(text: &str) -> Fields {
         Fields::new("t", parse_toml("x.toml", text).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn a_missing_key_beside_a_misspelt_one_names_it() {
+        let f = fields("dealy = \"100ms\"\n");
+        let e = f.table_error("missing \"delay\" (a duration like \"100ms\")");
+        assert!(
+            e.message
+                .contains("\"dealy\" is given: did you mean \"delay\"?"),
+            "{e}"
+        );
+        let e = f.table_error("missing \"rate\"");
+        assert!(!e.message.contains("did you mean"), "{e}");
     }
 
     #[test]
