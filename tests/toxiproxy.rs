@@ -983,3 +983,46 @@ fn toxics_keep_toxiproxys_semantics() {
         p.stderr()
     );
 }
+
+/// A Toxiproxy client updates a toxic that came from a profile (or
+/// `--fault`) with Toxiproxy's attribute names: the toxic takes them,
+/// keeping what it had (jitter) in Toxiproxy's units.
+#[test]
+fn a_profile_toxic_takes_toxiproxys_attribute_names() {
+    let echo = Server::echo("127.0.0.1:0");
+    let up = echo.addr.to_string();
+    let p = Proxy::start(&[
+        "--api",
+        "127.0.0.1:0",
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        &up,
+        "--fault",
+        "latency:delay=100ms,jitter=20ms",
+    ]);
+    // The --fault rule shows as the proxy `cli`, its fault as a toxic.
+    let url = format!("{}/proxies/cli/toxics/latency_downstream", p.url());
+    let (status, v) = http("GET", &url, None, &[]);
+    assert_eq!(status, 200, "{v}");
+    let (status, v) = http(
+        "POST",
+        &url,
+        Some(r#"{"attributes":{"latency":1000}}"#),
+        &[],
+    );
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["attributes"]["latency"], 1000, "{v}");
+    assert_eq!(v["attributes"]["jitter"], 20, "{v}");
+    // The fault follows: a round trip now takes about a second.
+    let t = std::time::Instant::now();
+    let mut c = connect(p.addr());
+    std::io::Write::write_all(&mut c, b"x").unwrap();
+    let mut b = [0u8; 1];
+    std::io::Read::read_exact(&mut c, &mut b).unwrap();
+    assert!(
+        t.elapsed() >= std::time::Duration::from_millis(900),
+        "{:?}",
+        t.elapsed()
+    );
+}

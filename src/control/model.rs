@@ -243,6 +243,17 @@ impl Toxic {
             t.toxicity = x;
         }
         if let Some(m) = gojson::object(body, "attributes", ".attributes")? {
+            // A Toxiproxy client updating a toxic shown in netchaos's form (a
+            // profile's `latency` with `delay = "100ms"`) names Toxiproxy's
+            // attributes (`latency: 1000`): its toxic is taken in that form,
+            // what it had carried over, then the update applied.
+            if let Some(go) = go_type(t.kind.name())
+                && !m.is_empty()
+                && m.iter().all(|(k, v)| go.knows(k) && !v.is_string())
+                && !t.attributes.keys().all(|k| go.knows(k))
+            {
+                t.attributes = toxiproxy_attrs(go.name, &t.attributes);
+            }
             for (k, v) in m {
                 t.attributes.insert(k, v);
             }
@@ -408,6 +419,47 @@ const GO_TYPES: &[GoType] = &[
         attrs: &[],
     },
 ];
+
+/// A toxic's netchaos parameters (`delay = "100ms"`) as Toxiproxy's
+/// attributes of its type (`latency: 100`, milliseconds; KB/s for rates;
+/// microseconds for a slicer's delay); what has no Toxiproxy form is left
+/// out (Toxiproxy takes an absent attribute as 0).
+fn toxiproxy_attrs(go: &str, attrs: &Map<String, Value>) -> Map<String, Value> {
+    let text = |k: &str| {
+        attrs
+            .get(k)
+            .map(|v| v.as_str().map_or(v.to_string(), str::to_string))
+    };
+    let dur = |k: &str| text(k).and_then(|t| crate::units::parse_duration(&t).ok());
+    let millis = |k: &str| dur(k).map(|d| json!(d.as_millis() as i64));
+    let num = |k: &str| {
+        text(k)
+            .and_then(|t| crate::units::parse_size(&t).ok())
+            .map(|n| json!(n))
+    };
+    let pairs: Vec<(&str, Option<Value>)> = match go {
+        "latency" => vec![("latency", millis("delay")), ("jitter", millis("jitter"))],
+        "bandwidth" => vec![(
+            "rate",
+            text("rate")
+                .and_then(|t| crate::units::parse_rate(&t).ok())
+                .map(|r| json!(r / 1000)),
+        )],
+        "slow_close" => vec![("delay", millis("delay"))],
+        "timeout" | "reset_peer" => vec![("timeout", millis("timeout"))],
+        "limit_data" => vec![("bytes", num("bytes"))],
+        "slicer" => vec![
+            ("average_size", num("size")),
+            ("size_variation", num("size_variation")),
+            ("delay", dur("delay").map(|d| json!(d.as_micros() as i64))),
+        ],
+        _ => Vec::new(),
+    };
+    pairs
+        .into_iter()
+        .filter_map(|(k, v)| Some((k.to_string(), v?)))
+        .collect()
+}
 
 fn go_type(name: &str) -> Option<&'static GoType> {
     GO_TYPES.iter().find(|g| g.name == name)
