@@ -358,17 +358,27 @@ pub struct ServerArgs {
     pub config: Option<PathBuf>,
     /// toxiproxy-server's -proxy-metrics. netchaos serves /metrics always,
     /// Toxiproxy's toxiproxy_proxy_* series included, so it changes nothing.
-    #[arg(long)]
+    /// (`=true`/`=false` as Go's flags take.)
+    #[arg(long, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", action = ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
     pub proxy_metrics: bool,
     /// toxiproxy-server's -runtime-metrics: /metrics also shows the
     /// process's series (process_*, and go_goroutines and go_info, which
     /// count netchaos's tasks: netchaos is not Go).
-    #[arg(long)]
+    #[arg(long, num_args = 0..=1, require_equals = true, default_value = "false", default_missing_value = "true", action = ArgAction::Set, value_parser = clap::builder::BoolishValueParser::new())]
     pub runtime_metrics: bool,
     /// toxiproxy-server's -version: print the Toxiproxy version netchaos
     /// answers as, and exit.
     #[arg(long = "toxiproxy-version", hide = true)]
     pub toxiproxy_version: bool,
+    /// Run as toxiproxy-server (the binary invoked by that name): a busy or
+    /// bad API address is logged and the server keeps running, as
+    /// Toxiproxy's does, instead of ending it.
+    #[arg(long = "toxiproxy-compat", hide = true)]
+    pub toxiproxy_compat: bool,
+    /// Arguments after the flags, which toxiproxy-server ignores (Go's flag
+    /// parsing stops at the first): ignored, with a warning.
+    #[arg(hide = true, trailing_var_arg = true, allow_hyphen_values = true)]
+    pub ignored: Vec<String>,
     #[command(flatten)]
     pub access: ApiAccess,
     /// How a client's connection ends when netchaos gives up on it (upstream
@@ -406,12 +416,18 @@ pub fn toxiproxy_argv(
         .to_string();
     if matches!(invoked.as_str(), "toxiproxy" | "toxiproxy-server") {
         args.insert(1, "server".into());
+        args.insert(2, "--toxiproxy-compat".into());
     }
     let Some(server) = args.iter().position(|a| a == "server") else {
         return args;
     };
     for a in &mut args[server + 1..] {
         let Some(text) = a.to_str() else { continue };
+        // Go takes --flag as -flag; --version is toxiproxy-server's.
+        if text == "--version" {
+            *a = "--toxiproxy-version".into();
+            continue;
+        }
         let Some(flag) = text.strip_prefix('-').filter(|f| !f.starts_with('-')) else {
             continue;
         };

@@ -1026,3 +1026,85 @@ fn a_profile_toxic_takes_toxiproxys_attribute_names() {
         t.elapsed()
     );
 }
+
+/// toxiproxy-server's start as its users' tooling expects it: the start
+/// line on stdout (container wait strategies wait for it), Go's flag
+/// forms (`-flag=true`, `--version`, a trailing argument ignored), and,
+/// run by Toxiproxy's name, a busy API port logged while it keeps running.
+#[test]
+fn toxiproxy_servers_start_line_flags_and_busy_port() {
+    let dir = tempfile::tempdir().unwrap();
+    let tox = dir.path().join("toxiproxy-server");
+    std::os::unix::fs::symlink(BIN, &tox).unwrap();
+    let port = unused_port().to_string();
+    let mut c = Command::new(&tox)
+        .args([
+            "-host",
+            "127.0.0.1",
+            "-port",
+            &port,
+            "-proxy-metrics=true",
+            "-runtime-metrics=false",
+            "extra",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(c.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
+    assert_eq!(v["message"], "Starting Toxiproxy HTTP server", "{line}");
+    assert_eq!(v["address"], format!("127.0.0.1:{port}"), "{line}");
+    // The port is busy now: a second server logs that and keeps running.
+    let mut busy = Command::new(&tox)
+        .args(["-host", "127.0.0.1", "-port", &port])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    assert!(busy.try_wait().unwrap().is_none(), "the busy server exited");
+    for p in [&mut c, &mut busy] {
+        signal(p.id(), libc::SIGTERM);
+    }
+    let out = busy.wait_with_output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("Server finished with error"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let _ = c.wait();
+    let v = Command::new(&tox).arg("--version").output().unwrap();
+    assert!(String::from_utf8_lossy(&v.stdout).starts_with("toxiproxy-server version 2.12.0"));
+}
+
+/// Toxiproxy's TestPopulateExistingProxy with a host-name listen: the
+/// proxy asked for again as it is keeps its toxics.
+#[test]
+fn populating_an_unchanged_proxy_named_by_host_keeps_its_toxics() {
+    let p = server(&[]);
+    let port = unused_port();
+    let body =
+        format!(r#"[{{"name":"one","listen":"localhost:{port}","upstream":"localhost:7171"}}]"#);
+    let (status, v) = http("POST", &format!("{}/populate", p.url()), Some(&body), &[]);
+    assert_eq!(status, 201, "{v}");
+    let (status, v) = add_toxic(
+        &p.url(),
+        "one",
+        json!({"type": "latency", "attributes": {"latency": 100}}),
+    );
+    assert_eq!(status, 200, "{v}");
+    let (status, v) = http("POST", &format!("{}/populate", p.url()), Some(&body), &[]);
+    assert_eq!(status, 201, "{v}");
+    let (_, v) = http("GET", &format!("{}/proxies/one/toxics", p.url()), None, &[]);
+    assert_eq!(
+        v.as_array().map(Vec::len),
+        Some(1),
+        "the toxic was dropped: {v}"
+    );
+}

@@ -284,6 +284,11 @@ impl Serving {
         let relay = Relay::new(rules, events, opts);
         let sandbox = att.sandbox.clone();
         let sandbox = &sandbox;
+        // Toxiproxy's byte series for the interception too.
+        relay
+            .events
+            .stats
+            .label_proxy(&sandbox.label, "transparent", "every connection");
         let io = |e: std::io::Error| Error::Runtime(e.into());
         // Before the gate: its first TCP port 53 SYN already belongs to it.
         let dns_layer = relay.start_dns(
@@ -337,7 +342,7 @@ impl Serving {
     async fn api(&self, cfg: Option<&ApiConfig>) -> Result<()> {
         let api = api_control(&self.relay, crate::control::Reach::Attached, cfg);
         api.adopt_rules().await;
-        start_api(cfg, api, self.api_stop.clone()).await
+        start_api(cfg, api, self.api_stop.clone()).await.map(drop)
     }
 
     async fn stop(self, drain: std::time::Duration) {

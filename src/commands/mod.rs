@@ -318,11 +318,13 @@ pub(crate) async fn start_api(
     api: Option<&ApiConfig>,
     control: Arc<crate::control::Control>,
     stop: tokio_util::sync::CancellationToken,
-) -> Result<()> {
+) -> Result<Option<std::net::SocketAddr>> {
+    let mut listening = None;
     if let Some(api) = api {
         let bound =
             crate::control::serve(api.addr, control.clone(), &api.tokens(), stop.clone()).await?;
         eprintln!("netchaos: control API on http://{bound} (Toxiproxy-compatible)");
+        listening = Some(bound);
         if let Some(also) = api.also {
             let also = std::net::SocketAddr::new(also.ip(), bound.port());
             if crate::control::serve(also, control, &api.tokens(), stop)
@@ -333,7 +335,7 @@ pub(crate) async fn start_api(
             }
         }
     }
-    Ok(())
+    Ok(listening)
 }
 
 pub(crate) fn announce_seed(seed: u64) {

@@ -61,6 +61,12 @@ pub(super) fn server(g: &Global, args: &ServerArgs) -> Result<u8> {
         false,
         "`netchaos server` terminates no TLS; use `netchaos proxy --tls`",
     )?;
+    if !args.ignored.is_empty() {
+        tracing::warn!(
+            "ignoring {:?}: toxiproxy-server takes no arguments after its flags",
+            args.ignored
+        );
+    }
     let api = match (&args.api, &args.host, args.port) {
         (Some(addr), _, _) => ApiConfig::new(Some(*addr), &args.access)?,
         // toxiproxy-server's -host/-port: any host, token or not.
@@ -107,7 +113,7 @@ pub(super) fn server(g: &Global, args: &ServerArgs) -> Result<u8> {
         plan,
         api,
         &args.relay,
-        Mode::Server(config),
+        Mode::Server(config, args.toxiproxy_compat),
         None,
         args.end,
     )
@@ -133,8 +139,9 @@ fn resolve_api_host(host: &str, port: u16) -> Result<std::net::SocketAddr> {
 /// Which command serves.
 enum Mode {
     Proxy,
-    /// `server`, with the text of its `-config` file.
-    Server(Option<String>),
+    /// `server`, with the text of its `-config` file, and whether it runs
+    /// as toxiproxy-server (`--toxiproxy-compat`).
+    Server(Option<String>, bool),
 }
 
 fn serve(
@@ -148,7 +155,7 @@ fn serve(
 ) -> Result<u8> {
     let name = match mode {
         Mode::Proxy => "proxy",
-        Mode::Server(_) => "server",
+        Mode::Server(..) => "server",
     };
     if let Some((rule, f)) = plan.namespace_only_fault() {
         let what = f.kind.layer().acts_on();
@@ -212,11 +219,22 @@ fn serve(
             warn_if_nothing_listens(&p.name, &p.upstream);
         }
         control.adopt_rules().await;
-        if let Mode::Server(Some(config)) = &mode {
+        if let Mode::Server(Some(config), _) = &mode {
             crate::control::api::load_config(&control, config).await;
         }
         let stop = tokio_util::sync::CancellationToken::new();
-        start_api(api.as_ref(), control, stop.clone()).await?;
+        if let (Mode::Server(..), Some(a)) = (&mode, &api) {
+            toxiproxy_started(a.addr);
+        }
+        match start_api(api.as_ref(), control, stop.clone()).await {
+            Ok(_) => {}
+            // As toxiproxy-server: the API's failure is logged, and the
+            // proxies made from -config go on serving until a signal.
+            Err(e) if matches!(mode, Mode::Server(_, true)) => {
+                tracing::error!("Server finished with error: {e}");
+            }
+            Err(e) => return Err(e),
+        }
         // Handlers first: a signal sent as soon as "ready" is read must
         // find them, or it kills netchaos before the summary and report.
         let mut signals = super::ShutdownSignals::install()?;
@@ -254,4 +272,21 @@ fn warn_if_nothing_listens(name: &str, upstream: &str) {
             "proxy {name:?}: nothing listens on its upstream {upstream} now; its clients' connections will be refused until something does"
         );
     }
+}
+
+/// Toxiproxy's own start line, on stdout as its JSON logger writes it:
+/// container wait strategies (Testcontainers for Rust, Python, .NET) wait
+/// for "Starting Toxiproxy HTTP server" there.
+fn toxiproxy_started(at: std::net::SocketAddr) {
+    let time = time::OffsetDateTime::now_utc()
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default();
+    let line = serde_json::json!({
+        "level": "info",
+        "address": at.to_string(),
+        "time": time,
+        "message": "Starting Toxiproxy HTTP server",
+    });
+    println!("{line}");
+    let _ = std::io::Write::flush(&mut std::io::stdout());
 }

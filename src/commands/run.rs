@@ -223,6 +223,11 @@ pub(super) fn run(g: &Global, args: &RunArgs) -> Result<u8> {
     let rt = runtime()?;
     let end = rt.block_on(async {
         let relay = Relay::new(Arc::new(RuleSet::from_plan(&plan)), events.clone(), opts);
+        // Toxiproxy's byte series for the interception too (dashboards
+        // read toxiproxy_proxy_*): one proxy, named as its connections are.
+        events
+            .stats
+            .label_proxy(&sandbox.label, "transparent", "every connection");
         let gate = tokio::spawn(syn_gate::run(
             listeners.queue,
             relay.clone(),

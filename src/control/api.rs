@@ -650,10 +650,16 @@ async fn populate_with(control: &Control, v: Value) -> (Option<ApiError>, Vec<Va
     let mut proxies = control.proxies.lock().await;
     let mut done = Vec::new();
     for n in wanted {
+        // Unchanged (as Toxiproxy judges it, a host name resolved: its
+        // toxics and connections are kept).
+        let asked = super::listen::as_shown(&n.listen).await;
         let same = proxies.get(&n.name).is_some_and(|p| match &p.listener {
             Listener::Socket {
                 listen, upstream, ..
-            } => *listen == n.listen && *upstream == n.upstream,
+            } => {
+                (*listen == n.listen || asked.as_deref() == Some(listen.as_str()))
+                    && *upstream == n.upstream
+            }
             Listener::Transparent => false,
         });
         if same {

@@ -170,6 +170,27 @@ fn canonical(ip: IpAddr) -> IpAddr {
     }
 }
 
+/// The address `listen` would be shown as once listening (a host name
+/// resolved as [`bind`] resolves it), when it names one port: to tell a
+/// proxy asked for again as it is (`localhost:7070`, shown as
+/// `127.0.0.1:7070`) from one asked to move.
+pub(crate) async fn as_shown(listen: &str) -> Option<String> {
+    let (host, port) = split(listen).ok()?;
+    let port: u16 = port.parse().ok().filter(|p| *p != 0)?;
+    let ip = match host {
+        "" => None,
+        h => match h.parse::<IpAddr>() {
+            Ok(ip) if ip.is_unspecified() => None,
+            Ok(ip) => Some(ip),
+            Err(_) => Some(resolve(h, port).await.ok()?),
+        },
+    };
+    Some(match ip {
+        Some(ip) => shown(SocketAddr::new(ip, port)),
+        None => format!("[::]:{port}"),
+    })
+}
+
 /// A host name's address to listen on: the first IPv4 one, as Go prefers.
 async fn resolve(host: &str, port: u16) -> Result<IpAddr, ApiError> {
     let no_such = || go_error(format!("listen tcp: lookup {host}: no such host"));
