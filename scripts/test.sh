@@ -4,9 +4,10 @@
 #
 # As root on a Debian-like machine it first installs what the tests use
 # (apt: curl, python3, iproute2, nftables, iptables, iperf3, socat, nodejs,
-# npm, a JDK, Go, chromium, ...; pip: requests, httpx, toxiproxy-python,
-# anthropic, openai, google-genai, ollama, boto3; npm:
-# toxiproxy-node-client, openai, @anthropic-ai/sdk), a Rust toolchain with rustup when
+# npm, a JDK, Go, chromium, python3-venv, ...; into target/test-venv with
+# pip: requests, httpx, toxiproxy-python, anthropic, openai, google-genai,
+# ollama, boto3, grpcio; into target/node-clients with npm:
+# toxiproxy-node-client, openai, @anthropic-ai/sdk, @grpc/grpc-js), a Rust toolchain with rustup when
 # there is none, and for the later stages an aarch64 cross compiler with
 # qemu-user and cargo-fuzz on a nightly toolchain. Opt-outs:
 # NETCHAOS_NO_CROSS=1 skips the aarch64 stage, NETCHAOS_NO_VM=1 the VM
@@ -50,13 +51,28 @@ fi
 
 # The Python client tests use `requests`, `httpx`, a Toxiproxy client
 # written by someone else (toxiproxy-python) and Anthropic's, OpenAI's,
-# Google's (Gemini), Ollama's and AWS's (boto3, for Bedrock) SDKs and grpcio, from whichever python3 is first on PATH. The HTTPS tests also run Node, Java
-# and Go clients.
+# Google's (Gemini), Ollama's and AWS's (boto3, for Bedrock) SDKs and
+# grpcio. They go into a virtual environment of the project's
+# (target/test-venv), never into the system's interpreter; its bin/ comes
+# first on PATH for the tests, so their `python3` is the venv's. The Node,
+# Java and Go clients are the machine's; Node's packages go to
+# target/node-clients (below).
 # The LLM SDKs and the HTTP clients are pinned: tests pin how these
 # versions meet the faults (anthropic 2.17 began wrapping a broken
 # stream in its own APIConnectionError; unpinned, a release turned CI red).
 # grpcio 1.75.0: from 1.75.1 on, a completed call's `_Rendezvous.__del__`
 # can deadlock the client (grpc/grpc#43421; a CI run hung on it).
+venv="$PWD/target/test-venv"
+if [ ! -x "$venv/bin/python3" ]; then
+  mkdir -p target
+  python3 -m venv "$venv" 2>/dev/null ||
+    { [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null &&
+      apt-get install -y -qq --no-install-recommends python3-venv >/dev/null && python3 -m venv "$venv"; } ||
+    echo "test.sh: cannot make a Python virtual environment in $venv" >&2
+fi
+if [ -x "$venv/bin/python3" ]; then
+  export VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH"
+fi
 for mod in requests:requests==2.34.2 httpx:httpx==0.29.0 toxiproxy:toxiproxy-python anthropic:anthropic==2.17.0 \
   openai:openai==3.60.0 google.genai:google-genai==3.6.1 ollama:ollama==0.6.3 \
   boto3:boto3==1.43.11 grpc:grpcio==1.75.0; do
@@ -67,9 +83,11 @@ for mod in requests:requests==2.34.2 httpx:httpx==0.29.0 toxiproxy:toxiproxy-pyt
   elif python3 -c "import ${mod%%:*}" 2>/dev/null; then
     continue
   fi
-  python3 -m pip install -q "$spec" 2>/dev/null ||
-    python3 -m pip install -q --break-system-packages "$spec" 2>/dev/null ||
-    echo "test.sh: could not pip install $spec" >&2
+  if [ -n "${VIRTUAL_ENV:-}" ]; then
+    python3 -m pip install -q "$spec" 2>/dev/null || echo "test.sh: could not pip install $spec" >&2
+  else
+    echo "test.sh: not installing $spec outside a virtual environment; tests that need it will say so" >&2
+  fi
 done
 
 # toxiproxy-node-client (npm, pinned), for the Toxiproxy drop-in tests,

@@ -30,7 +30,7 @@ Examples:
 /// Network-level fault injection for real, unmodified clients: a transparent
 /// TCP relay that misbehaves on purpose.
 #[derive(Debug, Parser)]
-#[command(name = "netchaos", version, after_help = AFTER_HELP, max_term_width = 100)]
+#[command(name = "netchaos", version = env!("NETCHAOS_VERSION"), after_help = AFTER_HELP, max_term_width = 100)]
 pub struct Cli {
     #[command(flatten)]
     pub global: Global,
