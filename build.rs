@@ -46,7 +46,8 @@ fn version() {
             .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
     };
     let commit = git(&["rev-parse", "--short=9", "HEAD"]);
-    let dirty = git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
+    let dirty =
+        git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
     let date = std::env::var("SOURCE_DATE_EPOCH")
         .ok()
         .and_then(|e| e.parse::<i64>().ok())
@@ -68,11 +69,17 @@ fn version() {
     let head = root.join(".git/HEAD");
     if head.exists() {
         println!("cargo:rerun-if-changed={}", head.display());
-        println!("cargo:rerun-if-changed={}", root.join(".git/index").display());
+        println!(
+            "cargo:rerun-if-changed={}",
+            root.join(".git/index").display()
+        );
         if let Ok(text) = std::fs::read_to_string(&head)
             && let Some(r) = text.trim().strip_prefix("ref: ")
         {
-            println!("cargo:rerun-if-changed={}", root.join(".git").join(r).display());
+            println!(
+                "cargo:rerun-if-changed={}",
+                root.join(".git").join(r).display()
+            );
         }
     }
 }
