@@ -97,6 +97,9 @@ pub(crate) struct Control {
     pub metrics: metrics::Extra,
     /// `--api-listen-allow`: see [`listen::refusal`].
     pub listen_allow: std::sync::atomic::AtomicBool,
+    /// The plan had a `dns_answer random` at start: its ranges are
+    /// black-holed, so the API may add one.
+    pub unrouted_ok: bool,
 }
 
 impl Control {
@@ -106,10 +109,16 @@ impl Control {
         files: FilePolicy,
         metrics: metrics::Extra,
     ) -> Arc<Control> {
+        let unrouted_ok = relay.rules.rules().iter().any(|r| {
+            r.faults().iter().any(
+                |f| matches!(&f.spec.kind, crate::fault::FaultKind::DnsAnswer(a) if a.is_random()),
+            )
+        });
         Arc::new(Control {
             relay,
             proxies: Mutex::new(BTreeMap::new()),
             reach,
+            unrouted_ok,
             files,
             metrics,
             listen_allow: Default::default(),
@@ -132,6 +141,7 @@ impl Control {
             connect_ok: self.reach != Reach::Proxy && transparent,
             path_ok: self.reach == Reach::Namespace && transparent,
             tls_ok: self.relay.opts.tls.is_some(),
+            unrouted_ok: self.unrouted_ok,
             files: self.files.clone(),
         })
     }

@@ -71,6 +71,9 @@ pub(crate) struct Scope {
     pub path_ok: bool,
     /// netchaos terminates TLS (`tls_error` has handshakes to fail).
     pub tls_ok: bool,
+    /// The ranges `dns_answer random` draws from are black-holed (the plan
+    /// had one when netchaos started).
+    pub unrouted_ok: bool,
     pub files: FilePolicy,
 }
 
@@ -88,6 +91,10 @@ fn not_at_run_time(kind: &FaultKind, scope: &Scope) -> Option<&'static str> {
         k if k.layer() == Layer::Tls && !scope.tls_ok => Some(
             "it acts on TLS handshakes netchaos terminates, and this netchaos terminates none: \
              start it with --tls",
+        ),
+        FaultKind::DnsAnswer(a) if a.is_random() && !scope.unrouted_ok => Some(
+            "random = true sends clients to ranges netchaos black-holes only when a profile or \
+             --fault had a random dns_answer at start (some networks route them): give it there",
         ),
         k if crate::fault::path::is_path_fault(k) && !scope.path_ok => Some(
             "the packet delay line exists in netchaos run's own namespace only: \
@@ -637,6 +644,7 @@ mod tests {
             connect_ok: true,
             path_ok: true,
             tls_ok: true,
+            unrouted_ok: true,
             files: FilePolicy::Nowhere,
         }
     }
@@ -821,6 +829,15 @@ mod tests {
         };
         let e = build(tls, &plain).unwrap_err();
         assert!(e.message.contains("--tls"), "{e:?}");
+        // A random dns_answer only where its ranges are black-holed.
+        let random = json!({"type": "dns_answer", "attributes": {"random": true}});
+        assert!(build(random.clone(), &any()).is_ok());
+        let unrouted = Scope {
+            unrouted_ok: false,
+            ..any()
+        };
+        let e = build(random, &unrouted).unwrap_err();
+        assert!(e.message.contains("black-holes"), "{e:?}");
     }
 
     #[test]
