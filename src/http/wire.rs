@@ -677,6 +677,14 @@ mod tests {
         let bad_header = b"GET / HTTP/1.1\r\nBad Header: x\r\n\r\n";
         assert!(request(bad_header).is_err());
         assert!(starts_with_request_line(bad_header));
+        for bad in [
+            &b"GET / HTTP/1.1\r\nA : b\r\n\r\n"[..],
+            b"GET / HTTP/1.1\r\nA: b\r\n c\r\n\r\n",
+            b"GET / HTTP/1.1\r\nA: b\rc\r\n\r\n",
+        ] {
+            assert!(request(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
+            assert!(starts_with_request_line(bad));
+        }
         assert!(request(b"get key\r\n").is_err());
         assert!(!starts_with_request_line(b"get key\r\n"));
         assert!(!starts_with_request_line(b"set key 0 0 5\r\nhello\r\n"));
