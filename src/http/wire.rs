@@ -129,16 +129,22 @@ pub(crate) fn response(buf: &[u8]) -> Result<Option<Response>, WireError> {
 /// Whether the first bytes of a connection look like an HTTP/1.x request
 /// (a method token, a space): enough to try parsing it as one. A method is
 /// any token (RFC 9110 §9.1: case-sensitive, `get` is a method of its own,
-/// for the server to answer): its letters' case is not looked at.
+/// for the server to answer): its letters' case is not looked at. (Taken
+/// only from a letter on: methods in use begin with one, numbers and
+/// symbols begin other protocols.)
 pub(crate) fn looks_like_request(first: &[u8]) -> bool {
     let method = first.iter().take_while(|b| is_tchar(**b)).count();
-    (1..=MAX_METHOD).contains(&method) && first.get(method) == Some(&b' ')
+    (1..=MAX_METHOD).contains(&method)
+        && first[0].is_ascii_alphabetic()
+        && first.get(method) == Some(&b' ')
 }
 
 /// Whether the first bytes of a connection could be the start of a method
 /// still arriving.
 pub(crate) fn may_start_request(first: &[u8]) -> bool {
-    (1..=MAX_METHOD).contains(&first.len()) && first.iter().all(|b| is_tchar(*b))
+    (1..=MAX_METHOD).contains(&first.len())
+        && first[0].is_ascii_alphabetic()
+        && first.iter().all(|b| is_tchar(*b))
 }
 
 /// The longest method taken for one when sniffing (`UPDATEREDIRECTREF`,
@@ -672,6 +678,7 @@ mod tests {
             assert!(looks_like_request(first), "{first:?}");
         }
         assert!(may_start_request(b"pos") && !may_start_request(b"*1\r\n"));
+        assert!(!may_start_request(b"1234") && !looks_like_request(b"+OK hi"));
         assert!(!looks_like_request(b"*1\r\n$4\r\nPING"));
         // httparse refuses both; only the first is HTTP (a bad header line).
         let bad_header = b"GET / HTTP/1.1\r\nBad Header: x\r\n\r\n";
