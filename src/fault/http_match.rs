@@ -185,6 +185,12 @@ impl RequestMatch {
         !self.body.is_empty()
     }
 
+    /// Whether the request, its body not yet seen, may be one of this
+    /// fault's: everything but its body matches (nothing is counted).
+    pub(crate) fn may_match(&self, r: &RequestView<'_>) -> bool {
+        self.matches_head(r)
+    }
+
     /// Whether the request is one of this fault's, counting it for `first`
     /// and `every` if it matches.
     pub(crate) fn admits(&self, r: &RequestView<'_>) -> bool {
@@ -202,6 +208,19 @@ impl RequestMatch {
     }
 
     fn matches(&self, r: &RequestView<'_>) -> bool {
+        self.matches_head(r)
+            && self.body.iter().all(|(path, p)| {
+                r.body
+                    .and_then(|b| lookup(b, path))
+                    .is_some_and(|v| match v {
+                        serde_json::Value::String(s) => p.matches(s),
+                        other => p.matches(&other.to_string()),
+                    })
+            })
+    }
+
+    /// [`RequestMatch::matches`], the body left out.
+    fn matches_head(&self, r: &RequestView<'_>) -> bool {
         (self.methods.is_empty()
             || self
                 .methods
@@ -215,14 +234,6 @@ impl RequestMatch {
                 .as_ref()
                 .is_none_or(|p| r.host.is_some_and(|h| p.matches(h)))
             && has_headers(r.headers, &self.headers)
-            && self.body.iter().all(|(path, p)| {
-                r.body
-                    .and_then(|b| lookup(b, path))
-                    .is_some_and(|v| match v {
-                        serde_json::Value::String(s) => p.matches(s),
-                        other => p.matches(&other.to_string()),
-                    })
-            })
     }
 
     /// The criteria, as `key = value` text (for `check`, the event log).

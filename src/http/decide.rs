@@ -187,6 +187,26 @@ pub(crate) fn needs_body(faults: &[Chosen]) -> bool {
         .any(|c| c.spec.kind.request_match().is_some_and(|m| m.needs_body()))
 }
 
+/// Whether the body of request `n` (`view`, its body not read) decides
+/// whether a fault acts on it: a fault that matches body fields is active,
+/// its `probability` picks this request, and everything else it matches
+/// on does (its `first` and `every` are not counted here).
+pub(crate) fn body_decides(
+    faults: &[Chosen],
+    n: u64,
+    view: &RequestView<'_>,
+    elapsed: Duration,
+) -> bool {
+    faults.iter().any(|c| {
+        c.spec.kind.request_match().is_some_and(|m| {
+            m.needs_body()
+                && c.spec.active.contains(elapsed)
+                && m.may_match(view)
+                && c.request_draw(n).0
+        })
+    })
+}
+
 /// Decides request `n` of a connection, `elapsed` after netchaos started.
 pub(crate) fn decide(
     faults: &Arc<Vec<Chosen>>,
@@ -275,6 +295,29 @@ mod tests {
         assert_eq!(reply.then(), After::Reset);
         let d = decide(&faults, 1, &get("/other"), Duration::ZERO);
         assert_eq!(d.answer.unwrap().1.status(), Some(503));
+    }
+
+    /// A body is read to decide only for a rule whose other criteria (and
+    /// window and draw) the request meets: any other request's head goes
+    /// on at once.
+    #[test]
+    fn only_a_rule_the_head_matches_waits_for_the_body() {
+        let by_body = |pairs: &[(&str, &str)]| {
+            let mut all = vec![("status", "529"), ("body.model", "opus*")];
+            all.extend_from_slice(pairs);
+            Arc::new(vec![chosen("http_status", &all, 1)])
+        };
+        let any = by_body(&[]);
+        assert!(body_decides(&any, 0, &get("/v1"), Duration::ZERO));
+        let posts = by_body(&[("method", "POST")]);
+        assert!(!body_decides(&posts, 0, &get("/v1"), Duration::ZERO));
+        let later = by_body(&[("active", "5s..")]);
+        assert!(!body_decides(&later, 0, &get("/v1"), Duration::ZERO));
+        assert!(body_decides(&later, 0, &get("/v1"), Duration::from_secs(6)));
+        let never = by_body(&[("probability", "0")]);
+        assert!(!body_decides(&never, 0, &get("/v1"), Duration::ZERO));
+        let by_path = Arc::new(vec![chosen("http_status", &[("status", "503")], 1)]);
+        assert!(!body_decides(&by_path, 0, &get("/v1"), Duration::ZERO));
     }
 
     #[test]

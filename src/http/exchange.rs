@@ -9,9 +9,15 @@
 //! Both sides send into the connection's pipelines, so stream faults
 //! (latency, bandwidth …) still apply after the HTTP layer. Bytes netchaos
 //! does not change go through as they came: an unfaulted request and its
-//! response are relayed byte for byte. What it cannot follow (an upgrade,
-//! CONNECT, a framing error) turns the rest of the connection into a plain
-//! byte relay, after what is queued.
+//! response are relayed byte for byte. A head goes on as soon as it is
+//! whole and decided, never held for its body. An upgrade or CONNECT that
+//! the upstream accepts turns the rest of the connection into a plain byte
+//! relay; one it declines does not. A malformed or ambiguous request is
+//! answered 400 and its connection closed (see [`wire::WireError`]); a
+//! response netchaos cannot follow is relayed as bytes, and so is all that
+//! follows it. Once the upstream has closed (or its responses are relayed
+//! as bytes), what the client sends goes to it as bytes: its kernel
+//! answers as it would directly.
 
 use std::io;
 use std::sync::Arc;
@@ -19,7 +25,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -104,9 +110,15 @@ impl Meta {
 /// What the response side must do next, in request order.
 enum Pending {
     /// The request went upstream: follow its response, with these faults.
-    Forwarded(Box<(Meta, Decision)>),
+    Forwarded(Box<Forward>),
     /// The request was answered here.
     Answered(Box<Answer>),
+    /// Netchaos answers `100 Continue` in the upstream's place: the client
+    /// waits for it before it sends the body a rule must read to decide.
+    Continue,
+    /// A malformed or ambiguous request, not forwarded: a 400 that says
+    /// why once the answers before are out, then the connection closes.
+    Reject(WireError),
     /// What follows is not HTTP netchaos follows: relay it as bytes.
     Raw,
     /// Netchaos is stopping and the client between requests: close the
@@ -117,8 +129,35 @@ enum Pending {
     Refuse,
 }
 
+/// Netchaos's go-ahead to a client waiting on `Expect: 100-continue`.
+const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
+
 /// The answer to a request whose head found the budget spent.
 const TOO_LARGE: &[u8] = b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: text/plain\r\ncontent-length: 50\r\nconnection: close\r\n\r\nnetchaos: the HTTP layer's memory budget is spent\n";
+
+/// A forwarded request, as its response is followed.
+struct Forward {
+    meta: Meta,
+    d: Decision,
+    /// Netchaos answered `100 Continue` for it: the upstream's own is not
+    /// passed on (the client has had one).
+    continued: bool,
+    /// An upgrade or CONNECT: told whether the upstream switched (a 101,
+    /// a 2xx to CONNECT), and so the rest is a tunnel.
+    switched: Option<oneshot::Sender<bool>>,
+    /// Cancelled when its body turns out malformed: the client gets a 400
+    /// unless the upstream's answer has begun.
+    bad_body: CancellationToken,
+}
+
+/// What the client gets for a request netchaos refuses as malformed.
+fn bad_request(why: WireError) -> Bytes {
+    let body = format!("netchaos: {why}\n");
+    Bytes::from(format!(
+        "HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    ))
+}
 
 struct Answer {
     meta: Meta,
@@ -136,17 +175,29 @@ struct Answer {
 pub(crate) fn sides(x: Exchange) -> (RequestSide, ResponseSide) {
     let (tx, rx) = mpsc::channel(QUEUE);
     let x = Arc::new(x);
-    (RequestSide { x: x.clone(), tx }, ResponseSide { x, rx })
+    let done = CancellationToken::new();
+    (
+        RequestSide {
+            x: x.clone(),
+            tx,
+            done: done.clone(),
+        },
+        ResponseSide { x, rx, done },
+    )
 }
 
 pub(crate) struct RequestSide {
     x: Arc<Exchange>,
     tx: mpsc::Sender<Pending>,
+    /// Cancelled once the response side follows no more responses: the
+    /// upstream closed, or its bytes are relayed as they come.
+    done: CancellationToken,
 }
 
 pub(crate) struct ResponseSide {
     x: Arc<Exchange>,
     rx: mpsc::Receiver<Pending>,
+    done: CancellationToken,
 }
 
 impl Exchange {
@@ -313,7 +364,11 @@ enum Head<T> {
     /// The source closed (with or without part of a head).
     Eof,
     Failed,
-    NotHttp,
+    /// Not HTTP/1.1 netchaos can follow, for this reason.
+    Bad(WireError),
+    /// The other side follows no more messages (a request head, when the
+    /// response side has ended): what was read is still in the buffer.
+    Gone,
     /// The head is longer than [`HEAD_ALLOWANCE`], and the budget has no
     /// room for the rest.
     Spent,
@@ -324,25 +379,34 @@ enum Head<T> {
 const HEAD_ALLOWANCE: usize = 16 * 1024;
 
 /// Reads a head into `buf`; past [`HEAD_ALLOWANCE`], `held` holds it in
-/// the budget (until the caller lets it go, with the head).
+/// the budget (until the caller lets it go, with the head). Stops early
+/// ([`Head::Gone`]) when `until` is cancelled.
 async fn read_head<R: AsyncRead + Unpin, T>(
     src: &mut Src<R>,
     buf: &mut BytesMut,
     held: &mut Lease,
     parse: impl Fn(&[u8]) -> Result<Option<T>, WireError>,
+    until: Option<&CancellationToken>,
 ) -> Head<T> {
     loop {
         if !buf.is_empty() {
             match parse(buf) {
                 Ok(Some(h)) => return Head::Parsed(h),
                 Ok(None) => {}
-                Err(_) => return Head::NotHttp,
+                Err(e) => return Head::Bad(e),
             }
         }
         if buf.len() >= HEAD_ALLOWANCE && !held.hold(buf.len() + READ) {
             return Head::Spent;
         }
-        match src.fill(buf).await {
+        let filled = match until {
+            Some(until) => tokio::select! {
+                r = src.fill(buf) => r,
+                () = until.cancelled() => return Head::Gone,
+            },
+            None => src.fill(buf).await,
+        };
+        match filled {
             Ok(0) => return Head::Eof,
             Ok(_) => {}
             Err(_) => return Head::Failed,
@@ -360,12 +424,16 @@ enum BodyEnd {
     Failed,
     /// `limit` bytes of it were passed.
     Limit,
-    /// Its framing is not what the head said: relay the rest as bytes.
-    Bad,
+    /// Its framing is not what the head said (nothing of it from there
+    /// on was passed).
+    Bad(WireError),
 }
 
 /// Passes a body on as it arrives: `buf[..start]` (its head) goes with the
-/// first piece; at most `limit` body bytes when given.
+/// body bytes already read, or alone at once when there are none (a head
+/// is never held for its body: a client may wait for an answer to it, a
+/// server may send its body long after); at most `limit` body bytes when
+/// given.
 async fn pass_body<R: AsyncRead + Unpin>(
     src: &mut Src<R>,
     buf: &mut BytesMut,
@@ -376,12 +444,12 @@ async fn pass_body<R: AsyncRead + Unpin>(
 ) -> Result<BodyEnd, Gone> {
     let mut passed = 0u64;
     loop {
-        if buf.len() > start || body.is_done() {
+        if buf.len() > start || body.is_done() || start > 0 {
             let scan = match body.scan(&buf[start..], None) {
                 Ok(s) => s,
-                Err(_) => {
+                Err(e) => {
                     send_data(out, buf.split_to(start).freeze()).await?;
-                    return Ok(BodyEnd::Bad);
+                    return Ok(BodyEnd::Bad(e));
                 }
             };
             let used = scan.used as u64;
@@ -420,7 +488,7 @@ async fn drop_body<R: AsyncRead + Unpin>(
     body: &mut Body,
 ) -> Result<(), BodyEnd> {
     loop {
-        let scan = body.scan(buf, None).map_err(|_| BodyEnd::Bad)?;
+        let scan = body.scan(buf, None).map_err(BodyEnd::Bad)?;
         let _ = buf.split_to(scan.used);
         if scan.done {
             return Ok(());
@@ -436,17 +504,16 @@ async fn drop_body<R: AsyncRead + Unpin>(
 /// Reads a whole body (at most [`MAX_BODY`]) into the buffer, after its
 /// head, and returns its payload (de-chunked) and how many bytes of the
 /// buffer it takes: to match its JSON fields, or to rewrite it. `None`
-/// when it is larger, ends early, the client waits for a go-ahead before
-/// sending it (`waits`), or the budget has no room for it (`held` holds
-/// it there, its payload and its bytes in the buffer, until the caller
-/// lets it go); the buffer keeps what was read either way.
+/// when it is larger, ends early, or the budget has no room for it (`held`
+/// holds it there, its payload and its bytes in the buffer, until the
+/// caller lets it go); the buffer keeps what was read either way. (Not a
+/// body the client sends only after a go-ahead that it has not had.)
 async fn whole_body<R: AsyncRead + Unpin>(
     src: &mut Src<R>,
     buf: &mut BytesMut,
     held: &mut Lease,
     head_len: usize,
     framing: Framing,
-    waits: bool,
 ) -> Result<Option<(Vec<u8>, usize)>, BodyEnd> {
     let mut body = Body::new(framing);
     let mut payload = Vec::new();
@@ -454,12 +521,12 @@ async fn whole_body<R: AsyncRead + Unpin>(
     loop {
         let scan = body
             .scan(&buf[at..], Some(&mut payload))
-            .map_err(|_| BodyEnd::Bad)?;
+            .map_err(BodyEnd::Bad)?;
         at += scan.used;
         if scan.done {
             return Ok(Some((payload, at - head_len)));
         }
-        if waits || at - head_len > MAX_BODY {
+        if at - head_len > MAX_BODY {
             return Ok(None);
         }
         if !held.hold(buf.len() - head_len + payload.capacity() + READ) {
@@ -523,59 +590,95 @@ impl RequestSide {
                             }
                         }
                     }
+                    // The upstream closed (or is relayed as bytes): what
+                    // the client sends next goes to it as it is, and its
+                    // kernel answers it as it would directly (an RST).
+                    () = self.done.cancelled() => return raw(src, &mut buf, out).await,
                 }
             }
             // What this request holds in the budget beyond the allowances:
             // its head, its body read whole; let go with the request.
             let (mut head_held, mut body_held) = (Lease::default(), Lease::default());
-            let head = match read_head(src, &mut buf, &mut head_held, wire::request).await {
+            let until = Some(&self.done);
+            let head = match read_head(src, &mut buf, &mut head_held, wire::request, until).await {
                 Head::Parsed(h) => h,
                 Head::Eof => {
                     send_data(out, buf.split().freeze()).await?;
                     return send(out, ItemKind::Fin).await;
                 }
                 Head::Failed => return send(out, ItemKind::Reset).await,
-                Head::NotHttp => return self.go_raw(src, &mut buf, out).await,
+                // The upstream closed while this head was arriving: it goes
+                // on as it is, as it would have reached the upstream.
+                Head::Gone => return raw(src, &mut buf, out).await,
+                // Longer than netchaos parses: for the upstream to refuse;
+                // or not HTTP at all (a first line that is no request
+                // line: another protocol that began like HTTP).
+                Head::Bad(e)
+                    if e.is_too_large() || (n == 0 && !wire::starts_with_request_line(&buf)) =>
+                {
+                    return self.go_raw(src, &mut buf, out).await;
+                }
+                Head::Bad(e) => return self.reject(e, src, &mut buf, out).await,
                 Head::Spent => return self.refuse().await,
             };
             x.events.http_request();
-            let Ok(framing) = head.framing() else {
-                return self.go_raw(src, &mut buf, out).await;
+            let framing = match head.framing() {
+                Ok(f) => f,
+                Err(e) => return self.reject(e, src, &mut buf, out).await,
             };
             let faults = x.faults.borrow().clone();
-            let waits = head.expects_continue();
+            let host = head
+                .header("host")
+                .map(str::to_string)
+                .or_else(|| x.sni.clone());
+            let view = |body| RequestView {
+                method: &head.method,
+                path: &head.target,
+                host: host.as_deref(),
+                headers: &head.headers,
+                body,
+            };
+            // The client holds its body back until it gets `100 Continue`
+            // (or the answer): from the upstream, once the head reaches it;
+            // from netchaos when a rule must read the body to decide
+            // (and its length lets it be read whole).
+            let mut waits = head.expects_continue();
+            let mut continued = false;
             // The body as read whole for matching, if it was: a rewrite
             // below takes it from here rather than reading it again.
             let mut peeked = None;
-            if decide::needs_body(&faults) && framing != Framing::Empty {
-                match whole_body(src, &mut buf, &mut body_held, head.head_len, framing, waits).await
-                {
-                    Ok(w) => peeked = Some(w),
-                    Err(BodyEnd::Failed) => return send(out, ItemKind::Reset).await,
-                    Err(_) => return self.go_raw(src, &mut buf, out).await,
+            if framing != Framing::Empty
+                && decide::body_decides(&faults, n, &view(None), x.epoch.elapsed())
+            {
+                let whole = match framing {
+                    Framing::Length(l) => l <= MAX_BODY as u64,
+                    _ => true,
+                };
+                if waits && head.minor > 0 && whole && !budget::spent() {
+                    if self.tx.send(Pending::Continue).await.is_err() {
+                        return raw(src, &mut buf, out).await;
+                    }
+                    (waits, continued) = (false, true);
+                }
+                if !waits {
+                    match whole_body(src, &mut buf, &mut body_held, head.head_len, framing).await {
+                        Ok(w) => peeked = Some(w),
+                        Err(BodyEnd::Failed) => return send(out, ItemKind::Reset).await,
+                        Err(BodyEnd::Bad(e)) => return self.reject(e, src, &mut buf, out).await,
+                        Err(_) => return self.go_raw(src, &mut buf, out).await,
+                    }
                 }
             }
             let json: Option<serde_json::Value> = peeked
                 .as_ref()
                 .and_then(Option::as_ref)
                 .and_then(|(p, _)| serde_json::from_slice(p).ok());
-            let host = head
-                .header("host")
-                .map(str::to_string)
-                .or_else(|| x.sni.clone());
-            let view = RequestView {
-                method: &head.method,
-                path: &head.target,
-                host: host.as_deref(),
-                headers: &head.headers,
-                body: json.as_ref(),
-            };
-            let mut d = decide::decide(&faults, n, &view, x.epoch.elapsed());
+            let mut d = decide::decide(&faults, n, &view(json.as_ref()), x.epoch.elapsed());
             let meta = Meta {
                 n,
                 method: head.method.clone(),
                 target: head.target.clone(),
-                host,
+                host: host.clone(),
                 keep_alive: head.keep_alive(),
                 faulted: Default::default(),
             };
@@ -621,7 +724,9 @@ impl RequestSide {
                     .await
                     .is_err()
                 {
-                    return Ok(());
+                    // The upstream closed meanwhile: nothing can answer on
+                    // this connection; the request goes to the upstream.
+                    return raw(src, &mut buf, out).await;
                 }
                 if then != After::Keep {
                     return Ok(());
@@ -632,6 +737,7 @@ impl RequestSide {
                     Ok(()) => continue,
                     Err(BodyEnd::Eof) => return send(out, ItemKind::Fin).await,
                     Err(BodyEnd::Failed) => return send(out, ItemKind::Reset).await,
+                    Err(BodyEnd::Bad(e)) => return self.bad_body(e, None, out).await,
                     Err(_) => return self.go_raw(src, &mut buf, out).await,
                 }
             }
@@ -650,18 +756,12 @@ impl RequestSide {
             if body_edits && !tunnel && !waits && rewrite::body_editable(&head.headers) {
                 whole = match peeked.take() {
                     Some(w) => w,
-                    None => match whole_body(
-                        src,
-                        &mut buf,
-                        &mut body_held,
-                        head.head_len,
-                        framing,
-                        false,
-                    )
-                    .await
+                    None => match whole_body(src, &mut buf, &mut body_held, head.head_len, framing)
+                        .await
                     {
                         Ok(w) => w,
                         Err(BodyEnd::Failed) => return send(out, ItemKind::Reset).await,
+                        Err(BodyEnd::Bad(e)) => return self.reject(e, src, &mut buf, out).await,
                         Err(_) => return self.go_raw(src, &mut buf, out).await,
                     },
                 };
@@ -698,13 +798,30 @@ impl RequestSide {
                 let was = edited.as_deref().unwrap_or(&buf[..head.head_len]);
                 edited = Some(set_header(was, "Accept-Encoding", Some("identity")));
             }
+            let (switched, switch) = match tunnel {
+                true => {
+                    let (tx, rx) = oneshot::channel();
+                    (Some(tx), Some(rx))
+                }
+                false => (None, None),
+            };
+            let bad_body = CancellationToken::new();
+            let forward = Forward {
+                meta,
+                d,
+                continued,
+                switched,
+                bad_body: bad_body.clone(),
+            };
             if self
                 .tx
-                .send(Pending::Forwarded(Box::new((meta, d))))
+                .send(Pending::Forwarded(Box::new(forward)))
                 .await
                 .is_err()
             {
-                return Ok(());
+                // The upstream closed meanwhile: the request goes to it as
+                // it came.
+                return raw(src, &mut buf, out).await;
             }
             if let (Some(b), Some((payload, wire_len))) = (new_body, &whole) {
                 if b != *payload {
@@ -726,11 +843,20 @@ impl RequestSide {
             };
             let mut body = Body::new(framing);
             match pass_body(src, &mut buf, start, &mut body, out, None).await? {
-                BodyEnd::Done if tunnel => return self.go_raw(src, &mut buf, out).await,
                 BodyEnd::Done => {}
                 BodyEnd::Eof => return send(out, ItemKind::Fin).await,
                 BodyEnd::Failed => return send(out, ItemKind::Reset).await,
-                BodyEnd::Limit | BodyEnd::Bad => return self.go_raw(src, &mut buf, out).await,
+                BodyEnd::Bad(e) => return self.bad_body(e, Some(&bad_body), out).await,
+                BodyEnd::Limit => return self.go_raw(src, &mut buf, out).await,
+            }
+            // An upgrade or CONNECT: a tunnel from here if the upstream
+            // switched; HTTP goes on if it declined (as a client waits for
+            // that answer before it sends more).
+            if let Some(switch) = switch {
+                match switch.await {
+                    Ok(false) => {}
+                    Ok(true) | Err(_) => return raw(src, &mut buf, out).await,
+                }
             }
         }
         Ok(())
@@ -744,6 +870,61 @@ impl RequestSide {
     ) -> Result<(), Gone> {
         let _ = self.tx.send(Pending::Raw).await;
         raw(src, buf, out).await
+    }
+
+    /// A malformed or ambiguous request head (RFC 9112: a strict server
+    /// answers 400 and closes): nothing of it is forwarded; a 400 in its
+    /// turn says why, then the connection closes. Logged (an `error`
+    /// event, `http_malformed`). If the upstream has closed already, it
+    /// gets the bytes as they came instead, as it would have directly.
+    async fn reject<R: AsyncRead + Unpin>(
+        &self,
+        why: WireError,
+        src: &mut Src<R>,
+        buf: &mut BytesMut,
+        out: &Out,
+    ) -> Result<(), Gone> {
+        if self.tx.send(Pending::Reject(why)).await.is_err() {
+            return raw(src, buf, out).await;
+        }
+        self.x.events.relay_error(
+            &self.x.conn,
+            "http_malformed",
+            &format!(
+                "a request with {why}: not forwarded, answered 400, connection closed (RFC 9112)"
+            ),
+        );
+        Ok(())
+    }
+
+    /// A request body whose framing breaks (a chunk size that is not hex
+    /// or overflows, a chunk without its CRLF): nothing from the bad bytes
+    /// on is forwarded (where it ends is what a server behind could read
+    /// differently), and the upstream gets a FIN, as the request can never
+    /// be whole. The client gets a 400 unless the upstream's answer had
+    /// begun (`bad`, the request's; `None`: it was answered here); the
+    /// connection closes after it.
+    async fn bad_body(
+        &self,
+        why: WireError,
+        bad: Option<&CancellationToken>,
+        out: &Out,
+    ) -> Result<(), Gone> {
+        self.x.events.relay_error(
+            &self.x.conn,
+            "http_malformed",
+            &format!(
+                "a request body with {why}: cut there, answered 400 unless its answer had begun, connection closed"
+            ),
+        );
+        let _ = self.tx.send(Pending::Close).await;
+        match bad {
+            Some(bad) => {
+                bad.cancel();
+                send(out, ItemKind::Fin).await
+            }
+            None => Ok(()),
+        }
     }
 
     /// A head the budget has no room for: answered 431 in its turn, then
@@ -786,6 +967,7 @@ impl ResponseSide {
     /// to `out`.
     pub(crate) async fn run<R: AsyncRead + Unpin>(mut self, src: R, out: Output) {
         let out = Out::new(out);
+        let _done = self.done.clone().drop_guard();
         let _ = self.responses(&mut Src::new(src, &out), &out).await;
     }
 
@@ -826,16 +1008,26 @@ impl ResponseSide {
                     send_data(out, Bytes::from_static(TOO_LARGE)).await?;
                     return send(out, ItemKind::Close).await;
                 }
-                Some(Pending::Answered(a)) => self.answer(*a, out).await?,
-                Some(Pending::Forwarded(f)) => {
-                    let (meta, d) = *f;
-                    self.response(src, &mut buf, out, meta, d).await?
+                Some(Pending::Reject(why)) => {
+                    send_data(out, buf.split().freeze()).await?;
+                    send_data(out, bad_request(why)).await?;
+                    return send(out, ItemKind::Close).await;
                 }
+                Some(Pending::Continue) => {
+                    send_data(out, Bytes::from_static(CONTINUE)).await?;
+                    Next::Continue
+                }
+                Some(Pending::Answered(a)) => self.answer(*a, out).await?,
+                Some(Pending::Forwarded(f)) => self.response(src, &mut buf, out, *f).await?,
             };
             match next {
                 Next::Continue => {}
                 Next::End => return Ok(()),
-                Next::Raw => return raw(src, &mut buf, out).await,
+                Next::Raw => {
+                    // The request side relays the client's bytes too.
+                    self.done.cancel();
+                    return raw(src, &mut buf, out).await;
+                }
             }
         }
     }
@@ -863,13 +1055,35 @@ impl ResponseSide {
         src: &mut Src<R>,
         buf: &mut BytesMut,
         out: &Out,
-        meta: Meta,
-        mut d: Decision,
+        f: Forward,
     ) -> Result<Next, Gone> {
+        let Forward {
+            meta,
+            mut d,
+            mut continued,
+            mut switched,
+            bad_body,
+        } = f;
         // A long head, in the budget until the response is done with it.
         let mut head_held = Lease::default();
         let mut head = loop {
-            match read_head(src, buf, &mut head_held, wire::response).await {
+            let read = tokio::select! {
+                biased;
+                // The request's body was malformed and its answer has not
+                // begun: a 400 (the upstream had a FIN), then the close.
+                () = bad_body.cancelled() => {
+                    let why = WireError::BAD_BODY;
+                    send_data(out, bad_request(why)).await?;
+                    return send(out, ItemKind::Close).await.map(|()| Next::End);
+                }
+                h = read_head(src, buf, &mut head_held, wire::response, None) => h,
+            };
+            match read {
+                // The client has had netchaos's go-ahead: not a second.
+                Head::Parsed(h) if h.status == 100 && continued => {
+                    buf.advance_to(h.head_len);
+                    continued = false;
+                }
                 Head::Parsed(h) if h.is_interim() => {
                     // 100 Continue, 103 Early Hints: on at once.
                     send_data(out, buf.split_to(h.head_len).freeze()).await?;
@@ -884,8 +1098,10 @@ impl ResponseSide {
                     return send(out, ItemKind::Reset).await.map(|()| Next::End);
                 }
                 // A head the budget has no room for passes as bytes (the
-                // client reads it as it would have).
-                Head::NotHttp | Head::Spent => return Ok(Next::Raw),
+                // client reads it as it would have); so does one netchaos
+                // cannot parse.
+                Head::Spent | Head::Gone => return Ok(Next::Raw),
+                Head::Bad(e) => return Ok(self.unfollowed(&meta, e)),
             }
         };
         self.x.record_response(&meta, head.status, None);
@@ -898,18 +1114,30 @@ impl ResponseSide {
             crate::timer::sleep(d.headers_delay).await;
         }
         if let Some((c, reply)) = d.replace.take() {
+            if let Some(s) = switched.take() {
+                let _ = s.send(false);
+            }
             return self.replace(src, buf, out, &meta, &head, c, reply).await;
         }
         let mut head_changed = Vec::new();
         if !d.rewrites.is_empty() {
             (head, head_changed) = self.rewrite(buf, &meta, head, &d.rewrites);
         }
-        let Ok(framing) = head.framing(&meta.method) else {
-            return Ok(Next::Raw);
+        let framing = match head.framing(&meta.method) {
+            Ok(f) => f,
+            Err(e) => return Ok(self.unfollowed(&meta, e)),
         };
         if framing == Framing::Tunnel {
             send_data(out, buf.split_to(head.head_len).freeze()).await?;
+            if let Some(s) = switched.take() {
+                let _ = s.send(true);
+            }
             return Ok(Next::Raw);
+        }
+        // An upgrade the upstream declined (a 200 to `Upgrade:`): HTTP
+        // goes on, every later request in reach of the faults.
+        if let Some(s) = switched.take() {
+            let _ = s.send(false);
         }
         let mut body = Body::new(framing);
         // A response that has no body (HEAD, 204, 304, a length of 0) has
@@ -999,8 +1227,25 @@ impl ResponseSide {
                 send(out, ItemKind::Reset).await?;
                 Next::End
             }
-            BodyEnd::Limit | BodyEnd::Bad => Next::Raw,
+            BodyEnd::Bad(e) => self.unfollowed(&meta, e),
+            BodyEnd::Limit => Next::Raw,
         })
+    }
+
+    /// A response netchaos cannot follow (malformed, or framed in a way it
+    /// does not read): relayed as bytes from here — the client reads what
+    /// it would have read directly — and so is the rest of the connection
+    /// (its later requests are not faulted). Logged (`http_malformed`).
+    fn unfollowed(&self, meta: &Meta, why: WireError) -> Next {
+        self.x.events.relay_error(
+            &self.x.conn,
+            "http_malformed",
+            &format!(
+                "the response to {} {} has {why}: relayed as bytes from there, with the rest of the connection",
+                meta.method, meta.target
+            ),
+        );
+        Next::Raw
     }
 }
 
@@ -1069,7 +1314,7 @@ impl ResponseSide {
         head_changed: &[bool],
     ) -> Result<Option<Next>, Gone> {
         let mut held = Lease::default();
-        let whole = whole_body(src, buf, &mut held, head.head_len, framing, false).await;
+        let whole = whole_body(src, buf, &mut held, head.head_len, framing).await;
         let (payload, wire_len) = match whole {
             Ok(Some(w)) => w,
             Err(BodyEnd::Failed) => {

@@ -22,11 +22,40 @@ pub(crate) const MAX_HEAD: usize = 64 * 1024;
 /// Headers per head.
 const MAX_HEADERS: usize = 256;
 
-/// Why bytes are not the HTTP/1.1 netchaos can follow. The HTTP layer then
-/// relays the rest as plain bytes (it never breaks a connection over it).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("not HTTP/1.1 netchaos can follow: {0}")]
+/// Why bytes are not HTTP/1.1 netchaos can follow: malformed, or
+/// ambiguous (two readers could find different ends). The HTTP layer
+/// answers such a request 400 and closes its connection; it relays such a
+/// response as bytes (the client reads what it would have read directly).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
 pub(crate) struct WireError(&'static str);
+
+/// A head longer than [`MAX_HEAD`].
+const TOO_LARGE: WireError = WireError("a head longer than 64 KiB");
+
+impl WireError {
+    /// A request body whose framing broke (the event log says how).
+    pub(crate) const BAD_BODY: WireError = WireError("a malformed request body");
+
+    /// The head is longer than netchaos parses (not malformed as such: it
+    /// passes as bytes, for the upstream to refuse as it would).
+    pub(crate) fn is_too_large(self) -> bool {
+        self == TOO_LARGE
+    }
+}
+
+/// Why httparse refused a head, in the words of [`WireError`].
+fn refused(e: httparse::Error) -> WireError {
+    WireError(match e {
+        httparse::Error::HeaderName => "a malformed header name",
+        httparse::Error::HeaderValue => "a malformed header value",
+        httparse::Error::NewLine => "a malformed line ending",
+        httparse::Error::Status => "a malformed status line",
+        httparse::Error::Token => "a malformed request line",
+        httparse::Error::TooManyHeaders => "more than 256 header lines",
+        httparse::Error::Version => "a malformed HTTP version",
+    })
+}
 
 /// A parsed request head.
 #[derive(Debug, Clone)]
@@ -74,9 +103,9 @@ pub(crate) fn request(buf: &[u8]) -> Result<Option<Request>, WireError> {
             headers: owned(r.headers),
             head_len,
         })),
-        Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD => Err(WireError("head too large")),
+        Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD => Err(TOO_LARGE),
         Ok(httparse::Status::Partial) => Ok(None),
-        Err(_) => Err(WireError("malformed request head")),
+        Err(e) => Err(refused(e)),
     }
 }
 
@@ -91,17 +120,54 @@ pub(crate) fn response(buf: &[u8]) -> Result<Option<Response>, WireError> {
             headers: owned(r.headers),
             head_len,
         })),
-        Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD => Err(WireError("head too large")),
+        Ok(httparse::Status::Partial) if buf.len() > MAX_HEAD => Err(TOO_LARGE),
         Ok(httparse::Status::Partial) => Ok(None),
-        Err(_) => Err(WireError("malformed response head")),
+        Err(e) => Err(refused(e)),
     }
 }
 
 /// Whether the first bytes of a connection look like an HTTP/1.x request
-/// (a method token, a space): enough to try parsing it as one.
+/// (a method token, a space): enough to try parsing it as one. A method is
+/// any token (RFC 9110 §9.1: case-sensitive, `get` is a method of its own,
+/// for the server to answer): its letters' case is not looked at. (Taken
+/// only from a letter on: methods in use begin with one, numbers and
+/// symbols begin other protocols.)
 pub(crate) fn looks_like_request(first: &[u8]) -> bool {
-    let method = first.iter().take_while(|b| b.is_ascii_uppercase()).count();
-    (3..=10).contains(&method) && first.get(method) == Some(&b' ')
+    let method = first.iter().take_while(|b| is_tchar(**b)).count();
+    (1..=MAX_METHOD).contains(&method)
+        && first[0].is_ascii_alphabetic()
+        && first.get(method) == Some(&b' ')
+}
+
+/// Whether the first bytes of a connection could be the start of a method
+/// still arriving.
+pub(crate) fn may_start_request(first: &[u8]) -> bool {
+    (1..=MAX_METHOD).contains(&first.len())
+        && first[0].is_ascii_alphabetic()
+        && first.iter().all(|b| is_tchar(*b))
+}
+
+/// The longest method taken for one when sniffing (`UPDATEREDIRECTREF`,
+/// WebDAV's, has 17 letters).
+const MAX_METHOD: usize = 20;
+
+/// A token character (RFC 9110 §5.6.2).
+fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+/// Whether `buf` (a head httparse refused) begins with an HTTP/1.x
+/// request line: then it is HTTP, malformed further on; else it is some
+/// other protocol that happened to start like one.
+pub(crate) fn starts_with_request_line(buf: &[u8]) -> bool {
+    let end = buf
+        .iter()
+        .position(|&b| b == b'\n')
+        .map_or(buf.len(), |i| i + 1);
+    let mut line = buf[..end].to_vec();
+    line.extend_from_slice(b"\r\n");
+    let mut headers = [httparse::EMPTY_HEADER; 1];
+    httparse::Request::new(&mut headers).parse(&line).is_ok()
 }
 
 fn owned(headers: &[httparse::Header<'_>]) -> Vec<(String, String)> {
@@ -132,43 +198,54 @@ fn has_token(headers: &[(String, String)], name: &str, token: &str) -> bool {
         .any(|t| t.trim().eq_ignore_ascii_case(token))
 }
 
-/// The body's framing from `transfer-encoding` and `content-length`.
-fn body_framing(headers: &[(String, String)], otherwise: Framing) -> Result<Framing, WireError> {
-    if headers
+/// The codings of the `transfer-encoding` headers, in order (`None`
+/// without one); empty list elements are skipped (RFC 9110 §5.6.1).
+fn transfer_codings(headers: &[(String, String)]) -> Option<Vec<&str>> {
+    let mut named = headers
         .iter()
-        .any(|(k, _)| k.eq_ignore_ascii_case("transfer-encoding"))
-    {
-        // Chunked must come last; anything else is not ours to follow.
-        let last = headers
-            .iter()
-            .filter(|(k, _)| k.eq_ignore_ascii_case("transfer-encoding"))
+        .filter(|(k, _)| k.eq_ignore_ascii_case("transfer-encoding"))
+        .peekable();
+    named.peek()?;
+    Some(
+        named
             .flat_map(|(_, v)| v.split(','))
-            .next_back()
-            .map(str::trim);
-        return match last {
-            Some(t) if t.eq_ignore_ascii_case("chunked") => Ok(Framing::Chunked),
-            _ => Err(WireError("a transfer-encoding other than chunked")),
-        };
-    }
-    let mut lengths = headers
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .collect(),
+    )
+}
+
+/// The `content-length` (`None` without one): digits only (RFC 9110
+/// §8.6: `+5`, `5 5` or `0x5` are not lengths); a list of the same value
+/// stands for it, two different ones are an error (RFC 9112 §6.3).
+fn content_length(headers: &[(String, String)]) -> Result<Option<u64>, WireError> {
+    let mut n = None;
+    for v in headers
         .iter()
         .filter(|(k, _)| k.eq_ignore_ascii_case("content-length"))
-        .flat_map(|(_, v)| v.split(','));
-    let Some(first) = lengths.next() else {
-        return Ok(otherwise);
-    };
-    let n: u64 = first
-        .trim()
-        .parse()
-        .map_err(|_| WireError("a content-length that is not a number"))?;
-    if lengths.any(|v| v.trim().parse::<u64>() != Ok(n)) {
-        return Err(WireError("conflicting content-lengths"));
+        .flat_map(|(_, v)| v.split(','))
+    {
+        let v = v.trim();
+        if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(WireError("a content-length that is not a number"));
+        }
+        let m: u64 = v
+            .parse()
+            .map_err(|_| WireError("a content-length too large"))?;
+        if n.is_some_and(|n| n != m) {
+            return Err(WireError("conflicting content-lengths"));
+        }
+        n = Some(m);
     }
-    Ok(if n == 0 {
+    Ok(n)
+}
+
+fn length(n: u64) -> Framing {
+    if n == 0 {
         Framing::Empty
     } else {
         Framing::Length(n)
-    })
+    }
 }
 
 impl Request {
@@ -176,11 +253,49 @@ impl Request {
         header(&self.headers, name)
     }
 
+    /// Where the body ends; an error for what a strict server refuses
+    /// with a 400 and a close (RFC 9112 §6.1, §6.3, §3.2), because two
+    /// readers could disagree on where this request ends (or which host it
+    /// is for) — a request smuggled past netchaos's rules, or one a server
+    /// behind reads differently: `Transfer-Encoding` beside
+    /// `Content-Length`, in HTTP/1.0, or not ending in a single `chunked`;
+    /// a length that is not a number, or two different ones; two `Host`s.
     pub(crate) fn framing(&self) -> Result<Framing, WireError> {
-        if self.method.eq_ignore_ascii_case("CONNECT") {
-            return Ok(Framing::Empty);
+        let hosts = self
+            .headers
+            .iter()
+            .filter(|(k, _)| k.eq_ignore_ascii_case("host"))
+            .count();
+        if hosts > 1 {
+            return Err(WireError("more than one Host header"));
         }
-        body_framing(&self.headers, Framing::Empty)
+        let length = content_length(&self.headers)?;
+        let Some(codings) = transfer_codings(&self.headers) else {
+            return Ok(match length {
+                _ if self.method.eq_ignore_ascii_case("CONNECT") => Framing::Empty,
+                Some(n) => self::length(n),
+                None => Framing::Empty,
+            });
+        };
+        if self.minor == 0 {
+            return Err(WireError("a transfer-encoding in an HTTP/1.0 request"));
+        }
+        if length.is_some() {
+            return Err(WireError("both content-length and transfer-encoding"));
+        }
+        let chunked = |t: &str| t.eq_ignore_ascii_case("chunked");
+        match codings.last() {
+            Some(last) if chunked(last) => {}
+            _ => {
+                return Err(WireError(
+                    "a transfer-encoding that does not end in chunked",
+                ));
+            }
+        }
+        if codings.iter().filter(|t| chunked(t)).count() > 1 {
+            return Err(WireError("a transfer-encoding with chunked twice"));
+        }
+        Ok(Framing::Chunked)
     }
 
     /// `Expect: 100-continue`: the client waits for a go-ahead (or the
@@ -232,7 +347,15 @@ impl Response {
         {
             return Ok(Framing::Empty);
         }
-        body_framing(&self.headers, Framing::UntilClose)
+        // A transfer-encoding overrides a length; one that does not end in
+        // chunked runs until the close (RFC 9112 §6.3).
+        match transfer_codings(&self.headers) {
+            Some(codings) => Ok(match codings.last() {
+                Some(t) if t.eq_ignore_ascii_case("chunked") => Framing::Chunked,
+                _ => Framing::UntilClose,
+            }),
+            None => Ok(content_length(&self.headers)?.map_or(Framing::UntilClose, length)),
+        }
     }
 
     /// A `Content-Encoding` other than identity.
@@ -480,6 +603,98 @@ mod tests {
                 .scan(b"fffffffffffffffff\r\n", None)
                 .is_err()
         );
+    }
+
+    /// What a strict server refuses (RFC 9112 §6.1, §6.3, §3.2), and the
+    /// valid forms beside it.
+    #[test]
+    fn ambiguous_request_framing_is_an_error() {
+        let framing = |extra: &str, version: &str| {
+            let head = format!("POST / HTTP/1.{version}\r\nHost: a\r\n{extra}\r\n");
+            request(head.as_bytes()).unwrap().unwrap().framing()
+        };
+        for (extra, version) in [
+            ("Content-Length: 5\r\nTransfer-Encoding: chunked\r\n", "1"),
+            ("Transfer-Encoding: chunked\r\n", "0"),
+            ("Transfer-Encoding: xchunked\r\n", "1"),
+            ("Transfer-Encoding: chunked, identity\r\n", "1"),
+            (
+                "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n",
+                "1",
+            ),
+            ("Transfer-Encoding: \r\n", "1"),
+            ("Content-Length: +5\r\n", "1"),
+            ("Content-Length: 5 5\r\n", "1"),
+            ("Content-Length: 0x5\r\n", "1"),
+            ("Content-Length: 99999999999999999999999\r\n", "1"),
+            ("Content-Length: 5\r\nContent-Length: 6\r\n", "1"),
+            ("Host: b\r\n", "1"),
+        ] {
+            assert!(
+                framing(extra, version).is_err(),
+                "{extra:?} HTTP/1.{version}"
+            );
+        }
+        assert_eq!(
+            framing("Transfer-Encoding: gzip, chunked\r\n", "1"),
+            Ok(Framing::Chunked)
+        );
+        assert_eq!(
+            framing(
+                "Transfer-Encoding: gzip\r\nTransfer-Encoding: Chunked\r\n",
+                "1"
+            ),
+            Ok(Framing::Chunked)
+        );
+        assert_eq!(
+            framing("Content-Length: 5, 5\r\n", "1"),
+            Ok(Framing::Length(5))
+        );
+        assert_eq!(framing("", "0"), Ok(Framing::Empty));
+        // A response's transfer-encoding not ending in chunked runs until
+        // the close; beside a length, it wins.
+        let r = response(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(r.framing("GET"), Ok(Framing::UntilClose));
+        let r =
+            response(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n")
+                .unwrap()
+                .unwrap();
+        assert_eq!(r.framing("GET"), Ok(Framing::Chunked));
+    }
+
+    #[test]
+    fn any_method_token_is_http_and_other_first_lines_are_not() {
+        let r = request(b"get /x HTTP/1.1\r\nHost: a\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(r.method, "get");
+        for first in [
+            &b"get / HTTP/1.1"[..],
+            b"M-SEARCH * HTTP/1.1",
+            b"PROPFIND /",
+        ] {
+            assert!(looks_like_request(first), "{first:?}");
+        }
+        assert!(may_start_request(b"pos") && !may_start_request(b"*1\r\n"));
+        assert!(!may_start_request(b"1234") && !looks_like_request(b"+OK hi"));
+        assert!(!looks_like_request(b"*1\r\n$4\r\nPING"));
+        // httparse refuses both; only the first is HTTP (a bad header line).
+        let bad_header = b"GET / HTTP/1.1\r\nBad Header: x\r\n\r\n";
+        assert!(request(bad_header).is_err());
+        assert!(starts_with_request_line(bad_header));
+        for bad in [
+            &b"GET / HTTP/1.1\r\nA : b\r\n\r\n"[..],
+            b"GET / HTTP/1.1\r\nA: b\r\n c\r\n\r\n",
+            b"GET / HTTP/1.1\r\nA: b\rc\r\n\r\n",
+        ] {
+            assert!(request(bad).is_err(), "{:?}", String::from_utf8_lossy(bad));
+            assert!(starts_with_request_line(bad));
+        }
+        assert!(request(b"get key\r\n").is_err());
+        assert!(!starts_with_request_line(b"get key\r\n"));
+        assert!(!starts_with_request_line(b"set key 0 0 5\r\nhello\r\n"));
     }
 
     #[test]

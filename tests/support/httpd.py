@@ -233,6 +233,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
         else:
             self.reply(404, b"not found")
 
+    def do_get(self):
+        # A method of its own (methods are case-sensitive, RFC 9110 §9.1),
+        # which this server answers and keeps the connection for.
+        self.reply(200, b"lowercase get")
+
     def do_POST(self):
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
             body = b""

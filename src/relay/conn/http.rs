@@ -815,7 +815,7 @@ const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n";
 /// but an HTTP/2 server greets with its SETTINGS as soon as it accepts,
 /// and its client sends its own preface without waiting for them).
 async fn sniff(client: &TcpStream, upstream: &TcpStream, tls: bool) -> Carries {
-    let mut first = [0u8; 16];
+    let mut first = [0u8; 24];
     let mut theirs = [0u8; 9];
     let read = tokio::select! {
         r = client.peek(&mut first) => r,
@@ -832,7 +832,7 @@ async fn sniff(client: &TcpStream, upstream: &TcpStream, tls: bool) -> Carries {
         Ok(n)
             if n > 0
                 && (crate::http::wire::looks_like_request(&first[..n])
-                    || (n < 11 && first[..n].iter().all(u8::is_ascii_uppercase))) =>
+                    || crate::http::wire::may_start_request(&first[..n])) =>
         {
             Carries::Http
         }
