@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Kind, KindInfo, Layer, StageFuture, Stream, Item, ItemKind, Next, StageCtx, StageIo};
+use super::{Item, ItemKind, Kind, KindInfo, Layer, Next, StageCtx, StageFuture, StageIo, Stream};
 use crate::settings::{Fields, ProfileError};
 use crate::units::format_rate;
 
@@ -32,7 +32,23 @@ impl Kind for Bandwidth {
         streamed: true,
         stages: true,
         about: "bytes flow at rate (per connection, or shared by the rule)",
-        params: &[("rate", "a rate, required, like 1mbit or 500KB/s; 0 holds the stream", "the byte rate"), ("burst", "a size, default 10 ms of rate; 0: no credit (Toxiproxy's pacing)", "the bucket size"), ("shared", "true or false, default false", "one bucket for every connection of the rule")],
+        params: &[
+            (
+                "rate",
+                "a rate, required, like 1mbit or 500KB/s; 0 holds the stream",
+                "the byte rate",
+            ),
+            (
+                "burst",
+                "a size, default 10 ms of rate; 0: no credit (Toxiproxy's pacing)",
+                "the bucket size",
+            ),
+            (
+                "shared",
+                "true or false, default false",
+                "one bucket for every connection of the rule",
+            ),
+        ],
     };
 
     fn parse(f: &mut Fields) -> Result<Self, ProfileError> {
@@ -42,9 +58,9 @@ impl Kind for Bandwidth {
         let burst = f.size("burst")?.unwrap_or_else(|| default_burst(rate));
         let shared = f.boolean("shared")?.unwrap_or(false);
         if shared && burst == 0 {
-            return Err(f.table_error(
-                "burst = 0 paces each connection on its own: it cannot be shared",
-            ));
+            return Err(
+                f.table_error("burst = 0 paces each connection on its own: it cannot be shared")
+            );
         }
         Ok(Bandwidth {
             rate,
@@ -75,7 +91,6 @@ impl Kind for Bandwidth {
 }
 
 impl Bandwidth {
-
     pub(crate) async fn run(self, mut ctx: StageCtx, io: &mut StageIo) {
         let mut own = TokenBucket::new(self.rate, self.burst);
         // burst = 0: when the link is free again, and when the piece now
@@ -244,8 +259,18 @@ mod tests {
         let t1 = Instant::now();
         tx.send(data(50)).await.unwrap();
         rx.recv().await.unwrap();
-        assert_eq!(t1.elapsed(), Duration::from_millis(50), "idle gave no credit");
-        assert!(spec("bandwidth", &[("rate", "1KB/s"), ("burst", "0"), ("shared", "true")]).is_err());
+        assert_eq!(
+            t1.elapsed(),
+            Duration::from_millis(50),
+            "idle gave no credit"
+        );
+        assert!(
+            spec(
+                "bandwidth",
+                &[("rate", "1KB/s"), ("burst", "0"), ("shared", "true")]
+            )
+            .is_err()
+        );
     }
 
     #[tokio::test(start_paused = true)]

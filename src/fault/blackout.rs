@@ -9,7 +9,10 @@
 
 use std::time::Duration;
 
-use super::{Kind, KindInfo, Layer, StageFuture, Stream, StageCtx, StageIo, Trigger, Until, parse_trigger, pass_until};
+use super::{
+    Kind, KindInfo, Layer, StageCtx, StageFuture, StageIo, Stream, Trigger, Until, parse_trigger,
+    pass_until,
+};
 use crate::settings::{Fields, ProfileError};
 use crate::units::format_duration;
 
@@ -28,7 +31,23 @@ impl Kind for Blackout {
         streamed: true,
         stages: true,
         about: "every packet of the flow is dropped for duration: a partition",
-        params: &[("after_bytes", "a size, default 0", "from this many bytes of the direction"), ("after", "a duration", "…or this long after the connection opened"), ("duration", "a duration or \"forever\", required", "how long every packet is dropped")],
+        params: &[
+            (
+                "after_bytes",
+                "a size, default 0",
+                "from this many bytes of the direction",
+            ),
+            (
+                "after",
+                "a duration",
+                "…or this long after the connection opened",
+            ),
+            (
+                "duration",
+                "a duration or \"forever\", required",
+                "how long every packet is dropped",
+            ),
+        ],
     };
 
     fn parse(f: &mut Fields) -> Result<Self, ProfileError> {
@@ -53,7 +72,6 @@ impl Kind for Blackout {
 }
 
 impl Blackout {
-
     pub(crate) async fn run(self, mut ctx: StageCtx, io: &mut StageIo) {
         let rest = match pass_until(self.trigger, &ctx, io).await {
             Ok(Until::Fired(rest)) => rest,
@@ -138,7 +156,11 @@ mod tests {
         let (tx, mut rx, io) = channels();
         let mut c = ctx(Window::ALWAYS);
         c.partition = Some(Arc::new(Counted::default()));
-        let stop = spawn(blackout(&[("after_bytes", "5"), ("duration", "forever")]), c, io);
+        let stop = spawn(
+            blackout(&[("after_bytes", "5"), ("duration", "forever")]),
+            c,
+            io,
+        );
         tx.send(data(8)).await.unwrap();
         assert_eq!(rx.recv().await.unwrap().len(), 5);
         tokio::time::sleep(Duration::from_secs(10)).await;
@@ -150,7 +172,11 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn without_a_partition_nothing_is_held() {
         let (tx, mut rx, io) = channels();
-        spawn(blackout(&[("after_bytes", "5"), ("duration", "3s")]), ctx(Window::ALWAYS), io);
+        spawn(
+            blackout(&[("after_bytes", "5"), ("duration", "3s")]),
+            ctx(Window::ALWAYS),
+            io,
+        );
         let t0 = Instant::now();
         tx.send(data(8)).await.unwrap();
         assert_eq!(rx.recv().await.unwrap().len(), 5);

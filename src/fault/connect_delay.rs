@@ -24,7 +24,10 @@ impl Kind for ConnectDelay {
         streamed: false,
         stages: false,
         about: "the handshake completes only after delay ± jitter",
-        params: &[("delay", "a duration, required", "how long connect() takes"), ("jitter", "a duration, default 0", "± this much, uniform")],
+        params: &[
+            ("delay", "a duration, required", "how long connect() takes"),
+            ("jitter", "a duration, default 0", "± this much, uniform"),
+        ],
     };
 
     fn parse(f: &mut Fields) -> Result<Self, ProfileError> {
@@ -45,7 +48,6 @@ impl Kind for ConnectDelay {
 }
 
 impl ConnectDelay {
-
     /// This connection's delay, from its own random source.
     pub(crate) fn sample(&self, rng: &mut impl Rng) -> Duration {
         if self.jitter.is_zero() {

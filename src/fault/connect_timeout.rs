@@ -28,4 +28,3 @@ impl Kind for ConnectTimeout {
         Vec::new()
     }
 }
-

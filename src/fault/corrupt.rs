@@ -29,13 +29,17 @@ impl Kind for Corrupt {
         streamed: true,
         stages: true,
         about: "bits of the data are flipped at random",
-        params: &[("bits", "a share from 0 to 1, required", "the chance of each bit to flip")],
+        params: &[(
+            "bits",
+            "a share from 0 to 1, required",
+            "the chance of each bit to flip",
+        )],
     };
 
     fn parse(f: &mut Fields) -> Result<Self, ProfileError> {
-        let bits = f
-            .number_in("bits", 0.0, 1.0)?
-            .ok_or_else(|| f.table_error("missing \"bits\" (the share of bits flipped, like 0.001)"))?;
+        let bits = f.number_in("bits", 0.0, 1.0)?.ok_or_else(|| {
+            f.table_error("missing \"bits\" (the share of bits flipped, like 0.001)")
+        })?;
         Ok(Corrupt::new(bits))
     }
 
@@ -111,7 +115,10 @@ mod tests {
         let mut data = vec![0u8; 100_000];
         c.flip(&mut data, &mut rng);
         let ones: u32 = data.iter().map(|b| b.count_ones()).sum();
-        assert!((7_000..9_000).contains(&ones), "{ones} of 800000 bits at 1%");
+        assert!(
+            (7_000..9_000).contains(&ones),
+            "{ones} of 800000 bits at 1%"
+        );
         let mut all = vec![0u8; 10];
         Corrupt::new(1.0).flip(&mut all, &mut rng);
         assert_eq!(all, vec![0xFF; 10]);

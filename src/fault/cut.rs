@@ -13,8 +13,16 @@ use super::{
 use crate::settings::{Fields, ProfileError};
 
 const PARAMS: &[(&str, &str, &str)] = &[
-    ("after_bytes", "a size, default 0", "cut after this many bytes of the direction"),
-    ("after", "a duration", "…or this long after the connection opened"),
+    (
+        "after_bytes",
+        "a size, default 0",
+        "cut after this many bytes of the direction",
+    ),
+    (
+        "after",
+        "a duration",
+        "…or this long after the connection opened",
+    ),
 ];
 
 /// `reset`: the cut is an RST.

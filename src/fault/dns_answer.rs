@@ -33,7 +33,12 @@ pub(crate) struct DnsAnswer {
 /// documentation prefix. Some networks route them (a LAN on 192.0.2.0/24,
 /// a default route that takes everything), so under interception netchaos
 /// drops them itself in the namespace (`intercept::nft::Blackhole`).
-pub(crate) const UNROUTED: [&str; 4] = ["192.0.2.0/24", "198.51.100.0/24", "203.0.113.0/24", "2001:db8::/32"];
+pub(crate) const UNROUTED: [&str; 4] = [
+    "192.0.2.0/24",
+    "198.51.100.0/24",
+    "203.0.113.0/24",
+    "2001:db8::/32",
+];
 
 /// A and AAAA: what `dns_answer` answers unless `qtype` says otherwise.
 pub(crate) const ADDRESS_TYPES: [u16; 2] = [1, 28];
@@ -59,7 +64,11 @@ impl Kind for DnsAnswer {
             ),
             ("ttl", "seconds, default 60", "the records' TTL"),
             MATCH_PARAMS[0],
-            ("qtype", "record types, default A and AAAA", "only queries of these types"),
+            (
+                "qtype",
+                "record types, default A and AAAA",
+                "only queries of these types",
+            ),
         ],
     };
 
@@ -114,7 +123,14 @@ impl Kind for DnsAnswer {
         let mut p = if self.one_of {
             vec![("random", "true".into())]
         } else {
-            vec![("addresses", if a.is_empty() { "none".into() } else { a.join(",") })]
+            vec![(
+                "addresses",
+                if a.is_empty() {
+                    "none".into()
+                } else {
+                    a.join(",")
+                },
+            )]
         };
         p.push(("ttl", self.ttl.to_string()));
         p.extend(self.matcher.params());

@@ -28,7 +28,11 @@ impl Kind for DnsDelay {
         stages: false,
         about: "the answer to a matching DNS query is held: slow name resolution",
         params: &[
-            ("delay", "a duration, required", "how long the answer is held"),
+            (
+                "delay",
+                "a duration, required",
+                "how long the answer is held",
+            ),
             ("jitter", "a duration, default 0", "± this much, uniform"),
             MATCH_PARAMS[0],
             MATCH_PARAMS[1],

@@ -41,7 +41,11 @@ impl Kind for DnsError {
         stages: false,
         about: "a matching DNS query is answered NXDOMAIN, SERVFAIL or REFUSED in the resolver's place",
         params: &[
-            ("rcode", "NXDOMAIN (default), SERVFAIL or REFUSED", "the answer's code"),
+            (
+                "rcode",
+                "NXDOMAIN (default), SERVFAIL or REFUSED",
+                "the answer's code",
+            ),
             MATCH_PARAMS[0],
             MATCH_PARAMS[1],
         ],

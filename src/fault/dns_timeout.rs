@@ -13,8 +13,16 @@ pub(crate) struct DnsTimeout {
 
 /// The parameters every DNS fault shares (the query match).
 pub(crate) const MATCH_PARAMS: [(&str, &str, &str); 2] = [
-    ("name", "host names, \"*.example.com\" (subdomains) or globs (* and ?)", "only queries for these names"),
-    ("qtype", "record types (A, AAAA, …)", "only queries of these types"),
+    (
+        "name",
+        "host names, \"*.example.com\" (subdomains) or globs (* and ?)",
+        "only queries for these names",
+    ),
+    (
+        "qtype",
+        "record types (A, AAAA, …)",
+        "only queries of these types",
+    ),
 ];
 
 impl Kind for DnsTimeout {

@@ -32,7 +32,11 @@ impl Kind for HttpAbort {
         stages: false,
         about: "a matching request is never answered: the connection is reset (or closed), before the upstream sees it or (phase=response) after it answered",
         params: &[
-            ("then", "reset (default) or close", "an RST or a clean close, with no response"),
+            (
+                "then",
+                "reset (default) or close",
+                "an RST or a clean close, with no response",
+            ),
             (
                 "phase",
                 "request (default) or response",

@@ -40,7 +40,11 @@ impl Kind for HttpDelay {
         params: &[
             ("delay", "a duration, required", "how long"),
             ("jitter", "a duration, default 0", "± this much, uniform"),
-            ("phase", "headers (default) or request", "hold the response's headers, or the request"),
+            (
+                "phase",
+                "headers (default) or request",
+                "hold the response's headers, or the request",
+            ),
         ],
     };
 
@@ -55,7 +59,10 @@ impl Kind for HttpDelay {
         };
         let matcher = RequestMatch::parse(f)?;
         if phase == Phase::Request {
-            matcher.no_response_yet(f, "phase = \"request\" holds the request, before any response")?;
+            matcher.no_response_yet(
+                f,
+                "phase = \"request\" holds the request, before any response",
+            )?;
         }
         Ok(HttpDelay {
             delay,
@@ -72,7 +79,12 @@ impl Kind for HttpDelay {
         }
         p.push((
             "phase",
-            if self.phase == Phase::Request { "request" } else { "headers" }.into(),
+            if self.phase == Phase::Request {
+                "request"
+            } else {
+                "headers"
+            }
+            .into(),
         ));
         p.extend(self.matcher.params());
         p

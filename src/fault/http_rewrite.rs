@@ -144,24 +144,31 @@ impl Kind for HttpRewrite {
                     "set_method: expected a method like POST, got {m:?}"
                 )));
             }
-            if ["HEAD", "CONNECT"].iter().any(|x| m.eq_ignore_ascii_case(x)) {
+            if ["HEAD", "CONNECT"]
+                .iter()
+                .any(|x| m.eq_ignore_ascii_case(x))
+            {
                 return Err(f.table_error(format!(
                     "set_method: {m} changes how the response is framed or turns the connection into a tunnel, for a client that did not ask for it"
                 )));
             }
         }
         if let Some(p) = &edits.path {
-            if !p.starts_with('/') || !p.bytes().all(|b| b > b' ' && b < 0x7f && b != b'?' && b != b'#') {
+            if !p.starts_with('/')
+                || !p
+                    .bytes()
+                    .all(|b| b > b' ' && b < 0x7f && b != b'?' && b != b'#')
+            {
                 return Err(f.table_error(format!(
                     "set_path: expected a path like /v2/items (ASCII, percent-encoded, no spaces or '#'; no query: use set_query), got {p:?}"
                 )));
             }
         }
         for (k, v) in &edits.query {
-            if [k, v]
-                .iter()
-                .any(|s| !s.bytes().all(|b| b > b' ' && b < 0x7f && !b"&#=".contains(&b)))
-                || k.is_empty()
+            if [k, v].iter().any(|s| {
+                !s.bytes()
+                    .all(|b| b > b' ' && b < 0x7f && !b"&#=".contains(&b))
+            }) || k.is_empty()
             {
                 return Err(f.table_error(format!(
                     "set_query: expected name=value without spaces, '&', '#' or a second '=' (percent-encode them), got {k:?}={v:?}"
@@ -181,10 +188,7 @@ impl Kind for HttpRewrite {
         for (name, value) in &edits.set_headers {
             // RFC 9110 field-value: visible characters, spaces and tabs
             // (and obs-text); no control characters.
-            if value
-                .bytes()
-                .any(|b| (b < b' ' && b != b'\t') || b == 0x7f)
-            {
+            if value.bytes().any(|b| (b < b' ' && b != b'\t') || b == 0x7f) {
                 return Err(f.table_error(format!(
                     "set_header: {name}'s value has a control character; one line of text is expected"
                 )));
@@ -360,11 +364,20 @@ mod tests {
         let r = rewrite(&[("patch_json", r#"{"stop_reason": "max_tokens"}"#)]).unwrap();
         assert_eq!(
             r.edits().body,
-            Some(BodyEdit::Json(JsonEdit::Merge(serde_json::json!({"stop_reason": "max_tokens"}))))
+            Some(BodyEdit::Json(JsonEdit::Merge(
+                serde_json::json!({"stop_reason": "max_tokens"})
+            )))
         );
-        let r = rewrite(&[("phase", "response"), ("set_body", "{}"), ("remove_header", "A|B")])
-            .unwrap();
-        assert_eq!(r.edits().body, Some(BodyEdit::Set(b"{}".to_vec(), Shown::Text)));
+        let r = rewrite(&[
+            ("phase", "response"),
+            ("set_body", "{}"),
+            ("remove_header", "A|B"),
+        ])
+        .unwrap();
+        assert_eq!(
+            r.edits().body,
+            Some(BodyEdit::Set(b"{}".to_vec(), Shown::Text))
+        );
         assert_eq!(r.edits().remove_headers, ["A", "B"]);
         for (bad, says) in [
             (vec![], "nothing to change"),
@@ -372,17 +385,35 @@ mod tests {
             (vec![("set_method", "GE T")], "expected a method"),
             (vec![("set_path", "v2")], "expected a path"),
             (vec![("set_path", "/a?b=1")], "use set_query"),
-            (vec![("set_header", "Content-Length: 3")], "frames the message"),
-            (vec![("remove_header", "transfer-encoding")], "frames the message"),
+            (
+                vec![("set_header", "Content-Length: 3")],
+                "frames the message",
+            ),
+            (
+                vec![("remove_header", "transfer-encoding")],
+                "frames the message",
+            ),
             (vec![("set_header", "Bad Name: 3")], "header name"),
             (vec![("set_status", "503")], "phase = \"response\""),
-            (vec![("phase", "response"), ("set_status", "204")], "no body"),
-            (vec![("phase", "response"), ("set_path", "/x")], "two faults"),
+            (
+                vec![("phase", "response"), ("set_status", "204")],
+                "no body",
+            ),
+            (
+                vec![("phase", "response"), ("set_path", "/x")],
+                "two faults",
+            ),
             (vec![("set_query", "a=b&c")], "set_query"),
-            (vec![("set_header", "X-A: 1"), ("response_status", "5xx")], "changes the request, before any response"),
+            (
+                vec![("set_header", "X-A: 1"), ("response_status", "5xx")],
+                "changes the request, before any response",
+            ),
             (vec![("set_path", "/a#b")], "expected a path"),
             (vec![("set_body", "x"), ("patch_json", "{}")], "give one of"),
-            (vec![("patch_json", "{\"a\": }")], "expected a JSON merge patch"),
+            (
+                vec![("patch_json", "{\"a\": }")],
+                "expected a JSON merge patch",
+            ),
         ] {
             let e = rewrite(&bad).unwrap_err().to_string();
             assert!(e.contains(says), "{bad:?}: {e}");

@@ -78,16 +78,36 @@ const PARAMS: &[(&str, &str, &str)] = &[
         "a gRPC status: 0-16, or a name like UNAVAILABLE",
         "gRPC calls (over HTTP/2) get it as a trailers-only answer: grpc-status, grpc-message (body), grpc-retry-pushback-ms (retry_after); other requests get status (default: the code's HTTP status)",
     ),
-    ("envelope", "anthropic, openai, gemini or bedrock", "a provider-shaped error body and headers"),
-    ("body", "a string", "the answer's body (default: the provider's error, or the status's name)"),
-    ("body_file", "a path (regular file, at most 1MiB)", "…or a file's bytes"),
+    (
+        "envelope",
+        "anthropic, openai, gemini or bedrock",
+        "a provider-shaped error body and headers",
+    ),
+    (
+        "body",
+        "a string",
+        "the answer's body (default: the provider's error, or the status's name)",
+    ),
+    (
+        "body_file",
+        "a path (regular file, at most 1MiB)",
+        "…or a file's bytes",
+    ),
     (
         "retry_after",
         "a duration",
         "a Retry-After header (whole seconds, rounded up; an envelope also gives the exact value: retry-after-ms, or Gemini's RetryInfo)",
     ),
-    ("headers", "\"Name: value\" strings, or a table (headers.Name in flags)", "more headers"),
-    ("then", "keep (default), close or reset", "what the connection does after the answer"),
+    (
+        "headers",
+        "\"Name: value\" strings, or a table (headers.Name in flags)",
+        "more headers",
+    ),
+    (
+        "then",
+        "keep (default), close or reset",
+        "what the connection does after the answer",
+    ),
     (
         "phase",
         "request (default) or response",
@@ -107,7 +127,11 @@ impl Kind for HttpStatus {
     };
 
     fn parse(f: &mut Fields) -> Result<Self, ProfileError> {
-        let grpc_code = f.with_text("grpc_status", crate::http::grpc::CODE_FORM, crate::http::grpc::Code::parse)?;
+        let grpc_code = f.with_text(
+            "grpc_status",
+            crate::http::grpc::CODE_FORM,
+            crate::http::grpc::Code::parse,
+        )?;
         let status = match (http_reply::status(f)?, grpc_code) {
             (Some(s), _) => s,
             (None, Some(c)) => c.http_status(),
@@ -147,8 +171,14 @@ impl Kind for HttpStatus {
             body.as_ref()
                 .map(|b| String::from_utf8_lossy(b).into_owned()),
         );
-        given.note("body_file", body_file.as_ref().map(|(_, shown)| shown.clone()));
-        given.note("retry_after", retry_after.map(crate::units::format_duration));
+        given.note(
+            "body_file",
+            body_file.as_ref().map(|(_, shown)| shown.clone()),
+        );
+        given.note(
+            "retry_after",
+            retry_after.map(crate::units::format_duration),
+        );
         given.note("grpc_status", grpc_code.map(|c| c.name().to_string()));
         let body = body.or(body_file.map(|(b, _)| b));
         let grpc = grpc_code.map(|code| crate::http::grpc::Answer {
@@ -166,8 +196,15 @@ impl Kind for HttpStatus {
                     .iter()
                     .map(|p| {
                         let s = p.status_for(status);
-                        CannedReply::build(s, Some(p.name()), body.clone(), retry_after, &extra, always_close)
-                            .map(|r| (*p, s, r))
+                        CannedReply::build(
+                            s,
+                            Some(p.name()),
+                            body.clone(),
+                            retry_after,
+                            &extra,
+                            always_close,
+                        )
+                        .map(|r| (*p, s, r))
                     })
                     .collect::<Result<Vec<_>, _>>()
                     .map_err(|e| f.table_error(&e))?
@@ -294,24 +331,47 @@ mod tests {
     fn a_provider_envelope_the_sdk_recognises() {
         let s = status(&[("status", "529"), ("envelope", "anthropic")]);
         let text = String::from_utf8(s.reply(false, false).to_vec()).unwrap();
-        assert!(text.starts_with("HTTP/1.1 529 Site is overloaded\r\n"), "{text}");
-        assert!(text.contains("content-type: application/json\r\n"), "{text}");
+        assert!(
+            text.starts_with("HTTP/1.1 529 Site is overloaded\r\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("content-type: application/json\r\n"),
+            "{text}"
+        );
         let body: serde_json::Value =
             serde_json::from_str(text.split("\r\n\r\n").nth(1).unwrap()).unwrap();
         assert_eq!(body["type"], "error");
         assert_eq!(body["error"]["type"], "overloaded_error");
-        let s = status(&[("status", "429"), ("envelope", "openai"), ("retry_after", "1500ms")]);
+        let s = status(&[
+            ("status", "429"),
+            ("envelope", "openai"),
+            ("retry_after", "1500ms"),
+        ]);
         let text = String::from_utf8(s.reply(false, false).to_vec()).unwrap();
         assert!(text.contains("retry-after: 2\r\n"), "{text}");
         assert!(text.contains("retry-after-ms: 1500\r\n"), "{text}");
         assert!(text.contains("\"code\":\"rate_limit_exceeded\""), "{text}");
-        assert!(!text.contains("connection: close"), "keep-alive by default: {text}");
+        assert!(
+            !text.contains("connection: close"),
+            "keep-alive by default: {text}"
+        );
         // Google's: the rpc code's name beside the number, and when to come
         // back as a RetryInfo detail (and Retry-After); no OpenAI headers.
-        let s = status(&[("status", "429"), ("envelope", "gemini"), ("retry_after", "1500ms")]);
+        let s = status(&[
+            ("status", "429"),
+            ("envelope", "gemini"),
+            ("retry_after", "1500ms"),
+        ]);
         let text = String::from_utf8(s.reply(false, false).to_vec()).unwrap();
-        assert!(text.contains("content-type: application/json; charset=UTF-8\r\n"), "{text}");
-        assert!(text.contains("retry-after: 2\r\n") && !text.contains("retry-after-ms"), "{text}");
+        assert!(
+            text.contains("content-type: application/json; charset=UTF-8\r\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("retry-after: 2\r\n") && !text.contains("retry-after-ms"),
+            "{text}"
+        );
         let body: serde_json::Value =
             serde_json::from_str(text.split("\r\n\r\n").nth(1).unwrap()).unwrap();
         assert_eq!(body["error"]["code"], 429);
@@ -328,13 +388,26 @@ mod tests {
         let s = status(&[("grpc_status", "resource_exhausted"), ("retry_after", "2s")]);
         assert_eq!(s.status(), 429, "the code's HTTP status for other requests");
         let g = s.grpc().unwrap();
-        assert_eq!((g.code.number(), g.pushback), (8, Some(std::time::Duration::from_secs(2))));
+        assert_eq!(
+            (g.code.number(), g.pushback),
+            (8, Some(std::time::Duration::from_secs(2)))
+        );
         assert!(g.message.starts_with("Resource has been exhausted"));
         let s = status(&[("status", "503"), ("grpc_status", "14"), ("body", "down\n")]);
-        assert_eq!((s.status(), s.grpc().unwrap().message.as_str()), (503, "down"));
-        let e = spec("http_status", &[("path", "/x")]).unwrap_err().to_string();
-        assert!(e.contains("missing \"status\"") && e.contains("grpc_status"), "{e}");
-        let e = spec("http_status", &[("grpc_status", "SLOW")]).unwrap_err().to_string();
+        assert_eq!(
+            (s.status(), s.grpc().unwrap().message.as_str()),
+            (503, "down")
+        );
+        let e = spec("http_status", &[("path", "/x")])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("missing \"status\"") && e.contains("grpc_status"),
+            "{e}"
+        );
+        let e = spec("http_status", &[("grpc_status", "SLOW")])
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("a gRPC status"), "{e}");
     }
 
@@ -342,14 +415,29 @@ mod tests {
     fn bedrock_errors_name_their_exception() {
         let s = status(&[("status", "429"), ("envelope", "bedrock")]);
         let text = String::from_utf8(s.reply(false, false).to_vec()).unwrap();
-        assert!(text.contains("x-amzn-ErrorType: ThrottlingException:"), "{text}");
+        assert!(
+            text.contains("x-amzn-ErrorType: ThrottlingException:"),
+            "{text}"
+        );
         let body: serde_json::Value =
             serde_json::from_str(text.split("\r\n\r\n").nth(1).unwrap()).unwrap();
-        assert!(body["message"].as_str().unwrap().starts_with("Too many requests"));
-        for (code, want) in [("503", "ServiceUnavailableException"), ("502", "InternalServerException"), ("422", "ValidationException")] {
+        assert!(
+            body["message"]
+                .as_str()
+                .unwrap()
+                .starts_with("Too many requests")
+        );
+        for (code, want) in [
+            ("503", "ServiceUnavailableException"),
+            ("502", "InternalServerException"),
+            ("422", "ValidationException"),
+        ] {
             let s = status(&[("status", code), ("envelope", "bedrock")]);
             let text = String::from_utf8(s.reply(false, false).to_vec()).unwrap();
-            assert!(text.contains(&format!("x-amzn-ErrorType: {want}:")), "{text}");
+            assert!(
+                text.contains(&format!("x-amzn-ErrorType: {want}:")),
+                "{text}"
+            );
         }
     }
 
@@ -379,9 +467,17 @@ mod tests {
     fn framing_is_exact_and_then_closes() {
         let s = status(&[("status", "503"), ("body", "down"), ("then", "close")]);
         let text = String::from_utf8(s.reply(false, false).to_vec()).unwrap();
-        assert!(text.ends_with("content-length: 4\r\nconnection: close\r\n\r\ndown"), "{text}");
+        assert!(
+            text.ends_with("content-length: 4\r\nconnection: close\r\n\r\ndown"),
+            "{text}"
+        );
         assert_eq!(s.then(), After::Close);
-        assert!(spec("http_status", &[]).unwrap_err().message.contains("missing \"status\""));
+        assert!(
+            spec("http_status", &[])
+                .unwrap_err()
+                .message
+                .contains("missing \"status\"")
+        );
         let e = spec("http_status", &[("status", "503"), ("headers", "nocolon")]).unwrap_err();
         assert!(e.message.contains("expected \"Name: value\""), "{e}");
     }

@@ -24,8 +24,16 @@ impl Kind for HttpTruncate {
         stages: false,
         about: "a matching request's response body is cut after N bytes",
         params: &[
-            ("after_bytes", "a size, default 0", "body bytes that arrive before the cut"),
-            ("then", "close (default) or reset", "a clean close or an RST"),
+            (
+                "after_bytes",
+                "a size, default 0",
+                "body bytes that arrive before the cut",
+            ),
+            (
+                "then",
+                "close (default) or reset",
+                "a clean close or an RST",
+            ),
         ],
     };
 

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 use crate::timer::sleep_until;
 
-use super::{Kind, KindInfo, Layer, StageFuture, Stream, Item, Next, StageCtx, StageIo};
+use super::{Item, Kind, KindInfo, Layer, Next, StageCtx, StageFuture, StageIo, Stream};
 use crate::settings::{Fields, ProfileError};
 use crate::units::format_duration;
 
@@ -41,7 +41,28 @@ impl Kind for Latency {
         streamed: true,
         stages: true,
         about: "each byte arrives delay ± jitter later; throughput is kept",
-        params: &[("delay", "a duration, required", "how much later each byte arrives"), ("jitter", "a duration, default 0", "± this much, uniform; never reorders"), ("buffer", "a size, default 8MiB, at most 64MiB", "bytes held in the delay line before the sender is slowed"), ("ends", "delayed (default) or at_once", "a FIN or RST: delayed too, or on at once after the bytes ahead (Toxiproxy's)")],
+        params: &[
+            (
+                "delay",
+                "a duration, required",
+                "how much later each byte arrives",
+            ),
+            (
+                "jitter",
+                "a duration, default 0",
+                "± this much, uniform; never reorders",
+            ),
+            (
+                "buffer",
+                "a size, default 8MiB, at most 64MiB",
+                "bytes held in the delay line before the sender is slowed",
+            ),
+            (
+                "ends",
+                "delayed (default) or at_once",
+                "a FIN or RST: delayed too, or on at once after the bytes ahead (Toxiproxy's)",
+            ),
+        ],
     };
 
     fn parse(f: &mut Fields) -> Result<Self, ProfileError> {
@@ -89,7 +110,6 @@ impl Kind for Latency {
 }
 
 impl Latency {
-
     /// This chunk's delay: `delay` plus a uniform draw in `±jitter`.
     fn sample(&self, ctx: &mut StageCtx) -> Duration {
         if self.jitter.is_zero() {
@@ -227,7 +247,11 @@ mod tests {
             let t0 = Instant::now();
             tx.send(fin()).await.unwrap();
             rx.recv().await.unwrap();
-            assert_eq!(t0.elapsed(), Duration::from_millis(first), "{ends}: a lone FIN");
+            assert_eq!(
+                t0.elapsed(),
+                Duration::from_millis(first),
+                "{ends}: a lone FIN"
+            );
             let (tx, mut rx, io) = channels();
             let l = latency(&[("delay", "500ms"), ("ends", ends)]);
             tokio::spawn(async move { l.run(ctx(Window::ALWAYS), &mut { io }).await });
@@ -238,7 +262,11 @@ mod tests {
             rx.recv().await.unwrap();
             assert_eq!(t0.elapsed(), Duration::from_millis(500));
             assert_eq!(rx.recv().await.unwrap().kind, crate::fault::ItemKind::Fin);
-            assert_eq!(t0.elapsed(), Duration::from_millis(second), "{ends}: behind data");
+            assert_eq!(
+                t0.elapsed(),
+                Duration::from_millis(second),
+                "{ends}: behind data"
+            );
         }
     }
 

@@ -30,7 +30,11 @@ impl Kind for LimitData {
         streamed: true,
         stages: true,
         about: "the first N bytes pass, then the connection closes at once (Toxiproxy's limit_data)",
-        params: &[("bytes", "a size, default 0", "bytes that pass before the close")],
+        params: &[(
+            "bytes",
+            "a size, default 0",
+            "bytes that pass before the close",
+        )],
     };
 
     fn parse(f: &mut Fields) -> Result<Self, ProfileError> {
@@ -50,7 +54,9 @@ impl LimitData {
     async fn run(self, mut ctx: StageCtx, io: &mut StageIo) {
         // Bytes already passed count, across updates of `bytes` too: a
         // limit lowered below them closes at the next data.
-        let mut left = self.bytes.saturating_sub(io.carried.load(Ordering::Relaxed));
+        let mut left = self
+            .bytes
+            .saturating_sub(io.carried.load(Ordering::Relaxed));
         loop {
             let item = match io.next().await {
                 Next::Item(item) => item,
@@ -73,7 +79,12 @@ impl LimitData {
                 break;
             };
             let take = (bytes.len() as u64).min(left) as usize;
-            if take > 0 && io.send(Item::data(item.at, bytes.slice(..take))).await.is_err() {
+            if take > 0
+                && io
+                    .send(Item::data(item.at, bytes.slice(..take)))
+                    .await
+                    .is_err()
+            {
                 return;
             }
             left -= take as u64;
@@ -137,7 +148,8 @@ mod tests {
     async fn an_update_keeps_the_count() {
         for (limit, passed, want) in [("120", 80, Some(40)), ("50", 80, None)] {
             let (tx, mut rx, io) = channels();
-            io.carried.store(passed, std::sync::atomic::Ordering::Relaxed);
+            io.carried
+                .store(passed, std::sync::atomic::Ordering::Relaxed);
             let kind = spec("limit_data", &[("bytes", limit)]).unwrap().kind;
             let _stop = spawn(kind, ctx(Window::ALWAYS), io);
             tx.send(data(80)).await.unwrap();

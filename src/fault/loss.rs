@@ -31,8 +31,16 @@ impl Kind for Loss {
         stages: false,
         about: "percent of the flow's packets are dropped: real retransmissions",
         params: &[
-            ("percent", "a percentage above 0, like 10 or \"2.5%\"", "the share of packets dropped"),
-            ("burst", "a number from 1 to 1000, default 1", "how many packets in a row are lost on average (1: each on its own; above 1: run only)"),
+            (
+                "percent",
+                "a percentage above 0, like 10 or \"2.5%\"",
+                "the share of packets dropped",
+            ),
+            (
+                "burst",
+                "a number from 1 to 1000, default 1",
+                "how many packets in a row are lost on average (1: each on its own; above 1: run only)",
+            ),
         ],
     };
 

@@ -32,7 +32,18 @@ impl Kind for PacketLatency {
         streamed: true,
         stages: false,
         about: "the flow's packets (SYN and ACKs too) cross a path with this round trip",
-        params: &[("delay", "a duration, required, at most 60s", "the round trip added (half each way with stream = \"both\")"), ("jitter", "a duration, default 0", "± this much per packet, uniform; never reorders")],
+        params: &[
+            (
+                "delay",
+                "a duration, required, at most 60s",
+                "the round trip added (half each way with stream = \"both\")",
+            ),
+            (
+                "jitter",
+                "a duration, default 0",
+                "± this much per packet, uniform; never reorders",
+            ),
+        ],
     };
 
     fn parse(f: &mut Fields) -> Result<Self, ProfileError> {

@@ -33,7 +33,18 @@ impl Kind for PacketRate {
         streamed: true,
         stages: false,
         about: "the flow's packets cross a link of this rate: queued, then dropped when the queue is full",
-        params: &[("rate", "a rate, required, at least 8kbit", "the link's rate (each direction's, with stream = \"both\")"), ("queue", "a number of packets, default 1000, at most 10000", "packets waiting for the link before it drops")],
+        params: &[
+            (
+                "rate",
+                "a rate, required, at least 8kbit",
+                "the link's rate (each direction's, with stream = \"both\")",
+            ),
+            (
+                "queue",
+                "a number of packets, default 1000, at most 10000",
+                "packets waiting for the link before it drops",
+            ),
+        ],
     };
 
     fn parse(f: &mut Fields) -> Result<Self, ProfileError> {

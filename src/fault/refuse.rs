@@ -27,4 +27,3 @@ impl Kind for Refuse {
         Vec::new()
     }
 }
-

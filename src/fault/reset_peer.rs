@@ -97,7 +97,11 @@ mod tests {
         tx.send(data(5)).await.unwrap();
         tx.send(data(5)).await.unwrap();
         let item = rx.recv().await.unwrap();
-        assert_eq!(item.kind, ItemKind::Reset, "nothing delivered before the RST");
+        assert_eq!(
+            item.kind,
+            ItemKind::Reset,
+            "nothing delivered before the RST"
+        );
         assert_eq!(t0.elapsed(), Duration::from_millis(500));
     }
 }

@@ -52,7 +52,45 @@ impl Kind for Respond {
         streamed: false,
         stages: false,
         about: "the upstream is never contacted; the client gets canned bytes",
-        params: &[("data", "a string", "the bytes to send"), ("file", "a path (regular file, at most 1MiB)", "…or a file's bytes"), ("status", "an HTTP status 200-599", "…or an HTTP reply with this status"), ("body", "a string", "the HTTP reply's body"), ("retry_after", "a duration", "a Retry-After header (whole seconds, rounded up; an envelope also gives the exact value)"), ("envelope", "anthropic, openai, gemini or bedrock", "the HTTP reply as that provider's error"), ("headers", "\"Name: value\" strings, or a table (headers.Name in flags)", "more HTTP headers"), ("then", "close (default), reset or stall", "after the bytes: FIN, RST or silence"), ("wait_request", "true (default) or false", "wait for the client's first bytes")],
+        params: &[
+            ("data", "a string", "the bytes to send"),
+            (
+                "file",
+                "a path (regular file, at most 1MiB)",
+                "…or a file's bytes",
+            ),
+            (
+                "status",
+                "an HTTP status 200-599",
+                "…or an HTTP reply with this status",
+            ),
+            ("body", "a string", "the HTTP reply's body"),
+            (
+                "retry_after",
+                "a duration",
+                "a Retry-After header (whole seconds, rounded up; an envelope also gives the exact value)",
+            ),
+            (
+                "envelope",
+                "anthropic, openai, gemini or bedrock",
+                "the HTTP reply as that provider's error",
+            ),
+            (
+                "headers",
+                "\"Name: value\" strings, or a table (headers.Name in flags)",
+                "more HTTP headers",
+            ),
+            (
+                "then",
+                "close (default), reset or stall",
+                "after the bytes: FIN, RST or silence",
+            ),
+            (
+                "wait_request",
+                "true (default) or false",
+                "wait for the client's first bytes",
+            ),
+        ],
     };
 
     fn parse(f: &mut Fields) -> Result<Self, ProfileError> {
@@ -71,7 +109,10 @@ impl Kind for Respond {
             ));
         }
         if status.is_none()
-            && (body.is_some() || retry_after.is_some() || !headers.is_empty() || envelope.is_some())
+            && (body.is_some()
+                || retry_after.is_some()
+                || !headers.is_empty()
+                || envelope.is_some())
         {
             return Err(f.table_error("body, retry_after, envelope and headers go with status"));
         }
@@ -90,7 +131,10 @@ impl Kind for Respond {
             given.note("status", Some(status.to_string()));
             given.note("envelope", envelope.map(str::to_string));
             given.note("body", body.clone());
-            given.note("retry_after", retry_after.map(crate::units::format_duration));
+            given.note(
+                "retry_after",
+                retry_after.map(crate::units::format_duration),
+            );
             let body = body.map(String::into_bytes);
             let reply = CannedReply::build(status, envelope, body, retry_after, &extra, true)
                 .map_err(|e| f.table_error(&e))?;
@@ -128,7 +172,6 @@ impl Kind for Respond {
 }
 
 impl Respond {
-
     /// What the client receives, in order; `stall` ends the script without
     /// an end, so the pipeline stays open and silent. `head_only`: the
     /// request was a HEAD.
@@ -199,9 +242,18 @@ mod tests {
         ])
         .unwrap();
         let text = reply_text(&r, false);
-        assert!(text.starts_with("HTTP/1.1 529 Site is overloaded\r\n"), "{text}");
-        assert!(text.contains("content-type: application/json\r\n"), "{text}");
-        assert!(text.contains("\r\nretry-after: 2\r\n"), "rounded up: {text}");
+        assert!(
+            text.starts_with("HTTP/1.1 529 Site is overloaded\r\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("content-type: application/json\r\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("\r\nretry-after: 2\r\n"),
+            "rounded up: {text}"
+        );
         assert!(text.contains("\r\nretry-after-ms: 1500\r\n"), "{text}");
         let body: serde_json::Value =
             serde_json::from_str(text.split("\r\n\r\n").nth(1).unwrap()).unwrap();

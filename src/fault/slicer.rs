@@ -7,7 +7,7 @@ use std::time::Duration;
 use rand::Rng;
 use tokio::time::Instant;
 
-use super::{Kind, KindInfo, Layer, StageFuture, Stream, Item, ItemKind, Next, StageCtx, StageIo};
+use super::{Item, ItemKind, Kind, KindInfo, Layer, Next, StageCtx, StageFuture, StageIo, Stream};
 use crate::settings::{Fields, ProfileError};
 use crate::units::format_duration;
 
@@ -26,7 +26,19 @@ impl Kind for Slicer {
         streamed: true,
         stages: true,
         about: "data arrives in small segments with pauses between them",
-        params: &[("size", "a size, required", "bytes per segment"), ("size_variation", "a size below size, default 0", "± this much per segment"), ("delay", "a duration, default 0", "the pause between segments")],
+        params: &[
+            ("size", "a size, required", "bytes per segment"),
+            (
+                "size_variation",
+                "a size below size, default 0",
+                "± this much per segment",
+            ),
+            (
+                "delay",
+                "a duration, default 0",
+                "the pause between segments",
+            ),
+        ],
     };
 
     fn parse(f: &mut Fields) -> Result<Self, ProfileError> {
@@ -65,7 +77,6 @@ impl Kind for Slicer {
 }
 
 impl Slicer {
-
     pub(crate) async fn run(self, mut ctx: StageCtx, io: &mut StageIo) {
         loop {
             let item = match io.next().await {

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{Kind, KindInfo, Layer, StageFuture, Stream, ItemKind, Next, StageCtx, StageIo};
+use super::{ItemKind, Kind, KindInfo, Layer, Next, StageCtx, StageFuture, StageIo, Stream};
 use crate::settings::{Fields, ProfileError};
 use crate::units::format_duration;
 
@@ -40,7 +40,6 @@ impl Kind for SlowClose {
 }
 
 impl SlowClose {
-
     pub(crate) async fn run(self, mut ctx: StageCtx, io: &mut StageIo) {
         loop {
             let item = match io.next().await {

@@ -124,24 +124,56 @@ impl Kind for Sse {
         stages: false,
         about: "an event stream (server-sent events, NDJSON lines, AWS event-stream frames: Bedrock, or a gRPC response's messages) stalls (for good or a while), drops, slows or turns malformed after N events, or has its events' JSON patched or their type changed",
         params: &[
-            ("stall_after_events", "a number", "after N whole events nothing more, the connection open"),
+            (
+                "stall_after_events",
+                "a number",
+                "after N whole events nothing more, the connection open",
+            ),
             (
                 "stall_for",
                 "a duration like 10s, default for good",
                 "with stall_after_events: the silence ends and the stream goes on (0 events: headers, then a slow first event)",
             ),
-            ("drop_after_events", "a number", "after N events the connection ends"),
-            ("then", "close (default) or reset", "how it ends, with drop_after_events"),
-            ("malformed_after_events", "a number", "event N+1 is malformed"),
-            ("malformed", "json (default) or truncate", "data that is not JSON, or half an event and the end"),
-            ("error_after_events", "a number", "after N events the provider's error event, then the end"),
+            (
+                "drop_after_events",
+                "a number",
+                "after N events the connection ends",
+            ),
+            (
+                "then",
+                "close (default) or reset",
+                "how it ends, with drop_after_events",
+            ),
+            (
+                "malformed_after_events",
+                "a number",
+                "event N+1 is malformed",
+            ),
+            (
+                "malformed",
+                "json (default) or truncate",
+                "data that is not JSON, or half an event and the end",
+            ),
+            (
+                "error_after_events",
+                "a number",
+                "after N events the provider's error event, then the end",
+            ),
             (
                 "envelope",
                 "anthropic (default), openai, openai-responses, gemini, ollama or bedrock",
                 "whose error event, with error_after_events",
             ),
-            ("error_type", "a string", "its error type (default overloaded_error; openai and openai-responses: server_error, the code; gemini: INTERNAL, a google.rpc code name; ollama: the error's text; bedrock: modelStreamErrorException, an exception of Bedrock's streams)"),
-            ("event_delay", "a duration, default 0", "each event this much later"),
+            (
+                "error_type",
+                "a string",
+                "its error type (default overloaded_error; openai and openai-responses: server_error, the code; gemini: INTERNAL, a google.rpc code name; ollama: the error's text; bedrock: modelStreamErrorException, an exception of Bedrock's streams)",
+            ),
+            (
+                "event_delay",
+                "a duration, default 0",
+                "each event this much later",
+            ),
             (
                 "patch_json",
                 "a JSON merge patch (RFC 7396) like '{\"delta\": {\"stop_reason\": \"max_tokens\"}}', or a table",
@@ -178,7 +210,15 @@ impl Kind for Sse {
         let error_after = f.integer_in("error_after_events", 0, u64::MAX)?;
         let envelope = f.choice(
             "envelope",
-            &["anthropic", "openai", "openai-responses", "gemini", "ollama", "bedrock", "auto"],
+            &[
+                "anthropic",
+                "openai",
+                "openai-responses",
+                "gemini",
+                "ollama",
+                "bedrock",
+                "auto",
+            ],
         )?;
         let error_type = f.string("error_type")?;
         if envelope == Some("auto") && error_type.is_some() {
@@ -239,7 +279,9 @@ impl Kind for Sse {
             ));
         }
         if stall_for.is_some_and(|d| d.is_zero()) {
-            return Err(f.table_error("stall_for must be longer than 0 (leave it out to stall for good)"));
+            return Err(
+                f.table_error("stall_for must be longer than 0 (leave it out to stall for good)")
+            );
         }
         if malformed.is_some() && malformed_after.is_none() {
             return Err(f.table_error("malformed goes with malformed_after_events"));
@@ -265,59 +307,67 @@ impl Kind for Sse {
         // says otherwise).
         let build = |envelope: Option<&'static str>, error_type: Option<String>, n: u64| {
             let provider = envelope.unwrap_or("anthropic");
-                if error_type.as_deref() == Some("") {
-                    return Err(f.table_error("error_type must not be empty"));
-                }
-                let kind = error_type.unwrap_or_else(|| match provider {
-                    "anthropic" => "overloaded_error".into(),
-                    "gemini" => "INTERNAL".into(),
-                    "ollama" => OLLAMA_ERROR.into(),
-                    "bedrock" => BEDROCK_STREAM_ERROR.into(),
-                    _ => "server_error".into(),
-                });
-                if provider == "gemini" && google_error_named(&kind).is_none() {
-                    return Err(f.table_error(format!(
+            if error_type.as_deref() == Some("") {
+                return Err(f.table_error("error_type must not be empty"));
+            }
+            let kind = error_type.unwrap_or_else(|| match provider {
+                "anthropic" => "overloaded_error".into(),
+                "gemini" => "INTERNAL".into(),
+                "ollama" => OLLAMA_ERROR.into(),
+                "bedrock" => BEDROCK_STREAM_ERROR.into(),
+                _ => "server_error".into(),
+            });
+            if provider == "gemini" && google_error_named(&kind).is_none() {
+                return Err(f.table_error(format!(
                         "error_type {kind:?} is not a google.rpc code name Gemini sends: give one of {}",
                         google_code_names().collect::<Vec<_>>().join(", ")
                     )));
-                }
-                if provider == "bedrock" && !BEDROCK_EXCEPTIONS.contains(&kind.as_str()) {
-                    return Err(f.table_error(format!(
-                        "error_type {kind:?} is not an exception Bedrock streams: give one of {}",
-                        BEDROCK_EXCEPTIONS.join(", ")
-                    )));
-                }
-                let (event, data) = error_event(provider, &kind, n);
-                let aws_kind = match provider {
-                    "bedrock" => kind.clone(),
-                    _ => BEDROCK_STREAM_ERROR.to_string(),
-                };
-                let aws = (aws_kind.clone(), bedrock_exception(&aws_kind));
-                let line = match envelope {
-                    Some(_) => data.clone(),
-                    None => error_event("ollama", OLLAMA_ERROR, n).1,
-                };
-                Ok(ErrorEvent {
-                    event,
-                    data,
-                    line,
-                    provider,
-                    given: envelope.is_some(),
-                    kind,
-                    aws,
-                })
+            }
+            if provider == "bedrock" && !BEDROCK_EXCEPTIONS.contains(&kind.as_str()) {
+                return Err(f.table_error(format!(
+                    "error_type {kind:?} is not an exception Bedrock streams: give one of {}",
+                    BEDROCK_EXCEPTIONS.join(", ")
+                )));
+            }
+            let (event, data) = error_event(provider, &kind, n);
+            let aws_kind = match provider {
+                "bedrock" => kind.clone(),
+                _ => BEDROCK_STREAM_ERROR.to_string(),
+            };
+            let aws = (aws_kind.clone(), bedrock_exception(&aws_kind));
+            let line = match envelope {
+                Some(_) => data.clone(),
+                None => error_event("ollama", OLLAMA_ERROR, n).1,
+            };
+            Ok(ErrorEvent {
+                event,
+                data,
+                line,
+                provider,
+                given: envelope.is_some(),
+                kind,
+                aws,
+            })
         };
         let (error, auto) = match (error_after, envelope) {
             (Some(n), Some("auto")) => {
-                let each = ["anthropic", "openai", "openai-responses", "gemini", "bedrock"]
-                    .into_iter()
-                    .map(|p| build(Some(p), None, n).map(|mut e| {
+                let each = [
+                    "anthropic",
+                    "openai",
+                    "openai-responses",
+                    "gemini",
+                    "bedrock",
+                ]
+                .into_iter()
+                .map(|p| {
+                    build(Some(p), None, n).map(|mut e| {
                         // NDJSON streams keep Ollama's, as with no envelope.
                         e.line = error_event("ollama", OLLAMA_ERROR, n).1;
                         e.given = false;
                         (p, e)
-                    }))
-                    .collect::<Result<Vec<_>, ProfileError>>()?;
+                    })
+                })
+                .collect::<Result<Vec<_>, ProfileError>>()?;
                 (Some(Box::new(each[0].1.clone())), Some(each.into()))
             }
             (Some(n), _) => (Some(Box::new(build(envelope, error_type, n)?)), None),
@@ -393,7 +443,12 @@ impl Sse {
         if let Some(auto) = &self.auto {
             use super::provider::Provider;
             let name = match Provider::of(host, path) {
-                Provider::OpenAi if path.split('?').next().is_some_and(|p| p.ends_with("/responses")) => {
+                Provider::OpenAi
+                    if path
+                        .split('?')
+                        .next()
+                        .is_some_and(|p| p.ends_with("/responses")) =>
+                {
                     "openai-responses"
                 }
                 p => p.name(),
@@ -465,7 +520,11 @@ pub(crate) fn spoiling(faults: &[(super::Chosen, Sse)], nth: u64) -> Option<usiz
 /// API numbers a stream's events from 0; Gemini's chunk carrying Google's
 /// `error` (its SDK raises it as `ServerError` / `ClientError`); Ollama's
 /// line carrying an `error` string (its SDK raises `ResponseError`).
-fn error_event(provider: &str, kind: &str, events: u64) -> (Option<&'static str>, serde_json::Value) {
+fn error_event(
+    provider: &str,
+    kind: &str,
+    events: u64,
+) -> (Option<&'static str>, serde_json::Value) {
     const MESSAGE: &str =
         "The server had an error while processing your request. (injected by netchaos)";
     match provider {
@@ -539,7 +598,8 @@ mod tests {
     /// The error event as an event stream carries it.
     fn wire(s: &Sse) -> String {
         let (event, data) = s.error_event(Format::EventStream).unwrap();
-        let bytes = crate::http::events::error_event(crate::http::events::Format::EventStream, event, data);
+        let bytes =
+            crate::http::events::error_event(crate::http::events::Format::EventStream, event, data);
         String::from_utf8(bytes).unwrap()
     }
 
@@ -568,7 +628,11 @@ mod tests {
         assert!(text.contains("\"type\":\"server_error\""), "{text}");
         let t = sse(&[("error_after_events", "1"), ("error_type", "api_error")]).unwrap();
         assert!(wire(&t).contains("\"api_error\""));
-        let r = sse(&[("error_after_events", "5"), ("envelope", "openai-responses")]).unwrap();
+        let r = sse(&[
+            ("error_after_events", "5"),
+            ("envelope", "openai-responses"),
+        ])
+        .unwrap();
         let text = wire(&r);
         assert!(text.starts_with("event: error\ndata: {"), "{text}");
         let data: serde_json::Value =
@@ -582,10 +646,22 @@ mod tests {
             wire(&g),
             "data: {\"error\":{\"code\":500,\"message\":\"An internal error has occurred.\",\"status\":\"INTERNAL\"}}\n\n"
         );
-        let g = sse(&[("error_after_events", "1"), ("envelope", "gemini"), ("error_type", "UNAVAILABLE")]);
+        let g = sse(&[
+            ("error_after_events", "1"),
+            ("envelope", "gemini"),
+            ("error_type", "UNAVAILABLE"),
+        ]);
         assert!(wire(&g.unwrap()).contains("\"code\":503"));
-        let e = sse(&[("error_after_events", "1"), ("envelope", "gemini"), ("error_type", "overloaded")]);
-        assert!(e.unwrap_err().to_string().contains("not a google.rpc code name"));
+        let e = sse(&[
+            ("error_after_events", "1"),
+            ("envelope", "gemini"),
+            ("error_type", "overloaded"),
+        ]);
+        assert!(
+            e.unwrap_err()
+                .to_string()
+                .contains("not a google.rpc code name")
+        );
         let o = sse(&[("error_after_events", "0"), ("envelope", "ollama")]).unwrap();
         let (event, data) = o.error_event(Format::EventStream).unwrap();
         assert_eq!((event, data["error"].as_str()), (None, Some(OLLAMA_ERROR)));
@@ -599,9 +675,20 @@ mod tests {
         let (kind, data) = b.error_event(Format::AwsEventStream).unwrap();
         assert_eq!(kind, Some("modelStreamErrorException"));
         assert_eq!(data["originalStatusCode"], 500);
-        let t = sse(&[("error_after_events", "2"), ("envelope", "bedrock"), ("error_type", "throttlingException")]);
-        assert_eq!(t.unwrap().error_event(Format::AwsEventStream).unwrap().0, Some("throttlingException"));
-        let e = sse(&[("error_after_events", "1"), ("envelope", "bedrock"), ("error_type", "ThrottlingException")]);
+        let t = sse(&[
+            ("error_after_events", "2"),
+            ("envelope", "bedrock"),
+            ("error_type", "throttlingException"),
+        ]);
+        assert_eq!(
+            t.unwrap().error_event(Format::AwsEventStream).unwrap().0,
+            Some("throttlingException")
+        );
+        let e = sse(&[
+            ("error_after_events", "1"),
+            ("envelope", "bedrock"),
+            ("error_type", "ThrottlingException"),
+        ]);
         assert!(e.unwrap_err().message.contains("throttlingException"));
         // Another envelope: an AWS stream still gets Bedrock's own.
         let (kind, _) = a.error_event(Format::AwsEventStream).unwrap();
@@ -622,20 +709,47 @@ mod tests {
         assert_eq!(p.breaks(), Some((1, pause)));
         let long = "x".repeat(70_000);
         for (bad, says) in [
-            (vec![("set_event", long.as_str())], "longer than an event type can be"),
+            (
+                vec![("set_event", long.as_str())],
+                "longer than an event type can be",
+            ),
             (vec![("event", "x")], "event goes with patch_json"),
-            (vec![("stall_for", "1s")], "stall_for goes with stall_after_events"),
-            (vec![("stall_after_events", "1"), ("stall_for", "0s")], "longer than 0"),
-            (vec![("patch_json", "{\"a\":")], "expected a JSON merge patch"),
+            (
+                vec![("stall_for", "1s")],
+                "stall_for goes with stall_after_events",
+            ),
+            (
+                vec![("stall_after_events", "1"), ("stall_for", "0s")],
+                "longer than 0",
+            ),
+            (
+                vec![("patch_json", "{\"a\":")],
+                "expected a JSON merge patch",
+            ),
             (vec![], "patch_ops or set_event"),
             (vec![("set_event", "a\ndata: x")], "on one line"),
             (vec![("set_event", "")], "on one line"),
             (vec![("set_event", "a ")], "starts or ends with a space"),
-            (vec![("patch_ops", r#"[{"op": "swap", "path": "/a"}]"#)], "expected a JSON Patch (RFC 6902)"),
-            (vec![("patch_ops", r#"[{"op": "remove", "path": "a"}]"#)], "expected a JSON Patch (RFC 6902)"),
+            (
+                vec![("patch_ops", r#"[{"op": "swap", "path": "/a"}]"#)],
+                "expected a JSON Patch (RFC 6902)",
+            ),
+            (
+                vec![("patch_ops", r#"[{"op": "remove", "path": "a"}]"#)],
+                "expected a JSON Patch (RFC 6902)",
+            ),
             (vec![("patch_ops", "[]")], "an empty JSON Patch"),
-            (vec![("patch_ops", r#"{"op": "remove", "path": "/a"}"#)], "a list of"),
-            (vec![("patch_ops", r#"[{"op": "remove", "path": "/a"}]"#), ("patch_json", "{}")], "not both"),
+            (
+                vec![("patch_ops", r#"{"op": "remove", "path": "/a"}"#)],
+                "a list of",
+            ),
+            (
+                vec![
+                    ("patch_ops", r#"[{"op": "remove", "path": "/a"}]"#),
+                    ("patch_json", "{}"),
+                ],
+                "not both",
+            ),
         ] {
             let e = sse(&bad).unwrap_err().to_string();
             assert!(e.contains(says), "{bad:?}: {e}");

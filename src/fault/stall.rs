@@ -9,7 +9,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::{Kind, KindInfo, Layer, StageFuture, Stream, Item, ItemKind, StageCtx, StageIo, Trigger, Until, parse_trigger, pass_until};
+use super::{
+    Item, ItemKind, Kind, KindInfo, Layer, StageCtx, StageFuture, StageIo, Stream, Trigger, Until,
+    parse_trigger, pass_until,
+};
 use crate::settings::{Fields, ProfileError};
 use crate::units::format_duration;
 
@@ -37,7 +40,28 @@ impl Kind for Stall {
         streamed: true,
         stages: true,
         about: "after some bytes or time nothing flows for a while, or forever",
-        params: &[("after_bytes", "a size, default 0", "stall after this many bytes of the direction"), ("after", "a duration", "…or this long after the connection opened"), ("duration", "a duration or \"forever\", default forever", "how long nothing flows"), ("then", "release (default), close or reset", "what happens when the time is up")],
+        params: &[
+            (
+                "after_bytes",
+                "a size, default 0",
+                "stall after this many bytes of the direction",
+            ),
+            (
+                "after",
+                "a duration",
+                "…or this long after the connection opened",
+            ),
+            (
+                "duration",
+                "a duration or \"forever\", default forever",
+                "how long nothing flows",
+            ),
+            (
+                "then",
+                "release (default), close or reset",
+                "what happens when the time is up",
+            ),
+        ],
     };
 
     fn parse(f: &mut Fields) -> Result<Self, ProfileError> {
@@ -80,7 +104,6 @@ impl Kind for Stall {
 }
 
 impl Stall {
-
     pub(crate) async fn run(self, mut ctx: StageCtx, io: &mut StageIo) {
         let held = match pass_until(self.trigger, &ctx, io).await {
             Ok(Until::Fired(held)) => held,
