@@ -1588,3 +1588,118 @@ fn an_h2_only_client_reaches_an_h2_only_upstream_through_run_tls() {
         "{err}"
     );
 }
+
+/// An HTTP/2 upstream (h2c, Python's h2) that answers every stream with
+/// an event stream of four events, then resets it `NO_ERROR` (no
+/// END_STREAM); prints its port.
+const H2_RESETTING: &str = r#"
+import socket, threading, time
+import h2.config, h2.connection, h2.events
+
+def serve(sock):
+    c = h2.connection.H2Connection(h2.config.H2Configuration(client_side=False))
+    lock = threading.Lock()
+    def send():
+        sock.sendall(c.data_to_send())
+    def answer(sid):
+        with lock:
+            c.send_headers(sid, [(":status", "200"), ("content-type", "text/event-stream")])
+            send()
+        for i in range(4):
+            time.sleep(0.01)
+            with lock:
+                c.send_data(sid, f'event: delta\ndata: {{"i":{i}}}\n\n'.encode())
+                send()
+        with lock:
+            c.reset_stream(sid, error_code=0)
+            send()
+    try:
+        with lock:
+            c.initiate_connection()
+            send()
+        while d := sock.recv(65536):
+            with lock:
+                events = c.receive_data(d)
+                send()
+            for e in events:
+                if isinstance(e, h2.events.RequestReceived):
+                    threading.Thread(target=answer, args=(e.stream_id,), daemon=True).start()
+    except Exception:
+        pass
+    sock.close()
+
+l = socket.create_server(("127.0.0.1", 0))
+print(l.getsockname()[1], flush=True)
+while True:
+    s, _ = l.accept()
+    threading.Thread(target=serve, args=(s,), daemon=True).start()
+"#;
+
+/// httpx (HTTP/2 with prior knowledge) reading argv[1]'s event stream:
+/// the events it got, and how the stream ended.
+const HTTPX_EVENTS: &str = r#"
+import sys, httpx
+got, how = 0, "ok"
+try:
+    with httpx.Client(http1=False, http2=True, timeout=10) as c:
+        with c.stream("GET", sys.argv[1]) as r:
+            for line in r.iter_lines():
+                got += line.startswith("data: ")
+except Exception as e:
+    how = f"{type(e).__name__}: {e}"
+print(got, how)
+"#;
+
+/// An upstream that resets a stream `NO_ERROR` in the middle of its answer
+/// cut that answer short: the client's stream is reset `NO_ERROR` too
+/// (httpx raises `RemoteProtocolError … StreamReset … error_code:0` after
+/// the four events, as directly), and the event log says so. hyper takes
+/// such a reset for the body's end, and netchaos used to end the client's
+/// stream cleanly under any HTTP fault: a cut answer taken for a whole
+/// one.
+#[test]
+fn an_upstreams_no_error_reset_mid_answer_stays_a_reset() {
+    if !have_httpx_h2() {
+        return;
+    }
+    let mut up = PythonBg::start(H2_RESETTING, &[]);
+    let port = up.line();
+    let (rc, direct, err) = python(HTTPX_EVENTS, &[&format!("http://127.0.0.1:{port}/v1")]);
+    assert_eq!(rc, 0, "{err}");
+    assert!(
+        direct.starts_with("4 RemoteProtocolError: ") && direct.contains("error_code:0"),
+        "directly: {direct}"
+    );
+    for fault in [
+        "http_status:status=503,path=/never",
+        "sse:error_after_events=9",
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let events = dir.path().join("events.jsonl");
+        let p = Proxy::start(&[
+            "--listen",
+            "127.0.0.1:0",
+            "--upstream",
+            &format!("127.0.0.1:{port}"),
+            "--events",
+            &events.display().to_string(),
+            "--fault",
+            fault,
+        ]);
+        let (rc, out, err) = python(HTTPX_EVENTS, &[&format!("http://{}/v1", p.addr())]);
+        assert_eq!(rc, 0, "{err}");
+        let (_, summary) = p.stop();
+        // The stream's number may differ: netchaos's own HTTP/2.
+        assert_eq!(out, direct, "under {fault}: {summary}");
+        let resets: Vec<_> = read_events(&events)
+            .into_iter()
+            .filter(|e| e["event"] == "stream_reset")
+            .collect();
+        assert_eq!(resets.len(), 1, "{resets:?}");
+        assert_eq!(
+            (&resets[0]["reason"], &resets[0]["http"]["status"]),
+            (&"NO_ERROR".into(), &200.into()),
+            "{resets:?}"
+        );
+    }
+}
