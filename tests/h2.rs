@@ -1703,3 +1703,61 @@ fn an_upstreams_no_error_reset_mid_answer_stays_a_reset() {
         );
     }
 }
+
+/// An h2c upstream (Node's http2) on argv[1] answering 200, and a client
+/// through argv[2] POSTing a JSON body per argument after them
+/// (`CONTENT-TYPE|MODEL`, `-` for no content type), one connection:
+/// prints the statuses.
+const H2_POSTS: &str = r#"
+const http2 = require("http2");
+const [port, via, ...posts] = process.argv.slice(1);
+const server = http2.createServer();
+server.on("stream", (s) => { s.on("error", () => {}); s.resume(); s.on("end", () => { s.respond({ ":status": 200 }); s.end("ok"); }); });
+server.listen(+port, "127.0.0.1", async () => {
+  const session = http2.connect(`http://${via}`);
+  session.on("error", () => {});
+  const out = [];
+  for (const p of posts) {
+    const [type, model] = p.split("|");
+    const head = { ":method": "POST", ":path": "/v1/messages" };
+    if (type !== "-") head["content-type"] = type;
+    out.push(await new Promise((done) => {
+      const req = session.request(head);
+      req.on("response", (h) => done(h[":status"]));
+      req.on("error", (e) => done(e.code));
+      req.resume();
+      req.end(JSON.stringify({ model, max_tokens: 1 }));
+    }));
+  }
+  console.log(out.join(" "));
+  process.exit(0);
+});
+"#;
+
+/// `body.*` matches a JSON body over HTTP/2 whatever its content type says
+/// (`text/plain`, none), as over HTTP/1.1; it used to need
+/// `application/json` on HTTP/2 only.
+#[test]
+fn body_fields_match_on_h2_without_a_json_content_type() {
+    if !need(&["node"]) {
+        return;
+    }
+    let port = unused_port().to_string();
+    let p = proxy(
+        &format!("127.0.0.1:{port}"),
+        &["http_status:status=503,body.model=claude-*"],
+    );
+    let posts = [
+        "text/plain|claude-3",
+        "-|claude-3",
+        "application/json|claude-3",
+        "text/plain|gpt-4",
+    ];
+    let mut args = vec![port.as_str()];
+    let via = p.addr().to_string();
+    args.push(&via);
+    args.extend(posts);
+    let (rc, out, err) = node(H2_POSTS, &args, "".as_ref());
+    assert_eq!(rc, 0, "{err}");
+    assert_eq!(out.trim(), "503 503 503 200", "{err}");
+}

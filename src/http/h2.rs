@@ -703,8 +703,10 @@ async fn stream(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body
     let mut body = Held::new(incoming);
     // A body is read ahead (to match its JSON fields, or rewrite it) only
     // when it may be held whole: not a gRPC call's or another stream's.
+    // Whatever its content type says, as over HTTP/1.1: a JSON body sent
+    // as `text/plain`, or with none, is matched all the same.
     let may_hold = holdable(&headers);
-    if decide::needs_body(&faults) && may_hold && rewrite::is_json(&headers) {
+    if decide::needs_body(&faults) && may_hold {
         body.read_ahead(&st.holding).await?;
     }
     let json: Option<serde_json::Value> = body.whole().and_then(|b| serde_json::from_slice(b).ok());
