@@ -953,6 +953,30 @@ impl Events {
         });
     }
 
+    /// An HTTP/2 upstream reset a stream before its answer's end (its
+    /// RST_STREAM's `code`, `NO_ERROR` too; `status`: the answer's, when
+    /// it had begun): the client's stream is reset with the same code.
+    pub(crate) fn http_stream_reset(
+        &self,
+        c: &ConnInfo,
+        req: &RequestInfo<'_>,
+        status: Option<u16>,
+        code: u32,
+        name: &str,
+    ) {
+        self.write("stream_reset", || {
+            let mut f = conn_fields(c);
+            let mut http = req.fields();
+            if let Some(s) = status {
+                http.insert("status".into(), s.into());
+            }
+            f.insert("http".into(), Value::Object(http));
+            f.insert("code".into(), code.into());
+            f.insert("reason".into(), name.into());
+            f
+        });
+    }
+
     /// Something went wrong in the relay itself (not an injected fault).
     pub(crate) fn relay_error(&self, c: &ConnInfo, kind: &'static str, detail: &str) {
         *self

@@ -225,6 +225,14 @@ impl Exchange {
             .http_response(&self.conn, &m.info(false), status, grpc);
     }
 
+    /// The upstream reset request `m`'s HTTP/2 stream with `code`, before
+    /// its answer's end (`status`: the answer, if it had begun).
+    pub(super) fn record_reset(&self, m: &Meta, status: Option<u16>, code: ::h2::Reason) {
+        let name = format!("{code:?}");
+        self.events
+            .http_stream_reset(&self.conn, &m.info(false), status, code.into(), &name);
+    }
+
     /// The upstream's trailers ended call `m` with `grpc`.
     pub(super) fn record_trailers(&self, m: &Meta, grpc: GrpcStatus<'_>) {
         self.events.http_trailers(&self.conn, &m.info(false), grpc);

@@ -1,5 +1,5 @@
-//! One HTTP/2 connection (gRPC, or any client that speaks h2 alone):
-//! netchaos ends the client's HTTP/2 and speaks its own to the upstream,
+//! One HTTP/2 connection (a client agreed h2 because its upstream chose
+//! it, or h2c with prior knowledge): netchaos ends the client's HTTP/2 and speaks its own to the upstream,
 //! and each stream is a request whose faults are decided as HTTP/1.1's are
 //! ([`super::decide`]): held (`http_delay`), answered in the upstream's
 //! place (`http_status`, with `grpc_status` a gRPC call's trailers-only
@@ -7,7 +7,7 @@
 //! (`http_abort`) or mid-body (`http_truncate`), heads and bodies
 //! rewritten (`http_rewrite`). An unfaulted stream passes as it came —
 //! headers, data, trailers, and the upstream's own stream resets with
-//! their codes. hyper does the framing, flow control and limits of both
+//! their codes, `NO_ERROR` too ([`h2_resets`]), after what came before. hyper does the framing, flow control and limits of both
 //! connections. `sse` faults count a call's messages or an event stream's
 //! events ([`h2_stream`]).
 //!
@@ -31,13 +31,14 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream, ReadHalf};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, futures::OwnedNotified, watch};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
 use super::budget::{self, Lease};
 use super::decide::{self, Reply};
 use super::events::Format;
 use super::exchange::{self, Exchange, MAX_BODY, Meta, Out, Src};
+use super::h2_resets;
 use super::h2_stream::{self, Units};
 use super::wire::MAX_HEAD;
 use super::{grpc, rewrite, wire};
@@ -231,7 +232,51 @@ struct State {
     /// response waiting.
     holding: Arc<Semaphore>,
     holding_responses: Arc<Semaphore>,
+    flush: Arc<Flush>,
 }
+
+/// How a stream's failure waits for the answer's bytes before it to go
+/// out: hyper drops what it has queued for a stream when it resets it,
+/// though the upstream sent those bytes before its reset.
+#[derive(Default)]
+struct Flush {
+    /// A stream asks the client's connection for a turn.
+    asked: Notify,
+    /// The client's connection had a turn (it wrote what it could).
+    done: Arc<Notify>,
+}
+
+impl Flush {
+    /// Asks for a turn of the client's connection; done when it has had
+    /// one, or after [`TURN_WAIT`] (a connection that has ended).
+    fn turn(&self) -> Turn {
+        let mut done = Box::pin(self.done.clone().notified_owned());
+        done.as_mut().enable();
+        self.asked.notify_one();
+        Turn {
+            done,
+            bound: Box::pin(tokio::time::sleep(TURN_WAIT)),
+        }
+    }
+}
+
+/// A turn of the client's connection, waited for ([`Flush::turn`]).
+struct Turn {
+    done: Pin<Box<OwnedNotified>>,
+    bound: Pin<Box<tokio::time::Sleep>>,
+}
+
+impl Turn {
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        match self.done.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(()),
+            Poll::Pending => self.bound.as_mut().poll(cx),
+        }
+    }
+}
+
+/// The longest a stream's failure waits for its connection's turn.
+const TURN_WAIT: Duration = Duration::from_millis(100);
 
 /// Makes the channel by which a fault (or the upstream's reset) ends the
 /// client's connection.
@@ -254,7 +299,10 @@ pub(crate) fn engine(
 }
 
 /// netchaos's HTTP/2 client connection to the upstream, over `io`.
+/// Its resets are watched ([`h2_resets`]): one before the answer's end
+/// stays a reset, whatever its code.
 async fn handshake(io: Box<dyn UpstreamIo>) -> hyper::Result<(Upstream, UpstreamConn)> {
+    let io: Box<dyn UpstreamIo> = Box::new(h2_resets::Watched::new(io));
     hyper::client::conn::http2::Builder::new(TokioExecutor::new())
         .max_send_buf_size(SEND_BUF)
         .initial_connection_window_size(UPSTREAM_WINDOW)
@@ -290,6 +338,7 @@ async fn run(
     let (up_tx, up_rx) = watch::channel(send);
     let mut up_tx = Some(up_tx);
     let (events, conn_info) = (x.events.clone(), x.conn.clone());
+    let flush = Arc::new(Flush::default());
     let st = Arc::new(State {
         x,
         upstream: up_rx,
@@ -299,13 +348,14 @@ async fn run(
         gone,
         holding: Arc::new(Semaphore::new(HELD_BODIES)),
         holding_responses: Arc::new(Semaphore::new(HELD_BODIES)),
+        flush: flush.clone(),
     });
     let service = hyper::service::service_fn(move |req| -> StreamFuture {
         let st = st.clone();
         Box::pin(async move {
             let gone = st.gone.clone();
             tokio::select! {
-                r = stream(&st, req) => r.map_err(Failed),
+                r = stream(&st, req) => r.map_err(|e| Failed(h2_resets::restore(e))),
                 _ = gone.cancelled() => Err(Failed("the connection ended".into())),
             }
         })
@@ -340,7 +390,11 @@ async fn run(
     // drain to finish.
     loop {
         tokio::select! {
-            r = server.as_mut() => {
+            r = std::future::poll_fn(|cx| {
+                let r = server.as_mut().poll(cx);
+                flush.done.notify_waiters();
+                r
+            }) => {
                 if let Err(e) = r {
                     tracing::debug!("HTTP/2 client connection: {e}");
                 }
@@ -423,6 +477,8 @@ async fn run(
                     }
                 }
             }
+            // Another turn of the client's connection, for a stream.
+            () = flush.asked.notified() => {}
             () = stopping.cancelled(), if !closing => {
                 server.as_mut().graceful_shutdown();
                 closing = true;
@@ -647,8 +703,10 @@ async fn stream(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body
     let mut body = Held::new(incoming);
     // A body is read ahead (to match its JSON fields, or rewrite it) only
     // when it may be held whole: not a gRPC call's or another stream's.
+    // Whatever its content type says, as over HTTP/1.1: a JSON body sent
+    // as `text/plain`, or with none, is matched all the same.
     let may_hold = holdable(&headers);
-    if decide::needs_body(&faults) && may_hold && rewrite::is_json(&headers) {
+    if decide::needs_body(&faults) && may_hold {
         body.read_ahead(&st.holding).await?;
     }
     let json: Option<serde_json::Value> = body.whole().and_then(|b| serde_json::from_slice(b).ok());
@@ -786,7 +844,12 @@ async fn stream(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body
         Ok(r) => r,
         Err(e) if e.is_canceled() || went_away(&e) => return Err(refused()),
         Err(e) if upstream_closed(&e) => return Err(severed(st).await.into()),
-        Err(e) => return Err(e.into()),
+        Err(e) => {
+            if let Some(code) = h2_resets::upstream_reset(&e) {
+                x.record_reset(&meta, None, code);
+            }
+            return Err(e.into());
+        }
     };
 
     let (mut rparts, rbody) = response.into_parts();
@@ -836,6 +899,14 @@ async fn stream(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body
         .filter(|_| !ended && od.truncate.is_none() && !od.sse.is_empty())
         .map(|u| (u, std::mem::take(&mut od.sse)));
     let mut rbody = Held::new(rbody);
+    // The upstream's reset of the stream before its end is the client's,
+    // with its code (a `NO_ERROR` one too: [`h2_resets`]).
+    {
+        let (st, meta) = (st.clone(), meta.same_request());
+        rbody.reset = Some(Box::new(move |code| {
+            st.x.record_reset(&meta, Some(status), code);
+        }));
+    }
     // A call's own end, as the upstream's trailers say it (before any
     // fault of netchaos's ends it otherwise).
     if !ended && grpc_answer {
@@ -921,6 +992,7 @@ async fn stream(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body
         inner: out,
         st: st.clone(),
         gone: None,
+        failing: None,
     }
     .boxed();
     Ok(Response::from_parts(rparts, out))
@@ -933,6 +1005,9 @@ struct Severed {
     st: Arc<State>,
     /// Once severed: the connection's end, which the body waits for.
     gone: Option<Pin<Box<WaitForCancellationFutureOwned>>>,
+    /// Once failed otherwise (the upstream's reset of the stream): the
+    /// failure, once what came before it has gone out ([`Flush`]).
+    failing: Option<(Turn, Option<Failed>)>,
 }
 
 impl hyper::body::Body for Severed {
@@ -940,7 +1015,7 @@ impl hyper::body::Body for Severed {
     type Error = Failed;
 
     fn is_end_stream(&self) -> bool {
-        self.gone.is_none() && self.inner.is_end_stream()
+        self.gone.is_none() && self.failing.is_none() && self.inner.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {
@@ -951,11 +1026,22 @@ impl hyper::body::Body for Severed {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Failed>>> {
+        if let Some((turn, failed)) = self.failing.as_mut() {
+            return match turn.poll(cx) {
+                Poll::Ready(()) => Poll::Ready(failed.take().map(Err)),
+                Poll::Pending => Poll::Pending,
+            };
+        }
         if self.gone.is_none() {
             match Pin::new(&mut self.inner).poll_frame(cx) {
                 Poll::Ready(Some(Err(e))) if upstream_closed(&e) => {
                     end_with(&self.st.end, After::Close, Drain::Pause);
                     self.gone = Some(Box::pin(self.st.gone.clone().cancelled_owned()));
+                }
+                Poll::Ready(Some(Err(e))) => {
+                    let turn = self.st.flush.turn();
+                    self.failing = Some((turn, Some(e)));
+                    return self.poll_frame(cx);
                 }
                 other => return other,
             }
@@ -1247,12 +1333,16 @@ fn set(h: &mut HeaderMap, name: &'static str, value: Option<&str>) {
 
 /// What a body's trailers are shown to.
 type TrailersSeen = Box<dyn FnOnce(&HeaderMap) + Send + Sync>;
+/// What is told of a body's stream reset by its sender, with its code.
+type ResetSeen = Box<dyn FnOnce(h2::Reason) + Send + Sync>;
 
 /// A body as far as it was read ahead (its frames, in order), then the
 /// rest as it comes.
 struct Held {
     /// Told of the trailers as they pass.
     trailers: Option<TrailersSeen>,
+    /// Told of the sender's reset of the stream, if it comes.
+    reset: Option<ResetSeen>,
     frames: VecDeque<Frame<Bytes>>,
     rest: Option<Incoming>,
     /// Its data, when it was read to its end (within [`MAX_BODY`]).
@@ -1269,6 +1359,7 @@ impl Held {
     fn new(body: Incoming) -> Held {
         Held {
             trailers: None,
+            reset: None,
             frames: VecDeque::new(),
             rest: Some(body),
             whole: None,
@@ -1305,7 +1396,7 @@ impl Held {
             match rest.frame().await {
                 None => self.rest = None,
                 Some(f) => {
-                    let f = f?;
+                    let f = f.map_err(|e| self.failed(e))?;
                     if let Some(d) = f.data_ref() {
                         data.extend_from_slice(d);
                     }
@@ -1319,6 +1410,17 @@ impl Held {
 
     fn whole(&self) -> Option<&[u8]> {
         self.whole.as_deref()
+    }
+
+    /// The body's failure, as its stream is to fail with it: the sender's
+    /// reset told ([`Held::reset`]) and given back its own code.
+    fn failed(&mut self, e: hyper::Error) -> BoxError {
+        if let Some(code) = h2_resets::upstream_reset(&e)
+            && let Some(told) = self.reset.take()
+        {
+            told(code);
+        }
+        h2_resets::restore(e.into())
     }
 
     /// Replaces the whole body's data by what `edit` makes of it (its
@@ -1363,7 +1465,10 @@ impl hyper::body::Body for Held {
                 self._turn = None;
                 self.held = Lease::default();
                 match self.rest.as_mut() {
-                    Some(r) => Pin::new(r).poll_frame(cx).map_err(|e| Failed(e.into())),
+                    Some(r) => {
+                        let next = Pin::new(r).poll_frame(cx);
+                        next.map_err(|e| Failed(self.failed(e)))
+                    }
                     None => Poll::Ready(None),
                 }
             }

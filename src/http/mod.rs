@@ -8,6 +8,7 @@ pub(crate) mod eventstream;
 pub(crate) mod exchange;
 pub(crate) mod grpc;
 pub(crate) mod h2;
+pub(crate) mod h2_resets;
 pub(crate) mod h2_stream;
 pub(crate) mod rewrite;
 pub(crate) mod wire;

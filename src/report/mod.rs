@@ -640,9 +640,9 @@ impl Builder {
                 }
             }
             "fault" => self.fault(log, offset, t, v),
-            // The upstream's answer, and a gRPC call's end in its
-            // trailers.
-            "response" | "trailers" => {
+            // The upstream's answer, a gRPC call's end in its trailers,
+            // and an HTTP/2 stream the upstream reset.
+            "response" | "trailers" | "stream_reset" => {
                 let Some(slot) = self.conn(log, offset, v) else {
                     self.m.skipped += 1;
                     return;

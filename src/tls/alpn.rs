@@ -1,97 +1,74 @@
-//! What netchaos offers an upstream in ALPN, and what each upstream was
-//! seen to agree to.
-//!
-//! netchaos speaks HTTP/1.1 to a client that offers it (its HTTP faults
-//! are complete there: `sse` acts on plain event streams), and so offers
-//! the upstream HTTP/1.1 alone. An upstream that speaks only HTTP/2 (a
-//! gRPC server) agrees to nothing then — grpcio and Go let an HTTP/1.1
-//! offer through without ALPN rather than refuse it (RFC 7301 §3.2 allows
-//! either) — and would be spoken HTTP/1.1 to and reset the client, though
-//! the client (curl, Go, Java, httpx) offered HTTP/2 as well and reaches
-//! it directly. So when the client offers both and the upstream agrees to
-//! nothing, the upstream is dialled once more offering HTTP/2 first, and
-//! the client is agreed whatever the upstream chose. What an upstream
-//! answered is remembered for a while ([`REMEMBERED`]), so that later
-//! connections to it pay no second dial; an upstream redeployed meanwhile
-//! is asked again after that.
+//! What netchaos offers an upstream in ALPN: what the client offered (of
+//! the protocols netchaos speaks, in the client's order), so that the
+//! upstream chooses as it would for the client directly, and the client
+//! is agreed what the upstream chose. A client offering h2 and HTTP/1.1
+//! (curl, Go, Java, httpx) keeps HTTP/2 where the upstream speaks it, and
+//! HTTP/1.1 where it does not; one offering h2 alone (gRPC, httpx with
+//! `http1=False`) reaches an upstream that speaks only h2, and one
+//! offering HTTP/1.1 alone is refused by such an upstream as it would be
+//! directly.
 
-use std::collections::HashMap;
-use std::net::SocketAddr;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use super::{H2, HTTP11, Hello};
 
-/// The protocols offered to an upstream.
+/// The protocols offered to an upstream, in order.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Offer {
-    /// HTTP/1.1 alone: the client speaks it.
+    /// No ALPN: a client that offered none.
+    Nothing,
     Http11,
     /// HTTP/2 alone: the client speaks nothing else (an upstream that
     /// agrees to anything else fails).
     H2,
-    /// HTTP/2, then HTTP/1.1: to an upstream that agreed to nothing when
-    /// offered HTTP/1.1, for a client that offers both.
-    H2OrHttp11,
+    H2ThenHttp11,
+    Http11ThenH2,
 }
 
-/// What an upstream that agreed to nothing when offered HTTP/1.1 alone
-/// did when offered [`Offer::H2OrHttp11`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Seen {
-    /// It agreed to HTTP/2: it speaks nothing else.
-    H2Only,
-    /// Not HTTP/2: it does not do ALPN (an HTTP/1.1 server), or chose
-    /// HTTP/1.1 this time.
-    NoAlpn,
-}
+impl Offer {
+    /// Every offer, each with its own client configuration.
+    pub(crate) const ALL: [Offer; 5] = [
+        Offer::Nothing,
+        Offer::Http11,
+        Offer::H2,
+        Offer::H2ThenHttp11,
+        Offer::Http11ThenH2,
+    ];
 
-/// How long what an upstream did is trusted.
-const REMEMBERED: Duration = Duration::from_secs(600);
-
-/// Upstreams remembered at most; beyond, the memory starts afresh (a
-/// forgotten upstream costs one more dial).
-const MAX_SEEN: usize = 4096;
-
-/// What upstreams (address and verified name) were seen to do.
-#[derive(Debug, Default)]
-pub(crate) struct Memory {
-    seen: Mutex<HashMap<(SocketAddr, String), (Seen, Instant)>>,
-}
-
-impl Memory {
-    /// What to offer the upstream at `addr`, verified as `name`, for a
-    /// client that speaks HTTP/1.1 and, `client_h2`, offers HTTP/2 too.
-    pub(crate) fn offer(&self, addr: SocketAddr, name: &str, client_h2: bool) -> Offer {
-        if client_h2 && self.get(addr, name) == Some(Seen::H2Only) {
-            Offer::H2OrHttp11
-        } else {
-            Offer::Http11
+    /// What the client of `hello` offered, of what netchaos speaks, in its
+    /// order.
+    pub(crate) fn of(hello: &Hello) -> Offer {
+        let mut ours = hello
+            .alpn
+            .iter()
+            .filter(|p| p.as_slice() == H2 || p.as_slice() == HTTP11);
+        match (
+            ours.next().map(Vec::as_slice),
+            ours.next().map(Vec::as_slice),
+        ) {
+            _ if !hello.offers_alpn() => Offer::Nothing,
+            (Some(H2), Some(HTTP11)) => Offer::H2ThenHttp11,
+            (Some(HTTP11), Some(H2)) => Offer::Http11ThenH2,
+            (Some(H2), _) => Offer::H2,
+            _ => Offer::Http11,
         }
     }
 
-    /// Whether an upstream that agreed to nothing when offered HTTP/1.1 is
-    /// worth a second dial offering HTTP/2 (not if it was seen not to do
-    /// ALPN at all).
-    pub(crate) fn worth_asking(&self, addr: SocketAddr, name: &str) -> bool {
-        self.get(addr, name).is_none()
-    }
-
-    pub(crate) fn learn(&self, addr: SocketAddr, name: &str, seen: Seen) {
-        let mut m = self.seen.lock().unwrap_or_else(|e| e.into_inner());
-        if m.len() >= MAX_SEEN {
-            m.clear();
+    /// Its protocols, in order.
+    pub(crate) fn protocols(self) -> Vec<Vec<u8>> {
+        match self {
+            Offer::Nothing => vec![],
+            Offer::Http11 => vec![HTTP11.to_vec()],
+            Offer::H2 => vec![H2.to_vec()],
+            Offer::H2ThenHttp11 => vec![H2.to_vec(), HTTP11.to_vec()],
+            Offer::Http11ThenH2 => vec![HTTP11.to_vec(), H2.to_vec()],
         }
-        m.insert((addr, name.to_string()), (seen, Instant::now()));
     }
 
-    fn get(&self, addr: SocketAddr, name: &str) -> Option<Seen> {
-        self.get_at(addr, name, Instant::now())
-    }
-
-    fn get_at(&self, addr: SocketAddr, name: &str, now: Instant) -> Option<Seen> {
-        let m = self.seen.lock().unwrap_or_else(|e| e.into_inner());
-        m.get(&(addr, name.to_string()))
-            .filter(|(_, at)| now.saturating_duration_since(*at) < REMEMBERED)
-            .map(|(seen, _)| *seen)
+    /// Its place in [`Offer::ALL`].
+    pub(crate) fn index(self) -> usize {
+        Offer::ALL
+            .iter()
+            .position(|o| *o == self)
+            .expect("every offer is listed")
     }
 }
 
@@ -99,33 +76,31 @@ impl Memory {
 mod tests {
     use super::*;
 
-    #[test]
-    fn an_upstream_seen_to_speak_only_h2_is_offered_it_at_once() {
-        let m = Memory::default();
-        let a: SocketAddr = "127.0.0.1:443".parse().unwrap();
-        let b: SocketAddr = "127.0.0.1:8443".parse().unwrap();
-        assert_eq!(m.offer(a, "api", true), Offer::Http11);
-        assert!(m.worth_asking(a, "api"));
-        m.learn(a, "api", Seen::H2Only);
-        m.learn(b, "api", Seen::NoAlpn);
-        assert_eq!(m.offer(a, "api", true), Offer::H2OrHttp11);
-        // A client offering HTTP/1.1 alone is offered it alone.
-        assert_eq!(m.offer(a, "api", false), Offer::Http11);
-        // Another name at the same address is another upstream.
-        assert_eq!(m.offer(a, "other", true), Offer::Http11);
-        assert!(!m.worth_asking(a, "api") && !m.worth_asking(b, "api"));
-        assert_eq!(m.offer(b, "api", true), Offer::Http11);
-        // Forgotten after a while: asked again.
-        let later = Instant::now() + REMEMBERED + Duration::from_secs(1);
-        assert_eq!(m.get_at(a, "api", later), None);
+    fn hello(alpn: &[&str]) -> Hello {
+        Hello {
+            server_name: None,
+            alpn: alpn.iter().map(|p| p.as_bytes().to_vec()).collect(),
+        }
     }
 
     #[test]
-    fn the_memory_is_bounded() {
-        let m = Memory::default();
-        for port in 0..=MAX_SEEN as u16 {
-            m.learn(SocketAddr::from(([127, 0, 0, 1], port)), "x", Seen::NoAlpn);
+    fn the_upstream_is_offered_what_the_client_offered() {
+        assert_eq!(Offer::of(&hello(&[])), Offer::Nothing);
+        assert_eq!(Offer::of(&hello(&["http/1.1"])), Offer::Http11);
+        assert_eq!(Offer::of(&hello(&["h2"])), Offer::H2);
+        assert_eq!(Offer::of(&hello(&["h2", "http/1.1"])), Offer::H2ThenHttp11);
+        assert_eq!(Offer::of(&hello(&["http/1.1", "h2"])), Offer::Http11ThenH2);
+        // What netchaos does not speak is left out.
+        assert_eq!(
+            Offer::of(&hello(&["spdy/3", "h2", "x", "http/1.1"])),
+            Offer::H2ThenHttp11
+        );
+        for (i, o) in Offer::ALL.iter().enumerate() {
+            assert_eq!(o.index(), i);
         }
-        assert!(m.seen.lock().unwrap().len() <= MAX_SEEN);
+        assert_eq!(
+            Offer::H2ThenHttp11.protocols(),
+            [b"h2".to_vec(), b"http/1.1".to_vec()]
+        );
     }
 }

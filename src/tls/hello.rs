@@ -34,8 +34,11 @@ impl Hello {
         self.alpn.iter().any(|p| p == super::H2)
     }
 
-    /// The protocol netchaos agrees to: HTTP/1.1 when the client speaks
-    /// it, else HTTP/2; none when it offers no ALPN.
+    /// The protocol netchaos agrees to with no upstream to ask (an
+    /// answer of its own, a faulty certificate, a plaintext upstream):
+    /// HTTP/1.1 when the client speaks it, else HTTP/2; none when it
+    /// offers no ALPN. With an upstream, the client is agreed what the
+    /// upstream chose ([`super::alpn`]).
     pub(crate) fn agreed(&self) -> Option<Vec<u8>> {
         match self.offers_alpn() {
             false => None,

@@ -11,12 +11,11 @@
 //! — or, verifying nothing (`curl -k`), goes on to that upstream as it
 //! would have.
 //!
-//! HTTP/1.1 is agreed to (ALPN) whenever the client offers it and the
-//! upstream speaks it; a client that offers HTTP/2 alone (gRPC) gets
-//! HTTP/2, and so does its upstream ([`crate::http::h2`]), as does one
-//! offering both to an upstream that speaks only HTTP/2 ([`alpn`]). One
-//! that offers neither is not terminated — its connection stays a byte
-//! relay.
+//! The upstream is offered (ALPN) what the client offered, and the client
+//! is agreed what the upstream chose ([`alpn`]): HTTP/2 end to end
+//! ([`crate::http::h2`]) where both speak it, HTTP/1.1 where either does
+//! not. A client that offers neither is not terminated — its connection
+//! stays a byte relay.
 
 pub(crate) mod alpn;
 pub(crate) mod authority;
@@ -89,13 +88,8 @@ pub(crate) fn check_roots(
 pub(crate) struct Tls {
     signers: signers::Signers,
     judge: verdict::Judge,
-    upstream: Arc<ClientConfig>,
-    /// The same, offering HTTP/2 alone (for HTTP/2 clients).
-    upstream_h2: Arc<ClientConfig>,
-    /// The same, offering HTTP/2 then HTTP/1.1 ([`alpn::Offer`]).
-    upstream_either: Arc<ClientConfig>,
-    /// What upstreams agreed to.
-    pub(crate) seen: alpn::Memory,
+    /// TLS to upstreams, one configuration per offer ([`alpn::Offer::ALL`]).
+    upstream: Vec<Arc<ClientConfig>>,
 }
 
 impl std::fmt::Debug for Tls {
@@ -138,24 +132,25 @@ impl Tls {
         let provider = provider();
         let judge = verdict::Judge::new(&stores, &extra, &provider);
         let signers = signers::Signers::new(authority, judge.len())?;
-        let mut upstream = ClientConfig::builder_with_provider(provider.clone())
+        let upstream = ClientConfig::builder_with_provider(provider.clone())
             .with_safe_default_protocol_versions()
             .map_err(|e| TlsError::Load(e.to_string()))?
             .dangerous()
             .with_custom_certificate_verifier(Arc::new(verdict::Deferred(provider)))
             .with_no_client_auth();
-        upstream.alpn_protocols = vec![HTTP11.to_vec()];
-        let mut upstream_h2 = upstream.clone();
-        upstream_h2.alpn_protocols = vec![H2.to_vec()];
-        let mut upstream_either = upstream.clone();
-        upstream_either.alpn_protocols = vec![H2.to_vec(), HTTP11.to_vec()];
+        // One session cache for all (the clones share it).
+        let upstream = alpn::Offer::ALL
+            .iter()
+            .map(|o| {
+                let mut c = upstream.clone();
+                c.alpn_protocols = o.protocols();
+                Arc::new(c)
+            })
+            .collect();
         Ok(Tls {
             signers,
             judge,
-            upstream: Arc::new(upstream),
-            upstream_h2: Arc::new(upstream_h2),
-            upstream_either: Arc::new(upstream_either),
-            seen: alpn::Memory::default(),
+            upstream,
         })
     }
 
@@ -183,11 +178,7 @@ impl Tls {
     ) -> io::Result<(client::TlsStream<S>, Verdict)> {
         let server = ServerName::try_from(name.to_string())
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("{name:?}: {e}")))?;
-        let config = match offer {
-            alpn::Offer::Http11 => &self.upstream,
-            alpn::Offer::H2 => &self.upstream_h2,
-            alpn::Offer::H2OrHttp11 => &self.upstream_either,
-        };
+        let config = &self.upstream[offer.index()];
         let s = TlsConnector::from(config.clone())
             .connect(server.clone(), sock)
             .await?;
@@ -309,6 +300,19 @@ pub(crate) fn is_certificate_error(e: &io::Error) -> bool {
             matches!(
                 r,
                 rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented
+            )
+        })
+}
+
+/// Whether a TLS error is the upstream agreeing to none of the protocols
+/// offered (its `no_application_protocol` alert).
+pub(crate) fn refused_protocols(e: &io::Error) -> bool {
+    e.get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        .is_some_and(|r| {
+            matches!(
+                r,
+                rustls::Error::AlertReceived(rustls::AlertDescription::NoApplicationProtocol)
             )
         })
 }

@@ -433,13 +433,20 @@ pub(crate) struct PythonBg {
 
 impl PythonBg {
     pub(crate) fn start(code: &str, args: &[&str]) -> PythonBg {
-        let mut child = Command::new("python3")
-            .arg("-c")
-            .arg(code)
-            .args(args)
+        PythonBg::spawn(Command::new("python3").arg("-c").arg(code).args(args))
+    }
+
+    /// The same for a Node snippet (`process.argv[1]` on are `args`).
+    pub(crate) fn node(code: &str, args: &[&str]) -> PythonBg {
+        PythonBg::spawn(Command::new("node").arg("-e").arg(code).args(args))
+    }
+
+    fn spawn(c: &mut Command) -> PythonBg {
+        let mut child = c
+            .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .spawn()
-            .expect("run python3");
+            .expect("run a background snippet");
         let out = std::io::BufReader::new(child.stdout.take().expect("piped"));
         PythonBg { child, out }
     }

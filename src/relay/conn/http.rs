@@ -141,10 +141,6 @@ impl Conn<'_> {
         // The name TLS to the upstream verifies, when netchaos speaks it,
         // and what its certificate was judged.
         let mut up_tls: Option<(String, Verdict)> = None;
-        // The upstream dialled again to offer it HTTP/2 ([`tls::alpn`]),
-        // which then carries the connection in the first one's place.
-        let mut again: Option<TcpStream> = None;
-        let mut on_again = false;
         let (client_side, upstream_side, sni, path, h2) = match carries {
             Carries::Other => return None,
             Carries::Http | Carries::H2 => {
@@ -218,55 +214,22 @@ impl Conn<'_> {
                 // What the upstream's certificate was judged (none without
                 // TLS to it).
                 let mut judged: Option<Verdict> = None;
+                // The protocol the client is agreed to: without TLS to the
+                // upstream, HTTP/1.1 when it offers it; with it, what the
+                // upstream chose of what the client offered.
+                let mut agree = hello.agreed();
                 let up = if ep.serve && ep.upstream.is_none() {
                     Side::plain(upstream)
                 } else {
                     let up_name = ep.upstream.clone().unwrap_or_else(|| name.clone());
-                    // A client that offered both may be agreed HTTP/2 when
-                    // the upstream speaks nothing else (not once shown a
-                    // faulty certificate: its protocol is agreed).
-                    let either = faulty.is_none() && !h2 && hello.offers_h2();
-                    let addr = upstream.peer_addr().ok().filter(|_| either);
-                    let offer = match addr {
-                        Some(addr) => tls.seen.offer(addr, &up_name, true),
-                        None => offer_for(h2),
+                    // The client's own offer (of what netchaos speaks), so
+                    // that it gets the protocol it would directly; once
+                    // shown a faulty certificate, its protocol is agreed.
+                    let offer = match &faulty {
+                        Some(_) => offer_for(h2),
+                        None => tls::alpn::Offer::of(&hello),
                     };
-                    let mut reached = self.tls_upstream(upstream, &up_name, offer).await;
-                    let unagreed = matches!(reached, Ok((_, None, _)));
-                    if let Some(addr) = addr
-                        && offer == tls::alpn::Offer::Http11
-                        && unagreed
-                        && tls.seen.worth_asking(addr, &up_name)
-                    {
-                        again = self.dial_again(upstream, inside.clone()).await;
-                    }
-                    if let Some(sock) = &again {
-                        let either = tls::alpn::Offer::H2OrHttp11;
-                        match self.tls_upstream(sock, &up_name, either).await {
-                            Ok((s, agreed, verdict)) => {
-                                let h2_only = agreed.as_deref() == Some(tls::H2);
-                                if let Some(addr) = addr {
-                                    use tls::alpn::Seen;
-                                    let seen = if h2_only { Seen::H2Only } else { Seen::NoAlpn };
-                                    tls.seen.learn(addr, &up_name, seen);
-                                }
-                                tracing::debug!(
-                                    "{up_name} agreed to no protocol for HTTP/1.1; offered HTTP/2 too, it agreed to {}",
-                                    if h2_only { "HTTP/2" } else { "none again" }
-                                );
-                                // The first connection, unused, is ended (its
-                                // descriptor stays until the connection ends).
-                                sockopt::shutdown_write(upstream);
-                                reached = Ok((s, agreed, verdict));
-                                on_again = true;
-                            }
-                            Err(e) => {
-                                tracing::debug!("TLS to {up_name} dialled again: {e}");
-                                sockopt::abort(sock);
-                            }
-                        }
-                    }
-                    match reached {
+                    match self.tls_upstream(upstream, &up_name, offer).await {
                         // A client that accepted a `tls_error` certificate
                         // is not taken to accept whatever flaw the
                         // upstream's has: closed, as below.
@@ -281,7 +244,13 @@ impl Conn<'_> {
                             return Some((Outcome::Closed, [0, 0]));
                         }
                         Ok((s, agreed, verdict)) => {
-                            h2 |= agreed.as_deref() == Some(tls::H2);
+                            if faulty.is_none() {
+                                // Nothing agreed: a client that offers
+                                // HTTP/1.1 speaks it, one offering h2
+                                // alone was refused (above).
+                                h2 = agreed.as_deref() == Some(tls::H2);
+                                agree = agreed;
+                            }
                             judged = Some(verdict.clone());
                             up_tls = Some((up_name, verdict));
                             s
@@ -305,16 +274,6 @@ impl Conn<'_> {
                             );
                         }
                     }
-                };
-                // HTTP/2 when the upstream chose it for a client offering both.
-                let agree = if h2 {
-                    Some(tls::H2.to_vec())
-                } else {
-                    hello.agreed()
-                };
-                let upstream = match &again {
-                    Some(s) if on_again => s,
-                    _ => upstream,
                 };
                 let session = match faulty {
                     Some(s) => s,
@@ -371,10 +330,6 @@ impl Conn<'_> {
                     h2,
                 )
             }
-        };
-        let upstream = match &again {
-            Some(s) if on_again => s,
-            _ => upstream,
         };
         let _ = self.path.set(path);
         let x = Exchange {
@@ -554,23 +509,6 @@ impl Conn<'_> {
         Ok((Side::tls(s, upstream), agreed, verdict))
     }
 
-    /// The upstream dialled again (to offer it HTTP/2); `None` (and the
-    /// reason logged) when the dial fails.
-    async fn dial_again(
-        &self,
-        upstream: &TcpStream,
-        inside: Option<Arc<dyn Interception>>,
-    ) -> Option<TcpStream> {
-        let addr = upstream.peer_addr().ok()?;
-        match self.again().dial(addr, inside.as_ref()).await {
-            Ok(sock) => Some(sock),
-            Err(e) => {
-                tracing::debug!("dialling {addr} again: {}", e.message);
-                None
-            }
-        }
-    }
-
     /// How the upstream is dialled again, for this connection's faults now.
     fn again(&self) -> DialAgain {
         let faults = self.chosen.borrow().clone();
@@ -599,6 +537,16 @@ impl Conn<'_> {
         let _ = self.path.set("https");
         let kind = self.upstream_tls_failed(name, e);
         sockopt::set_linger_zero(upstream);
+        // The upstream speaks none of the protocols the client offered (an
+        // h2-only server, an HTTP/1.1-only client): neither does netchaos,
+        // and the client gets the alert it would have got.
+        if hello.offers_alpn() && tls::refused_protocols(e) {
+            let none = Some(b"netchaos/none".to_vec());
+            if let Err(e) = tls.accept(TcpRef(client), name, none, None).await {
+                tracing::debug!("TLS client told no protocol is agreed: {e}");
+            }
+            return (Outcome::Closed, [0, 0]);
+        }
         if kind == "upstream_tls_untrusted" {
             let stand_in = Verdict::Untrusted {
                 why: rustls::Error::General(e.to_string()),
@@ -852,8 +800,7 @@ fn is_h2_settings(h: &[u8; 9]) -> bool {
     len % 6 == 0 && h[3] == 4 && h[4] == 0 && h[5..9] == [0, 0, 0, 0]
 }
 
-/// How the upstream is dialled again (to offer it HTTP/2, or after its
-/// GOAWAY): from the same place, shaped and tuned as the first connection
+/// How the upstream is dialled again (after its GOAWAY): from the same place, shaped and tuned as the first connection
 /// was, for the connection's faults.
 #[derive(Clone, Copy)]
 struct DialAgain {
