@@ -2924,3 +2924,47 @@ fn a_rule_that_reads_the_body_gives_the_go_ahead_itself() {
         assert!(secs < 5.0, "{}: {secs} s", file.display());
     }
 }
+
+/// An armed `sse` fault asks the upstream for an uncompressed answer only
+/// for a request that may be answered with a stream: a request seen whole
+/// that asks for none keeps its headers byte for byte, and no
+/// `Accept-Encoding` is added where the client sent none.
+#[test]
+fn an_sse_fault_leaves_non_streaming_requests_as_sent() {
+    let up = Httpd::start(None);
+    let p = Proxy::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream",
+        &format!("127.0.0.1:{}", up.port),
+        "--fault",
+        "sse:drop_after_events=2",
+    ]);
+    let ask = |body: &str, encoding: bool| -> String {
+        let mut s = std::net::TcpStream::connect(p.addr()).unwrap();
+        s.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .unwrap();
+        let enc = if encoding {
+            "Accept-Encoding: gzip, br\r\n"
+        } else {
+            ""
+        };
+        let req = format!(
+            "POST /echo-head/v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{enc}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        std::io::Write::write_all(&mut s, req.as_bytes()).unwrap();
+        let mut out = String::new();
+        let _ = std::io::Read::read_to_string(&mut s, &mut out);
+        out
+    };
+    let plain = ask(r#"{"model":"m","messages":[]}"#, true);
+    assert!(plain.contains("Accept-Encoding: gzip, br"), "{plain}");
+    let streamed = ask(r#"{"model":"m","stream":true}"#, true);
+    assert!(streamed.contains("Accept-Encoding: identity"), "{streamed}");
+    let none = ask(r#"{"model":"m","stream":true}"#, false);
+    assert!(
+        !none.to_ascii_lowercase().contains("accept-encoding"),
+        "{none}"
+    );
+}

@@ -126,13 +126,16 @@ impl Decision {
         }
     }
 
-    /// Whether a fault drawn for its response reads the body's bytes: an
-    /// `http_rewrite` of the body, or an `sse` fault (counting events). It
-    /// may still not act: its `response_status` is not known yet.
-    pub(crate) fn reads_response_body(&self) -> bool {
+    /// Whether the upstream is asked for an uncompressed answer (the
+    /// request's `Accept-Encoding` set to `identity`, where it had one):
+    /// a body to rewrite needs it; an `sse` fault's event counting only
+    /// for a request that may be answered with a stream (`streams`, from
+    /// [`asks_for_stream`]: a request seen whole without a stream flag is
+    /// left as the client sent it).
+    pub(crate) fn wants_identity(&self, streams: Option<bool>) -> bool {
         self.later.iter().any(|l| match l {
             Later::Rewrite(_, w) => w.edits().body.is_some(),
-            Later::Sse(..) => true,
+            Later::Sse(..) => streams != Some(false),
             _ => false,
         })
     }
@@ -257,9 +260,115 @@ pub(crate) fn decide(
     d
 }
 
+/// Whether a request asks for a streamed answer (an event stream, NDJSON,
+/// AWS's event stream), as far as what has arrived of it tells: `Some(true)`
+/// for an `Accept` of a stream type, a streaming path
+/// (`:streamGenerateContent`, `converse-stream`,
+/// `invoke-with-response-stream`, Ollama's `/api/chat` and `/api/generate`
+/// unless `"stream": false`) or a JSON body saying `"stream": true`;
+/// `Some(false)` when its `body` was seen `whole` without any of these;
+/// `None` when nothing says.
+pub(crate) fn asks_for_stream(
+    accept: Option<&str>,
+    path: &str,
+    body: &[u8],
+    whole: bool,
+) -> Option<bool> {
+    let accept = accept.unwrap_or("").to_ascii_lowercase();
+    if [
+        "text/event-stream",
+        "application/x-ndjson",
+        "application/vnd.amazon.eventstream",
+    ]
+    .iter()
+    .any(|t| accept.contains(t))
+    {
+        return Some(true);
+    }
+    let path = path.split('?').next().unwrap_or(path);
+    let last = path.rsplit('/').next().unwrap_or(path);
+    if last.contains(":streamGenerateContent")
+        || last == "converse-stream"
+        || last == "invoke-with-response-stream"
+    {
+        return Some(true);
+    }
+    let flag = stream_flag(body);
+    if flag == Some(true) {
+        return Some(true);
+    }
+    // Ollama streams unless told not to.
+    if (path.ends_with("/api/chat") || path.ends_with("/api/generate")) && flag != Some(false) {
+        return Some(true);
+    }
+    whole.then_some(false)
+}
+
+/// A JSON body's `"stream": true` or `false` (its first, at any depth:
+/// a plain scan, the body may be cut short).
+fn stream_flag(body: &[u8]) -> Option<bool> {
+    let key = b"\"stream\"";
+    let at = body.windows(key.len()).position(|w| w == key)?;
+    let rest = &body[at + key.len()..];
+    let rest = rest
+        .trim_ascii_start()
+        .strip_prefix(b":")?
+        .trim_ascii_start();
+    if rest.starts_with(b"true") {
+        Some(true)
+    } else if rest.starts_with(b"false") {
+        Some(false)
+    } else {
+        None
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_request_says_whether_it_asks_for_a_stream() {
+        let chat = br#"{"model":"m","messages":[],"stream": true}"#;
+        let plain = br#"{"model":"m","messages":[]}"#;
+        assert_eq!(
+            asks_for_stream(None, "/v1/chat/completions", chat, true),
+            Some(true)
+        );
+        assert_eq!(
+            asks_for_stream(None, "/v1/chat/completions", plain, true),
+            Some(false)
+        );
+        // Cut short: nothing says yet.
+        assert_eq!(
+            asks_for_stream(None, "/v1/messages", &plain[..10], false),
+            None
+        );
+        assert_eq!(
+            asks_for_stream(Some("text/event-stream"), "/x", b"", false),
+            Some(true)
+        );
+        assert_eq!(
+            asks_for_stream(
+                None,
+                "/v1beta/models/g:streamGenerateContent?alt=sse",
+                b"",
+                true
+            ),
+            Some(true)
+        );
+        assert_eq!(
+            asks_for_stream(None, "/model/m/converse-stream", b"", true),
+            Some(true)
+        );
+        // Ollama streams unless told not to.
+        assert_eq!(asks_for_stream(None, "/api/chat", b"{}", true), Some(true));
+        assert_eq!(
+            asks_for_stream(None, "/api/chat", br#"{"stream":false}"#, true),
+            Some(false)
+        );
+        assert_eq!(asks_for_stream(None, "/", b"", true), Some(false));
+    }
     use crate::fault::testing::spec;
 
     fn chosen(kind: &str, pairs: &[(&str, &str)], seed: u64) -> Chosen {

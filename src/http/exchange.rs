@@ -801,8 +801,18 @@ impl RequestSide {
                 edited = Some(set_header(was, "Host", Some(h)));
             }
             // A response body to rewrite, or an event stream to count,
-            // must come uncompressed: the upstream is asked for it so.
-            if d.reads_response_body() {
+            // must come uncompressed: the upstream is asked for it so
+            // (where the client asked for an encoding at all), but not for
+            // a request seen whole that asks for no stream.
+            let early = &buf[head.head_len..];
+            let seen_whole = match framing {
+                Framing::Empty => true,
+                Framing::Length(n) => early.len() as u64 >= n,
+                _ => false,
+            };
+            let streams =
+                decide::asks_for_stream(head.header("accept"), &head.target, early, seen_whole);
+            if d.wants_identity(streams) && head.header("accept-encoding").is_some() {
                 let was = edited.as_deref().unwrap_or(&buf[..head.head_len]);
                 edited = Some(set_header(was, "Accept-Encoding", Some("identity")));
             }
