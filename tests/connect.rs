@@ -1053,3 +1053,41 @@ time.sleep(8)
     );
     assert!(err.contains("abandoned by their client"), "{err}");
 }
+
+/// A client that binds its source port is seen from that port by the
+/// server, as directly (urllib3's `test_source_address_works`): the relay
+/// dials from the same port where the host has it free.
+#[test]
+fn the_server_sees_the_source_port_the_client_bound() {
+    if !need(&["python3", "nft"]) {
+        return;
+    }
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let s2 = seen.clone();
+    let server = Server::start("127.0.0.1:0", move |mut c| {
+        s2.lock().unwrap().push(c.peer_addr().unwrap().port());
+        let _ = c.write_all(b"ok");
+    });
+    let port = unused_port();
+    let script = r#"
+import socket, sys
+s = socket.socket()
+s.bind(("127.0.0.1", int(sys.argv[2])))
+s.settimeout(5)
+s.connect(("127.0.0.1", int(sys.argv[1])))
+print(s.recv(10).decode())
+"#;
+    let (code, out, err) = wrapped(
+        &["--fault", "latency:delay=1ms"],
+        &[
+            "python3",
+            "-c",
+            script,
+            &server.addr.port().to_string(),
+            &port.to_string(),
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.trim(), "ok", "{err}");
+    assert_eq!(*seen.lock().unwrap(), [port], "{err}");
+}

@@ -351,7 +351,9 @@ async fn decide(
             relay.opts.dial_timeout,
             inside.as_ref(),
             shape,
-            relay::own::Dialer::Client,
+            relay::own::Dialer::Client {
+                port: Some(syn.src.port()),
+            },
         );
         // A dial lasts no longer than the client's attempt: when the
         // client gives up, the relay's SYNs stop too.

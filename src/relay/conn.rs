@@ -151,7 +151,9 @@ pub(crate) async fn serve(
             tls: &ep.tls,
             ends: ep.ends,
             dialer: match ep.target {
-                Target::Transparent(_) => super::own::Dialer::Client,
+                Target::Transparent(_) => super::own::Dialer::Client {
+                    port: Some(peer.port()),
+                },
                 _ => super::own::Dialer::Netchaos,
             },
             protocol: faults.protocol(),

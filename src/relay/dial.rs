@@ -233,12 +233,18 @@ pub(crate) async fn dial(
     }
     // `--api-for-command`: the API is told which connections are the
     // command's (not the relay's root-owned sockets they come from).
-    let to_api = dialer == Dialer::Client
+    let to_api = matches!(dialer, Dialer::Client { .. })
         && own::refused(from, addr, Dialer::Netchaos, local) == Some(Kind::Api);
     let mss = shape.mss(addr);
     let s = match inside {
         Some(ns) => dial_with(addr, timeout, ns.dial_inside(addr, mss)).await,
-        None => dial_with(addr, timeout, connect_host(addr, mss)).await,
+        None => {
+            let port = match dialer {
+                Dialer::Client { port } => port,
+                Dialer::Netchaos => None,
+            };
+            dial_with(addr, timeout, connect_host(addr, mss, port)).await
+        }
     }?;
     if to_api && let Ok(l) = s.local_addr() {
         own::dialled_for_command(l);
@@ -251,20 +257,54 @@ pub(crate) async fn dial(
 /// host: loopback answers within the call) is taken as it is, with no
 /// turn of the event loop and no timer armed; otherwise the socket is
 /// awaited.
-async fn connect_host(addr: SocketAddr, mss: Option<u32>) -> std::io::Result<TcpStream> {
+async fn connect_host(
+    addr: SocketAddr,
+    mss: Option<u32>,
+    port: Option<u16>,
+) -> std::io::Result<TcpStream> {
     use socket2::{Domain, Protocol, Socket, Type};
-    let sock = Socket::new(
-        Domain::for_address(addr),
-        Type::STREAM.nonblocking().cloexec(),
-        Some(Protocol::TCP),
-    )?;
-    if let Some(mss) = mss {
-        sock.set_tcp_mss(mss)?;
+    let socket = || -> std::io::Result<Socket> {
+        let sock = Socket::new(
+            Domain::for_address(addr),
+            Type::STREAM.nonblocking().cloexec(),
+            Some(Protocol::TCP),
+        )?;
+        if let Some(mss) = mss {
+            sock.set_tcp_mss(mss)?;
+        }
+        Ok(sock)
+    };
+    // From the client's own source port where the host has it free (the
+    // server sees the port the client bound, as directly); else any.
+    let mut sock = socket()?;
+    let mut bound = false;
+    if let Some(p) = port.filter(|p| *p != 0) {
+        let any = SocketAddr::new(
+            match addr {
+                SocketAddr::V4(_) => std::net::Ipv4Addr::UNSPECIFIED.into(),
+                SocketAddr::V6(_) => std::net::Ipv6Addr::UNSPECIFIED.into(),
+            },
+            p,
+        );
+        bound = sock.bind(&any.into()).is_ok();
+        if !bound {
+            sock = socket()?;
+        }
     }
     let pending = match sock.connect(&addr.into()) {
         Ok(()) => false,
         Err(e) if e.raw_os_error() == Some(libc::EINPROGRESS) => {
             !sockopt::connected_or_failed(&sock)
+        }
+        // That 4-tuple is taken on the host: any port will do.
+        Err(e)
+            if bound
+                && matches!(
+                    e.raw_os_error(),
+                    Some(libc::EADDRINUSE | libc::EADDRNOTAVAIL)
+                ) =>
+        {
+            return Box::pin(connect_host(addr, mss, None)).await;
         }
         Err(e) => return Err(e),
     };

@@ -91,7 +91,9 @@ pub(crate) fn share_api() {
 pub(crate) enum Dialer {
     /// An intercepted client (the wrapped command, an attached
     /// namespace's process): `--api-for-command` may let it reach the API.
-    Client,
+    /// `port`: its source port, which a dial from the host keeps where it
+    /// can (the server sees the port the client bound).
+    Client { port: Option<u16> },
     /// A proxy's upstream, a resolver: never one of netchaos's listeners.
     Netchaos,
 }
@@ -112,7 +114,7 @@ pub(crate) fn refused(
         d if d.ip().is_unspecified() => SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, d.port())),
         d => d,
     };
-    let shared = SHARED.load(Ordering::Relaxed) && dialer == Dialer::Client;
+    let shared = SHARED.load(Ordering::Relaxed) && matches!(dialer, Dialer::Client { .. });
     let l = LISTENING.lock().unwrap_or_else(|e| e.into_inner());
     // Most dials match no listener's port: no system call for them.
     let mut hits = l
@@ -218,7 +220,7 @@ mod tests {
     }
 
     fn r(ns: u64, a: &str) -> Option<Kind> {
-        refused(ns, at(a), Dialer::Client, |ip: IpAddr| {
+        refused(ns, at(a), Dialer::Client { port: None }, |ip: IpAddr| {
             ip.is_loopback() || ip == IpAddr::from([10, 1, 2, 3])
         })
     }
