@@ -552,3 +552,29 @@ fn quiet_runs_print_nothing_on_success() {
     assert_eq!(code, 0, "{err}");
     assert_eq!((out.as_str(), err.as_str()), ("", ""));
 }
+
+/// `demo --events FILE` holds the scenarios' own runs, each from its own
+/// `start` line, not only the demo's.
+#[test]
+fn demo_events_hold_each_scenarios_run() {
+    if !need(&["ip", "nft"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("demo.jsonl");
+    let (code, _, err) = netchaos(&[
+        "demo",
+        "--only",
+        "healthy",
+        "--events",
+        file.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let events = read_events(&file);
+    let starts = events.iter().filter(|e| e["event"] == "start").count();
+    let closes = events.iter().filter(|e| e["event"] == "close").count();
+    assert!(
+        starts >= 2 && closes >= 1,
+        "{starts} starts, {closes} closes: {events:?}"
+    );
+}

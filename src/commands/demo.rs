@@ -303,12 +303,34 @@ pub(super) fn run(g: &Global, args: &DemoArgs) -> Result<u8> {
             events.close();
         }
         let logs = children.written();
+        // `--events FILE`: the scenarios' own runs follow the demo's line,
+        // each from its own `start` line (its connections numbered anew).
+        if let Some(file) = &args.log.events {
+            append_logs(file, &logs);
+        }
         let logs: Vec<&std::path::Path> = logs.iter().map(|p| p.as_path()).collect();
         if let Some(out) = recording.report(&logs) {
             println!("The report of this run (a timeline of every connection and fault): {}", out.display());
         }
         Ok(0)
     })
+}
+
+/// Appends the scenarios' event logs to the demo's own (closed by now).
+fn append_logs(file: &std::path::Path, logs: &[std::path::PathBuf]) {
+    use std::io::Write;
+    let Ok(mut out) = std::fs::OpenOptions::new().append(true).open(file) else {
+        tracing::warn!("cannot add the scenarios' events to {}", file.display());
+        return;
+    };
+    for l in logs {
+        if let Ok(text) = std::fs::read(l)
+            && out.write_all(&text).is_err()
+        {
+            tracing::warn!("cannot add the scenarios' events to {}", file.display());
+            return;
+        }
+    }
 }
 
 /// The event logs of the wrapped clients' runs, for the report: files in
