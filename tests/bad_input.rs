@@ -233,7 +233,7 @@ fn runtime_failures_exit_1_and_say_what_to_do() {
             "127.0.0.1:9",
         ],
         1,
-        &["cannot write the event log /nonexistent/dir/e.jsonl"],
+        &["cannot write the event log: /nonexistent/dir/e.jsonl"],
     );
 }
 

@@ -266,8 +266,9 @@ pub(crate) fn decide(
 /// (`:streamGenerateContent`, `converse-stream`,
 /// `invoke-with-response-stream`, Ollama's `/api/chat` and `/api/generate`
 /// unless `"stream": false`) or a JSON body saying `"stream": true`;
-/// `Some(false)` when its `body` was seen `whole` without any of these;
-/// `None` when nothing says.
+/// `Some(false)` when its JSON `body` was seen `whole` without any of
+/// these; `None` when nothing says (a bodiless GET may be an event
+/// stream's).
 pub(crate) fn asks_for_stream(
     accept: Option<&str>,
     path: &str,
@@ -301,7 +302,10 @@ pub(crate) fn asks_for_stream(
     if (path.ends_with("/api/chat") || path.ends_with("/api/generate")) && flag != Some(false) {
         return Some(true);
     }
-    whole.then_some(false)
+    // A JSON body seen whole with no stream flag is an API call for one
+    // answer; a bodiless request (a GET of an event stream) says nothing.
+    let json = body.trim_ascii_start().starts_with(b"{");
+    (whole && json).then_some(false)
 }
 
 /// A JSON body's `"stream": true` or `false` (its first, at any depth:
@@ -367,7 +371,7 @@ mod tests {
             asks_for_stream(None, "/api/chat", br#"{"stream":false}"#, true),
             Some(false)
         );
-        assert_eq!(asks_for_stream(None, "/", b"", true), Some(false));
+        assert_eq!(asks_for_stream(None, "/sse", b"", true), None);
     }
     use crate::fault::testing::spec;
 
