@@ -82,6 +82,9 @@ pub enum Command {
         #[arg(value_name = "TYPE")]
         name: Option<String>,
     },
+    /// Answer LLM requests in the providers' wire formats (Anthropic, OpenAI): a hermetic upstream.
+    #[command(long_about = MOCK_ABOUT)]
+    Mock(MockArgs),
     /// Show the faults hitting a real client, against a built-in server.
     Demo(DemoArgs),
     /// Turn an event log (--events) into one self-contained HTML page: a timeline of every connection.
@@ -887,6 +890,60 @@ pub struct CheckArgs {
     /// Also check these --fault specs.
     #[arg(long = "fault", value_name = "SPEC")]
     pub faults: Vec<String>,
+}
+
+const MOCK_ABOUT: &str = "\
+Answer LLM requests in the providers' wire formats, as a standalone server: Anthropic
+Messages (POST /v1/messages, JSON and streamed; /v1/messages/count_tokens) and OpenAI
+Chat Completions and Responses (POST /v1/chat/completions, /v1/responses). Point a
+client's base URL at it (ANTHROPIC_BASE_URL=http://127.0.0.1:8787,
+OPENAI_BASE_URL=http://127.0.0.1:8787/v1) with any API key.
+
+The answers are filler text derived from --seed and the request (the same request gets
+the same text), as long as max_tokens allows, at the pace of a model: --ttft to the
+first token, then --tokens-per-s. Malformed requests get the provider's own 4xx.
+HTTP/1.1 and HTTP/2 with prior knowledge (h2c). SIGTERM or Ctrl-C ends it.";
+
+/// `netchaos mock`'s own flags, and the mock's timing, shared with
+/// `--mock` on `run` and `proxy`.
+#[derive(Debug, Args, Clone)]
+pub struct MockTiming {
+    /// The time to the first token, with an optional uniform jitter
+    /// (300ms±100ms, or 300ms+-100ms). A JSON answer arrives whole once
+    /// its last token would have.
+    #[arg(long, value_name = "DURATION[±JITTER]", default_value = "300ms±100ms")]
+    pub ttft: String,
+    /// Tokens per second after the first (a token is a word of filler).
+    #[arg(long, value_name = "N", default_value = "80")]
+    pub tokens_per_s: String,
+}
+
+impl MockTiming {
+    pub(crate) fn timing(&self) -> Result<crate::mock::Timing> {
+        let (ttft, jitter) = crate::mock::timing::parse_ttft(&self.ttft)
+            .map_err(|e| Error::Usage(format!("--ttft {e}")))?;
+        let tokens_per_s = crate::mock::timing::parse_tokens_per_s(&self.tokens_per_s)
+            .map_err(|e| Error::Usage(format!("--tokens-per-s {e}")))?;
+        Ok(crate::mock::Timing {
+            ttft,
+            jitter,
+            tokens_per_s,
+        })
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct MockArgs {
+    /// Accept clients on ADDR (127.0.0.1:8787, [::1]:8787, or a port meaning
+    /// 127.0.0.1; port 0 picks one, which is printed).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8787")]
+    pub listen: String,
+    /// The APIs to answer: anthropic, openai, or both (anthropic,openai),
+    /// told apart by path.
+    #[arg(long, value_name = "API[,API]", default_value = "anthropic,openai")]
+    pub api: String,
+    #[command(flatten)]
+    pub timing: MockTiming,
 }
 
 #[derive(Debug, Args)]
