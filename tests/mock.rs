@@ -1,0 +1,267 @@
+//! The built-in upstream (`netchaos mock`) with the official SDKs, Python
+//! `anthropic` and `openai`, pointed at it by `base_url`: their JSON and
+//! streaming calls parse, token counting works, a malformed request
+//! raises the SDK's own error, a seed replays its answers, and the timing
+//! model holds at the client.
+
+mod support;
+
+use support::*;
+
+/// Whether python3 has the SDK `module` (skipped otherwise, which CI does
+/// not allow).
+fn has_sdk(module: &str) -> bool {
+    if !need(&["python3"]) {
+        return false;
+    }
+    if python(&format!("import {module}"), &[]).0 == 0 {
+        return true;
+    }
+    assert!(
+        !in_ci(),
+        "{module} is required in CI (scripts/test.sh installs it)"
+    );
+    eprintln!("SKIPPED: python3 has no {module}");
+    false
+}
+
+/// `netchaos mock` on a free port with `args`.
+fn mock(args: &[&str]) -> Proxy {
+    let mut all = vec!["--listen", "127.0.0.1:0"];
+    all.extend(args);
+    let p = Proxy::start_cmd("mock", &all);
+    assert!(!p.addrs.is_empty(), "no listener:\n{}", p.stderr());
+    p
+}
+
+/// Fast answers for tests that do not time them.
+const FAST: &[&str] = &["--ttft", "5ms", "--tokens-per-s", "2000"];
+
+const ANTHROPIC_CALLS: &str = r#"
+import sys, anthropic
+c = anthropic.Anthropic(base_url=sys.argv[1], api_key="dummy", max_retries=0)
+ask = [{"role": "user", "content": "Tell me about the sea"}]
+m = c.messages.create(model="claude-sonnet-4-5", max_tokens=12, messages=ask)
+words = m.content[0].text.split()
+print("json", m.type, m.role, len(words), m.stop_reason, m.usage.input_tokens, m.usage.output_tokens)
+with c.messages.stream(model="claude-haiku-4-5", max_tokens=4000, messages=ask) as s:
+    text = "".join(s.text_stream)
+    final = s.get_final_message()
+print("stream", final.stop_reason, final.usage.output_tokens == len(text.split()),
+      text == final.content[0].text, text.endswith("."))
+print("count", c.messages.count_tokens(model="claude-sonnet-4-5", messages=ask).input_tokens)
+for kwargs, error in [
+    (dict(model="claude-sonnet-4-5", messages=ask), anthropic.BadRequestError),
+    (dict(model="no-such-model", max_tokens=5, messages=ask), anthropic.NotFoundError),
+]:
+    try:
+        c.messages.create(**kwargs) if "max_tokens" in kwargs else c.post(
+            "/v1/messages", body=kwargs, cast_to=object)
+        print("no error")
+    except error as e:
+        print(type(e).__name__, e.status_code, e.body["error"]["type"], e.request_id.startswith("req_"))
+r = c.messages.with_raw_response.create(model="claude-sonnet-4-5", max_tokens=3, messages=ask)
+print("headers", r.headers["content-type"], r.headers["anthropic-ratelimit-requests-limit"],
+      r.request_id != c.messages.with_raw_response.create(
+          model="claude-sonnet-4-5", max_tokens=3, messages=ask).request_id)
+print("text", m.content[0].text)
+"#;
+
+#[test]
+fn anthropics_sdk_gets_messages_streams_counts_and_its_own_errors() {
+    if !has_sdk("anthropic") {
+        return;
+    }
+    let p = mock(&[&["--api", "anthropic", "--seed", "11"], FAST].concat());
+    let (rc, out, err) = python(ANTHROPIC_CALLS, &[&format!("http://{}", p.addr())]);
+    assert_eq!(rc, 0, "{err}\n{}", p.stderr());
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines[0], "json message assistant 12 max_tokens 6 12",
+        "{out}"
+    );
+    assert_eq!(lines[1], "stream end_turn True True True", "{out}");
+    assert_eq!(lines[2], "count 6", "{out}");
+    assert_eq!(
+        lines[3], "BadRequestError 400 invalid_request_error True",
+        "{out}"
+    );
+    assert_eq!(lines[4], "NotFoundError 404 not_found_error True", "{out}");
+    assert_eq!(
+        lines[5], "headers application/json 4000 True",
+        "unique request ids: {out}"
+    );
+    // The same seed and request: the same text, from another process.
+    let again = mock(&[&["--api", "anthropic", "--seed", "11"], FAST].concat());
+    let (_, out2, err) = python(ANTHROPIC_CALLS, &[&format!("http://{}", again.addr())]);
+    assert_eq!(out2.lines().last(), out.lines().last(), "{err}");
+    let other = mock(&[&["--api", "anthropic", "--seed", "12"], FAST].concat());
+    let (_, out3, err) = python(ANTHROPIC_CALLS, &[&format!("http://{}", other.addr())]);
+    assert_ne!(out3.lines().last(), out.lines().last(), "{err}");
+    let (status, log) = p.stop();
+    assert!(status.success(), "SIGTERM ends it cleanly: {status}\n{log}");
+}
+
+const OPENAI_CALLS: &str = r#"
+import sys, openai
+c = openai.OpenAI(base_url=sys.argv[1] + "/v1", api_key="dummy", max_retries=0)
+ask = [{"role": "user", "content": "Tell me about the sea"}]
+r = c.chat.completions.create(model="gpt-4o-mini", messages=ask, max_completion_tokens=7)
+ch = r.choices[0]
+print("json", r.object, len(ch.message.content.split()), ch.finish_reason, r.usage.prompt_tokens,
+      r.usage.completion_tokens, r.usage.total_tokens)
+parts, usage, finish = [], None, None
+for chunk in c.chat.completions.create(model="gpt-4o-mini", messages=ask, stream=True,
+                                       stream_options={"include_usage": True}):
+    if chunk.choices:
+        parts.append(chunk.choices[0].delta.content or "")
+        finish = chunk.choices[0].finish_reason or finish
+    if chunk.usage:
+        usage = chunk.usage
+text = "".join(parts)
+print("stream", finish, usage.completion_tokens == len(text.split()), text.endswith("."))
+resp = c.responses.create(model="gpt-4.1-mini", input="Tell me", max_output_tokens=16)
+print("responses", resp.status, resp.incomplete_details.reason, len(resp.output_text.split()),
+      resp.usage.output_tokens)
+with c.responses.stream(model="gpt-4.1-mini", input="Tell me") as s:
+    deltas = "".join(e.delta for e in s if e.type == "response.output_text.delta")
+    final = s.get_final_response()
+print("responses-stream", final.status, deltas == final.output_text)
+for kwargs, error in [
+    (dict(model="gpt-4o-mini", messages=[]), openai.BadRequestError),
+    (dict(model="claude-x", messages=ask), openai.NotFoundError),
+]:
+    try:
+        c.chat.completions.create(**kwargs)
+        print("no error")
+    except error as e:
+        print(type(e).__name__, e.status_code, e.code)
+try:
+    c.post("/chat/completions", body={"messages": ask}, cast_to=object)
+except openai.BadRequestError as e:
+    print("no model", e.status_code, e.message.endswith("you must provide a model parameter"))
+raw = c.chat.completions.with_raw_response.create(model="gpt-4o-mini", messages=ask, max_tokens=2)
+print("headers", raw.headers["x-request-id"].startswith("req_"), raw.headers["x-ratelimit-limit-requests"])
+print("text", ch.message.content)
+"#;
+
+#[test]
+fn openais_sdk_gets_chat_completions_responses_and_its_own_errors() {
+    if !has_sdk("openai") {
+        return;
+    }
+    let p = mock(&[&["--api", "openai", "--seed", "3"], FAST].concat());
+    let (rc, out, err) = python(OPENAI_CALLS, &[&format!("http://{}", p.addr())]);
+    assert_eq!(rc, 0, "{err}\n{}", p.stderr());
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], "json chat.completion 7 length 6 7 13", "{out}");
+    assert_eq!(lines[1], "stream stop True True", "{out}");
+    assert_eq!(
+        lines[2], "responses incomplete max_output_tokens 16 16",
+        "{out}"
+    );
+    assert_eq!(lines[3], "responses-stream completed True", "{out}");
+    assert_eq!(lines[4], "BadRequestError 400 empty_array", "{out}");
+    assert_eq!(lines[5], "NotFoundError 404 model_not_found", "{out}");
+    assert_eq!(lines[6], "no model 400 True", "{out}");
+    assert_eq!(lines[7], "headers True 10000", "{out}");
+    let again = mock(&[&["--api", "openai", "--seed", "3"], FAST].concat());
+    let (_, out2, err) = python(OPENAI_CALLS, &[&format!("http://{}", again.addr())]);
+    assert_eq!(out2.lines().last(), out.lines().last(), "{err}");
+}
+
+/// Both APIs on one port, told apart by path; HTTP/2 with prior
+/// knowledge too.
+#[test]
+fn one_mock_serves_both_apis_and_h2c() {
+    if !need(&["curl"]) {
+        return;
+    }
+    let p = mock(FAST);
+    let base = format!("http://{}", p.addr());
+    let curl = |path: &str, headers: &[&str], body: &str, h2: bool| {
+        let mut args = vec!["-sS", "-o", "-", "-w", "\n%{http_code} %{http_version}"];
+        if h2 {
+            args.push("--http2-prior-knowledge");
+        }
+        for h in headers {
+            args.extend(["-H", h]);
+        }
+        let url = format!("{base}{path}");
+        args.extend(["-H", "content-type: application/json", "-d", body, &url]);
+        let out = std::process::Command::new("curl")
+            .args(&args)
+            .output()
+            .expect("curl");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let anthropic = curl(
+        "/v1/messages",
+        &["x-api-key: k", "anthropic-version: 2023-06-01"],
+        r#"{"model":"claude-x","max_tokens":3,"messages":[{"role":"user","content":"hi"}]}"#,
+        true,
+    );
+    assert!(anthropic.ends_with("\n200 2"), "{anthropic}");
+    assert!(anthropic.contains(r#""type":"message""#), "{anthropic}");
+    let openai = curl(
+        "/v1/chat/completions",
+        &["authorization: Bearer k"],
+        r#"{"model":"gpt-4o","max_tokens":3,"stream":true,"messages":[{"role":"user","content":"hi"}]}"#,
+        false,
+    );
+    assert!(openai.ends_with("data: [DONE]\n\n\n200 1.1"), "{openai}");
+    let unknown = curl("/v1/embeddings", &[], "{}", false);
+    assert!(unknown.ends_with("\n404 1.1"), "{unknown}");
+    assert!(
+        unknown.contains(r#""error":{"#),
+        "OpenAI's envelope: {unknown}"
+    );
+}
+
+/// The client sees the time to first token and the rate it was given,
+/// within 10 % (the median of several answers).
+#[test]
+fn the_timing_model_holds_at_the_client() {
+    if !has_sdk("anthropic") {
+        return;
+    }
+    let p = mock(&["--ttft", "200ms±10ms", "--tokens-per-s", "200"]);
+    let code = r#"
+import sys, time, statistics, anthropic
+c = anthropic.Anthropic(base_url=sys.argv[1], api_key="dummy", max_retries=0)
+c.messages.count_tokens(model="claude-x", messages=[{"role": "user", "content": "warm"}])
+ttfts, rates = [], []
+for i in range(7):
+    start = time.perf_counter()
+    times = []
+    with c.messages.stream(model="claude-x", max_tokens=20,
+                           messages=[{"role": "user", "content": f"question {i}"}]) as s:
+        for _ in s.text_stream:
+            times.append(time.perf_counter())
+    assert len(times) == 20, len(times)
+    ttfts.append(times[0] - start)
+    rates.append((len(times) - 1) / (times[-1] - times[0]))
+print(round(statistics.median(ttfts) * 1000), round(statistics.median(rates)))
+"#;
+    let (rc, out, err) = python(code, &[&format!("http://{}", p.addr())]);
+    assert_eq!(rc, 0, "{err}");
+    let v: Vec<f64> = out.split_whitespace().map(|x| x.parse().unwrap()).collect();
+    assert!((180.0..=220.0).contains(&v[0]), "ttft {} ms", v[0]);
+    assert!((180.0..=220.0).contains(&v[1]), "{} tokens/s", v[1]);
+}
+
+#[test]
+fn bad_flags_are_refused_before_it_starts() {
+    for (args, says) in [
+        (&["--api", "gemini"][..], "gemini"),
+        (&["--ttft", "100ms±1s"][..], "larger"),
+        (&["--tokens-per-s", "0"][..], "above 0"),
+        (&["--listen", "nowhere"][..], "--listen"),
+    ] {
+        let mut all = vec!["mock"];
+        all.extend(args);
+        let (rc, _, err) = netchaos(&all);
+        assert_eq!(rc, 2, "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+}
