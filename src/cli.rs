@@ -629,6 +629,8 @@ pub struct ProxyArgs {
     #[command(flatten)]
     pub tls_args: TlsArgs,
     #[command(flatten)]
+    pub mock: MockFlags,
+    #[command(flatten)]
     pub relay: RelayArgs,
 }
 
@@ -756,6 +758,8 @@ pub struct RunArgs {
     pub tls: bool,
     #[command(flatten)]
     pub tls_args: TlsArgs,
+    #[command(flatten)]
+    pub mock: MockFlags,
     /// As root: let the command keep every capability but CAP_NET_ADMIN
     /// over the real system (no user namespace of its own). It can then
     /// enter other namespaces, trace processes and leave the faults
@@ -920,15 +924,55 @@ pub struct MockTiming {
 
 impl MockTiming {
     pub(crate) fn timing(&self) -> Result<crate::mock::Timing> {
-        let (ttft, jitter) = crate::mock::timing::parse_ttft(&self.ttft)
-            .map_err(|e| Error::Usage(format!("--ttft {e}")))?;
-        let tokens_per_s = crate::mock::timing::parse_tokens_per_s(&self.tokens_per_s)
-            .map_err(|e| Error::Usage(format!("--tokens-per-s {e}")))?;
-        Ok(crate::mock::Timing {
-            ttft,
-            jitter,
-            tokens_per_s,
-        })
+        mock_timing(&self.ttft, &self.tokens_per_s, "")
+    }
+}
+
+/// The mock's timing from its flags (named `--{prefix}ttft`, …).
+fn mock_timing(ttft: &str, tokens_per_s: &str, prefix: &str) -> Result<crate::mock::Timing> {
+    let (ttft, jitter) = crate::mock::timing::parse_ttft(ttft)
+        .map_err(|e| Error::Usage(format!("--{prefix}ttft {e}")))?;
+    let tokens_per_s = crate::mock::timing::parse_tokens_per_s(tokens_per_s)
+        .map_err(|e| Error::Usage(format!("--{prefix}tokens-per-s {e}")))?;
+    Ok(crate::mock::Timing {
+        ttft,
+        jitter,
+        tokens_per_s,
+    })
+}
+
+/// `--mock` on `run` and `proxy`: the built-in mock in providers' places.
+#[derive(Debug, Args, Clone, Default)]
+pub struct MockFlags {
+    /// Answer requests to these providers' API hosts with the built-in mock,
+    /// never dialling them: anthropic (api.anthropic.com), openai
+    /// (api.openai.com), or both (anthropic,openai). Faults apply as to the
+    /// real upstream. Under `run` the hosts resolve with no network and
+    /// HTTPS to them is terminated with the run's CA (as with --tls);
+    /// under `proxy`, proxies whose upstream is such a host reach the mock.
+    /// Profiles name other hosts with [[mocks]].
+    #[arg(long, value_name = "API[,API]")]
+    pub mock: Vec<String>,
+    /// The mock's time to the first token (see `netchaos mock --ttft`).
+    #[arg(long, value_name = "DURATION[±JITTER]", default_value = "300ms±100ms")]
+    pub mock_ttft: String,
+    /// The mock's tokens per second after the first.
+    #[arg(long, value_name = "N", default_value = "80")]
+    pub mock_tokens_per_s: String,
+}
+
+impl MockFlags {
+    pub(crate) fn timing(&self) -> Result<crate::mock::Timing> {
+        mock_timing(&self.mock_ttft, &self.mock_tokens_per_s, "mock-")
+    }
+
+    /// The hosts `--mock` names.
+    pub(crate) fn specs(&self) -> Result<Vec<plan::MockSpec>> {
+        let mut out = Vec::new();
+        for m in &self.mock {
+            out.extend(plan::MockSpec::from_flag(m)?);
+        }
+        Ok(out)
     }
 }
 

@@ -36,7 +36,7 @@ pub(super) fn run(g: &Global, args: &MockArgs) -> Result<u8> {
         }
         let mock = Arc::new(Mock::new(apis, seed, timing));
         let stop = tokio_util::sync::CancellationToken::new();
-        let serving = tokio::spawn(Server::new(mock).serve(listener, stop.clone()));
+        let serving = tokio::spawn(Server::new(mock, None).serve(listener, stop.clone()));
         // Handlers before "ready": a signal sent on reading it must find them.
         let mut signals = super::ShutdownSignals::install()?;
         eprintln!("netchaos: ready");

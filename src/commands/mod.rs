@@ -9,6 +9,7 @@ mod clean;
 mod ctl;
 mod demo;
 mod mock;
+mod mocked;
 mod netem;
 mod proxy;
 mod report;

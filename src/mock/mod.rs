@@ -11,7 +11,8 @@
 //! * [`reply`] — an answer before any socket; [`body`] — its chunks sent
 //!   at their moments; [`server`] — the HTTP/1.1 and h2c server
 //!   (`netchaos mock`, and the upstream `--mock` puts in a provider's
-//!   place).
+//!   place); [`stands`] — the hosts it stands in for, their addresses
+//!   and where it listens.
 //!
 //! The per-API modules are pure: a request in, a [`reply::Reply`] with the
 //! moments of its bytes out; only the server sleeps.
@@ -22,6 +23,7 @@ pub(crate) mod openai;
 pub(crate) mod reply;
 pub(crate) mod responses;
 pub(crate) mod server;
+pub(crate) mod stands;
 pub(crate) mod text;
 pub(crate) mod timing;
 
@@ -46,6 +48,14 @@ impl Api {
         match self {
             Api::Anthropic => "anthropic",
             Api::OpenAi => "openai",
+        }
+    }
+
+    /// The provider's API host, which `--mock` answers for.
+    pub(crate) fn host(self) -> &'static str {
+        match self {
+            Api::Anthropic => "api.anthropic.com",
+            Api::OpenAi => "api.openai.com",
         }
     }
 
@@ -78,6 +88,9 @@ pub(crate) struct Mock {
     pub(crate) apis: Vec<Api>,
     pub(crate) seed: u64,
     pub(crate) timing: Timing,
+    /// Hosts that speak one API only (`--mock`'s, `[[mocks]]`'s): a
+    /// request naming one is answered as that API's host answers.
+    hosts: Vec<(String, Api)>,
 }
 
 /// One endpoint of a mocked API.
@@ -110,7 +123,33 @@ impl Route {
 
 impl Mock {
     pub(crate) fn new(apis: Vec<Api>, seed: u64, timing: Timing) -> Mock {
-        Mock { apis, seed, timing }
+        Mock {
+            apis,
+            seed,
+            timing,
+            hosts: Vec::new(),
+        }
+    }
+
+    /// The same, each of `hosts` speaking its own API only.
+    pub(crate) fn with_hosts(mut self, hosts: &[(String, Api)]) -> Mock {
+        self.hosts = hosts.to_vec();
+        self
+    }
+
+    /// The APIs a request to `host` may be for.
+    fn apis_of(&self, host: Option<&str>) -> &[Api] {
+        let host = host.map(|h| {
+            h.rsplit_once(':')
+                .filter(|(_, p)| p.chars().all(|c| c.is_ascii_digit()))
+                .map_or(h, |(h, _)| h)
+                .trim_end_matches('.')
+                .to_ascii_lowercase()
+        });
+        match self.hosts.iter().find(|(h, _)| Some(h) == host.as_ref()) {
+            Some((_, api)) => std::slice::from_ref(api),
+            None => &self.apis,
+        }
     }
 
     /// The answer to one request (its `host` as the client named it).
@@ -123,7 +162,7 @@ impl Mock {
         body: &[u8],
     ) -> Reply {
         let path = path.split('?').next().unwrap_or(path);
-        let route = Route::of(path).filter(|r| self.apis.contains(&r.api()));
+        let route = Route::of(path).filter(|r| self.apis_of(host).contains(&r.api()));
         let Some(route) = route else {
             return self.refuse(host, path, 404, &format!("Not Found: {method} {path}"));
         };
@@ -147,8 +186,8 @@ impl Mock {
     /// or the one whose host or paths it names (Anthropic's paths are
     /// under `/v1/messages`), else the first.
     fn api_for(&self, host: Option<&str>, path: &str) -> Api {
-        if let [one] = self.apis[..] {
-            return one;
+        if let [one] = self.apis_of(host) {
+            return *one;
         }
         let host = host.map(|h| h.split(':').next().unwrap_or(h).to_ascii_lowercase());
         let named = match host.as_deref() {
@@ -222,5 +261,13 @@ mod tests {
             both.reply("GET", "/v1/responses", None, &h, b"").status,
             405
         );
+        // A host mocked as one API answers that API's paths only.
+        let hosts = Mock::new(Api::ALL.to_vec(), 1, Timing::default())
+            .with_hosts(&[("llm.internal".into(), Api::OpenAi)]);
+        let r = hosts.reply("POST", "/v1/messages", Some("LLM.internal:443"), &h, b"{}");
+        assert_eq!(r.status, 404);
+        assert!(r.headers.iter().any(|(n, _)| *n == "x-request-id"));
+        let r = hosts.reply("POST", "/v1/messages", Some("other"), &h, b"{}");
+        assert_eq!(r.status, 401);
     }
 }

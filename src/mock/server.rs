@@ -42,17 +42,23 @@ pub(crate) const BODY_BUDGET: usize = 256 << 20;
 /// How long open answers may go on once the server stops.
 pub(crate) const DRAIN: Duration = Duration::from_secs(2);
 
+/// Told the status of each answer (the relay's counters of mocked
+/// answers).
+pub(crate) type Observer = Arc<dyn Fn(u16) + Send + Sync>;
+
 /// The mock serving on a listener.
 pub(crate) struct Server {
     mock: Arc<Mock>,
+    observer: Option<Observer>,
     connections: Arc<Semaphore>,
     bodies: Arc<Semaphore>,
 }
 
 impl Server {
-    pub(crate) fn new(mock: Arc<Mock>) -> Arc<Server> {
+    pub(crate) fn new(mock: Arc<Mock>, observer: Option<Observer>) -> Arc<Server> {
         Arc::new(Server {
             mock,
+            observer,
             connections: Arc::new(Semaphore::new(MAX_CONNECTIONS)),
             bodies: Arc::new(Semaphore::new(BODY_BUDGET)),
         })
@@ -179,6 +185,9 @@ impl Server {
             reply.status,
             if stream { " (stream)" } else { "" }
         );
+        if let Some(observe) = &self.observer {
+            observe(reply.status);
+        }
         respond(reply, arrived).await
     }
 
