@@ -265,3 +265,275 @@ fn bad_flags_are_refused_before_it_starts() {
         assert!(err.contains(says), "{args:?}: {err}");
     }
 }
+
+/// A resolver file naming a port where nothing listens: a query the DNS
+/// layer forwarded would go unanswered (no test uses the machine's).
+fn no_resolver() -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let closed = {
+        let l = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let path = dir.path().join("resolv.conf");
+    std::fs::write(&path, format!("nameserver 127.0.0.1:{closed}\n")).unwrap();
+    let path = path.display().to_string();
+    (dir, path)
+}
+
+/// Both official SDKs with their default base URLs (HTTPS to the real
+/// hosts), a dummy key and no network: answered by the mock.
+const HERMETIC: &str = r#"
+import anthropic, openai
+a = anthropic.Anthropic(api_key="dummy", max_retries=0)
+ask = [{"role": "user", "content": "Tell me about the sea"}]
+m = a.messages.create(model="claude-sonnet-4-5", max_tokens=9, messages=ask)
+print("anthropic", m.stop_reason, m.usage.output_tokens, len(m.content[0].text.split()))
+with a.messages.stream(model="claude-sonnet-4-5", max_tokens=4000, messages=ask) as s:
+    text = "".join(s.text_stream)
+print("anthropic-stream", s.get_final_message().stop_reason, text.endswith("."))
+print("count", a.messages.count_tokens(model="claude-sonnet-4-5", messages=ask).input_tokens)
+try:
+    a.post("/v1/messages", body={"model": "claude-sonnet-4-5", "messages": ask}, cast_to=object)
+except anthropic.BadRequestError as e:
+    print("anthropic", type(e).__name__, e.body["error"]["message"])
+o = openai.OpenAI(api_key="dummy", max_retries=0)
+c = o.chat.completions.create(model="gpt-4o-mini", messages=ask, max_completion_tokens=5)
+print("openai", c.choices[0].finish_reason, c.usage.completion_tokens)
+parts = [ch.choices[0].delta.content or "" for ch in o.chat.completions.create(
+    model="gpt-4o-mini", messages=ask, stream=True) if ch.choices]
+print("openai-stream", "".join(parts).endswith("."))
+try:
+    o.chat.completions.create(model="gpt-4o-mini", messages=[])
+except openai.BadRequestError as e:
+    print("openai", type(e).__name__, e.code)
+print("text", m.content[0].text, c.choices[0].message.content)
+"#;
+
+/// `run --mock`: the SDKs reach https://api.anthropic.com and
+/// https://api.openai.com as they are, in a namespace with no route
+/// anywhere and no resolver; nothing is dialled but the mock, every
+/// connection is marked in the event log, and the seed replays the text.
+#[test]
+fn run_mock_answers_the_sdks_default_hosts_with_no_network() {
+    if !has_sdk("anthropic") || !has_sdk("openai") || !need(&["ip", "nft"]) {
+        return;
+    }
+    let (_dir, resolv) = no_resolver();
+    let events = tempfile::NamedTempFile::new().unwrap();
+    let ev = events.path().display().to_string();
+    let run = |ev: &str| {
+        wrapped(
+            &[
+                "--mock",
+                "anthropic,openai",
+                "--mock-ttft",
+                "5ms",
+                "--mock-tokens-per-s",
+                "2000",
+                "--seed",
+                "21",
+                "--resolv-conf",
+                &resolv,
+                "--events",
+                ev,
+            ],
+            &["python3", "-c", HERMETIC],
+        )
+    };
+    let (code, out, err) = run(&ev);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines[..7],
+        [
+            "anthropic max_tokens 9 9",
+            "anthropic-stream end_turn True",
+            "count 6",
+            "anthropic BadRequestError max_tokens: Field required",
+            "openai length 5",
+            "openai-stream True",
+            "openai BadRequestError empty_array",
+        ],
+        "{out}\n{err}"
+    );
+    assert!(
+        err.contains("answered by the mock: 7 request(s), 2 of them refused"),
+        "{err}"
+    );
+    let log = read_events(events.path());
+    let opens: Vec<&serde_json::Value> = log.iter().filter(|e| e["event"] == "open").collect();
+    assert!(!opens.is_empty());
+    for o in &opens {
+        assert!(
+            o["mock"] == "anthropic" || o["mock"] == "openai",
+            "every connection went to the mock: {o}"
+        );
+        assert!(["api.anthropic.com", "api.openai.com"].contains(&o["host"].as_str().unwrap()));
+    }
+    assert!(
+        !log.iter().any(|e| e["event"] == "error"),
+        "nothing was dialled but the mock: {log:?}"
+    );
+    let answered = log.iter().filter(|e| e["event"] == "response").count();
+    assert_eq!(answered, 7, "each answer is marked");
+    // The same seed: the same answers, in another run.
+    let again = tempfile::NamedTempFile::new().unwrap();
+    let (_, out2, err) = run(&again.path().display().to_string());
+    assert_eq!(out2.lines().last(), out.lines().last(), "{err}");
+}
+
+/// Faults act on the mock as on a real upstream: `llm-overloaded`
+/// answers 3 in 10 in its place with Anthropic's 529 (the mock never
+/// sees them), and an `sse` error acts on the mock's own stream.
+#[test]
+fn faults_compose_with_the_mock() {
+    if !has_sdk("anthropic") || !need(&["ip", "nft"]) {
+        return;
+    }
+    let (_dir, resolv) = no_resolver();
+    let code = r#"
+import anthropic
+a = anthropic.Anthropic(api_key="dummy", max_retries=0)
+n = {}
+for i in range(100):
+    try:
+        a.messages.create(model="claude-x", max_tokens=2,
+                          messages=[{"role": "user", "content": f"q{i}"}])
+        k = "ok"
+    except anthropic.APIStatusError as e:
+        k = type(e).__name__
+    n[k] = n.get(k, 0) + 1
+print(n.get("OverloadedError", 0), n.get("ok", 0))
+"#;
+    let args = [
+        "--mock",
+        "anthropic",
+        "--mock-ttft",
+        "0",
+        "--mock-tokens-per-s",
+        "10000",
+        "--seed",
+        "5",
+        "--resolv-conf",
+        &resolv,
+        "-p",
+        "llm-overloaded",
+    ];
+    let (rc, out, err) = wrapped(&args, &["python3", "-c", code]);
+    assert_eq!(rc, 0, "{err}");
+    let v: Vec<u32> = out.split_whitespace().map(|x| x.parse().unwrap()).collect();
+    assert_eq!(v[0] + v[1], 100, "{out}");
+    assert!((15..=45).contains(&v[0]), "a binomial share of 529s: {out}");
+    assert!(
+        err.contains(&format!("answered by the mock: {} request(s)", v[1])),
+        "the 529s never reached the mock: {err}"
+    );
+    let stream = r#"
+import anthropic
+a = anthropic.Anthropic(api_key="dummy", max_retries=0)
+try:
+    with a.messages.stream(model="claude-x", max_tokens=50,
+                           messages=[{"role": "user", "content": "hi"}]) as s:
+        "".join(s.text_stream)
+    print("no error")
+except anthropic.APIStatusError as e:
+    print(type(e).__name__, e.body["error"]["type"])
+"#;
+    let mut args = args.to_vec();
+    args.pop();
+    args.push("llm-stream-error");
+    let (rc, out, err) = wrapped(&args, &["python3", "-c", stream]);
+    assert_eq!(rc, 0, "{err}");
+    // The SDK raises a stream's error event as its APIStatusError, with
+    // the provider's body.
+    assert_eq!(out.trim(), "APIStatusError overloaded_error", "{err}");
+}
+
+/// `proxy --mock`: a proxy to https://api.anthropic.com reaches the mock
+/// instead (the name is not even resolved), with the proxy's faults.
+#[test]
+fn proxy_mock_stands_in_for_its_upstream() {
+    if !has_sdk("anthropic") {
+        return;
+    }
+    let p = Proxy::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream-tls",
+        "api.anthropic.com:443",
+        "--mock",
+        "anthropic",
+        "--mock-ttft",
+        "0",
+        "--fault",
+        "http_status:status=529,envelope=anthropic,first=1",
+    ]);
+    let code = r#"
+import sys, anthropic
+a = anthropic.Anthropic(base_url=sys.argv[1], api_key="dummy", max_retries=0)
+for i in range(2):
+    try:
+        m = a.messages.create(model="claude-x", max_tokens=3, messages=[{"role": "user", "content": "hi"}])
+        print(m.stop_reason, m.usage.output_tokens)
+    except anthropic.APIStatusError as e:
+        print(type(e).__name__)
+"#;
+    let (rc, out, err) = python(code, &[&format!("http://{}", p.addr())]);
+    assert_eq!(rc, 0, "{err}\n{}", p.stderr());
+    assert_eq!(out, "OverloadedError\nmax_tokens 3\n", "{}", p.stderr());
+    let (_, log) = p.stop();
+    assert!(log.contains("answered by the mock: 1 request(s)"), "{log}");
+    assert!(!log.contains("resolve"), "{log}");
+}
+
+/// `[[mocks]]` is checked as the rest of a profile; where the mock cannot
+/// stand in, `--mock` is refused before anything starts.
+#[test]
+fn mocks_are_checked_and_refused_where_they_cannot_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p.display().to_string()
+    };
+    let good = write(
+        "good.toml",
+        "[[mocks]]\napi = \"openai\"\nhost = \"LLM.internal\"\n\n[[mocks]]\napi = \"anthropic\"\n",
+    );
+    let (rc, out, err) = netchaos(&["check", &good]);
+    assert_eq!(rc, 0, "{err}");
+    assert!(
+        out.contains("mock llm.internal: answered by the built-in mock (openai API)"),
+        "{out}"
+    );
+    assert!(out.contains("mock api.anthropic.com:"), "{out}");
+    for (text, says) in [
+        (
+            "[[mocks]]\napi = \"gemini\"\n",
+            "bad.toml:2:7: mocks[0].api",
+        ),
+        (
+            "[[mocks]]\napi = \"openai\"\nhost = \"http://x\"\n",
+            "mocks[0].host: expected a host name",
+        ),
+        ("[[mocks]]\nhost = \"a.b\"\n", "missing \"api\""),
+        ("[[mocks]]\napi = \"openai\"\nport = 1\n", "port"),
+        (
+            "[[mocks]]\napi = \"openai\"\nhost = \"a.b\"\n[[mocks]]\napi = \"anthropic\"\nhost = \"a.b\"\n",
+            "a host speaks one API",
+        ),
+    ] {
+        let bad = write("bad.toml", text);
+        let (rc, _, err) = netchaos(&["check", &bad]);
+        assert_eq!(rc, 2, "{text}: {err}");
+        assert!(err.contains(says), "{text}: {err}");
+    }
+    for args in [
+        &["run", "--in-place", "--mock", "openai", "--", "true"][..],
+        &["run", "--mock", "gemini", "--", "true"][..],
+        &["server", "-p", &good][..],
+    ] {
+        let (rc, _, err) = netchaos(args);
+        assert_eq!(rc, 2, "{args:?}: {err}");
+    }
+}
