@@ -82,6 +82,9 @@ pub enum Command {
         #[arg(value_name = "TYPE")]
         name: Option<String>,
     },
+    /// Answer LLM requests in the providers' wire formats (Anthropic, OpenAI): a hermetic upstream.
+    #[command(long_about = MOCK_ABOUT)]
+    Mock(MockArgs),
     /// Show the faults hitting a real client, against a built-in server.
     Demo(DemoArgs),
     /// Turn an event log (--events) into one self-contained HTML page: a timeline of every connection.
@@ -626,6 +629,8 @@ pub struct ProxyArgs {
     #[command(flatten)]
     pub tls_args: TlsArgs,
     #[command(flatten)]
+    pub mock: MockFlags,
+    #[command(flatten)]
     pub relay: RelayArgs,
 }
 
@@ -753,6 +758,8 @@ pub struct RunArgs {
     pub tls: bool,
     #[command(flatten)]
     pub tls_args: TlsArgs,
+    #[command(flatten)]
+    pub mock: MockFlags,
     /// As root: let the command keep every capability but CAP_NET_ADMIN
     /// over the real system (no user namespace of its own). It can then
     /// enter other namespaces, trace processes and leave the faults
@@ -887,6 +894,100 @@ pub struct CheckArgs {
     /// Also check these --fault specs.
     #[arg(long = "fault", value_name = "SPEC")]
     pub faults: Vec<String>,
+}
+
+const MOCK_ABOUT: &str = "\
+Answer LLM requests in the providers' wire formats, as a standalone server: Anthropic
+Messages (POST /v1/messages, JSON and streamed; /v1/messages/count_tokens) and OpenAI
+Chat Completions and Responses (POST /v1/chat/completions, /v1/responses). Point a
+client's base URL at it (ANTHROPIC_BASE_URL=http://127.0.0.1:8787,
+OPENAI_BASE_URL=http://127.0.0.1:8787/v1) with any API key.
+
+The answers are filler text derived from --seed and the request (the same request gets
+the same text), as long as max_tokens allows, at the pace of a model: --ttft to the
+first token, then --tokens-per-s. Malformed requests get the provider's own 4xx.
+HTTP/1.1 and HTTP/2 with prior knowledge (h2c). SIGTERM or Ctrl-C ends it.";
+
+/// `netchaos mock`'s own flags, and the mock's timing, shared with
+/// `--mock` on `run` and `proxy`.
+#[derive(Debug, Args, Clone)]
+pub struct MockTiming {
+    /// The time to the first token, with an optional uniform jitter
+    /// (300ms±100ms, or 300ms+-100ms). A JSON answer arrives whole once
+    /// its last token would have.
+    #[arg(long, value_name = "DURATION[±JITTER]", default_value = "300ms±100ms")]
+    pub ttft: String,
+    /// Tokens per second after the first (a token is a word of filler).
+    #[arg(long, value_name = "N", default_value = "80")]
+    pub tokens_per_s: String,
+}
+
+impl MockTiming {
+    pub(crate) fn timing(&self) -> Result<crate::mock::Timing> {
+        mock_timing(&self.ttft, &self.tokens_per_s, "")
+    }
+}
+
+/// The mock's timing from its flags (named `--{prefix}ttft`, …).
+fn mock_timing(ttft: &str, tokens_per_s: &str, prefix: &str) -> Result<crate::mock::Timing> {
+    let (ttft, jitter) = crate::mock::timing::parse_ttft(ttft)
+        .map_err(|e| Error::Usage(format!("--{prefix}ttft {e}")))?;
+    let tokens_per_s = crate::mock::timing::parse_tokens_per_s(tokens_per_s)
+        .map_err(|e| Error::Usage(format!("--{prefix}tokens-per-s {e}")))?;
+    Ok(crate::mock::Timing {
+        ttft,
+        jitter,
+        tokens_per_s,
+    })
+}
+
+/// `--mock` on `run` and `proxy`: the built-in mock in providers' places.
+#[derive(Debug, Args, Clone, Default)]
+pub struct MockFlags {
+    /// Answer requests to these providers' API hosts with the built-in mock,
+    /// never dialling them: anthropic (api.anthropic.com), openai
+    /// (api.openai.com), or both (anthropic,openai). Faults apply as to the
+    /// real upstream. Under `run` the hosts resolve with no network and
+    /// HTTPS to them is terminated with the run's CA (as with --tls);
+    /// under `proxy`, proxies whose upstream is such a host reach the mock.
+    /// Profiles name other hosts with [[mocks]].
+    #[arg(long, value_name = "API[,API]")]
+    pub mock: Vec<String>,
+    /// The mock's time to the first token (see `netchaos mock --ttft`).
+    #[arg(long, value_name = "DURATION[±JITTER]", default_value = "300ms±100ms")]
+    pub mock_ttft: String,
+    /// The mock's tokens per second after the first.
+    #[arg(long, value_name = "N", default_value = "80")]
+    pub mock_tokens_per_s: String,
+}
+
+impl MockFlags {
+    pub(crate) fn timing(&self) -> Result<crate::mock::Timing> {
+        mock_timing(&self.mock_ttft, &self.mock_tokens_per_s, "mock-")
+    }
+
+    /// The hosts `--mock` names.
+    pub(crate) fn specs(&self) -> Result<Vec<plan::MockSpec>> {
+        let mut out = Vec::new();
+        for m in &self.mock {
+            out.extend(plan::MockSpec::from_flag(m)?);
+        }
+        Ok(out)
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct MockArgs {
+    /// Accept clients on ADDR (127.0.0.1:8787, [::1]:8787, or a port meaning
+    /// 127.0.0.1; port 0 picks one, which is printed).
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8787")]
+    pub listen: String,
+    /// The APIs to answer: anthropic, openai, or both (anthropic,openai),
+    /// told apart by path.
+    #[arg(long, value_name = "API[,API]", default_value = "anthropic,openai")]
+    pub api: String,
+    #[command(flatten)]
+    pub timing: MockTiming,
 }
 
 #[derive(Debug, Args)]

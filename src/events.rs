@@ -39,6 +39,9 @@ pub(crate) struct ConnInfo {
     pub faulted: Mutex<Vec<(Arc<str>, &'static str)>>,
     /// When its phases began, for the close line (and the report).
     pub marks: Marks,
+    /// The API of the built-in mock that answers it in the upstream's
+    /// place (`--mock`): every line of it says so.
+    pub mock: Option<&'static str>,
 }
 
 /// A connection's destination: an address, formatted only when a line
@@ -283,6 +286,10 @@ pub(crate) struct Stats {
     pub http_requests: AtomicU64,
     /// HTTP/2 upstream connections dialled again after their GOAWAY.
     pub upstream_redials: AtomicU64,
+    /// Answers the built-in mock gave in an upstream's place (`--mock`),
+    /// and how many of them were the API's own refusals (4xx).
+    pub mock_answers: AtomicU64,
+    pub mock_refusals: AtomicU64,
     /// Requests at least one HTTP fault acted on.
     pub http_faulted_requests: AtomicU64,
     /// HTTP faults applied, by (kind, status answered: 0 when none was,
@@ -1142,6 +1149,17 @@ impl Events {
                 }
             ));
         }
+        let mocked = s.mock_answers.load(Ordering::Relaxed);
+        if mocked > 0 {
+            let refused = s.mock_refusals.load(Ordering::Relaxed);
+            out.push_str(&format!(
+                "  answered by the mock: {mocked} request(s){}\n",
+                match refused {
+                    0 => String::new(),
+                    n => format!(", {n} of them refused as the API refuses (4xx)"),
+                }
+            ));
+        }
         let redials = s.upstream_redials.load(Ordering::Relaxed);
         if redials > 0 {
             out.push_str(&format!(
@@ -1286,6 +1304,9 @@ fn conn_fields(c: &ConnInfo) -> Map<String, Value> {
     }
     if let Some(p) = &c.proxy {
         f.insert("proxy".into(), p.to_string().into());
+    }
+    if let Some(m) = c.mock {
+        f.insert("mock".into(), m.into());
     }
     f
 }

@@ -50,6 +50,10 @@
 //! * `tls` — the CA that signs (per run, or the user's) and its leaves,
 //!   terminating and re-originating TLS, reading a ClientHello without
 //!   consuming it, and a Java key store writer.
+//! * `mock` — the built-in upstream: the providers' wire formats
+//!   (Anthropic Messages, OpenAI Chat Completions and Responses) answered
+//!   with deterministic filler on a model of their timing (`netchaos
+//!   mock`, and `--mock` in a provider's place); it uses only leaves.
 //! * `relay` — listeners and the accept loop, one task per connection
 //!   (`relay::conn`), dialling (`relay::dial`), a fast path for fault-free
 //!   bytes (`relay::fast`) and fault pipelines (`relay::pipeline`). What it
@@ -84,6 +88,7 @@ pub(crate) mod fault;
 pub mod fuzzing;
 pub(crate) mod http;
 pub(crate) mod intercept;
+pub(crate) mod mock;
 pub(crate) mod netem;
 pub(crate) mod nofile;
 pub(crate) mod outfile;

@@ -251,6 +251,48 @@ pub(crate) struct ProxySpec {
     pub loc: String,
 }
 
+/// A host the built-in mock answers for, never dialled (`--mock API`,
+/// `[[mocks]]`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct MockSpec {
+    /// Lower case, no trailing dot.
+    pub host: String,
+    pub api: crate::mock::Api,
+    pub loc: String,
+}
+
+impl MockSpec {
+    /// `--mock anthropic,openai`: each API at its provider's host.
+    pub(crate) fn from_flag(s: &str) -> Result<Vec<MockSpec>, ProfileError> {
+        let loc = format!("--mock {s}");
+        let apis = crate::mock::Api::parse_list(s).map_err(|e| ProfileError::new(&loc, e))?;
+        Ok(apis
+            .into_iter()
+            .map(|api| MockSpec {
+                host: api.host().to_string(),
+                api,
+                loc: loc.clone(),
+            })
+            .collect())
+    }
+}
+
+/// Whether `host` is a DNS name a mock can answer for: letters, digits,
+/// hyphens and dots, labels of 1-63, at most 253 in all, not an address.
+pub(crate) fn is_mockable_host(host: &str) -> bool {
+    let h = host.trim_end_matches('.');
+    !h.is_empty()
+        && h.len() <= 253
+        && h.parse::<std::net::IpAddr>().is_err()
+        && h.split('.').all(|l| {
+            !l.is_empty()
+                && l.len() <= 63
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+                && l.chars().all(|c| c.is_ascii_alphanumeric() || c == '-')
+        })
+}
+
 /// The host part of `host:port` (`[v6]:port` unbracketed).
 pub(crate) fn upstream_host(upstream: &str) -> String {
     let host = upstream.rsplit_once(':').map_or(upstream, |(h, _)| h);
@@ -312,6 +354,8 @@ pub(crate) struct Plan {
     pub proxies: Vec<ProxySpec>,
     /// A profile asked for HTTPS interception (`tls = "intercept"`).
     pub tls_intercept: bool,
+    /// Hosts the built-in mock answers for.
+    pub mocks: Vec<MockSpec>,
 }
 
 impl Plan {
@@ -365,7 +409,47 @@ impl Plan {
                 }
             }
         }
+        let mut hosts: std::collections::HashMap<&str, &MockSpec> =
+            std::collections::HashMap::new();
+        for m in &self.mocks {
+            match hosts.insert(&m.host, m) {
+                Some(o) if o.api != m.api => {
+                    return Err(ProfileError::new(
+                        &m.loc,
+                        format!(
+                            "host {:?} is mocked as {} here and as {} at {}; a host speaks one API",
+                            m.host,
+                            m.api.name(),
+                            o.api.name(),
+                            o.loc
+                        ),
+                    ));
+                }
+                _ => {}
+            }
+        }
+        if self.mocks.len() > crate::mock::stands::MAX_HOSTS {
+            return Err(ProfileError::new(
+                &self.mocks[0].loc,
+                format!(
+                    "{} mocked hosts: at most {} can be",
+                    self.mocks.len(),
+                    crate::mock::stands::MAX_HOSTS
+                ),
+            ));
+        }
         Ok(())
+    }
+
+    /// The mocked hosts, each once, with its API.
+    pub(crate) fn mocked_hosts(&self) -> Vec<(String, crate::mock::Api)> {
+        let mut out: Vec<(String, crate::mock::Api)> = Vec::new();
+        for m in &self.mocks {
+            if !out.iter().any(|(h, _)| *h == m.host) {
+                out.push((m.host.clone(), m.api));
+            }
+        }
+        out
     }
 
     /// The first fault that only works inside `netchaos run`'s namespace
@@ -444,6 +528,12 @@ impl Plan {
                 p.listen,
                 if p.upstream_tls { "https://" } else { "" },
                 p.upstream
+            ));
+        }
+        for (host, api) in self.mocked_hosts() {
+            out.push_str(&format!(
+                "mock {host}: answered by the built-in mock ({} API), never dialled\n",
+                api.name()
             ));
         }
         if self.tls_intercept {

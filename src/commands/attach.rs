@@ -100,6 +100,7 @@ fn no_path_faults(plan: &crate::plan::Plan, command: &str) -> Result<()> {
 
 pub(super) fn attach(g: &Global, args: &AttachArgs) -> Result<u8> {
     let plan = profile::build_plan(&args.faults.profiles, &args.faults.faults, g.seed)?;
+    super::mocked::refuse(&plan, "attach")?;
     let api = ApiConfig::new(args.api.api, &args.api.access)?;
     let mut opts = args.relay.options()?;
     // HTTPS under attach needs a CA the container already trusts.
@@ -168,6 +169,8 @@ pub(super) fn attach(g: &Global, args: &AttachArgs) -> Result<u8> {
 /// `netchaos run --in-place -- CMD`.
 pub(super) fn in_place(g: &Global, args: &RunArgs) -> Result<u8> {
     let mut plan = profile::build_plan(&args.faults.profiles, &args.faults.faults, g.seed)?;
+    plan.mocks.extend(args.mock.specs()?);
+    super::mocked::refuse(&plan, "run --in-place")?;
     if let Some(d) = args.duration {
         stop_faults_after(&mut plan, d);
     }

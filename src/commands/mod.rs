@@ -8,6 +8,8 @@ mod check;
 mod clean;
 mod ctl;
 mod demo;
+mod mock;
+mod mocked;
 mod netem;
 mod proxy;
 mod report;
@@ -58,6 +60,7 @@ pub fn run(cli: Cli, matches: &ArgMatches) -> Result<u8> {
             Ok(0)
         }
         Command::Faults { name } => check::faults(name.as_deref()),
+        Command::Mock(args) => mock::run(&cli.global, args),
         Command::Demo(args) => demo::run(&cli.global, args),
         Command::Report(args) => report::run(args),
         Command::DemoClient { addr, pooled } => demo::client(addr, *pooled),

@@ -17,7 +17,10 @@ use crate::ruleset::RuleSet;
 pub(super) fn run(g: &Global, args: &ProxyArgs, m: &ArgMatches) -> Result<u8> {
     let mut plan = profile::build_plan(&args.faults.profiles, &args.faults.faults, g.seed)?;
     plan.proxies.extend(crate::cli::proxy_pairs(m)?);
+    plan.mocks.extend(args.mock.specs()?);
     plan.validate()?;
+    let mock_timing = args.mock.timing()?;
+    warn_if_nothing_mocked(&plan);
     if plan.proxies.is_empty() && args.api.api.is_none() {
         return Err(Error::Usage(
             "nothing to relay: give --listen ADDR --upstream HOST:PORT, or a profile with [[proxies]] \
@@ -40,10 +43,34 @@ pub(super) fn run(g: &Global, args: &ProxyArgs, m: &ArgMatches) -> Result<u8> {
         plan,
         api,
         &args.relay,
-        Mode::Proxy,
+        Mode::Proxy(mock_timing),
         tls,
         args.end,
     )
+}
+
+/// Warns when `--mock` or `[[mocks]]` names hosts no proxy relays to:
+/// under `proxy` only a proxy's upstream can be mocked.
+fn warn_if_nothing_mocked(plan: &Plan) {
+    if plan.mocks.is_empty() {
+        return;
+    }
+    let upstreams: Vec<String> = plan
+        .proxies
+        .iter()
+        .map(|p| crate::plan::upstream_host(&p.upstream).to_ascii_lowercase())
+        .collect();
+    for m in &plan.mocks {
+        if !upstreams.contains(&m.host) {
+            tracing::warn!(
+                "{}: no proxy's upstream is {}, so the mock answers nothing for it \
+                 (give --upstream {}:443, or use `netchaos run`)",
+                m.loc,
+                m.host,
+                m.host
+            );
+        }
+    }
 }
 
 pub(super) fn server(g: &Global, args: &ServerArgs) -> Result<u8> {
@@ -56,6 +83,7 @@ pub(super) fn server(g: &Global, args: &ServerArgs) -> Result<u8> {
         return Ok(0);
     }
     let plan = profile::build_plan(&args.faults.profiles, &args.faults.faults, g.seed)?;
+    super::mocked::refuse(&plan, "server")?;
     super::tls::check_tls_faults(
         &plan,
         false,
@@ -138,7 +166,8 @@ fn resolve_api_host(host: &str, port: u16) -> Result<std::net::SocketAddr> {
 
 /// Which command serves.
 enum Mode {
-    Proxy,
+    /// `proxy`, with the timing of its mock (if it has mocked hosts).
+    Proxy(crate::mock::Timing),
     /// `server`, with the text of its `-config` file, and whether it runs
     /// as toxiproxy-server (`--toxiproxy-compat`).
     Server(Option<String>, bool),
@@ -154,7 +183,7 @@ fn serve(
     ends: Option<relay::EndStyle>,
 ) -> Result<u8> {
     let name = match mode {
-        Mode::Proxy => "proxy",
+        Mode::Proxy(_) => "proxy",
         Mode::Server(..) => "server",
     };
     if let Some((rule, f)) = plan.namespace_only_fault() {
@@ -190,6 +219,12 @@ fn serve(
         announce_seed(plan.seed);
         events.start(plan.seed, name);
         events.plan(&plan);
+        let mock = match &mode {
+            Mode::Proxy(timing) => super::mocked::start(&plan, *timing, &events).await?,
+            Mode::Server(..) => None,
+        };
+        let mut opts = opts;
+        opts.mocks = mock.as_ref().map(|m| m.stands.clone());
         let relay = Relay::new(Arc::new(RuleSet::from_plan(&plan)), events.clone(), opts);
         let control = api_control(&relay, crate::control::Reach::Proxy, api.as_ref());
         for (p, l) in plan.proxies.iter().zip(listeners) {
@@ -246,6 +281,9 @@ fn serve(
         );
         stop.cancel();
         relay.shutdown(drain).await;
+        if let Some(m) = mock {
+            m.stop().await;
+        }
         recording.finish(plan.seed);
         Ok(0)
     })

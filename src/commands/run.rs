@@ -41,11 +41,16 @@ struct RunConfig {
     tls: Option<(super::tls::Prepared, TrustPlan)>,
     /// The command's environment (netchaos's, without its secrets).
     env: Vec<CString>,
+    /// The timing of the built-in mock (when the plan has mocked hosts).
+    mock_timing: crate::mock::Timing,
 }
 
 impl RunConfig {
     fn from_args(g: &Global, args: &RunArgs) -> Result<RunConfig> {
         let mut plan = profile::build_plan(&args.faults.profiles, &args.faults.faults, g.seed)?;
+        plan.mocks.extend(args.mock.specs()?);
+        plan.validate()?;
+        let mock_timing = args.mock.timing()?;
         if let Some(d) = args.duration {
             wrap::stop_faults_after(&mut plan, d);
         }
@@ -86,7 +91,9 @@ impl RunConfig {
             }
             (false, _) => privilege::Containment::Full,
         };
-        let tls = args.tls || plan.tls_intercept;
+        // The mock's hosts are reached over HTTPS as the real ones are:
+        // their TLS is ended with the run's CA.
+        let tls = args.tls || plan.tls_intercept || !plan.mocks.is_empty();
         super::tls::check_tls_faults(&plan, tls, "add --tls")?;
         let mut api = ApiConfig::new(args.api.api, &args.api.access)?;
         if let Some(api) = api.as_mut().filter(|_| args.api_for_command) {
@@ -113,6 +120,7 @@ impl RunConfig {
                         || matches!(f.kind, crate::fault::FaultKind::Respond(_))
                 })
             && args.api.api.is_none()
+            && plan.mocks.is_empty()
         {
             tracing::warn!(
                 "--tls: no rule has an HTTP or TLS fault or a respond, so no connection is terminated (every one stays a byte relay)"
@@ -129,6 +137,7 @@ impl RunConfig {
             argv,
             containment,
             env,
+            mock_timing,
         })
     }
 }
@@ -176,6 +185,7 @@ pub(super) fn run(g: &Global, args: &RunArgs) -> Result<u8> {
         containment,
         tls,
         env,
+        mock_timing,
     } = RunConfig::from_args(g, args)?;
     let mut opts = opts;
     // Host-side listeners first: a busy port stops us before anything runs.
@@ -222,6 +232,9 @@ pub(super) fn run(g: &Global, args: &RunArgs) -> Result<u8> {
     let plan = Arc::new(plan);
     let rt = runtime()?;
     let end = rt.block_on(async {
+        // Before the relay: it dials the mock in its hosts' place.
+        let mock = super::mocked::start(&plan, mock_timing, &events).await?;
+        opts.mocks = mock.as_ref().map(|m| m.stands.clone());
         let relay = Relay::new(Arc::new(RuleSet::from_plan(&plan)), events.clone(), opts);
         // Toxiproxy's byte series for the interception too (dashboards
         // read toxiproxy_proxy_*): one proxy, named as its connections are.
@@ -298,6 +311,9 @@ pub(super) fn run(g: &Global, args: &RunArgs) -> Result<u8> {
             .map_err(|e| Error::runtime(e.to_string()))?;
         api_stop.cancel();
         relay.shutdown(drain).await;
+        if let Some(m) = mock {
+            m.stop().await;
+        }
         for t in dns_tasks {
             t.abort();
         }

@@ -69,7 +69,14 @@ pub(crate) struct DnsLayer {
     pub(crate) tcp_slots: Arc<tokio::sync::Semaphore>,
     /// UDP answers being held back ([`MAX_HELD`]).
     pub(crate) held: Arc<tokio::sync::Semaphore>,
+    /// The hosts the built-in mock answers for: their names are answered
+    /// here, in the resolvers' place, with the addresses that lead to it.
+    mocks: Option<Arc<crate::mock::stands::Stands>>,
 }
+
+/// How long a mocked host's address may be cached (a resolver's typical
+/// TTL for an API host).
+const MOCK_TTL: u32 = 60;
 
 impl DnsLayer {
     pub(crate) fn new(
@@ -78,6 +85,7 @@ impl DnsLayer {
         epoch: Instant,
         names: Arc<NameTable>,
         resolvers: Arc<Vec<SocketAddr>>,
+        mocks: Option<Arc<crate::mock::stands::Stands>>,
     ) -> DnsLayer {
         DnsLayer {
             rules,
@@ -89,6 +97,7 @@ impl DnsLayer {
             resolvers,
             tcp_slots: Arc::new(tokio::sync::Semaphore::new(MAX_TCP)),
             held: Arc::new(tokio::sync::Semaphore::new(MAX_HELD)),
+            mocks,
         }
     }
 
@@ -100,7 +109,17 @@ impl DnsLayer {
         let at = Instant::now();
         let (seq, fresh) = self.number(client.ip(), transport, &query);
         let chosen = self.rules.query(&query.name, seq, self.epoch.elapsed());
-        let d = decide::decide(&chosen, &query, transport);
+        let mut d = decide::decide(&chosen, &query, transport);
+        // What would go to the resolvers, for a mocked host, is answered
+        // here: a fault on the name still acts first.
+        if d.action == Action::Forward
+            && let Some(s) = self.mocks.as_ref().and_then(|m| m.by_name(&query.name))
+        {
+            d.action = Action::Answer(decide::Made::Addresses {
+                addrs: mocked_answer(s, query.qtype),
+                ttl: MOCK_TTL,
+            });
+        }
         if fresh {
             self.events.dns_query();
             for c in &d.acting {
@@ -189,6 +208,16 @@ impl DnsLayer {
     }
 }
 
+/// A mocked host's records of type `qtype`: its address for A and AAAA,
+/// none (NOERROR, no data) for any other type.
+fn mocked_answer(s: &crate::mock::stands::Stand, qtype: u16) -> Vec<IpAddr> {
+    match qtype {
+        1 => vec![IpAddr::V4(s.v4)],
+        28 => vec![IpAddr::V6(s.v6)],
+        _ => Vec::new(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -226,6 +255,7 @@ mod tests {
             Instant::now(),
             Default::default(),
             Arc::new(Vec::new()),
+            None,
         )
     }
 

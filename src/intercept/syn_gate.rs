@@ -184,7 +184,13 @@ async fn close_if_abandoned(
                 if let Some(up) = &h.upstream {
                     relay::sockopt::set_linger_zero(up);
                 }
-                let info = conn_info(seq, &syn, host, relay, sandbox);
+                let mock = relay
+                    .opts
+                    .mocks
+                    .as_ref()
+                    .and_then(|m| m.by_ip(syn.dst.ip()))
+                    .map(|s| s.api.name());
+                let info = conn_info(seq, &syn, host, mock, (relay, sandbox));
                 abandoned(relay, &info);
             }
             return;
@@ -197,8 +203,8 @@ fn conn_info(
     seq: u64,
     syn: &Syn,
     host: Option<String>,
-    relay: &Arc<Relay>,
-    sandbox: &Arc<Sandbox>,
+    mock: Option<&'static str>,
+    (relay, sandbox): (&Arc<Relay>, &Arc<Sandbox>),
 ) -> Arc<ConnInfo> {
     Arc::new(ConnInfo {
         id: seq,
@@ -209,6 +215,7 @@ fn conn_info(
         counters: relay.events.stats.proxy(&sandbox.label),
         faulted: Default::default(),
         marks: Default::default(),
+        mock,
     })
 }
 
@@ -267,7 +274,17 @@ async fn decide(
     }
     let syn_at = queued.into_std();
     let seq = relay.next_seq();
-    let names = sandbox.names.names(syn.dst.ip());
+    let mut names = sandbox.names.names(syn.dst.ip());
+    // A host the built-in mock answers for: the mock is dialled instead.
+    let mocked = relay.opts.mocks.as_ref().and_then(|m| {
+        m.by_ip(syn.dst.ip())
+            .map(|s| (m.at(), s.host.clone(), s.api))
+    });
+    if let Some((_, host, _)) = &mocked
+        && !names.contains(host)
+    {
+        names.insert(0, host.clone());
+    }
     let meta = ConnMeta {
         flow: Flow::Outbound,
         proxy: None,
@@ -278,7 +295,13 @@ async fn decide(
     let elapsed = relay.epoch.elapsed();
     let mut faults = relay.rules.connect(&meta, seq);
     let chosen = faults.chosen(elapsed);
-    let info = conn_info(seq, &syn, names.first().cloned(), relay, sandbox);
+    let info = conn_info(
+        seq,
+        &syn,
+        names.first().cloned(),
+        mocked.as_ref().map(|(_, _, api)| api.name()),
+        (relay, sandbox),
+    );
     let hit = |c: &Chosen| {
         FaultHit::new(
             relay.events.clone(),
@@ -334,8 +357,8 @@ async fn decide(
     // addresses are never dialled from the host, where they would be
     // someone else: nothing listening inside is a refusal, as it would be
     // without netchaos.
-    let from_inside = sandbox.dials_inside();
-    let later = !from_inside && sandbox.route(syn.dst) == Route::Inside;
+    let from_inside = sandbox.dials_inside() && mocked.is_none();
+    let later = !from_inside && mocked.is_none() && sandbox.route(syn.dst) == Route::Inside;
     if later && dial && sandbox.is_own(syn.dst) && !sandbox.listens_inside(syn.dst) {
         ended(Outcome::DialFailed);
         return (gate_fate(SynFate::Refuse, 0), None);
@@ -346,15 +369,17 @@ async fn decide(
         let inside: Option<Arc<dyn relay::Interception>> =
             from_inside.then(|| sandbox.clone() as Arc<dyn relay::Interception>);
         let shape = relay::dial::Shape::for_faults(&chosen);
-        let dialling = relay::dial::dial(
-            syn.dst,
-            relay.opts.dial_timeout,
-            inside.as_ref(),
-            shape,
-            relay::own::Dialer::Client {
-                port: Some(syn.src.port()),
-            },
-        );
+        let (to, dialer) = match &mocked {
+            Some((at, ..)) => (*at, relay::own::Dialer::Netchaos),
+            None => (
+                syn.dst,
+                relay::own::Dialer::Client {
+                    port: Some(syn.src.port()),
+                },
+            ),
+        };
+        let dialling =
+            relay::dial::dial(to, relay.opts.dial_timeout, inside.as_ref(), shape, dialer);
         // A dial lasts no longer than the client's attempt: when the
         // client gives up, the relay's SYNs stop too.
         let dialled = tokio::select! {

@@ -24,6 +24,8 @@ pub(crate) struct ProfileDoc {
     pub seed: Option<u64>,
     pub rules: Vec<Rule>,
     pub proxies: Vec<ProxySpec>,
+    /// `[[mocks]]`: hosts the built-in mock answers for.
+    pub mocks: Vec<plan::MockSpec>,
     /// Host-level shaping for `netchaos netem apply -p`.
     pub netem: Option<crate::netem::Netem>,
     /// `tls = "intercept"`: HTTPS is terminated for HTTP and TLS faults (`run`).
@@ -90,6 +92,10 @@ pub(crate) fn parse(
     for (i, node) in top.tables("proxies")?.into_iter().enumerate() {
         proxies.push(parse_proxy(i, node)?);
     }
+    let mut mocks = Vec::new();
+    for (i, node) in top.tables("mocks")?.into_iter().enumerate() {
+        mocks.push(parse_mock(i, node)?);
+    }
     let tls_intercept = top.choice("tls", &["intercept", "off"])? == Some("intercept");
     let netem = match top.take("netem") {
         Some(node) => {
@@ -107,6 +113,7 @@ pub(crate) fn parse(
         seed,
         rules,
         proxies,
+        mocks,
         netem,
         tls_intercept,
     })
@@ -231,6 +238,39 @@ fn parse_proxy(i: usize, node: Node) -> Result<ProxySpec, ProfileError> {
     })
 }
 
+/// `[[mocks]]`: `api` (`anthropic` or `openai`) and `host` (the API's
+/// own host by default).
+fn parse_mock(i: usize, node: Node) -> Result<plan::MockSpec, ProfileError> {
+    let loc = node.loc.clone();
+    let mut f = Fields::new(format!("mocks[{i}]"), node)?;
+    let api_node = f
+        .take("api")
+        .ok_or_else(|| f.table_error("missing \"api\" (\"anthropic\" or \"openai\")"))?;
+    let api_text = node_text(&api_node);
+    let api = match api_node.value {
+        Value::Str(_) => {
+            crate::mock::Api::parse(&api_text).map_err(|e| f.error("api", &api_node.loc, e))?
+        }
+        _ => return Err(f.error("api", &api_node.loc, "expected a string")),
+    };
+    let host = match f.take("host") {
+        Some(n) => {
+            let text = node_text(&n);
+            if !matches!(n.value, Value::Str(_)) || !plan::is_mockable_host(&text) {
+                return Err(f.error(
+                    "host",
+                    &n.loc,
+                    format!("expected a host name like \"api.anthropic.com\", got {text:?}"),
+                ));
+            }
+            text.trim_end_matches('.').to_ascii_lowercase()
+        }
+        None => api.host().to_string(),
+    };
+    f.finish()?;
+    Ok(plan::MockSpec { host, api, loc })
+}
+
 /// Parses `TYPE:key=value,key=value` (values may be double-quoted to hold
 /// commas; `\n`, `\r`, `\"` and `\\` escapes work inside quotes).
 pub(crate) fn parse_fault_flag(spec: &str) -> Result<FaultSpec, ProfileError> {
@@ -345,6 +385,7 @@ pub(crate) fn build_plan(
         }
         plan.rules.extend(doc.rules.into_iter().map(Arc::new));
         plan.proxies.extend(doc.proxies);
+        plan.mocks.extend(doc.mocks);
         plan.tls_intercept |= doc.tls_intercept;
     }
     if !faults.is_empty() {

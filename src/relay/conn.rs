@@ -59,7 +59,7 @@ pub(crate) async fn serve(
     };
     // A client the SYN gate let through comes with its decisions and its
     // upstream, dialled while its SYN was held.
-    let mut dest = dial::destination(&ep, &client).await;
+    let mut dest = dial::destination(&ep, &client, relay.opts.mocks.as_deref()).await;
     let first = dest.addrs.first().copied();
     // The namespace's DNS over TCP belongs to the DNS layer.
     if let (Target::Transparent(_), Some(dst)) = (&ep.target, first)
@@ -98,6 +98,11 @@ pub(crate) async fn serve(
     let (seq, mut faults, upstream) = match handoff {
         Some(h) => {
             dest.names = h.names;
+            if let Some(m) = &dest.mock
+                && !dest.names.contains(&m.host)
+            {
+                dest.names.insert(0, m.host.clone());
+            }
             syn_at = Some(h.syn_at);
             (h.seq, h.faults, h.upstream)
         }
@@ -122,6 +127,7 @@ pub(crate) async fn serve(
         counters: relay.events.stats.proxy(&ep.name),
         faulted: Default::default(),
         marks: Default::default(),
+        mock: dest.mock.as_ref().map(|m| m.api.name()),
     });
     if let Some(at) = syn_at {
         info.marks.syn(at);
@@ -281,10 +287,14 @@ impl Conn<'_> {
             return (Outcome::DialFailed, [0, 0]);
         }
         // Without the SYN gate (explicit proxies), a failed dial can only
-        // reset the client, which has already connected to us.
+        // reset the client, which has already connected to us. A mocked
+        // host's connection goes to the mock, from netchaos's own place.
         let upstream = match dialled {
             Some(s) => s,
-            None => match self.dial(&dest.addrs, dest.dial_from().as_ref()).await {
+            None => match match &dest.mock {
+                Some(m) => self.dial_mock(m.at).await,
+                None => self.dial(&dest.addrs, dest.dial_from().as_ref()).await,
+            } {
                 Ok(s) => s,
                 Err(e) => {
                     self.relay
@@ -302,10 +312,14 @@ impl Conn<'_> {
             self.partitioned(&first),
         );
         self.capped[1].store(grows, Ordering::Relaxed);
-        if http::wanted(&first, self.tls, self.protocol) {
+        // The mock speaks HTTP in the clear: a mocked connection always
+        // goes through the HTTP layer, which ends the client's TLS.
+        let mocked = dest.mock.is_some();
+        if mocked || http::wanted(&first, self.tls, self.protocol) {
             let dst = dest.addrs.first().copied();
-            let inside = dest.dial_from();
-            if let Some(done) = Box::pin(self.http(client, &upstream, self.tls, dst, inside)).await
+            let inside = if mocked { None } else { dest.dial_from() };
+            if let Some(done) =
+                Box::pin(self.http(client, &upstream, self.tls, dst, inside, mocked)).await
             {
                 return done;
             }
@@ -343,6 +357,19 @@ impl Conn<'_> {
             }
         }
         Err(last)
+    }
+
+    /// Connects to the mock standing in for the upstream: from netchaos's
+    /// own namespace, as netchaos (not on the client's behalf).
+    async fn dial_mock(&self, at: SocketAddr) -> Result<TcpStream, DialError> {
+        dial::dial(
+            at,
+            self.relay.opts.dial_timeout,
+            None,
+            dial::Shape::Native,
+            super::own::Dialer::Netchaos,
+        )
+        .await
     }
 
     fn hit(&self, c: &Chosen, dir: Option<Direction>) -> FaultHit {

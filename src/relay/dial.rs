@@ -30,6 +30,27 @@ pub(crate) struct Dest {
     routed: Option<Arc<dyn Interception>>,
     /// Why there is no address, if there is none.
     pub error: Option<(&'static str, String)>,
+    /// A host the built-in mock answers for: dialled at the mock instead.
+    pub mock: Option<Mocked>,
+}
+
+/// A connection the mock answers in the upstream's place.
+#[derive(Debug, Clone)]
+pub(crate) struct Mocked {
+    /// Where the mock listens (netchaos's own namespace).
+    pub at: SocketAddr,
+    pub host: String,
+    pub api: crate::mock::Api,
+}
+
+impl Mocked {
+    fn of(s: &crate::mock::stands::Stand, stands: &crate::mock::stands::Stands) -> Mocked {
+        Mocked {
+            at: stands.at(),
+            host: s.host.clone(),
+            api: s.api,
+        }
+    }
 }
 
 impl Dest {
@@ -47,7 +68,13 @@ impl Dest {
     }
 }
 
-pub(crate) async fn destination(ep: &Endpoint, client: &TcpStream) -> Dest {
+/// Where a client of `ep` goes; a host in `mocks` goes to the mock
+/// (a configured upstream is then not even resolved).
+pub(crate) async fn destination(
+    ep: &Endpoint,
+    client: &TcpStream,
+    mocks: Option<&crate::mock::stands::Stands>,
+) -> Dest {
     let mut d = Dest {
         addrs: Vec::new(),
         names: Vec::new(),
@@ -55,10 +82,24 @@ pub(crate) async fn destination(ep: &Endpoint, client: &TcpStream) -> Dest {
         inside: None,
         routed: None,
         error: None,
+        mock: None,
     };
     match &ep.target {
         Target::Fixed(upstream) => {
             d.label = upstream.clone();
+            let host = crate::plan::upstream_host(upstream);
+            // The host's stand-in address, with the upstream's port: as
+            // under `run`, where the DNS layer gives it.
+            if let Some((m, s)) = mocks.and_then(|m| m.by_name(&host).map(|s| (m, s))) {
+                let port = upstream
+                    .rsplit_once(':')
+                    .and_then(|(_, p)| p.parse().ok())
+                    .unwrap_or(443);
+                d.names.push(s.host.clone());
+                d.addrs.push(SocketAddr::from((s.v4, port)));
+                d.mock = Some(Mocked::of(s, m));
+                return d;
+            }
             match resolve(upstream).await {
                 Ok((host, addrs)) => {
                     d.names.extend(host);
@@ -72,6 +113,12 @@ pub(crate) async fn destination(ep: &Endpoint, client: &TcpStream) -> Dest {
                 d.names = ns.names(dst.ip());
                 d.routed = Some(ns.clone());
                 d.addrs.push(scoped(dst));
+                if let Some((m, s)) = mocks.and_then(|m| m.by_ip(dst.ip()).map(|s| (m, s))) {
+                    if !d.names.contains(&s.host) {
+                        d.names.insert(0, s.host.clone());
+                    }
+                    d.mock = Some(Mocked::of(s, m));
+                }
             }
             Err(e) => {
                 d.label = "unknown".into();

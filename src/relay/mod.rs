@@ -150,6 +150,9 @@ pub(crate) struct RelayOptions {
     /// `--end`: how every explicit endpoint ends given-up connections
     /// (`None`: each kind's default).
     pub ends: Option<EndStyle>,
+    /// The hosts the built-in mock answers for (`--mock`), never dialled:
+    /// their connections go to the mock instead.
+    pub mocks: Option<Arc<crate::mock::stands::Stands>>,
 }
 
 impl Default for RelayOptions {
@@ -160,6 +163,7 @@ impl Default for RelayOptions {
             peer_timeout: DEFAULT_PEER_TIMEOUT,
             tls: None,
             ends: None,
+            mocks: None,
         }
     }
 }
@@ -179,6 +183,7 @@ impl RelayOptions {
             peer_timeout: peer_timeout_from_env()?,
             tls: None,
             ends: None,
+            mocks: None,
         })
     }
 }
@@ -301,6 +306,7 @@ impl Relay {
             self.epoch,
             names,
             Arc::new(resolvers),
+            self.opts.mocks.clone(),
         ));
         let _ = self.dns.set((layer.clone(), inside));
         layer

@@ -493,10 +493,14 @@ impl Builder {
             }
             return Some(Slot::Untracked);
         }
-        let dst = match v.get("host").and_then(Value::as_str) {
+        let mut dst = match v.get("host").and_then(Value::as_str) {
             Some(h) => format!("{h} ({})", s(v, "dst")),
             None => s(v, "dst"),
         };
+        // Answered by the built-in mock, not the real upstream.
+        if let Some(api) = v.get("mock").and_then(Value::as_str) {
+            dst.push_str(&format!(" [mock: {api}]"));
+        }
         let key = match v.get("proxy").and_then(Value::as_str) {
             Some(p) => format!("{p} → {dst}"),
             None => dst.clone(),
@@ -1057,6 +1061,21 @@ not json
 
     /// `phase = "response"`: the upstream answered, netchaos replaced the
     /// answer (or lost it); the report keeps both.
+    /// A connection the built-in mock answered says so where its
+    /// destination is named.
+    #[test]
+    fn mocked_connections_are_marked() {
+        let log = LOG.replace(
+            r#""dst":"127.0.0.1:80","proxy":"p"}"#,
+            r#""dst":"198.18.0.1:443","host":"api.anthropic.com","proxy":"p","mock":"anthropic"}"#,
+        );
+        let m = from_lines([log.lines()]);
+        assert_eq!(
+            m.conns[0].dst,
+            "api.anthropic.com (198.18.0.1:443) [mock: anthropic]"
+        );
+    }
+
     #[test]
     fn a_replaced_response_keeps_the_upstreams_status() {
         let line = |t: f64, ev: &str, rest: &str| {

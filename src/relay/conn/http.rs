@@ -117,6 +117,8 @@ pub(super) fn wanted(chosen: &[Chosen], ep: &EndpointTls, protocol: Option<Proto
 impl Conn<'_> {
     /// Runs the connection through the HTTP layer; `None` when it carries
     /// something else, untouched: the caller relays it as bytes.
+    /// `mocked`: the upstream is the built-in mock, spoken to in the clear
+    /// whatever TLS the endpoint would speak to the real one.
     pub(super) async fn http(
         &self,
         client: &TcpStream,
@@ -124,6 +126,7 @@ impl Conn<'_> {
         ep: &EndpointTls,
         dst: Option<SocketAddr>,
         inside: Option<Arc<dyn Interception>>,
+        mocked: bool,
     ) -> Option<(Outcome, [u64; 2])> {
         let tls = self.relay.opts.tls.clone();
         let carries = if ep.serve {
@@ -145,7 +148,7 @@ impl Conn<'_> {
             Carries::Other => return None,
             Carries::Http | Carries::H2 => {
                 let h2 = matches!(carries, Carries::H2);
-                let up = match &ep.upstream {
+                let up = match ep.upstream.as_ref().filter(|_| !mocked) {
                     // No client's TLS to decide: only a trusted upstream.
                     Some(name) => match self
                         .tls_upstream(upstream, name, offer_for(h2))
@@ -218,7 +221,13 @@ impl Conn<'_> {
                 // upstream, HTTP/1.1 when it offers it; with it, what the
                 // upstream chose of what the client offered.
                 let mut agree = hello.agreed();
-                let up = if ep.serve && ep.upstream.is_none() {
+                // The mock speaks both, as the providers' hosts do: the
+                // client gets HTTP/2 where it offers it, as it would there.
+                if mocked && faulty.is_none() && hello.offers_h2() {
+                    h2 = true;
+                    agree = Some(tls::H2.to_vec());
+                }
+                let up = if (ep.serve && ep.upstream.is_none()) || mocked {
                     Side::plain(upstream)
                 } else {
                     let up_name = ep.upstream.clone().unwrap_or_else(|| name.clone());

@@ -1,0 +1,539 @@
+//! The built-in upstream (`netchaos mock`) with the official SDKs, Python
+//! `anthropic` and `openai`, pointed at it by `base_url`: their JSON and
+//! streaming calls parse, token counting works, a malformed request
+//! raises the SDK's own error, a seed replays its answers, and the timing
+//! model holds at the client.
+
+mod support;
+
+use support::*;
+
+/// Whether python3 has the SDK `module` (skipped otherwise, which CI does
+/// not allow).
+fn has_sdk(module: &str) -> bool {
+    if !need(&["python3"]) {
+        return false;
+    }
+    if python(&format!("import {module}"), &[]).0 == 0 {
+        return true;
+    }
+    assert!(
+        !in_ci(),
+        "{module} is required in CI (scripts/test.sh installs it)"
+    );
+    eprintln!("SKIPPED: python3 has no {module}");
+    false
+}
+
+/// `netchaos mock` on a free port with `args`.
+fn mock(args: &[&str]) -> Proxy {
+    let mut all = vec!["--listen", "127.0.0.1:0"];
+    all.extend(args);
+    let p = Proxy::start_cmd("mock", &all);
+    assert!(!p.addrs.is_empty(), "no listener:\n{}", p.stderr());
+    p
+}
+
+/// Fast answers for tests that do not time them.
+const FAST: &[&str] = &["--ttft", "5ms", "--tokens-per-s", "2000"];
+
+const ANTHROPIC_CALLS: &str = r#"
+import sys, anthropic
+c = anthropic.Anthropic(base_url=sys.argv[1], api_key="dummy", max_retries=0)
+ask = [{"role": "user", "content": "Tell me about the sea"}]
+m = c.messages.create(model="claude-sonnet-4-5", max_tokens=12, messages=ask)
+words = m.content[0].text.split()
+print("json", m.type, m.role, len(words), m.stop_reason, m.usage.input_tokens, m.usage.output_tokens)
+with c.messages.stream(model="claude-haiku-4-5", max_tokens=4000, messages=ask) as s:
+    text = "".join(s.text_stream)
+    final = s.get_final_message()
+print("stream", final.stop_reason, final.usage.output_tokens == len(text.split()),
+      text == final.content[0].text, text.endswith("."))
+print("count", c.messages.count_tokens(model="claude-sonnet-4-5", messages=ask).input_tokens)
+for kwargs, error in [
+    (dict(model="claude-sonnet-4-5", messages=ask), anthropic.BadRequestError),
+    (dict(model="no-such-model", max_tokens=5, messages=ask), anthropic.NotFoundError),
+]:
+    try:
+        c.messages.create(**kwargs) if "max_tokens" in kwargs else c.post(
+            "/v1/messages", body=kwargs, cast_to=object)
+        print("no error")
+    except error as e:
+        print(type(e).__name__, e.status_code, e.body["error"]["type"], e.request_id.startswith("req_"))
+r = c.messages.with_raw_response.create(model="claude-sonnet-4-5", max_tokens=3, messages=ask)
+print("headers", r.headers["content-type"], r.headers["anthropic-ratelimit-requests-limit"],
+      r.request_id != c.messages.with_raw_response.create(
+          model="claude-sonnet-4-5", max_tokens=3, messages=ask).request_id)
+print("text", m.content[0].text)
+"#;
+
+#[test]
+fn anthropics_sdk_gets_messages_streams_counts_and_its_own_errors() {
+    if !has_sdk("anthropic") {
+        return;
+    }
+    let p = mock(&[&["--api", "anthropic", "--seed", "11"], FAST].concat());
+    let (rc, out, err) = python(ANTHROPIC_CALLS, &[&format!("http://{}", p.addr())]);
+    assert_eq!(rc, 0, "{err}\n{}", p.stderr());
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines[0], "json message assistant 12 max_tokens 6 12",
+        "{out}"
+    );
+    assert_eq!(lines[1], "stream end_turn True True True", "{out}");
+    assert_eq!(lines[2], "count 6", "{out}");
+    assert_eq!(
+        lines[3], "BadRequestError 400 invalid_request_error True",
+        "{out}"
+    );
+    assert_eq!(lines[4], "NotFoundError 404 not_found_error True", "{out}");
+    assert_eq!(
+        lines[5], "headers application/json 4000 True",
+        "unique request ids: {out}"
+    );
+    // The same seed and request: the same text, from another process.
+    let again = mock(&[&["--api", "anthropic", "--seed", "11"], FAST].concat());
+    let (_, out2, err) = python(ANTHROPIC_CALLS, &[&format!("http://{}", again.addr())]);
+    assert_eq!(out2.lines().last(), out.lines().last(), "{err}");
+    let other = mock(&[&["--api", "anthropic", "--seed", "12"], FAST].concat());
+    let (_, out3, err) = python(ANTHROPIC_CALLS, &[&format!("http://{}", other.addr())]);
+    assert_ne!(out3.lines().last(), out.lines().last(), "{err}");
+    let (status, log) = p.stop();
+    assert!(status.success(), "SIGTERM ends it cleanly: {status}\n{log}");
+}
+
+const OPENAI_CALLS: &str = r#"
+import sys, openai
+c = openai.OpenAI(base_url=sys.argv[1] + "/v1", api_key="dummy", max_retries=0)
+ask = [{"role": "user", "content": "Tell me about the sea"}]
+r = c.chat.completions.create(model="gpt-4o-mini", messages=ask, max_completion_tokens=7)
+ch = r.choices[0]
+print("json", r.object, len(ch.message.content.split()), ch.finish_reason, r.usage.prompt_tokens,
+      r.usage.completion_tokens, r.usage.total_tokens)
+parts, usage, finish = [], None, None
+for chunk in c.chat.completions.create(model="gpt-4o-mini", messages=ask, stream=True,
+                                       stream_options={"include_usage": True}):
+    if chunk.choices:
+        parts.append(chunk.choices[0].delta.content or "")
+        finish = chunk.choices[0].finish_reason or finish
+    if chunk.usage:
+        usage = chunk.usage
+text = "".join(parts)
+print("stream", finish, usage.completion_tokens == len(text.split()), text.endswith("."))
+resp = c.responses.create(model="gpt-4.1-mini", input="Tell me", max_output_tokens=16)
+print("responses", resp.status, resp.incomplete_details.reason, len(resp.output_text.split()),
+      resp.usage.output_tokens)
+with c.responses.stream(model="gpt-4.1-mini", input="Tell me") as s:
+    deltas = "".join(e.delta for e in s if e.type == "response.output_text.delta")
+    final = s.get_final_response()
+print("responses-stream", final.status, deltas == final.output_text)
+for kwargs, error in [
+    (dict(model="gpt-4o-mini", messages=[]), openai.BadRequestError),
+    (dict(model="claude-x", messages=ask), openai.NotFoundError),
+]:
+    try:
+        c.chat.completions.create(**kwargs)
+        print("no error")
+    except error as e:
+        print(type(e).__name__, e.status_code, e.code)
+try:
+    c.post("/chat/completions", body={"messages": ask}, cast_to=object)
+except openai.BadRequestError as e:
+    print("no model", e.status_code, e.message.endswith("you must provide a model parameter"))
+raw = c.chat.completions.with_raw_response.create(model="gpt-4o-mini", messages=ask, max_tokens=2)
+print("headers", raw.headers["x-request-id"].startswith("req_"), raw.headers["x-ratelimit-limit-requests"])
+print("text", ch.message.content)
+"#;
+
+#[test]
+fn openais_sdk_gets_chat_completions_responses_and_its_own_errors() {
+    if !has_sdk("openai") {
+        return;
+    }
+    let p = mock(&[&["--api", "openai", "--seed", "3"], FAST].concat());
+    let (rc, out, err) = python(OPENAI_CALLS, &[&format!("http://{}", p.addr())]);
+    assert_eq!(rc, 0, "{err}\n{}", p.stderr());
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], "json chat.completion 7 length 6 7 13", "{out}");
+    assert_eq!(lines[1], "stream stop True True", "{out}");
+    assert_eq!(
+        lines[2], "responses incomplete max_output_tokens 16 16",
+        "{out}"
+    );
+    assert_eq!(lines[3], "responses-stream completed True", "{out}");
+    assert_eq!(lines[4], "BadRequestError 400 empty_array", "{out}");
+    assert_eq!(lines[5], "NotFoundError 404 model_not_found", "{out}");
+    assert_eq!(lines[6], "no model 400 True", "{out}");
+    assert_eq!(lines[7], "headers True 10000", "{out}");
+    let again = mock(&[&["--api", "openai", "--seed", "3"], FAST].concat());
+    let (_, out2, err) = python(OPENAI_CALLS, &[&format!("http://{}", again.addr())]);
+    assert_eq!(out2.lines().last(), out.lines().last(), "{err}");
+}
+
+/// Both APIs on one port, told apart by path; HTTP/2 with prior
+/// knowledge too.
+#[test]
+fn one_mock_serves_both_apis_and_h2c() {
+    if !need(&["curl"]) {
+        return;
+    }
+    let p = mock(FAST);
+    let base = format!("http://{}", p.addr());
+    let curl = |path: &str, headers: &[&str], body: &str, h2: bool| {
+        let mut args = vec!["-sS", "-o", "-", "-w", "\n%{http_code} %{http_version}"];
+        if h2 {
+            args.push("--http2-prior-knowledge");
+        }
+        for h in headers {
+            args.extend(["-H", h]);
+        }
+        let url = format!("{base}{path}");
+        args.extend(["-H", "content-type: application/json", "-d", body, &url]);
+        let out = std::process::Command::new("curl")
+            .args(&args)
+            .output()
+            .expect("curl");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let anthropic = curl(
+        "/v1/messages",
+        &["x-api-key: k", "anthropic-version: 2023-06-01"],
+        r#"{"model":"claude-x","max_tokens":3,"messages":[{"role":"user","content":"hi"}]}"#,
+        true,
+    );
+    assert!(anthropic.ends_with("\n200 2"), "{anthropic}");
+    assert!(anthropic.contains(r#""type":"message""#), "{anthropic}");
+    let openai = curl(
+        "/v1/chat/completions",
+        &["authorization: Bearer k"],
+        r#"{"model":"gpt-4o","max_tokens":3,"stream":true,"messages":[{"role":"user","content":"hi"}]}"#,
+        false,
+    );
+    assert!(openai.ends_with("data: [DONE]\n\n\n200 1.1"), "{openai}");
+    let unknown = curl("/v1/embeddings", &[], "{}", false);
+    assert!(unknown.ends_with("\n404 1.1"), "{unknown}");
+    assert!(
+        unknown.contains(r#""error":{"#),
+        "OpenAI's envelope: {unknown}"
+    );
+}
+
+/// The client sees the time to first token and the rate it was given,
+/// within 10 % (the median of several answers).
+#[test]
+fn the_timing_model_holds_at_the_client() {
+    if !has_sdk("anthropic") {
+        return;
+    }
+    let p = mock(&["--ttft", "200ms±10ms", "--tokens-per-s", "200"]);
+    let code = r#"
+import sys, time, statistics, anthropic
+c = anthropic.Anthropic(base_url=sys.argv[1], api_key="dummy", max_retries=0)
+c.messages.count_tokens(model="claude-x", messages=[{"role": "user", "content": "warm"}])
+ttfts, rates = [], []
+for i in range(7):
+    start = time.perf_counter()
+    times = []
+    with c.messages.stream(model="claude-x", max_tokens=20,
+                           messages=[{"role": "user", "content": f"question {i}"}]) as s:
+        for _ in s.text_stream:
+            times.append(time.perf_counter())
+    assert len(times) == 20, len(times)
+    ttfts.append(times[0] - start)
+    rates.append((len(times) - 1) / (times[-1] - times[0]))
+print(round(statistics.median(ttfts) * 1000), round(statistics.median(rates)))
+"#;
+    let (rc, out, err) = python(code, &[&format!("http://{}", p.addr())]);
+    assert_eq!(rc, 0, "{err}");
+    let v: Vec<f64> = out.split_whitespace().map(|x| x.parse().unwrap()).collect();
+    assert!((180.0..=220.0).contains(&v[0]), "ttft {} ms", v[0]);
+    assert!((180.0..=220.0).contains(&v[1]), "{} tokens/s", v[1]);
+}
+
+#[test]
+fn bad_flags_are_refused_before_it_starts() {
+    for (args, says) in [
+        (&["--api", "gemini"][..], "gemini"),
+        (&["--ttft", "100ms±1s"][..], "larger"),
+        (&["--tokens-per-s", "0"][..], "above 0"),
+        (&["--listen", "nowhere"][..], "--listen"),
+    ] {
+        let mut all = vec!["mock"];
+        all.extend(args);
+        let (rc, _, err) = netchaos(&all);
+        assert_eq!(rc, 2, "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+}
+
+/// A resolver file naming a port where nothing listens: a query the DNS
+/// layer forwarded would go unanswered (no test uses the machine's).
+fn no_resolver() -> (tempfile::TempDir, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let closed = {
+        let l = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let path = dir.path().join("resolv.conf");
+    std::fs::write(&path, format!("nameserver 127.0.0.1:{closed}\n")).unwrap();
+    let path = path.display().to_string();
+    (dir, path)
+}
+
+/// Both official SDKs with their default base URLs (HTTPS to the real
+/// hosts), a dummy key and no network: answered by the mock.
+const HERMETIC: &str = r#"
+import anthropic, openai
+a = anthropic.Anthropic(api_key="dummy", max_retries=0)
+ask = [{"role": "user", "content": "Tell me about the sea"}]
+m = a.messages.create(model="claude-sonnet-4-5", max_tokens=9, messages=ask)
+print("anthropic", m.stop_reason, m.usage.output_tokens, len(m.content[0].text.split()))
+with a.messages.stream(model="claude-sonnet-4-5", max_tokens=4000, messages=ask) as s:
+    text = "".join(s.text_stream)
+print("anthropic-stream", s.get_final_message().stop_reason, text.endswith("."))
+print("count", a.messages.count_tokens(model="claude-sonnet-4-5", messages=ask).input_tokens)
+try:
+    a.post("/v1/messages", body={"model": "claude-sonnet-4-5", "messages": ask}, cast_to=object)
+except anthropic.BadRequestError as e:
+    print("anthropic", type(e).__name__, e.body["error"]["message"])
+o = openai.OpenAI(api_key="dummy", max_retries=0)
+c = o.chat.completions.create(model="gpt-4o-mini", messages=ask, max_completion_tokens=5)
+print("openai", c.choices[0].finish_reason, c.usage.completion_tokens)
+parts = [ch.choices[0].delta.content or "" for ch in o.chat.completions.create(
+    model="gpt-4o-mini", messages=ask, stream=True) if ch.choices]
+print("openai-stream", "".join(parts).endswith("."))
+try:
+    o.chat.completions.create(model="gpt-4o-mini", messages=[])
+except openai.BadRequestError as e:
+    print("openai", type(e).__name__, e.code)
+print("text", m.content[0].text, c.choices[0].message.content)
+"#;
+
+/// `run --mock`: the SDKs reach https://api.anthropic.com and
+/// https://api.openai.com as they are, in a namespace with no route
+/// anywhere and no resolver; nothing is dialled but the mock, every
+/// connection is marked in the event log, and the seed replays the text.
+#[test]
+fn run_mock_answers_the_sdks_default_hosts_with_no_network() {
+    if !has_sdk("anthropic") || !has_sdk("openai") || !need(&["ip", "nft"]) {
+        return;
+    }
+    let (_dir, resolv) = no_resolver();
+    let events = tempfile::NamedTempFile::new().unwrap();
+    let ev = events.path().display().to_string();
+    let run = |ev: &str| {
+        wrapped(
+            &[
+                "--mock",
+                "anthropic,openai",
+                "--mock-ttft",
+                "5ms",
+                "--mock-tokens-per-s",
+                "2000",
+                "--seed",
+                "21",
+                "--resolv-conf",
+                &resolv,
+                "--events",
+                ev,
+            ],
+            &["python3", "-c", HERMETIC],
+        )
+    };
+    let (code, out, err) = run(&ev);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines[..7],
+        [
+            "anthropic max_tokens 9 9",
+            "anthropic-stream end_turn True",
+            "count 6",
+            "anthropic BadRequestError max_tokens: Field required",
+            "openai length 5",
+            "openai-stream True",
+            "openai BadRequestError empty_array",
+        ],
+        "{out}\n{err}"
+    );
+    assert!(
+        err.contains("answered by the mock: 7 request(s), 2 of them refused"),
+        "{err}"
+    );
+    let log = read_events(events.path());
+    let opens: Vec<&serde_json::Value> = log.iter().filter(|e| e["event"] == "open").collect();
+    assert!(!opens.is_empty());
+    for o in &opens {
+        assert!(
+            o["mock"] == "anthropic" || o["mock"] == "openai",
+            "every connection went to the mock: {o}"
+        );
+        assert!(["api.anthropic.com", "api.openai.com"].contains(&o["host"].as_str().unwrap()));
+    }
+    assert!(
+        !log.iter().any(|e| e["event"] == "error"),
+        "nothing was dialled but the mock: {log:?}"
+    );
+    let answered = log.iter().filter(|e| e["event"] == "response").count();
+    assert_eq!(answered, 7, "each answer is marked");
+    // The same seed: the same answers, in another run.
+    let again = tempfile::NamedTempFile::new().unwrap();
+    let (_, out2, err) = run(&again.path().display().to_string());
+    assert_eq!(out2.lines().last(), out.lines().last(), "{err}");
+}
+
+/// Faults act on the mock as on a real upstream: `llm-overloaded`
+/// answers 3 in 10 in its place with Anthropic's 529 (the mock never
+/// sees them), and an `sse` error acts on the mock's own stream.
+#[test]
+fn faults_compose_with_the_mock() {
+    if !has_sdk("anthropic") || !need(&["ip", "nft"]) {
+        return;
+    }
+    let (_dir, resolv) = no_resolver();
+    let code = r#"
+import anthropic
+a = anthropic.Anthropic(api_key="dummy", max_retries=0)
+n = {}
+for i in range(100):
+    try:
+        a.messages.create(model="claude-x", max_tokens=2,
+                          messages=[{"role": "user", "content": f"q{i}"}])
+        k = "ok"
+    except anthropic.APIStatusError as e:
+        k = type(e).__name__
+    n[k] = n.get(k, 0) + 1
+print(n.get("OverloadedError", 0), n.get("ok", 0))
+"#;
+    let args = [
+        "--mock",
+        "anthropic",
+        "--mock-ttft",
+        "0",
+        "--mock-tokens-per-s",
+        "10000",
+        "--seed",
+        "5",
+        "--resolv-conf",
+        &resolv,
+        "-p",
+        "llm-overloaded",
+    ];
+    let (rc, out, err) = wrapped(&args, &["python3", "-c", code]);
+    assert_eq!(rc, 0, "{err}");
+    let v: Vec<u32> = out.split_whitespace().map(|x| x.parse().unwrap()).collect();
+    assert_eq!(v[0] + v[1], 100, "{out}");
+    assert!((15..=45).contains(&v[0]), "a binomial share of 529s: {out}");
+    assert!(
+        err.contains(&format!("answered by the mock: {} request(s)", v[1])),
+        "the 529s never reached the mock: {err}"
+    );
+    let stream = r#"
+import anthropic
+a = anthropic.Anthropic(api_key="dummy", max_retries=0)
+try:
+    with a.messages.stream(model="claude-x", max_tokens=50,
+                           messages=[{"role": "user", "content": "hi"}]) as s:
+        "".join(s.text_stream)
+    print("no error")
+except anthropic.APIStatusError as e:
+    print(type(e).__name__, e.body["error"]["type"])
+"#;
+    let mut args = args.to_vec();
+    args.pop();
+    args.push("llm-stream-error");
+    let (rc, out, err) = wrapped(&args, &["python3", "-c", stream]);
+    assert_eq!(rc, 0, "{err}");
+    // The SDK raises a stream's error event as its APIStatusError, with
+    // the provider's body.
+    assert_eq!(out.trim(), "APIStatusError overloaded_error", "{err}");
+}
+
+/// `proxy --mock`: a proxy to https://api.anthropic.com reaches the mock
+/// instead (the name is not even resolved), with the proxy's faults.
+#[test]
+fn proxy_mock_stands_in_for_its_upstream() {
+    if !has_sdk("anthropic") {
+        return;
+    }
+    let p = Proxy::start(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--upstream-tls",
+        "api.anthropic.com:443",
+        "--mock",
+        "anthropic",
+        "--mock-ttft",
+        "0",
+        "--fault",
+        "http_status:status=529,envelope=anthropic,first=1",
+    ]);
+    let code = r#"
+import sys, anthropic
+a = anthropic.Anthropic(base_url=sys.argv[1], api_key="dummy", max_retries=0)
+for i in range(2):
+    try:
+        m = a.messages.create(model="claude-x", max_tokens=3, messages=[{"role": "user", "content": "hi"}])
+        print(m.stop_reason, m.usage.output_tokens)
+    except anthropic.APIStatusError as e:
+        print(type(e).__name__)
+"#;
+    let (rc, out, err) = python(code, &[&format!("http://{}", p.addr())]);
+    assert_eq!(rc, 0, "{err}\n{}", p.stderr());
+    assert_eq!(out, "OverloadedError\nmax_tokens 3\n", "{}", p.stderr());
+    let (_, log) = p.stop();
+    assert!(log.contains("answered by the mock: 1 request(s)"), "{log}");
+    assert!(!log.contains("resolve"), "{log}");
+}
+
+/// `[[mocks]]` is checked as the rest of a profile; where the mock cannot
+/// stand in, `--mock` is refused before anything starts.
+#[test]
+fn mocks_are_checked_and_refused_where_they_cannot_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let write = |name: &str, text: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        p.display().to_string()
+    };
+    let good = write(
+        "good.toml",
+        "[[mocks]]\napi = \"openai\"\nhost = \"LLM.internal\"\n\n[[mocks]]\napi = \"anthropic\"\n",
+    );
+    let (rc, out, err) = netchaos(&["check", &good]);
+    assert_eq!(rc, 0, "{err}");
+    assert!(
+        out.contains("mock llm.internal: answered by the built-in mock (openai API)"),
+        "{out}"
+    );
+    assert!(out.contains("mock api.anthropic.com:"), "{out}");
+    for (text, says) in [
+        (
+            "[[mocks]]\napi = \"gemini\"\n",
+            "bad.toml:2:7: mocks[0].api",
+        ),
+        (
+            "[[mocks]]\napi = \"openai\"\nhost = \"http://x\"\n",
+            "mocks[0].host: expected a host name",
+        ),
+        ("[[mocks]]\nhost = \"a.b\"\n", "missing \"api\""),
+        ("[[mocks]]\napi = \"openai\"\nport = 1\n", "port"),
+        (
+            "[[mocks]]\napi = \"openai\"\nhost = \"a.b\"\n[[mocks]]\napi = \"anthropic\"\nhost = \"a.b\"\n",
+            "a host speaks one API",
+        ),
+    ] {
+        let bad = write("bad.toml", text);
+        let (rc, _, err) = netchaos(&["check", &bad]);
+        assert_eq!(rc, 2, "{text}: {err}");
+        assert!(err.contains(says), "{text}: {err}");
+    }
+    for args in [
+        &["run", "--in-place", "--mock", "openai", "--", "true"][..],
+        &["run", "--mock", "gemini", "--", "true"][..],
+        &["server", "-p", &good][..],
+    ] {
+        let (rc, _, err) = netchaos(args);
+        assert_eq!(rc, 2, "{args:?}: {err}");
+    }
+}
