@@ -157,6 +157,7 @@ pub(crate) async fn serve(
             protocol: faults.protocol(),
             path: OnceLock::new(),
             capped: [AtomicBool::new(client_capped), AtomicBool::new(false)],
+            reset: Default::default(),
         };
         let ended = faults.end_signals();
         // Follows the connection's rules: each change republishes its faults.
@@ -230,6 +231,10 @@ struct Conn<'a> {
     /// Whether the client's and the upstream's receive buffers are
     /// bounded ([`sockopt::tune`]), so that the fast path grows them.
     capped: [AtomicBool; 2],
+    /// Whether a write found the client's, or the upstream's, socket
+    /// reset: a read of it that then finds the end of the stream has met
+    /// that RST, not a FIN.
+    reset: [AtomicBool; 2],
 }
 
 /// A direction's view of the connection's faults.
@@ -405,23 +410,31 @@ impl Conn<'_> {
             let capped = self.capped[dir.index()].load(Ordering::Relaxed);
             sockopt::RecvGrowth::new(src, capped, fresh)
         };
+        let (src_reset, dst_reset) = (&self.reset[dir.index()], &self.reset[1 - dir.index()]);
+        let ended = |end: DirEnd, n| {
+            if end == DirEnd::DstReset {
+                dst_reset.store(true, Ordering::Relaxed);
+            }
+            (end, n)
+        };
         if feed.wanted().is_empty() {
-            match fast::run(src, dst, dir, &meter, &mut feed, growth(true)).await {
-                fast::Ended::End(end, n) => return (end, n),
+            match fast::run(src, dst, dir, &meter, &mut feed, growth(true), src_reset).await {
+                fast::Ended::End(end, n) => return ended(end, n),
                 fast::Ended::Faulted(n) => total = n,
             }
         }
         // Boxed: the pipeline's state is large, and an idle fault-free
         // connection should not carry room for it.
+        let stamped = self.arrivals_stamped(dir);
         let (end, n) = Box::pin(pipeline::run(
-            pipeline::Source::Socket(src, growth(false), self.arrivals_stamped(dir)),
+            pipeline::Source::Socket(src, growth(false), stamped, src_reset),
             Sink::Tcp(dst),
             dir,
             &mut feed,
             &meter,
         ))
         .await;
-        (end, total + n)
+        ended(end, total + n)
     }
 
     /// `respond`: the canned reply flows down the downstream pipeline (so
@@ -591,7 +604,7 @@ async fn run_pair(
     let mut bytes = [0u64; 2];
     let (mut up_done, mut down_done) = (false, false);
     let verdict = |end: DirEnd| match end {
-        DirEnd::Fin => None,
+        DirEnd::Fin | DirEnd::DstReset => None,
         DirEnd::Reset => Some(Outcome::Reset),
         DirEnd::Close => Some(Outcome::Closed),
     };
@@ -600,7 +613,10 @@ async fn run_pair(
     // writing to a peer that reads nothing; then, after a grace period for
     // whatever can still move, the reset is passed on anyway, so that a
     // connection never outlives both of its peers.
-    let mut reset_seen = false;
+    // A direction whose destination reset under a write leaves the other
+    // direction to carry what that peer sent before its RST (an answer to
+    // an upload it would not take), within the same grace.
+    let (mut reset_seen, mut reset) = (false, false);
     let grace = tokio::time::sleep(Duration::from_secs(3600));
     tokio::pin!(grace);
     loop {
@@ -609,11 +625,25 @@ async fn run_pair(
                 bytes[0] = n;
                 up_done = true;
                 if let Some(o) = verdict(end) { return (o, bytes); }
+                if end == DirEnd::DstReset {
+                    reset = true;
+                    if !reset_seen {
+                        reset_seen = true;
+                        grace.as_mut().reset(tokio::time::Instant::now() + RESET_GRACE);
+                    }
+                }
             }
             (end, n) = &mut down, if !down_done => {
                 bytes[1] = n;
                 down_done = true;
                 if let Some(o) = verdict(end) { return (o, bytes); }
+                if end == DirEnd::DstReset {
+                    reset = true;
+                    if !reset_seen {
+                        reset_seen = true;
+                        grace.as_mut().reset(tokio::time::Instant::now() + RESET_GRACE);
+                    }
+                }
             }
             _ = socket_error(Some(client)), if !reset_seen => {
                 if up_done { return (Outcome::Reset, bytes); }
@@ -628,7 +658,8 @@ async fn run_pair(
             _ = &mut grace, if reset_seen => return (Outcome::Reset, bytes),
         }
         if up_done && down_done {
-            return (Outcome::Fin, bytes);
+            let o = if reset { Outcome::Reset } else { Outcome::Fin };
+            return (o, bytes);
         }
     }
 }

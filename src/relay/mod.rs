@@ -50,6 +50,10 @@ pub(crate) enum DirEnd {
     Fin,
     /// The connection must be aborted with RST on both sides.
     Reset,
+    /// The destination reset the connection under a write: the other
+    /// direction, which reads from that socket, still carries what the
+    /// destination sent before its RST; then both sides are reset.
+    DstReset,
     /// A fault closed the stream: close the connection cleanly.
     Close,
 }
