@@ -299,12 +299,13 @@ impl Conn<'_> {
             },
         };
         self.info.marks.dialled();
-        let grows = sockopt::tune_upstream(
+        let tuned = sockopt::tune_upstream(
             &upstream,
             self.relay.opts.peer_timeout,
             self.partitioned(&first),
         );
-        self.capped[1].store(grows, Ordering::Relaxed);
+        self.capped[1].store(tuned.grows, Ordering::Relaxed);
+        self.reset[1].store(tuned.reset, Ordering::Relaxed);
         if http::wanted(&first, self.tls, self.protocol) {
             let dst = dest.addrs.first().copied();
             let inside = dest.dial_from();
