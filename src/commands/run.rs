@@ -223,6 +223,10 @@ pub(super) fn run(g: &Global, args: &RunArgs) -> Result<u8> {
     let rt = runtime()?;
     let end = rt.block_on(async {
         let relay = Relay::new(Arc::new(RuleSet::from_plan(&plan)), events.clone(), opts);
+        // Resets reach local peers after they read what came before.
+        if let Ok(sockets) = crate::intercept::sock_diag::HostSockets::open() {
+            relay.see_host_sockets(Arc::new(sockets));
+        }
         // Toxiproxy's byte series for the interception too (dashboards
         // read toxiproxy_proxy_*): one proxy, named as its connections are.
         events

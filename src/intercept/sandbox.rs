@@ -27,7 +27,7 @@ use super::nsthread::NsThread;
 use super::sock_diag;
 use crate::dns::NameTable;
 use crate::fault::Partition;
-use crate::relay::interception::{DialFuture, Handoff, Interception, Route};
+use crate::relay::interception::{DialFuture, Handoff, Interception, PeerQueues, Route};
 
 /// How the wrapped command ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -442,6 +442,11 @@ impl Interception for Sandbox {
             opened: std::time::Instant::now(),
             delay_line: self.delay_line.clone(),
         })
+    }
+
+    fn peer_queues(&self, src: SocketAddr, dst: SocketAddr) -> Option<PeerQueues> {
+        let diag = self.diag.lock().expect("diag lock");
+        sock_diag::queues(&diag, src, dst)
     }
 }
 

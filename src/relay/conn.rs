@@ -27,7 +27,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::dial::{self, Dest, DialError};
-use super::interception::Interception;
+use super::interception::{InsideSockets, Interception, PeerSockets};
 use super::peer::Sink;
 use super::pipeline::{self, Feed, Wanted};
 use super::{DirEnd, Endpoint, Relay, Target, fast, sockopt};
@@ -142,6 +142,16 @@ pub(crate) async fn serve(
             Target::Transparent(ns) => Some(ns.partition(peer)),
             _ => None,
         };
+        let client_sight = match &ep.target {
+            Target::Transparent(ns) => Some(Sight {
+                sockets: Arc::new(InsideSockets(ns.clone())),
+                redirected: true,
+            }),
+            Target::Fixed(_) | Target::Inside { .. } => relay.host_sockets().map(|sockets| Sight {
+                sockets,
+                redirected: false,
+            }),
+        };
         let conn = Conn {
             relay: &relay,
             info: &info,
@@ -158,6 +168,10 @@ pub(crate) async fn serve(
             path: OnceLock::new(),
             capped: [AtomicBool::new(client_capped), AtomicBool::new(false)],
             reset: Default::default(),
+            sights: [
+                client_sight.map_or_else(OnceLock::new, OnceLock::from),
+                OnceLock::new(),
+            ],
         };
         let ended = faults.end_signals();
         // Follows the connection's rules: each change republishes its faults.
@@ -235,6 +249,30 @@ struct Conn<'a> {
     /// reset: a read of it that then finds the end of the stream has met
     /// that RST, not a FIN.
     reset: [AtomicBool; 2],
+    /// Where the client's and the upstream's own sockets can be looked
+    /// at, once known ([`reset_delivered`]).
+    sights: [OnceLock<Sight>; 2],
+}
+
+/// Where a peer's own socket can be looked at.
+struct Sight {
+    sockets: Arc<dyn PeerSockets>,
+    /// The peer's socket is connected to the destination it meant (the
+    /// redirect's original one), not to the relay socket's own address.
+    redirected: bool,
+}
+
+impl Sight {
+    /// How the socket at the other end of `s` stands, if it can be seen.
+    fn queues(&self, s: &TcpStream) -> Option<crate::relay::PeerQueues> {
+        let src = s.peer_addr().ok()?;
+        let dst = if self.redirected {
+            sockopt::original_dst(s).ok()?
+        } else {
+            s.local_addr().ok()?
+        };
+        self.sockets.queues(src, dst)
+    }
 }
 
 /// A direction's view of the connection's faults.
@@ -299,6 +337,16 @@ impl Conn<'_> {
             },
         };
         self.info.marks.dialled();
+        let sight = match dest.dial_from() {
+            Some(ns) => Some(Arc::new(InsideSockets(ns)) as Arc<dyn PeerSockets>),
+            None => self.relay.host_sockets(),
+        };
+        if let Some(sockets) = sight {
+            let _ = self.sights[1].set(Sight {
+                sockets,
+                redirected: false,
+            });
+        }
         let tuned = sockopt::tune_upstream(
             &upstream,
             self.relay.opts.peer_timeout,
@@ -319,7 +367,7 @@ impl Conn<'_> {
         let up = self.direction(client, &upstream, Direction::Upstream);
         let down = self.direction(&upstream, client, Direction::Downstream);
         let (outcome, bytes) = run_pair(up, down, client, Some(&upstream)).await;
-        teardown(outcome, client, Some(&upstream)).await;
+        self.teardown(outcome, client, Some(&upstream)).await;
         (outcome, bytes)
     }
 
@@ -531,9 +579,50 @@ impl Conn<'_> {
         } else {
             run_pair(discard(client), down, client, None).await
         };
-        teardown(outcome, client, None).await;
+        self.teardown(outcome, client, None).await;
         (outcome, bytes)
     }
+
+    /// Ends the connection as `outcome` says. A reset reaches each side as
+    /// a path delivers a peer's RST ([`reset_delivered`]), each side on
+    /// its own.
+    async fn teardown(&self, outcome: Outcome, client: &TcpStream, upstream: Option<&TcpStream>) {
+        if outcome != Outcome::Reset {
+            return teardown(outcome, client, upstream).await;
+        }
+        futures_util::join!(reset_delivered(client, self.sights[0].get()), async {
+            if let Some(u) = upstream {
+                reset_delivered(u, self.sights[1].get()).await;
+            }
+        });
+    }
+}
+
+/// Resets `s` as a path delivers its peer's RST: behind everything
+/// written to it, acknowledged by the peer's kernel (an RST sent earlier
+/// discards what is unsent), and — where the peer's socket can be seen —
+/// read by the peer. An RST that arrives while data waits unread is, for
+/// some clients, the end of the stream: Linux reports the data, and a
+/// client that takes the hang-up seen with it for the end (libuv: Node)
+/// never reads the error. A peer that is itself stuck writing to the
+/// relay is not waited for: it reads only once its write fails, which
+/// this RST does (an early answer to an upload). Bounded by
+/// [`RESET_DRAIN`](super::RESET_DRAIN) in all.
+async fn reset_delivered(s: &TcpStream, sight: Option<&Sight>) {
+    let deadline = Instant::now() + super::RESET_DRAIN;
+    sockopt::drain(s, super::RESET_DRAIN).await;
+    if let Some(sight) = sight {
+        while Instant::now() < deadline {
+            match sight.queues(s) {
+                Some(q) if q.unread > 0 && q.unacked == 0 => {
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+                _ => break,
+            }
+        }
+    }
+    sockopt::set_linger_zero(s);
+    sockopt::abort(s);
 }
 
 /// Reads and drops what a TLS client sends.
