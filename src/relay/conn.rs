@@ -598,6 +598,9 @@ impl Conn<'_> {
     }
 }
 
+/// The longest pause between two looks at whether a peer has read.
+const READ_POLL_MAX: Duration = Duration::from_millis(64);
+
 /// Resets `s` as a path delivers its peer's RST: behind everything
 /// written to it, acknowledged by the peer's kernel (an RST sent earlier
 /// discards what is unsent), and — where the peer's socket can be seen —
@@ -612,10 +615,15 @@ async fn reset_delivered(s: &TcpStream, sight: Option<&Sight>) {
     let deadline = Instant::now() + super::RESET_DRAIN;
     sockopt::drain(s, super::RESET_DRAIN).await;
     if let Some(sight) = sight {
+        // Looked at again after 1, 2, 4… ms (at most READ_POLL_MAX): a
+        // reader is usually quick, and one that never reads costs a dozen
+        // looks, not a thousand.
+        let mut pause = Duration::from_millis(1);
         while Instant::now() < deadline {
             match sight.queues(s) {
                 Some(q) if q.unread > 0 && q.unacked == 0 => {
-                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(READ_POLL_MAX);
                 }
                 _ => break,
             }
