@@ -259,9 +259,11 @@ pub(super) fn run(g: &Global, args: &RunArgs) -> Result<u8> {
         }
         let dns_layer = relay.start_dns(sandbox.names.clone(), resolvers, None);
         let mut dns_tasks = Vec::new();
+        let unreachables = listeners.unreachables.map(Arc::new);
         for u in listeners.dns {
             let u = tokio::net::UdpSocket::from_std(u).map_err(|e| Error::Runtime(e.into()))?;
-            dns_tasks.push(tokio::spawn(dns::serve(u, dns_layer.clone(), None)));
+            let serve = dns::serve(u, dns_layer.clone(), None, unreachables.clone());
+            dns_tasks.push(tokio::spawn(serve));
         }
         for (e, l) in exposes.iter().zip(expose_listeners) {
             let l = tokio::net::TcpListener::from_std(l).map_err(|e| Error::Runtime(e.into()))?;
