@@ -27,7 +27,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::dial::{self, Dest, DialError};
-use super::interception::{InsideSockets, Interception, PeerSockets};
+use super::interception::{Interception, PeerQueues, PeerSockets};
 use super::peer::Sink;
 use super::pipeline::{self, Feed, Wanted};
 use super::{DirEnd, Endpoint, Relay, Target, fast, sockopt};
@@ -143,14 +143,8 @@ pub(crate) async fn serve(
             _ => None,
         };
         let client_sight = match &ep.target {
-            Target::Transparent(ns) => Some(Sight {
-                sockets: Arc::new(InsideSockets(ns.clone())),
-                redirected: true,
-            }),
-            Target::Fixed(_) | Target::Inside { .. } => relay.host_sockets().map(|sockets| Sight {
-                sockets,
-                redirected: false,
-            }),
+            Target::Transparent(ns) => Some(Sight::Redirected(ns.clone())),
+            Target::Fixed(_) | Target::Inside { .. } => relay.host_sockets().map(Sight::Host),
         };
         let conn = Conn {
             relay: &relay,
@@ -255,23 +249,25 @@ struct Conn<'a> {
 }
 
 /// Where a peer's own socket can be looked at.
-struct Sight {
-    sockets: Arc<dyn PeerSockets>,
-    /// The peer's socket is connected to the destination it meant (the
-    /// redirect's original one), not to the relay socket's own address.
-    redirected: bool,
+enum Sight {
+    /// In netchaos's own namespace.
+    Host(Arc<dyn PeerSockets>),
+    /// In an intercepted namespace, connected to the relay socket.
+    Inside(Arc<dyn Interception>),
+    /// In an intercepted namespace, connected to the destination it meant
+    /// (the redirect's original one), not to the relay socket's address.
+    Redirected(Arc<dyn Interception>),
 }
 
 impl Sight {
     /// How the socket at the other end of `s` stands, if it can be seen.
-    fn queues(&self, s: &TcpStream) -> Option<crate::relay::PeerQueues> {
+    fn queues(&self, s: &TcpStream) -> Option<PeerQueues> {
         let src = s.peer_addr().ok()?;
-        let dst = if self.redirected {
-            sockopt::original_dst(s).ok()?
-        } else {
-            s.local_addr().ok()?
-        };
-        self.sockets.queues(src, dst)
+        match self {
+            Sight::Host(sockets) => sockets.queues(src, s.local_addr().ok()?),
+            Sight::Inside(ns) => ns.peer_queues(src, s.local_addr().ok()?),
+            Sight::Redirected(ns) => ns.peer_queues(src, sockopt::original_dst(s).ok()?),
+        }
     }
 }
 
@@ -338,14 +334,11 @@ impl Conn<'_> {
         };
         self.info.marks.dialled();
         let sight = match dest.dial_from() {
-            Some(ns) => Some(Arc::new(InsideSockets(ns)) as Arc<dyn PeerSockets>),
-            None => self.relay.host_sockets(),
+            Some(ns) => Some(Sight::Inside(ns)),
+            None => self.relay.host_sockets().map(Sight::Host),
         };
-        if let Some(sockets) = sight {
-            let _ = self.sights[1].set(Sight {
-                sockets,
-                redirected: false,
-            });
+        if let Some(sight) = sight {
+            let _ = self.sights[1].set(sight);
         }
         let tuned = sockopt::tune_upstream(
             &upstream,

@@ -57,15 +57,6 @@ pub(crate) trait PeerSockets: Send + Sync {
     fn queues(&self, src: SocketAddr, dst: SocketAddr) -> Option<PeerQueues>;
 }
 
-/// An interception's namespace as a place to look at peers' sockets.
-pub(crate) struct InsideSockets(pub Arc<dyn Interception>);
-
-impl PeerSockets for InsideSockets {
-    fn queues(&self, src: SocketAddr, dst: SocketAddr) -> Option<PeerQueues> {
-        self.0.peer_queues(src, dst)
-    }
-}
-
 pub(crate) type DialFuture<'a> = Pin<Box<dyn Future<Output = io::Result<TcpStream>> + Send + 'a>>;
 
 /// One intercepted namespace, as the relay sees it.
