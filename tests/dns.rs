@@ -665,3 +665,113 @@ wait("{end}")
     );
     assert!(metrics.contains("netchaos_dns_queries_total "), "{metrics}");
 }
+
+/// A lookup whose resolver refuses or cannot be reached: a connected UDP
+/// query's error, `getaddrinfo`'s, and their time (after 0.1 s of
+/// start-up under `run`, so that the start is not counted).
+const FAILED_LOOKUP: &str = r#"
+import socket, sys, time
+time.sleep(float(sys.argv[2]))
+t = time.monotonic()
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+u.settimeout(5)
+try:
+    u.connect((sys.argv[1], 53))
+    u.send(bytes.fromhex("123401000001000000000000076578616d706c6507696e76616c69640000010001"))
+    u.recv(512)
+    udp = "answered"
+except OSError as e:
+    udp = e.errno
+try:
+    socket.getaddrinfo("example.invalid", 80, socket.AF_INET, socket.SOCK_STREAM)
+    gai = "resolved"
+except socket.gaierror as e:
+    gai = e.errno
+print(udp, gai, round(time.monotonic() - t, 3))
+"#;
+
+/// [`FAILED_LOOKUP`] and curl in `ns` with `resolver` as its only
+/// nameserver (a resolv.conf bound in a mount namespace of its own),
+/// directly or under `netchaos run`: the Python line, and curl's exit
+/// code and time.
+fn failed_lookup(ns: &TestNetns, resolver: &str, run: bool) -> (String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let conf = dir.path().join("resolv.conf");
+    std::fs::write(&conf, format!("nameserver {resolver}\n")).unwrap();
+    let script = dir.path().join("lookup.py");
+    std::fs::write(&script, FAILED_LOOKUP).unwrap();
+    let wrap = if run {
+        format!("{BIN} run --")
+    } else {
+        String::new()
+    };
+    // Bounded by glibc's own: 2 s per try, one try.
+    let cmd = format!(
+        "export RES_OPTIONS='timeout:2 attempts:1'; \
+         unshare -m sh -c 'mount --bind {conf} /etc/resolv.conf && \
+         {wrap} python3 {script} {resolver} 0.1 && \
+         {wrap} sh -c \"curl -sS -o /dev/null -w %{{time_total}} http://example.invalid/ 2>/dev/null; echo \\\" \\$?\\\"\"'",
+        conf = conf.display(),
+        script = script.display(),
+    );
+    let out = ns.sh(&cmd);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut lines = text.lines();
+    let py = lines.next().unwrap_or_default().to_string();
+    let curl = lines.next().unwrap_or_default().trim().to_string();
+    (py, curl)
+}
+
+/// The seconds at the end of a line.
+fn secs(line: &str) -> f64 {
+    let last = line.split_whitespace().last().unwrap_or_default();
+    last.parse()
+        .unwrap_or_else(|_| panic!("no time in {line:?}"))
+}
+
+#[test]
+fn a_refusing_or_unreachable_resolver_fails_a_lookup_as_fast_as_directly() {
+    let Some(ns) = TestNetns::new() else { return };
+    if !need(&["python3", "curl", "nft", "unshare"]) {
+        return;
+    }
+    // Nothing listens on port 53 in the namespace: refused (ICMP port
+    // unreachable). It has no route to 192.0.2.53: unreachable at once.
+    for (resolver, udp) in [("127.0.0.1", "111"), ("192.0.2.53", "101")] {
+        let (direct, direct_curl) = failed_lookup(&ns, resolver, false);
+        let (run, run_curl) = failed_lookup(&ns, resolver, true);
+        eprintln!(
+            "{resolver}: directly {direct} / curl {direct_curl}; run {run} / curl {run_curl}"
+        );
+        let what = |l: &str| l.rsplit_once(' ').map(|(w, _)| w.to_string());
+        // ECONNREFUSED / ENETUNREACH on the query's own socket, and
+        // getaddrinfo's EAI_AGAIN (-3), at once.
+        assert_eq!(
+            what(&direct),
+            Some(format!("{udp} -3")),
+            "directly: {direct}"
+        );
+        assert_eq!(
+            what(&run),
+            what(&direct),
+            "{resolver}: run {run}, directly {direct}"
+        );
+        assert!(
+            secs(&run) <= secs(&direct) + 0.5,
+            "{resolver}: run {run}, directly {direct}"
+        );
+        // curl: "Could not resolve host" (6), as fast.
+        assert!(direct_curl.ends_with(" 6"), "directly: {direct_curl}");
+        assert!(run_curl.ends_with(" 6"), "{resolver}: run {run_curl}");
+        let curl_secs = |l: &str| secs(l.trim_end_matches(" 6"));
+        assert!(
+            curl_secs(&run_curl) <= curl_secs(&direct_curl) + 0.5,
+            "{resolver}: curl under run {run_curl}, directly {direct_curl}"
+        );
+    }
+}

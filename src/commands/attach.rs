@@ -327,12 +327,14 @@ impl Serving {
                 ),
             );
         }
+        let unreachables = att.listeners.unreachables.take().map(Arc::new);
         for u in std::mem::take(&mut att.listeners.dns) {
             let u = tokio::net::UdpSocket::from_std(u).map_err(io)?;
             tasks.push(tokio::spawn(dns::serve(
                 u,
                 dns_layer.clone(),
                 sandbox.thread(),
+                unreachables.clone(),
             )));
         }
         Ok(Serving {

@@ -226,6 +226,10 @@ fn serve(
         let mut opts = opts;
         opts.mocks = mock.as_ref().map(|m| m.stands.clone());
         let relay = Relay::new(Arc::new(RuleSet::from_plan(&plan)), events.clone(), opts);
+        // Resets reach local peers after they read what came before.
+        if let Ok(sockets) = crate::intercept::sock_diag::HostSockets::open() {
+            relay.see_host_sockets(Arc::new(sockets));
+        }
         let control = api_control(&relay, crate::control::Reach::Proxy, api.as_ref());
         for (p, l) in plan.proxies.iter().zip(listeners) {
             let addr = l.local_addr().map_err(|e| Error::Runtime(e.into()))?;

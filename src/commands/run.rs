@@ -236,6 +236,10 @@ pub(super) fn run(g: &Global, args: &RunArgs) -> Result<u8> {
         let mock = super::mocked::start(&plan, mock_timing, &events).await?;
         opts.mocks = mock.as_ref().map(|m| m.stands.clone());
         let relay = Relay::new(Arc::new(RuleSet::from_plan(&plan)), events.clone(), opts);
+        // Resets reach local peers after they read what came before.
+        if let Ok(sockets) = crate::intercept::sock_diag::HostSockets::open() {
+            relay.see_host_sockets(Arc::new(sockets));
+        }
         // Toxiproxy's byte series for the interception too (dashboards
         // read toxiproxy_proxy_*): one proxy, named as its connections are.
         events
@@ -268,9 +272,11 @@ pub(super) fn run(g: &Global, args: &RunArgs) -> Result<u8> {
         }
         let dns_layer = relay.start_dns(sandbox.names.clone(), resolvers, None);
         let mut dns_tasks = Vec::new();
+        let unreachables = listeners.unreachables.map(Arc::new);
         for u in listeners.dns {
             let u = tokio::net::UdpSocket::from_std(u).map_err(|e| Error::Runtime(e.into()))?;
-            dns_tasks.push(tokio::spawn(dns::serve(u, dns_layer.clone(), None)));
+            let serve = dns::serve(u, dns_layer.clone(), None, unreachables.clone());
+            dns_tasks.push(tokio::spawn(serve));
         }
         for (e, l) in exposes.iter().zip(expose_listeners) {
             let l = tokio::net::TcpListener::from_std(l).map_err(|e| Error::Runtime(e.into()))?;

@@ -64,11 +64,13 @@ pub(crate) struct AgentConfig {
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) enum AgentMsg {
     /// Set up; carries the listeners: TCP v4, UDP v4, then TCP v6 and UDP v6
-    /// when `v6`. `netns` is the namespace's inode, to recognise processes
-    /// left in it.
+    /// when `v6`, then `icmp` raw ICMP sockets for the DNS forwarder
+    /// (IPv4's, then IPv6's). `netns` is the namespace's inode, to
+    /// recognise processes left in it.
     Ready {
         redirects: (u16, u16),
         v6: bool,
+        icmp: usize,
         netns: u64,
     },
     Failed {
@@ -134,7 +136,7 @@ pub(crate) fn main(control: Channel, requests: Channel, cfg: &AgentConfig) -> ! 
         // SAFETY: ignoring a signal runs no code of ours.
         let _ = unsafe { nix::sys::signal::signal(sig, nix::sys::signal::SigHandler::SigIgn) };
     }
-    let (redirects, v6, sockets) = match setup(cfg) {
+    let (redirects, v6, mut sockets) = match setup(cfg) {
         Ok(x) => x,
         Err(e) => {
             let message = e.to_string();
@@ -148,12 +150,16 @@ pub(crate) fn main(control: Channel, requests: Channel, cfg: &AgentConfig) -> ! 
     let netns = std::fs::metadata("/proc/self/ns/net")
         .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
         .unwrap_or(0);
-    let fds: Vec<_> = sockets.iter().map(|s| s.as_fd()).collect();
+    // Not required: without them a failed resolver makes its client wait.
+    let icmp = super::dns_forward::Unreachables::open(v6).map_or_else(Vec::new, |u| u.fds());
     let ready = AgentMsg::Ready {
         redirects: (redirects.tcp_port, redirects.dns_port),
         v6,
+        icmp: icmp.len(),
         netns,
     };
+    sockets.extend(icmp);
+    let fds: Vec<_> = sockets.iter().map(|s| s.as_fd()).collect();
     if control.send(&ready, &fds).is_err() {
         std::process::exit(1);
     }

@@ -406,6 +406,7 @@ fn sockets(inbound: bool) -> Result<Made> {
             delay_queue: None,
             tcp: tcp.into_iter().map(|s| OwnedFd::from(s).into()).collect(),
             dns: dns.into_iter().map(|s| OwnedFd::from(s).into()).collect(),
+            unreachables: super::dns_forward::Unreachables::open(has_ipv6()),
         },
         inbound: inbound
             .into_iter()

@@ -15,7 +15,7 @@ use serde::{Serialize, de::DeserializeOwned};
 /// Largest message; messages are small JSON objects.
 const MAX_MSG: usize = 64 * 1024;
 /// Most descriptors one message carries.
-const MAX_FDS: usize = 8;
+const MAX_FDS: usize = 12;
 
 /// One end of a socket pair.
 #[derive(Debug)]

@@ -17,6 +17,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::io::Interest;
 use tokio::net::UdpSocket;
 use tokio::sync::Semaphore;
 
@@ -87,11 +88,14 @@ pub(crate) struct BadResolvConf(String);
 /// task is dropped; queries go out from the host, or from inside the
 /// namespace through `inside` (with the mark the redirect lets through).
 /// Only well-formed queries are forwarded; the rest are dropped and
-/// counted in `events`.
+/// counted in `events`. A query every resolver failed at once (refused,
+/// unreachable) is answered as that failure, through `unreachables`
+/// when given ([`Unreachables`]).
 pub(crate) async fn serve(
     socket: UdpSocket,
     layer: Arc<DnsLayer>,
     inside: Option<(Arc<NsThread>, u32)>,
+    unreachables: Option<Arc<Unreachables>>,
 ) {
     let events = layer.events.clone();
     let socket = Arc::new(socket);
@@ -117,6 +121,7 @@ pub(crate) async fn serve(
         let asked = layer.ask(client, parsed, Transport::Udp);
         let (socket, layer) = (socket.clone(), layer.clone());
         let inside = inside.clone();
+        let unreachables = unreachables.clone();
         tokio::spawn(async move {
             let decision = &asked.decision;
             let answer = match &decision.action {
@@ -130,12 +135,21 @@ pub(crate) async fn serve(
                     a
                 }
                 Action::Forward => {
-                    let answer =
-                        forward(&query, reply_size, &layer.resolvers, inside.as_deref()).await;
-                    if let Some(a) = &answer {
-                        layer.names.learn_response(a);
+                    match forward(&query, reply_size, &layer.resolvers, inside.as_deref()).await {
+                        Ok(a) => {
+                            layer.names.learn_response(&a);
+                            Some(a)
+                        }
+                        Err(NoAnswer::AtOnce(errno)) => {
+                            // As directly: the client's resolver learns at
+                            // once, and moves on.
+                            if let (Some(u), Ok(to)) = (&unreachables, socket.local_addr()) {
+                                u.send(client, to, &query, errno);
+                            }
+                            None
+                        }
+                        Err(NoAnswer::Silence) => None,
                     }
-                    answer
                 }
             };
             // A held answer gives its query's slot back: slow DNS must not
@@ -162,6 +176,31 @@ pub(crate) async fn serve(
     }
 }
 
+/// Why a query got no answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum NoAnswer {
+    /// Every resolver failed at once, the last with this errno: refused
+    /// (an ICMP port unreachable), or not reachable from here.
+    AtOnce(i32),
+    /// One at least did not answer in time (or the forwarder itself
+    /// failed): the client waits, as it would.
+    Silence,
+}
+
+/// Whether a resolver's failure is one a client learns at once, directly.
+fn at_once(e: &std::io::Error) -> Option<i32> {
+    e.raw_os_error().filter(|c| {
+        matches!(
+            *c,
+            libc::ECONNREFUSED
+                | libc::ENETUNREACH
+                | libc::EHOSTUNREACH
+                | libc::EACCES
+                | libc::EPERM
+        )
+    })
+}
+
 /// Asks each resolver in turn; the first response to the query (same id,
 /// a response) wins.
 async fn forward(
@@ -169,13 +208,25 @@ async fn forward(
     reply_size: usize,
     resolvers: &[SocketAddr],
     inside: Option<&(Arc<NsThread>, u32)>,
-) -> Option<Vec<u8>> {
-    let id = query.get(..2)?;
+) -> Result<Vec<u8>, NoAnswer> {
+    let id = query.get(..2).ok_or(NoAnswer::Silence)?;
+    // The failure every resolver so far met at once, if they all did.
+    let mut failed = None;
+    let mut silent = resolvers.is_empty();
     for r in resolvers {
         let Ok(sock) = query_socket(r.is_ipv6(), inside).await else {
+            silent = true;
             continue;
         };
-        if sock.connect(r).await.is_err() || sock.send(query).await.is_err() {
+        let sent = match sock.connect(r).await {
+            Ok(()) => sock.send(query).await.map(|_| ()),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = sent {
+            match at_once(&e) {
+                Some(errno) => failed = Some(errno),
+                None => silent = true,
+            }
             continue;
         }
         let got = tokio::time::timeout(RESOLVER_TIMEOUT, async {
@@ -183,26 +234,232 @@ async fn forward(
                 // A waiting query holds no buffer: one is made for the
                 // reply once it is there, of its size (at most what the
                 // client allowed; a longer one is cut, as the kernel would).
-                sock.readable().await.ok()?;
+                // An ICMP error (a refused port) makes the socket report
+                // an error, not readable: waited for too.
+                let ready = sock
+                    .ready(Interest::READABLE | Interest::ERROR)
+                    .await
+                    .map_err(|e| at_once(&e))?;
+                if ready.is_error() {
+                    match sock.take_error() {
+                        Ok(Some(e)) => return Err(at_once(&e)),
+                        Err(e) => return Err(at_once(&e)),
+                        // Taken already: the readiness is stale.
+                        Ok(None) => {
+                            let _ = sock.try_io(Interest::ERROR, || {
+                                Err::<(), _>(std::io::ErrorKind::WouldBlock.into())
+                            });
+                        }
+                    }
+                }
+                if !ready.is_readable() {
+                    continue;
+                }
                 let mut buf = vec![0u8; pending_datagram(&sock).clamp(12, reply_size)];
                 match sock.try_recv(&mut buf) {
                     Ok(n) if n >= 12 && &buf[..2] == id && buf[2] & 0x80 != 0 => {
                         buf.truncate(n);
-                        return Some(buf);
+                        return Ok(buf);
                     }
                     Ok(_) => continue,
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
-                    Err(_) => return None,
+                    Err(e) => return Err(at_once(&e)),
                 }
             }
         })
         .await;
-        if let Ok(Some(answer)) = got {
-            return Some(answer);
+        match got {
+            Ok(Ok(answer)) => return Ok(answer),
+            Ok(Err(Some(errno))) => failed = Some(errno),
+            Ok(Err(None)) | Err(_) => silent = true,
         }
     }
     tracing::debug!("no resolver answered a DNS query ({resolvers:?})");
-    None
+    match failed {
+        Some(errno) if !silent => Err(NoAnswer::AtOnce(errno)),
+        _ => Err(NoAnswer::Silence),
+    }
+}
+
+/// Raw ICMP sockets inside the namespace, to tell a client that its
+/// resolver failed the way the path would have told it: an ICMP error
+/// for its query, which the kernel reports on its (connected) socket —
+/// a refused resolver as ECONNREFUSED, an unreachable one as ENETUNREACH
+/// or EHOSTUNREACH (over IPv6, whose unreachable codes a UDP socket does
+/// not report, as ECONNREFUSED), a filtered one as EACCES. The error
+/// quotes the query as it reached the forwarder (redirected), as the
+/// kernel's own would for a closed port there: conntrack translates it
+/// back to the resolver the client asked. Without these (no CAP_NET_RAW
+/// there), the client waits out its timeouts.
+pub(crate) struct Unreachables {
+    v4: Option<socket2::Socket>,
+    v6: Option<socket2::Socket>,
+}
+
+impl Unreachables {
+    /// Raw ICMP sockets in the calling thread's namespace (IPv6 when
+    /// `v6`); `None` when IPv4's cannot be made.
+    pub(crate) fn open(v6: bool) -> Option<Unreachables> {
+        use socket2::{Domain, Protocol, Socket, Type};
+        // Only for sending: each takes no incoming ICMP (a raw socket gets
+        // a copy of every message of its protocol).
+        let raw = |d, p, (level, name), block: &[u32]| {
+            let s = Socket::new(d, Type::RAW.cloexec(), Some(p)).ok()?;
+            s.set_nonblocking(true).ok()?;
+            // SAFETY: `s` is a live socket; the option value is `block`,
+            // whose address and size are passed together.
+            let r = unsafe {
+                libc::setsockopt(
+                    std::os::fd::AsRawFd::as_raw_fd(&s),
+                    level,
+                    name,
+                    block.as_ptr().cast(),
+                    std::mem::size_of_val(block) as libc::socklen_t,
+                )
+            };
+            (r == 0).then_some(s)
+        };
+        // <linux/icmp.h> ICMP_FILTER and <linux/icmpv6.h> ICMPV6_FILTER:
+        // a set bit keeps that type out.
+        const ICMP_FILTER: (libc::c_int, libc::c_int) = (libc::SOL_RAW, 1);
+        const ICMPV6_FILTER: (libc::c_int, libc::c_int) = (libc::IPPROTO_ICMPV6, 1);
+        Some(Unreachables {
+            v4: Some(raw(
+                Domain::IPV4,
+                Protocol::ICMPV4,
+                ICMP_FILTER,
+                &[u32::MAX],
+            )?),
+            v6: if v6 {
+                raw(
+                    Domain::IPV6,
+                    Protocol::ICMPV6,
+                    ICMPV6_FILTER,
+                    &[u32::MAX; 8],
+                )
+            } else {
+                None
+            },
+        })
+    }
+
+    /// The sockets as [`Unreachables::fds`] gave them.
+    pub(crate) fn from_fds(fds: Vec<std::os::fd::OwnedFd>) -> Unreachables {
+        let mut it = fds.into_iter().map(socket2::Socket::from);
+        Unreachables {
+            v4: it.next(),
+            v6: it.next(),
+        }
+    }
+
+    /// Its sockets, IPv4's first, to pass to netchaos.
+    pub(crate) fn fds(self) -> Vec<std::os::fd::OwnedFd> {
+        [self.v4, self.v6]
+            .into_iter()
+            .flatten()
+            .map(Into::into)
+            .collect()
+    }
+
+    /// Tells `client` that its `query`, redirected `to` the forwarder,
+    /// failed with `errno`.
+    fn send(&self, client: SocketAddr, to: SocketAddr, query: &[u8], errno: i32) {
+        let (sock, packet) = match (client, to) {
+            (SocketAddr::V4(c), SocketAddr::V4(t)) => (&self.v4, icmp4(c, t, query, errno)),
+            (SocketAddr::V6(c), SocketAddr::V6(t)) => (&self.v6, icmp6(c, t, query, errno)),
+            _ => return,
+        };
+        if let Some(sock) = sock {
+            let dst = SocketAddr::new(client.ip(), 0);
+            if let Err(e) = sock.send_to(&packet, &dst.into()) {
+                tracing::debug!("cannot tell {client} its resolver failed: {e}");
+            }
+        }
+    }
+}
+
+/// What an ICMP error quotes of the datagram it answers: its UDP header
+/// and the first bytes of its payload (RFC 792 asks for 8).
+const QUOTED: usize = 8;
+
+/// An ICMP destination-unreachable for the UDP datagram `query` from
+/// `client` to `to` (RFC 792; type 3), its code saying `errno` as Linux
+/// reads it (icmp_err_convert: only "fatal" codes reach a UDP socket).
+fn icmp4(
+    client: std::net::SocketAddrV4,
+    to: std::net::SocketAddrV4,
+    query: &[u8],
+    errno: i32,
+) -> Vec<u8> {
+    let code = match errno {
+        libc::ENETUNREACH => 6,           // network unknown
+        libc::EHOSTUNREACH => 10,         // host administratively prohibited
+        libc::EACCES | libc::EPERM => 13, // communication administratively prohibited
+        _ => 3,                           // port unreachable: ECONNREFUSED
+    };
+    let quoted = &query[..query.len().min(QUOTED)];
+    let udp_len = (8 + query.len()) as u16;
+    let mut ip = Vec::with_capacity(20);
+    ip.extend_from_slice(&[0x45, 0]);
+    ip.extend_from_slice(&(20 + udp_len).to_be_bytes());
+    ip.extend_from_slice(&[0, 0, 0x40, 0, 64, libc::IPPROTO_UDP as u8, 0, 0]);
+    ip.extend_from_slice(&client.ip().octets());
+    ip.extend_from_slice(&to.ip().octets());
+    let sum = checksum(&ip, 0);
+    ip[10..12].copy_from_slice(&sum.to_be_bytes());
+    let mut m = vec![3, code, 0, 0, 0, 0, 0, 0];
+    m.extend_from_slice(&ip);
+    m.extend_from_slice(&udp_header(client.port(), to.port(), udp_len));
+    m.extend_from_slice(quoted);
+    let sum = checksum(&m, 0);
+    m[2..4].copy_from_slice(&sum.to_be_bytes());
+    m
+}
+
+/// The same over IPv6 (RFC 4443; type 1): a refused port (code 4) for
+/// every failure but a filtered one (code 1), Linux reporting no other
+/// unreachable code to a UDP socket. The kernel sums ICMPv6 messages.
+fn icmp6(
+    client: std::net::SocketAddrV6,
+    to: std::net::SocketAddrV6,
+    query: &[u8],
+    errno: i32,
+) -> Vec<u8> {
+    let code = match errno {
+        libc::EACCES | libc::EPERM => 1,
+        _ => 4,
+    };
+    let quoted = &query[..query.len().min(QUOTED)];
+    let udp_len = (8 + query.len()) as u16;
+    let mut m = vec![1, code, 0, 0, 0, 0, 0, 0];
+    m.extend_from_slice(&[0x60, 0, 0, 0]);
+    m.extend_from_slice(&udp_len.to_be_bytes());
+    m.extend_from_slice(&[libc::IPPROTO_UDP as u8, 64]);
+    m.extend_from_slice(&client.ip().octets());
+    m.extend_from_slice(&to.ip().octets());
+    m.extend_from_slice(&udp_header(client.port(), to.port(), udp_len));
+    m.extend_from_slice(quoted);
+    m
+}
+
+/// A UDP header with no checksum (nothing checks a quoted one).
+fn udp_header(src: u16, dst: u16, len: u16) -> [u8; 8] {
+    let [a, b] = src.to_be_bytes();
+    let [c, d] = dst.to_be_bytes();
+    let [e, f] = len.to_be_bytes();
+    [a, b, c, d, e, f, 0, 0]
+}
+
+/// The Internet checksum (RFC 1071) of `b`, from the partial sum `sum`.
+fn checksum(b: &[u8], mut sum: u32) -> u16 {
+    for pair in b.chunks(2) {
+        let word = u16::from_be_bytes([pair[0], *pair.get(1).unwrap_or(&0)]);
+        sum += u32::from(word);
+    }
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
 }
 
 /// The size of the next datagram waiting on `sock` (FIONREAD), 0 if none.
@@ -273,6 +530,37 @@ mod tests {
         );
         assert_eq!(query_reply_size(b"junk that is not DNS"), None);
         assert_eq!(query_reply_size(&[]), None);
+    }
+
+    /// The ICMP error for a refused query: the kernel takes it only if
+    /// its sums hold, and conntrack finds the query by what it quotes.
+    #[test]
+    fn an_unreachable_quotes_the_query_as_it_reached_the_forwarder() {
+        let client: std::net::SocketAddrV4 = "192.0.2.1:40000".parse().unwrap();
+        let to: std::net::SocketAddrV4 = "127.0.0.1:5353".parse().unwrap();
+        let query = [
+            0x12u8, 0x34, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 3, b'f', b'o', b'o', 0,
+        ];
+        let m = icmp4(client, to, &query, libc::ECONNREFUSED);
+        assert_eq!(&m[..2], &[3, 3], "port unreachable");
+        assert_eq!(checksum(&m, 0), 0, "the message's sum");
+        let ip = &m[8..28];
+        assert_eq!(checksum(ip, 0), 0, "the quoted header's sum");
+        assert_eq!(ip[9], libc::IPPROTO_UDP as u8);
+        assert_eq!(&ip[12..16], &[192, 0, 2, 1]);
+        assert_eq!(&ip[16..20], &[127, 0, 0, 1]);
+        assert_eq!(&m[28..32], &[0x9c, 0x40, 0x14, 0xe9], "40000 → 5353");
+        assert_eq!(&m[36..], &query[..QUOTED]);
+        assert_eq!(icmp4(client, to, &query, libc::ENETUNREACH)[1], 6);
+        let c6: std::net::SocketAddrV6 = "[2001:db8::1]:40000".parse().unwrap();
+        let t6: std::net::SocketAddrV6 = "[::1]:5353".parse().unwrap();
+        let m6 = icmp6(c6, t6, &query, libc::ENETUNREACH);
+        assert_eq!(
+            &m6[..2],
+            &[1, 4],
+            "IPv6: a refused port, the code a UDP socket reports"
+        );
+        assert_eq!(m6.len(), 8 + 40 + 8 + QUOTED);
     }
 
     #[test]

@@ -19,6 +19,7 @@ use tokio::net::TcpStream;
 use super::addresses::NsAddrs;
 use super::agent::{self, AgentConfig, AgentMsg, ParentMsg, Reply, Request};
 use super::channel::Channel;
+use super::dns_forward::Unreachables;
 use super::error::{InterceptError, Result};
 use super::gate::Gate;
 use super::loss::LossTable;
@@ -27,7 +28,7 @@ use super::nsthread::NsThread;
 use super::sock_diag;
 use crate::dns::NameTable;
 use crate::fault::Partition;
-use crate::relay::interception::{DialFuture, Handoff, Interception, Route};
+use crate::relay::interception::{DialFuture, Handoff, Interception, PeerQueues, Route};
 
 /// How the wrapped command ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,6 +89,8 @@ pub(crate) struct Listeners {
     pub delay_queue: Option<OwnedFd>,
     pub tcp: Vec<std::net::TcpListener>,
     pub dns: Vec<std::net::UdpSocket>,
+    /// The DNS forwarder's way to tell a client its resolver failed.
+    pub unreachables: Option<Unreachables>,
 }
 
 /// The control line to the agent, held by `netchaos run` alone.
@@ -151,12 +154,13 @@ pub(crate) fn create(
         Ok(None) => return Err(control.agent_died()),
         Err(e) => return Err(InterceptError::sys("the namespace agent did not answer")(e)),
     };
-    let (redirects, v6, netns) = match msg {
+    let (redirects, v6, icmp, netns) = match msg {
         AgentMsg::Ready {
             redirects,
             v6,
+            icmp,
             netns,
-        } => (redirects, v6, netns),
+        } => (redirects, v6, icmp, netns),
         // The agent's own explanation of what it could not set up.
         AgentMsg::Failed { message } => {
             let _ = waitpid(agent, None);
@@ -168,7 +172,7 @@ pub(crate) fn create(
             )));
         }
     };
-    let (listeners, diag) = split_listeners(fds, v6)?;
+    let (listeners, diag) = split_listeners(fds, v6, icmp)?;
     let netns = Some(netns).filter(|n| *n != 0);
     let addrs = cfg.addrs;
     let sandbox = Sandbox {
@@ -194,15 +198,17 @@ pub(crate) fn create(
 
 /// The agent sends: the gate's queue, the delay line's, the diagnostics
 /// socket, TCP v4, UDP v4, and TCP v6, UDP v6 when IPv6 is up in the
-/// namespace.
-fn split_listeners(fds: Vec<OwnedFd>, v6: bool) -> Result<(Listeners, OwnedFd)> {
-    let want = if v6 { 7 } else { 5 };
+/// namespace, then `icmp` raw ICMP sockets.
+fn split_listeners(fds: Vec<OwnedFd>, v6: bool, icmp: usize) -> Result<(Listeners, OwnedFd)> {
+    let want = if v6 { 7 } else { 5 } + icmp;
     if fds.len() != want {
         return Err(InterceptError::Agent(format!(
             "the namespace agent sent {} sockets, expected {want}",
             fds.len()
         )));
     }
+    let mut fds = fds;
+    let raw = fds.split_off(want - icmp);
     let mut it = fds.into_iter();
     let queue = it.next().expect("counted");
     let delay_queue = it.next().expect("counted");
@@ -212,6 +218,7 @@ fn split_listeners(fds: Vec<OwnedFd>, v6: bool) -> Result<(Listeners, OwnedFd)> 
         delay_queue: Some(delay_queue),
         tcp: Vec::new(),
         dns: Vec::new(),
+        unreachables: (icmp > 0).then(|| Unreachables::from_fds(raw)),
     };
     while let (Some(t), Some(u)) = (it.next(), it.next()) {
         l.tcp.push(std::net::TcpListener::from(t));
@@ -442,6 +449,11 @@ impl Interception for Sandbox {
             opened: std::time::Instant::now(),
             delay_line: self.delay_line.clone(),
         })
+    }
+
+    fn peer_queues(&self, src: SocketAddr, dst: SocketAddr) -> Option<PeerQueues> {
+        let diag = self.diag.lock().expect("diag lock");
+        sock_diag::queues(&diag, src, dst)
     }
 }
 

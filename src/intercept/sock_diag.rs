@@ -13,6 +13,8 @@ use std::io;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::{AsRawFd, OwnedFd};
 
+use crate::relay::{PeerQueues, PeerSockets};
+
 use nix::sys::socket::{
     AddressFamily, MsgFlags, NetlinkAddr, SockFlag, SockProtocol, SockType, bind, recv, send,
     socket,
@@ -153,18 +155,48 @@ fn listener(m: &[u8]) -> Option<Listener> {
 /// accepted from loopback. `None` when no such socket is found (it closed,
 /// or it is in another namespace).
 pub(crate) fn peer_uid(peer: SocketAddr, local: SocketAddr) -> io::Result<Option<u32>> {
-    lookup(&open()?, peer, local)
+    lookup(&open()?, peer, local).map(|found| found.map(|f| f.uid))
 }
 
 /// Whether the namespace of `sock` holds a TCP socket bound to `src` and
 /// connected (or connecting) to `dst`: a client still trying to connect.
 pub(crate) fn socket_exists(sock: &OwnedFd, src: SocketAddr, dst: SocketAddr) -> io::Result<bool> {
-    lookup(sock, src, dst).map(|uid| uid.is_some())
+    lookup(sock, src, dst).map(|found| found.is_some())
 }
 
-/// The owner of the TCP socket from `peer` to `local` in `sock`'s
-/// namespace, if there is one (an exact lookup, not a dump).
-fn lookup(sock: &OwnedFd, peer: SocketAddr, local: SocketAddr) -> io::Result<Option<u32>> {
+/// The queues of the TCP socket bound to `src` and connected to `dst` in
+/// the namespace of `sock`, if there is one: how far its owner has read
+/// what the relay sent it, and whether it waits on the relay to take what
+/// it wrote.
+pub(crate) fn queues(sock: &OwnedFd, src: SocketAddr, dst: SocketAddr) -> Option<PeerQueues> {
+    lookup(sock, src, dst).ok().flatten().map(|f| f.queues)
+}
+
+/// Peers' sockets in the namespace netchaos runs in (the host's): those
+/// of `proxy`'s clients, and of upstreams on this host.
+pub(crate) struct HostSockets(std::sync::Mutex<OwnedFd>);
+
+impl HostSockets {
+    pub(crate) fn open() -> io::Result<HostSockets> {
+        Ok(HostSockets(std::sync::Mutex::new(open()?)))
+    }
+}
+
+impl PeerSockets for HostSockets {
+    fn queues(&self, src: SocketAddr, dst: SocketAddr) -> Option<PeerQueues> {
+        queues(&self.0.lock().expect("diag lock"), src, dst)
+    }
+}
+
+/// What an exact lookup found of one socket.
+struct Found {
+    uid: u32,
+    queues: PeerQueues,
+}
+
+/// The TCP socket from `peer` to `local` in `sock`'s namespace, if there
+/// is one (an exact lookup, not a dump).
+fn lookup(sock: &OwnedFd, peer: SocketAddr, local: SocketAddr) -> io::Result<Option<Found>> {
     let v4 = |a: SocketAddr| match a.ip() {
         IpAddr::V4(v4) => Some(v4),
         IpAddr::V6(v6) => v6.to_ipv4_mapped(),
@@ -217,11 +249,24 @@ fn lookup(sock: &OwnedFd, peer: SocketAddr, local: SocketAddr) -> io::Result<Opt
                 e => Err(io::Error::from_raw_os_error(e)),
             }
         }
-        // inet_diag_msg: uid after family, state, timer, retrans (4),
-        // sockid (48), expires, rqueue, wqueue (12).
-        SOCK_DIAG_BY_FAMILY => Ok(b
-            .get(16 + 64..16 + 68)
-            .map(|u| u32::from_ne_bytes(u.try_into().expect("4 bytes")))),
+        // inet_diag_msg: family, state, timer, retrans (4), sockid (48),
+        // then expires, rqueue, wqueue, uid (4 each).
+        SOCK_DIAG_BY_FAMILY => {
+            let word = |at: usize| {
+                b.get(16 + at..16 + at + 4)
+                    .map(|u| u32::from_ne_bytes(u.try_into().expect("4 bytes")))
+            };
+            Ok(match (word(56), word(60), word(64)) {
+                (Some(rqueue), Some(wqueue), Some(uid)) => Some(Found {
+                    uid,
+                    queues: PeerQueues {
+                        unread: rqueue as usize,
+                        unacked: wqueue as usize,
+                    },
+                }),
+                _ => None,
+            })
+        }
         _ => Err(io::Error::other("socket diagnostics: unexpected answer")),
     }
 }
@@ -274,6 +319,44 @@ mod tests {
         drop(c);
         let gone: SocketAddr = "127.0.0.1:1".parse().unwrap();
         assert_eq!(peer_uid(gone, l.local_addr().unwrap()).unwrap(), None);
+    }
+
+    /// What the relay waits on before it resets a peer: the bytes that
+    /// peer's socket holds unread, and what its owner wrote that is not
+    /// taken.
+    #[test]
+    fn a_peers_unread_bytes_are_seen_until_it_reads_them() {
+        use std::io::{Read, Write};
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (s, _) = l.accept().unwrap();
+        let host = HostSockets::open().unwrap();
+        // The client's socket, as the server's side looks it up.
+        let (peer, local) = (s.peer_addr().unwrap(), s.local_addr().unwrap());
+        let at = || host.queues(peer, local);
+        assert_eq!(
+            at(),
+            Some(PeerQueues {
+                unread: 0,
+                unacked: 0
+            })
+        );
+        (&s).write_all(&[7u8; 1000]).unwrap();
+        // Bounded wait for loopback's delivery (a busy machine defers it).
+        for _ in 0..2000 {
+            if at().is_some_and(|q| q.unread == 1000) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert_eq!(at().map(|q| q.unread), Some(1000));
+        let mut buf = [0u8; 1000];
+        c.read_exact(&mut buf).unwrap();
+        assert_eq!(at().map(|q| q.unread), Some(0));
+        drop(c);
+        drop(s);
+        let gone: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        assert_eq!(host.queues(gone, l.local_addr().unwrap()), None);
     }
 
     #[test]

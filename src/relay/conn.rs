@@ -27,7 +27,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::dial::{self, Dest, DialError};
-use super::interception::Interception;
+use super::interception::{Interception, PeerQueues, PeerSockets};
 use super::peer::Sink;
 use super::pipeline::{self, Feed, Wanted};
 use super::{DirEnd, Endpoint, Relay, Target, fast, sockopt};
@@ -148,6 +148,10 @@ pub(crate) async fn serve(
             Target::Transparent(ns) => Some(ns.partition(peer)),
             _ => None,
         };
+        let client_sight = match &ep.target {
+            Target::Transparent(ns) => Some(Sight::Redirected(ns.clone())),
+            Target::Fixed(_) | Target::Inside { .. } => relay.host_sockets().map(Sight::Host),
+        };
         let conn = Conn {
             relay: &relay,
             info: &info,
@@ -165,6 +169,11 @@ pub(crate) async fn serve(
             protocol: faults.protocol(),
             path: OnceLock::new(),
             capped: [AtomicBool::new(client_capped), AtomicBool::new(false)],
+            reset: Default::default(),
+            sights: [
+                client_sight.map_or_else(OnceLock::new, OnceLock::from),
+                OnceLock::new(),
+            ],
         };
         let ended = faults.end_signals();
         // Follows the connection's rules: each change republishes its faults.
@@ -238,6 +247,36 @@ struct Conn<'a> {
     /// Whether the client's and the upstream's receive buffers are
     /// bounded ([`sockopt::tune`]), so that the fast path grows them.
     capped: [AtomicBool; 2],
+    /// Whether a write found the client's, or the upstream's, socket
+    /// reset: a read of it that then finds the end of the stream has met
+    /// that RST, not a FIN.
+    reset: [AtomicBool; 2],
+    /// Where the client's and the upstream's own sockets can be looked
+    /// at, once known ([`reset_delivered`]).
+    sights: [OnceLock<Sight>; 2],
+}
+
+/// Where a peer's own socket can be looked at.
+enum Sight {
+    /// In netchaos's own namespace.
+    Host(Arc<dyn PeerSockets>),
+    /// In an intercepted namespace, connected to the relay socket.
+    Inside(Arc<dyn Interception>),
+    /// In an intercepted namespace, connected to the destination it meant
+    /// (the redirect's original one), not to the relay socket's address.
+    Redirected(Arc<dyn Interception>),
+}
+
+impl Sight {
+    /// How the socket at the other end of `s` stands, if it can be seen.
+    fn queues(&self, s: &TcpStream) -> Option<PeerQueues> {
+        let src = s.peer_addr().ok()?;
+        match self {
+            Sight::Host(sockets) => sockets.queues(src, s.local_addr().ok()?),
+            Sight::Inside(ns) => ns.peer_queues(src, s.local_addr().ok()?),
+            Sight::Redirected(ns) => ns.peer_queues(src, sockopt::original_dst(s).ok()?),
+        }
+    }
 }
 
 /// A direction's view of the connection's faults.
@@ -306,12 +345,20 @@ impl Conn<'_> {
             },
         };
         self.info.marks.dialled();
-        let grows = sockopt::tune_upstream(
+        let sight = match dest.dial_from() {
+            Some(ns) => Some(Sight::Inside(ns)),
+            None => self.relay.host_sockets().map(Sight::Host),
+        };
+        if let Some(sight) = sight {
+            let _ = self.sights[1].set(sight);
+        }
+        let tuned = sockopt::tune_upstream(
             &upstream,
             self.relay.opts.peer_timeout,
             self.partitioned(&first),
         );
-        self.capped[1].store(grows, Ordering::Relaxed);
+        self.capped[1].store(tuned.grows, Ordering::Relaxed);
+        self.reset[1].store(tuned.reset, Ordering::Relaxed);
         // The mock speaks HTTP in the clear: a mocked connection always
         // goes through the HTTP layer, which ends the client's TLS.
         let mocked = dest.mock.is_some();
@@ -329,7 +376,7 @@ impl Conn<'_> {
         let up = self.direction(client, &upstream, Direction::Upstream);
         let down = self.direction(&upstream, client, Direction::Downstream);
         let (outcome, bytes) = run_pair(up, down, client, Some(&upstream)).await;
-        teardown(outcome, client, Some(&upstream)).await;
+        self.teardown(outcome, client, Some(&upstream)).await;
         (outcome, bytes)
     }
 
@@ -434,23 +481,31 @@ impl Conn<'_> {
             let capped = self.capped[dir.index()].load(Ordering::Relaxed);
             sockopt::RecvGrowth::new(src, capped, fresh)
         };
+        let (src_reset, dst_reset) = (&self.reset[dir.index()], &self.reset[1 - dir.index()]);
+        let ended = |end: DirEnd, n| {
+            if end == DirEnd::DstReset {
+                dst_reset.store(true, Ordering::Relaxed);
+            }
+            (end, n)
+        };
         if feed.wanted().is_empty() {
-            match fast::run(src, dst, dir, &meter, &mut feed, growth(true)).await {
-                fast::Ended::End(end, n) => return (end, n),
+            match fast::run(src, dst, dir, &meter, &mut feed, growth(true), src_reset).await {
+                fast::Ended::End(end, n) => return ended(end, n),
                 fast::Ended::Faulted(n) => total = n,
             }
         }
         // Boxed: the pipeline's state is large, and an idle fault-free
         // connection should not carry room for it.
+        let stamped = self.arrivals_stamped(dir);
         let (end, n) = Box::pin(pipeline::run(
-            pipeline::Source::Socket(src, growth(false), self.arrivals_stamped(dir)),
+            pipeline::Source::Socket(src, growth(false), stamped, src_reset),
             Sink::Tcp(dst),
             dir,
             &mut feed,
             &meter,
         ))
         .await;
-        (end, total + n)
+        ended(end, total + n)
     }
 
     /// `respond`: the canned reply flows down the downstream pipeline (so
@@ -546,9 +601,58 @@ impl Conn<'_> {
         } else {
             run_pair(discard(client), down, client, None).await
         };
-        teardown(outcome, client, None).await;
+        self.teardown(outcome, client, None).await;
         (outcome, bytes)
     }
+
+    /// Ends the connection as `outcome` says. A reset reaches each side as
+    /// a path delivers a peer's RST ([`reset_delivered`]), each side on
+    /// its own.
+    async fn teardown(&self, outcome: Outcome, client: &TcpStream, upstream: Option<&TcpStream>) {
+        if outcome != Outcome::Reset {
+            return teardown(outcome, client, upstream).await;
+        }
+        futures_util::join!(reset_delivered(client, self.sights[0].get()), async {
+            if let Some(u) = upstream {
+                reset_delivered(u, self.sights[1].get()).await;
+            }
+        });
+    }
+}
+
+/// The longest pause between two looks at whether a peer has read.
+const READ_POLL_MAX: Duration = Duration::from_millis(64);
+
+/// Resets `s` as a path delivers its peer's RST: behind everything
+/// written to it, acknowledged by the peer's kernel (an RST sent earlier
+/// discards what is unsent), and — where the peer's socket can be seen —
+/// read by the peer. An RST that arrives while data waits unread is, for
+/// some clients, the end of the stream: Linux reports the data, and a
+/// client that takes the hang-up seen with it for the end (libuv: Node)
+/// never reads the error. A peer that is itself stuck writing to the
+/// relay is not waited for: it reads only once its write fails, which
+/// this RST does (an early answer to an upload). Bounded by
+/// [`RESET_DRAIN`](super::RESET_DRAIN) in all.
+async fn reset_delivered(s: &TcpStream, sight: Option<&Sight>) {
+    let deadline = Instant::now() + super::RESET_DRAIN;
+    sockopt::drain(s, super::RESET_DRAIN).await;
+    if let Some(sight) = sight {
+        // Looked at again after 1, 2, 4… ms (at most READ_POLL_MAX): a
+        // reader is usually quick, and one that never reads costs a dozen
+        // looks, not a thousand.
+        let mut pause = Duration::from_millis(1);
+        while Instant::now() < deadline {
+            match sight.queues(s) {
+                Some(q) if q.unread > 0 && q.unacked == 0 => {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(READ_POLL_MAX);
+                }
+                _ => break,
+            }
+        }
+    }
+    sockopt::set_linger_zero(s);
+    sockopt::abort(s);
 }
 
 /// Reads and drops what a TLS client sends.
@@ -620,7 +724,7 @@ async fn run_pair(
     let mut bytes = [0u64; 2];
     let (mut up_done, mut down_done) = (false, false);
     let verdict = |end: DirEnd| match end {
-        DirEnd::Fin => None,
+        DirEnd::Fin | DirEnd::DstReset => None,
         DirEnd::Reset => Some(Outcome::Reset),
         DirEnd::Close => Some(Outcome::Closed),
     };
@@ -629,7 +733,10 @@ async fn run_pair(
     // writing to a peer that reads nothing; then, after a grace period for
     // whatever can still move, the reset is passed on anyway, so that a
     // connection never outlives both of its peers.
-    let mut reset_seen = false;
+    // A direction whose destination reset under a write leaves the other
+    // direction to carry what that peer sent before its RST (an answer to
+    // an upload it would not take), within the same grace.
+    let (mut reset_seen, mut reset) = (false, false);
     let grace = tokio::time::sleep(Duration::from_secs(3600));
     tokio::pin!(grace);
     loop {
@@ -638,11 +745,25 @@ async fn run_pair(
                 bytes[0] = n;
                 up_done = true;
                 if let Some(o) = verdict(end) { return (o, bytes); }
+                if end == DirEnd::DstReset {
+                    reset = true;
+                    if !reset_seen {
+                        reset_seen = true;
+                        grace.as_mut().reset(tokio::time::Instant::now() + RESET_GRACE);
+                    }
+                }
             }
             (end, n) = &mut down, if !down_done => {
                 bytes[1] = n;
                 down_done = true;
                 if let Some(o) = verdict(end) { return (o, bytes); }
+                if end == DirEnd::DstReset {
+                    reset = true;
+                    if !reset_seen {
+                        reset_seen = true;
+                        grace.as_mut().reset(tokio::time::Instant::now() + RESET_GRACE);
+                    }
+                }
             }
             _ = socket_error(Some(client)), if !reset_seen => {
                 if up_done { return (Outcome::Reset, bytes); }
@@ -657,7 +778,8 @@ async fn run_pair(
             _ = &mut grace, if reset_seen => return (Outcome::Reset, bytes),
         }
         if up_done && down_done {
-            return (Outcome::Fin, bytes);
+            let o = if reset { Outcome::Reset } else { Outcome::Fin };
+            return (o, bytes);
         }
     }
 }

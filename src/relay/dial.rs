@@ -303,7 +303,8 @@ pub(crate) async fn dial(
 /// handshake that is over when `connect()` returns (a server on this
 /// host: loopback answers within the call) is taken as it is, with no
 /// turn of the event loop and no timer armed; otherwise the socket is
-/// awaited.
+/// awaited. A connection the server has reset by then is still one it
+/// accepted: its client connects, then meets the reset.
 async fn connect_host(
     addr: SocketAddr,
     mss: Option<u32>,
@@ -360,6 +361,10 @@ async fn connect_host(
         stream.writable().await?;
     }
     match stream.take_error()? {
+        // Connected, and already reset: a server that answered and reset
+        // before this task looked (the relay relays both; see
+        // `sockopt::tune_upstream`). A refused connect is ECONNREFUSED.
+        Some(e) if matches!(e.raw_os_error(), Some(libc::ECONNRESET | libc::EPIPE)) => Ok(stream),
         Some(e) => Err(e),
         None => Ok(stream),
     }

@@ -33,7 +33,7 @@
 use std::io;
 use std::os::fd::AsRawFd;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use nix::sys::socket::MsgFlags;
 use tokio::io::Interest;
@@ -263,6 +263,8 @@ pub(crate) enum Ended {
 
 /// Relays `src` → `dst` until FIN or an error, or until `feed` brings a
 /// fault that touches the bytes; returns how it ended and the bytes moved.
+/// `src_reset`: the other direction found `src` reset (its write failed),
+/// so that the end of stream a read then reports is that RST, not a FIN.
 ///
 /// Reading and writing overlap: while `dst` has no room, bytes keep moving
 /// from `src` into the direction's buffer until it is full.
@@ -273,6 +275,7 @@ pub(crate) async fn run(
     meter: &Meter<'_>,
     feed: &mut impl Feed,
     mut growth: sockopt::RecvGrowth,
+    src_reset: &AtomicBool,
 ) -> Ended {
     let mut total = 0u64;
     let mut held: Option<Held> = None;
@@ -337,9 +340,9 @@ pub(crate) async fn run(
                 if copying && in_flight == 0 {
                     match copy_small(src, dst, dir, meter) {
                         Copied::Nothing => {}
-                        Copied::Eof => state = SrcState::Eof,
+                        Copied::Eof => state = end_of(src_reset),
                         Copied::Failed => state = SrcState::Failed,
-                        Copied::DstGone => return Ended::End(DirEnd::Reset, total),
+                        Copied::DstGone => return Ended::End(DirEnd::DstReset, total),
                         Copied::Written { n, bulk, urgent: u } => {
                             total += n as u64;
                             copying = !bulk;
@@ -366,7 +369,7 @@ pub(crate) async fn run(
                 let h = held.as_mut().expect("a bulk buffer, unless copying");
                 let room = h.room();
                 match read_in(src, h) {
-                    Ok(Got { n: 0, .. }) => state = SrcState::Eof,
+                    Ok(Got { n: 0, .. }) => state = end_of(src_reset),
                     Ok(Got { n, urgent: u }) => {
                         urgent = u;
                         meter.read(dir, n as u64);
@@ -396,7 +399,7 @@ pub(crate) async fn run(
                             meter.add(dir, 1);
                         }
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                        Err(_) => return Ended::End(DirEnd::Reset, total),
+                        Err(_) => return Ended::End(DirEnd::DstReset, total),
                     }
                     continue;
                 };
@@ -411,10 +414,21 @@ pub(crate) async fn run(
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                     // The destination is gone; what is held goes with it.
-                    Err(_) => return Ended::End(DirEnd::Reset, total),
+                    Err(_) => return Ended::End(DirEnd::DstReset, total),
                 }
             }
         }
+    }
+}
+
+/// What a read of 0 bytes means: the end of the stream (FIN) — or the
+/// source's RST, when a write to it failed first: that write took the
+/// socket's error, and a read after it sees only the shut-down socket.
+fn end_of(src_reset: &AtomicBool) -> SrcState {
+    if src_reset.load(Ordering::Relaxed) {
+        SrcState::Failed
+    } else {
+        SrcState::Eof
     }
 }
 

@@ -39,6 +39,24 @@ pub(crate) struct Handoff {
     pub syn_at: std::time::Instant,
 }
 
+/// How a peer's own socket stands, as socket diagnostics report it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PeerQueues {
+    /// Bytes it received that its owner has not read yet.
+    pub unread: usize,
+    /// Bytes its owner wrote that the relay has not acknowledged: more
+    /// than a moment's worth when the relay stopped taking them.
+    pub unacked: usize,
+}
+
+/// Where the relay can look at the sockets at the other end of its own
+/// (the kernel's socket diagnostics, in the namespace they live in).
+pub(crate) trait PeerSockets: Send + Sync {
+    /// The queues of the TCP socket bound to `src` and connected to `dst`,
+    /// if there is one.
+    fn queues(&self, src: SocketAddr, dst: SocketAddr) -> Option<PeerQueues>;
+}
+
 pub(crate) type DialFuture<'a> = Pin<Box<dyn Future<Output = io::Result<TcpStream>> + Send + 'a>>;
 
 /// One intercepted namespace, as the relay sees it.
@@ -68,4 +86,8 @@ pub(crate) trait Interception: Send + Sync {
 
     /// Packet-level control of `client`'s flow (blackouts).
     fn partition(&self, client: SocketAddr) -> Arc<dyn Partition>;
+
+    /// The queues of the namespace's TCP socket bound to `src` and
+    /// connected to `dst`, if there is one ([`PeerSockets`]).
+    fn peer_queues(&self, src: SocketAddr, dst: SocketAddr) -> Option<PeerQueues>;
 }

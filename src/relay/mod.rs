@@ -40,7 +40,7 @@ use crate::ruleset::RuleSet;
 
 pub(crate) use conn::EndpointTls;
 pub(crate) use dial::is_loopback;
-pub(crate) use interception::{Handoff, Interception, Route};
+pub(crate) use interception::{Handoff, Interception, PeerQueues, PeerSockets, Route};
 pub(crate) use pipeline::RESET_DRAIN;
 
 /// How one direction of a connection ended.
@@ -50,6 +50,10 @@ pub(crate) enum DirEnd {
     Fin,
     /// The connection must be aborted with RST on both sides.
     Reset,
+    /// The destination reset the connection under a write: the other
+    /// direction, which reads from that socket, still carries what the
+    /// destination sent before its RST; then both sides are reset.
+    DstReset,
     /// A fault closed the stream: close the connection cleanly.
     Close,
 }
@@ -273,6 +277,9 @@ pub(crate) struct Relay {
     /// The DNS layer, under interception: TCP port 53 goes to it, with
     /// resolvers dialled from the host or (`Some`) through the namespace.
     dns: OnceLock<DnsService>,
+    /// Where peers in netchaos's own namespace can be looked at: the
+    /// clients of explicit proxies, upstreams on this host.
+    host_sockets: OnceLock<Arc<dyn PeerSockets>>,
 }
 
 impl Relay {
@@ -289,7 +296,19 @@ impl Relay {
             abort: CancellationToken::new(),
             tasks: TaskTracker::new(),
             dns: OnceLock::new(),
+            host_sockets: OnceLock::new(),
         })
+    }
+
+    /// Lets connections look at their peers' sockets in netchaos's own
+    /// namespace, to reset each only once it has read what came before
+    /// (set once; without it, a reset waits only for the acknowledgement).
+    pub(crate) fn see_host_sockets(&self, sockets: Arc<dyn PeerSockets>) {
+        let _ = self.host_sockets.set(sockets);
+    }
+
+    pub(crate) fn host_sockets(&self) -> Option<Arc<dyn PeerSockets>> {
+        self.host_sockets.get().cloned()
     }
 
     /// Starts the DNS layer of an interception (once): the forwarder's

@@ -39,8 +39,14 @@ pub(crate) enum Source<'a> {
     /// A socket, how its receive buffer may grow
     /// ([`sockopt::RecvGrowth`]), and whether its chunks may be dated by
     /// the kernel's receive stamp (not when netchaos's packet delay line
-    /// holds its packets after they were stamped).
-    Socket(&'a TcpStream, sockopt::RecvGrowth, bool),
+    /// holds its packets after they were stamped); and whether the other
+    /// direction found it reset (see [`super::fast::run`]).
+    Socket(
+        &'a TcpStream,
+        sockopt::RecvGrowth,
+        bool,
+        &'a std::sync::atomic::AtomicBool,
+    ),
     /// A canned reply (`respond`): these items, then silence.
     Script(Vec<ItemKind>),
     /// A task that reads elsewhere and sends into the pipeline (the HTTP
@@ -241,7 +247,9 @@ async fn relink(
 
 async fn read_source(src: Source<'_>, out: Output, meter: &Meter<'_>, dir: Direction) {
     match src {
-        Source::Socket(s, growth, stamp) => read_socket(s, growth, stamp, out, meter, dir).await,
+        Source::Socket(s, growth, stamp, reset) => {
+            read_socket(s, growth, stamp, reset, out, meter, dir).await
+        }
         Source::Driven(task) => task(out).await,
         Source::Script(items) => {
             for kind in items {
@@ -270,6 +278,7 @@ async fn read_socket(
     src: &TcpStream,
     mut growth: sockopt::RecvGrowth,
     stamp: bool,
+    reset: &std::sync::atomic::AtomicBool,
     out: Output,
     meter: &Meter<'_>,
     dir: Direction,
@@ -301,6 +310,8 @@ async fn read_socket(
         };
         let mut at = Instant::now();
         let kind = match read {
+            // After a write to it failed: its RST (fast::run's `end_of`).
+            Ok((0, _)) if reset.load(std::sync::atomic::Ordering::Relaxed) => ItemKind::Reset,
             Ok((0, _)) => ItemKind::Fin,
             Ok((n, arrived)) => {
                 at = last_at.map_or(arrived, |l| arrived.max(l));
@@ -344,7 +355,14 @@ async fn write_items(
         match item.kind {
             ItemKind::Data(bytes) => {
                 if dst.write_all(&bytes).await.is_err() {
-                    return (DirEnd::Reset, total);
+                    // A socket's RST: what it sent before still comes
+                    // back the other way.
+                    let end = if dst.socket().is_some() {
+                        DirEnd::DstReset
+                    } else {
+                        DirEnd::Reset
+                    };
+                    return (end, total);
                 }
                 total += bytes.len() as u64;
                 meter.add(dir, bytes.len() as u64);

@@ -59,6 +59,19 @@ pub(crate) fn tune(s: &TcpStream, peer_timeout: Duration) -> bool {
     tune_accepted(s)
 }
 
+/// `TCP_CLOSE` of the kernel's TCP states (include/net/tcp_states.h).
+const TCP_CLOSE: u8 = 7;
+
+/// What [`tune_upstream`] found and did.
+pub(crate) struct Upstream {
+    /// The receive buffer is bounded and may grow ([`RecvGrowth`]).
+    pub grows: bool,
+    /// The upstream has already reset the connection (it answered and
+    /// reset before the relay took the socket; the dial took the error):
+    /// the end of stream its reads come to is that RST.
+    pub reset: bool,
+}
+
 /// Sets [`tune`]'s options on a listening socket, which the sockets it
 /// accepts inherit (Linux copies them at accept): seven system calls
 /// fewer per connection. Returns whether every one was set, so that
@@ -73,24 +86,37 @@ pub(crate) fn tune_listener(l: &tokio::net::TcpListener, peer_timeout: Duration)
 /// a longer path the buffer stays the kernel's: a small one would cap the
 /// rate.) Returns whether the receive buffer is bounded and may grow
 /// ([`RecvGrowth`]).
-pub(crate) fn tune_upstream(s: &TcpStream, peer_timeout: Duration, partitioned: bool) -> bool {
-    let capped = tune(s, peer_timeout);
+pub(crate) fn tune_upstream(s: &TcpStream, peer_timeout: Duration, partitioned: bool) -> Upstream {
+    set_relay_options(SockRef::from(s), peer_timeout);
+    let info = tcp_info(s);
+    let capped = tune_path(s, info.as_ref());
     if capped && partitioned {
         hold_little(s);
     }
-    capped && !partitioned
+    Upstream {
+        grows: capped && !partitioned,
+        // Before the relay wrote or shut down anything, only an RST
+        // closes a connection (a FIN leaves it in CLOSE_WAIT).
+        reset: info.is_some_and(|i| i.tcpi_state == TCP_CLOSE),
+    }
 }
 
 /// [`tune`] for a socket accepted from a listener [`tune_listener`] set up:
 /// only what depends on the connection's own path.
 pub(crate) fn tune_accepted(s: &TcpStream) -> bool {
+    tune_path(s, tcp_info(s).as_ref())
+}
+
+/// [`tune_accepted`], from the socket's `TCP_INFO` (`None`: not known).
+fn tune_path(s: &TcpStream, info: Option<&libc::tcp_info>) -> bool {
     // What the relay holds of a stream that cannot move on stays close to
     // what a direct path would hold (the peers' own buffers): no more than
     // LOWAT unsent bytes queued towards a peer that is not reading, and,
     // towards a peer on this host, a bounded receive buffer instead of one
     // autotuned to megabytes. Over a longer path the buffer stays
     // autotuned: a fixed one would cap the rate at RECV_BUF per round trip.
-    near(path_rtt(s), || on_this_host(s)) && SockRef::from(s).set_recv_buffer_size(RECV_BUF).is_ok()
+    near(info.and_then(path_rtt), || on_this_host(s))
+        && SockRef::from(s).set_recv_buffer_size(RECV_BUF).is_ok()
 }
 
 /// Whether a handshake's round trip says the peer is near: below
@@ -223,7 +249,13 @@ const LOCAL_RTT: Duration = Duration::from_micros(500);
 const SLOWED_LOCAL_RTT: Duration = Duration::from_millis(10);
 
 /// The connection's smoothed round-trip time, from the handshake on.
-fn path_rtt(s: &TcpStream) -> Option<Duration> {
+fn path_rtt(info: &libc::tcp_info) -> Option<Duration> {
+    // 0: no sample yet, so nothing is known of the path.
+    (info.tcpi_rtt > 0).then(|| Duration::from_micros(u64::from(info.tcpi_rtt)))
+}
+
+/// The socket's `TCP_INFO`, up to its round-trip time at least.
+fn tcp_info(s: &TcpStream) -> Option<libc::tcp_info> {
     let mut info = std::mem::MaybeUninit::<libc::tcp_info>::zeroed();
     let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
     // SAFETY: `s` is a live TCP socket; the kernel writes at most `len`
@@ -243,9 +275,7 @@ fn path_rtt(s: &TcpStream) -> Option<Duration> {
     }
     // SAFETY: zero-initialised, and the kernel filled at least the fields
     // up to tcpi_rtt.
-    let info = unsafe { info.assume_init() };
-    // 0: no sample yet, so nothing is known of the path.
-    (info.tcpi_rtt > 0).then(|| Duration::from_micros(u64::from(info.tcpi_rtt)))
+    Some(unsafe { info.assume_init() })
 }
 
 /// Whether a non-blocking `connect()` has finished, one way or the other
@@ -541,7 +571,7 @@ mod tests {
         let (s, _) = l.accept().await.unwrap();
         assert!(on_this_host(&s) && on_this_host(&c));
         // (qemu-user cannot read TCP_INFO: nothing is known of the path.)
-        let known = path_rtt(&s).is_some();
+        let known = tcp_info(&s).as_ref().and_then(path_rtt).is_some();
         assert_eq!(
             tune_accepted(&s),
             known,

@@ -14,7 +14,7 @@ use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
-use super::{Conn, run_pair, teardown};
+use super::{Conn, run_pair};
 use crate::events::Outcome;
 use crate::fault::tls_error::TlsFailure;
 use crate::fault::{Chosen, Direction, FaultKind};
@@ -386,7 +386,7 @@ impl Conn<'_> {
             &meter,
         );
         let (outcome, bytes) = run_pair(Box::pin(up), Box::pin(down), client, Some(upstream)).await;
-        teardown(outcome, client, Some(upstream)).await;
+        self.teardown(outcome, client, Some(upstream)).await;
         Some((outcome, bytes))
     }
 
@@ -609,7 +609,7 @@ impl Conn<'_> {
         let _ =
             tokio::time::timeout(std::time::Duration::from_secs(5), client.peek(&mut probe)).await;
         let _ = pipeline::write_all(client, reply.as_bytes()).await;
-        teardown(Outcome::Closed, client, None).await;
+        self.teardown(Outcome::Closed, client, None).await;
         (Outcome::Closed, [0, reply.len() as u64])
     }
 }
@@ -688,7 +688,7 @@ impl Conn<'_> {
                 () = &mut leg, if !leg_done => leg_done = true,
             }
         };
-        teardown(outcome, client, Some(upstream)).await;
+        self.teardown(outcome, client, Some(upstream)).await;
         (outcome, bytes)
     }
 
