@@ -61,9 +61,13 @@ impl std::fmt::Display for Dst {
 
 /// When a connection's phases began: its upstream connected, its first
 /// byte delivered each way. Each is set once; after that a check costs one
-/// load, so the per-chunk meter can afford it.
+/// load, so the per-chunk meter can afford it. And the bytes it delivered
+/// each way, counted where the summary's are (its close line says them,
+/// however the connection ended).
 #[derive(Debug, Default)]
 pub(crate) struct Marks {
+    /// Bytes delivered, indexed by [`Direction::index`].
+    bytes: [AtomicU64; 2],
     /// When the SYN gate got the SYN (under interception; before the open).
     syn: std::sync::OnceLock<Instant>,
     dialled: std::sync::OnceLock<Instant>,
@@ -118,6 +122,7 @@ impl Marks {
 
     /// `n` bytes were delivered in `dir`.
     fn delivered(&self, dir: Direction, n: u64) {
+        self.bytes[dir.index()].fetch_add(n, Ordering::Relaxed);
         let cell = &self.first[dir.index()];
         if cell.get().is_none() {
             let _ = cell.set(Instant::now());
@@ -694,11 +699,11 @@ impl Events {
         self.write("open", || conn_fields(c));
     }
 
+    /// A connection ended; the bytes it delivered are its meter's.
     pub(crate) fn conn_close(
         &self,
         c: &ConnInfo,
         outcome: Outcome,
-        bytes: [u64; 2],
         lived: Duration,
         path: Option<&'static str>,
     ) {
@@ -719,8 +724,15 @@ impl Events {
                 f.insert("path".into(), p.into());
             }
             f.insert("outcome".into(), outcome.as_str().into());
-            f.insert("bytes_upstream".into(), bytes[0].into());
-            f.insert("bytes_downstream".into(), bytes[1].into());
+            let bytes = &c.marks.bytes;
+            f.insert(
+                "bytes_upstream".into(),
+                bytes[0].load(Ordering::Relaxed).into(),
+            );
+            f.insert(
+                "bytes_downstream".into(),
+                bytes[1].load(Ordering::Relaxed).into(),
+            );
             f.insert("duration_ms".into(), json!(lived.as_millis() as u64));
             c.marks.fields(lived, &mut f);
             f

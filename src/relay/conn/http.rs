@@ -11,6 +11,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use futures_util::FutureExt;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
@@ -124,7 +125,7 @@ impl Conn<'_> {
         ep: &EndpointTls,
         dst: Option<SocketAddr>,
         inside: Option<Arc<dyn Interception>>,
-    ) -> Option<(Outcome, [u64; 2])> {
+    ) -> Option<Outcome> {
         let tls = self.relay.opts.tls.clone();
         let carries = if ep.serve {
             match tls::hello::peek(client).await {
@@ -183,7 +184,7 @@ impl Conn<'_> {
                                 tracing::debug!("TLS client refused the faulty certificate: {e}");
                                 let _ = self.path.set("https");
                                 sockopt::set_linger_zero(upstream);
-                                return Some((Outcome::Closed, [0, 0]));
+                                return Some(Outcome::Closed);
                             }
                             // It verifies nothing: on, as against such a server
                             // (unless it chose a protocol netchaos cannot speak).
@@ -195,7 +196,7 @@ impl Conn<'_> {
                             {
                                 let _ = self.path.set("https");
                                 sockopt::set_linger_zero(upstream);
-                                return Some((Outcome::Closed, [0, 0]));
+                                return Some(Outcome::Closed);
                             }
                             Ok(s) => Some(s),
                         }
@@ -241,7 +242,7 @@ impl Conn<'_> {
                             );
                             let _ = self.path.set("https");
                             sockopt::set_linger_zero(upstream);
-                            return Some((Outcome::Closed, [0, 0]));
+                            return Some(Outcome::Closed);
                         }
                         Ok((s, agreed, verdict)) => {
                             if faulty.is_none() {
@@ -265,7 +266,7 @@ impl Conn<'_> {
                             );
                             let _ = self.path.set("https");
                             sockopt::set_linger_zero(upstream);
-                            return Some((Outcome::Closed, [0, 0]));
+                            return Some(Outcome::Closed);
                         }
                         Err(e) => {
                             return Some(
@@ -312,13 +313,13 @@ impl Conn<'_> {
                             }
                             let _ = self.path.set("https");
                             sockopt::set_linger_zero(upstream);
-                            return Some((Outcome::Closed, [0, 0]));
+                            return Some(Outcome::Closed);
                         }
                         Err(e) => {
                             tracing::debug!("TLS handshake with the client failed: {e}");
                             sockopt::set_linger_zero(client);
                             sockopt::set_linger_zero(upstream);
-                            return Some((Outcome::Reset, [0, 0]));
+                            return Some(Outcome::Reset);
                         }
                     },
                 };
@@ -376,9 +377,10 @@ impl Conn<'_> {
             &mut down_feed,
             &meter,
         );
-        let (outcome, bytes) = run_pair(Box::pin(up), Box::pin(down), client, Some(upstream)).await;
+        let (up, down) = (up.map(|(end, _)| end), down.map(|(end, _)| end));
+        let outcome = run_pair(Box::pin(up), Box::pin(down), client, Some(upstream)).await;
         teardown(outcome, client, Some(upstream)).await;
-        Some((outcome, bytes))
+        Some(outcome)
     }
 
     /// Terminates a TLS client whose hello is waiting (`respond` over
@@ -389,10 +391,10 @@ impl Conn<'_> {
         tls: &Tls,
         client: &'s TcpStream,
         dst: Option<SocketAddr>,
-    ) -> Result<Side<'s>, (Outcome, [u64; 2])> {
+    ) -> Result<Side<'s>, Outcome> {
         let failed = || {
             sockopt::set_linger_zero(client);
-            (Outcome::Reset, [0, 0])
+            Outcome::Reset
         };
         let Some(hello) = tls::hello::peek(client).await else {
             return Err(failed());
@@ -450,14 +452,14 @@ impl Conn<'_> {
         client: &TcpStream,
         upstream: Option<&TcpStream>,
         silence: Silence,
-    ) -> (Outcome, [u64; 2]) {
+    ) -> Outcome {
         let _ = self.path.set("https");
         if let Some(up) = upstream {
             sockopt::set_linger_zero(up);
         }
         if silence.failure == TlsFailure::Reset {
             sockopt::set_linger_zero(client);
-            return (Outcome::Reset, [0, 0]);
+            return Outcome::Reset;
         }
         // Read and dropped: the hello, and whatever the client sends until
         // it closes (netchaos stopping ends this too), or the fault ends:
@@ -487,7 +489,7 @@ impl Conn<'_> {
             }
         }
         sockopt::shutdown_write(client);
-        (Outcome::Closed, [0, 0])
+        Outcome::Closed
     }
 
     /// TLS to the upstream, offering `offer`; the side, the protocol the
@@ -533,7 +535,7 @@ impl Conn<'_> {
         name: &str,
         hello: &Hello,
         e: &std::io::Error,
-    ) -> (Outcome, [u64; 2]) {
+    ) -> Outcome {
         let _ = self.path.set("https");
         let kind = self.upstream_tls_failed(name, e);
         sockopt::set_linger_zero(upstream);
@@ -545,7 +547,7 @@ impl Conn<'_> {
             if let Err(e) = tls.accept(TcpRef(client), name, none, None).await {
                 tracing::debug!("TLS client told no protocol is agreed: {e}");
             }
-            return (Outcome::Closed, [0, 0]);
+            return Outcome::Closed;
         }
         if kind == "upstream_tls_untrusted" {
             let stand_in = Verdict::Untrusted {
@@ -558,10 +560,10 @@ impl Conn<'_> {
             {
                 let _ = tokio::io::AsyncWriteExt::shutdown(&mut s).await;
             }
-            return (Outcome::Closed, [0, 0]);
+            return Outcome::Closed;
         }
         sockopt::set_linger_zero(client);
-        (Outcome::Reset, [0, 0])
+        Outcome::Reset
     }
 
     /// Records why TLS to the upstream `name` failed, and says which kind
@@ -586,7 +588,7 @@ impl Conn<'_> {
         upstream: &TcpStream,
         name: &str,
         e: &std::io::Error,
-    ) -> (Outcome, [u64; 2]) {
+    ) -> Outcome {
         let _ = self.path.set("http");
         self.upstream_tls_failed(name, e);
         sockopt::set_linger_zero(upstream);
@@ -599,9 +601,11 @@ impl Conn<'_> {
         let mut probe = [0u8; 1];
         let _ =
             tokio::time::timeout(std::time::Duration::from_secs(5), client.peek(&mut probe)).await;
-        let _ = pipeline::write_all(client, reply.as_bytes()).await;
+        if pipeline::write_all(client, reply.as_bytes()).await.is_ok() {
+            self.meter().add(Direction::Downstream, reply.len() as u64);
+        }
         teardown(Outcome::Closed, client, None).await;
-        (Outcome::Closed, [0, reply.len() as u64])
+        Outcome::Closed
     }
 }
 
@@ -617,7 +621,7 @@ impl Conn<'_> {
         mut upstream_side: Side<'_>,
         x: Exchange,
         reach: h2::Reach,
-    ) -> (Outcome, [u64; 2]) {
+    ) -> Outcome {
         let (engine_client, ours) = tokio::io::duplex(H2_PIPE);
         let (engine_upstream, theirs) = tokio::io::duplex(H2_PIPE);
         let (end, ending) = h2::ending();
@@ -666,10 +670,11 @@ impl Conn<'_> {
         );
         // The upstream's socket is the leg's to watch (its reset is the
         // client's only until a connection dialled again replaces it).
+        let (up, down) = (up.map(|(end, _)| end), down.map(|(end, _)| end));
         let pair = run_pair(Box::pin(up), Box::pin(down), client, None);
         tokio::pin!(pair, engine, leg);
         let (mut engine_done, mut leg_done) = (false, false);
-        let (outcome, bytes) = loop {
+        let outcome = loop {
             tokio::select! {
                 r = &mut pair => break r,
                 () = &mut engine, if !engine_done => {
@@ -680,7 +685,7 @@ impl Conn<'_> {
             }
         };
         teardown(outcome, client, Some(upstream)).await;
-        (outcome, bytes)
+        outcome
     }
 
     /// How the HTTP/2 engine dials the upstream again when the upstream
@@ -733,11 +738,11 @@ impl Conn<'_> {
         upstream: &TcpStream,
         name: &str,
         e: &std::io::Error,
-    ) -> (Outcome, [u64; 2]) {
+    ) -> Outcome {
         self.upstream_tls_failed(name, e);
         sockopt::set_linger_zero(client);
         sockopt::set_linger_zero(upstream);
-        (Outcome::Reset, [0, 0])
+        Outcome::Reset
     }
 }
 
