@@ -473,7 +473,7 @@ impl Conn<'_> {
         tls: bool,
         mut head_only: bool,
     ) -> Outcome {
-        let http::Side { mut read, sink } = side;
+        let http::Side { mut read, sink, .. } = side;
         if tls && r.waits_for_request() {
             // Inside TLS, the request is the first application data.
             let mut first = bytes::BytesMut::with_capacity(16 * 1024);

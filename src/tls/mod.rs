@@ -304,6 +304,13 @@ pub(crate) fn is_certificate_error(e: &io::Error) -> bool {
         })
 }
 
+/// Whether a TLS error is a fatal alert the peer sent.
+pub(crate) fn is_alert(e: &io::Error) -> bool {
+    e.get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        .is_some_and(|r| matches!(r, rustls::Error::AlertReceived(_)))
+}
+
 /// Whether a TLS error is the upstream agreeing to none of the protocols
 /// offered (its `no_application_protocol` alert).
 pub(crate) fn refused_protocols(e: &io::Error) -> bool {

@@ -24,7 +24,7 @@ use crate::http::h2;
 use crate::plan::Protocol;
 use crate::relay::dial;
 use crate::relay::interception::Interception;
-use crate::relay::peer::{Sink, TcpRef};
+use crate::relay::peer::{Sink, TcpRef, TlsEnd, TlsRead};
 use crate::relay::pipeline::{self, Source};
 use crate::relay::sockopt;
 use crate::tls::{self, Hello, Tls, Verdict};
@@ -80,6 +80,8 @@ type Reader<'a> = Box<dyn AsyncRead + Send + Unpin + 'a>;
 pub(super) struct Side<'a> {
     pub(super) read: Reader<'a>,
     pub(super) sink: Sink<'a>,
+    /// How its TLS stream ended (never set without TLS).
+    pub(super) end: TlsEnd,
 }
 
 impl<'a> Side<'a> {
@@ -87,6 +89,7 @@ impl<'a> Side<'a> {
         Side {
             read: Box::new(TcpRef(sock)),
             sink: Sink::Tcp(sock),
+            end: TlsEnd::default(),
         }
     }
 
@@ -95,13 +98,22 @@ impl<'a> Side<'a> {
         sock: &'a TcpStream,
     ) -> Side<'a> {
         let (read, write) = tokio::io::split(stream);
+        let end = TlsEnd::default();
         Side {
-            read: Box::new(read),
+            read: Box::new(TlsRead::new(read, end.clone())),
             sink: Sink::Tls {
                 session: Box::new(write),
                 socket: sock,
+                source: TlsEnd::default(),
             },
+            end,
         }
+    }
+
+    /// Each side's sink ends as the other side's stream ended.
+    fn join(a: &mut Side<'a>, b: &mut Side<'a>) {
+        a.sink.follow(&b.end);
+        b.sink.follow(&a.end);
     }
 }
 
@@ -142,7 +154,7 @@ impl Conn<'_> {
         // The name TLS to the upstream verifies, when netchaos speaks it,
         // and what its certificate was judged.
         let mut up_tls: Option<(String, Verdict)> = None;
-        let (client_side, upstream_side, sni, path, h2) = match carries {
+        let (mut client_side, mut upstream_side, sni, path, h2) = match carries {
             Carries::Other => return None,
             Carries::Http | Carries::H2 => {
                 let h2 = matches!(carries, Carries::H2);
@@ -332,6 +344,7 @@ impl Conn<'_> {
                 )
             }
         };
+        Side::join(&mut client_side, &mut upstream_side);
         let _ = self.path.set(path);
         let x = Exchange {
             faults: self.chosen.clone(),
