@@ -93,6 +93,11 @@ impl HostPattern {
 }
 
 impl RequestMatch {
+    /// Whether it has a `host`.
+    pub(crate) fn names_host(&self) -> bool {
+        self.host.is_some()
+    }
+
     /// Reads `method`, `path`, `host`, `header`, `body`, `first` and `every`.
     pub(crate) fn parse(f: &mut Fields) -> Result<RequestMatch, ProfileError> {
         let mut m = RequestMatch {
