@@ -181,6 +181,14 @@ impl Conn<'_> {
             Carries::Tls(hello) => {
                 let tls = tls?;
                 let name = server_name(&hello, client, if ep.serve { None } else { dst });
+                // The destination, where the client dialled its server (not
+                // netchaos's own listener).
+                let intercepting = match dst {
+                    Some(a) if !ep.serve && ep.upstream.is_none() => {
+                        Some(tls::pinned::Pinned::destination(&name, a.port()))
+                    }
+                    _ => None,
+                };
                 // A `tls_error` fault: the handshake fails as against a
                 // broken server, before the upstream is spoken to (its
                 // own TLS could only fail in other ways, or be slow).
@@ -214,6 +222,23 @@ impl Conn<'_> {
                         }
                     }
                 };
+                // Under interception, a client no HTTP fault could act on
+                // (each one's `host` another than its server's), or whose
+                // destination saw a client refuse the run's certificate,
+                // is not terminated: it reaches its server untouched.
+                let pinned = intercepting.as_deref().filter(|_| faulty.is_none());
+                if let Some(dest) = pinned {
+                    if self.protocol.is_none() && !self.may_fault(&name) {
+                        tracing::debug!(
+                            "TLS for {name}: no HTTP fault could act on it: relayed as bytes"
+                        );
+                        return None;
+                    }
+                    if tls.pinned().contains(dest) {
+                        self.relay.events.tls_passed(dest);
+                        return None;
+                    }
+                }
                 if faulty.is_none() && !hello.speaks_http1() && !hello.offers_h2() {
                     tracing::debug!(
                         "TLS client offers neither HTTP/1.1 nor HTTP/2 (ALPN): relayed as bytes"
@@ -313,6 +338,7 @@ impl Conn<'_> {
                         // by a server whose certificate is refused.
                         Err(e) if judged.as_ref().is_some_and(|v| !v.is_trusted()) => {
                             tracing::debug!("TLS client refused the stand-in certificate: {e}");
+                            self.refused(&tls, intercepting.as_deref(), &e, judged.as_ref());
                             if let Some(Verdict::Untrusted { why, .. }) = &judged {
                                 self.relay.events.relay_error(
                                     self.info,
@@ -328,7 +354,10 @@ impl Conn<'_> {
                             return Some(Outcome::Closed);
                         }
                         Err(e) => {
-                            tracing::debug!("TLS handshake with the client failed: {e}");
+                            if !self.refused(&tls, intercepting.as_deref(), &e, judged.as_ref()) {
+                                tracing::debug!("TLS handshake with the client failed: {e}");
+                            }
+                            let _ = self.path.set("https");
                             sockopt::set_linger_zero(client);
                             sockopt::set_linger_zero(upstream);
                             return Some(Outcome::Reset);
@@ -424,6 +453,51 @@ impl Conn<'_> {
         accepted.map(|s| Side::tls(s, client)).map_err(|e| {
             tracing::debug!("TLS handshake with the client failed: {e}");
             failed()
+        })
+    }
+
+    /// Records a client's refusal of the certificate it was shown for
+    /// `dest` (a transparently intercepted destination), when it says the
+    /// client trusts a CA of its own: the certificate was from the run's
+    /// CA for the stores that accept the upstream, or a stand-in whose
+    /// issuer no store knows (the upstream's own CA, which the client may
+    /// pin). Not one with the upstream's own flaw (expired, another
+    /// name…), which the client refuses directly too. `dest`'s later
+    /// connections are relayed untouched: whatever the client trusts, it
+    /// then meets what it would have directly. Whether it was recorded.
+    fn refused(
+        &self,
+        tls: &Tls,
+        dest: Option<&str>,
+        e: &std::io::Error,
+        judged: Option<&Verdict>,
+    ) -> bool {
+        let (Some(dest), Some(alert)) = (dest, tls::pinned::refusal(e)) else {
+            return false;
+        };
+        if let Some(Verdict::Untrusted {
+            shown: tls::verdict::StandIn::Flawed { .. },
+            ..
+        }) = judged
+        {
+            return false;
+        }
+        let remembered = tls.pinned().refused(dest);
+        self.relay
+            .events
+            .tls_refused(self.info, dest, alert, remembered);
+        true
+    }
+
+    /// Whether an HTTP or TLS fault of this connection (active now or not)
+    /// could act on a TLS connection to `name`: a `host` it matches, or none.
+    fn may_fault(&self, name: &str) -> bool {
+        self.chosen.borrow().iter().any(|c| match &c.spec.kind {
+            FaultKind::TlsError(t) => t.applies_to(name),
+            k if k.info().needs_http_layer() => {
+                k.request_match().is_none_or(|m| m.may_match_host(name))
+            }
+            _ => false,
         })
     }
 
