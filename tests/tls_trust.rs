@@ -541,6 +541,20 @@ fn clients_pinned_to_their_own_ca_are_relayed_untouched() {
         assert!(!err.contains("refused the run's certificate"), "{err}");
     }
 
+    // A fault's host that is the server's (with its port, or without):
+    // intercepted, and faulted, for a client of the run's CA.
+    for host in ["localhost", &format!("localhost:{curl_port}")] {
+        let fault = format!("http_status:status=503,host={host}");
+        let url = format!("https://localhost:{curl_port}/p/1");
+        let through = without_bundle_vars(Command::new(BIN));
+        let (code, out, err) = wrapped_with(
+            through,
+            &["--tls", "--upstream-ca", &ca.ca(), "--fault", &fault],
+            &["curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", &url],
+        );
+        assert_eq!((code, out.as_str()), (0, "503"), "{fault}: {err}");
+    }
+
     // A path-only rule: each client's first connection is refused, the
     // rest relayed untouched; with the upstream trusted by netchaos or not.
     let ca_file = ca.ca();

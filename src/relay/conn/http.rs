@@ -228,7 +228,7 @@ impl Conn<'_> {
                 // is not terminated: it reaches its server untouched.
                 let pinned = intercepting.as_deref().filter(|_| faulty.is_none());
                 if let Some(dest) = pinned {
-                    if self.protocol.is_none() && !self.may_fault(&name) {
+                    if self.protocol.is_none() && !self.may_fault(&name, dest) {
                         tracing::debug!(
                             "TLS for {name}: no HTTP fault could act on it: relayed as bytes"
                         );
@@ -490,13 +490,14 @@ impl Conn<'_> {
     }
 
     /// Whether an HTTP or TLS fault of this connection (active now or not)
-    /// could act on a TLS connection to `name`: a `host` it matches, or none.
-    fn may_fault(&self, name: &str) -> bool {
+    /// could act on a TLS connection to `name` (`dest`: with its port, as
+    /// a Host header may say it): a `host` it matches, or none.
+    fn may_fault(&self, name: &str, dest: &str) -> bool {
         self.chosen.borrow().iter().any(|c| match &c.spec.kind {
             FaultKind::TlsError(t) => t.applies_to(name),
-            k if k.info().needs_http_layer() => {
-                k.request_match().is_none_or(|m| m.may_match_host(name))
-            }
+            k if k.info().needs_http_layer() => k
+                .request_match()
+                .is_none_or(|m| m.may_match_host(name) || m.may_match_host(dest)),
             _ => false,
         })
     }
