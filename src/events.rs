@@ -64,9 +64,13 @@ impl std::fmt::Display for Dst {
 
 /// When a connection's phases began: its upstream connected, its first
 /// byte delivered each way. Each is set once; after that a check costs one
-/// load, so the per-chunk meter can afford it.
+/// load, so the per-chunk meter can afford it. And the bytes it delivered
+/// each way, counted where the summary's are (its close line says them,
+/// however the connection ended).
 #[derive(Debug, Default)]
 pub(crate) struct Marks {
+    /// Bytes delivered, indexed by [`Direction::index`].
+    bytes: [AtomicU64; 2],
     /// When the SYN gate got the SYN (under interception; before the open).
     syn: std::sync::OnceLock<Instant>,
     dialled: std::sync::OnceLock<Instant>,
@@ -121,6 +125,7 @@ impl Marks {
 
     /// `n` bytes were delivered in `dir`.
     fn delivered(&self, dir: Direction, n: u64) {
+        self.bytes[dir.index()].fetch_add(n, Ordering::Relaxed);
         let cell = &self.first[dir.index()];
         if cell.get().is_none() {
             let _ = cell.set(Instant::now());
@@ -302,12 +307,40 @@ pub(crate) struct Stats {
     /// Connections by the path their bytes took (`splice`: the fast path,
     /// `pipeline`, `http`, `https`).
     pub paths: Mutex<BTreeMap<&'static str, u64>>,
+    /// Destinations whose clients refused the run's certificate (they pin
+    /// a CA of their own), as many as are relayed untouched (bounded so).
+    pub pinned: Mutex<BTreeMap<String, PinnedCount>>,
     /// Event lines that could not be written (a full disk, `/dev/full`) or
     /// found the writer's queue full.
     pub log_errors: Arc<AtomicU64>,
     /// Event lines not written because the log reached its size
     /// (`--events-max`): counted only.
     pub log_dropped: Arc<AtomicU64>,
+}
+
+/// A destination whose clients refused the run's certificate.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct PinnedCount {
+    /// Connections whose handshake failed so (before the first refusal
+    /// was known, more than one may have).
+    pub refused: u64,
+    /// Connections relayed untouched after it.
+    pub passed: u64,
+    /// The alert the first refusal came with.
+    pub alert: Option<rustls::AlertDescription>,
+}
+
+/// What a user can do about a client that refused the run's certificate
+/// at `dest`.
+pub(crate) fn pinned_advice(dest: &str) -> String {
+    format!(
+        "the client trusts a CA of its own, not in a store netchaos covers (one pinned in code): \
+         to fault its requests, have netchaos sign with that CA (--tls-ca FILE --tls-key FILE; \
+         and --upstream-ca FILE if the upstream's certificate is from it too), or add the run's CA \
+         to the client's (--tls-ca-out FILE); or scope the rule (match.dst, match.ports, a fault's \
+         host) so that {dest} is not intercepted. Its later connections to {dest} are relayed \
+         untouched"
+    )
 }
 
 /// How often one fault of one rule took effect.
@@ -701,11 +734,11 @@ impl Events {
         self.write("open", || conn_fields(c));
     }
 
+    /// A connection ended; the bytes it delivered are its meter's.
     pub(crate) fn conn_close(
         &self,
         c: &ConnInfo,
         outcome: Outcome,
-        bytes: [u64; 2],
         lived: Duration,
         path: Option<&'static str>,
     ) {
@@ -726,8 +759,15 @@ impl Events {
                 f.insert("path".into(), p.into());
             }
             f.insert("outcome".into(), outcome.as_str().into());
-            f.insert("bytes_upstream".into(), bytes[0].into());
-            f.insert("bytes_downstream".into(), bytes[1].into());
+            let bytes = &c.marks.bytes;
+            f.insert(
+                "bytes_upstream".into(),
+                bytes[0].load(Ordering::Relaxed).into(),
+            );
+            f.insert(
+                "bytes_downstream".into(),
+                bytes[1].load(Ordering::Relaxed).into(),
+            );
             f.insert("duration_ms".into(), json!(lived.as_millis() as u64));
             c.marks.fields(lived, &mut f);
             f
@@ -1002,6 +1042,48 @@ impl Events {
         });
     }
 
+    /// A client refused the run's certificate for `dest` with `alert`: it
+    /// pins a CA of its own. `remembered`: `dest`'s later connections are
+    /// relayed untouched.
+    pub(crate) fn tls_refused(
+        &self,
+        c: &ConnInfo,
+        dest: &str,
+        alert: rustls::AlertDescription,
+        remembered: bool,
+    ) {
+        let advice = pinned_advice(dest);
+        {
+            let mut pinned = self.stats.pinned.lock().expect("stats lock");
+            let known = pinned.contains_key(dest);
+            if known || remembered {
+                let n = pinned.entry(dest.to_string()).or_default();
+                n.refused += 1;
+                n.alert.get_or_insert(alert);
+            }
+        }
+        tracing::warn!(
+            "TLS: the client refused the run's certificate for {dest} ({alert:?}): {advice}"
+        );
+        self.write("tls_refused", || {
+            let mut f = conn_fields(c);
+            f.insert("destination".into(), dest.into());
+            f.insert("alert".into(), format!("{alert:?}").into());
+            f.insert("passthrough".into(), remembered.into());
+            f.insert("advice".into(), advice.into());
+            f
+        });
+    }
+
+    /// A connection to `dest`, whose client refused the run's certificate
+    /// before, is relayed untouched.
+    pub(crate) fn tls_passed(&self, dest: &str) {
+        tracing::debug!("TLS: {dest} is relayed untouched (its client pins a CA of its own)");
+        if let Some(n) = self.stats.pinned.lock().expect("stats lock").get_mut(dest) {
+            n.passed += 1;
+        }
+    }
+
     /// An HTTP/2 upstream sent its connection away (GOAWAY) and was dialled
     /// again, taking `took`; the client's connection stays as it was.
     pub(crate) fn upstream_redialled(&self, c: &ConnInfo, took: Duration) {
@@ -1199,6 +1281,20 @@ impl Events {
             out.push_str(&format!(
                 "  connections refused at the SYN (limit): {refused}\n"
             ));
+        }
+        let pinned = s.pinned.lock().expect("stats lock");
+        if !pinned.is_empty() {
+            out.push_str("  TLS: clients that trust a CA of their own refused the run's certificate (their destinations then relayed untouched):\n");
+            for (dest, n) in pinned.iter() {
+                let alert = n.alert.map_or_else(String::new, |a| format!(" ({a:?})"));
+                out.push_str(&format!(
+                    "    {dest}: {} connection(s) refused{alert}, {} later one(s) relayed untouched\n",
+                    n.refused, n.passed
+                ));
+            }
+            out.push_str(
+                "    to fault them, have netchaos sign with their CA (--tls-ca FILE --tls-key FILE) or add the run's CA to theirs (--tls-ca-out FILE); or scope the rule (match.dst, match.ports, a fault's host) away from them\n",
+            );
         }
         let errors = s.errors.lock().expect("stats lock");
         if !errors.is_empty() {

@@ -480,6 +480,24 @@ impl Plan {
                     ));
                 }
             }
+            if m.proxies.is_empty()
+                && m.dst.is_empty()
+                && m.ports.is_empty()
+                && m.protocol.is_none()
+            {
+                let unscoped = r
+                    .faults
+                    .iter()
+                    .find(|f| f.kind.info().needs_http_layer() && !f.kind.names_hosts());
+                if let Some(f) = unscoped {
+                    out.push(format!(
+                        "rule {:?} ({}) has an HTTP or TLS fault ({}) and no match.dst, match.ports or host: under `run --tls` it matches every HTTPS connection, each of which is terminated with the run's CA — a client that pins a CA of its own refuses it (that destination is then relayed untouched, and the summary says so); scope the rule to the servers you mean to fault",
+                        r.name,
+                        r.loc,
+                        f.name()
+                    ));
+                }
+            }
             if m.proxies.is_empty() {
                 continue;
             }

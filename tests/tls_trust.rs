@@ -262,11 +262,14 @@ fn clients_that_verify_nothing_reach_an_upstream_nobody_trusts() {
     // A private CA, in no store and not given with --upstream-ca.
     let ca = TestCa::new();
     let up = Httpd::start(Some(&ca));
+    // Those that verify nothing first: once a client has refused the
+    // stand-in (its issuer unknown: it may pin the upstream's CA), that
+    // destination is relayed untouched.
     let clients = [
-        ("curl", curl("-o /dev/null")),
         ("curl -k", curl("-k")),
-        ("requests", requests(true)),
         ("requests verify=False", requests(false)),
+        ("curl", curl("-o /dev/null")),
+        ("requests", requests(true)),
     ];
     let clients: Vec<(&str, &str)> = clients.iter().map(|(l, c)| (*l, c.as_str())).collect();
     let run = script(&clients, &[("C", up.https())]);
@@ -277,13 +280,13 @@ fn clients_that_verify_nothing_reach_an_upstream_nobody_trusts() {
     });
     assert_eq!(code, 0, "{err}");
     let direct = lines(&direct);
-    assert!(direct[0].starts_with("curl -> C: 60 "), "{direct:#?}");
     assert_eq!(
-        direct[1],
+        direct[0],
         "curl -k -> C: 0 body-1;body-1;body-1;body-1;body-1;body-1;body-1;body-1;body-1;body-1;"
     );
-    assert!(direct[2].contains("SSLError"), "{direct:#?}");
-    assert!(direct[3].ends_with(": 0 200 body-1;body-1;"), "{direct:#?}");
+    assert!(direct[1].ends_with(": 0 200 body-1;body-1;"), "{direct:#?}");
+    assert!(direct[2].starts_with("curl -> C: 60 "), "{direct:#?}");
+    assert!(direct[3].contains("SSLError"), "{direct:#?}");
 
     let dir = tempfile::tempdir().unwrap();
     let events = dir.path().join("events.jsonl");
@@ -298,8 +301,19 @@ fn clients_that_verify_nothing_reach_an_upstream_nobody_trusts() {
         direct,
         "through netchaos, as directly (the same verification errors)\n{err}"
     );
-    assert_eq!(count(&events, "upstream_tls_untrusted"), 2, "{err}");
     assert_eq!(count(&events, "upstream_tls_unverified"), 2, "{err}");
+    // curl refused the stand-in; requests then met the upstream itself.
+    assert_eq!(count(&events, "upstream_tls_untrusted"), 1, "{err}");
+    let refused: Vec<_> = read_events(&events)
+        .into_iter()
+        .filter(|e| e["event"] == "tls_refused")
+        .collect();
+    assert_eq!(refused.len(), 1, "{err}");
+    assert_eq!(
+        refused[0]["destination"],
+        format!("localhost:{}", up.port),
+        "{err}"
+    );
 }
 
 #[test]
@@ -439,4 +453,192 @@ fn a_flawed_upstream_fails_each_client_on_its_own_flaw() {
         count(&events, "upstream_tls_unverified") >= 2,
         "curl -k went on: {judged:#?}"
     );
+}
+
+/// Python's `ssl` pinned to a CA by an explicit `cafile` (no store
+/// netchaos covers): argv[1] the host's port, argv[2] the CA file, then
+/// one new connection for each further argument; prints the status of
+/// each, or its error's class.
+const PINNED: &str = r#"
+import http.client, ssl, sys
+port, cafile = int(sys.argv[1]), sys.argv[2]
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+ctx.load_verify_locations(cafile=cafile)
+for _ in sys.argv[3:]:
+    c = http.client.HTTPSConnection("localhost", port, context=ctx, timeout=10)
+    try:
+        c.request("GET", "/p/1")
+        print("python", c.getresponse().status, flush=True)
+    except Exception as e:
+        print("python", type(e).__name__, flush=True)
+    c.close()
+"#;
+
+/// Issue 48, item 11: clients pinned to their own CA (Python's `ssl` with
+/// an explicit `cafile`, curl with `--cacert`) keep working under `run
+/// --tls`: a rule scoped to another host (by `match.dst`, or a fault's
+/// `host`) does not intercept them at all; a path-only rule does, but the
+/// first refusal is logged and summarised by destination, and the later
+/// connections there are relayed untouched — whether netchaos trusts the
+/// upstream (`--upstream-ca`) or not.
+#[test]
+fn clients_pinned_to_their_own_ca_are_relayed_untouched() {
+    if !need(&["curl", "python3", "ip", "nft"]) {
+        return;
+    }
+    let ca = TestCa::new();
+    let (up_py, up_curl) = (Httpd::start(Some(&ca)), Httpd::start(Some(&ca)));
+    let dir = tempfile::tempdir().unwrap();
+    let (py_port, curl_port) = (up_py.port.to_string(), up_curl.port.to_string());
+    let run = format!(
+        "python3 -c {} {py_port} {ca} 1 2 3; for i in 1 2 3; do \
+         curl -fsS -o /dev/null --cacert {ca} --max-time 10 \
+         https://localhost:{curl_port}/p/1 2>/dev/null && echo curl 200 || echo curl failed; done",
+        sh_quote(PINNED),
+        ca = ca.ca()
+    );
+    let (code, direct, err) = output({
+        let mut c = without_bundle_vars(Command::new("sh"));
+        c.args(["-c", &run]);
+        c
+    });
+    assert_eq!(code, 0, "{err}");
+    let all_ok = [
+        "python 200",
+        "python 200",
+        "python 200",
+        "curl 200",
+        "curl 200",
+        "curl 200",
+    ];
+    assert_eq!(lines(&direct), all_ok, "directly");
+
+    // Scoped to another host: never intercepted.
+    let scoped = dir.path().join("scoped.toml");
+    std::fs::write(
+        &scoped,
+        "[[rules]]\nname = \"other\"\nmatch.dst = [\"other.example\"]\n  [[rules.faults]]\n  type = \"http_status\"\n  status = 503\n",
+    )
+    .unwrap();
+    let scoped = scoped.display().to_string();
+    let by_profile: &[&str] = &["-p", &scoped];
+    let by_host: &[&str] = &["--fault", "http_status:status=503,host=other.example"];
+    for (i, rule) in [by_profile, by_host].into_iter().enumerate() {
+        let events = dir.path().join(format!("scoped-{i}.jsonl"));
+        let ev = events.display().to_string();
+        let mut args = vec!["--tls", "--events", &ev];
+        args.extend(rule);
+        let through = without_bundle_vars(Command::new(BIN));
+        let (code, out, err) = wrapped_with(through, &args, &["sh", "-c", &run]);
+        assert_eq!(code, 0, "{err}");
+        assert_eq!(lines(&out), all_ok, "{rule:?}\n{err}");
+        let paths: Vec<_> = read_events(&events)
+            .into_iter()
+            .filter(|e| e["event"] == "close")
+            .map(|e| e["path"].clone())
+            .collect();
+        assert_eq!(paths, vec!["splice"; 6], "not intercepted: {rule:?}\n{err}");
+        assert!(!err.contains("refused the run's certificate"), "{err}");
+    }
+
+    // A fault's host that is the server's (with its port, or without):
+    // intercepted, and faulted, for a client of the run's CA.
+    for host in ["localhost", &format!("localhost:{curl_port}")] {
+        let fault = format!("http_status:status=503,host={host}");
+        let url = format!("https://localhost:{curl_port}/p/1");
+        let through = without_bundle_vars(Command::new(BIN));
+        let (code, out, err) = wrapped_with(
+            through,
+            &["--tls", "--upstream-ca", &ca.ca(), "--fault", &fault],
+            &["curl", "-sS", "-o", "/dev/null", "-w", "%{http_code}", &url],
+        );
+        assert_eq!((code, out.as_str()), (0, "503"), "{fault}: {err}");
+    }
+
+    // A path-only rule: each client's first connection is refused, the
+    // rest relayed untouched; with the upstream trusted by netchaos or not.
+    let ca_file = ca.ca();
+    let trusted: &[&str] = &["--upstream-ca", &ca_file];
+    for (i, trust) in [trusted, &[]].into_iter().enumerate() {
+        let events = dir.path().join(format!("path-only-{i}.jsonl"));
+        let ev = events.display().to_string();
+        let mut args = vec!["--tls", "--events", &ev];
+        args.extend(["--fault", "http_status:status=503,path=/never-matches"]);
+        args.extend(trust);
+        let through = without_bundle_vars(Command::new(BIN));
+        let (code, out, err) = wrapped_with(through, &args, &["sh", "-c", &run]);
+        assert_eq!(code, 0, "{err}");
+        let out = lines(&out);
+        assert_eq!(out.len(), 6, "{out:#?}\n{err}");
+        assert_eq!(out[0], "python SSLCertVerificationError", "{err}");
+        assert_eq!(out[1..3], all_ok[1..3], "{err}");
+        assert_eq!(out[3], "curl failed", "{err}");
+        assert_eq!(out[4..], all_ok[4..], "{err}");
+        let ev = read_events(&events);
+        let refused: Vec<_> = ev.iter().filter(|e| e["event"] == "tls_refused").collect();
+        let dests: Vec<_> = refused.iter().map(|e| e["destination"].clone()).collect();
+        assert_eq!(
+            dests,
+            [
+                format!("localhost:{py_port}"),
+                format!("localhost:{curl_port}")
+            ],
+            "{err}"
+        );
+        assert!(refused.iter().all(|e| e["passthrough"] == true), "{err}");
+        assert!(
+            refused
+                .iter()
+                .all(|e| e["advice"].as_str().unwrap().contains("--tls-ca FILE")),
+            "{refused:?}"
+        );
+        let paths: Vec<_> = ev
+            .iter()
+            .filter(|e| e["event"] == "close")
+            .map(|e| e["path"].as_str().unwrap_or("?").to_string())
+            .collect();
+        assert_eq!(
+            paths,
+            ["https", "splice", "splice", "https", "splice", "splice"],
+            "{err}"
+        );
+        for port in [&py_port, &curl_port] {
+            assert!(
+                err.contains(&format!(
+                    "localhost:{port}: 1 connection(s) refused (UnknownCA), 2 later one(s) relayed untouched"
+                )),
+                "the summary says it by destination:\n{err}"
+            );
+        }
+        assert!(err.contains("scope the rule"), "and what to do:\n{err}");
+    }
+}
+
+/// `check` says when a rule's HTTP faults match every HTTPS connection
+/// (under `run --tls`, each terminated); not when the rule or its faults
+/// name the hosts.
+#[test]
+fn check_says_when_http_faults_match_every_https_connection() {
+    let warned = |args: &[&str]| {
+        let mut a = vec!["check"];
+        a.extend(args);
+        let (code, _, err) = netchaos(&a);
+        assert_eq!(code, 0, "{err}");
+        err.contains("matches every HTTPS connection")
+    };
+    assert!(warned(&["--fault", "http_status:status=503,path=/v1/*"]));
+    assert!(warned(&["--fault", "tls_error:error=expired"]));
+    assert!(!warned(&[
+        "--fault",
+        "http_status:status=503,host=api.example.com"
+    ]));
+    assert!(!warned(&["--fault", "latency:delay=10ms"]));
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("p.toml");
+    std::fs::write(
+        &p,
+        "[[rules]]\nname = \"api\"\nmatch.ports = [\"443\"]\n  [[rules.faults]]\n  type = \"http_status\"\n  status = 503\n",
+    )
+    .unwrap();
+    assert!(!warned(&[p.to_str().unwrap()]));
 }

@@ -93,6 +93,17 @@ impl HostPattern {
 }
 
 impl RequestMatch {
+    /// Whether a request to `host` (or, over TLS, its server name) may
+    /// match: its `host`, if it has one, matches it.
+    pub(crate) fn may_match_host(&self, host: &str) -> bool {
+        self.host.as_ref().is_none_or(|h| h.matches(host))
+    }
+
+    /// Whether it has a `host`.
+    pub(crate) fn names_host(&self) -> bool {
+        self.host.is_some()
+    }
+
     /// Reads `method`, `path`, `host`, `header`, `body`, `first` and `every`.
     pub(crate) fn parse(f: &mut Fields) -> Result<RequestMatch, ProfileError> {
         let mut m = RequestMatch {

@@ -373,6 +373,16 @@ impl FaultKind {
         self.info().stages
     }
 
+    /// Whether an HTTP or TLS fault names the hosts it acts on (its
+    /// `host`), which also keeps TLS to other servers from being
+    /// terminated for it.
+    pub(crate) fn names_hosts(&self) -> bool {
+        match self {
+            FaultKind::TlsError(t) => t.names_host(),
+            k => k.request_match().is_some_and(|m| m.names_host()),
+        }
+    }
+
     /// The request match of an HTTP fault.
     pub(crate) fn request_match(&self) -> Option<&http_match::RequestMatch> {
         match self {

@@ -115,6 +115,11 @@ impl TlsError {
         self.error
     }
 
+    /// Whether it has a `host`.
+    pub(crate) fn names_host(&self) -> bool {
+        self.host.is_some()
+    }
+
     /// Whether it applies to a connection for `server_name` (its SNI, or
     /// the address it dialled).
     pub(crate) fn applies_to(&self, server_name: &str) -> bool {

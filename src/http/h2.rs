@@ -670,13 +670,9 @@ pub(crate) async fn upstream_leg<R: AsyncRead + Unpin>(
         sink.finish().await;
     };
     let back = async {
-        // A TLS upstream that closes without close_notify (a crash) has
-        // closed all the same (rustls's UnexpectedEof): a close, not a reset.
-        let copied = tokio::io::copy(&mut read, &mut to_engine).await;
-        if let Err(e) = copied.map(drop).or_else(|e| match e.kind() {
-            std::io::ErrorKind::UnexpectedEof => Ok(()),
-            _ => Err(e),
-        }) {
+        // (A TLS upstream that closes without close_notify has closed all
+        // the same: its reader says so as the end of its bytes.)
+        if let Err(e) = tokio::io::copy(&mut read, &mut to_engine).await {
             // The client's connection is reset as the upstream's was; the
             // engine, never told, resets no stream of its own before it.
             // (Unless a connection dialled again has taken this one's

@@ -229,7 +229,7 @@ fn abandoned(relay: &Relay, info: &ConnInfo) {
     relay.events.conn_open(info);
     relay
         .events
-        .conn_close(info, Outcome::Abandoned, [0, 0], Duration::ZERO, None);
+        .conn_close(info, Outcome::Abandoned, Duration::ZERO, None);
 }
 
 fn verdict_of(fate: Fate) -> Verdict {
@@ -317,7 +317,7 @@ async fn decide(
         relay.events.conn_open(&info);
         relay
             .events
-            .conn_close(&info, outcome, [0, 0], Duration::ZERO, None);
+            .conn_close(&info, outcome, Duration::ZERO, None);
     };
     let plan = connect::plan(&chosen, elapsed, relay.at_capacity());
     plan.delayed_by.iter().for_each(|c| hit(c));

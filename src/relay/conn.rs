@@ -140,7 +140,7 @@ pub(crate) async fn serve(
             give_up(&client, ep.ends);
             relay
                 .events
-                .conn_close(&info, Outcome::Disabled, [0, 0], opened.elapsed(), None);
+                .conn_close(&info, Outcome::Disabled, opened.elapsed(), None);
             return;
         }
         let (chosen_tx, chosen) = watch::channel(Arc::new(faults.chosen(relay.epoch.elapsed())));
@@ -183,26 +183,22 @@ pub(crate) async fn serve(
                 chosen_tx.send_replace(Arc::new(faults.chosen(relay.epoch.elapsed())));
             }
         };
-        let (outcome, bytes) = tokio::select! {
+        let outcome = tokio::select! {
             r = conn.run(&client, dest, upstream) => r,
             _ = follow => unreachable!("following never ends"),
             _ = wait_any(&ended) => {
                 give_up(&client, ep.ends);
-                (Outcome::Disabled, [0, 0])
+                Outcome::Disabled
             }
             _ = ep.cancel.cancelled() => {
                 give_up(&client, ep.ends);
-                (Outcome::Disabled, [0, 0])
+                Outcome::Disabled
             }
-            _ = relay.abort.cancelled() => (Outcome::Aborted, [0, 0]),
+            _ = relay.abort.cancelled() => Outcome::Aborted,
         };
-        relay.events.conn_close(
-            &info,
-            outcome,
-            bytes,
-            opened.elapsed(),
-            conn.path.get().copied(),
-        );
+        relay
+            .events
+            .conn_close(&info, outcome, opened.elapsed(), conn.path.get().copied());
     }
     .instrument(span)
     .await
@@ -305,12 +301,7 @@ impl Feed for DirFeed<'_> {
 }
 
 impl Conn<'_> {
-    async fn run(
-        &self,
-        client: &TcpStream,
-        dest: Dest,
-        dialled: Option<TcpStream>,
-    ) -> (Outcome, [u64; 2]) {
+    async fn run(&self, client: &TcpStream, dest: Dest, dialled: Option<TcpStream>) -> Outcome {
         let first = self.chosen.borrow().clone();
         let respond = first.iter().find_map(|c| match &c.spec.kind {
             FaultKind::Respond(r) => Some((c, r.clone())),
@@ -323,7 +314,7 @@ impl Conn<'_> {
         if let Some((kind, e)) = dest.error {
             self.relay.events.relay_error(self.info, kind, &e);
             give_up(client, self.ends);
-            return (Outcome::DialFailed, [0, 0]);
+            return Outcome::DialFailed;
         }
         // Without the SYN gate (explicit proxies), a failed dial can only
         // reset the client, which has already connected to us. A mocked
@@ -340,7 +331,7 @@ impl Conn<'_> {
                         .events
                         .relay_error(self.info, e.kind(), &e.to_string());
                     give_up(client, self.ends);
-                    return (Outcome::DialFailed, [0, 0]);
+                    return Outcome::DialFailed;
                 }
             },
         };
@@ -375,9 +366,9 @@ impl Conn<'_> {
         let _ = self.path.set(if stages { "pipeline" } else { "splice" });
         let up = self.direction(client, &upstream, Direction::Upstream);
         let down = self.direction(&upstream, client, Direction::Downstream);
-        let (outcome, bytes) = run_pair(up, down, client, Some(&upstream)).await;
+        let outcome = run_pair(up, down, client, Some(&upstream)).await;
         self.teardown(outcome, client, Some(&upstream)).await;
-        (outcome, bytes)
+        outcome
     }
 
     /// Whether a partition may cut this connection's upstream stream, which
@@ -472,32 +463,31 @@ impl Conn<'_> {
 
     /// A fault-free direction takes the fast path; once a byte fault
     /// applies (now or later) it runs the pipeline.
-    async fn direction(&self, src: &TcpStream, dst: &TcpStream, dir: Direction) -> (DirEnd, u64) {
+    async fn direction(&self, src: &TcpStream, dst: &TcpStream, dir: Direction) -> DirEnd {
         let mut feed = self.feed(dir);
         let meter = self.meter();
-        let mut total = 0;
         // The source of the upstream direction is the client.
         let growth = |fresh| {
             let capped = self.capped[dir.index()].load(Ordering::Relaxed);
             sockopt::RecvGrowth::new(src, capped, fresh)
         };
         let (src_reset, dst_reset) = (&self.reset[dir.index()], &self.reset[1 - dir.index()]);
-        let ended = |end: DirEnd, n| {
+        let ended = |end: DirEnd| {
             if end == DirEnd::DstReset {
                 dst_reset.store(true, Ordering::Relaxed);
             }
-            (end, n)
+            end
         };
         if feed.wanted().is_empty() {
             match fast::run(src, dst, dir, &meter, &mut feed, growth(true), src_reset).await {
-                fast::Ended::End(end, n) => return ended(end, n),
-                fast::Ended::Faulted(n) => total = n,
+                fast::Ended::End(end) => return ended(end),
+                fast::Ended::Faulted => {}
             }
         }
         // Boxed: the pipeline's state is large, and an idle fault-free
         // connection should not carry room for it.
         let stamped = self.arrivals_stamped(dir);
-        let (end, n) = Box::pin(pipeline::run(
+        let (end, _) = Box::pin(pipeline::run(
             pipeline::Source::Socket(src, growth(false), stamped, src_reset),
             Sink::Tcp(dst),
             dir,
@@ -505,7 +495,7 @@ impl Conn<'_> {
             &meter,
         ))
         .await;
-        ended(end, total + n)
+        ended(end)
     }
 
     /// `respond`: the canned reply flows down the downstream pipeline (so
@@ -517,7 +507,7 @@ impl Conn<'_> {
         client: &TcpStream,
         r: crate::fault::respond::Respond,
         dst: Option<SocketAddr>,
-    ) -> (Outcome, [u64; 2]) {
+    ) -> Outcome {
         let tls = self.relay.opts.tls.clone();
         // The first bytes: a TLS hello, or a request (a HEAD's answer has
         // no body).
@@ -566,8 +556,8 @@ impl Conn<'_> {
         side: http::Side<'s>,
         tls: bool,
         mut head_only: bool,
-    ) -> (Outcome, [u64; 2]) {
-        let http::Side { mut read, sink } = side;
+    ) -> Outcome {
+        let http::Side { mut read, sink, .. } = side;
         if tls && r.waits_for_request() {
             // Inside TLS, the request is the first application data.
             let mut first = bytes::BytesMut::with_capacity(16 * 1024);
@@ -589,20 +579,24 @@ impl Conn<'_> {
         }
         let meter = self.meter();
         let mut feed = self.feed(Direction::Downstream);
-        let down = pipeline::run(
-            pipeline::Source::Script(r.script(head_only)),
-            sink,
-            Direction::Downstream,
-            &mut feed,
-            &meter,
-        );
-        let (outcome, bytes) = if tls {
+        let down = async {
+            let (end, _) = pipeline::run(
+                pipeline::Source::Script(r.script(head_only)),
+                sink,
+                Direction::Downstream,
+                &mut feed,
+                &meter,
+            )
+            .await;
+            end
+        };
+        let outcome = if tls {
             run_pair(discard_from(read), down, client, None).await
         } else {
             run_pair(discard(client), down, client, None).await
         };
         self.teardown(outcome, client, None).await;
-        (outcome, bytes)
+        outcome
     }
 
     /// Ends the connection as `outcome` says. A reset reaches each side as
@@ -656,14 +650,13 @@ async fn reset_delivered(s: &TcpStream, sight: Option<&Sight>) {
 }
 
 /// Reads and drops what a TLS client sends.
-async fn discard_from(mut read: impl tokio::io::AsyncRead + Unpin) -> (DirEnd, u64) {
+async fn discard_from(mut read: impl tokio::io::AsyncRead + Unpin) -> DirEnd {
     let mut buf = vec![0u8; 16 * 1024];
-    let mut total = 0u64;
     loop {
         match tokio::io::AsyncReadExt::read(&mut read, &mut buf).await {
-            Ok(0) => return (DirEnd::Fin, total),
-            Ok(n) => total += n as u64,
-            Err(_) => return (DirEnd::Reset, total),
+            Ok(0) => return DirEnd::Fin,
+            Ok(_) => {}
+            Err(_) => return DirEnd::Reset,
         }
     }
 }
@@ -694,18 +687,17 @@ async fn let_go(upstream: &TcpStream) {
 }
 
 /// Reads and drops what the client sends (nobody upstream wants it).
-async fn discard(client: &TcpStream) -> (DirEnd, u64) {
+async fn discard(client: &TcpStream) -> DirEnd {
     let mut buf = vec![0u8; 16 * 1024];
-    let mut total = 0u64;
     loop {
         if client.readable().await.is_err() {
-            return (DirEnd::Reset, total);
+            return DirEnd::Reset;
         }
         match client.try_read(&mut buf) {
-            Ok(0) => return (DirEnd::Fin, total),
-            Ok(n) => total += n as u64,
+            Ok(0) => return DirEnd::Fin,
+            Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-            Err(_) => return (DirEnd::Reset, total),
+            Err(_) => return DirEnd::Reset,
         }
     }
 }
@@ -713,15 +705,14 @@ async fn discard(client: &TcpStream) -> (DirEnd, u64) {
 /// Runs both directions to their end. A RST or a close in either ends the
 /// connection at once; after one direction delivered its FIN, an error on
 /// its source socket (the peer's RST, noticed even while the other direction
-/// is held by a stall) ends it too.
+/// is held by a stall) ends it too. (The bytes each way are the meter's.)
 async fn run_pair(
-    up: impl Future<Output = (DirEnd, u64)>,
-    down: impl Future<Output = (DirEnd, u64)>,
+    up: impl Future<Output = DirEnd>,
+    down: impl Future<Output = DirEnd>,
     client: &TcpStream,
     upstream: Option<&TcpStream>,
-) -> (Outcome, [u64; 2]) {
+) -> Outcome {
     tokio::pin!(up, down);
-    let mut bytes = [0u64; 2];
     let (mut up_done, mut down_done) = (false, false);
     let verdict = |end: DirEnd| match end {
         DirEnd::Fin | DirEnd::DstReset => None,
@@ -741,10 +732,9 @@ async fn run_pair(
     tokio::pin!(grace);
     loop {
         tokio::select! {
-            (end, n) = &mut up, if !up_done => {
-                bytes[0] = n;
+            end = &mut up, if !up_done => {
                 up_done = true;
-                if let Some(o) = verdict(end) { return (o, bytes); }
+                if let Some(o) = verdict(end) { return o; }
                 if end == DirEnd::DstReset {
                     reset = true;
                     if !reset_seen {
@@ -753,10 +743,9 @@ async fn run_pair(
                     }
                 }
             }
-            (end, n) = &mut down, if !down_done => {
-                bytes[1] = n;
+            end = &mut down, if !down_done => {
                 down_done = true;
-                if let Some(o) = verdict(end) { return (o, bytes); }
+                if let Some(o) = verdict(end) { return o; }
                 if end == DirEnd::DstReset {
                     reset = true;
                     if !reset_seen {
@@ -766,20 +755,19 @@ async fn run_pair(
                 }
             }
             _ = socket_error(Some(client)), if !reset_seen => {
-                if up_done { return (Outcome::Reset, bytes); }
+                if up_done { return Outcome::Reset; }
                 reset_seen = true;
                 grace.as_mut().reset(tokio::time::Instant::now() + RESET_GRACE);
             }
             _ = socket_error(upstream), if !reset_seen && upstream.is_some() => {
-                if down_done { return (Outcome::Reset, bytes); }
+                if down_done { return Outcome::Reset; }
                 reset_seen = true;
                 grace.as_mut().reset(tokio::time::Instant::now() + RESET_GRACE);
             }
-            _ = &mut grace, if reset_seen => return (Outcome::Reset, bytes),
+            _ = &mut grace, if reset_seen => return Outcome::Reset,
         }
         if up_done && down_done {
-            let o = if reset { Outcome::Reset } else { Outcome::Fin };
-            return (o, bytes);
+            return if reset { Outcome::Reset } else { Outcome::Fin };
         }
     }
 }

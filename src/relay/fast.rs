@@ -255,16 +255,17 @@ enum SrcState {
 /// How a fast-path direction ended.
 pub(crate) enum Ended {
     /// FIN or RST: the direction is over.
-    End(DirEnd, u64),
+    End(DirEnd),
     /// A byte fault now applies: the pipeline takes over (nothing is held;
     /// nothing was read that was not written).
-    Faulted(u64),
+    Faulted,
 }
 
 /// Relays `src` → `dst` until FIN or an error, or until `feed` brings a
-/// fault that touches the bytes; returns how it ended and the bytes moved.
-/// `src_reset`: the other direction found `src` reset (its write failed),
-/// so that the end of stream a read then reports is that RST, not a FIN.
+/// fault that touches the bytes; returns how it ended (the meter counts the
+/// bytes moved). `src_reset`: the other direction found `src` reset (its
+/// write failed), so that the end of stream a read then reports is that
+/// RST, not a FIN.
 ///
 /// Reading and writing overlap: while `dst` has no room, bytes keep moving
 /// from `src` into the direction's buffer until it is full.
@@ -277,7 +278,6 @@ pub(crate) async fn run(
     mut growth: sockopt::RecvGrowth,
     src_reset: &AtomicBool,
 ) -> Ended {
-    let mut total = 0u64;
     let mut held: Option<Held> = None;
     // An urgent byte read out of band, to send once the bytes read before
     // it are written; nothing more is read until then.
@@ -294,16 +294,16 @@ pub(crate) async fn run(
                 h.give_back();
             }
             match state {
-                SrcState::Open if faulted => return Ended::Faulted(total),
+                SrcState::Open if faulted => return Ended::Faulted,
                 SrcState::Open => {}
                 SrcState::Eof => {
                     sockopt::shutdown_write(dst);
-                    return Ended::End(DirEnd::Fin, total);
+                    return Ended::End(DirEnd::Fin);
                 }
                 SrcState::Failed => {
                     // Whatever was written before the RST goes first.
                     sockopt::drain(dst, super::RESET_DRAIN).await;
-                    return Ended::End(DirEnd::Reset, total);
+                    return Ended::End(DirEnd::Reset);
                 }
             }
         }
@@ -342,14 +342,12 @@ pub(crate) async fn run(
                         Copied::Nothing => {}
                         Copied::Eof => state = end_of(src_reset),
                         Copied::Failed => state = SrcState::Failed,
-                        Copied::DstGone => return Ended::End(DirEnd::DstReset, total),
-                        Copied::Written { n, bulk, urgent: u } => {
-                            total += n as u64;
+                        Copied::DstGone => return Ended::End(DirEnd::DstReset),
+                        Copied::Written { bulk, urgent: u } => {
                             copying = !bulk;
                             urgent = u;
                         }
-                        Copied::Partly { written, rest, urgent: u } => {
-                            total += written as u64;
+                        Copied::Partly { rest, urgent: u } => {
                             urgent = u;
                             // The rest waits in a bulk buffer (the
                             // destination is full: bulk), or on its own
@@ -394,12 +392,11 @@ pub(crate) async fn run(
                     match w.and_then(|_| sockopt::try_send(dst, &[byte], oob)) {
                         Ok(_) => {
                             urgent = None;
-                            total += 1;
                             meter.read(dir, 1);
                             meter.add(dir, 1);
                         }
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
-                        Err(_) => return Ended::End(DirEnd::DstReset, total),
+                        Err(_) => return Ended::End(DirEnd::DstReset),
                     }
                     continue;
                 };
@@ -408,13 +405,12 @@ pub(crate) async fn run(
                 match out {
                     Ok(m) => {
                         h.consume(m);
-                        total += m as u64;
                         meter.add(dir, m as u64);
                         growth.moved(src, m, h.len() == 0);
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
                     // The destination is gone; what is held goes with it.
-                    Err(_) => return Ended::End(DirEnd::DstReset, total),
+                    Err(_) => return Ended::End(DirEnd::DstReset),
                 }
             }
         }
@@ -493,16 +489,15 @@ enum Copied {
     Failed,
     /// The destination failed.
     DstGone,
-    /// All `n` bytes read were written; `bulk`: the read filled the buffer.
+    /// All the bytes read were written (and metered); `bulk`: the read
+    /// filled the buffer.
     Written {
-        n: usize,
         bulk: bool,
         /// The urgent byte the read stopped in front of ([`Got`]).
         urgent: Option<u8>,
     },
-    /// The destination took only `written` bytes; `rest` still has to go.
+    /// The destination took only some of them; `rest` still has to go.
     Partly {
-        written: usize,
         rest: Vec<u8>,
         urgent: Option<u8>,
     },
@@ -534,13 +529,11 @@ fn copy_small(src: &TcpStream, dst: &TcpStream, dir: Direction, meter: &Meter<'_
         meter.add(dir, written as u64);
         if written < n {
             return Copied::Partly {
-                written,
                 rest: buf[written..n].to_vec(),
                 urgent,
             };
         }
         Copied::Written {
-            n,
             bulk: n == COPY_BUF,
             urgent,
         }

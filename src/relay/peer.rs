@@ -3,6 +3,12 @@
 //! The socket stays at hand either way, for what TLS cannot say itself: a
 //! half-close, a reset, a readiness error.
 //!
+//! A TLS peer may end its stream two ways: with `close_notify` then a
+//! FIN, or with a bare FIN (Python, Go, Node and Java close kept
+//! connections so). Either is a clean close of the TCP connection, and is
+//! passed on as it came ([`TlsRead`], [`TlsEnd`]): a FIN, with
+//! `close_notify` before it only when the source sent one.
+//!
 //! [`TcpRef`] lets TLS (and the HTTP layer's readers) use a socket the
 //! connection shares by reference: the socket is owned by the connection's
 //! task, which also needs it for lingers and RSTs.
@@ -10,6 +16,8 @@
 use std::io;
 use std::os::fd::AsRawFd;
 use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::task::{Context, Poll, ready};
 
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, Interest, ReadBuf};
@@ -90,6 +98,70 @@ impl AsyncWrite for TcpRef<'_> {
     }
 }
 
+/// How a peer's TLS stream ended, shared by its reader ([`TlsRead`]) and
+/// the sink its bytes go to, which ends the same way.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct TlsEnd(Arc<AtomicU8>);
+
+impl TlsEnd {
+    const OPEN: u8 = 0;
+    const NOTIFIED: u8 = 1;
+    const BARE: u8 = 2;
+
+    /// Whether the peer closed its socket without `close_notify`.
+    pub(crate) fn bare(&self) -> bool {
+        self.0.load(Ordering::Relaxed) == Self::BARE
+    }
+
+    fn set(&self, how: u8) {
+        let _ = self
+            .0
+            .compare_exchange(Self::OPEN, how, Ordering::Relaxed, Ordering::Relaxed);
+    }
+}
+
+/// The read side of a TLS session, where a peer that closed its socket
+/// without `close_notify` (rustls: `UnexpectedEof`) has simply ended its
+/// stream: the end of the bytes, as the server would have read it
+/// directly (a FIN), not a failure that resets the connection. So has a
+/// peer that sent a fatal alert, which it follows with its FIN (OpenSSL
+/// answers a bare FIN with `decode_error`): the alert cannot be passed on
+/// (nor made: rustls sends none of its own), the FIN is, bare. (Should an
+/// RST follow, the connection's watch on the socket passes that on.)
+pub(crate) struct TlsRead<R> {
+    inner: R,
+    end: TlsEnd,
+}
+
+impl<R> TlsRead<R> {
+    pub(crate) fn new(inner: R, end: TlsEnd) -> Self {
+        TlsRead { inner, end }
+    }
+}
+
+impl<R: AsyncRead + Unpin> AsyncRead for TlsRead<R> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        match ready!(Pin::new(&mut self.inner).poll_read(cx, buf)) {
+            Ok(()) => {
+                if buf.filled().len() == before && buf.remaining() > 0 {
+                    self.end.set(TlsEnd::NOTIFIED);
+                }
+                Poll::Ready(Ok(()))
+            }
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof || crate::tls::is_alert(&e) => {
+                self.end.set(TlsEnd::BARE);
+                Poll::Ready(Ok(()))
+            }
+            Err(e) => Poll::Ready(Err(e)),
+        }
+    }
+}
+
 /// The write side of a TLS session.
 pub(crate) type TlsWrite<'a> = Box<dyn AsyncWrite + Send + Unpin + 'a>;
 
@@ -99,6 +171,8 @@ pub(crate) enum Sink<'a> {
     Tls {
         session: TlsWrite<'a>,
         socket: &'a TcpStream,
+        /// How the direction's source ended: a bare FIN is passed on bare.
+        source: TlsEnd,
     },
     /// A peer inside netchaos (the HTTP/2 layer's end of an in-memory
     /// pipe). Once it has gone, what is written is dropped: the
@@ -135,12 +209,27 @@ impl Sink<'_> {
         }
     }
 
-    /// Half-closes: a FIN (after TLS's close_notify).
+    /// Ends as the direction's source ended: a TLS sink sends its
+    /// `close_notify` only when the source's TLS did not end bare.
+    pub(crate) fn follow(&mut self, end: &TlsEnd) {
+        if let Sink::Tls { source, .. } = self {
+            *source = end.clone();
+        }
+    }
+
+    /// Half-closes: a FIN (after TLS's close_notify, unless the source
+    /// closed without one).
     pub(crate) async fn finish(&mut self) {
         match self {
             Sink::Tcp(s) => sockopt::shutdown_write(s),
-            Sink::Tls { session, socket } => {
-                let _ = tokio::time::timeout(TLS_CLOSE, session.shutdown()).await;
+            Sink::Tls {
+                session,
+                socket,
+                source,
+            } => {
+                if !source.bare() {
+                    let _ = tokio::time::timeout(TLS_CLOSE, session.shutdown()).await;
+                }
                 sockopt::shutdown_write(socket);
             }
             Sink::Local(w) => {

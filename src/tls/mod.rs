@@ -16,11 +16,19 @@
 //! ([`crate::http::h2`]) where both speak it, HTTP/1.1 where either does
 //! not. A client that offers neither is not terminated — its connection
 //! stays a byte relay.
+//!
+//! Only connections an HTTP fault could act on are terminated: those of
+//! rules with HTTP faults (matched by address, name and port), and of
+//! those faults, any whose `host` could be the client's server name. A
+//! client that refuses the run's certificate all the same (it pins a CA of
+//! its own) has that destination relayed untouched from then on
+//! ([`pinned`]).
 
 pub(crate) mod alpn;
 pub(crate) mod authority;
 pub(crate) mod hello;
 pub(crate) mod jks;
+pub(crate) mod pinned;
 pub(crate) mod signers;
 pub(crate) mod verdict;
 
@@ -90,6 +98,8 @@ pub(crate) struct Tls {
     judge: verdict::Judge,
     /// TLS to upstreams, one configuration per offer ([`alpn::Offer::ALL`]).
     upstream: Vec<Arc<ClientConfig>>,
+    /// Destinations whose clients refused the run's certificate.
+    pinned: pinned::Pinned,
 }
 
 impl std::fmt::Debug for Tls {
@@ -151,7 +161,14 @@ impl Tls {
             signers,
             judge,
             upstream,
+            pinned: pinned::Pinned::default(),
         })
+    }
+
+    /// Destinations whose clients refused the run's certificate, relayed
+    /// untouched from then on.
+    pub(crate) fn pinned(&self) -> &pinned::Pinned {
+        &self.pinned
     }
 
     /// The CAs (PEM) that the bundle of store `i` (of those given to
@@ -302,6 +319,13 @@ pub(crate) fn is_certificate_error(e: &io::Error) -> bool {
                 rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented
             )
         })
+}
+
+/// Whether a TLS error is a fatal alert the peer sent.
+pub(crate) fn is_alert(e: &io::Error) -> bool {
+    e.get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        .is_some_and(|r| matches!(r, rustls::Error::AlertReceived(_)))
 }
 
 /// Whether a TLS error is the upstream agreeing to none of the protocols

@@ -11,6 +11,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use futures_util::FutureExt;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
@@ -23,7 +24,7 @@ use crate::http::h2;
 use crate::plan::Protocol;
 use crate::relay::dial;
 use crate::relay::interception::Interception;
-use crate::relay::peer::{Sink, TcpRef};
+use crate::relay::peer::{Sink, TcpRef, TlsEnd, TlsRead};
 use crate::relay::pipeline::{self, Source};
 use crate::relay::sockopt;
 use crate::tls::{self, Hello, Tls, Verdict};
@@ -79,6 +80,8 @@ type Reader<'a> = Box<dyn AsyncRead + Send + Unpin + 'a>;
 pub(super) struct Side<'a> {
     pub(super) read: Reader<'a>,
     pub(super) sink: Sink<'a>,
+    /// How its TLS stream ended (never set without TLS).
+    pub(super) end: TlsEnd,
 }
 
 impl<'a> Side<'a> {
@@ -86,6 +89,7 @@ impl<'a> Side<'a> {
         Side {
             read: Box::new(TcpRef(sock)),
             sink: Sink::Tcp(sock),
+            end: TlsEnd::default(),
         }
     }
 
@@ -94,13 +98,22 @@ impl<'a> Side<'a> {
         sock: &'a TcpStream,
     ) -> Side<'a> {
         let (read, write) = tokio::io::split(stream);
+        let end = TlsEnd::default();
         Side {
-            read: Box::new(read),
+            read: Box::new(TlsRead::new(read, end.clone())),
             sink: Sink::Tls {
                 session: Box::new(write),
                 socket: sock,
+                source: TlsEnd::default(),
             },
+            end,
         }
+    }
+
+    /// Each side's sink ends as the other side's stream ended.
+    fn join(a: &mut Side<'a>, b: &mut Side<'a>) {
+        a.sink.follow(&b.end);
+        b.sink.follow(&a.end);
     }
 }
 
@@ -127,7 +140,7 @@ impl Conn<'_> {
         dst: Option<SocketAddr>,
         inside: Option<Arc<dyn Interception>>,
         mocked: bool,
-    ) -> Option<(Outcome, [u64; 2])> {
+    ) -> Option<Outcome> {
         let tls = self.relay.opts.tls.clone();
         let carries = if ep.serve {
             match tls::hello::peek(client).await {
@@ -144,7 +157,7 @@ impl Conn<'_> {
         // The name TLS to the upstream verifies, when netchaos speaks it,
         // and what its certificate was judged.
         let mut up_tls: Option<(String, Verdict)> = None;
-        let (client_side, upstream_side, sni, path, h2) = match carries {
+        let (mut client_side, mut upstream_side, sni, path, h2) = match carries {
             Carries::Other => return None,
             Carries::Http | Carries::H2 => {
                 let h2 = matches!(carries, Carries::H2);
@@ -171,6 +184,14 @@ impl Conn<'_> {
             Carries::Tls(hello) => {
                 let tls = tls?;
                 let name = server_name(&hello, client, if ep.serve { None } else { dst });
+                // The destination, where the client dialled its server (not
+                // netchaos's own listener).
+                let intercepting = match dst {
+                    Some(a) if !ep.serve && ep.upstream.is_none() => {
+                        Some(tls::pinned::Pinned::destination(&name, a.port()))
+                    }
+                    _ => None,
+                };
                 // A `tls_error` fault: the handshake fails as against a
                 // broken server, before the upstream is spoken to (its
                 // own TLS could only fail in other ways, or be slow).
@@ -186,7 +207,7 @@ impl Conn<'_> {
                                 tracing::debug!("TLS client refused the faulty certificate: {e}");
                                 let _ = self.path.set("https");
                                 sockopt::set_linger_zero(upstream);
-                                return Some((Outcome::Closed, [0, 0]));
+                                return Some(Outcome::Closed);
                             }
                             // It verifies nothing: on, as against such a server
                             // (unless it chose a protocol netchaos cannot speak).
@@ -198,12 +219,29 @@ impl Conn<'_> {
                             {
                                 let _ = self.path.set("https");
                                 sockopt::set_linger_zero(upstream);
-                                return Some((Outcome::Closed, [0, 0]));
+                                return Some(Outcome::Closed);
                             }
                             Ok(s) => Some(s),
                         }
                     }
                 };
+                // Under interception, a client no HTTP fault could act on
+                // (each one's `host` another than its server's), or whose
+                // destination saw a client refuse the run's certificate,
+                // is not terminated: it reaches its server untouched.
+                let pinned = intercepting.as_deref().filter(|_| faulty.is_none());
+                if let Some(dest) = pinned {
+                    if self.protocol.is_none() && !self.may_fault(&name, dest) {
+                        tracing::debug!(
+                            "TLS for {name}: no HTTP fault could act on it: relayed as bytes"
+                        );
+                        return None;
+                    }
+                    if tls.pinned().contains(dest) {
+                        self.relay.events.tls_passed(dest);
+                        return None;
+                    }
+                }
                 if faulty.is_none() && !hello.speaks_http1() && !hello.offers_h2() {
                     tracing::debug!(
                         "TLS client offers neither HTTP/1.1 nor HTTP/2 (ALPN): relayed as bytes"
@@ -250,7 +288,7 @@ impl Conn<'_> {
                             );
                             let _ = self.path.set("https");
                             sockopt::set_linger_zero(upstream);
-                            return Some((Outcome::Closed, [0, 0]));
+                            return Some(Outcome::Closed);
                         }
                         Ok((s, agreed, verdict)) => {
                             if faulty.is_none() {
@@ -274,7 +312,7 @@ impl Conn<'_> {
                             );
                             let _ = self.path.set("https");
                             sockopt::set_linger_zero(upstream);
-                            return Some((Outcome::Closed, [0, 0]));
+                            return Some(Outcome::Closed);
                         }
                         Err(e) => {
                             return Some(
@@ -309,6 +347,7 @@ impl Conn<'_> {
                         // by a server whose certificate is refused.
                         Err(e) if judged.as_ref().is_some_and(|v| !v.is_trusted()) => {
                             tracing::debug!("TLS client refused the stand-in certificate: {e}");
+                            self.refused(&tls, intercepting.as_deref(), &e, judged.as_ref());
                             if let Some(Verdict::Untrusted { why, .. }) = &judged {
                                 self.relay.events.relay_error(
                                     self.info,
@@ -321,13 +360,16 @@ impl Conn<'_> {
                             }
                             let _ = self.path.set("https");
                             sockopt::set_linger_zero(upstream);
-                            return Some((Outcome::Closed, [0, 0]));
+                            return Some(Outcome::Closed);
                         }
                         Err(e) => {
-                            tracing::debug!("TLS handshake with the client failed: {e}");
+                            if !self.refused(&tls, intercepting.as_deref(), &e, judged.as_ref()) {
+                                tracing::debug!("TLS handshake with the client failed: {e}");
+                            }
+                            let _ = self.path.set("https");
                             sockopt::set_linger_zero(client);
                             sockopt::set_linger_zero(upstream);
-                            return Some((Outcome::Reset, [0, 0]));
+                            return Some(Outcome::Reset);
                         }
                     },
                 };
@@ -340,6 +382,7 @@ impl Conn<'_> {
                 )
             }
         };
+        Side::join(&mut client_side, &mut upstream_side);
         let _ = self.path.set(path);
         let x = Exchange {
             faults: self.chosen.clone(),
@@ -385,9 +428,10 @@ impl Conn<'_> {
             &mut down_feed,
             &meter,
         );
-        let (outcome, bytes) = run_pair(Box::pin(up), Box::pin(down), client, Some(upstream)).await;
+        let (up, down) = (up.map(|(end, _)| end), down.map(|(end, _)| end));
+        let outcome = run_pair(Box::pin(up), Box::pin(down), client, Some(upstream)).await;
         self.teardown(outcome, client, Some(upstream)).await;
-        Some((outcome, bytes))
+        Some(outcome)
     }
 
     /// Terminates a TLS client whose hello is waiting (`respond` over
@@ -398,10 +442,10 @@ impl Conn<'_> {
         tls: &Tls,
         client: &'s TcpStream,
         dst: Option<SocketAddr>,
-    ) -> Result<Side<'s>, (Outcome, [u64; 2])> {
+    ) -> Result<Side<'s>, Outcome> {
         let failed = || {
             sockopt::set_linger_zero(client);
-            (Outcome::Reset, [0, 0])
+            Outcome::Reset
         };
         let Some(hello) = tls::hello::peek(client).await else {
             return Err(failed());
@@ -418,6 +462,52 @@ impl Conn<'_> {
         accepted.map(|s| Side::tls(s, client)).map_err(|e| {
             tracing::debug!("TLS handshake with the client failed: {e}");
             failed()
+        })
+    }
+
+    /// Records a client's refusal of the certificate it was shown for
+    /// `dest` (a transparently intercepted destination), when it says the
+    /// client trusts a CA of its own: the certificate was from the run's
+    /// CA for the stores that accept the upstream, or a stand-in whose
+    /// issuer no store knows (the upstream's own CA, which the client may
+    /// pin). Not one with the upstream's own flaw (expired, another
+    /// name…), which the client refuses directly too. `dest`'s later
+    /// connections are relayed untouched: whatever the client trusts, it
+    /// then meets what it would have directly. Whether it was recorded.
+    fn refused(
+        &self,
+        tls: &Tls,
+        dest: Option<&str>,
+        e: &std::io::Error,
+        judged: Option<&Verdict>,
+    ) -> bool {
+        let (Some(dest), Some(alert)) = (dest, tls::pinned::refusal(e)) else {
+            return false;
+        };
+        if let Some(Verdict::Untrusted {
+            shown: tls::verdict::StandIn::Flawed { .. },
+            ..
+        }) = judged
+        {
+            return false;
+        }
+        let remembered = tls.pinned().refused(dest);
+        self.relay
+            .events
+            .tls_refused(self.info, dest, alert, remembered);
+        true
+    }
+
+    /// Whether an HTTP or TLS fault of this connection (active now or not)
+    /// could act on a TLS connection to `name` (`dest`: with its port, as
+    /// a Host header may say it): a `host` it matches, or none.
+    fn may_fault(&self, name: &str, dest: &str) -> bool {
+        self.chosen.borrow().iter().any(|c| match &c.spec.kind {
+            FaultKind::TlsError(t) => t.applies_to(name),
+            k if k.info().needs_http_layer() => k
+                .request_match()
+                .is_none_or(|m| m.may_match_host(name) || m.may_match_host(dest)),
+            _ => false,
         })
     }
 
@@ -459,14 +549,14 @@ impl Conn<'_> {
         client: &TcpStream,
         upstream: Option<&TcpStream>,
         silence: Silence,
-    ) -> (Outcome, [u64; 2]) {
+    ) -> Outcome {
         let _ = self.path.set("https");
         if let Some(up) = upstream {
             sockopt::set_linger_zero(up);
         }
         if silence.failure == TlsFailure::Reset {
             sockopt::set_linger_zero(client);
-            return (Outcome::Reset, [0, 0]);
+            return Outcome::Reset;
         }
         // Read and dropped: the hello, and whatever the client sends until
         // it closes (netchaos stopping ends this too), or the fault ends:
@@ -496,7 +586,7 @@ impl Conn<'_> {
             }
         }
         sockopt::shutdown_write(client);
-        (Outcome::Closed, [0, 0])
+        Outcome::Closed
     }
 
     /// TLS to the upstream, offering `offer`; the side, the protocol the
@@ -542,7 +632,7 @@ impl Conn<'_> {
         name: &str,
         hello: &Hello,
         e: &std::io::Error,
-    ) -> (Outcome, [u64; 2]) {
+    ) -> Outcome {
         let _ = self.path.set("https");
         let kind = self.upstream_tls_failed(name, e);
         sockopt::set_linger_zero(upstream);
@@ -554,7 +644,7 @@ impl Conn<'_> {
             if let Err(e) = tls.accept(TcpRef(client), name, none, None).await {
                 tracing::debug!("TLS client told no protocol is agreed: {e}");
             }
-            return (Outcome::Closed, [0, 0]);
+            return Outcome::Closed;
         }
         if kind == "upstream_tls_untrusted" {
             let stand_in = Verdict::Untrusted {
@@ -567,10 +657,10 @@ impl Conn<'_> {
             {
                 let _ = tokio::io::AsyncWriteExt::shutdown(&mut s).await;
             }
-            return (Outcome::Closed, [0, 0]);
+            return Outcome::Closed;
         }
         sockopt::set_linger_zero(client);
-        (Outcome::Reset, [0, 0])
+        Outcome::Reset
     }
 
     /// Records why TLS to the upstream `name` failed, and says which kind
@@ -595,7 +685,7 @@ impl Conn<'_> {
         upstream: &TcpStream,
         name: &str,
         e: &std::io::Error,
-    ) -> (Outcome, [u64; 2]) {
+    ) -> Outcome {
         let _ = self.path.set("http");
         self.upstream_tls_failed(name, e);
         sockopt::set_linger_zero(upstream);
@@ -608,9 +698,11 @@ impl Conn<'_> {
         let mut probe = [0u8; 1];
         let _ =
             tokio::time::timeout(std::time::Duration::from_secs(5), client.peek(&mut probe)).await;
-        let _ = pipeline::write_all(client, reply.as_bytes()).await;
+        if pipeline::write_all(client, reply.as_bytes()).await.is_ok() {
+            self.meter().add(Direction::Downstream, reply.len() as u64);
+        }
         self.teardown(Outcome::Closed, client, None).await;
-        (Outcome::Closed, [0, reply.len() as u64])
+        Outcome::Closed
     }
 }
 
@@ -626,7 +718,7 @@ impl Conn<'_> {
         mut upstream_side: Side<'_>,
         x: Exchange,
         reach: h2::Reach,
-    ) -> (Outcome, [u64; 2]) {
+    ) -> Outcome {
         let (engine_client, ours) = tokio::io::duplex(H2_PIPE);
         let (engine_upstream, theirs) = tokio::io::duplex(H2_PIPE);
         let (end, ending) = h2::ending();
@@ -675,10 +767,11 @@ impl Conn<'_> {
         );
         // The upstream's socket is the leg's to watch (its reset is the
         // client's only until a connection dialled again replaces it).
+        let (up, down) = (up.map(|(end, _)| end), down.map(|(end, _)| end));
         let pair = run_pair(Box::pin(up), Box::pin(down), client, None);
         tokio::pin!(pair, engine, leg);
         let (mut engine_done, mut leg_done) = (false, false);
-        let (outcome, bytes) = loop {
+        let outcome = loop {
             tokio::select! {
                 r = &mut pair => break r,
                 () = &mut engine, if !engine_done => {
@@ -689,7 +782,7 @@ impl Conn<'_> {
             }
         };
         self.teardown(outcome, client, Some(upstream)).await;
-        (outcome, bytes)
+        outcome
     }
 
     /// How the HTTP/2 engine dials the upstream again when the upstream
@@ -742,11 +835,11 @@ impl Conn<'_> {
         upstream: &TcpStream,
         name: &str,
         e: &std::io::Error,
-    ) -> (Outcome, [u64; 2]) {
+    ) -> Outcome {
         self.upstream_tls_failed(name, e);
         sockopt::set_linger_zero(client);
         sockopt::set_linger_zero(upstream);
-        (Outcome::Reset, [0, 0])
+        Outcome::Reset
     }
 }
 
