@@ -229,7 +229,11 @@ impl Conn<'_> {
                 // (each one's `host` another than its server's), or whose
                 // destination saw a client refuse the run's certificate,
                 // is not terminated: it reaches its server untouched.
-                let pinned = intercepting.as_deref().filter(|_| faulty.is_none());
+                // (A mocked destination is always terminated: the mock
+                // speaks in the clear, and is the client's server.)
+                let pinned = intercepting
+                    .as_deref()
+                    .filter(|_| faulty.is_none() && !mocked);
                 if let Some(dest) = pinned {
                     if self.protocol.is_none() && !self.may_fault(&name, dest) {
                         tracing::debug!(
