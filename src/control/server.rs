@@ -174,7 +174,7 @@ async fn serve_one(sock: tokio::net::TcpStream, peer: SocketAddr, app: Router, s
         .layer(axum::Extension(super::listen::ApiClient {
             peer,
             local,
-            for_command: crate::relay::own::is_for_command(peer),
+            for_command: false,
         }))
         .layer(axum::Extension(state));
     let svc = TowerToHyperService::new(app);

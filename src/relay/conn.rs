@@ -361,6 +361,17 @@ impl Conn<'_> {
             {
                 return done;
             }
+            if mocked {
+                // Not HTTP the mock can answer (a protocol it does not
+                // speak): never its bytes to the cleartext mock.
+                self.relay.events.relay_error(
+                    self.info,
+                    "mock_not_http",
+                    "the built-in mock answers HTTP only; this connection carried something else",
+                );
+                self.teardown(Outcome::Reset, client, Some(&upstream)).await;
+                return Outcome::Reset;
+            }
         }
         let stages = first.iter().any(|c| c.spec.kind.has_stage());
         let _ = self.path.set(if stages { "pipeline" } else { "splice" });

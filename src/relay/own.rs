@@ -171,17 +171,14 @@ pub(crate) fn dialled_for_command(local: SocketAddr) {
 }
 
 /// Whether the API connection from `peer` is one the relay made for the
-/// command (forgotten once asked).
+/// command. Asked when a request needs it (the relay notes its dial once
+/// connected, which may be after the API accepted it), and not forgotten
+/// then: an address reused by another connection errs on the side of a
+/// refusal.
 pub(crate) fn is_for_command(peer: SocketAddr) -> bool {
     let peer = canonical(peer);
-    let mut q = FOR_COMMAND.lock().unwrap_or_else(|e| e.into_inner());
-    match q.iter().position(|a| *a == peer) {
-        Some(i) => {
-            q.remove(i);
-            true
-        }
-        None => false,
-    }
+    let q = FOR_COMMAND.lock().unwrap_or_else(|e| e.into_inner());
+    q.iter().any(|a| *a == peer)
 }
 
 /// The network namespace a socket is in (`SIOCGSKNS`), where netchaos may
@@ -263,6 +260,7 @@ mod tests {
     fn api_connections_made_for_the_command_are_known_once() {
         dialled_for_command(at("127.0.0.1:40999"));
         assert!(is_for_command(at("[::ffff:127.0.0.1]:40999")));
-        assert!(!is_for_command(at("127.0.0.1:40999")));
+        assert!(is_for_command(at("127.0.0.1:40999")), "asked again");
+        assert!(!is_for_command(at("127.0.0.1:40998")));
     }
 }

@@ -351,7 +351,12 @@ impl Conn<'_> {
                         // by a server whose certificate is refused.
                         Err(e) if judged.as_ref().is_some_and(|v| !v.is_trusted()) => {
                             tracing::debug!("TLS client refused the stand-in certificate: {e}");
-                            self.refused(&tls, intercepting.as_deref(), &e, judged.as_ref());
+                            self.refused(
+                                &tls,
+                                intercepting.as_deref().filter(|_| !mocked),
+                                &e,
+                                judged.as_ref(),
+                            );
                             if let Some(Verdict::Untrusted { why, .. }) = &judged {
                                 self.relay.events.relay_error(
                                     self.info,
@@ -367,7 +372,12 @@ impl Conn<'_> {
                             return Some(Outcome::Closed);
                         }
                         Err(e) => {
-                            if !self.refused(&tls, intercepting.as_deref(), &e, judged.as_ref()) {
+                            if !self.refused(
+                                &tls,
+                                intercepting.as_deref().filter(|_| !mocked),
+                                &e,
+                                judged.as_ref(),
+                            ) {
                                 tracing::debug!("TLS handshake with the client failed: {e}");
                             }
                             let _ = self.path.set("https");
