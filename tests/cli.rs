@@ -127,6 +127,14 @@ fn bad_fault_flags_exit_2() {
         ),
         ("connect_delay", "connect_delay: missing \"delay\""),
         ("blackout", "blackout: missing \"duration\""),
+        (
+            "sse:error_after_events=2,envelope=auto,error_type=overloaded_error",
+            "error_type names one provider's error: give an envelope with it, not auto",
+        ),
+        (
+            "http_status:status=529,envelope=autox",
+            "expected one of \"anthropic\", \"openai\", \"gemini\", \"bedrock\" or \"auto\"",
+        ),
     ] {
         let (code, _, err) = netchaos(&[
             "proxy",
