@@ -71,6 +71,7 @@ fn api() -> &'static Api {
                 crate::control::Reach::Proxy,
                 crate::settings::files::FilePolicy::Nowhere,
                 Default::default(),
+                false,
             )
         });
         Api { rt, control }

@@ -365,7 +365,7 @@ impl Plan {
         self.rules
             .iter()
             .flat_map(|r| &r.faults)
-            .any(|f| matches!(&f.kind, crate::fault::FaultKind::DnsAnswer(a) if a.is_random()))
+            .any(|f| f.kind.answers_unrouted())
     }
 
     /// Checks names for clashes: rule names and proxy names must be unique,

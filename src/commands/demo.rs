@@ -318,14 +318,13 @@ pub(super) fn run(g: &Global, args: &DemoArgs) -> Result<u8> {
 
 /// Appends the scenarios' event logs to the demo's own (closed by now).
 fn append_logs(file: &std::path::Path, logs: &[std::path::PathBuf]) {
-    use std::io::Write;
     let Ok(mut out) = std::fs::OpenOptions::new().append(true).open(file) else {
         tracing::warn!("cannot add the scenarios' events to {}", file.display());
         return;
     };
     for l in logs {
-        if let Ok(text) = std::fs::read(l)
-            && out.write_all(&text).is_err()
+        if let Ok(mut log) = std::fs::File::open(l)
+            && std::io::copy(&mut log, &mut out).is_err()
         {
             tracing::warn!("cannot add the scenarios' events to {}", file.display());
             return;

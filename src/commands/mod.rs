@@ -308,11 +308,8 @@ pub(crate) fn api_control(
         a.files.clone()
     });
     let metrics = api.map(|a| a.metrics).unwrap_or_default();
-    let control = crate::control::Control::new(relay.clone(), reach, files, metrics);
-    if api.is_some_and(|a| a.listen_allow) {
-        control.allow_wide_listens();
-    }
-    control
+    let listen_allow = api.is_some_and(|a| a.listen_allow);
+    crate::control::Control::new(relay.clone(), reach, files, metrics, listen_allow)
 }
 
 /// Starts the control API when one was asked for, printing where it

@@ -255,8 +255,8 @@ fn serve(
             );
             relay.serve(l, ep.clone());
             control.adopt_listener(&p.name, addr, &p.upstream, ep).await;
-            warn_if_nothing_listens(&p.name, &p.upstream);
         }
+        warn_if_nothing_listens(&plan.proxies);
         control.adopt_rules().await;
         if let Mode::Server(Some(config), _) = &mode {
             crate::control::api::load_config(&control, config).await;
@@ -293,29 +293,33 @@ fn serve(
     })
 }
 
-/// Warns at start when a proxy's upstream is on this host and nothing
-/// listens there (the socket table says so: nothing is dialled to find
-/// out): its clients would meet refusals the user did not ask for.
-fn warn_if_nothing_listens(name: &str, upstream: &str) {
-    let Ok(addr) = upstream.parse::<std::net::SocketAddr>() else {
+/// Warns at start about the proxies whose upstream is on this host with
+/// nothing listening there (the socket table says so, listed once: nothing
+/// is dialled to find out): their clients would meet refusals the user did
+/// not ask for.
+fn warn_if_nothing_listens(proxies: &[crate::plan::ProxySpec]) {
+    use crate::intercept::sock_diag;
+    let local: Vec<(&str, &str, std::net::SocketAddr)> = proxies
+        .iter()
+        .filter_map(|p| {
+            let addr = p.upstream.parse::<std::net::SocketAddr>().ok()?;
+            relay::is_loopback(addr).then_some((p.name.as_str(), p.upstream.as_str(), addr))
+        })
+        .collect();
+    if local.is_empty() {
+        return;
+    }
+    let Ok(listening) = sock_diag::open().and_then(|s| sock_diag::listeners(&s)) else {
         return;
     };
-    if !relay::is_loopback(addr) {
-        return;
-    }
-    let listening = crate::intercept::sock_diag::open()
-        .and_then(|s| crate::intercept::sock_diag::listeners(&s))
-        .map(|ls| {
-            ls.iter()
-                .any(|l| crate::intercept::sock_diag::accepts(l, addr))
-        });
-    if let Ok(false) = listening {
-        tracing::warn!(
-            "proxy {name:?}: nothing listens on its upstream {upstream} now; its clients' connections will be refused until something does"
-        );
+    for (name, upstream, addr) in local {
+        if !listening.iter().any(|l| sock_diag::accepts(l, addr)) {
+            tracing::warn!(
+                "proxy {name:?}: nothing listens on its upstream {upstream} now; its clients' connections will be refused until something does"
+            );
+        }
     }
 }
-
 /// Toxiproxy's own start line, on stdout as its JSON logger writes it:
 /// container wait strategies (Testcontainers for Rust, Python, .NET) wait
 /// for "Starting Toxiproxy HTTP server" there.

@@ -104,6 +104,9 @@ impl RunConfig {
             })?;
             api.command_token = api.token.as_ref().map(|_| fresh_token());
         }
+        if args.api_for_command {
+            crate::relay::own::share_api();
+        }
         let env = command_env(api.as_ref().filter(|_| args.api_for_command));
         let prepared = match super::tls::prepare(&args.tls_args, tls)? {
             Some(p) => Some((p, trust::plan(&env).map_err(Error::Usage)?)),
@@ -147,7 +150,6 @@ impl RunConfig {
 fn command_env(shared: Option<&ApiConfig>) -> Vec<CString> {
     let mut env = wrap::command_env();
     if let Some(api) = shared {
-        crate::relay::own::share_api();
         let url = format!("http://{}", api.addr);
         let mut set = vec![("NETCHAOS_API_URL", url.clone()), ("TOXIPROXY_URL", url)];
         if let Some(t) = &api.command_token {

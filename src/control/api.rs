@@ -651,17 +651,21 @@ async fn populate_with(control: &Control, v: Value) -> (Option<ApiError>, Vec<Va
     let mut done = Vec::new();
     for n in wanted {
         // Unchanged (as Toxiproxy judges it, a host name resolved: its
-        // toxics and connections are kept).
-        let asked = super::listen::as_shown(&n.listen).await;
-        let same = proxies.get(&n.name).is_some_and(|p| match &p.listener {
+        // toxics and connections are kept). Resolved only for a proxy of
+        // that name shown at another address.
+        let shown = proxies.get(&n.name).and_then(|p| match &p.listener {
             Listener::Socket {
                 listen, upstream, ..
-            } => {
-                (*listen == n.listen || asked.as_deref() == Some(listen.as_str()))
-                    && *upstream == n.upstream
-            }
-            Listener::Transparent => false,
+            } if *upstream == n.upstream => Some(listen.clone()),
+            _ => None,
         });
+        let same = match shown {
+            Some(listen) if listen == n.listen => true,
+            Some(listen) => {
+                super::listen::as_shown(&n.listen).await.as_deref() == Some(listen.as_str())
+            }
+            None => false,
+        };
         if same {
             done.push(proxy_json(&proxies[&n.name]));
             continue;

@@ -106,10 +106,6 @@ tokio::task_local! {
 pub(crate) struct ApiClient {
     pub peer: SocketAddr,
     pub local: SocketAddr,
-    /// A connection the relay made for the wrapped command
-    /// (`--api-for-command`): the command's, whoever owns the socket (also
-    /// asked of `relay::own` when a request needs it).
-    pub for_command: bool,
 }
 
 /// Why `client` may not have a root netchaos listen on `ip` (`None`: every
@@ -134,7 +130,9 @@ pub(crate) fn refusal(client: &ApiClient, ip: Option<IpAddr>, port: u16) -> Opti
     }
     // Whatever address it came from (a local user may bind the host's
     // public address): its socket, if it is on this host, says who.
-    let whom = if client.for_command || crate::relay::own::is_for_command(client.peer) {
+    // A connection the relay made for the wrapped command
+    // (`--api-for-command`) is the command's, whoever owns the socket.
+    let whom = if crate::relay::own::is_for_command(client.peer) {
         "the wrapped command".to_string()
     } else {
         match crate::intercept::sock_diag::peer_uid(client.peer, client.local) {

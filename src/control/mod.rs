@@ -96,7 +96,7 @@ pub(crate) struct Control {
     /// What `/metrics` adds to netchaos's own series.
     pub metrics: metrics::Extra,
     /// `--api-listen-allow`: see [`listen::refusal`].
-    pub listen_allow: std::sync::atomic::AtomicBool,
+    pub listen_allow: bool,
     /// The plan had a `dns_answer random` at start: its ranges are
     /// black-holed, so the API may add one.
     pub unrouted_ok: bool,
@@ -108,12 +108,13 @@ impl Control {
         reach: Reach,
         files: FilePolicy,
         metrics: metrics::Extra,
+        listen_allow: bool,
     ) -> Arc<Control> {
-        let unrouted_ok = relay.rules.rules().iter().any(|r| {
-            r.faults().iter().any(
-                |f| matches!(&f.spec.kind, crate::fault::FaultKind::DnsAnswer(a) if a.is_random()),
-            )
-        });
+        let unrouted_ok = relay
+            .rules
+            .rules()
+            .iter()
+            .any(|r| r.faults().iter().any(|f| f.spec.kind.answers_unrouted()));
         Arc::new(Control {
             relay,
             proxies: Mutex::new(BTreeMap::new()),
@@ -121,14 +122,8 @@ impl Control {
             unrouted_ok,
             files,
             metrics,
-            listen_allow: Default::default(),
+            listen_allow,
         })
-    }
-
-    /// `--api-listen-allow`.
-    pub(crate) fn allow_wide_listens(&self) {
-        self.listen_allow
-            .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// What a toxic of proxy `name` may use; `None` when there is no such
@@ -222,8 +217,7 @@ impl Control {
         listen: &str,
         upstream: &str,
     ) -> Result<(String, Arc<Endpoint>), model::ApiError> {
-        let allow = self.listen_allow.load(std::sync::atomic::Ordering::Relaxed);
-        let (listener, shown) = listen::bind(listen, allow).await?;
+        let (listener, shown) = listen::bind(listen, self.listen_allow).await?;
         let ep = Arc::new(
             Endpoint::new(name, Target::Fixed(upstream.to_string()), Flow::Outbound)
                 .ending(self.relay.opts.ends.unwrap_or(relay::EndStyle::Fin)),

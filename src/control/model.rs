@@ -92,7 +92,7 @@ fn not_at_run_time(kind: &FaultKind, scope: &Scope) -> Option<&'static str> {
             "it acts on TLS handshakes netchaos terminates, and this netchaos terminates none: \
              start it with --tls",
         ),
-        FaultKind::DnsAnswer(a) if a.is_random() && !scope.unrouted_ok => Some(
+        k if k.answers_unrouted() && !scope.unrouted_ok => Some(
             "random = true sends clients to ranges netchaos black-holes only when a profile or \
              --fault had a random dns_answer at start (some networks route them): give it there",
         ),

@@ -171,11 +171,7 @@ async fn serve_one(sock: tokio::net::TcpStream, peer: SocketAddr, app: Router, s
     // Who asks, for the listen policy (`listen::refusal`), and the
     // connection's activity, for eviction.
     let app = app
-        .layer(axum::Extension(super::listen::ApiClient {
-            peer,
-            local,
-            for_command: false,
-        }))
+        .layer(axum::Extension(super::listen::ApiClient { peer, local }))
         .layer(axum::Extension(state));
     let svc = TowerToHyperService::new(app);
     let conn = hyper::server::conn::http1::Builder::new()

@@ -87,6 +87,8 @@ pub(crate) struct CannedReply {
     /// The same, saying `connection: close`.
     close: Bytes,
     body: Bytes,
+    /// It carries a [`REQUEST_ID`] (an envelope's), made fresh per reply.
+    ids: bool,
 }
 
 impl CannedReply {
@@ -139,10 +141,12 @@ impl CannedReply {
             true => close.clone(),
             false => Bytes::from(format!("{head}\r\n")),
         };
+        let ids = envelope.is_some_and(|e| e == "anthropic" || e == "openai");
         Ok(CannedReply {
             keep,
             close,
             body: Bytes::from(body),
+            ids,
         })
     }
 
@@ -150,15 +154,19 @@ impl CannedReply {
     /// reply says so); `head_only`, it answers a HEAD request.
     pub(crate) fn bytes(&self, closing: bool, head_only: bool) -> Bytes {
         let head = if closing { &self.close } else { &self.keep };
-        if head_only || self.body.is_empty() {
-            let mut out = BytesMut::from(&head[..]);
-            fresh_ids(&mut out);
-            return out.freeze();
+        let body = match head_only {
+            true => &[][..],
+            false => &self.body[..],
+        };
+        if !self.ids && body.is_empty() {
+            return head.clone();
         }
-        let mut out = BytesMut::with_capacity(head.len() + self.body.len());
+        let mut out = BytesMut::with_capacity(head.len() + body.len());
         out.extend_from_slice(head);
-        out.extend_from_slice(&self.body);
-        fresh_ids(&mut out);
+        out.extend_from_slice(body);
+        if self.ids {
+            fresh_ids(&mut out);
+        }
         out.freeze()
     }
 }

@@ -364,6 +364,12 @@ impl FaultKind {
         self.info().name
     }
 
+    /// A `dns_answer random = true`: it sends clients to ranges that
+    /// interception must black-hole ([`dns_answer::UNROUTED`]).
+    pub(crate) fn answers_unrouted(&self) -> bool {
+        matches!(self, FaultKind::DnsAnswer(a) if a.is_random())
+    }
+
     pub(crate) fn layer(&self) -> Layer {
         self.info().layer
     }

@@ -130,14 +130,15 @@ impl Decision {
     /// request's `Accept-Encoding` set to `identity`, where it had one):
     /// a body to rewrite needs it; an `sse` fault's event counting only
     /// for a request that may be answered with a stream (`streams`, from
-    /// [`asks_for_stream`]: a request seen whole without a stream flag is
-    /// left as the client sent it).
-    pub(crate) fn wants_identity(&self, streams: Option<bool>) -> bool {
-        self.later.iter().any(|l| match l {
+    /// [`asks_for_stream`], asked only then: a request seen whole without
+    /// a stream flag is left as the client sent it).
+    pub(crate) fn wants_identity(&self, streams: impl FnOnce() -> Option<bool>) -> bool {
+        let rewrites = self.later.iter().any(|l| match l {
             Later::Rewrite(_, w) => w.edits().body.is_some(),
-            Later::Sse(..) => streams != Some(false),
             _ => false,
-        })
+        });
+        rewrites
+            || (self.later.iter().any(|l| matches!(l, Later::Sse(..))) && streams() != Some(false))
     }
 
     /// The `http_delay` faults that hold an answer given in the upstream's

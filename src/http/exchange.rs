@@ -804,15 +804,16 @@ impl RequestSide {
             // must come uncompressed: the upstream is asked for it so
             // (where the client asked for an encoding at all), but not for
             // a request seen whole that asks for no stream.
-            let early = &buf[head.head_len..];
-            let seen_whole = match framing {
-                Framing::Empty => true,
-                Framing::Length(n) => early.len() as u64 >= n,
-                _ => false,
+            let streams = || {
+                let early = &buf[head.head_len..];
+                let seen_whole = match framing {
+                    Framing::Empty => true,
+                    Framing::Length(n) => early.len() as u64 >= n,
+                    _ => false,
+                };
+                decide::asks_for_stream(head.header("accept"), &head.target, early, seen_whole)
             };
-            let streams =
-                decide::asks_for_stream(head.header("accept"), &head.target, early, seen_whole);
-            if d.wants_identity(streams) && head.header("accept-encoding").is_some() {
+            if head.header("accept-encoding").is_some() && d.wants_identity(streams) {
                 let was = edited.as_deref().unwrap_or(&buf[..head.head_len]);
                 edited = Some(set_header(was, "Accept-Encoding", Some("identity")));
             }

@@ -812,16 +812,18 @@ async fn stream(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body
     parts.headers.remove(hyper::http::header::HOST);
     // As over HTTP/1.1: identity only where the client asked for an
     // encoding, and not for a request seen whole that asks for no stream.
-    let streams = decide::asks_for_stream(
-        parts
-            .headers
-            .get(hyper::http::header::ACCEPT)
-            .and_then(|v| v.to_str().ok()),
-        parts.uri.path(),
-        body.whole().unwrap_or_default(),
-        body.whole().is_some(),
-    );
-    if d.wants_identity(streams) && parts.headers.contains_key("accept-encoding") {
+    let streams = || {
+        decide::asks_for_stream(
+            parts
+                .headers
+                .get(hyper::http::header::ACCEPT)
+                .and_then(|v| v.to_str().ok()),
+            parts.uri.path(),
+            body.whole().unwrap_or_default(),
+            body.whole().is_some(),
+        )
+    };
+    if parts.headers.contains_key("accept-encoding") && d.wants_identity(streams) {
         set(&mut parts.headers, "accept-encoding", Some("identity"));
     }
     // The upstream gone with none in its place: refused, which a client

@@ -174,7 +174,7 @@ async fn close_if_abandoned(
     sandbox: &Arc<Sandbox>,
 ) {
     let deadline = Instant::now() + crate::intercept::gate::HANDOFF_TTL;
-    while sandbox.gate.waiting(&syn) {
+    loop {
         tokio::time::sleep(CLIENT_CHECK).await;
         if !sandbox.gate.waiting(&syn) {
             return;
@@ -324,11 +324,11 @@ async fn decide(
     if !plan.delay.is_zero() {
         // A client that gives up meanwhile is never put through, and
         // nothing is dialled for it.
-        tokio::select! {
-            _ = crate::timer::sleep_until(queued + plan.delay) => {}
-            _ = until_given_up(&syn, sandbox) => {}
-        }
-        if gave_up(&syn, sandbox) {
+        let given_up = tokio::select! {
+            _ = crate::timer::sleep_until(queued + plan.delay) => gave_up(&syn, sandbox),
+            _ = until_given_up(&syn, sandbox) => true,
+        };
+        if given_up {
             abandoned(relay, &info);
             return (Fate::Drop, None);
         }

@@ -97,12 +97,8 @@ pub(crate) async fn serve(
     let mut syn_at = None;
     let (seq, mut faults, upstream) = match handoff {
         Some(h) => {
+            // (The gate named a mocked host already.)
             dest.names = h.names;
-            if let Some(m) = &dest.mock
-                && !dest.names.contains(&m.host)
-            {
-                dest.names.insert(0, m.host.clone());
-            }
             syn_at = Some(h.syn_at);
             (h.seq, h.faults, h.upstream)
         }

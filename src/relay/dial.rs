@@ -39,7 +39,6 @@ pub(crate) struct Dest {
 pub(crate) struct Mocked {
     /// Where the mock listens (netchaos's own namespace).
     pub at: SocketAddr,
-    pub host: String,
     pub api: crate::mock::Api,
 }
 
@@ -47,7 +46,6 @@ impl Mocked {
     fn of(s: &crate::mock::stands::Stand, stands: &crate::mock::stands::Stands) -> Mocked {
         Mocked {
             at: stands.at(),
-            host: s.host.clone(),
             api: s.api,
         }
     }
@@ -261,7 +259,8 @@ pub(crate) async fn dial(
         Some(ns) => ns.is_local(ip),
         None => own::is_host_address(ip),
     };
-    if let Some(kind) = own::refused(from, addr, dialer, local) {
+    let reached = own::reached(from, addr, local);
+    if let Some(kind) = reached.filter(|k| !own::may_dial(*k, dialer)) {
         return Err(DialError {
             failure: DialFailure::Own,
             message: format!(
@@ -280,8 +279,7 @@ pub(crate) async fn dial(
     }
     // `--api-for-command`: the API is told which connections are the
     // command's (not the relay's root-owned sockets they come from).
-    let to_api = matches!(dialer, Dialer::Client { .. })
-        && own::refused(from, addr, Dialer::Netchaos, local) == Some(Kind::Api);
+    let to_api = reached == Some(Kind::Api);
     let mss = shape.mss(addr);
     let s = match inside {
         Some(ns) => dial_with(addr, timeout, ns.dial_inside(addr, mss)).await,

@@ -98,29 +98,28 @@ pub(crate) enum Dialer {
     Netchaos,
 }
 
+/// Whether `dialer` may dial a listener of this kind: only an
+/// intercepted client, and only the API and proxies, with
+/// `--api-for-command`.
+pub(crate) fn may_dial(kind: Kind, dialer: Dialer) -> bool {
+    SHARED.load(Ordering::Relaxed) && matches!(dialer, Dialer::Client { .. }) && kind != Kind::Relay
+}
+
 /// Which of netchaos's listeners a dial from namespace `ns` to `dst` would
-/// reach, if it is one the relay must not dial; `local` says whether an
-/// address is one of that namespace's own (asked only for a listener on
-/// every address).
-pub(crate) fn refused(
-    ns: u64,
-    dst: SocketAddr,
-    dialer: Dialer,
-    local: impl Fn(IpAddr) -> bool,
-) -> Option<Kind> {
+/// reach, if any; `local` says whether an address is one of that
+/// namespace's own (asked only for a listener on every address).
+pub(crate) fn reached(ns: u64, dst: SocketAddr, local: impl Fn(IpAddr) -> bool) -> Option<Kind> {
     // Linux connects a destination of 0.0.0.0 (or [::]) to loopback.
     let dst = match canonical(dst) {
         d if d.ip().is_unspecified() && d.is_ipv4() => SocketAddr::from(([127, 0, 0, 1], d.port())),
         d if d.ip().is_unspecified() => SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, d.port())),
         d => d,
     };
-    let shared = SHARED.load(Ordering::Relaxed) && matches!(dialer, Dialer::Client { .. });
     let l = LISTENING.lock().unwrap_or_else(|e| e.into_inner());
     // Most dials match no listener's port: no system call for them.
     let mut hits = l
         .iter()
         .filter(|e| e.addr.port() == dst.port() && e.ns == ns)
-        .filter(|e| !(shared && e.kind != Kind::Relay))
         .peekable();
     hits.peek()?;
     let mut is_local = None;
@@ -217,7 +216,7 @@ mod tests {
     }
 
     fn r(ns: u64, a: &str) -> Option<Kind> {
-        refused(ns, at(a), Dialer::Client { port: None }, |ip: IpAddr| {
+        reached(ns, at(a), |ip: IpAddr| {
             ip.is_loopback() || ip == IpAddr::from([10, 1, 2, 3])
         })
     }
@@ -247,9 +246,11 @@ mod tests {
         assert_eq!(r(ns, "0.0.0.0:47003"), Some(Kind::Proxy));
         assert_eq!(r(ns, "[::1]:47003"), None);
         assert_eq!(r(ns, "192.0.2.77:47003"), None);
-        // A proxy's own dials never reach a listener, shared or not.
-        let proxy = |a: &str| refused(ns, at(a), Dialer::Netchaos, |_| true);
-        assert_eq!(proxy("127.0.0.1:47001"), Some(Kind::Api));
+        // Nobody may dial a listener unless the API is shared, and then
+        // only a client, never the relay's own.
+        let client = Dialer::Client { port: None };
+        assert!(!may_dial(Kind::Api, client));
+        assert!(!may_dial(Kind::Api, Dialer::Netchaos));
         drop(api);
         assert_eq!(r(ns, "127.0.0.1:47001"), None);
         drop((relay, any));
