@@ -592,9 +592,12 @@ fn clients_pinned_to_their_own_ca_are_relayed_untouched() {
                 .all(|e| e["advice"].as_str().unwrap().contains("--tls-ca FILE")),
             "{refused:?}"
         );
-        let paths: Vec<_> = ev
+        // In connection order (their close lines come as each ends: the
+        // next client's refusal may close before this one's last).
+        let mut closes: Vec<_> = ev.iter().filter(|e| e["event"] == "close").collect();
+        closes.sort_by_key(|e| e["conn"].as_u64());
+        let paths: Vec<_> = closes
             .iter()
-            .filter(|e| e["event"] == "close")
             .map(|e| e["path"].as_str().unwrap_or("?").to_string())
             .collect();
         assert_eq!(
