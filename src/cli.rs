@@ -89,6 +89,12 @@ pub enum Command {
     Demo(DemoArgs),
     /// Turn an event log (--events) into one self-contained HTML page: a timeline of every connection.
     Report(ReportArgs),
+    /// Print an event log's HTTP request records: every attempt, grouped into logical requests; judge them with --expect.
+    #[command(after_help = RECORDS_AFTER_HELP)]
+    Records(RecordsArgs),
+    /// Run a drill: the commands under test without faults, then under each scenario's fault, judged by checks.
+    #[command(after_help = DRILL_AFTER_HELP)]
+    Drill(DrillArgs),
     /// Print a shell's completion script: `netchaos completions bash > /etc/bash_completion.d/netchaos`.
     Completions {
         /// bash, zsh, fish, elvish or powershell.
@@ -128,6 +134,28 @@ pub struct EventsArg {
     /// `netchaos report`).
     #[arg(long, value_name = "FILE")]
     pub report: Option<PathBuf>,
+    /// At exit, judge the run's request records by CHECK (repeatable:
+    /// `max_attempts=3`, `retry_after_honoured`, …; see `netchaos
+    /// records` and docs/drills.md): exit 3, saying which requests broke
+    /// it, when the command succeeded but a check failed.
+    #[arg(long = "expect", value_name = "CHECK")]
+    pub expect: Vec<String>,
+    /// Record every HTTP attempt (`attempt` lines, for `netchaos records`
+    /// and drills): connections without HTTP faults are followed by the
+    /// HTTP layer too. Implied by --expect and --stop-if. HTTPS is seen
+    /// under --tls or --mock only.
+    #[arg(long)]
+    pub records: bool,
+    /// How --expect groups HTTP attempts into logical requests: auto,
+    /// body, retry-count, attempt or header:NAME.
+    #[arg(long, value_name = "RULE", default_value = "auto")]
+    pub group_by: String,
+    /// The guard-rail: remove every fault at once when the HTTP attempts'
+    /// error rate crosses a line, e.g. "error_rate > 0.2 over 30s" (an
+    /// attempt is an error when it got no whole answer or a status of 400
+    /// or more; judged once 5 attempts are in the window).
+    #[arg(long, value_name = "CONDITION")]
+    pub stop_if: Option<String>,
 }
 
 impl Default for EventsArg {
@@ -136,9 +164,100 @@ impl Default for EventsArg {
             events: None,
             events_max: crate::events::DEFAULT_MAX,
             report: None,
+            expect: Vec::new(),
+            records: false,
+            group_by: "auto".into(),
+            stop_if: None,
         }
     }
 }
+
+/// `netchaos records`.
+#[derive(Debug, Args, Clone)]
+pub struct RecordsArgs {
+    /// Event logs written with --events (or --report, --expect).
+    #[arg(value_name = "EVENTS.jsonl", required = true)]
+    pub logs: Vec<PathBuf>,
+    /// Print JSON: one object per attempt, with its logical request.
+    #[arg(long, conflicts_with = "csv")]
+    pub json: bool,
+    /// Print CSV, a header line first.
+    #[arg(long)]
+    pub csv: bool,
+    /// How attempts are grouped into logical requests: auto, body,
+    /// retry-count, attempt or header:NAME.
+    #[arg(long, value_name = "RULE", default_value = "auto")]
+    pub group_by: String,
+    /// Judge the records by CHECK (repeatable); exit 3 when one fails.
+    #[arg(long = "expect", value_name = "CHECK")]
+    pub expect: Vec<String>,
+}
+
+const RECORDS_AFTER_HELP: &str = "\
+Every HTTP attempt the HTTP layer followed is one `attempt` line of the event
+log: its target (host, and the JSON body's model), method, path, the status
+or error the client met, time to the head and to the first body byte, the
+faults that acted on it, the retry-after it was given, and the headers that
+tie retries together (Idempotency-Key, x-stainless-retry-count, traceparent;
+more with NETCHAOS_RECORD_HEADERS=name,name).
+
+Checks: success_rate[=0.95], latency_p50|p95|p99=DUR, ttft_p95=DUR,
+deadline=DUR, max_attempts=N, retry_after_honoured, backoff[=MIN,factor=F],
+jitter, no_retry_on[=400,401,…], fallback=TARGET, fallback_share=SHARE,
+breaker=N[,cooloff=DUR], idempotent_retries, no_duplicate_work[=N].
+
+Examples:
+  netchaos run --events ev.jsonl --mock anthropic -p llm-overloaded -- python agent.py
+  netchaos records ev.jsonl
+  netchaos records ev.jsonl --expect max_attempts=3 --expect retry_after_honoured";
+
+/// `netchaos drill`.
+#[derive(Debug, Args, Clone)]
+pub struct DrillArgs {
+    /// The drill file (TOML); or none with --builtin.
+    #[arg(value_name = "DRILL.toml", required_unless_present = "builtin")]
+    pub file: Option<PathBuf>,
+    /// A built-in drill instead of a file (see --list).
+    #[arg(long, value_name = "NAME", conflicts_with = "file")]
+    pub builtin: Option<String>,
+    /// List the built-in drills and exit.
+    #[arg(long, exclusive = true)]
+    pub list: bool,
+    /// Print a built-in drill's TOML (a template to copy) and exit.
+    #[arg(long, value_name = "NAME", exclusive = true)]
+    pub show: Option<String>,
+    /// Write the verdicts as JSON to FILE (- for standard output).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Write JUnit XML to FILE: one test case per scenario × client × check.
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
+    /// Write an HTML report: the drill's table, and each run's timeline.
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<PathBuf>,
+    /// Keep each run's event log in DIR (else they are removed).
+    #[arg(long, value_name = "DIR")]
+    pub keep_logs: Option<PathBuf>,
+    /// Seeds per scenario (overrides the file's `repeat`).
+    #[arg(long, value_name = "N")]
+    pub repeat: Option<u32>,
+    /// The command under test (with --builtin, or to replace the file's).
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+const DRILL_AFTER_HELP: &str = "\
+A drill runs the commands under test (your load script or test suite) under
+`netchaos run`: first without faults (the steady state: its checks must hold,
+or the drill is invalid), then under each scenario's one fault, and judges
+each run's request records by the scenario's checks. It exits 0 only when
+every check holds.
+
+Examples:
+  netchaos drill --list
+  netchaos drill --builtin llm-failover -- python my_agent.py
+  netchaos drill --show llm-failover > my-drill.toml
+  netchaos drill my-drill.toml --junit drill.xml";
 
 /// `netchaos report`.
 #[derive(Debug, Args, Clone)]

@@ -447,7 +447,15 @@ pub(crate) struct Events {
     quiet_faults: std::sync::atomic::AtomicBool,
     /// `--duration`: when the faults stop, for the summary.
     faults_end: Mutex<Option<Duration>>,
+    /// `--stop-if`: the HTTP attempts that ended within its window (when
+    /// each ended, and whether it failed).
+    window: std::sync::OnceLock<(Duration, Mutex<Ended>)>,
+    /// See [`Events::follow_http`].
+    follow: std::sync::atomic::AtomicBool,
 }
+
+/// HTTP attempts as they ended: when, and whether each failed.
+type Ended = std::collections::VecDeque<(Instant, bool)>;
 
 /// Event lines waiting for the writer, at most.
 const LOG_QUEUE: usize = 16 * 1024;
@@ -618,6 +626,8 @@ impl Events {
             stats,
             quiet_faults: Default::default(),
             faults_end: Mutex::new(None),
+            window: Default::default(),
+            follow: Default::default(),
         }
     }
 
@@ -629,7 +639,84 @@ impl Events {
             stats: Stats::default(),
             quiet_faults: Default::default(),
             faults_end: Mutex::new(None),
+            window: Default::default(),
+            follow: Default::default(),
         }
+    }
+
+    /// Whether lines are written at all (records are kept only then).
+    pub(crate) fn logging(&self) -> bool {
+        self.log.is_some()
+    }
+
+    /// Now, on the log's clock (`t`: seconds since netchaos started).
+    pub(crate) fn now(&self) -> f64 {
+        self.started.elapsed().as_secs_f64()
+    }
+
+    /// One HTTP attempt, as [`crate::http::attempt`] records it, and
+    /// whether it failed (for `--stop-if`).
+    pub(crate) fn attempt(&self, c: &ConnInfo, mut fields: Map<String, Value>, failed: bool) {
+        if let Some((over, w)) = self.window.get() {
+            let now = Instant::now();
+            let mut w = w.lock().expect("window lock");
+            while w
+                .front()
+                .is_some_and(|(t, _)| now.duration_since(*t) > *over)
+            {
+                w.pop_front();
+            }
+            w.push_back((now, failed));
+        }
+        self.write("attempt", || {
+            let mut f = conn_fields(c);
+            f.append(&mut fields);
+            f
+        });
+    }
+
+    /// Every HTTP connection is to be followed by the HTTP layer (and its
+    /// attempts recorded), not only those with HTTP faults: `--records`,
+    /// `--expect`, `--stop-if`.
+    pub(crate) fn follow_http(&self) {
+        self.follow.store(true, Ordering::Relaxed);
+    }
+
+    pub(crate) fn follows_http(&self) -> bool {
+        self.follow.load(Ordering::Relaxed)
+    }
+
+    /// Keeps the attempts of the last `over` for [`Events::error_rate`].
+    pub(crate) fn watch_errors(&self, over: Duration) {
+        let _ = self.window.set((over, Mutex::default()));
+    }
+
+    /// The attempts that ended within the watched window, and how many of
+    /// them failed.
+    pub(crate) fn error_rate(&self) -> (usize, usize) {
+        let Some((over, w)) = self.window.get() else {
+            return (0, 0);
+        };
+        let now = Instant::now();
+        let mut w = w.lock().expect("window lock");
+        while w
+            .front()
+            .is_some_and(|(t, _)| now.duration_since(*t) > *over)
+        {
+            w.pop_front();
+        }
+        (w.len(), w.iter().filter(|(_, f)| *f).count())
+    }
+
+    /// `--stop-if` crossed: the faults were removed.
+    pub(crate) fn stopped_if(&self, condition: &str, attempts: usize, failed: usize) {
+        self.write("stop_if", || {
+            let mut f = Map::new();
+            f.insert("condition".into(), condition.into());
+            f.insert("attempts".into(), attempts.into());
+            f.insert("failed".into(), failed.into());
+            f
+        });
     }
 
     /// Queues one event line for the writer; its fields are built only

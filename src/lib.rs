@@ -81,6 +81,7 @@ pub mod cli;
 pub mod commands;
 pub(crate) mod control;
 pub(crate) mod dns;
+pub(crate) mod drill;
 pub mod error;
 pub(crate) mod events;
 pub(crate) mod fault;

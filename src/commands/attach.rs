@@ -139,6 +139,7 @@ pub(super) fn attach(g: &Global, args: &AttachArgs) -> Result<u8> {
         .map_err(Error::runtime)?;
         let serving = Serving::start(&mut att, rules, events.clone(), opts, resolvers)?;
         serving.api(api.as_ref()).await?;
+        recording.guard(&serving.relay);
         announce_seed(seed);
         events.start(seed, "attach");
         events.plan(&plan);
@@ -160,9 +161,13 @@ pub(super) fn attach(g: &Global, args: &AttachArgs) -> Result<u8> {
         tracing::info!("detaching ({why})");
         let removed = att.remove();
         serving.stop(args.relay.drain).await;
-        recording.finish(seed);
+        let checked = recording.finish(seed);
         removed.map_err(Error::runtime)?;
-        Ok(0)
+        Ok(if checked {
+            0
+        } else {
+            super::records::CHECK_FAILED
+        })
     })
 }
 
@@ -211,6 +216,7 @@ pub(super) fn in_place(g: &Global, args: &RunArgs) -> Result<u8> {
         .map_err(Error::runtime)?;
         let serving = Serving::start(&mut att, rules, events.clone(), opts, resolvers)?;
         serving.api(api.as_ref()).await?;
+        recording.guard(&serving.relay);
         announce_seed(seed);
         events.quiet_faults();
         events.start(seed, "in-place");
@@ -253,9 +259,12 @@ pub(super) fn in_place(g: &Global, args: &RunArgs) -> Result<u8> {
         };
         let removed = att.remove();
         serving.stop(args.relay.drain).await;
-        recording.finish(seed);
+        let checked = recording.finish(seed);
         removed.map_err(Error::runtime)?;
-        Ok(end)
+        Ok(match (end, checked) {
+            (0, false) => super::records::CHECK_FAILED,
+            (end, _) => end,
+        })
     })
 }
 

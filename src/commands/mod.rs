@@ -8,10 +8,13 @@ mod check;
 mod clean;
 mod ctl;
 mod demo;
+mod drill;
+mod guard;
 mod mock;
 mod mocked;
 mod netem;
 mod proxy;
+mod records;
 mod report;
 mod run;
 mod tls;
@@ -63,6 +66,8 @@ pub fn run(cli: Cli, matches: &ArgMatches) -> Result<u8> {
         Command::Mock(args) => mock::run(&cli.global, args),
         Command::Demo(args) => demo::run(&cli.global, args),
         Command::Report(args) => report::run(args),
+        Command::Records(args) => records::run(args),
+        Command::Drill(args) => drill::run(&cli.global, args),
         Command::DemoClient { addr, pooled } => demo::client(addr, *pooled),
         Command::Completions { shell } => {
             let mut cmd = <Cli as clap::CommandFactory>::command();
@@ -182,6 +187,13 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
 pub(crate) fn open_events(log: &crate::cli::EventsArg) -> Result<Recording> {
     let cannot =
         |what: &str, e: std::io::Error| Error::runtime(format!("cannot write {what}: {e}"));
+    // Checked before anything is made.
+    let rule = crate::drill::records::GroupBy::parse(&log.group_by).map_err(Error::Usage)?;
+    let checks = crate::drill::checks::parse_all(&log.expect).map_err(Error::Usage)?;
+    let stop_if = match &log.stop_if {
+        Some(s) => Some(guard::StopIf::parse(s).map_err(Error::Usage)?),
+        None => None,
+    };
     let report = match &log.report {
         Some(out) => Some((
             out.clone(),
@@ -189,54 +201,108 @@ pub(crate) fn open_events(log: &crate::cli::EventsArg) -> Result<Recording> {
         )),
         None => None,
     };
-    let (file, path, temporary) = match (&log.events, &report) {
-        (Some(p), _) => (
+    // The records --expect judges and --stop-if counts are the log's.
+    let records = log.records || !checks.is_empty() || stop_if.is_some();
+    let needs_log = report.is_some() || records;
+    let (file, path, temporary) = match &log.events {
+        Some(p) => (
             Some(crate::outfile::create(p, 0o600).map_err(|e| cannot("the event log", e))?),
             Some(p.clone()),
             None,
         ),
-        (None, Some(_)) => {
+        None if needs_log => {
             let (file, path) = crate::outfile::private_file("netchaos-events-", ".jsonl")
                 .map_err(|e| cannot("a temporary event log", e))?
                 .into_parts();
             (Some(file), Some(path.to_path_buf()), Some(path))
         }
-        (None, None) => (None, None, None),
+        None => (None, None, None),
     };
     let events = Arc::new(match file {
         Some(f) => Events::to_file(f, log.events_max),
         None => Events::in_memory(),
     });
+    if records {
+        events.follow_http();
+    }
+    let temporary = temporary.map(Arc::new);
     Ok(Recording {
         events,
         report: report.map(|(out, file)| report::Pending {
             out,
             file: std::sync::Mutex::new(Some(file)),
-            log: path.expect("a report has a log"),
+            log: path.clone().expect("a report has a log"),
+            _temporary: temporary.clone(),
+        }),
+        expect: (!checks.is_empty()).then(|| Expect {
+            checks,
+            rule,
+            log: path.expect("checks have a log"),
             _temporary: temporary,
         }),
+        stop_if,
     })
 }
 
+/// `--expect`: the checks to judge the log by at exit.
+struct Expect {
+    checks: Vec<crate::drill::checks::Check>,
+    rule: crate::drill::records::GroupBy,
+    log: std::path::PathBuf,
+    _temporary: Option<Arc<tempfile::TempPath>>,
+}
+
 /// The event log and, with `--report`, the report to write from it at
-/// exit.
+/// exit; with `--expect`, the checks to judge it by.
 pub(crate) struct Recording {
     pub(crate) events: Arc<Events>,
     report: Option<report::Pending>,
+    expect: Option<Expect>,
+    stop_if: Option<guard::StopIf>,
 }
 
 impl Recording {
+    /// Starts `--stop-if`'s watch over the relay's faults.
+    pub(crate) fn guard(&self, relay: &Arc<crate::relay::Relay>) {
+        guard::start(relay, &self.events, self.stop_if.clone());
+    }
+
     /// Prints the exit summary (which closes the log), then writes the
     /// report. A report that cannot be written is a warning: the run's
-    /// own exit status stands.
-    pub(crate) fn finish(&self, seed: u64) {
+    /// own exit status stands. Whether every `--expect` check held.
+    pub(crate) fn finish(&self, seed: u64) -> bool {
         if !quiet() {
             eprint!("{}", self.events.summary(seed));
+        } else {
+            self.events.close();
         }
         if let Some(out) = self.report(&[])
             && !quiet()
         {
             eprintln!("netchaos: report written to {}", out.display());
+        }
+        let Some(x) = &self.expect else { return true };
+        let judged = crate::drill::records::read(&[x.log.as_path()], &x.rule).map(|r| {
+            let vs: Vec<_> = x.checks.iter().map(|c| c.judge(&r)).collect();
+            (r.groups.len(), r.recs.len(), vs)
+        });
+        match judged {
+            Ok((requests, attempts, vs)) => {
+                let pass = vs.iter().all(|v| v.pass);
+                // Said even under -q when a check failed: it decides the
+                // exit status.
+                if !quiet() || !pass {
+                    eprint!(
+                        "netchaos: checks on {requests} request(s), {attempts} attempt(s):\n{}",
+                        crate::drill::output::verdicts(&vs)
+                    );
+                }
+                pass
+            }
+            Err(e) => {
+                eprintln!("netchaos: cannot judge the records: {e}");
+                false
+            }
         }
     }
 

@@ -226,6 +226,7 @@ fn serve(
         let mut opts = opts;
         opts.mocks = mock.as_ref().map(|m| m.stands.clone());
         let relay = Relay::new(Arc::new(RuleSet::from_plan(&plan)), events.clone(), opts);
+        recording.guard(&relay);
         // Resets reach local peers after they read what came before.
         if let Ok(sockets) = crate::intercept::sock_diag::HostSockets::open() {
             relay.see_host_sockets(Arc::new(sockets));
@@ -288,8 +289,10 @@ fn serve(
         if let Some(m) = mock {
             m.stop().await;
         }
-        recording.finish(plan.seed);
-        Ok(0)
+        Ok(match recording.finish(plan.seed) {
+            true => 0,
+            false => super::records::CHECK_FAILED,
+        })
     })
 }
 

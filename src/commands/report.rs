@@ -31,7 +31,7 @@ pub(super) struct Pending {
     /// The run's log.
     pub(super) log: PathBuf,
     /// The log exists only for the report: removed when this is dropped.
-    pub(super) _temporary: Option<tempfile::TempPath>,
+    pub(super) _temporary: Option<std::sync::Arc<tempfile::TempPath>>,
 }
 
 impl Pending {

@@ -238,6 +238,7 @@ pub(super) fn run(g: &Global, args: &RunArgs) -> Result<u8> {
         let mock = super::mocked::start(&plan, mock_timing, &events).await?;
         opts.mocks = mock.as_ref().map(|m| m.stands.clone());
         let relay = Relay::new(Arc::new(RuleSet::from_plan(&plan)), events.clone(), opts);
+        recording.guard(&relay);
         // Resets reach local peers after they read what came before.
         if let Ok(sockets) = crate::intercept::sock_diag::HostSockets::open() {
             relay.see_host_sockets(Arc::new(sockets));
@@ -331,11 +332,15 @@ pub(super) fn run(g: &Global, args: &RunArgs) -> Result<u8> {
         if left > 0 {
             tracing::warn!("ended {left} process(es) the command left running in its namespace");
         }
-        recording.finish(seed);
-        Ok::<_, Error>(end)
+        let checked = recording.finish(seed);
+        Ok::<_, Error>((end, checked))
     })?;
     // The runtime's sockets into the namespace close here; with its last
     // process gone, the namespace and its nftables table disappear.
     drop(rt);
-    Ok(end.exit_code())
+    // A suite that passed while its client broke the contract fails.
+    Ok(match (end.0.exit_code(), end.1) {
+        (0, false) => super::records::CHECK_FAILED,
+        (code, _) => code,
+    })
 }

@@ -29,6 +29,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::attempt::{Attempt, Marking, ModelScan};
 use super::budget::{self, Flow, Lease};
 use super::decide::{self, Decision};
 use super::events::{self as sse_events, Block, Format, Splitter};
@@ -78,6 +79,8 @@ pub(super) struct Meta {
     /// A fault was recorded on it (the summary counts requests faulted,
     /// however many faults each had).
     pub(super) faulted: std::sync::atomic::AtomicBool,
+    /// Its record, written when every holder has let go.
+    pub(super) attempt: Option<Arc<Attempt>>,
 }
 
 impl Meta {
@@ -92,6 +95,7 @@ impl Meta {
             host: self.host.clone(),
             keep_alive: self.keep_alive,
             faulted: true.into(),
+            attempt: self.attempt.clone(),
         }
     }
 
@@ -214,13 +218,35 @@ impl Exchange {
         grpc: Option<GrpcStatus<'_>>,
     ) {
         let first = !m.faulted.swap(true, std::sync::atomic::Ordering::Relaxed);
+        m.attempt.mark(|a| {
+            a.fault(c.spec.name());
+            if let Some(s) = status {
+                a.status(s, None);
+            }
+            if let Some(g) = &grpc {
+                a.grpc(g.code);
+            }
+        });
         self.events
             .http_fault(&self.conn, &c.rule, &c.spec, &m.info(first), status, grpc);
     }
 
     /// The upstream's own answer to request `m` (`grpc`: a call's end in
     /// its head).
-    pub(super) fn record_response(&self, m: &Meta, status: u16, grpc: Option<GrpcStatus<'_>>) {
+    pub(super) fn record_response(
+        &self,
+        m: &Meta,
+        status: u16,
+        retry_after: Option<&str>,
+        grpc: Option<GrpcStatus<'_>>,
+    ) {
+        m.attempt.mark(|a| {
+            a.upstream(status);
+            a.status(status, retry_after);
+            if let Some(g) = &grpc {
+                a.grpc(g.code);
+            }
+        });
         self.events
             .http_response(&self.conn, &m.info(false), status, grpc);
     }
@@ -229,12 +255,14 @@ impl Exchange {
     /// its answer's end (`status`: the answer, if it had begun).
     pub(super) fn record_reset(&self, m: &Meta, status: Option<u16>, code: ::h2::Reason) {
         let name = format!("{code:?}");
+        m.attempt.mark(|a| a.failed("reset"));
         self.events
             .http_stream_reset(&self.conn, &m.info(false), status, code.into(), &name);
     }
 
     /// The upstream's trailers ended call `m` with `grpc`.
     pub(super) fn record_trailers(&self, m: &Meta, grpc: GrpcStatus<'_>) {
+        m.attempt.mark(|a| a.grpc(grpc.code));
         self.events.http_trailers(&self.conn, &m.info(false), grpc);
     }
 }
@@ -449,6 +477,7 @@ async fn pass_body<R: AsyncRead + Unpin>(
     body: &mut Body,
     out: &Out,
     limit: Option<u64>,
+    seen: &mut (dyn FnMut(&[u8]) + Send),
 ) -> Result<BodyEnd, Gone> {
     let mut passed = 0u64;
     loop {
@@ -469,6 +498,9 @@ async fn pass_body<R: AsyncRead + Unpin>(
                 _ => (used, false),
             };
             passed += take;
+            if take > 0 {
+                seen(&buf[start..start + take as usize]);
+            }
             send_data(out, buf.split_to(start + take as usize).freeze()).await?;
             start = 0;
             if cut {
@@ -494,9 +526,11 @@ async fn drop_body<R: AsyncRead + Unpin>(
     src: &mut Src<R>,
     buf: &mut BytesMut,
     body: &mut Body,
+    seen: &mut (dyn FnMut(&[u8]) + Send),
 ) -> Result<(), BodyEnd> {
     loop {
         let scan = body.scan(buf, None).map_err(BodyEnd::Bad)?;
+        seen(&buf[..scan.used]);
         let _ = buf.split_to(scan.used);
         if scan.done {
             return Ok(());
@@ -689,6 +723,29 @@ impl RequestSide {
                 host: host.clone(),
                 keep_alive: head.keep_alive(),
                 faulted: Default::default(),
+                attempt: Attempt::begin(
+                    &x.events,
+                    &x.conn,
+                    "http/1.1",
+                    n,
+                    &head.method,
+                    &head.target,
+                    host.as_deref(),
+                    &head.headers,
+                ),
+            };
+            let attempt = meta.attempt.clone();
+            if let Some(m) = json.as_ref().and_then(|j| j.get("model")?.as_str()) {
+                attempt.mark(|a| a.model(m));
+            }
+            // The body's `model`, for the record, as it passes (or is
+            // dropped, under an answer made in the upstream's place).
+            let mut scan = ModelScan::default();
+            let mut seen_model = |b: &[u8]| {
+                if let Some(a) = &attempt {
+                    scan.feed(b);
+                    a.scanned(&scan);
+                }
             };
             // Counted as the hold begins: a client that times out during it
             // (what the fault is for) was still faulted. No response exists
@@ -714,7 +771,8 @@ impl RequestSide {
                     // body would meet the reset on a write, and some (Python's
                     // http.client) then report a clean close instead.
                     buf.advance_to(head.head_len);
-                    let _ = drop_body(src, &mut buf, &mut Body::new(framing)).await;
+                    let _ =
+                        drop_body(src, &mut buf, &mut Body::new(framing), &mut seen_model).await;
                 }
                 let held = d.on_answer(status.status());
                 let answer = Answer {
@@ -741,7 +799,7 @@ impl RequestSide {
                 }
                 buf.advance_to(head.head_len);
                 let mut body = Body::new(framing);
-                match drop_body(src, &mut buf, &mut body).await {
+                match drop_body(src, &mut buf, &mut body, &mut seen_model).await {
                     Ok(()) => continue,
                     Err(BodyEnd::Eof) => return send(out, ItemKind::Fin).await,
                     Err(BodyEnd::Failed) => return send(out, ItemKind::Reset).await,
@@ -861,7 +919,10 @@ impl RequestSide {
                 None => head.head_len,
             };
             let mut body = Body::new(framing);
-            match pass_body(src, &mut buf, start, &mut body, out, None).await? {
+            let passed =
+                pass_body(src, &mut buf, start, &mut body, out, None, &mut seen_model).await?;
+            drop(attempt);
+            match passed {
                 BodyEnd::Done => {}
                 BodyEnd::Eof => return send(out, ItemKind::Fin).await,
                 BodyEnd::Failed => return send(out, ItemKind::Reset).await,
@@ -1061,7 +1122,22 @@ impl ResponseSide {
             crate::timer::sleep(a.delay).await;
         }
         self.x.record(&a.chosen, &a.meta, a.status);
+        let retry_after = super::attempt::retry_after_in(&a.reply);
+        a.meta.attempt.mark(|at| match a.status {
+            Some(s) => {
+                at.status(s, retry_after.as_deref());
+                at.head_out();
+            }
+            // `http_abort`: the connection ends where the answer would be.
+            None => at.failed(match a.then {
+                After::Reset => "reset",
+                _ => "closed",
+            }),
+        });
         send_data(out, a.reply).await?;
+        if a.status.is_some() {
+            a.meta.attempt.mark(Attempt::done);
+        }
         match a.then {
             After::Keep => Ok(Next::Continue),
             After::Close => send(out, ItemKind::Close).await.map(|()| Next::End),
@@ -1123,7 +1199,8 @@ impl ResponseSide {
                 Head::Bad(e) => return Ok(self.unfollowed(&meta, e)),
             }
         };
-        self.x.record_response(&meta, head.status, None);
+        self.x
+            .record_response(&meta, head.status, head.header("retry-after"), None);
         let mut d = d.on_response(Some(head.status), &head.headers);
         // Counted as the hold begins, with the status it holds back.
         for c in &d.delays {
@@ -1132,6 +1209,7 @@ impl ResponseSide {
         if !d.headers_delay.is_zero() {
             crate::timer::sleep(d.headers_delay).await;
         }
+        meta.attempt.mark(Attempt::head_out);
         if let Some((c, reply)) = d.replace.take() {
             if let Some(s) = switched.take() {
                 let _ = s.send(false);
@@ -1190,6 +1268,7 @@ impl ResponseSide {
                 &mut body,
                 out,
                 Some(t.after_bytes()),
+                &mut |_| meta.attempt.mark(Attempt::body_out),
             )
             .await?;
             if end == BodyEnd::Limit {
@@ -1229,20 +1308,31 @@ impl ResponseSide {
                 status: head.status,
                 format: format.unwrap_or_default(),
                 chunked: framing == Framing::Chunked,
+                until_close: framing == Framing::UntilClose,
                 closes,
                 counted: 0,
             };
             return stream.run(src, buf, &mut body, out, &mut self.rx).await;
         } else {
-            pass_body(src, buf, head.head_len, &mut body, out, None).await?
+            let mut seen = |_: &[u8]| meta.attempt.mark(Attempt::body_out);
+            pass_body(src, buf, head.head_len, &mut body, out, None, &mut seen).await?
         };
         Ok(match end {
-            BodyEnd::Done => Next::Continue,
+            BodyEnd::Done => {
+                meta.attempt.mark(Attempt::done);
+                Next::Continue
+            }
             BodyEnd::Eof => {
+                // A body that ends with the connection is whole then.
+                match framing {
+                    Framing::UntilClose => meta.attempt.mark(Attempt::done),
+                    _ => meta.attempt.mark(|a| a.failed("truncated")),
+                }
                 send(out, ItemKind::Fin).await?;
                 Next::End
             }
             BodyEnd::Failed => {
+                meta.attempt.mark(|a| a.failed("reset"));
                 send(out, ItemKind::Reset).await?;
                 Next::End
             }
@@ -1377,6 +1467,7 @@ impl ResponseSide {
         }
         msg.extend_from_slice(&now);
         send_data(out, msg.freeze()).await?;
+        meta.attempt.mark(Attempt::done);
         Ok(Some(match framing {
             // The upstream's close ended the body: the connection ends.
             Framing::UntilClose => {
@@ -1416,11 +1507,22 @@ impl ResponseSide {
             After::Keep if !meta.keep_alive || head.closes() || !drains => After::Close,
             t => t,
         };
-        send_data(out, reply.bytes(then != After::Keep, meta.method == "HEAD")).await?;
+        let bytes = reply.bytes(then != After::Keep, meta.method == "HEAD");
+        meta.attempt.mark(|a| match reply.status() {
+            Some(s) => {
+                a.status(s, super::attempt::retry_after_in(&bytes).as_deref());
+                a.done();
+            }
+            None => a.failed(match then {
+                After::Reset => "reset",
+                _ => "closed",
+            }),
+        });
+        send_data(out, bytes).await?;
         match (then, framing) {
             (After::Keep, Some(framing)) => {
                 buf.advance_to(head.head_len);
-                match drop_body(src, buf, &mut Body::new(framing)).await {
+                match drop_body(src, buf, &mut Body::new(framing), &mut |_| {}).await {
                     Ok(()) => Ok(Next::Continue),
                     Err(BodyEnd::Failed) => cut(out, After::Reset).await,
                     // The upstream's body ended early or was not HTTP: the
@@ -1460,6 +1562,8 @@ struct Stream<'a> {
     /// The head said `Connection: close`: the connection ends with the
     /// stream, even one that ends before its fault.
     closes: bool,
+    /// The body ends with the connection (no length, not chunked).
+    until_close: bool,
     /// Counted events sent so far.
     counted: u64,
 }
@@ -1477,6 +1581,7 @@ impl Stream<'_> {
         if bytes.is_empty() {
             return Ok(());
         }
+        self.meta.attempt.mark(Attempt::body_out);
         if !self.chunked {
             return send_data(out, Bytes::copy_from_slice(bytes)).await;
         }
@@ -1521,6 +1626,7 @@ impl Stream<'_> {
                     // it: the body's end, then (the upstream still
                     // streaming) the connection's.
                     self.record(i);
+                    self.meta.attempt.mark(|a| a.failed("stream_error"));
                     if let Some((event, data)) = sse.error_event(self.format) {
                         let error = sse_events::error_event(self.format, event, data);
                         self.emit(out, &error).await?;
@@ -1616,6 +1722,9 @@ impl Stream<'_> {
                         if let Some(next) = self.block(split.finish(), src, out, rx).await? {
                             return Ok(next);
                         }
+                        if self.until_close {
+                            self.meta.attempt.mark(Attempt::done);
+                        }
                         send(out, ItemKind::Fin).await?;
                         return Ok(Next::End);
                     }
@@ -1648,6 +1757,7 @@ impl Stream<'_> {
                 if self.chunked {
                     send_data(out, Bytes::from_static(b"0\r\n\r\n")).await?;
                 }
+                self.meta.attempt.mark(Attempt::done);
                 if self.closes {
                     return cut(out, After::Close).await;
                 }

@@ -34,6 +34,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, DuplexStream
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, futures::OwnedNotified, watch};
 use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 
+use super::attempt::{Attempt, Marking, ModelScan};
 use super::budget::{self, Lease};
 use super::decide::{self, Reply};
 use super::events::Format;
@@ -728,6 +729,30 @@ async fn stream(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body
     let mut d = decide::decide(&faults, n, &view, x.epoch.elapsed());
     let call = grpc::is_call(&headers);
     let head_only = parts.method == Method::HEAD;
+    let attempt = Attempt::begin(
+        &x.events,
+        &x.conn,
+        "h2",
+        n,
+        &method,
+        &target,
+        host.as_deref(),
+        &headers,
+    );
+    // The body's `model` and hash: of the body read ahead, or as it
+    // passes.
+    if let Some(a) = &attempt
+        && may_hold
+    {
+        let mut scan = ModelScan::default();
+        match body.whole() {
+            Some(w) => {
+                scan.feed(w);
+                a.scanned(&scan);
+            }
+            None => body.scan = Some((scan, attempt.clone())),
+        }
+    }
     let meta = Meta {
         n,
         method,
@@ -735,6 +760,7 @@ async fn stream(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body
         host,
         keep_alive: true,
         faulted: Default::default(),
+        attempt,
     };
     // Counted as the hold begins, as over HTTP/1.1.
     let answering = d.answer.as_ref().and_then(|(_, r)| r.status());
@@ -759,7 +785,17 @@ async fn stream(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body
             answered_status(&reply, &said),
             said.as_ref().map(grpc_status),
         );
-        return st.answer(&reply, call, head_only).await;
+        let retry_after = match &reply {
+            Reply::Status(s) => super::attempt::retry_after_in(&s.reply(false, head_only)),
+            Reply::Abort(_) => None,
+        };
+        if let (Some(s), Some(r)) = (answered_status(&reply, &said), retry_after) {
+            meta.attempt.mark(|a| a.status(s, Some(&r)));
+        }
+        return watched(
+            st.answer(&reply, call, head_only).await,
+            meta.attempt.clone(),
+        );
     }
 
     // Forwarded: its head (and body) as `http_rewrite` leaves them.
@@ -868,7 +904,12 @@ async fn stream(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body
     // may not say it).
     let grpc_answer = call || grpc::is_call(&rheaders);
     let call_end = grpc_answer.then(|| grpc::ended(&rparts.headers)).flatten();
-    x.record_response(&meta, status, call_end.as_ref().map(grpc_status));
+    x.record_response(
+        &meta,
+        status,
+        header(&rheaders, "retry-after"),
+        call_end.as_ref().map(grpc_status),
+    );
     let mut od = d.on_response(Some(status), &rheaders);
     for c in &od.delays {
         x.record(c, &meta, Some(status));
@@ -885,7 +926,17 @@ async fn stream(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body
             said.as_ref().map(grpc_status),
         );
         drop(rbody);
-        return st.answer(&reply, call, head_only).await;
+        let retry_after = match &reply {
+            Reply::Status(s) => super::attempt::retry_after_in(&s.reply(false, head_only)),
+            Reply::Abort(_) => None,
+        };
+        if let (Some(s), Some(r)) = (answered_status(&reply, &said), retry_after) {
+            meta.attempt.mark(|a| a.status(s, Some(&r)));
+        }
+        return watched(
+            st.answer(&reply, call, head_only).await,
+            meta.attempt.clone(),
+        );
     }
     // `sse` faults count a gRPC response's messages, or an event stream's
     // events (one that came compressed, although asked not to, has none
@@ -908,6 +959,7 @@ async fn stream(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body
         .filter(|_| !ended && od.truncate.is_none() && !od.sse.is_empty())
         .map(|u| (u, std::mem::take(&mut od.sse)));
     let mut rbody = Held::new(rbody);
+    let attempt = meta.attempt.clone();
     // The upstream's reset of the stream before its end is the client's,
     // with its code (a `NO_ERROR` one too: [`h2_resets`]).
     {
@@ -1004,7 +1056,68 @@ async fn stream(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body
         failing: None,
     }
     .boxed();
-    Ok(Response::from_parts(rparts, out))
+    watched(Ok(Response::from_parts(rparts, out)), attempt)
+}
+
+/// A response whose going out is marked on its attempt's record: its
+/// head now, its first data, its end.
+fn watched(
+    r: Result<Response<Body>, BoxError>,
+    attempt: Option<Arc<Attempt>>,
+) -> Result<Response<Body>, BoxError> {
+    let Some(attempt) = attempt else {
+        return r;
+    };
+    let (parts, body) = r?.into_parts();
+    attempt.head_out();
+    if hyper::body::Body::is_end_stream(&body) {
+        attempt.done();
+    }
+    let body = Watched {
+        inner: body,
+        attempt,
+    };
+    Ok(Response::from_parts(parts, body.boxed()))
+}
+
+/// A response body that marks its attempt as it goes out ([`watched`]).
+struct Watched {
+    inner: Body,
+    attempt: Arc<Attempt>,
+}
+
+impl hyper::body::Body for Watched {
+    type Data = Bytes;
+    type Error = Failed;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Failed>>> {
+        let next = Pin::new(&mut self.inner).poll_frame(cx);
+        match &next {
+            Poll::Ready(Some(Ok(f))) => {
+                if f.data_ref().is_some_and(|d| !d.is_empty()) {
+                    self.attempt.body_out();
+                }
+                if self.inner.is_end_stream() {
+                    self.attempt.done();
+                }
+            }
+            Poll::Ready(None) => self.attempt.done(),
+            Poll::Ready(Some(Err(_))) => self.attempt.failed("reset"),
+            Poll::Pending => {}
+        }
+        next
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
 }
 
 /// A response body whose upstream connection closes before its end: the
@@ -1362,6 +1475,8 @@ struct Held {
     _turn: Option<OwnedSemaphorePermit>,
     /// What it holds read ahead, in the HTTP layer's budget.
     held: Lease,
+    /// A request body's `model`, looked for as it passes, for its record.
+    scan: Option<(ModelScan, Option<Arc<Attempt>>)>,
 }
 
 impl Held {
@@ -1375,6 +1490,7 @@ impl Held {
             edited: false,
             _turn: None,
             held: Lease::default(),
+            scan: None,
         }
     }
 
@@ -1487,6 +1603,13 @@ impl hyper::body::Body for Held {
             && let Some(told) = self.trailers.take()
         {
             told(t);
+        }
+        if let Poll::Ready(Some(Ok(f))) = &next
+            && let Some(d) = f.data_ref()
+            && let Some((scan, attempt)) = self.scan.as_mut()
+        {
+            scan.feed(d);
+            attempt.mark(|a| a.scanned(scan));
         }
         next
     }

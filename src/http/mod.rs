@@ -1,6 +1,7 @@
 //! The HTTP layer: faults per request, on HTTP/1.1 keep-alive connections
 //! and HTTP/2 streams (gRPC), in the clear and (through [`crate::tls`])
 //! inside HTTPS.
+pub(crate) mod attempt;
 pub(crate) mod budget;
 pub(crate) mod decide;
 pub(crate) mod events;

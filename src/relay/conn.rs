@@ -349,7 +349,8 @@ impl Conn<'_> {
         // The mock speaks HTTP in the clear: a mocked connection always
         // goes through the HTTP layer, which ends the client's TLS.
         let mocked = dest.mock.is_some();
-        if mocked || http::wanted(&first, self.tls, self.protocol) {
+        let records = self.relay.events.follows_http();
+        if mocked || http::wanted(&first, self.tls, self.protocol, records) {
             let dst = dest.addrs.first().copied();
             let inside = if mocked { None } else { dest.dial_from() };
             if let Some(done) =

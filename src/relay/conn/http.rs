@@ -118,12 +118,20 @@ impl<'a> Side<'a> {
 }
 
 /// Whether a connection with these faults goes through the HTTP layer.
-pub(super) fn wanted(chosen: &[Chosen], ep: &EndpointTls, protocol: Option<Protocol>) -> bool {
+/// `records`: every attempt is to be recorded (`--records`), so every
+/// connection not matched as `tcp` is followed (one that is not HTTP
+/// passes untouched).
+pub(super) fn wanted(
+    chosen: &[Chosen],
+    ep: &EndpointTls,
+    protocol: Option<Protocol>,
+    records: bool,
+) -> bool {
     match protocol {
         _ if !ep.is_plain() => true,
         Some(Protocol::Tcp) => false,
         Some(Protocol::Http) => true,
-        None => chosen.iter().any(|c| c.spec.kind.info().needs_http_layer()),
+        None => records || chosen.iter().any(|c| c.spec.kind.info().needs_http_layer()),
     }
 }
 
