@@ -17,7 +17,11 @@
 #   HTTP        keep-alive requests per second on one connection and one large
 #               download, HTTP and HTTPS, direct vs through the HTTP layer
 #               (an HTTP fault that never fires, so every request is parsed;
-#               HTTPS terminated and re-originated), rounds interleaved
+#               HTTPS terminated and re-originated), rounds interleaved; and
+#               the HTTP layer recording every attempt (--records --events)
+#   records     a generated event log of 1,000,000 attempt lines judged by
+#               `netchaos records --expect …` (seven checks): wall time and
+#               peak RSS (the issue's bound: ≤ 100 MB, about 15 s or less)
 #
 # usage: scripts/bench.sh [--seconds N] [--rounds N] [--idle N] [--rtt-samples N] [--out FILE]
 set -euo pipefail
@@ -398,15 +402,18 @@ read -r HPLAIN HTLS <&"${HTTPD[0]}"
 NOFIRE="http_status:status=503,probability=0"
 HSPLICE=$(start_proxy hsplice "$HPLAIN")
 HLAYER=$(start_proxy hlayer "$HPLAIN" "$NOFIRE")
+HREC=$(start_proxy_args hrec --upstream "$HPLAIN" --fault "$NOFIRE" --records \
+  --events "$WORK/records-run.jsonl")
 HSLAYER=$(start_proxy_args hslayer --upstream-tls "$HTLS" --upstream-ca "$WORK/httpd-ca.pem" \
   --tls --tls-ca-out "$WORK/nc-ca.pem" --fault "$NOFIRE")
 RPS_SECS=$(python3 -c "print(max(1, $SECS // 2))")
-HD="" HS="" HL="" HTD="" HTL="" HDP="" HLP="" HTDP="" HTLP="" GD="" GL="" GTD="" GTL=""
+HR="" HRP="" HD="" HS="" HL="" HTD="" HTL="" HDP="" HLP="" HTDP="" HTLP="" GD="" GL="" GTD="" GTL=""
 for r in $(seq "$ROUNDS"); do
   echo "HTTP round $r/$ROUNDS" >&2
   read -r a b < <("$HB" rps "$HPLAIN" "$RPS_SECS"); HD+=" $a"; HDP+=" $b"
   read -r a _ < <("$HB" rps "$HSPLICE" "$RPS_SECS"); HS+=" $a"
   read -r a b < <("$HB" rps "$HLAYER" "$RPS_SECS"); HL+=" $a"; HLP+=" $b"
+  read -r a b < <("$HB" rps "$HREC" "$RPS_SECS"); HR+=" $a"; HRP+=" $b"
   read -r a b < <("$HB" rps "$HTLS" "$RPS_SECS" "$WORK/httpd-ca.pem"); HTD+=" $a"; HTDP+=" $b"
   read -r a b < <("$HB" rps "$HSLAYER" "$RPS_SECS" "$WORK/nc-ca.pem"); HTL+=" $a"; HTLP+=" $b"
   GD+=" $("$HB" get "$HPLAIN" 1073741824)"
@@ -414,10 +421,48 @@ for r in $(seq "$ROUNDS"); do
   GTD+=" $("$HB" get "$HTLS" 536870912 "$WORK/httpd-ca.pem")"
   GTL+=" $("$HB" get "$HSLAYER" 536870912 "$WORK/nc-ca.pem")"
 done
-for v in HD HS HL HTD HTL HDP HLP HTDP HTLP GD GL GTD GTL; do
+for v in HD HS HL HR HRP HTD HTL HDP HLP HTDP HTLP GD GL GTD GTL; do
   printf -v "$v" '%s' "$(echo "${!v}" | median)"
 done
 exec {HTTPD[1]}>&-
+
+# --- records ------------------------------------------------------------------
+# A million attempt lines (8 in 10 answered, the rest 529 or 429, bodies
+# all different), judged by seven checks; the peak RSS of the judging
+# process as the kernel counts it (getrusage of the child).
+echo "records: generating and judging 1,000,000 attempt lines" >&2
+python3 - "$WORK/records.jsonl" <<'PY'
+import json, random, sys
+random.seed(1)
+with open(sys.argv[1], "w") as f:
+    t = 0.0
+    for i in range(1_000_000):
+        t += 0.001
+        st = random.choice([200] * 8 + [529, 429])
+        f.write(json.dumps({"time": "2026-12-05T00:00:00.000Z", "t": round(t + 0.05, 6),
+            "event": "attempt", "conn": i // 10, "client": "10.0.0.1:40000",
+            "dst": "198.18.0.1:443", "host": "api.anthropic.com", "start": round(t, 6),
+            "http": {"request": i % 10, "proto": "http/1.1", "method": "POST",
+                     "path": "/v1/messages", "host": "api.anthropic.com",
+                     "model": "claude-sonnet-4-5",
+                     "headers": {"x-stainless-retry-count": "0", "user-agent": "Anthropic/Python 2.17.0"},
+                     "status": st, "body": "%016x" % random.getrandbits(64)},
+            "error": None, "ms": 50.0, "head_ms": 49.0, "first_ms": 49.5,
+            "faults": ["http_status"] if st != 200 else []}, separators=(",", ":")) + "\n")
+PY
+REC_MB=$(du -m "$WORK/records.jsonl" | cut -f1)
+read -r REC_S REC_RSS < <(python3 - "$NC" "$WORK/records.jsonl" <<'PY'
+import resource, subprocess, sys, time
+checks = ["success_rate=0.5", "latency_p95=1s", "max_attempts=3", "backoff",
+          "breaker=5,cooloff=10s", "retry_after_honoured", "jitter"]
+args = [sys.argv[1], "records", sys.argv[2]] + [a for c in checks for a in ("--expect", c)]
+t = time.monotonic()
+subprocess.run(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+took = time.monotonic() - t
+print(f"{took:.1f}", resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024)
+PY
+)
+rm -f "$WORK/records.jsonl"
 
 # --- report ---------------------------------------------------------------------
 {
@@ -536,9 +581,20 @@ PY
   echo "|---|---|---|---|---|"
   echo "| HTTP requests/s, no HTTP fault (fast path) | $HD /s | $HS /s | $(ratio "$HS" "$HD")× | — |"
   echo "| HTTP requests/s, HTTP layer | $HD /s | $HL /s | $(ratio "$HL" "$HD")× | p50 $HDP → $HLP µs ($(python3 -c "print(f'{$HLP-$HDP:+.1f}')") µs) |"
+  echo "| HTTP requests/s, HTTP layer, every attempt recorded (\`--records --events\`) | $HD /s | $HR /s | $(ratio "$HR" "$HD")× | p50 $HDP → $HRP µs ($(python3 -c "print(f'{$HRP-$HDP:+.1f}')") µs) |"
   echo "| HTTPS requests/s, HTTP layer (TLS terminated and re-originated) | $HTD /s | $HTL /s | $(ratio "$HTL" "$HTD")× | p50 $HTDP → $HTLP µs ($(python3 -c "print(f'{$HTLP-$HTDP:+.1f}')") µs) |"
   echo "| HTTP download, HTTP layer | $GD Gbit/s | $GL Gbit/s | $(ratio "$GL" "$GD")× | — |"
   echo "| HTTPS download, HTTP layer | $GTD Gbit/s | $GTL Gbit/s | $(ratio "$GTL" "$GTD")× | — |"
+  echo
+  echo "Request records (drills, issue 43): an event log of 1,000,000 \`attempt\`"
+  echo "lines (${REC_MB} MB) judged by \`netchaos records --expect\` with seven checks"
+  echo "(success_rate, latency_p95, max_attempts, backoff, breaker, retry_after_honoured,"
+  echo "jitter), table to /dev/null; peak RSS of that process."
+  echo
+  echo "| measure | netchaos | target |"
+  echo "|---|---|---|"
+  echo "| 1,000,000 attempt lines judged: wall time | ${REC_S} s | ≤ 15 s |"
+  echo "| 1,000,000 attempt lines judged: peak RSS | ${REC_RSS} MB | ≤ 100 MB |"
   echo
   echo "For scale (DESIGN.md, same kind of machine): Toxiproxy 2.12 passes about"
   echo "0.2× direct loopback, adds about 100 µs to a 64-byte round trip and holds"

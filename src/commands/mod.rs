@@ -225,6 +225,10 @@ pub(crate) fn open_events(log: &crate::cli::EventsArg) -> Result<Recording> {
     if records {
         events.follow_http();
     }
+    // A header the attempts are grouped by is kept on their lines.
+    if let crate::drill::records::GroupBy::Header(h) = &rule {
+        crate::http::attempt::also_keep(h);
+    }
     let temporary = temporary.map(Arc::new);
     Ok(Recording {
         events,

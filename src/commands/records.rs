@@ -16,19 +16,17 @@ pub(super) fn run(args: &RecordsArgs) -> Result<u8> {
     let checks = checks::parse_all(&args.expect).map_err(Error::Usage)?;
     let logs: Vec<&Path> = args.logs.iter().map(PathBuf::as_path).collect();
     let r = records::read(&logs, &rule).map_err(Error::Usage)?;
-    let text = if args.json {
-        let mut s = serde_json::to_string_pretty(&records::to_json(&r))
-            .map_err(|e| Error::runtime(e.to_string()))?;
-        s.push('\n');
-        s
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let written = if args.json {
+        output::json(&r, &mut out)
     } else if args.csv {
-        output::csv(&r)
+        output::csv(&r, &mut out)
     } else {
-        output::table(&r)
+        output::table(&r, &mut out)
     };
-    let mut out = std::io::stdout().lock();
     // A closed pipe (`| head`) is no failure of ours.
-    let _ = out.write_all(text.as_bytes());
+    let _ = written.and_then(|()| out.flush());
+    drop(out);
     if checks.is_empty() {
         return Ok(0);
     }

@@ -257,7 +257,11 @@ impl Check {
         match &self.kind {
             Kind::SuccessRate(min) => {
                 let ok = r.groups.iter().filter(|g| served(r, g)).count();
-                let rate = if n == 0 { 1.0 } else { ok as f64 / n as f64 };
+                let rate = if r.groups.is_empty() {
+                    1.0
+                } else {
+                    ok as f64 / n as f64
+                };
                 v.measured = format!(
                     "{ok}/{n} requests answered ({:.1}%, at least {:.1}% asked)",
                     rate * 100.0,
@@ -372,7 +376,7 @@ impl Check {
                     format!("the slowest request ended after {worst:.2}s (deadline {lim:.2}s)");
             }
             Kind::MaxAttempts(max) => {
-                let most = r.groups.iter().map(Vec::len).max().unwrap_or(0);
+                let most = r.groups.iter().map(<[u32]>::len).max().unwrap_or(0);
                 v.measured = format!("at most {most} attempt(s) per request ({max} allowed)");
                 for (g, a) in r.groups.iter().enumerate() {
                     if a.len() > *max {
@@ -579,7 +583,7 @@ impl Check {
                 let mut retried = 0;
                 for (g, a) in r.groups.iter().enumerate() {
                     let first = &r.recs[a[0] as usize];
-                    if a.len() < 2 || r.syms.name(first.method) != "POST" {
+                    if a.len() < 2 || records::method_path(r, first).0 != "POST" {
                         continue;
                     }
                     retried += 1;
@@ -643,15 +647,15 @@ fn breaker(
     offend: &mut impl FnMut(&mut Verdict, String),
 ) {
     // Per target, in the order attempts began.
-    let mut by: BTreeMap<(u32, u32), Vec<usize>> = BTreeMap::new();
+    let mut by: BTreeMap<(u32, u32), Vec<u32>> = BTreeMap::new();
     for (i, x) in r.recs.iter().enumerate() {
-        by.entry((x.host, x.model)).or_default().push(i);
+        by.entry((x.host, x.model)).or_default().push(i as u32);
     }
-    let group_of: Vec<usize> = {
+    let group_of: Vec<u32> = {
         let mut g = vec![0; r.recs.len()];
         for (k, a) in r.groups.iter().enumerate() {
             for &i in a {
-                g[i as usize] = k;
+                g[i as usize] = k as u32;
             }
         }
         g
@@ -663,7 +667,7 @@ fn breaker(
         let mut run = 0;
         let mut k = 0;
         while k < attempts.len() {
-            let x = &r.recs[attempts[k]];
+            let x = &r.recs[attempts[k] as usize];
             if x.status == 429 && x.failure == records::Failure::None {
                 k += 1;
                 continue;
@@ -683,7 +687,7 @@ fn breaker(
             let from = x.end();
             let leaks: Vec<usize> = attempts[k..]
                 .iter()
-                .copied()
+                .map(|&i| i as usize)
                 .take_while(|&i| r.recs[i].start < from + cool * 0.95)
                 .collect();
             if let Some(&i) = leaks.first() {
@@ -691,7 +695,7 @@ fn breaker(
                     v,
                     format!(
                         "{} went to {} {:.2}s after its breaker should have opened ({} attempt(s) within the {}s cool-off)",
-                        records::label(r, group_of[i]),
+                        records::label(r, group_of[i] as usize),
                         records::target(r, x),
                         r.recs[i].start - from,
                         leaks.len(),
@@ -705,7 +709,7 @@ fn breaker(
             // Tried again after the cool-off, if the run went on so long.
             let after = attempts[k..]
                 .iter()
-                .find(|&&i| r.recs[i].start >= from + cool * 0.95);
+                .find(|&&i| r.recs[i as usize].start >= from + cool * 0.95);
             if after.is_none() && last_start > from + cool * 1.5 {
                 offend(
                     v,

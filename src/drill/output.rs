@@ -4,62 +4,85 @@
 //! check).
 
 use std::fmt::Write as _;
+use std::io::Write;
 
 use super::checks::{self, Verdict};
 use super::records::{self, Failure, Records};
 
 /// The records as a table: one line per attempt, its logical request
-/// first; the grouping rule said above it.
-pub(crate) fn table(r: &Records) -> String {
-    let mut rows: Vec<[String; 9]> = vec![[
-        "req".into(),
-        "try".into(),
-        "start".into(),
-        "target".into(),
-        "request".into(),
-        "got".into(),
-        "head/first/total ms".into(),
-        "retry-after".into(),
-        "faults".into(),
-    ]];
-    let ms = |v: f32| match v.is_nan() {
-        true => "-".to_string(),
-        false => format!("{v:.0}"),
+/// first; the grouping rule said above it. Streamed: the columns are
+/// measured in a first pass over the records, not kept as text.
+pub(crate) fn table(r: &Records, out: &mut dyn Write) -> std::io::Result<()> {
+    const HEAD: [&str; 9] = [
+        "req",
+        "try",
+        "start",
+        "target",
+        "request",
+        "got",
+        "head/first/total ms",
+        "retry-after",
+        "faults",
+    ];
+    let cells = |g: usize, k: usize, x: &super::records::Rec| -> [String; 9] {
+        let ms = |v: f32| match v.is_nan() {
+            true => "-".to_string(),
+            false => format!("{v:.0}"),
+        };
+        [
+            if k == 0 {
+                format!("{}", g + 1)
+            } else {
+                String::new()
+            },
+            format!("{}", k + 1),
+            format!("{:.3}s", x.start - r.span.0),
+            records::target(r, x),
+            r.syms.name(x.request).to_string(),
+            x.outcome(),
+            format!("{}/{}/{}", ms(x.head_ms), ms(x.first_ms), ms(x.ms)),
+            match x.retry_after.is_nan() {
+                true => "-".into(),
+                false => format!("{}s", x.retry_after),
+            },
+            match records::fault_list(r, x.faults).join(",") {
+                f if f.is_empty() => "-".into(),
+                f => f,
+            },
+        ]
     };
+    let mut widths = HEAD.map(str::len);
     for (g, attempts) in r.groups.iter().enumerate() {
         for (k, &i) in attempts.iter().enumerate() {
-            let x = &r.recs[i as usize];
-            rows.push([
-                if k == 0 {
-                    format!("{}", g + 1)
-                } else {
-                    String::new()
-                },
-                format!("{}", k + 1),
-                format!("{:.3}s", x.start - r.span.0),
-                records::target(r, x),
-                format!("{} {}", r.syms.name(x.method), r.syms.name(x.path)),
-                x.outcome(),
-                format!("{}/{}/{}", ms(x.head_ms), ms(x.first_ms), ms(x.ms)),
-                match x.retry_after.is_nan() {
-                    true => "-".into(),
-                    false => format!("{}s", x.retry_after),
-                },
-                match records::fault_list(r, x.faults).join(",") {
-                    f if f.is_empty() => "-".into(),
-                    f => f,
-                },
-            ]);
+            for (w, c) in widths.iter_mut().zip(cells(g, k, &r.recs[i as usize])) {
+                *w = (*w).max(c.chars().count());
+            }
         }
     }
-    let mut out = format!(
-        "{} attempt(s) in {} logical request(s), grouped by {}\n",
+    writeln!(
+        out,
+        "{} attempt(s) in {} logical request(s), grouped by {}",
         r.recs.len(),
         r.groups.len(),
         r.rule
-    );
-    out.push_str(&align(&rows));
-    out
+    )?;
+    let line = |out: &mut dyn Write, row: &[String; 9]| -> std::io::Result<()> {
+        let mut l = String::new();
+        for (i, (w, c)) in widths.iter().zip(row).enumerate() {
+            if i > 0 {
+                l.push_str("  ");
+            }
+            let _ = write!(l, "{c:<w$}");
+        }
+        writeln!(out, "{}", l.trim_end())
+    };
+    line(out, &HEAD.map(String::from))?;
+    for (g, attempts) in r.groups.iter().enumerate() {
+        for (k, &i) in attempts.iter().enumerate() {
+            line(out, &cells(g, k, &r.recs[i as usize]))?;
+        }
+    }
+    Ok(())
 }
 
 /// Rows in columns, two spaces apart.
@@ -94,11 +117,12 @@ fn csv_field(s: &str) -> String {
     }
 }
 
-/// The records as CSV.
-pub(crate) fn csv(r: &Records) -> String {
-    let mut out = String::from(
-        "request,attempt,start_s,host,model,method,path,status,error,head_ms,first_ms,ms,retry_after_s,faults,retry_count\n",
-    );
+/// The records as CSV, a line at a time.
+pub(crate) fn csv(r: &Records, out: &mut dyn Write) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "request,attempt,start_s,host,model,method,path,status,error,head_ms,first_ms,ms,retry_after_s,faults,retry_count"
+    )?;
     let num = |v: f32| match v.is_nan() {
         true => String::new(),
         false => format!("{v}"),
@@ -106,14 +130,15 @@ pub(crate) fn csv(r: &Records) -> String {
     for (g, attempts) in r.groups.iter().enumerate() {
         for (k, &i) in attempts.iter().enumerate() {
             let x = &r.recs[i as usize];
+            let (method, path) = records::method_path(r, x);
             let fields = [
                 (g + 1).to_string(),
                 (k + 1).to_string(),
                 format!("{:.6}", x.start - r.span.0),
                 r.syms.name(x.host).to_string(),
                 r.syms.name(x.model).to_string(),
-                r.syms.name(x.method).to_string(),
-                r.syms.name(x.path).to_string(),
+                method.to_string(),
+                path.to_string(),
                 match x.status {
                     0 => String::new(),
                     s => s.to_string(),
@@ -133,11 +158,24 @@ pub(crate) fn csv(r: &Records) -> String {
                 },
             ];
             let line: Vec<String> = fields.iter().map(|f| csv_field(f)).collect();
-            out.push_str(&line.join(","));
-            out.push('\n');
+            writeln!(out, "{}", line.join(","))?;
         }
     }
-    out
+    Ok(())
+}
+
+/// The records as a JSON array, an attempt at a time.
+pub(crate) fn json(r: &Records, out: &mut dyn Write) -> std::io::Result<()> {
+    write!(out, "[")?;
+    let mut first = true;
+    for (g, attempts) in r.groups.iter().enumerate() {
+        for (k, &i) in attempts.iter().enumerate() {
+            let v = records::attempt_json(r, g, k, &r.recs[i as usize]);
+            write!(out, "{}\n  {v}", if first { "" } else { "," })?;
+            first = false;
+        }
+    }
+    writeln!(out, "\n]")
 }
 
 /// Verdicts, a line each: `ok` or `FAILED`, and the message.

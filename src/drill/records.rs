@@ -106,16 +106,16 @@ pub(crate) struct Rec {
     pub first_ms: f32,
     /// `retry-after` given, in seconds (NaN: none).
     pub retry_after: f32,
-    /// The body without its model's value, hashed (0: none).
+    /// What ties it to its request's other attempts, hashed (0: none):
+    /// the body without its model's value, or under `header:NAME`, that
+    /// header's value.
     pub body: u64,
     /// The idempotency key, hashed (0: none).
     pub idem: u64,
-    /// The grouping header's value, hashed (0: none).
-    pub key: u64,
     pub host: Sym,
     pub model: Sym,
-    pub method: Sym,
-    pub path: Sym,
+    /// Its method and path: `POST /v1/messages`.
+    pub request: Sym,
     /// The faults that acted on it, as bits of [`Records::fault_names`].
     pub faults: u32,
     /// The status the client got (0: none).
@@ -214,13 +214,71 @@ impl fmt::Display for GroupBy {
     }
 }
 
+/// Logical requests: each one's attempts (indices into the records, in
+/// the order they began), kept flat: a million requests of one attempt
+/// take 8 MB, not a million vectors.
+#[derive(Debug, Default, PartialEq)]
+pub(crate) struct Groups {
+    attempts: Vec<u32>,
+    /// Where each request's attempts begin in `attempts`, and one more.
+    starts: Vec<u32>,
+}
+
+impl Groups {
+    /// From each attempt's request number (requests numbered in the order
+    /// their first attempt began).
+    fn of(ids: &[u32], n: usize) -> Groups {
+        let mut starts = vec![0u32; n + 1];
+        for &g in ids {
+            starts[g as usize + 1] += 1;
+        }
+        for i in 0..n {
+            starts[i + 1] += starts[i];
+        }
+        let mut fill = starts.clone();
+        let mut attempts = vec![0u32; ids.len()];
+        for (i, &g) in ids.iter().enumerate() {
+            attempts[fill[g as usize] as usize] = i as u32;
+            fill[g as usize] += 1;
+        }
+        Groups { attempts, starts }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.starts.len().saturating_sub(1)
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &[u32]> {
+        self.starts
+            .windows(2)
+            .map(|w| &self.attempts[w[0] as usize..w[1] as usize])
+    }
+
+    #[cfg(test)]
+    pub(crate) fn to_vecs(&self) -> Vec<Vec<u32>> {
+        self.iter().map(<[u32]>::to_vec).collect()
+    }
+}
+
+impl std::ops::Index<usize> for Groups {
+    type Output = [u32];
+
+    fn index(&self, g: usize) -> &[u32] {
+        &self.attempts[self.starts[g] as usize..self.starts[g + 1] as usize]
+    }
+}
+
 /// A log's attempts, in the order they began, and their logical requests.
 pub(crate) struct Records {
     pub recs: Vec<Rec>,
     pub syms: Syms,
     pub fault_names: Vec<String>,
     /// Each logical request: its attempts' indices, in order.
-    pub groups: Vec<Vec<u32>>,
+    pub groups: Groups,
     /// The rule that made them, as applied (`auto` says what it chose).
     pub rule: String,
     /// When the log began and ended (its first and last `t`).
@@ -313,9 +371,10 @@ pub(crate) fn read(logs: &[&Path], rule: &GroupBy) -> Result<Records, String> {
     if !span.0.is_finite() {
         span = (0.0, 0.0);
     }
-    recs.sort_by(|a, b| a.start.total_cmp(&b.start));
+    // In place: a stable sort would take half the records again.
+    recs.sort_unstable_by(|a, b| a.start.total_cmp(&b.start));
     recs.shrink_to_fit();
-    let (groups, rule) = group(&recs, &syms, rule);
+    let (groups, rule) = group(&recs, rule);
     Ok(Records {
         recs,
         syms,
@@ -388,17 +447,22 @@ fn read_one(
             head_ms: l.head_ms.map_or(f32::NAN, |v| v as f32),
             first_ms: l.first_ms.map_or(f32::NAN, |v| v as f32),
             retry_after: h.retry_after.as_deref().map_or(f32::NAN, retry_after_secs),
-            body: h
-                .body
-                .as_deref()
-                .and_then(|b| u64::from_str_radix(b, 16).ok())
-                .map_or(0, |b| b.max(1)),
+            body: match group_header {
+                Some(g) => header(g).map_or(0, hash),
+                None => h
+                    .body
+                    .as_deref()
+                    .and_then(|b| u64::from_str_radix(b, 16).ok())
+                    .map_or(0, |b| b.max(1)),
+            },
             idem: header("idempotency-key").map_or(0, hash),
-            key: group_header.and_then(header).map_or(0, hash),
             host: syms.intern(h.host.as_deref().unwrap_or("")),
             model: syms.intern(h.model.as_deref().unwrap_or("")),
-            method: syms.intern(&h.method),
-            path: syms.intern(h.path.split('?').next().unwrap_or("")),
+            request: syms.intern(&format!(
+                "{} {}",
+                h.method,
+                h.path.split('?').next().unwrap_or("")
+            )),
             faults,
             status: h.status,
             upstream: h.upstream_status,
@@ -421,7 +485,7 @@ fn quick_t(text: &str) -> Option<f64> {
 
 /// The logical requests of `recs` (in the order they began) by `rule`;
 /// and the rule as applied.
-fn group(recs: &[Rec], syms: &Syms, rule: &GroupBy) -> (Vec<Vec<u32>>, String) {
+fn group(recs: &[Rec], rule: &GroupBy) -> (Groups, String) {
     let chosen = match rule {
         GroupBy::Auto if !recs.is_empty() && recs.iter().all(|r| r.idem != 0) => (
             GroupBy::Header("idempotency-key".into()),
@@ -441,29 +505,35 @@ fn group(recs: &[Rec], syms: &Syms, rule: &GroupBy) -> (Vec<Vec<u32>>, String) {
         "" => chosen.0.to_string(),
         s => s.to_string(),
     };
-    let mut groups: Vec<Vec<u32>> = Vec::new();
+    // Each attempt's request, numbered as requests begin.
+    let mut ids: Vec<u32> = Vec::with_capacity(recs.len());
+    let mut n = 0u32;
+    let mut fresh = || {
+        n += 1;
+        n - 1
+    };
     match &chosen.0 {
-        GroupBy::Attempt => groups = (0..recs.len() as u32).map(|i| vec![i]).collect(),
+        GroupBy::Attempt => {
+            for _ in recs {
+                ids.push(fresh());
+            }
+        }
         GroupBy::Header(h) => {
             let idem = h == "idempotency-key";
-            let mut by: HashMap<u64, usize> = HashMap::new();
-            for (i, r) in recs.iter().enumerate() {
-                let k = if idem { r.idem } else { r.key };
-                if k == 0 {
-                    groups.push(vec![i as u32]);
-                    continue;
-                }
-                let g = *by.entry(k).or_insert_with(|| {
-                    groups.push(Vec::new());
-                    groups.len() - 1
-                });
-                groups[g].push(i as u32);
+            let mut by: HashMap<u64, u32> = HashMap::new();
+            for r in recs {
+                let k = if idem { r.idem } else { r.body };
+                let g = match k {
+                    0 => fresh(),
+                    k => *by.entry(k).or_insert_with(&mut fresh),
+                };
+                ids.push(g);
             }
         }
         GroupBy::RetryCount | GroupBy::Body | GroupBy::Auto => {
             let counted = chosen.0 == GroupBy::RetryCount;
-            // The open request per body: its group, its last attempt.
-            let mut open: HashMap<u64, (usize, u32)> = HashMap::new();
+            // The open request per body: its number, its last attempt.
+            let mut open: HashMap<u64, (u32, u32)> = HashMap::new();
             for (i, r) in recs.iter().enumerate() {
                 let at = open.get(&r.body).copied().filter(|_| r.body != 0);
                 let joins = match at {
@@ -480,28 +550,24 @@ fn group(recs: &[Rec], syms: &Syms, rule: &GroupBy) -> (Vec<Vec<u32>>, String) {
                         }
                     }
                 };
-                match (joins, at) {
-                    (true, Some((g, _))) => {
-                        groups[g].push(i as u32);
+                let g = match (joins, at) {
+                    (true, Some((g, _))) => g,
+                    _ => fresh(),
+                };
+                ids.push(g);
+                if r.body != 0 {
+                    // A request that succeeded is over: its body is free
+                    // for the next (the same prompt sent again).
+                    if r.ok() {
+                        open.remove(&r.body);
+                    } else {
                         open.insert(r.body, (g, i as u32));
                     }
-                    _ => {
-                        groups.push(vec![i as u32]);
-                        if r.body != 0 {
-                            open.insert(r.body, (groups.len() - 1, i as u32));
-                        }
-                    }
-                }
-                // A request that succeeded is over: its body is free for
-                // the next (the same prompt sent again).
-                if r.ok() && r.body != 0 {
-                    open.remove(&r.body);
                 }
             }
         }
     }
-    let _ = syms;
-    (groups, said)
+    (Groups::of(&ids, n as usize), said)
 }
 
 /// No records (a run that could not be read).
@@ -510,7 +576,7 @@ pub(crate) fn empty() -> Records {
         recs: Vec::new(),
         syms: Syms::new(),
         fault_names: Vec::new(),
-        groups: Vec::new(),
+        groups: Groups::default(),
         rule: String::new(),
         span: (0.0, 0.0),
     }
@@ -533,10 +599,9 @@ pub(crate) fn label(r: &Records, g: usize) -> String {
     let a = &r.groups[g];
     let first = &r.recs[a[0] as usize];
     format!(
-        "#{} ({} {}, {} attempt{} from {:.2}s)",
+        "#{} ({}, {} attempt{} from {:.2}s)",
         g + 1,
-        r.syms.name(first.method),
-        r.syms.name(first.path),
+        r.syms.name(first.request),
         a.len(),
         if a.len() == 1 { "" } else { "s" },
         first.start - r.span.0
@@ -558,36 +623,36 @@ pub(crate) fn targets(r: &Records, rec: &Rec, name: &str) -> bool {
         || target(r, rec) == name
 }
 
-/// The records as JSON: one object per attempt, with its logical request.
-pub(crate) fn to_json(r: &Records) -> Value {
-    let mut out = Vec::with_capacity(r.recs.len());
-    for (g, attempts) in r.groups.iter().enumerate() {
-        for (k, &i) in attempts.iter().enumerate() {
-            let rec = &r.recs[i as usize];
-            let num = |v: f32| match v.is_nan() {
-                true => Value::Null,
-                false => Value::from(f64::from(v)),
-            };
-            out.push(serde_json::json!({
-                "request": g + 1,
-                "attempt": k + 1,
-                "start": ((rec.start - r.span.0) * 1e6).round() / 1e6,
-                "host": r.syms.name(rec.host),
-                "model": (rec.model != 0).then(|| r.syms.name(rec.model)),
-                "method": r.syms.name(rec.method),
-                "path": r.syms.name(rec.path),
-                "status": (rec.status != 0).then_some(rec.status),
-                "error": (rec.failure != Failure::None).then(|| rec.failure.as_str()),
-                "head_ms": num(rec.head_ms),
-                "first_ms": num(rec.first_ms),
-                "ms": f64::from(rec.ms),
-                "retry_after": num(rec.retry_after),
-                "faults": fault_list(r, rec.faults),
-                "retry_count": (rec.retry_count >= 0).then_some(rec.retry_count),
-            }));
-        }
-    }
-    Value::Array(out)
+/// An attempt's method and path.
+pub(crate) fn method_path<'a>(r: &'a Records, rec: &Rec) -> (&'a str, &'a str) {
+    r.syms.name(rec.request).split_once(' ').unwrap_or(("", ""))
+}
+
+/// One attempt as JSON, with its logical request (`g`) and its number in
+/// it (`k`, from 0).
+pub(crate) fn attempt_json(r: &Records, g: usize, k: usize, rec: &Rec) -> Value {
+    let num = |v: f32| match v.is_nan() {
+        true => Value::Null,
+        false => Value::from(f64::from(v)),
+    };
+    let (method, path) = method_path(r, rec);
+    serde_json::json!({
+        "request": g + 1,
+        "attempt": k + 1,
+        "start": ((rec.start - r.span.0) * 1e6).round() / 1e6,
+        "host": r.syms.name(rec.host),
+        "model": (rec.model != 0).then(|| r.syms.name(rec.model)),
+        "method": method,
+        "path": path,
+        "status": (rec.status != 0).then_some(rec.status),
+        "error": (rec.failure != Failure::None).then(|| rec.failure.as_str()),
+        "head_ms": num(rec.head_ms),
+        "first_ms": num(rec.first_ms),
+        "ms": f64::from(rec.ms),
+        "retry_after": num(rec.retry_after),
+        "faults": fault_list(r, rec.faults),
+        "retry_count": (rec.retry_count >= 0).then_some(rec.retry_count),
+    })
 }
 
 /// The names of the faults in `bits`.
@@ -623,11 +688,9 @@ pub(crate) mod tests {
                 retry_after: f32::NAN,
                 body: 7,
                 idem: 0,
-                key: 0,
                 host: syms.intern(host),
                 model: syms.intern(model),
-                method: syms.intern("POST"),
-                path: syms.intern("/v1/messages"),
+                request: syms.intern("POST /v1/messages"),
                 faults: 0,
                 status,
                 upstream: 0,
@@ -638,7 +701,7 @@ pub(crate) mod tests {
             recs.push(r);
         }
         recs.sort_by(|a, b| a.start.total_cmp(&b.start));
-        let (groups, rule) = group(&recs, &syms, &GroupBy::Auto);
+        let (groups, rule) = group(&recs, &GroupBy::Auto);
         Records {
             recs,
             syms,
@@ -660,7 +723,7 @@ pub(crate) mod tests {
             // The same prompt again: a new request.
             (3.0, 10.0, 200, OK, "a", "m1"),
         ]);
-        assert_eq!(r.groups, vec![vec![0, 1, 2], vec![3]]);
+        assert_eq!(r.groups.to_vecs(), vec![vec![0, 1, 2], vec![3]]);
         assert!(r.rule.starts_with("auto: body"));
     }
 
@@ -678,7 +741,7 @@ pub(crate) mod tests {
             ],
             |i, r| r.retry_count = counts[i],
         );
-        assert_eq!(r.groups, vec![vec![0, 1], vec![2], vec![3]]);
+        assert_eq!(r.groups.to_vecs(), vec![vec![0, 1], vec![2], vec![3]]);
         assert!(r.rule.contains("retry-count"));
     }
 
@@ -692,14 +755,11 @@ pub(crate) mod tests {
             ],
             |i, r| r.idem = [5, 5, 0][i],
         );
-        let (g, rule) = group(&r.recs, &r.syms, &GroupBy::Header("idempotency-key".into()));
+        let (g, rule) = group(&r.recs, &GroupBy::Header("idempotency-key".into()));
         r.groups = g;
-        assert_eq!(r.groups, vec![vec![0, 1], vec![2]]);
+        assert_eq!(r.groups.to_vecs(), vec![vec![0, 1], vec![2]]);
         assert_eq!(rule, "header:idempotency-key");
-        assert_eq!(
-            group(&[], &r.syms, &GroupBy::Auto).0,
-            Vec::<Vec<u32>>::new()
-        );
+        assert!(group(&[], &GroupBy::Auto).0.is_empty());
     }
 
     #[test]
@@ -714,6 +774,12 @@ pub(crate) mod tests {
                 .unwrap_err()
                 .contains("expected auto")
         );
+    }
+
+    #[test]
+    fn a_record_stays_small() {
+        // A million of them judged in well under 100 MB.
+        assert!(std::mem::size_of::<Rec>() <= 64, "{}", std::mem::size_of::<Rec>());
     }
 
     #[test]

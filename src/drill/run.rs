@@ -156,6 +156,9 @@ fn one(
         log.display().to_string(),
         "--seed".into(),
         seed.to_string(),
+        // Only for the header a rule groups by, which the lines then keep.
+        "--group-by".into(),
+        drill.group_by.to_string(),
     ];
     if !drill.mock.is_empty() {
         args.push("--mock".into());
@@ -168,8 +171,9 @@ fn one(
                 Fault::Flag(f) => args.extend(["--fault".into(), f.clone()]),
                 Fault::Profile(p) => args.extend(["-p".into(), p.clone()]),
             }
-            if let Some(stop) = s.stop.as_ref().or(drill.stop.as_ref()) {
-                args.extend(["--stop-if".into(), stop.clone()]);
+            match s.stop.as_ref().or(drill.stop.as_ref()) {
+                Some(stop) if stop != "none" => args.extend(["--stop-if".into(), stop.clone()]),
+                _ => {}
             }
             &s.checks
         }

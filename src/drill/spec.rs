@@ -88,10 +88,14 @@ fn checks_of(f: &mut Fields, what: &str) -> Result<Vec<Check>, Bad> {
         .collect()
 }
 
+/// A stop condition; `"none"` (a scenario's) turns the drill's off.
 fn stop_of(f: &mut Fields, what: &str) -> Result<Option<String>, Bad> {
     let Some(node) = f.take("stop") else {
         return Ok(None);
     };
+    if matches!(&node.value, Value::Str(s) if s == "none") && !what.is_empty() {
+        return Ok(Some("none".into()));
+    }
     let text = match &node.value {
         Value::Str(s) => s.clone(),
         _ => {
@@ -329,6 +333,15 @@ checks = ["success_rate", "max_attempts=4"]
                 .len(),
             1
         );
+    }
+
+    #[test]
+    fn a_scenario_may_turn_the_guard_rail_off_the_drill_may_not() {
+        let with = GOOD.replace("checks = [\"success_rate\", \"max", "stop = \"none\"\nchecks = [\"success_rate\", \"max");
+        let d = parse("t.toml", &with, None).unwrap();
+        assert_eq!(d.scenarios[0].stop.as_deref(), Some("none"));
+        let top = GOOD.replace("[clients]", "stop = \"none\"\n[clients]");
+        assert!(parse("t.toml", &top, None).unwrap_err().contains("five words"));
     }
 
     #[test]

@@ -78,6 +78,18 @@ struct Marks {
     upstream: Option<u16>,
 }
 
+/// More headers to keep, named by the run (`--group-by header:NAME`).
+static ALSO: std::sync::RwLock<Vec<String>> = std::sync::RwLock::new(Vec::new());
+
+/// Keeps header `name` too (a run that groups attempts by it).
+pub(crate) fn also_keep(name: &str) {
+    let name = name.to_ascii_lowercase();
+    let mut also = ALSO.write().unwrap_or_else(|e| e.into_inner());
+    if !also.contains(&name) {
+        also.push(name);
+    }
+}
+
 /// Whether `name` (lowercase) is one the line keeps.
 fn kept(name: &str) -> bool {
     static EXTRA: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
@@ -89,7 +101,13 @@ fn kept(name: &str) -> bool {
             .filter(|h| !h.is_empty())
             .collect()
     });
-    KEPT.contains(&name) || extra.iter().any(|e| e == name)
+    KEPT.contains(&name)
+        || extra.iter().any(|e| e == name)
+        || ALSO
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .any(|e| e == name)
 }
 
 fn clip(s: &str) -> String {
