@@ -198,12 +198,15 @@ checks = ["success_rate", "fallback=claude-haiku-4-5", "max_attempts=4"]
         b.cmd("sdk.py", "6 2 claude-sonnet-4-5 claude-haiku-4-5"),
     ));
     let junit = b.path("drill.xml");
+    let page = b.path("drill.html");
     let (code, out, err) = bounded(
         &[
             "drill",
             &file.display().to_string(),
             "--junit",
             &junit.display().to_string(),
+            "--report",
+            &page.display().to_string(),
         ],
         Duration::from_secs(240),
     );
@@ -252,6 +255,22 @@ checks = ["success_rate", "fallback=claude-haiku-4-5", "max_attempts=4"]
         out.contains("FAILED success_rate: 0/6 requests answered")
             && out.contains("#1 (POST /v1/messages, 1 attempt"),
         "{out}"
+    );
+    // The page: the table, and each run's timeline linked beside it.
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(
+        html.contains("primary-outage  resilient") && html.contains("Hypothesis:"),
+        "{html}"
+    );
+    let timeline = b.path("drill-primary-outage-resilient-seed1.html");
+    assert!(
+        html.contains("href=\"drill-primary-outage-resilient-seed1.html\""),
+        "{html}"
+    );
+    assert!(
+        std::fs::read_to_string(&timeline)
+            .unwrap()
+            .contains("api.anthropic.com")
     );
     // JUnit, as a CI reads it: 4 steady-state cases (2 checks × 2
     // clients), 6 under the scenario, of which the naive client's
@@ -709,4 +728,85 @@ fn bad_drills_and_checks_are_refused_before_anything_runs() {
     let (code, out, _) = netchaos(&["drill", "--list"]);
     assert_eq!(code, 0);
     assert!(out.starts_with("llm-failover"), "{out}");
+}
+
+#[test]
+fn a_drill_runs_rootless_with_a_stock_user_path() {
+    let Some(nobody) = Nobody::new() else {
+        return;
+    };
+    if !need(&["curl", "ip", "nft"]) {
+        return;
+    }
+    let dir = nobody.dir.path();
+    let logs = dir.join("logs");
+    std::fs::create_dir(&logs).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&logs, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let closed = {
+        let l = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    std::fs::write(
+        dir.join("resolv.conf"),
+        format!("nameserver 127.0.0.1:{closed}\n"),
+    )
+    .unwrap();
+    // curl, no retries: three requests, one after another.
+    let client = "id -u > $NETCHAOS_DRILL_SCENARIO.uid; for i in 1 2 3; do curl -sS -o /dev/null -w '%{http_code}\\n' -H 'x-api-key: d' -H 'anthropic-version: 2023-06-01' -H 'content-type: application/json' -d '{\"model\":\"claude-sonnet-4-5\",\"max_tokens\":4,\"messages\":[{\"role\":\"user\",\"content\":\"q'$i'\"}]}' https://api.anthropic.com/v1/messages; done";
+    std::fs::write(
+        dir.join("drill.toml"),
+        format!(
+            r#"
+hypothesis = "curl gets its answers"
+command = {client:?}
+mock = ["anthropic"]
+run_args = ["--mock-ttft", "5ms", "--mock-tokens-per-s", "4000", "--resolv-conf", {:?}]
+[steady_state]
+checks = ["success_rate", "max_attempts=1"]
+[[scenario]]
+name = "first-two-fail"
+fault = "http_status:status=503,first=2"
+checks = ["success_rate=0.3"]
+[[scenario]]
+name = "all-fail"
+fault = "http_status:status=503"
+checks = ["success_rate"]
+stop = "none"
+"#,
+            dir.join("resolv.conf").display()
+        ),
+    )
+    .unwrap();
+    let mut c = nobody.command();
+    c.env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("HOME", "/")
+        .current_dir(&logs)
+        .args(["drill", &dir.join("drill.toml").display().to_string()])
+        .args(["--keep-logs", &logs.display().to_string()])
+        .stdin(Stdio::null());
+    let out = c.output().unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(3), "{stdout}\n{stderr}");
+    assert_eq!(
+        row(&stdout, "steady-state", "client")[2..],
+        [
+            "3/3",
+            "0",
+            row(&stdout, "steady-state", "client")[4],
+            "1.00",
+            "0",
+            "pass"
+        ]
+    );
+    assert_eq!(row(&stdout, "first-two-fail", "client")[2], "1/3");
+    assert_eq!(row(&stdout, "first-two-fail", "client")[7], "pass");
+    assert_eq!(row(&stdout, "all-fail", "client")[7], "FAIL");
+    // The commands ran as nobody.
+    let uid = std::fs::read_to_string(logs.join("all-fail.uid")).unwrap();
+    assert_eq!(uid.trim(), "65534");
 }

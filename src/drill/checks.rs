@@ -777,6 +777,58 @@ mod tests {
         assert!(judge("latency_p95=1s", &r).pass);
     }
 
+    /// Each check, written with a parameter where it needs one.
+    fn every_check() -> Vec<&'static str> {
+        NAMES
+            .iter()
+            .map(|n| match *n {
+                "latency_p50" => "latency_p50=1s",
+                "latency_p95" => "latency_p95=1s",
+                "latency_p99" => "latency_p99=1s",
+                "ttft_p95" => "ttft_p95=1s",
+                "deadline" => "deadline=1s",
+                "max_attempts" => "max_attempts=2",
+                "fallback" => "fallback=b",
+                "fallback_share" => "fallback_share=0",
+                n => n,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_check_judges_none_one_and_tied_attempts_without_panicking() {
+        let none = make(&[]);
+        let one = make_with(&[(0.0, 10.0, 200, OK, "a", "m")], |_, x| x.first_ms = 5.0);
+        // Two requests at the same instant, one failing, its retry tied
+        // to its end.
+        let tied = make_with(
+            &[
+                (1.0, 0.0, 503, OK, "a", "m"),
+                (1.0, 0.0, 200, OK, "a", "m"),
+                (1.0, 5.0, 200, OK, "a", "m"),
+            ],
+            |i, x| x.body = [1, 1, 2][i],
+        );
+        for text in every_check() {
+            let c = Check::parse(text).unwrap();
+            for (what, r) in [("none", &none), ("one", &one), ("tied", &tied)] {
+                let v = c.judge(r);
+                assert!(!v.measured.is_empty(), "{text} on {what}: says nothing");
+                assert!(
+                    v.broken == 0 || !v.pass,
+                    "{text} on {what}: broken yet passed"
+                );
+                assert!(v.offenders.len() <= v.broken, "{text} on {what}");
+            }
+            // One whole answer in 10 ms breaks none of them (a request
+            // that never failed needs no fallback).
+            assert!(c.judge(&one).pass, "{text}: {}", c.judge(&one).message());
+        }
+        assert_eq!(tied.groups.len(), 2);
+        assert!(Check::parse("max_attempts=2").unwrap().judge(&tied).pass);
+        assert!(!Check::parse("backoff").unwrap().judge(&tied).pass);
+    }
+
     #[test]
     fn one_attempt_is_judged_alone() {
         let r = make(&[(0.0, 100.0, 529, OK, "a", "m")]);

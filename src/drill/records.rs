@@ -779,7 +779,11 @@ pub(crate) mod tests {
     #[test]
     fn a_record_stays_small() {
         // A million of them judged in well under 100 MB.
-        assert!(std::mem::size_of::<Rec>() <= 64, "{}", std::mem::size_of::<Rec>());
+        assert!(
+            std::mem::size_of::<Rec>() <= 64,
+            "{}",
+            std::mem::size_of::<Rec>()
+        );
     }
 
     #[test]

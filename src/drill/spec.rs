@@ -337,11 +337,18 @@ checks = ["success_rate", "max_attempts=4"]
 
     #[test]
     fn a_scenario_may_turn_the_guard_rail_off_the_drill_may_not() {
-        let with = GOOD.replace("checks = [\"success_rate\", \"max", "stop = \"none\"\nchecks = [\"success_rate\", \"max");
+        let with = GOOD.replace(
+            "checks = [\"success_rate\", \"max",
+            "stop = \"none\"\nchecks = [\"success_rate\", \"max",
+        );
         let d = parse("t.toml", &with, None).unwrap();
         assert_eq!(d.scenarios[0].stop.as_deref(), Some("none"));
         let top = GOOD.replace("[clients]", "stop = \"none\"\n[clients]");
-        assert!(parse("t.toml", &top, None).unwrap_err().contains("five words"));
+        assert!(
+            parse("t.toml", &top, None)
+                .unwrap_err()
+                .contains("five words")
+        );
     }
 
     #[test]
