@@ -810,3 +810,83 @@ stop = "none"
     let uid = std::fs::read_to_string(logs.join("all-fail.uid")).unwrap();
     assert_eq!(uid.trim(), "65534");
 }
+
+/// How each attempt ended, as its record says: a client that gave up
+/// while the head was held got no status (`no_response`); a chunked
+/// request body still gives its model; over HTTP/2, a stream ended by the
+/// provider's error event is `stream_error`, and a request answered in
+/// the upstream's place keeps its model.
+#[test]
+fn records_say_how_each_attempt_ended() {
+    if !ready(&["httpx", "h2"]) || !need(&["curl"]) {
+        return;
+    }
+    let client = r#"
+import httpx, sys
+h = {"x-api-key": "dummy", "anthropic-version": "2023-06-01"}
+url = "https://api.anthropic.com/v1/messages"
+def body(model, stream=False):
+    return {"model": model, "max_tokens": 40, "stream": stream,
+            "messages": [{"role": "user", "content": "hi"}]}
+# Gives up at 0.5 s on a head held 3 s.
+try:
+    httpx.post(url, headers=h, json=body("held"), timeout=0.5)
+except httpx.TimeoutException:
+    print("timed out")
+# A chunked body (a generator: no length).
+import json
+def chunks():
+    yield json.dumps(body("claude-haiku-4-5"))[:20].encode()
+    yield json.dumps(body("claude-haiku-4-5"))[20:].encode()
+print(httpx.post(url, headers=h, content=chunks(), timeout=10).status_code)
+with httpx.Client(http2=True, timeout=10) as c:
+    # Answered in the upstream's place, over HTTP/2.
+    print(c.post(url, headers=h, json=body("answered")).status_code)
+    # A stream the provider's error event ends, over HTTP/2.
+    with c.stream("POST", url, headers=h, json=body("claude-sonnet-4-5", True)) as r:
+        print(r.http_version, sum(1 for _ in r.iter_lines()) > 0)
+"#;
+    let b = Bench::new(&[("ended.py", client)]);
+    let events = b.path("ev.jsonl");
+    let (code, out, err) = run(
+        &b,
+        &[
+            "--records",
+            "--events",
+            &events.display().to_string(),
+            "--fault",
+            "http_delay:delay=3s,body.model=held",
+            "--fault",
+            "http_status:status=503,body.model=answered",
+            "--fault",
+            "sse:error_after_events=2,body.model=claude-sonnet-4-5",
+        ],
+        &b.cmd("ended.py", ""),
+    );
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert_eq!(out, "timed out\n200\n503\nHTTP/2 True\n", "{err}");
+    let lines = read_events(&events);
+    let by_model = |m: &str| {
+        lines
+            .iter()
+            .find(|l| l["event"] == "attempt" && l["http"]["model"] == m)
+            .unwrap_or_else(|| panic!("no attempt for {m}: {lines:?}"))
+            .clone()
+    };
+    let held = by_model("held");
+    assert_eq!(held["error"], "no_response");
+    assert!(held["http"].get("status").is_none(), "{held}");
+    assert!(held.get("head_ms").is_none(), "{held}");
+    assert_eq!(by_model("claude-haiku-4-5")["http"]["status"], 200);
+    let answered = by_model("answered");
+    assert_eq!(
+        (
+            answered["http"]["proto"].as_str(),
+            answered["http"]["status"].as_u64()
+        ),
+        (Some("h2"), Some(503))
+    );
+    let streamed = by_model("claude-sonnet-4-5");
+    assert_eq!(streamed["error"], "stream_error", "{streamed}");
+    assert_eq!(streamed["http"]["status"], 200);
+}

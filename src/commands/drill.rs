@@ -204,8 +204,8 @@ fn write_report(path: &Path, drill: &spec::Drill, o: &run::Outcome) -> Result<()
         let page = PathBuf::from(format!(
             "{}-{}-{}-seed{}.html",
             stem.display(),
-            r.scenario,
-            r.client,
+            run::safe(&r.scenario),
+            run::safe(&r.client),
             r.seed
         ));
         let written = crate::outfile::create(&page, 0o644)

@@ -432,8 +432,11 @@ impl Check {
                         let min = min.as_secs_f64();
                         // A wait the upstream asked for (retry-after) is
                         // the client's to honour, not to grow.
-                        let asked = !p.retry_after.is_nan();
-                        if gap + 1e-3 < min && !asked {
+                        if !p.retry_after.is_nan() {
+                            last_gap = None;
+                            continue;
+                        }
+                        if gap + 1e-3 < min {
                             offend(
                                 &mut v,
                                 format!(
@@ -446,7 +449,6 @@ impl Check {
                             break;
                         }
                         if let Some(lg) = last_gap
-                            && !asked
                             && gap < lg * factor - 1e-3
                         {
                             offend(
@@ -476,7 +478,7 @@ impl Check {
                 for (g, a) in r.groups.iter().enumerate() {
                     for (k, w) in a.windows(2).enumerate() {
                         let (p, q) = (&r.recs[w[0] as usize], &r.recs[w[1] as usize]);
-                        if p.host == q.host && p.retry_after.is_nan() {
+                        if (p.host, p.model) == (q.host, q.model) && p.retry_after.is_nan() {
                             by_k.entry(k).or_default().push((g, q.start - p.end()));
                         }
                     }
@@ -685,7 +687,12 @@ fn breaker(
             // Open: from the end of the failure that tripped it.
             opened += 1;
             let from = x.end();
-            let leaks: Vec<usize> = attempts[k..]
+            // Attempts begun before it tripped were in flight: not leaks.
+            let in_flight = attempts[k..]
+                .iter()
+                .take_while(|&&i| r.recs[i as usize].start < from)
+                .count();
+            let leaks: Vec<usize> = attempts[k + in_flight..]
                 .iter()
                 .map(|&i| i as usize)
                 .take_while(|&i| r.recs[i].start < from + cool * 0.95)
@@ -702,7 +709,7 @@ fn breaker(
                         cool
                     ),
                 );
-                k += leaks.len();
+                k += in_flight + leaks.len();
                 run = 0;
                 continue;
             }
@@ -934,6 +941,45 @@ mod tests {
                 .message()
                 .contains("did not grow")
         );
+    }
+
+    #[test]
+    fn a_wait_retry_after_asked_for_is_no_step_of_the_backoff() {
+        // 2 s asked by retry-after, then the client's own 1 s: not shrinking.
+        let r = make_with(
+            &[
+                (0.0, 10.0, 429, OK, "a", "m"),
+                (2.02, 10.0, 500, OK, "a", "m"),
+                (3.04, 10.0, 200, OK, "a", "m"),
+            ],
+            |i, x| {
+                if i == 0 {
+                    x.retry_after = 2.0
+                }
+            },
+        );
+        assert!(
+            judge("backoff", &r).pass,
+            "{}",
+            judge("backoff", &r).message()
+        );
+    }
+
+    #[test]
+    fn attempts_in_flight_when_the_breaker_trips_are_no_leak() {
+        // Three concurrent requests to the primary, all failing; the third
+        // began before the second ended (which tripped a breaker of 2).
+        let r = make_with(
+            &[
+                (0.0, 100.0, 503, OK, "p", ""),
+                (0.01, 100.0, 503, OK, "p", ""),
+                (0.05, 100.0, 503, OK, "p", ""),
+                (0.2, 10.0, 200, OK, "s", ""),
+            ],
+            |i, x| x.body = i as u64 + 1,
+        );
+        let v = judge("breaker=2,cooloff=10s", &r);
+        assert!(v.pass, "{}", v.message());
     }
 
     #[test]

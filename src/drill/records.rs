@@ -65,6 +65,8 @@ pub(crate) enum Failure {
     Closed,
     /// An error event ended the stream.
     StreamError,
+    /// Relayed as bytes from there on: what the upstream sent.
+    Unfollowed,
     Other,
 }
 
@@ -77,6 +79,7 @@ impl Failure {
             Some("no_response") => Failure::NoResponse,
             Some("closed") => Failure::Closed,
             Some("stream_error") => Failure::StreamError,
+            Some("unfollowed") => Failure::Unfollowed,
             Some(_) => Failure::Other,
         }
     }
@@ -89,6 +92,7 @@ impl Failure {
             Failure::NoResponse => "no_response",
             Failure::Closed => "closed",
             Failure::StreamError => "stream_error",
+            Failure::Unfollowed => "unfollowed",
             Failure::Other => "error",
         }
     }
@@ -134,14 +138,17 @@ impl Rec {
 
     /// A whole answer, not an error status.
     pub(crate) fn ok(&self) -> bool {
-        self.failure == Failure::None && (200..400).contains(&self.status)
+        matches!(self.failure, Failure::None | Failure::Unfollowed)
+            && (200..400).contains(&self.status)
     }
 
     /// A failure of availability: no whole answer, or a 5xx (529 too) or
     /// 408. A 429 is not one (the service is up, and says when to come
     /// back), nor any other 4xx.
     pub(crate) fn unavailable(&self) -> bool {
-        self.failure != Failure::None || self.status >= 500 || self.status == 408
+        !matches!(self.failure, Failure::None | Failure::Unfollowed)
+            || self.status >= 500
+            || self.status == 408
     }
 
     /// What the client got, in a word: the status, or how it failed.

@@ -109,7 +109,7 @@ pub(crate) fn execute(
 }
 
 /// A file name's safe form of a name.
-fn safe(s: &str) -> String {
+pub(crate) fn safe(s: &str) -> String {
     s.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
@@ -180,6 +180,9 @@ fn one(
     };
     args.extend(drill.run_args.iter().cloned());
     args.extend(["--".into(), "sh".into(), "-c".into(), command.to_string()]);
+    // A log left by an earlier drill in a kept directory must not be
+    // judged in place of this run's (netchaos may refuse to start).
+    let _ = std::fs::remove_file(&log);
     let out_file = match std::fs::File::create(&output) {
         Ok(f) => f,
         Err(e) => {

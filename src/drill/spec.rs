@@ -262,9 +262,19 @@ fn parse_node(root: Node, command: Option<String>) -> Result<Drill, Bad> {
             ));
         }
         let description = s.string("description")?;
+        let fault_loc = sloc.clone();
         let fault = match (s.string("fault")?, s.string("profile")?) {
-            (Some(f), None) => Fault::Flag(f),
-            (None, Some(p)) => Fault::Profile(p),
+            (Some(f), None) => {
+                crate::profile::parse_fault_flag(&f).map_err(|e| {
+                    ProfileError::new(&fault_loc, format!("{what}.fault: {}", e.message))
+                })?;
+                Fault::Flag(f)
+            }
+            (None, Some(p)) => {
+                crate::profile::load(&p)
+                    .map_err(|e| ProfileError::new(&fault_loc, format!("{what}.profile: {e}")))?;
+                Fault::Profile(p)
+            }
             _ => {
                 return Err(ProfileError::new(
                     &sloc,

@@ -60,6 +60,10 @@ impl std::fmt::Debug for Attempt {
 /// What happened to it so far.
 #[derive(Default)]
 struct Marks {
+    /// The status the client is to get, and its `retry-after`, until its
+    /// head goes out ([`Attempt::head_out`]).
+    pending: Option<(u16, Option<String>)>,
+    /// The status the client got: its head went out.
     status: Option<u16>,
     grpc: Option<u32>,
     /// Its head went out to the client.
@@ -157,13 +161,23 @@ impl Attempt {
         self.marks.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The status the client is given (the upstream's, or netchaos's in
-    /// its place), with its `retry-after`.
+    /// The status the client is to get (the upstream's, or netchaos's in
+    /// its place), with its `retry-after`: the client's once its head goes
+    /// out. The same status again without one keeps the one it had.
     pub(crate) fn status(&self, status: u16, retry_after: Option<&str>) {
         let mut m = self.marks();
-        m.status = Some(status);
-        if let Some(r) = retry_after {
-            m.retry_after = Some(clip(r));
+        let kept = match &m.pending {
+            Some((s, r)) if *s == status && retry_after.is_none() => r.clone(),
+            _ => retry_after.map(clip),
+        };
+        m.pending = Some((status, kept));
+    }
+
+    /// The pending status becomes the client's.
+    fn promote(m: &mut Marks) {
+        if let Some((s, r)) = m.pending.take() {
+            m.status = Some(s);
+            m.retry_after = r;
         }
     }
 
@@ -189,23 +203,48 @@ impl Attempt {
     /// Its head goes out to the client now.
     pub(crate) fn head_out(&self) {
         let at = self.begun.elapsed();
-        self.marks().head.get_or_insert(at);
+        let mut m = self.marks();
+        Self::promote(&mut m);
+        m.head.get_or_insert(at);
     }
 
     /// A body byte goes out to the client now.
     pub(crate) fn body_out(&self) {
         let at = self.begun.elapsed();
         let mut m = self.marks();
-        m.head.get_or_insert(at);
-        m.first.get_or_insert(at);
+        if m.first.is_none() {
+            Self::promote(&mut m);
+            m.head.get_or_insert(at);
+            m.first = Some(at);
+        }
     }
 
     /// Its answer went out whole.
     pub(crate) fn done(&self) {
         let at = self.begun.elapsed();
         let mut m = self.marks();
+        Self::promote(&mut m);
         m.head.get_or_insert(at);
         m.done = true;
+    }
+
+    /// No answer at all: the connection ends where it would be
+    /// (`http_abort`); a status the upstream gave is not the client's.
+    pub(crate) fn no_answer(&self, why: &'static str) {
+        let mut m = self.marks();
+        m.pending = None;
+        m.error.get_or_insert(why);
+    }
+
+    /// The rest of the connection passes as bytes, unread (a tunnel, or a
+    /// response netchaos cannot follow): the client got what the upstream
+    /// sent, whatever that was.
+    pub(crate) fn unfollowed(&self) {
+        let at = self.begun.elapsed();
+        let mut m = self.marks();
+        Self::promote(&mut m);
+        m.head.get_or_insert(at);
+        m.error.get_or_insert("unfollowed");
     }
 
     /// It failed so (`reset`, `truncated`, `stream_error` …): the first
@@ -272,8 +311,9 @@ impl Attempt {
         }
         // How it ended, as the client met it: a whole answer, or the
         // first failure named; else what was missing when both sides let
-        // go (the client gave up, or the connection ended under it).
-        let error = match (m.done, m.error, m.status) {
+        // go (the client gave up, or the connection ended under it): the
+        // answer had begun (its head went out) or not.
+        let error = match (m.done, m.error, m.head) {
             (true, None, _) => None,
             (_, Some(e), _) => Some(e),
             (false, None, Some(_)) => Some("truncated"),
@@ -294,7 +334,12 @@ impl Attempt {
             "faults".into(),
             m.faults.iter().map(|s| Value::from(*s)).collect(),
         );
-        let failed = error.is_some() || m.status.is_none_or(|s| s >= 400);
+        // Relayed unread is no failure of the client's answer.
+        let failed = match error {
+            Some("unfollowed") => m.status.is_none_or(|s| s >= 400),
+            Some(_) => true,
+            None => m.status.is_none_or(|s| s >= 400),
+        };
         (f, failed)
     }
 }

@@ -465,6 +465,14 @@ enum BodyEnd {
     Bad(WireError),
 }
 
+/// What is shown a body as it passes: nothing, its bytes as they came,
+/// or its payload (de-chunked: a request body's `model`, for the record).
+pub(super) enum Seen<'a> {
+    Nothing,
+    Bytes(&'a mut (dyn FnMut(&[u8]) + Send)),
+    Payload(&'a mut (dyn FnMut(&[u8]) + Send)),
+}
+
 /// Passes a body on as it arrives: `buf[..start]` (its head) goes with the
 /// body bytes already read, or alone at once when there are none (a head
 /// is never held for its body: a client may wait for an answer to it, a
@@ -477,12 +485,15 @@ async fn pass_body<R: AsyncRead + Unpin>(
     body: &mut Body,
     out: &Out,
     limit: Option<u64>,
-    seen: &mut (dyn FnMut(&[u8]) + Send),
+    seen: &mut Seen<'_>,
 ) -> Result<BodyEnd, Gone> {
     let mut passed = 0u64;
+    let mut payload = Vec::new();
     loop {
         if buf.len() > start || body.is_done() || start > 0 {
-            let scan = match body.scan(&buf[start..], None) {
+            payload.clear();
+            let decoded = matches!(seen, Seen::Payload(_)).then_some(&mut payload);
+            let scan = match body.scan(&buf[start..], decoded) {
                 Ok(s) => s,
                 Err(e) => {
                     send_data(out, buf.split_to(start).freeze()).await?;
@@ -498,8 +509,10 @@ async fn pass_body<R: AsyncRead + Unpin>(
                 _ => (used, false),
             };
             passed += take;
-            if take > 0 {
-                seen(&buf[start..start + take as usize]);
+            match seen {
+                Seen::Bytes(f) if take > 0 => f(&buf[start..start + take as usize]),
+                Seen::Payload(f) if !payload.is_empty() => f(&payload),
+                _ => {}
             }
             send_data(out, buf.split_to(start + take as usize).freeze()).await?;
             start = 0;
@@ -526,11 +539,18 @@ async fn drop_body<R: AsyncRead + Unpin>(
     src: &mut Src<R>,
     buf: &mut BytesMut,
     body: &mut Body,
-    seen: &mut (dyn FnMut(&[u8]) + Send),
+    seen: &mut Seen<'_>,
 ) -> Result<(), BodyEnd> {
+    let mut payload = Vec::new();
     loop {
-        let scan = body.scan(buf, None).map_err(BodyEnd::Bad)?;
-        seen(&buf[..scan.used]);
+        payload.clear();
+        let decoded = matches!(seen, Seen::Payload(_)).then_some(&mut payload);
+        let scan = body.scan(buf, decoded).map_err(BodyEnd::Bad)?;
+        if let Seen::Payload(f) = seen
+            && !payload.is_empty()
+        {
+            f(&payload);
+        }
         let _ = buf.split_to(scan.used);
         if scan.done {
             return Ok(());
@@ -741,11 +761,15 @@ impl RequestSide {
             // The body's `model`, for the record, as it passes (or is
             // dropped, under an answer made in the upstream's place).
             let mut scan = ModelScan::default();
-            let mut seen_model = |b: &[u8]| {
+            let mut feed_model = |b: &[u8]| {
                 if let Some(a) = &attempt {
                     scan.feed(b);
                     a.scanned(&scan);
                 }
+            };
+            let mut seen_model = match attempt {
+                Some(_) => Seen::Payload(&mut feed_model),
+                None => Seen::Nothing,
             };
             // Counted as the hold begins: a client that times out during it
             // (what the fault is for) was still faulted. No response exists
@@ -766,7 +790,8 @@ impl RequestSide {
                     After::Keep if closing => After::Close,
                     t => t,
                 };
-                if matches!(status, decide::Reply::Abort(_)) && !waits {
+                let drained = matches!(status, decide::Reply::Abort(_)) && !waits;
+                if drained {
                     // The whole request first: a client still sending its
                     // body would meet the reset on a write, and some (Python's
                     // http.client) then report a clean close instead.
@@ -795,6 +820,15 @@ impl RequestSide {
                     return raw(src, &mut buf, out).await;
                 }
                 if then != After::Keep {
+                    // The connection ends with the answer: what of the body
+                    // has come already gives the record its model.
+                    if let (false, Seen::Payload(f)) = (drained, &mut seen_model) {
+                        let mut p = Vec::new();
+                        let early = &buf[head.head_len.min(buf.len())..];
+                        if Body::new(framing).scan(early, Some(&mut p)).is_ok() {
+                            f(&p);
+                        }
+                    }
                     return Ok(());
                 }
                 buf.advance_to(head.head_len);
@@ -1122,14 +1156,13 @@ impl ResponseSide {
             crate::timer::sleep(a.delay).await;
         }
         self.x.record(&a.chosen, &a.meta, a.status);
-        let retry_after = super::attempt::retry_after_in(&a.reply);
         a.meta.attempt.mark(|at| match a.status {
             Some(s) => {
-                at.status(s, retry_after.as_deref());
+                at.status(s, super::attempt::retry_after_in(&a.reply).as_deref());
                 at.head_out();
             }
             // `http_abort`: the connection ends where the answer would be.
-            None => at.failed(match a.then {
+            None => at.no_answer(match a.then {
                 After::Reset => "reset",
                 _ => "closed",
             }),
@@ -1195,7 +1228,10 @@ impl ResponseSide {
                 // A head the budget has no room for passes as bytes (the
                 // client reads it as it would have); so does one netchaos
                 // cannot parse.
-                Head::Spent | Head::Gone => return Ok(Next::Raw),
+                Head::Spent | Head::Gone => {
+                    meta.attempt.mark(Attempt::unfollowed);
+                    return Ok(Next::Raw);
+                }
                 Head::Bad(e) => return Ok(self.unfollowed(&meta, e)),
             }
         };
@@ -1209,13 +1245,13 @@ impl ResponseSide {
         if !d.headers_delay.is_zero() {
             crate::timer::sleep(d.headers_delay).await;
         }
-        meta.attempt.mark(Attempt::head_out);
         if let Some((c, reply)) = d.replace.take() {
             if let Some(s) = switched.take() {
                 let _ = s.send(false);
             }
             return self.replace(src, buf, out, &meta, &head, c, reply).await;
         }
+        meta.attempt.mark(Attempt::head_out);
         let mut head_changed = Vec::new();
         if !d.rewrites.is_empty() {
             (head, head_changed) = self.rewrite(buf, &meta, head, &d.rewrites);
@@ -1225,6 +1261,8 @@ impl ResponseSide {
             Err(e) => return Ok(self.unfollowed(&meta, e)),
         };
         if framing == Framing::Tunnel {
+            // Switched: the answer is whole, what follows another protocol.
+            meta.attempt.mark(Attempt::done);
             send_data(out, buf.split_to(head.head_len).freeze()).await?;
             if let Some(s) = switched.take() {
                 let _ = s.send(true);
@@ -1268,7 +1306,7 @@ impl ResponseSide {
                 &mut body,
                 out,
                 Some(t.after_bytes()),
-                &mut |_| meta.attempt.mark(Attempt::body_out),
+                &mut Seen::Bytes(&mut |_| meta.attempt.mark(Attempt::body_out)),
             )
             .await?;
             if end == BodyEnd::Limit {
@@ -1314,7 +1352,11 @@ impl ResponseSide {
             };
             return stream.run(src, buf, &mut body, out, &mut self.rx).await;
         } else {
-            let mut seen = |_: &[u8]| meta.attempt.mark(Attempt::body_out);
+            let mut first = |_: &[u8]| meta.attempt.mark(Attempt::body_out);
+            let mut seen = match meta.attempt {
+                Some(_) => Seen::Bytes(&mut first),
+                None => Seen::Nothing,
+            };
             pass_body(src, buf, head.head_len, &mut body, out, None, &mut seen).await?
         };
         Ok(match end {
@@ -1337,7 +1379,10 @@ impl ResponseSide {
                 Next::End
             }
             BodyEnd::Bad(e) => self.unfollowed(&meta, e),
-            BodyEnd::Limit => Next::Raw,
+            BodyEnd::Limit => {
+                meta.attempt.mark(Attempt::unfollowed);
+                Next::Raw
+            }
         })
     }
 
@@ -1346,6 +1391,7 @@ impl ResponseSide {
     /// it would have read directly — and so is the rest of the connection
     /// (its later requests are not faulted). Logged (`http_malformed`).
     fn unfollowed(&self, meta: &Meta, why: WireError) -> Next {
+        meta.attempt.mark(Attempt::unfollowed);
         self.x.events.relay_error(
             &self.x.conn,
             "http_malformed",
@@ -1427,6 +1473,7 @@ impl ResponseSide {
         let (payload, wire_len) = match whole {
             Ok(Some(w)) => w,
             Err(BodyEnd::Failed) => {
+                meta.attempt.mark(|a| a.failed("reset"));
                 send_data(out, buf.split().freeze()).await?;
                 return send(out, ItemKind::Reset).await.map(|()| Some(Next::End));
             }
@@ -1509,20 +1556,20 @@ impl ResponseSide {
         };
         let bytes = reply.bytes(then != After::Keep, meta.method == "HEAD");
         meta.attempt.mark(|a| match reply.status() {
-            Some(s) => {
-                a.status(s, super::attempt::retry_after_in(&bytes).as_deref());
-                a.done();
-            }
-            None => a.failed(match then {
+            Some(s) => a.status(s, super::attempt::retry_after_in(&bytes).as_deref()),
+            None => a.no_answer(match then {
                 After::Reset => "reset",
                 _ => "closed",
             }),
         });
         send_data(out, bytes).await?;
+        if reply.status().is_some() {
+            meta.attempt.mark(Attempt::done);
+        }
         match (then, framing) {
             (After::Keep, Some(framing)) => {
                 buf.advance_to(head.head_len);
-                match drop_body(src, buf, &mut Body::new(framing), &mut |_| {}).await {
+                match drop_body(src, buf, &mut Body::new(framing), &mut Seen::Nothing).await {
                     Ok(()) => Ok(Next::Continue),
                     Err(BodyEnd::Failed) => cut(out, After::Reset).await,
                     // The upstream's body ended early or was not HTTP: the
@@ -1730,6 +1777,7 @@ impl Stream<'_> {
                     }
                     Ok(_) => {}
                     Err(_) => {
+                        self.meta.attempt.mark(|a| a.failed("reset"));
                         send(out, ItemKind::Reset).await?;
                         return Ok(Next::End);
                     }

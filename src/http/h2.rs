@@ -785,13 +785,8 @@ async fn stream(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body
             answered_status(&reply, &said),
             said.as_ref().map(grpc_status),
         );
-        let retry_after = match &reply {
-            Reply::Status(s) => super::attempt::retry_after_in(&s.reply(false, head_only)),
-            Reply::Abort(_) => None,
-        };
-        if let (Some(s), Some(r)) = (answered_status(&reply, &said), retry_after) {
-            meta.attempt.mark(|a| a.status(s, Some(&r)));
-        }
+        mark_answer(&meta, &reply, answered_status(&reply, &said), head_only);
+        drain_for_record(body, &meta);
         return watched(
             st.answer(&reply, call, head_only).await,
             meta.attempt.clone(),
@@ -926,13 +921,7 @@ async fn stream(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body
             said.as_ref().map(grpc_status),
         );
         drop(rbody);
-        let retry_after = match &reply {
-            Reply::Status(s) => super::attempt::retry_after_in(&s.reply(false, head_only)),
-            Reply::Abort(_) => None,
-        };
-        if let (Some(s), Some(r)) = (answered_status(&reply, &said), retry_after) {
-            meta.attempt.mark(|a| a.status(s, Some(&r)));
-        }
+        mark_answer(&meta, &reply, answered_status(&reply, &said), head_only);
         return watched(
             st.answer(&reply, call, head_only).await,
             meta.attempt.clone(),
@@ -1057,6 +1046,42 @@ async fn stream(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body
     }
     .boxed();
     watched(Ok(Response::from_parts(rparts, out)), attempt)
+}
+
+/// What the client gets in the upstream's place, on the attempt's
+/// record: the status (and its `retry-after`), or no answer at all.
+fn mark_answer(meta: &Meta, reply: &Reply, status: Option<u16>, head_only: bool) {
+    meta.attempt.mark(|a| match reply {
+        Reply::Status(s) => {
+            if let Some(status) = status {
+                let retry_after = super::attempt::retry_after_in(&s.reply(false, head_only));
+                a.status(status, retry_after.as_deref());
+            }
+        }
+        Reply::Abort(x) => a.no_answer(match x.then() {
+            After::Reset => "reset",
+            _ => "closed",
+        }),
+    });
+}
+
+/// A request answered in the upstream's place, its body never sent on:
+/// read (at most [`MAX_BODY`]) and dropped beside the answer, so that its
+/// record still gets the body's `model` and hash.
+fn drain_for_record(body: Held, meta: &Meta) {
+    if meta.attempt.is_none() || body.scan.is_none() {
+        return;
+    }
+    tokio::spawn(async move {
+        let mut body = body;
+        let mut read = 0usize;
+        while read <= MAX_BODY {
+            match BodyExt::frame(&mut body).await {
+                Some(Ok(f)) => read += f.data_ref().map_or(0, Bytes::len),
+                _ => break,
+            }
+        }
+    });
 }
 
 /// A response whose going out is marked on its attempt's record: its
@@ -1223,6 +1248,10 @@ impl h2_stream::Host for Recorder {
 
     fn end(&self, then: After) {
         end_with(&self.st.end, then, Drain::Pause);
+    }
+
+    fn stream_error(&self) {
+        self.meta.attempt.mark(|a| a.failed("stream_error"));
     }
 }
 

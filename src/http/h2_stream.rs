@@ -44,6 +44,8 @@ pub(crate) trait Host: Send + Sync + 'static {
     fn acted(&self, c: &Chosen, ended: Option<GrpcStatus<'_>>);
     /// The connection ends (`drop_after_events`, a truncated message).
     fn end(&self, then: After);
+    /// The provider's error event ended an event stream.
+    fn stream_error(&self) {}
 }
 
 /// The task's frames, as the client's response body.
@@ -415,6 +417,7 @@ impl<H: Host> Relay<H> {
             }
             Units::Events(format) => {
                 self.record(i);
+                self.host.stream_error();
                 if let Some((event, data)) = self.faults[i].1.error_event(format) {
                     let error = events::error_event(format, event, data);
                     let _ = self.send(Frame::data(error.into())).await;
