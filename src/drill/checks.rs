@@ -27,12 +27,20 @@ enum Kind {
     Deadline(Duration),
     MaxAttempts(usize),
     RetryAfterHonoured,
-    Backoff { min: Duration, factor: f64 },
+    Backoff {
+        min: Duration,
+        factor: f64,
+    },
     Jitter,
     NoRetryOn(Vec<u16>),
-    Fallback(String),
+    /// The target; `immediate`: the attempt right after a failure on the
+    /// first target goes to it (no retry of the first target between).
+    Fallback(String, bool),
     FallbackShare(f64),
-    Breaker { failures: usize, cooloff: Duration },
+    Breaker {
+        failures: usize,
+        cooloff: Duration,
+    },
     IdempotentRetries,
     NoDuplicateWork(usize),
 }
@@ -192,9 +200,14 @@ impl Check {
                     })
                     .collect::<Result<_, _>>()?,
             }),
-            "fallback" => {
-                Kind::Fallback(needs("a target: a host, a model or host/model")?.to_string())
-            }
+            "fallback" => Kind::Fallback(
+                needs("a target: a host, a model or host/model")?.to_string(),
+                match params.remove("immediate") {
+                    None | Some("false") => false,
+                    Some("true") => true,
+                    Some(v) => return Err(format!("{name}: immediate: true or false, got {v:?}")),
+                },
+            ),
             "fallback_share" => Kind::FallbackShare(share(name, needs("a share")?)?),
             "breaker" => Kind::Breaker {
                 failures: match params.remove("failures").or(main.first().copied()) {
@@ -526,12 +539,30 @@ impl Check {
                 let list: Vec<String> = statuses.iter().map(u16::to_string).collect();
                 v.measured = format!("{} request(s) retried after {}", v.broken, list.join("/"));
             }
-            Kind::Fallback(to) => {
+            Kind::Fallback(to, immediate) => {
                 // Every request that failed on its first target reached
-                // the named one (and was answered there).
+                // the named one (and was answered there); `immediate`: at
+                // the attempt after the first failure.
                 let mut failed_over = 0;
                 for (g, a) in r.groups.iter().enumerate() {
                     let first = &r.recs[a[0] as usize];
+                    if *immediate
+                        && let Some(w) = a.windows(2).find(|w| !r.recs[w[0] as usize].ok())
+                        && !records::targets(r, first, to)
+                        && !records::targets(r, &r.recs[w[1] as usize], to)
+                    {
+                        let next = &r.recs[w[1] as usize];
+                        failed_over += 1;
+                        offend(
+                            &mut v,
+                            format!(
+                                "{}: after a failure, the next attempt went to {}",
+                                records::label(r, g),
+                                records::target(r, next)
+                            ),
+                        );
+                        continue;
+                    }
                     let primary_failed = a
                         .iter()
                         .map(|&i| &r.recs[i as usize])
@@ -1023,6 +1054,29 @@ mod tests {
             "{}",
             v.message()
         );
+    }
+
+    #[test]
+    fn an_immediate_fallback_takes_the_next_attempt() {
+        let retried_first = make(&[
+            (0.0, 1.0, 529, OK, "a", "m1"),
+            (0.5, 1.0, 529, OK, "a", "m1"),
+            (1.0, 1.0, 200, OK, "a", "m2"),
+        ]);
+        assert!(judge("fallback=m2", &retried_first).pass);
+        let v = judge("fallback=m2,immediate=true", &retried_first);
+        assert!(!v.pass);
+        assert!(
+            v.message().contains("the next attempt went to a/m1"),
+            "{}",
+            v.message()
+        );
+        let at_once = make(&[
+            (0.0, 1.0, 529, OK, "a", "m1"),
+            (0.1, 1.0, 200, OK, "a", "m2"),
+        ]);
+        assert!(judge("fallback=m2,immediate=true", &at_once).pass);
+        assert!(Check::parse("fallback=m2,immediate=soon").is_err());
     }
 
     #[test]
