@@ -6,6 +6,8 @@
 
 mod support;
 
+use std::process::Command;
+
 use support::*;
 
 /// Whether python3 has the SDK `module` (skipped otherwise, which CI does
@@ -536,4 +538,143 @@ fn mocks_are_checked_and_refused_where_they_cannot_work() {
         let (rc, _, err) = netchaos(args);
         assert_eq!(rc, 2, "{args:?}: {err}");
     }
+}
+
+/// The Node SDKs (`@anthropic-ai/sdk`, `openai`), as Python's above:
+/// their default base URLs, a dummy key, no route and no resolver; JSON
+/// and streamed answers parse, tokens are counted, a malformed request
+/// gets the SDK's own BadRequestError; and under `llm-overloaded`, a
+/// binomial share of 100 calls at maxRetries 0 gets OverloadedError (529)
+/// while nothing but the mock is dialled.
+const NODE_HERMETIC: &str = r#"
+const Anthropic = require("@anthropic-ai/sdk");
+const OpenAI = require("openai");
+(async () => {
+  const a = new Anthropic({ apiKey: "dummy", maxRetries: 0 });
+  const ask = [{ role: "user", content: "Tell me about the sea" }];
+  const calls = Number(process.argv[2] || 0);
+  if (calls > 0) {
+    let overloaded = 0, ok = 0, other = 0;
+    for (let i = 0; i < calls; i++) {
+      try {
+        await a.messages.create({ model: "claude-sonnet-4-5", max_tokens: 3, messages: ask });
+        ok++;
+      } catch (e) {
+        if (e.status === 529 && e.error.error.type === "overloaded_error") overloaded++; else { other++; console.error(e); }
+      }
+    }
+    console.log("calls", ok, overloaded, other);
+    return;
+  }
+  const m = await a.messages.create({ model: "claude-sonnet-4-5", max_tokens: 9, messages: ask });
+  console.log("anthropic", m.stop_reason, m.usage.output_tokens, m.content[0].text.split(" ").length);
+  const s = a.messages.stream({ model: "claude-sonnet-4-5", max_tokens: 4000, messages: ask });
+  let text = "";
+  s.on("text", (t) => { text += t; });
+  const final = await s.finalMessage();
+  console.log("anthropic-stream", final.stop_reason, text.endsWith("."), text === final.content[0].text);
+  const n = await a.messages.countTokens({ model: "claude-sonnet-4-5", messages: ask });
+  console.log("count", n.input_tokens);
+  try {
+    await a.messages.create({ model: "claude-sonnet-4-5", messages: ask });
+  } catch (e) {
+    console.log("anthropic", e.constructor.name, e.status);
+  }
+  const o = new OpenAI({ apiKey: "dummy", maxRetries: 0 });
+  const c = await o.chat.completions.create({ model: "gpt-4o-mini", messages: ask, max_completion_tokens: 5 });
+  console.log("openai", c.choices[0].finish_reason, c.usage.completion_tokens);
+  const stream = await o.chat.completions.create({ model: "gpt-4o-mini", messages: ask, stream: true,
+    stream_options: { include_usage: true } });
+  let parts = "", usage = null;
+  for await (const ch of stream) {
+    if (ch.choices.length) parts += ch.choices[0].delta.content || "";
+    if (ch.usage) usage = ch.usage;
+  }
+  console.log("openai-stream", parts.endsWith("."), usage !== null && usage.completion_tokens > 0);
+  try {
+    await o.chat.completions.create({ model: "gpt-4o-mini", messages: [] });
+  } catch (e) {
+    console.log("openai", e.constructor.name, e.status);
+  }
+})().catch((e) => { console.error(e); process.exit(1); });
+"#;
+
+#[test]
+fn nodes_sdks_get_the_mock_with_their_default_hosts_and_no_network() {
+    let Some(modules) = node_modules_with("@anthropic-ai/sdk") else {
+        return;
+    };
+    if node_modules_with("openai").is_none() || !need(&["ip", "nft"]) {
+        return;
+    }
+    let (_dir, resolv) = no_resolver();
+    let script = _dir.path().join("hermetic.js");
+    std::fs::write(&script, NODE_HERMETIC).unwrap();
+    let script = script.display().to_string();
+    let run = |extra: &[&str], arg: &str, events: &str| {
+        let mut c = Command::new(BIN);
+        c.env("NODE_PATH", &modules);
+        let mut args = vec![
+            "--mock",
+            "anthropic,openai",
+            "--mock-ttft",
+            "5ms",
+            "--mock-tokens-per-s",
+            "4000",
+            "--seed",
+            "21",
+            "--resolv-conf",
+            &resolv,
+            "--events",
+            events,
+        ];
+        args.extend(extra);
+        wrapped_with(c, &args, &["node", &script, arg])
+    };
+    let events = tempfile::NamedTempFile::new().unwrap();
+    let (code, out, err) = run(&[], "0", &events.path().display().to_string());
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        [
+            "anthropic max_tokens 9 9",
+            "anthropic-stream end_turn true true",
+            "count 6",
+            "anthropic BadRequestError 400",
+            "openai length 5",
+            "openai-stream true true",
+            "openai BadRequestError 400",
+        ],
+        "{err}"
+    );
+    // 100 calls under llm-overloaded (3 in 10): a binomial share of 529s
+    // (mean 30, sd 4.6: 15..=45 is more than 3 sd each way), and every
+    // connection went to the mock.
+    let events = tempfile::NamedTempFile::new().unwrap();
+    let (code, out, err) = run(
+        &["-p", "llm-overloaded"],
+        "100",
+        &events.path().display().to_string(),
+    );
+    assert_eq!(code, 0, "{out}\n{err}");
+    let counts: Vec<u32> = out
+        .trim()
+        .strip_prefix("calls ")
+        .unwrap_or_else(|| panic!("{out}\n{err}"))
+        .split(' ')
+        .map(|n| n.parse().unwrap())
+        .collect();
+    assert_eq!(counts[0] + counts[1], 100, "{out}\n{err}");
+    assert_eq!(counts[2], 0, "{err}");
+    assert!((15..=45).contains(&counts[1]), "{counts:?}");
+    let log = read_events(events.path());
+    assert!(
+        log.iter()
+            .filter(|e| e["event"] == "open")
+            .all(|o| o["mock"] == "anthropic")
+    );
+    assert!(
+        !log.iter().any(|e| e["event"] == "error"),
+        "nothing else was dialled"
+    );
 }
