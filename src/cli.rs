@@ -1039,25 +1039,47 @@ pub struct MockTiming {
     /// Tokens per second after the first (a token is a word of filler).
     #[arg(long, value_name = "N", default_value = "80")]
     pub tokens_per_s: String,
+    /// Another timing for the models a glob matches (repeatable; the first
+    /// match wins): 'claude-opus-*:ttft=800ms±200ms,tokens_per_s=40'.
+    #[arg(long = "model", value_name = "GLOB:TIMING")]
+    pub models: Vec<String>,
 }
 
 impl MockTiming {
-    pub(crate) fn timing(&self) -> Result<crate::mock::Timing> {
-        mock_timing(&self.ttft, &self.tokens_per_s, "")
+    pub(crate) fn timing(&self) -> Result<crate::mock::Timings> {
+        mock_timing(&self.ttft, &self.tokens_per_s, &self.models, "")
     }
 }
 
 /// The mock's timing from its flags (named `--{prefix}ttft`, …).
-fn mock_timing(ttft: &str, tokens_per_s: &str, prefix: &str) -> Result<crate::mock::Timing> {
+fn mock_timing(
+    ttft: &str,
+    tokens_per_s: &str,
+    models: &[String],
+    prefix: &str,
+) -> Result<crate::mock::Timings> {
     let (ttft, jitter) = crate::mock::timing::parse_ttft(ttft)
         .map_err(|e| Error::Usage(format!("--{prefix}ttft {e}")))?;
     let tokens_per_s = crate::mock::timing::parse_tokens_per_s(tokens_per_s)
         .map_err(|e| Error::Usage(format!("--{prefix}tokens-per-s {e}")))?;
-    Ok(crate::mock::Timing {
+    let base = crate::mock::Timing {
         ttft,
         jitter,
         tokens_per_s,
-    })
+    };
+    let flag = if prefix.is_empty() {
+        "model"
+    } else {
+        "mock-model"
+    };
+    let models = models
+        .iter()
+        .map(|m| {
+            crate::mock::timing::parse_model(m, base)
+                .map_err(|e| Error::Usage(format!("--{flag} {e}")))
+        })
+        .collect::<Result<_>>()?;
+    Ok(crate::mock::Timings { base, models })
 }
 
 /// `--mock` on `run` and `proxy`: the built-in mock in providers' places.
@@ -1078,11 +1100,20 @@ pub struct MockFlags {
     /// The mock's tokens per second after the first.
     #[arg(long, value_name = "N", default_value = "80")]
     pub mock_tokens_per_s: String,
+    /// The mock's timing for the models a glob matches (repeatable, first
+    /// match wins): 'claude-opus-*:ttft=800ms±200ms,tokens_per_s=40'.
+    #[arg(long, value_name = "GLOB:TIMING")]
+    pub mock_model: Vec<String>,
 }
 
 impl MockFlags {
-    pub(crate) fn timing(&self) -> Result<crate::mock::Timing> {
-        mock_timing(&self.mock_ttft, &self.mock_tokens_per_s, "mock-")
+    pub(crate) fn timing(&self) -> Result<crate::mock::Timings> {
+        mock_timing(
+            &self.mock_ttft,
+            &self.mock_tokens_per_s,
+            &self.mock_model,
+            "mock-",
+        )
     }
 
     /// The hosts `--mock` names.

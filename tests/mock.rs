@@ -678,3 +678,44 @@ fn nodes_sdks_get_the_mock_with_their_default_hosts_and_no_network() {
         "nothing else was dialled"
     );
 }
+
+/// `--model GLOB:…`: a model the glob matches gets its own timing (a slow
+/// primary beside a fast fallback), the others the base timing.
+#[test]
+fn a_model_glob_gets_its_own_timing() {
+    if !has_sdk("anthropic") {
+        return;
+    }
+    let p = mock(&[
+        "--api",
+        "anthropic",
+        "--ttft",
+        "5ms",
+        "--tokens-per-s",
+        "4000",
+        "--model",
+        "claude-opus-*:ttft=1s",
+    ]);
+    let (rc, out, err) = python(
+        r#"
+import sys, time, anthropic
+c = anthropic.Anthropic(base_url=sys.argv[1], api_key="dummy", max_retries=0)
+for model in ["claude-opus-4-1", "claude-haiku-4-5"]:
+    t = time.monotonic()
+    c.messages.create(model=model, max_tokens=5, messages=[{"role": "user", "content": "hi"}])
+    print(model, time.monotonic() - t)
+"#,
+        &[&format!("http://{}", p.addr())],
+    );
+    assert_eq!(rc, 0, "{err}\n{}", p.stderr());
+    let took: Vec<f64> = out
+        .lines()
+        .map(|l| l.split(' ').nth(1).unwrap().parse().unwrap())
+        .collect();
+    assert!(took[0] >= 1.0, "opus: {out}");
+    assert!(took[1] < 1.0, "haiku took the base timing: {out}");
+    // A glob's timing that cannot be read is refused before it starts.
+    let (code, _, err) = netchaos(&["mock", "--listen", "127.0.0.1:0", "--model", "opus"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--model \"opus\": expected GLOB:"), "{err}");
+}

@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use crate::error::{Error, Result};
 use crate::events::Events;
 use crate::mock::stands::Stands;
-use crate::mock::{Mock, Timing, server::Server};
+use crate::mock::{Mock, Timings, server::Server};
 use crate::plan::Plan;
 
 /// The mock while it runs: where it stands in, and how to stop it.
@@ -33,7 +33,7 @@ impl Running {
 /// run's seed, counting its answers in `events`.
 pub(crate) async fn start(
     plan: &Plan,
-    timing: Timing,
+    timing: Timings,
     events: &Arc<Events>,
 ) -> Result<Option<Running>> {
     let hosts = plan.mocked_hosts();

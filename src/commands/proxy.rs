@@ -167,7 +167,7 @@ fn resolve_api_host(host: &str, port: u16) -> Result<std::net::SocketAddr> {
 /// Which command serves.
 enum Mode {
     /// `proxy`, with the timing of its mock (if it has mocked hosts).
-    Proxy(crate::mock::Timing),
+    Proxy(crate::mock::Timings),
     /// `server`, with the text of its `-config` file, and whether it runs
     /// as toxiproxy-server (`--toxiproxy-compat`).
     Server(Option<String>, bool),
@@ -220,7 +220,7 @@ fn serve(
         events.start(plan.seed, name);
         events.plan(&plan);
         let mock = match &mode {
-            Mode::Proxy(timing) => super::mocked::start(&plan, *timing, &events).await?,
+            Mode::Proxy(timing) => super::mocked::start(&plan, timing.clone(), &events).await?,
             Mode::Server(..) => None,
         };
         let mut opts = opts;

@@ -42,7 +42,7 @@ struct RunConfig {
     /// The command's environment (netchaos's, without its secrets).
     env: Vec<CString>,
     /// The timing of the built-in mock (when the plan has mocked hosts).
-    mock_timing: crate::mock::Timing,
+    mock_timing: crate::mock::Timings,
 }
 
 impl RunConfig {

@@ -37,10 +37,11 @@ pub(crate) fn messages(mock: &Mock, headers: &HeaderMap, body: &[u8]) -> Reply {
     let key = Key::of(mock.seed, "anthropic", &request);
     let limit = request["max_tokens"].as_u64();
     let answer = Answer::new(&key, limit);
-    let moments = mock
+    let timing = mock
         .timing
-        .moments(answer.tokens.len(), &mut key.rng(TIMING));
-    let done = moments.last().copied().unwrap_or(mock.timing.ttft);
+        .of(request["model"].as_str().unwrap_or_default());
+    let moments = timing.moments(answer.tokens.len(), &mut key.rng(TIMING));
+    let done = moments.last().copied().unwrap_or(timing.ttft);
     let stop_reason = if answer.cut { "max_tokens" } else { "end_turn" };
     let id = reply::id("msg_01", 22, reply::BASE62);
     let usage = |output: u64| {

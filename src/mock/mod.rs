@@ -30,7 +30,7 @@ pub(crate) mod timing;
 use hyper::HeaderMap;
 
 use reply::Reply;
-pub(crate) use timing::Timing;
+pub(crate) use timing::{Timing, Timings};
 
 /// An API the mock speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -87,7 +87,7 @@ impl Api {
 pub(crate) struct Mock {
     pub(crate) apis: Vec<Api>,
     pub(crate) seed: u64,
-    pub(crate) timing: Timing,
+    pub(crate) timing: Timings,
     /// Hosts that speak one API only (`--mock`'s, `[[mocks]]`'s): a
     /// request naming one is answered as that API's host answers.
     hosts: Vec<(String, Api)>,
@@ -122,11 +122,11 @@ impl Route {
 }
 
 impl Mock {
-    pub(crate) fn new(apis: Vec<Api>, seed: u64, timing: Timing) -> Mock {
+    pub(crate) fn new(apis: Vec<Api>, seed: u64, timing: impl Into<Timings>) -> Mock {
         Mock {
             apis,
             seed,
-            timing,
+            timing: timing.into(),
             hosts: Vec::new(),
         }
     }

@@ -46,10 +46,11 @@ pub(crate) fn chat(mock: &Mock, headers: &HeaderMap, body: &[u8]) -> Reply {
     let request = Value::Object(o);
     let key = Key::of(mock.seed, "openai", &request);
     let answer = Answer::new(&key, limit);
-    let moments = mock
+    let timing = mock
         .timing
-        .moments(answer.tokens.len(), &mut key.rng(TIMING));
-    let done = moments.last().copied().unwrap_or(mock.timing.ttft);
+        .of(request["model"].as_str().unwrap_or_default());
+    let moments = timing.moments(answer.tokens.len(), &mut key.rng(TIMING));
+    let done = moments.last().copied().unwrap_or(timing.ttft);
     let finish = if answer.cut { "length" } else { "stop" };
     let usage = json!({
         "prompt_tokens": prompt,

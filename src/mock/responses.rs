@@ -47,10 +47,11 @@ pub(crate) fn create(mock: &Mock, headers: &HeaderMap, body: &[u8]) -> Reply {
     let request = Value::Object(o);
     let key = Key::of(mock.seed, "openai-responses", &request);
     let answer = Answer::new(&key, limit);
-    let moments = mock
+    let timing = mock
         .timing
-        .moments(answer.tokens.len(), &mut key.rng(TIMING));
-    let done = moments.last().copied().unwrap_or(mock.timing.ttft);
+        .of(request["model"].as_str().unwrap_or_default());
+    let moments = timing.moments(answer.tokens.len(), &mut key.rng(TIMING));
+    let done = moments.last().copied().unwrap_or(timing.ttft);
     let (status, incomplete) = match answer.cut {
         true => ("incomplete", json!({"reason": "max_output_tokens"})),
         false => ("completed", Value::Null),

@@ -68,6 +68,71 @@ pub(crate) fn parse_tokens_per_s(s: &str) -> Result<f64, String> {
     }
 }
 
+/// Timing by model: the first glob a request's `model` matches gives its
+/// timing (`claude-opus-*` slower than `*haiku*`, so that a primary and
+/// its fallback differ); the base timing for the rest.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Timings {
+    pub(crate) base: Timing,
+    pub(crate) models: Vec<ModelTiming>,
+}
+
+/// One model glob's timing (`--mock-model`).
+#[derive(Debug, Clone)]
+pub(crate) struct ModelTiming {
+    glob: wildmatch::WildMatch,
+    timing: Timing,
+}
+
+impl From<Timing> for Timings {
+    fn from(base: Timing) -> Timings {
+        Timings {
+            base,
+            models: Vec::new(),
+        }
+    }
+}
+
+impl Timings {
+    /// The timing of answers for `model`.
+    pub(crate) fn of(&self, model: &str) -> Timing {
+        self.models
+            .iter()
+            .find(|m| m.glob.matches(model))
+            .map_or(self.base, |m| m.timing)
+    }
+}
+
+/// Reads `GLOB:ttft=800ms±200ms,tokens_per_s=40` (either key may be
+/// left out: `base`'s then).
+pub(crate) fn parse_model(s: &str, base: Timing) -> Result<ModelTiming, String> {
+    let (glob, rest) = s
+        .split_once(':')
+        .ok_or_else(|| format!("{s:?}: expected GLOB:ttft=DURATION[±JITTER],tokens_per_s=N"))?;
+    let glob = glob.trim();
+    if glob.is_empty() {
+        return Err(format!(
+            "{s:?}: a model glob before the colon, like claude-opus-*"
+        ));
+    }
+    let mut timing = base;
+    for kv in rest.split(',').filter(|kv| !kv.trim().is_empty()) {
+        match kv.split_once('=').map(|(k, v)| (k.trim(), v.trim())) {
+            Some(("ttft", v)) => (timing.ttft, timing.jitter) = parse_ttft(v)?,
+            Some(("tokens_per_s", v)) => timing.tokens_per_s = parse_tokens_per_s(v)?,
+            _ => {
+                return Err(format!(
+                    "{s:?}: {kv:?} is not ttft=DURATION[±JITTER] or tokens_per_s=N"
+                ));
+            }
+        }
+    }
+    Ok(ModelTiming {
+        glob: wildmatch::WildMatch::new(glob),
+        timing,
+    })
+}
+
 impl Timing {
     /// When each of `n` tokens is ready, from the request's arrival: the
     /// first after the drawn time to first token, each next one a gap of
@@ -143,6 +208,35 @@ mod tests {
         let m = t.moments(3, &mut rand::rng());
         assert_eq!(m[0], ms(40));
         assert_eq!(m[2], ms(42));
+    }
+
+    #[test]
+    fn the_first_matching_model_glob_gives_the_timing() {
+        let base = Timing::default();
+        let t = Timings {
+            base,
+            models: vec![
+                parse_model("claude-opus-*:ttft=800ms±200ms,tokens_per_s=40", base).unwrap(),
+                parse_model("*haiku*:ttft=100ms", base).unwrap(),
+            ],
+        };
+        assert_eq!(t.of("claude-opus-4-1").ttft, ms(800));
+        assert_eq!(t.of("claude-opus-4-1").tokens_per_s, 40.0);
+        let haiku = t.of("claude-haiku-4-5");
+        assert_eq!(
+            (haiku.ttft, haiku.jitter, haiku.tokens_per_s),
+            (ms(100), ms(0), 80.0)
+        );
+        assert_eq!(t.of("gpt-4o"), base);
+        for bad in [
+            "opus",
+            ":ttft=1s",
+            "x:speed=2",
+            "x:ttft=fast",
+            "x:tokens_per_s=0",
+        ] {
+            assert!(parse_model(bad, base).is_err(), "{bad}");
+        }
     }
 
     #[test]
