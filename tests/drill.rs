@@ -586,8 +586,9 @@ checks = ["max_attempts=3"]
         Duration::from_secs(240),
     );
     assert_eq!(code, 0, "{out}\n{err}");
-    let json_start = out.find('{').unwrap();
-    let v: serde_json::Value = serde_json::from_str(&out[json_start..]).unwrap();
+    // The JSON alone on standard output; the table on standard error.
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(row(&err, "overloaded", "client")[7], "pass", "{err}");
     let runs = v["rows"][1]["runs"].as_array().unwrap();
     let seeds: Vec<u64> = runs.iter().map(|r| r["seed"].as_u64().unwrap()).collect();
     assert_eq!(seeds, [40, 41, 42]);

@@ -114,7 +114,12 @@ pub(super) fn run(_g: &Global, args: &DrillArgs) -> Result<u8> {
             r.scenario, r.client, r.seed, r.summary.requests, r.summary.attempts
         );
     });
-    let mut out = std::io::stdout().lock();
+    // With the JSON on standard output, the table goes to standard error.
+    let json_out = args.json.as_deref() == Some(Path::new("-"));
+    let mut out: Box<dyn Write> = match json_out {
+        true => Box::new(std::io::stderr().lock()),
+        false => Box::new(std::io::stdout().lock()),
+    };
     let _ = writeln!(out, "\n{}", output::drill_table(&outcome));
     let failures = output::failures(&outcome);
     if !failures.is_empty() {
@@ -130,6 +135,7 @@ pub(super) fn run(_g: &Global, args: &DrillArgs) -> Result<u8> {
             false => "the hypothesis did not hold",
         }
     );
+    drop(out);
     if let Some((path, mut f)) = json {
         let v = output::drill_json(&drill, &outcome);
         let text =
