@@ -719,3 +719,67 @@ for model in ["claude-opus-4-1", "claude-haiku-4-5"]:
     assert_eq!(code, 2);
     assert!(err.contains("--model \"opus\": expected GLOB:"), "{err}");
 }
+
+/// Tool use, as an agent's loop runs it: offered a tool, the answer calls
+/// it (arguments made from its schema), and once the tool's result comes
+/// back, the answer is text — JSON and streamed, both APIs, through the
+/// SDKs' own parsing and stream accumulation.
+#[test]
+fn an_agents_tool_loop_runs_against_the_mock() {
+    if !has_sdk("anthropic") || !has_sdk("openai") {
+        return;
+    }
+    let p = mock(&[&["--seed", "5"], FAST].concat());
+    let (rc, out, err) = python(
+        r#"
+import sys, json, anthropic, openai
+base = sys.argv[1]
+a = anthropic.Anthropic(base_url=base, api_key="dummy", max_retries=0)
+tools = [{"name": "get_weather", "description": "Weather", "input_schema": {"type": "object",
+    "properties": {"city": {"type": "string"}, "days": {"type": "integer", "minimum": 2}},
+    "required": ["city", "days"]}}]
+msgs = [{"role": "user", "content": "Weather in Paris?"}]
+m = a.messages.create(model="claude-sonnet-4-5", max_tokens=200, tools=tools, messages=msgs)
+use = [b for b in m.content if b.type == "tool_use"][0]
+print("anthropic", m.stop_reason, use.name, json.dumps(use.input, sort_keys=True), use.id.startswith("toolu_"))
+msgs += [{"role": "assistant", "content": m.content},
+         {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "sunny"}]}]
+final = a.messages.create(model="claude-sonnet-4-5", max_tokens=200, tools=tools, messages=msgs)
+print("anthropic-final", final.stop_reason, [b.type for b in final.content])
+with a.messages.stream(model="claude-sonnet-4-5", max_tokens=200, tools=tools, messages=msgs[:1]) as s:
+    fm = s.get_final_message()
+print("anthropic-stream", fm.stop_reason, [b.type for b in fm.content], fm.content[-1].input == use.input)
+o = openai.OpenAI(base_url=base + "/v1", api_key="dummy", max_retries=0)
+ft = [{"type": "function", "function": {"name": "lookup", "parameters": {"type": "object",
+    "properties": {"q": {"type": "string"}}, "required": ["q"]}}}]
+ask = [{"role": "user", "content": "find"}]
+c = o.chat.completions.create(model="gpt-4o-mini", messages=ask, tools=ft)
+tc = c.choices[0].message.tool_calls[0]
+print("openai", c.choices[0].finish_reason, tc.function.name, tc.function.arguments, c.choices[0].message.content)
+calls = {}
+for ch in o.chat.completions.create(model="gpt-4o-mini", messages=ask, tools=ft, stream=True):
+    for d in (ch.choices[0].delta.tool_calls or []) if ch.choices else []:
+        calls.setdefault(d.index, "")
+        calls[d.index] += d.function.arguments or ""
+    if ch.choices and ch.choices[0].finish_reason:
+        print("openai-stream", ch.choices[0].finish_reason, calls)
+after = o.chat.completions.create(model="gpt-4o-mini", tools=ft, messages=ask + [
+    c.choices[0].message, {"role": "tool", "tool_call_id": tc.id, "content": "found"}])
+print("openai-final", after.choices[0].finish_reason, after.choices[0].message.content is not None)
+"#,
+        &[&format!("http://{}", p.addr())],
+    );
+    assert_eq!(rc, 0, "{err}\n{}", p.stderr());
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        [
+            "anthropic tool_use get_weather {\"city\": \"netchaos\", \"days\": 2} True",
+            "anthropic-final end_turn ['text']",
+            "anthropic-stream tool_use ['text', 'tool_use'] True",
+            "openai tool_calls lookup {\"q\":\"netchaos\"} None",
+            "openai-stream tool_calls {0: '{\"q\":\"netchaos\"}'}",
+            "openai-final stop True",
+        ],
+        "{err}"
+    );
+}

@@ -25,6 +25,11 @@ const REQUESTS_LIMIT: u64 = 4000;
 const INPUT_TOKENS_LIMIT: u64 = 2_000_000;
 const OUTPUT_TOKENS_LIMIT: u64 = 400_000;
 
+/// Words before a tool call.
+const PREAMBLE: usize = 8;
+/// What a tool call's arguments count as, in output tokens.
+const CALL_TOKENS: u64 = 12;
+
 /// `POST /v1/messages`.
 pub(crate) fn messages(mock: &Mock, headers: &HeaderMap, body: &[u8]) -> Reply {
     let o = match checked(headers, body, true) {
@@ -33,16 +38,29 @@ pub(crate) fn messages(mock: &Mock, headers: &HeaderMap, body: &[u8]) -> Reply {
     };
     let model = o["model"].as_str().unwrap_or_default().to_string();
     let input = input_tokens(&o);
+    let call = super::tools::anthropic(&o);
     let request = Value::Object(o);
     let key = Key::of(mock.seed, "anthropic", &request);
     let limit = request["max_tokens"].as_u64();
-    let answer = Answer::new(&key, limit);
+    let mut answer = Answer::new(&key, limit);
+    // A few words, then the call (as the models say what they are about
+    // to do).
+    if call.is_some() {
+        answer.preamble(PREAMBLE);
+    }
     let timing = mock
         .timing
         .of(request["model"].as_str().unwrap_or_default());
     let moments = timing.moments(answer.tokens.len(), &mut key.rng(TIMING));
     let done = moments.last().copied().unwrap_or(timing.ttft);
-    let stop_reason = if answer.cut { "max_tokens" } else { "end_turn" };
+    let stop_reason = match (&call, answer.cut) {
+        (Some(_), _) => "tool_use",
+        (None, true) => "max_tokens",
+        (None, false) => "end_turn",
+    };
+    let tool_id = reply::id("toolu_01", 22, reply::BASE62);
+    // The call's arguments count as output too.
+    let output = answer.len() + call.as_ref().map_or(0, |_| CALL_TOKENS);
     let id = reply::id("msg_01", 22, reply::BASE62);
     let usage = |output: u64| {
         json!({
@@ -92,25 +110,47 @@ pub(crate) fn messages(mock: &Mock, headers: &HeaderMap, body: &[u8]) -> Reply {
                 ),
             ));
         }
-        let mut tail = vec![
-            sse(
+        let mut tail = vec![sse(
+            Some("content_block_stop"),
+            &json!({"type": "content_block_stop", "index": 0}),
+        )];
+        if let Some(c) = &call {
+            tail.push(sse(
+                Some("content_block_start"),
+                &json!({"type": "content_block_start", "index": 1,
+                        "content_block": {"type": "tool_use", "id": tool_id,
+                                          "name": c.name, "input": {}}}),
+            ));
+            for piece in super::tools::pieces(&c.input.to_string()) {
+                tail.push(sse(
+                    Some("content_block_delta"),
+                    &json!({"type": "content_block_delta", "index": 1,
+                            "delta": {"type": "input_json_delta", "partial_json": piece}}),
+                ));
+            }
+            tail.push(sse(
                 Some("content_block_stop"),
-                &json!({"type": "content_block_stop", "index": 0}),
-            ),
-            sse(
-                Some("message_delta"),
-                &json!({"type": "message_delta",
-                        "delta": {"stop_reason": stop_reason, "stop_sequence": null},
-                        "usage": {"output_tokens": answer.len()}}),
-            ),
-            sse(Some("message_stop"), &json!({"type": "message_stop"})),
-        ];
+                &json!({"type": "content_block_stop", "index": 1}),
+            ));
+        }
+        tail.push(sse(
+            Some("message_delta"),
+            &json!({"type": "message_delta",
+                    "delta": {"stop_reason": stop_reason, "stop_sequence": null},
+                    "usage": {"output_tokens": output}}),
+        ));
+        tail.push(sse(Some("message_stop"), &json!({"type": "message_stop"})));
         events.extend(tail.drain(..).map(|e| (done, e)));
         Reply::events(events)
     } else {
-        message["content"] = json!([{"type": "text", "text": answer.text()}]);
+        let mut content = vec![json!({"type": "text", "text": answer.text()})];
+        if let Some(c) = &call {
+            content
+                .push(json!({"type": "tool_use", "id": tool_id, "name": c.name, "input": c.input}));
+        }
+        message["content"] = Value::Array(content);
         message["stop_reason"] = json!(stop_reason);
-        message["usage"] = usage(answer.len());
+        message["usage"] = usage(output);
         Reply::json(200, &message, done)
     };
     with_headers(r, input, answer.len())

@@ -26,6 +26,7 @@ pub(crate) mod server;
 pub(crate) mod stands;
 pub(crate) mod text;
 pub(crate) mod timing;
+pub(crate) mod tools;
 
 use hyper::HeaderMap;
 

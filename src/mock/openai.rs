@@ -25,6 +25,9 @@ const TOKENS_LIMIT: u64 = 30_000_000;
 /// The fingerprint its answers carry.
 const FINGERPRINT: &str = "fp_6e6574636861";
 
+/// What a tool call's arguments count as, in completion tokens.
+const CALL_TOKENS: u64 = 12;
+
 /// `POST /v1/chat/completions`.
 pub(crate) fn chat(mock: &Mock, headers: &HeaderMap, body: &[u8]) -> Reply {
     let o = match checked(headers, body, "messages") {
@@ -37,6 +40,7 @@ pub(crate) fn chat(mock: &Mock, headers: &HeaderMap, body: &[u8]) -> Reply {
     };
     let model = o["model"].as_str().unwrap_or_default().to_string();
     let prompt = count_tokens(o.get("messages").into_iter().chain(o.get("tools")));
+    let call = super::tools::openai(&o);
     let include_usage = o
         .get("stream_options")
         .and_then(|s| s.get("include_usage"))
@@ -45,17 +49,27 @@ pub(crate) fn chat(mock: &Mock, headers: &HeaderMap, body: &[u8]) -> Reply {
     let streams = reply::streams(&o);
     let request = Value::Object(o);
     let key = Key::of(mock.seed, "openai", &request);
-    let answer = Answer::new(&key, limit);
+    let mut answer = Answer::new(&key, limit);
+    // A call comes alone, its content null.
+    if call.is_some() {
+        answer.preamble(0);
+    }
     let timing = mock
         .timing
         .of(request["model"].as_str().unwrap_or_default());
     let moments = timing.moments(answer.tokens.len(), &mut key.rng(TIMING));
     let done = moments.last().copied().unwrap_or(timing.ttft);
-    let finish = if answer.cut { "length" } else { "stop" };
+    let finish = match (&call, answer.cut) {
+        (Some(_), _) => "tool_calls",
+        (None, true) => "length",
+        (None, false) => "stop",
+    };
+    let completion = answer.len() + call.as_ref().map_or(0, |_| CALL_TOKENS);
+    let call_id = reply::id("call_", 24, reply::BASE62);
     let usage = json!({
         "prompt_tokens": prompt,
-        "completion_tokens": answer.len(),
-        "total_tokens": prompt + answer.len(),
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
         "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
         "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0,
                                       "accepted_prediction_tokens": 0,
@@ -80,18 +94,21 @@ pub(crate) fn chat(mock: &Mock, headers: &HeaderMap, body: &[u8]) -> Reply {
             sse(None, &c)
         };
         let delta = |d: Value, finish: Option<&str>| json!([{"index": 0, "delta": d, "logprobs": null, "finish_reason": finish}]);
-        let mut events = vec![(
-            Duration::ZERO,
-            chunk(
-                delta(
-                    json!({"role": "assistant", "content": "", "refusal": null}),
-                    None,
-                ),
-                None,
-            ),
-        )];
+        let first = match &call {
+            Some(c) => json!({"role": "assistant", "content": null, "refusal": null,
+                "tool_calls": [{"index": 0, "id": call_id, "type": "function",
+                                "function": {"name": c.name, "arguments": ""}}]}),
+            None => json!({"role": "assistant", "content": "", "refusal": null}),
+        };
+        let mut events = vec![(Duration::ZERO, chunk(delta(first, None), None))];
         for (t, token) in moments.iter().zip(&answer.tokens) {
             events.push((*t, chunk(delta(json!({"content": token}), None), None)));
+        }
+        if let Some(c) = &call {
+            for piece in super::tools::pieces(&c.input.to_string()) {
+                let d = json!({"tool_calls": [{"index": 0, "function": {"arguments": piece}}]});
+                events.push((done, chunk(delta(d, None), None)));
+            }
         }
         events.push((done, chunk(delta(json!({}), Some(finish)), None)));
         if include_usage {
@@ -107,8 +124,13 @@ pub(crate) fn chat(mock: &Mock, headers: &HeaderMap, body: &[u8]) -> Reply {
             "model": model,
             "choices": [{
                 "index": 0,
-                "message": {"role": "assistant", "content": answer.text(),
-                            "refusal": null, "annotations": []},
+                "message": match &call {
+                    Some(c) => json!({"role": "assistant", "content": null, "refusal": null,
+                        "annotations": [], "tool_calls": [{"id": call_id, "type": "function",
+                        "function": {"name": c.name, "arguments": c.input.to_string()}}]}),
+                    None => json!({"role": "assistant", "content": answer.text(),
+                                   "refusal": null, "annotations": []}),
+                },
                 "logprobs": null,
                 "finish_reason": finish,
             }],

@@ -179,6 +179,14 @@ impl Answer {
         self.tokens.concat()
     }
 
+    /// Its first `n` tokens only, whole: the words before a tool call.
+    pub(crate) fn preamble(&mut self, n: usize) {
+        if self.tokens.len() > n {
+            self.tokens.truncate(n);
+            self.cut = false;
+        }
+    }
+
     pub(crate) fn len(&self) -> u64 {
         self.tokens.len() as u64
     }

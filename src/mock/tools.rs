@@ -1,0 +1,226 @@
+//! Tool use in the mock's answers: when a request offers tools, whether
+//! the "model" calls one and which, and the call's arguments, made from
+//! the tool's JSON Schema — so an agent's loop (call, run the tool, send
+//! its result, get the final answer) runs against the mock as against the
+//! provider.
+//!
+//! The rule, the same for both APIs: a tool the request forces is called
+//! (Anthropic's `tool_choice` `{"type": "tool"}` or `any`, OpenAI's
+//! `required` or a named function); with the choice left to the model
+//! (`auto`, or none given), the first tool is called unless the last
+//! message already carries a tool's result, which is then answered in
+//! text; `none` never calls one.
+
+use serde_json::{Map, Value, json};
+
+/// A tool call the answer makes.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Call {
+    pub(crate) name: String,
+    pub(crate) input: Value,
+}
+
+/// The call an Anthropic Messages request gets, if any.
+pub(crate) fn anthropic(o: &Map<String, Value>) -> Option<Call> {
+    let tools = o.get("tools")?.as_array().filter(|t| !t.is_empty())?;
+    let choice = o.get("tool_choice");
+    let kind = choice
+        .and_then(|c| c.get("type"))
+        .and_then(Value::as_str)
+        .unwrap_or("auto");
+    let named = |name: &str| tools.iter().find(|t| t["name"] == name);
+    let tool = match kind {
+        "none" => return None,
+        "tool" => named(choice?.get("name")?.as_str()?)?,
+        "any" => &tools[0],
+        _ => {
+            let last = o.get("messages")?.as_array()?.last()?;
+            let answered = last["content"]
+                .as_array()
+                .is_some_and(|c| c.iter().any(|b| b["type"] == "tool_result"));
+            if answered {
+                return None;
+            }
+            &tools[0]
+        }
+    };
+    Some(Call {
+        name: tool["name"].as_str().unwrap_or("tool").to_string(),
+        input: example(&tool["input_schema"], 0),
+    })
+}
+
+/// The call an OpenAI Chat Completions request gets, if any.
+pub(crate) fn openai(o: &Map<String, Value>) -> Option<Call> {
+    let tools = o.get("tools")?.as_array().filter(|t| !t.is_empty())?;
+    let function = |t: &Value| t.get("function").cloned().unwrap_or(Value::Null);
+    let tool = match o.get("tool_choice") {
+        Some(Value::String(s)) if s == "none" => return None,
+        Some(Value::String(s)) if s == "required" => function(&tools[0]),
+        Some(Value::Object(c)) => {
+            let name = c.get("function")?.get("name")?.as_str()?;
+            tools.iter().map(function).find(|f| f["name"] == name)?
+        }
+        _ => {
+            let last = o.get("messages")?.as_array()?.last()?;
+            if last["role"] == "tool" {
+                return None;
+            }
+            function(&tools[0])
+        }
+    };
+    Some(Call {
+        name: tool["name"].as_str().unwrap_or("tool").to_string(),
+        input: example(&tool["parameters"], 0),
+    })
+}
+
+/// A value that fits `schema` (the parts of JSON Schema tools use): an
+/// object's required properties (all of them when none is required), an
+/// enum's first value, a string, a number at its minimum or 1, `true`, an
+/// array of one item when it needs one.
+pub(crate) fn example(schema: &Value, depth: usize) -> Value {
+    if depth > 8 {
+        return Value::Null;
+    }
+    if let Some(first) = schema
+        .get("enum")
+        .and_then(Value::as_array)
+        .and_then(|e| e.first())
+    {
+        return first.clone();
+    }
+    if let Some(c) = schema.get("const") {
+        return c.clone();
+    }
+    let kind = match schema.get("type") {
+        Some(Value::String(t)) => t.as_str(),
+        // A list of types: the first that is not null.
+        Some(Value::Array(ts)) => ts
+            .iter()
+            .filter_map(Value::as_str)
+            .find(|t| *t != "null")
+            .unwrap_or("null"),
+        _ if schema.get("properties").is_some() => "object",
+        _ => "string",
+    };
+    match kind {
+        "object" => {
+            let props = schema.get("properties").and_then(Value::as_object);
+            let required: Vec<&str> = schema
+                .get("required")
+                .and_then(Value::as_array)
+                .map(|r| r.iter().filter_map(Value::as_str).collect())
+                .unwrap_or_default();
+            let mut out = Map::new();
+            for (name, s) in props.into_iter().flatten() {
+                if required.is_empty() || required.contains(&name.as_str()) {
+                    out.insert(name.clone(), example(s, depth + 1));
+                }
+            }
+            Value::Object(out)
+        }
+        "array" => {
+            let min = schema.get("minItems").and_then(Value::as_u64).unwrap_or(0);
+            match min {
+                0 => json!([]),
+                n => Value::Array(
+                    (0..n.min(8))
+                        .map(|_| example(schema.get("items").unwrap_or(&Value::Null), depth + 1))
+                        .collect(),
+                ),
+            }
+        }
+        "integer" => json!(schema.get("minimum").and_then(Value::as_i64).unwrap_or(1)),
+        "number" => json!(schema.get("minimum").and_then(Value::as_f64).unwrap_or(1.0)),
+        "boolean" => json!(true),
+        "null" => Value::Null,
+        _ => json!("netchaos"),
+    }
+}
+
+/// `json` cut in two pieces, as a streamed call's arguments arrive.
+pub(crate) fn pieces(json: &str) -> Vec<String> {
+    let mid = json
+        .char_indices()
+        .map(|(i, _)| i)
+        .find(|&i| i >= json.len() / 2)
+        .unwrap_or(json.len());
+    [&json[..mid], &json[mid..]]
+        .into_iter()
+        .filter(|p| !p.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn obj(v: Value) -> Map<String, Value> {
+        v.as_object().unwrap().clone()
+    }
+
+    const WEATHER: &str = r#"{"name": "get_weather", "description": "w",
+        "input_schema": {"type": "object", "properties": {
+            "city": {"type": "string"}, "unit": {"enum": ["c", "f"]},
+            "days": {"type": "integer", "minimum": 3}, "verbose": {"type": "boolean"}},
+            "required": ["city", "unit", "days"]}}"#;
+
+    #[test]
+    fn auto_calls_the_first_tool_until_a_result_comes_back() {
+        let tool: Value = serde_json::from_str(WEATHER).unwrap();
+        let ask = json!({"tools": [tool], "messages": [{"role": "user", "content": "weather?"}]});
+        let call = anthropic(&obj(ask)).unwrap();
+        assert_eq!(call.name, "get_weather");
+        assert_eq!(
+            call.input,
+            json!({"city": "netchaos", "unit": "c", "days": 3})
+        );
+        let answered = json!({"tools": [tool], "messages": [
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": "sunny"}]}]});
+        assert_eq!(anthropic(&obj(answered)), None);
+        let none = json!({"tools": [tool], "tool_choice": {"type": "none"},
+                          "messages": [{"role": "user", "content": "x"}]});
+        assert_eq!(anthropic(&obj(none)), None);
+        assert_eq!(anthropic(&obj(json!({"messages": []}))), None);
+    }
+
+    #[test]
+    fn openai_forced_and_named_calls() {
+        let f = |n: &str| {
+            json!({"type": "function", "function": {"name": n,
+            "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}}})
+        };
+        let base =
+            json!({"tools": [f("a"), f("b")], "messages": [{"role": "user", "content": "x"}]});
+        assert_eq!(openai(&obj(base.clone())).unwrap().name, "a");
+        let mut named = base.clone();
+        named["tool_choice"] = json!({"type": "function", "function": {"name": "b"}});
+        assert_eq!(openai(&obj(named)).unwrap().input, json!({"q": "netchaos"}));
+        let mut after = base.clone();
+        after["messages"] = json!([{"role": "tool", "tool_call_id": "c", "content": "r"}]);
+        assert_eq!(openai(&obj(after.clone())), None);
+        after["tool_choice"] = json!("required");
+        assert_eq!(openai(&obj(after)).unwrap().name, "a");
+    }
+
+    #[test]
+    fn examples_fit_their_schemas_and_pieces_rejoin() {
+        assert_eq!(example(&json!({"type": ["null", "number"]}), 0), json!(1.0));
+        assert_eq!(
+            example(
+                &json!({"type": "array", "minItems": 2, "items": {"type": "boolean"}}),
+                0
+            ),
+            json!([true, true])
+        );
+        assert_eq!(example(&json!({"const": 7}), 0), json!(7));
+        let nested = json!({"type": "object", "properties": {"a": {"type": "object",
+            "properties": {"b": {"type": "integer"}}}}});
+        assert_eq!(example(&nested, 0), json!({"a": {"b": 1}}));
+        let j = r#"{"city":"netchaos","é":1}"#;
+        assert_eq!(pieces(j).concat(), j);
+        assert_eq!(pieces(j).len(), 2);
+    }
+}
