@@ -1087,7 +1087,8 @@ fn mock_timing(
 pub struct MockFlags {
     /// Answer requests to these providers' API hosts with the built-in mock,
     /// never dialling them: anthropic (api.anthropic.com), openai
-    /// (api.openai.com), or both (anthropic,openai). Faults apply as to the
+    /// (api.openai.com), gemini (generativelanguage.googleapis.com), or
+    /// several (anthropic,openai). Faults apply as to the
     /// real upstream. Under `run` the hosts resolve with no network and
     /// HTTPS to them is terminated with the run's CA (as with --tls);
     /// under `proxy`, proxies whose upstream is such a host reach the mock.
@@ -1132,8 +1133,8 @@ pub struct MockArgs {
     /// 127.0.0.1; port 0 picks one, which is printed).
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8787")]
     pub listen: String,
-    /// The APIs to answer: anthropic, openai, or both (anthropic,openai),
-    /// told apart by path.
+    /// The APIs to answer: anthropic, openai, gemini, or several
+    /// (anthropic,openai,gemini), told apart by path.
     #[arg(long, value_name = "API[,API]", default_value = "anthropic,openai")]
     pub api: String,
     #[command(flatten)]

@@ -255,7 +255,7 @@ print(round(statistics.median(ttfts) * 1000), round(statistics.median(rates)))
 #[test]
 fn bad_flags_are_refused_before_it_starts() {
     for (args, says) in [
-        (&["--api", "gemini"][..], "gemini"),
+        (&["--api", "mistral"][..], "anthropic, openai or gemini"),
         (&["--ttft", "100ms±1s"][..], "larger"),
         (&["--tokens-per-s", "0"][..], "above 0"),
         (&["--listen", "nowhere"][..], "--listen"),
@@ -511,7 +511,7 @@ fn mocks_are_checked_and_refused_where_they_cannot_work() {
     assert!(out.contains("mock api.anthropic.com:"), "{out}");
     for (text, says) in [
         (
-            "[[mocks]]\napi = \"gemini\"\n",
+            "[[mocks]]\napi = \"mistral\"\n",
             "bad.toml:2:7: mocks[0].api",
         ),
         (
@@ -532,7 +532,7 @@ fn mocks_are_checked_and_refused_where_they_cannot_work() {
     }
     for args in [
         &["run", "--in-place", "--mock", "openai", "--", "true"][..],
-        &["run", "--mock", "gemini", "--", "true"][..],
+        &["run", "--mock", "mistral", "--", "true"][..],
         &["server", "-p", &good][..],
     ] {
         let (rc, _, err) = netchaos(args);
@@ -782,4 +782,97 @@ print("openai-final", after.choices[0].finish_reason, after.choices[0].message.c
         ],
         "{err}"
     );
+}
+
+/// Gemini's framing (model in the path, chunks without event names, no
+/// end marker), through Google's own SDK (`google-genai`) with its
+/// default host and no network: JSON, a stream, token counting, and
+/// Google's own 404; with `llm-overloaded`, a share of Gemini's 503s in
+/// the mock's place, and a stream broken by Gemini's error event.
+#[test]
+fn googles_sdk_gets_gemini_with_its_default_host_and_no_network() {
+    if !has_sdk("google.genai") || !need(&["ip", "nft"]) {
+        return;
+    }
+    let (_dir, resolv) = no_resolver();
+    let code = r#"
+import sys
+from google import genai
+from google.genai import types, errors
+c = genai.Client(api_key="dummy")
+mode = sys.argv[1]
+if mode == "calls":
+    ok = unavailable = 0
+    for i in range(60):
+        try:
+            c.models.generate_content(model="gemini-2.5-flash", contents="q %d" % i)
+            ok += 1
+        except errors.ServerError as e:
+            unavailable += e.code == 503 and e.status == "UNAVAILABLE"
+    print("calls", ok, unavailable)
+    sys.exit()
+if mode == "broken":
+    try:
+        for ch in c.models.generate_content_stream(model="gemini-2.5-flash", contents="Tell me about the sea"):
+            pass
+        print("no error")
+    except errors.APIError as e:
+        print("broken", type(e).__name__, e.code)
+    sys.exit()
+r = c.models.generate_content(model="gemini-2.5-flash", contents="Tell me about the sea",
+    config=types.GenerateContentConfig(max_output_tokens=7))
+print("json", r.candidates[0].finish_reason, r.usage_metadata.candidates_token_count, len(r.text.split()))
+chunks = list(c.models.generate_content_stream(model="gemini-2.5-flash", contents="Tell me about the sea"))
+text = "".join(ch.text or "" for ch in chunks)
+print("stream", len(chunks) > 3, text.endswith("."), chunks[-1].candidates[0].finish_reason)
+print("count", c.models.count_tokens(model="gemini-2.5-flash", contents="Tell me about the sea").total_tokens)
+try:
+    c.models.generate_content(model="gpt-4o", contents="x")
+except errors.ClientError as e:
+    print("error", type(e).__name__, e.code, e.status)
+"#;
+    let run = |extra: &[&str], mode: &str| {
+        let mut args = vec![
+            "--mock",
+            "gemini",
+            "--mock-ttft",
+            "5ms",
+            "--mock-tokens-per-s",
+            "4000",
+            "--seed",
+            "9",
+            "--resolv-conf",
+            &resolv,
+        ];
+        args.extend(extra);
+        wrapped(&args, &["python3", "-c", code, mode])
+    };
+    let (rc, out, err) = run(&[], "plain");
+    assert_eq!(rc, 0, "{out}\n{err}");
+    assert_eq!(
+        out.lines().collect::<Vec<_>>(),
+        [
+            "json FinishReason.MAX_TOKENS 7 7",
+            "stream True True FinishReason.STOP",
+            "count 6",
+            "error ClientError 404 NOT_FOUND",
+        ],
+        "{err}"
+    );
+    // 60 calls, 3 in 10 overloaded (mean 18, sd 3.5): Gemini's own 503.
+    let (rc, out, err) = run(&["-p", "llm-overloaded"], "calls");
+    assert_eq!(rc, 0, "{out}\n{err}");
+    let n: Vec<u32> = out
+        .trim()
+        .strip_prefix("calls ")
+        .unwrap()
+        .split(' ')
+        .map(|x| x.parse().unwrap())
+        .collect();
+    assert_eq!(n[0] + n[1], 60, "{out}\n{err}");
+    assert!((6..=30).contains(&n[1]), "{n:?}");
+    // The stream's error event, as Gemini's stream carries one (INTERNAL).
+    let (rc, out, err) = run(&["-p", "llm-stream-error"], "broken");
+    assert_eq!(rc, 0, "{out}\n{err}");
+    assert!(out.starts_with("broken ServerError 500"), "{out}\n{err}");
 }

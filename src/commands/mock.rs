@@ -32,6 +32,9 @@ pub(super) fn run(g: &Global, args: &MockArgs) -> Result<u8> {
             if apis.contains(&Api::OpenAi) {
                 hints.push(format!("OPENAI_BASE_URL=http://{addr}/v1"));
             }
+            if apis.contains(&Api::Gemini) {
+                hints.push(format!("GOOGLE_GEMINI_BASE_URL=http://{addr}"));
+            }
             eprintln!("netchaos: clients: {} (any API key)", hints.join(" "));
         }
         let mock = Arc::new(Mock::new(apis, seed, timing));

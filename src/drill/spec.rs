@@ -175,10 +175,10 @@ fn parse_node(root: Node, command: Option<String>) -> Result<Drill, Bad> {
     let mut mock = Vec::new();
     for n in f.strings("mock")?.unwrap_or_default() {
         let m = node_text(&n);
-        if !matches!(m.as_str(), "anthropic" | "openai") {
+        if crate::mock::Api::parse(&m).is_err() {
             return Err(ProfileError::new(
                 &n.loc,
-                format!("mock: {m:?} is not anthropic or openai"),
+                format!("mock: {m:?} is not anthropic, openai or gemini"),
             ));
         }
         mock.push(m);

@@ -5,6 +5,8 @@
 //! * [`anthropic`] — Anthropic Messages (JSON and SSE) and token counting;
 //! * [`openai`] — OpenAI Chat Completions (JSON and `data:` chunks), and
 //!   what OpenAI's APIs share; [`responses`] — OpenAI Responses;
+//! * [`gemini`] — Google's Gemini `generateContent` (JSON, and SSE chunks
+//!   of a framing of their own);
 //! * [`text`] — the deterministic filler answers (seed + request → text)
 //!   and token counts; [`timing`] — time to first token and tokens per
 //!   second, with jitter;
@@ -19,6 +21,7 @@
 
 pub(crate) mod anthropic;
 pub(crate) mod body;
+pub(crate) mod gemini;
 pub(crate) mod openai;
 pub(crate) mod reply;
 pub(crate) mod responses;
@@ -40,15 +43,18 @@ pub(crate) enum Api {
     Anthropic,
     /// OpenAI's Chat Completions and Responses APIs (`api.openai.com`).
     OpenAi,
+    /// Google's Gemini API (`generativelanguage.googleapis.com`).
+    Gemini,
 }
 
 impl Api {
-    pub(crate) const ALL: [Api; 2] = [Api::Anthropic, Api::OpenAi];
+    pub(crate) const ALL: [Api; 3] = [Api::Anthropic, Api::OpenAi, Api::Gemini];
 
     pub(crate) fn name(self) -> &'static str {
         match self {
             Api::Anthropic => "anthropic",
             Api::OpenAi => "openai",
+            Api::Gemini => "gemini",
         }
     }
 
@@ -57,6 +63,7 @@ impl Api {
         match self {
             Api::Anthropic => "api.anthropic.com",
             Api::OpenAi => "api.openai.com",
+            Api::Gemini => gemini::HOST,
         }
     }
 
@@ -64,7 +71,9 @@ impl Api {
         Api::ALL
             .into_iter()
             .find(|a| a.name().eq_ignore_ascii_case(s.trim()))
-            .ok_or_else(|| format!("{s:?} is not an API the mock speaks: give anthropic or openai"))
+            .ok_or_else(|| {
+                format!("{s:?} is not an API the mock speaks: give anthropic, openai or gemini")
+            })
     }
 
     /// A comma-separated list (`anthropic,openai`), each once.
@@ -77,7 +86,9 @@ impl Api {
             }
         }
         if apis.is_empty() {
-            return Err("no API given: anthropic, openai, or both (anthropic,openai)".into());
+            return Err(
+                "no API given: anthropic, openai, gemini, or several (anthropic,openai)".into(),
+            );
         }
         Ok(apis)
     }
@@ -162,7 +173,14 @@ impl Mock {
         headers: &HeaderMap,
         body: &[u8],
     ) -> Reply {
-        let path = path.split('?').next().unwrap_or(path);
+        let (path, query) = path.split_once('?').unwrap_or((path, ""));
+        if let Some(g) = gemini::route(path).filter(|_| self.apis_of(host).contains(&Api::Gemini)) {
+            if method != "POST" {
+                let why = format!("Method Not Allowed: {method} {path}");
+                return self.refuse(host, path, 405, &why);
+            }
+            return gemini::answer(self, g, query, headers, body);
+        }
         let route = Route::of(path).filter(|r| self.apis_of(host).contains(&r.api()));
         let Some(route) = route else {
             return self.refuse(host, path, 404, &format!("Not Found: {method} {path}"));
@@ -194,7 +212,9 @@ impl Mock {
         let named = match host.as_deref() {
             Some("api.anthropic.com") => Some(Api::Anthropic),
             Some("api.openai.com") => Some(Api::OpenAi),
+            Some(gemini::HOST) => Some(Api::Gemini),
             _ if path.starts_with("/v1/messages") => Some(Api::Anthropic),
+            _ if path.starts_with("/v1beta/") || gemini::route(path).is_some() => Some(Api::Gemini),
             _ if path.starts_with("/v1/") => Some(Api::OpenAi),
             _ => None,
         };
@@ -223,6 +243,7 @@ impl Mock {
                 anthropic::error(status, kind, message)
             }
             Api::OpenAi => openai::error(status, message, None, None),
+            Api::Gemini => gemini::error(status, message),
         }
     }
 }
@@ -237,7 +258,8 @@ mod tests {
             Api::parse_list("anthropic, OpenAI,anthropic").unwrap(),
             [Api::Anthropic, Api::OpenAi]
         );
-        assert!(Api::parse_list("gemini").unwrap_err().contains("gemini"));
+        assert_eq!(Api::parse_list("gemini").unwrap(), [Api::Gemini]);
+        assert!(Api::parse_list("mistral").unwrap_err().contains("gemini"));
         assert!(Api::parse_list(",").is_err());
     }
 
