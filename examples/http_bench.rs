@@ -9,6 +9,13 @@
 //! http_bench rps ADDR SECONDS [CA]   GET /small (100 bytes) over one keep-alive
 //!                                    connection (TLS when CA is given): "req_per_sec p50_us"
 //! http_bench get ADDR BYTES [CA]     one GET /big/BYTES: "gbit_per_sec"
+//! http_bench answers ADDR SECONDS CONNS
+//!                                    non-streamed Anthropic Messages requests to
+//!                                    `netchaos mock`, CONNS keep-alive connections
+//!                                    at once: "answers_per_sec p50_us"
+//! http_bench streams ADDR N TOKENS RATE
+//!                                    N streamed answers of TOKENS tokens at once:
+//!                                    "median_tokens_per_s worst_deviation_pct"
 //! ```
 
 use std::io::{BufRead, Read, Write};
@@ -27,6 +34,17 @@ fn main() {
         Some("server") => server(&args[1]),
         Some("rps") => rps(addr(), args[2].parse().expect("SECONDS"), ca(3)),
         Some("get") => get(addr(), args[2].parse().expect("BYTES"), ca(3)),
+        Some("answers") => answers(
+            addr(),
+            args[2].parse().expect("SECONDS"),
+            args[3].parse().expect("CONNS"),
+        ),
+        Some("streams") => streams(
+            addr(),
+            args[2].parse().expect("N"),
+            args[3].parse().expect("TOKENS"),
+            args[4].parse().expect("RATE"),
+        ),
         _ => {
             eprintln!(
                 "usage: http_bench server CA_OUT | rps ADDR SECONDS [CA] | get ADDR BYTES [CA]"
@@ -217,4 +235,92 @@ fn get(addr: SocketAddr, bytes: usize, ca: Option<Vec<u8>>) {
     c.flush().unwrap();
     let n = response(c.as_mut(), &mut buf, &mut tmp);
     println!("{:.2}", n as f64 * 8.0 / t.elapsed().as_secs_f64() / 1e9);
+}
+
+/// A Messages request for `tokens` tokens, streamed or not.
+fn messages(tokens: u32, stream: bool, n: usize) -> Vec<u8> {
+    let body = format!(
+        r#"{{"model":"claude-sonnet-4-5","max_tokens":{tokens},"stream":{stream},"messages":[{{"role":"user","content":"question {n}"}}]}}"#
+    );
+    format!(
+        "POST /v1/messages HTTP/1.1\r\nHost: api.anthropic.com\r\nx-api-key: k\r\nanthropic-version: 2023-06-01\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+fn answers(addr: SocketAddr, secs: f64, conns: usize) {
+    let deadline = Instant::now() + Duration::from_secs_f64(secs);
+    let started = Instant::now();
+    let workers: Vec<_> = (0..conns)
+        .map(|w| {
+            std::thread::spawn(move || {
+                let mut c = connect(addr, None);
+                let (mut buf, mut tmp) = (Vec::new(), vec![0u8; 64 * 1024]);
+                let mut times = Vec::new();
+                let mut n = w * 1_000_000;
+                while Instant::now() < deadline {
+                    let t = Instant::now();
+                    c.write_all(&messages(16, false, n)).unwrap();
+                    c.flush().unwrap();
+                    response(c.as_mut(), &mut buf, &mut tmp);
+                    times.push(t.elapsed());
+                    n += 1;
+                }
+                times
+            })
+        })
+        .collect();
+    let mut times: Vec<Duration> = workers
+        .into_iter()
+        .flat_map(|w| w.join().unwrap())
+        .collect();
+    let rate = times.len() as f64 / started.elapsed().as_secs_f64();
+    times.sort();
+    println!(
+        "{rate:.0} {:.1}",
+        times[times.len() / 2].as_secs_f64() * 1e6
+    );
+}
+
+fn streams(addr: SocketAddr, n: usize, tokens: u32, rate: f64) {
+    let start = Arc::new(std::sync::Barrier::new(n));
+    let workers: Vec<_> = (0..n)
+        .map(|k| {
+            let start = start.clone();
+            std::thread::spawn(move || {
+                let mut c = connect(addr, None);
+                start.wait();
+                c.write_all(&messages(tokens, true, k)).unwrap();
+                c.flush().unwrap();
+                // Each delta event's arrival; the stream ends at message_stop.
+                let (mut seen, mut tmp) = (Vec::new(), vec![0u8; 16 * 1024]);
+                let mut arrivals = Vec::new();
+                let mut counted = 0;
+                loop {
+                    let got = c.read(&mut tmp).unwrap();
+                    assert!(got > 0, "the stream ended early");
+                    seen.extend_from_slice(&tmp[..got]);
+                    let text = String::from_utf8_lossy(&seen);
+                    let deltas = text.matches("event: content_block_delta").count();
+                    while counted < deltas {
+                        arrivals.push(Instant::now());
+                        counted += 1;
+                    }
+                    if text.contains("event: message_stop") {
+                        break;
+                    }
+                }
+                let span = (arrivals[arrivals.len() - 1] - arrivals[0]).as_secs_f64();
+                (arrivals.len() - 1) as f64 / span
+            })
+        })
+        .collect();
+    let mut rates: Vec<f64> = workers.into_iter().map(|w| w.join().unwrap()).collect();
+    rates.sort_by(f64::total_cmp);
+    let worst = rates
+        .iter()
+        .map(|r| (r - rate).abs() / rate * 100.0)
+        .fold(0.0, f64::max);
+    println!("{:.1} {worst:.1}", rates[rates.len() / 2]);
 }

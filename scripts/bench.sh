@@ -19,6 +19,9 @@
 #               (an HTTP fault that never fires, so every request is parsed;
 #               HTTPS terminated and re-originated), rounds interleaved; and
 #               the HTTP layer recording every attempt (--records --events)
+#   mock        `netchaos mock`: non-streamed answers per second from 1, 4 and
+#               16 keep-alive connections (ttft 0, the timer's own floor left),
+#               and 200 concurrent streams at 50 tokens/s, each stream's rate
 #   records     a generated event log of 1,000,000 attempt lines judged by
 #               `netchaos records --expect …` (seven checks): wall time and
 #               peak RSS (the issue's bound: ≤ 100 MB, about 15 s or less)
@@ -426,6 +429,20 @@ for v in HD HS HL HR HRP HTD HTL HDP HLP HTDP HTLP GD GL GTD GTL; do
 done
 exec {HTTPD[1]}>&-
 
+# --- mock -----------------------------------------------------------------------
+echo "mock: answers per second, 200 concurrent streams" >&2
+MOCK_FAST=$(free_port) MOCK_PACED=$(free_port)
+"$NC" mock -q --listen "127.0.0.1:$MOCK_FAST" --ttft 0 --tokens-per-s 100000 >/dev/null 2>&1 &
+PIDS+=("$!")
+"$NC" mock -q --listen "127.0.0.1:$MOCK_PACED" --ttft 100ms --tokens-per-s 50 >/dev/null 2>&1 &
+PIDS+=("$!")
+sleep 1
+declare -A MOCK_RPS MOCK_P50
+for c in 1 4 16; do
+  read -r MOCK_RPS[$c] MOCK_P50[$c] < <("$HB" answers "127.0.0.1:$MOCK_FAST" "$SECS" "$c")
+done
+read -r MOCK_STREAM_RATE MOCK_STREAM_WORST < <("$HB" streams "127.0.0.1:$MOCK_PACED" 200 100 50)
+
 # --- records ------------------------------------------------------------------
 # A million attempt lines (8 in 10 answered, the rest 529 or 429, bodies
 # all different), judged by seven checks; the peak RSS of the judging
@@ -585,6 +602,18 @@ PY
   echo "| HTTPS requests/s, HTTP layer (TLS terminated and re-originated) | $HTD /s | $HTL /s | $(ratio "$HTL" "$HTD")× | p50 $HTDP → $HTLP µs ($(python3 -c "print(f'{$HTLP-$HTDP:+.1f}')") µs) |"
   echo "| HTTP download, HTTP layer | $GD Gbit/s | $GL Gbit/s | $(ratio "$GL" "$GD")× | — |"
   echo "| HTTPS download, HTTP layer | $GTD Gbit/s | $GTL Gbit/s | $(ratio "$GTL" "$GTD")× | — |"
+  echo
+  echo "The built-in mock (\`netchaos mock\`): non-streamed Anthropic Messages answers"
+  echo "of 16 tokens (ttft 0: each answer still waits for the timer's 1 ms floor), a"
+  echo "load client of 1, 4 and 16 keep-alive connections for ${SECS}s; and 200 streams"
+  echo "of 100 tokens at once at 50 tokens/s, each stream's rate measured at the client."
+  echo
+  echo "| measure | netchaos | target |"
+  echo "|---|---|---|"
+  for c in 1 4 16; do
+    echo "| answers/s, $c connection(s) | ${MOCK_RPS[$c]} /s (p50 ${MOCK_P50[$c]} µs) | thousands/s |"
+  done
+  echo "| 200 concurrent streams at 50 tokens/s: median rate, worst stream's deviation | ${MOCK_STREAM_RATE} tokens/s, ${MOCK_STREAM_WORST} % | within 10 % |"
   echo
   echo "Request records (drills, issue 43): an event log of 1,000,000 \`attempt\`"
   echo "lines (${REC_MB} MB) judged by \`netchaos records --expect\` with seven checks"
