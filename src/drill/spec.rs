@@ -383,7 +383,7 @@ checks = ["success_rate", "max_attempts=4"]
                 "stop:",
             ),
             (
-                GOOD.replace("[clients]", "mock = [\"gemini\"]\n[clients]"),
+                GOOD.replace("[clients]", "mock = [\"mistral\"]\n[clients]"),
                 "mock",
             ),
             (
