@@ -39,19 +39,37 @@ pub(crate) fn missing_tool(tool: &str) -> bool {
     true
 }
 
-/// Runs netchaos to completion with `args`; returns (exit code, stdout, stderr).
+/// Runs netchaos to completion with `args`; returns (exit code, stdout,
+/// stderr). Bounded: one that does not end in [`NETCHAOS_LIMIT`] (a
+/// command that was meant to be refused, but served) is killed and fails
+/// the test instead of holding the suite.
 pub(crate) fn netchaos(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(BIN)
+    let child = Command::new(BIN)
         .args(args)
         .stdin(Stdio::null())
-        .output()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .expect("run netchaos");
+    let pid = child.id();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let Ok(out) = rx.recv_timeout(NETCHAOS_LIMIT) else {
+        signal(pid, libc::SIGKILL);
+        panic!("netchaos {args:?} did not finish in {NETCHAOS_LIMIT:?}: killed");
+    };
+    let out = out.expect("wait for netchaos");
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
+
+/// The longest [`netchaos`] may run.
+const NETCHAOS_LIMIT: Duration = Duration::from_secs(120);
 
 /// A running `netchaos proxy` (or `server`), stopped with SIGTERM when
 /// dropped.
