@@ -457,6 +457,16 @@ pub(crate) struct Events {
 /// HTTP attempts as they ended: when, and whether each failed.
 type Ended = std::collections::VecDeque<(Instant, bool)>;
 
+/// Lets go of the attempts that ended more than `over` before `now`.
+fn forget_before(w: &mut Ended, now: Instant, over: Duration) {
+    while w
+        .front()
+        .is_some_and(|(t, _)| now.duration_since(*t) > over)
+    {
+        w.pop_front();
+    }
+}
+
 /// Event lines waiting for the writer, at most.
 const LOG_QUEUE: usize = 16 * 1024;
 
@@ -660,12 +670,7 @@ impl Events {
         if let Some((over, w)) = self.window.get() {
             let now = Instant::now();
             let mut w = w.lock().expect("window lock");
-            while w
-                .front()
-                .is_some_and(|(t, _)| now.duration_since(*t) > *over)
-            {
-                w.pop_front();
-            }
+            forget_before(&mut w, now, *over);
             w.push_back((now, failed));
         }
         self.write("attempt", || {
@@ -697,14 +702,8 @@ impl Events {
         let Some((over, w)) = self.window.get() else {
             return (0, 0);
         };
-        let now = Instant::now();
         let mut w = w.lock().expect("window lock");
-        while w
-            .front()
-            .is_some_and(|(t, _)| now.duration_since(*t) > *over)
-        {
-            w.pop_front();
-        }
+        forget_before(&mut w, Instant::now(), *over);
         (w.len(), w.iter().filter(|(_, f)| *f).count())
     }
 

@@ -590,15 +590,7 @@ impl Check {
                 );
             }
             Kind::FallbackShare(min) => {
-                let moved = r
-                    .groups
-                    .iter()
-                    .filter(|a| {
-                        let first = &r.recs[a[0] as usize];
-                        let last = &r.recs[*a.last().expect("an attempt") as usize];
-                        last.ok() && (last.host, last.model) != (first.host, first.model)
-                    })
-                    .count();
+                let moved = r.groups.iter().filter(|a| fell_back(r, a)).count();
                 let share = if n == 0 { 0.0 } else { moved as f64 / n as f64 };
                 v.measured = format!(
                     "{moved}/{n} requests answered by a fallback ({:.1}%, at least {:.1}% asked)",
@@ -771,6 +763,14 @@ fn breaker(
 /// whole and not an error.
 pub(crate) fn served(r: &Records, attempts: &[u32]) -> bool {
     attempts.last().is_some_and(|&i| r.recs[i as usize].ok())
+}
+
+/// Whether a logical request was answered by another target than its
+/// first attempt's (a fallback).
+pub(crate) fn fell_back(r: &Records, attempts: &[u32]) -> bool {
+    let first = &r.recs[attempts[0] as usize];
+    let last = &r.recs[*attempts.last().expect("an attempt") as usize];
+    last.ok() && (last.host, last.model) != (first.host, first.model)
 }
 
 /// A logical request's time, first attempt's start to last's end (ms).

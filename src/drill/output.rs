@@ -209,15 +209,7 @@ pub(crate) struct Summary {
 impl Summary {
     pub(crate) fn of(r: &Records) -> Summary {
         let answered = r.groups.iter().filter(|g| checks::served(r, g)).count();
-        let fallback = r
-            .groups
-            .iter()
-            .filter(|a| {
-                let first = &r.recs[a[0] as usize];
-                let last = &r.recs[*a.last().expect("an attempt") as usize];
-                last.ok() && (last.host, last.model) != (first.host, first.model)
-            })
-            .count();
+        let fallback = r.groups.iter().filter(|a| checks::fell_back(r, a)).count();
         let mut ms: Vec<f64> = r.groups.iter().map(|g| checks::request_ms(r, g)).collect();
         Summary {
             requests: r.groups.len(),
