@@ -10,11 +10,13 @@
 //!                                    connection (TLS when CA is given): "req_per_sec p50_us"
 //! http_bench get ADDR BYTES [CA]     one GET /big/BYTES: "gbit_per_sec"
 //! http_bench answers ADDR SECONDS CONNS
-//!                                    non-streamed Anthropic Messages requests to
-//!                                    `netchaos mock`, CONNS keep-alive connections
-//!                                    at once: "answers_per_sec p50_us"
+//!                                    non-streamed Anthropic Messages requests of one
+//!                                    token (due at once under --ttft 0) to `netchaos
+//!                                    mock`, CONNS keep-alive connections at once:
+//!                                    "answers_per_sec p50_us"
 //! http_bench streams ADDR N TOKENS RATE
-//!                                    N streamed answers of TOKENS tokens at once:
+//!                                    N streamed answers at once, each of at most
+//!                                    TOKENS tokens (the mock's answers run 24 to 96):
 //!                                    "median_tokens_per_s worst_deviation_pct"
 //! ```
 
@@ -178,9 +180,11 @@ fn connect(addr: SocketAddr, ca: Option<Vec<u8>>) -> Box<dyn Conn> {
 }
 
 /// One response: reads its head and `content-length` body; the body size.
+/// Anything but a 200 fails the measurement.
 fn response(c: &mut dyn Conn, buf: &mut Vec<u8>, tmp: &mut [u8]) -> usize {
     loop {
         if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            assert!(buf.starts_with(b"HTTP/1.1 200"), "not a 200");
             let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
             let n: usize = head
                 .lines()
@@ -261,9 +265,10 @@ fn answers(addr: SocketAddr, secs: f64, conns: usize) {
                 let mut n = w * 1_000_000;
                 while Instant::now() < deadline {
                     let t = Instant::now();
-                    c.write_all(&messages(16, false, n)).unwrap();
+                    c.write_all(&messages(1, false, n)).unwrap();
                     c.flush().unwrap();
                     response(c.as_mut(), &mut buf, &mut tmp);
+                    assert!(buf.is_empty(), "one answer per request");
                     times.push(t.elapsed());
                     n += 1;
                 }
@@ -296,18 +301,21 @@ fn streams(addr: SocketAddr, n: usize, tokens: u32, rate: f64) {
                 // Each delta event's arrival; the stream ends at message_stop.
                 let (mut seen, mut tmp) = (Vec::new(), vec![0u8; 16 * 1024]);
                 let mut arrivals = Vec::new();
-                let mut counted = 0;
+                // Whole lines only are looked at, each once.
+                let mut scanned = 0;
                 loop {
                     let got = c.read(&mut tmp).unwrap();
                     assert!(got > 0, "the stream ended early");
                     seen.extend_from_slice(&tmp[..got]);
-                    let text = String::from_utf8_lossy(&seen);
-                    let deltas = text.matches("event: content_block_delta").count();
-                    while counted < deltas {
-                        arrivals.push(Instant::now());
-                        counted += 1;
+                    if scanned == 0 {
+                        assert!(seen.starts_with(b"HTTP/1.1 200"), "not a 200");
                     }
-                    if text.contains("event: message_stop") {
+                    let end = seen.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+                    let fresh = String::from_utf8_lossy(&seen[scanned.min(end)..end]).into_owned();
+                    scanned = end;
+                    let now = Instant::now();
+                    arrivals.extend(fresh.matches("event: content_block_delta").map(|_| now));
+                    if fresh.contains("event: message_stop") {
                         break;
                     }
                 }

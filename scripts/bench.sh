@@ -19,9 +19,9 @@
 #               (an HTTP fault that never fires, so every request is parsed;
 #               HTTPS terminated and re-originated), rounds interleaved; and
 #               the HTTP layer recording every attempt (--records --events)
-#   mock        `netchaos mock`: non-streamed answers per second from 1, 4 and
-#               16 keep-alive connections (ttft 0, the timer's own floor left),
-#               and 200 concurrent streams at 50 tokens/s, each stream's rate
+#   mock        `netchaos mock`: non-streamed one-token answers per second from
+#               1, 4 and 16 keep-alive connections (ttft 0: due at once), and
+#               200 concurrent streams at 50 tokens/s, each stream's rate
 #   records     a generated event log of 1,000,000 attempt lines judged by
 #               `netchaos records --expect …` (seven checks): wall time and
 #               peak RSS (the issue's bound: ≤ 100 MB, about 15 s or less)
@@ -604,9 +604,10 @@ PY
   echo "| HTTPS download, HTTP layer | $GTD Gbit/s | $GTL Gbit/s | $(ratio "$GTL" "$GTD")× | — |"
   echo
   echo "The built-in mock (\`netchaos mock\`): non-streamed Anthropic Messages answers"
-  echo "of 16 tokens (ttft 0: each answer still waits for the timer's 1 ms floor), a"
-  echo "load client of 1, 4 and 16 keep-alive connections for ${SECS}s; and 200 streams"
-  echo "of 100 tokens at once at 50 tokens/s, each stream's rate measured at the client."
+  echo "of one token (ttft 0: due at once), a load client of 1, 4 and 16 keep-alive"
+  echo "connections for ${SECS}s; and 200 streams at once (at most 100 tokens each; the"
+  echo "mock's answers run 24 to 96) at 50 tokens/s, each stream's rate measured at the"
+  echo "client."
   echo
   echo "| measure | netchaos | target |"
   echo "|---|---|---|"

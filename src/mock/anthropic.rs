@@ -45,8 +45,8 @@ pub(crate) fn messages(mock: &Mock, headers: &HeaderMap, body: &[u8]) -> Reply {
     let mut answer = Answer::new(&key, limit);
     // A few words, then the call (as the models say what they are about
     // to do).
-    if call.is_some() {
-        answer.preamble(PREAMBLE);
+    if let Some(c) = &call {
+        answer.preamble(if c.forced { 0 } else { PREAMBLE });
     }
     let timing = mock
         .timing

@@ -53,22 +53,28 @@ pub(crate) fn answer(
     headers: &HeaderMap,
     body: &[u8],
 ) -> Reply {
-    let o = match checked(model, query, headers, body) {
+    let o = match checked(model, query, headers, body, method) {
         Ok(o) => o,
         Err(r) => return r,
     };
     let prompt = count_tokens(
         o.get("contents")
             .into_iter()
-            .chain(o.get("systemInstruction"))
+            // Either spelling, as the REST API takes both.
+            .chain(o.get("systemInstruction").or(o.get("system_instruction")))
             .chain(o.get("tools")),
     );
     if method == Method::CountTokens {
         return Reply::json(200, &json!({"totalTokens": prompt}), Duration::ZERO);
     }
-    let limit = match o
+    let config = o
         .get("generationConfig")
-        .and_then(|g| g.get("maxOutputTokens"))
+        .or(o.get("generation_config"))
+        .cloned()
+        .unwrap_or_default();
+    let limit = match config
+        .get("maxOutputTokens")
+        .or_else(|| config.get("max_output_tokens"))
     {
         None | Some(Value::Null) => None,
         Some(v) => match v.as_u64().filter(|n| *n >= 1) {
@@ -161,6 +167,7 @@ fn checked(
     query: &str,
     headers: &HeaderMap,
     body: &[u8],
+    method: Method,
 ) -> Result<Map<String, Value>, Reply> {
     let keyed = headers.contains_key("x-goog-api-key")
         || headers.contains_key("authorization")
@@ -179,8 +186,14 @@ fn checked(
             ),
         ));
     }
-    let o = reply::object(body)
+    let mut o = reply::object(body)
         .map_err(|e| error(400, &format!("Invalid JSON payload received. {e}")))?;
+    // countTokens takes the contents, or a whole request wrapped.
+    if method == Method::CountTokens
+        && let Some(Value::Object(inner)) = o.get("generateContentRequest").cloned()
+    {
+        o = inner;
+    }
     match o.get("contents") {
         Some(Value::Array(a)) if !a.is_empty() => Ok(o),
         _ => Err(error(
@@ -277,6 +290,33 @@ mod tests {
         let arr = answer(&m, ("gemini-2.5-flash", Method::Stream), "", &keyed(), ASK);
         let v: Value = serde_json::from_slice(&arr.body()).unwrap();
         assert_eq!(v.as_array().unwrap().len(), 4);
+    }
+
+    #[test]
+    fn snake_case_fields_and_a_wrapped_count_are_read() {
+        let m = mock();
+        let snake = br#"{"contents": [{"parts": [{"text": "a b"}]}],
+            "generation_config": {"max_output_tokens": 2}}"#;
+        let r = answer(
+            &m,
+            ("gemini-2.5-flash", Method::Generate),
+            "",
+            &keyed(),
+            snake,
+        );
+        let v: Value = serde_json::from_slice(&r.body()).unwrap();
+        assert_eq!(v["usageMetadata"]["candidatesTokenCount"], 2);
+        let wrapped = br#"{"generateContentRequest": {"model": "models/gemini-2.5-flash",
+            "contents": [{"parts": [{"text": "a b c"}]}]}}"#;
+        let n = answer(
+            &m,
+            ("gemini-2.5-flash", Method::CountTokens),
+            "",
+            &keyed(),
+            wrapped,
+        );
+        let v: Value = serde_json::from_slice(&n.body()).unwrap();
+        assert_eq!(v["totalTokens"], 3);
     }
 
     #[test]

@@ -205,6 +205,7 @@ impl Mock {
     /// or the one whose host or paths it names (Anthropic's paths are
     /// under `/v1/messages`), else the first.
     fn api_for(&self, host: Option<&str>, path: &str) -> Api {
+        let path = path.split('?').next().unwrap_or(path);
         if let [one] = self.apis_of(host) {
             return *one;
         }

@@ -100,7 +100,10 @@ pub(crate) fn chat(mock: &Mock, headers: &HeaderMap, body: &[u8]) -> Reply {
                                 "function": {"name": c.name, "arguments": ""}}]}),
             None => json!({"role": "assistant", "content": "", "refusal": null}),
         };
-        let mut events = vec![(Duration::ZERO, chunk(delta(first, None), None))];
+        // A call's head comes with its arguments, after the time to
+        // first token; text's role at once, as the API sends it.
+        let at = if call.is_some() { done } else { Duration::ZERO };
+        let mut events = vec![(at, chunk(delta(first, None), None))];
         for (t, token) in moments.iter().zip(&answer.tokens) {
             events.push((*t, chunk(delta(json!({"content": token}), None), None)));
         }

@@ -237,7 +237,11 @@ async fn respond(reply: Reply, arrived: Instant) -> Response<Scheduled> {
     } = reply;
     let body = match payload {
         Payload::Whole { at, bytes } => {
-            tokio::time::sleep_until(arrived + at).await;
+            // A moment already past is no wait (the timer would round it
+            // up to its next millisecond).
+            if arrived + at > Instant::now() {
+                tokio::time::sleep_until(arrived + at).await;
+            }
             Scheduled::whole(bytes)
         }
         Payload::Stream(events) => Scheduled::new(arrived, events),

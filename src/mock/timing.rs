@@ -106,8 +106,9 @@ impl Timings {
 /// Reads `GLOB:ttft=800ms±200ms,tokens_per_s=40` (either key may be
 /// left out: `base`'s then).
 pub(crate) fn parse_model(s: &str, base: Timing) -> Result<ModelTiming, String> {
+    // The last colon: a glob may hold one (`ft:gpt-4o*`), a timing not.
     let (glob, rest) = s
-        .split_once(':')
+        .rsplit_once(':')
         .ok_or_else(|| format!("{s:?}: expected GLOB:ttft=DURATION[±JITTER],tokens_per_s=N"))?;
     let glob = glob.trim();
     if glob.is_empty() {

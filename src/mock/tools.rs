@@ -18,21 +18,32 @@ use serde_json::{Map, Value, json};
 pub(crate) struct Call {
     pub(crate) name: String,
     pub(crate) input: Value,
+    /// The request forced it: no words before it.
+    pub(crate) forced: bool,
 }
 
 /// The call an Anthropic Messages request gets, if any.
 pub(crate) fn anthropic(o: &Map<String, Value>) -> Option<Call> {
-    let tools = o.get("tools")?.as_array().filter(|t| !t.is_empty())?;
+    // The user's own tools (a server tool, web search…, is the API's).
+    let tools: Vec<&Value> = o
+        .get("tools")?
+        .as_array()?
+        .iter()
+        .filter(|t| t.get("type").is_none_or(|k| k == "custom"))
+        .collect();
+    if tools.is_empty() {
+        return None;
+    }
     let choice = o.get("tool_choice");
     let kind = choice
         .and_then(|c| c.get("type"))
         .and_then(Value::as_str)
         .unwrap_or("auto");
-    let named = |name: &str| tools.iter().find(|t| t["name"] == name);
+    let named = |name: &str| tools.iter().copied().find(|t| t["name"] == name);
     let tool = match kind {
         "none" => return None,
         "tool" => named(choice?.get("name")?.as_str()?)?,
-        "any" => &tools[0],
+        "any" => tools[0],
         _ => {
             let last = o.get("messages")?.as_array()?.last()?;
             let answered = last["content"]
@@ -41,12 +52,13 @@ pub(crate) fn anthropic(o: &Map<String, Value>) -> Option<Call> {
             if answered {
                 return None;
             }
-            &tools[0]
+            tools[0]
         }
     };
     Some(Call {
         name: tool["name"].as_str().unwrap_or("tool").to_string(),
-        input: example(&tool["input_schema"], 0),
+        input: arguments(&tool["input_schema"]),
+        forced: kind == "tool" || kind == "any",
     })
 }
 
@@ -71,17 +83,67 @@ pub(crate) fn openai(o: &Map<String, Value>) -> Option<Call> {
     };
     Some(Call {
         name: tool["name"].as_str().unwrap_or("tool").to_string(),
-        input: example(&tool["parameters"], 0),
+        input: arguments(&tool["parameters"]),
+        forced: true,
     })
+}
+
+/// A call's arguments: an object always (a tool with no schema gets
+/// `{}`), its `$ref`s resolved against the schema's own definitions.
+fn arguments(schema: &Value) -> Value {
+    match example_in(schema, schema, 0) {
+        v @ Value::Object(_) => v,
+        _ => json!({}),
+    }
 }
 
 /// A value that fits `schema` (the parts of JSON Schema tools use): an
 /// object's required properties (all of them when none is required), an
 /// enum's first value, a string, a number at its minimum or 1, `true`, an
 /// array of one item when it needs one.
+#[cfg(test)]
 pub(crate) fn example(schema: &Value, depth: usize) -> Value {
+    example_in(schema, schema, depth)
+}
+
+/// [`example`], `$ref`s (`#/$defs/…`, `#/definitions/…`) looked up in
+/// `root`; the first branch of `anyOf`/`oneOf` that is not null; `allOf`
+/// merged.
+fn example_in(schema: &Value, root: &Value, depth: usize) -> Value {
     if depth > 8 {
         return Value::Null;
+    }
+    if let Some(r) = schema.get("$ref").and_then(Value::as_str) {
+        let target = r
+            .strip_prefix("#/")
+            .map(|p| p.split('/').fold(root, |v, k| &v[k]))
+            .filter(|t| !t.is_null());
+        return match target {
+            Some(t) => example_in(t, root, depth + 1),
+            None => json!({}),
+        };
+    }
+    for key in ["anyOf", "oneOf"] {
+        if let Some(branches) = schema.get(key).and_then(Value::as_array) {
+            let pick = branches
+                .iter()
+                .find(|b| b.get("type").is_none_or(|t| t != "null"))
+                .or(branches.first());
+            if let Some(b) = pick {
+                return example_in(b, root, depth + 1);
+            }
+        }
+    }
+    if let Some(all) = schema.get("allOf").and_then(Value::as_array) {
+        let mut merged = Map::new();
+        for b in all {
+            match example_in(b, root, depth + 1) {
+                Value::Object(o) => merged.extend(o),
+                other if all.len() == 1 => return other,
+                _ => {}
+            }
+        }
+        return Value::Object(merged);
     }
     if let Some(first) = schema
         .get("enum")
@@ -115,7 +177,7 @@ pub(crate) fn example(schema: &Value, depth: usize) -> Value {
             let mut out = Map::new();
             for (name, s) in props.into_iter().flatten() {
                 if required.is_empty() || required.contains(&name.as_str()) {
-                    out.insert(name.clone(), example(s, depth + 1));
+                    out.insert(name.clone(), example_in(s, root, depth + 1));
                 }
             }
             Value::Object(out)
@@ -126,7 +188,9 @@ pub(crate) fn example(schema: &Value, depth: usize) -> Value {
                 0 => json!([]),
                 n => Value::Array(
                     (0..n.min(8))
-                        .map(|_| example(schema.get("items").unwrap_or(&Value::Null), depth + 1))
+                        .map(|_| {
+                            example_in(schema.get("items").unwrap_or(&Value::Null), root, depth + 1)
+                        })
                         .collect(),
                 ),
             }
@@ -203,6 +267,27 @@ mod tests {
         assert_eq!(openai(&obj(after.clone())), None);
         after["tool_choice"] = json!("required");
         assert_eq!(openai(&obj(after)).unwrap().name, "a");
+    }
+
+    #[test]
+    fn arguments_are_objects_and_follow_what_pydantic_writes() {
+        assert_eq!(arguments(&Value::Null), json!({}));
+        assert_eq!(arguments(&json!({})), json!({}));
+        // A nested model by $ref, an optional field as anyOf with null.
+        let schema = json!({"type": "object", "$defs": {"City": {"type": "object",
+            "properties": {"name": {"type": "string"}}, "required": ["name"]}},
+            "properties": {"city": {"$ref": "#/$defs/City"},
+                           "days": {"anyOf": [{"type": "integer"}, {"type": "null"}]},
+                           "both": {"allOf": [{"$ref": "#/$defs/City"}]}},
+            "required": ["city", "days", "both"]});
+        assert_eq!(
+            arguments(&schema),
+            json!({"city": {"name": "netchaos"}, "days": 1, "both": {"name": "netchaos"}})
+        );
+        // A server tool is not the user's to call.
+        let server = json!({"tools": [{"type": "web_search_20250305", "name": "web_search"}],
+                            "messages": [{"role": "user", "content": "x"}]});
+        assert_eq!(anthropic(&obj(server)), None);
     }
 
     #[test]
