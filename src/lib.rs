@@ -32,6 +32,10 @@
 //! * `events` — the event log (a writer thread), counters, the summary.
 //! * `report` — an event log read back into a model of the run and drawn
 //!   as one self-contained HTML page (`netchaos report`, `--report`).
+//! * `drill` — an event log's `attempt` lines read back as request
+//!   records, grouped into logical requests and judged by named checks
+//!   (`netchaos records`, `--expect`); drill files run the commands under
+//!   test with and without faults (`netchaos drill`).
 //!
 //! Where bytes move:
 //!

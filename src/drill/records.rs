@@ -290,6 +290,8 @@ pub(crate) struct Records {
     pub rule: String,
     /// When the log began and ended (its first and last `t`).
     pub span: (f64, f64),
+    /// A `stop_if` line says the stop condition was crossed.
+    pub stopped: bool,
 }
 
 #[derive(Deserialize)]
@@ -358,19 +360,12 @@ pub(crate) fn read(logs: &[&Path], rule: &GroupBy) -> Result<Records, String> {
     let mut span = (f64::INFINITY, f64::NEG_INFINITY);
     // An offset per log, so that several runs' logs do not overlap.
     let mut offset = 0.0;
+    let mut stopped = false;
     for path in logs {
         let file = std::fs::File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let mut last = 0.0f64;
-        read_one(
-            file,
-            rule,
-            offset,
-            &mut recs,
-            &mut syms,
-            &mut fault_names,
-            &mut last,
-        )
-        .map_err(|e| format!("{}: {e}", path.display()))?;
+        let (last, stop) = read_one(file, rule, offset, &mut recs, &mut syms, &mut fault_names)
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+        stopped |= stop;
         span.0 = span.0.min(offset);
         span.1 = span.1.max(offset + last);
         offset += last + 1.0;
@@ -389,6 +384,7 @@ pub(crate) fn read(logs: &[&Path], rule: &GroupBy) -> Result<Records, String> {
         groups,
         rule,
         span,
+        stopped,
     })
 }
 
@@ -399,8 +395,9 @@ fn read_one(
     recs: &mut Vec<Rec>,
     syms: &mut Syms,
     fault_names: &mut Vec<String>,
-    last: &mut f64,
-) -> Result<(), String> {
+) -> Result<(f64, bool), String> {
+    // The log's last `t`, and whether it says its stop condition crossed.
+    let (mut last, mut stopped) = (0.0f64, false);
     let mut reader = BufReader::with_capacity(1 << 20, file);
     let mut line = String::new();
     let group_header = match rule {
@@ -421,15 +418,16 @@ fn read_one(
         // Most lines are not attempts: told apart without parsing them.
         if !text.contains("\"event\":\"attempt\"") {
             if let Some(t) = quick_t(text) {
-                *last = last.max(t);
+                last = last.max(t);
             }
+            stopped |= text.contains("\"event\":\"stop_if\"");
             continue;
         }
         let l: Line<'_> = match serde_json::from_str(text) {
             Ok(l) => l,
             Err(e) => return Err(format!("line {n}: not an event line ({e})")),
         };
-        *last = last.max(l.t);
+        last = last.max(l.t);
         if l.event != "attempt" {
             continue;
         }
@@ -479,7 +477,7 @@ fn read_one(
             failure: Failure::of(l.error.as_deref()),
         });
     }
-    Ok(())
+    Ok((last, stopped))
 }
 
 /// A line's `t`, read without parsing the line (it comes second).
@@ -586,18 +584,8 @@ pub(crate) fn empty() -> Records {
         groups: Groups::default(),
         rule: String::new(),
         span: (0.0, 0.0),
+        stopped: false,
     }
-}
-
-/// Whether a log says its stop condition was crossed (`stop_if`).
-pub(crate) fn stopped(log: &Path) -> bool {
-    let Ok(f) = std::fs::File::open(log) else {
-        return false;
-    };
-    BufReader::new(f)
-        .lines()
-        .map_while(Result::ok)
-        .any(|l| l.contains("\"event\":\"stop_if\""))
 }
 
 /// A logical request's number and attempts, as messages name it:
@@ -716,6 +704,7 @@ pub(crate) mod tests {
             groups,
             rule,
             span: (0.0, 100.0),
+            stopped: false,
         }
     }
 

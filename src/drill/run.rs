@@ -249,7 +249,7 @@ fn one(
     }
     match records::read(&[log.as_path()], &drill.group_by) {
         Ok(r) => {
-            run.aborted = records::stopped(&log);
+            run.aborted = r.stopped;
             run.summary = Summary::of(&r);
             run.request_ms = r
                 .groups

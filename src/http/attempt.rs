@@ -46,6 +46,8 @@ pub(crate) struct Attempt {
     host: Option<String>,
     headers: Vec<(String, String)>,
     marks: Mutex<Marks>,
+    /// Its first body byte went out: later chunks take no lock.
+    body_seen: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Attempt {
@@ -154,6 +156,7 @@ impl Attempt {
             host: host.map(str::to_string),
             headers,
             marks: Mutex::default(),
+            body_seen: Default::default(),
         }))
     }
 
@@ -210,6 +213,10 @@ impl Attempt {
 
     /// A body byte goes out to the client now.
     pub(crate) fn body_out(&self) {
+        use std::sync::atomic::Ordering::Relaxed;
+        if self.body_seen.swap(true, Relaxed) {
+            return;
+        }
         let at = self.begun.elapsed();
         let mut m = self.marks();
         if m.first.is_none() {

@@ -28,8 +28,10 @@ struct PageData<'a> {
     runs: usize,
 }
 
-/// Escapes text for HTML content and attribute values.
-fn esc(s: &str) -> String {
+/// Escapes text for HTML (and XML) content and attribute values. A
+/// control character other than a tab or a line end, which neither
+/// allows, becomes a space.
+pub(crate) fn esc(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         match c {
@@ -38,6 +40,7 @@ fn esc(s: &str) -> String {
             '>' => out.push_str("&gt;"),
             '"' => out.push_str("&quot;"),
             '\'' => out.push_str("&#39;"),
+            c if (c as u32) < 0x20 && !matches!(c, '\t' | '\n' | '\r') => out.push(' '),
             c => out.push(c),
         }
     }
