@@ -705,6 +705,15 @@ fn bad_drills_and_checks_are_refused_before_anything_runs() {
     let (code, _, err) = netchaos(&["run", "--expect", "sucess_rate", "--", "true"]);
     assert_eq!(code, 2);
     assert!(err.contains("did you mean \"success_rate\""), "{err}");
+    let (code, _, err) = netchaos(&["run", "--group-by", "bodies", "--", "true"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("group_by \"bodies\": expected auto"), "{err}");
+    let (code, _, err) = netchaos(&["run", "--mock-model", "opus", "--", "true"]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("--mock-model \"opus\": expected GLOB:"),
+        "{err}"
+    );
     let (code, _, err) = netchaos(&[
         "proxy",
         "--listen",
