@@ -146,6 +146,13 @@ pub struct EventsArg {
     /// under --tls or --mock only.
     #[arg(long)]
     pub records: bool,
+    /// Record what real upstreams answer into DIR (made if need be), one
+    /// JSON file per exchange with the moments of its bytes, credentials
+    /// redacted: a cassette for --mock-from to replay. Only an exchange
+    /// no fault acted on is recorded; HTTPS under --tls only. Implies
+    /// --records.
+    #[arg(long, value_name = "DIR")]
+    pub record: Option<PathBuf>,
     /// How --expect groups HTTP attempts into logical requests: auto,
     /// body, retry-count, attempt or header:NAME.
     #[arg(long, value_name = "RULE", default_value = "auto")]
@@ -166,6 +173,7 @@ impl Default for EventsArg {
             report: None,
             expect: Vec::new(),
             records: false,
+            record: None,
             group_by: "auto".into(),
             stop_if: None,
         }
@@ -1105,9 +1113,21 @@ pub struct MockFlags {
     /// match wins): 'claude-opus-*:ttft=800ms±200ms,tokens_per_s=40'.
     #[arg(long, value_name = "GLOB:TIMING")]
     pub mock_model: Vec<String>,
+    /// Answer from the recorded or canned answers in DIR first (a
+    /// directory of JSON files, as --record writes them; repeatable). The
+    /// hosts they name are mocked, never dialled: a request to one that
+    /// nothing there matches gets a 404 marked `x-netchaos-mock:
+    /// unrecorded` (or, for a host --mock names too, a made-up answer).
+    #[arg(long, value_name = "DIR")]
+    pub mock_from: Vec<PathBuf>,
 }
 
 impl MockFlags {
+    /// Loads --mock-from's answers (and the profiles') into `plan`.
+    pub(crate) fn load_cassette(&self, plan: &mut plan::Plan) -> Result<()> {
+        Ok(plan.load_cassette(&self.mock_from)?)
+    }
+
     pub(crate) fn timing(&self) -> Result<crate::mock::Timings> {
         mock_timing(
             &self.mock_ttft,
@@ -1137,6 +1157,11 @@ pub struct MockArgs {
     /// (anthropic,openai,gemini), told apart by path.
     #[arg(long, value_name = "API[,API]", default_value = "anthropic,openai")]
     pub api: String,
+    /// Answer from the recorded or canned answers in DIR first (as
+    /// --record writes them; repeatable); what they do not match is made
+    /// up as usual.
+    #[arg(long = "from", visible_alias = "mock-from", value_name = "DIR")]
+    pub from: Vec<PathBuf>,
     #[command(flatten)]
     pub timing: MockTiming,
 }

@@ -259,6 +259,9 @@ pub(crate) struct MockSpec {
     pub host: String,
     pub api: crate::mock::Api,
     pub loc: String,
+    /// Named by a cassette only (`--mock-from`): answered from it, not
+    /// made up.
+    pub replay_only: bool,
 }
 
 impl MockSpec {
@@ -272,6 +275,7 @@ impl MockSpec {
                 host: api.host().to_string(),
                 api,
                 loc: loc.clone(),
+                replay_only: false,
             })
             .collect())
     }
@@ -356,6 +360,11 @@ pub(crate) struct Plan {
     pub tls_intercept: bool,
     /// Hosts the built-in mock answers for.
     pub mocks: Vec<MockSpec>,
+    /// Cassette directories profiles name (`[[mocks]] from`), and where.
+    pub cassette_dirs: Vec<(std::path::PathBuf, String)>,
+    /// Recorded and canned answers the mock gives first, once loaded
+    /// ([`Plan::load_cassette`]).
+    pub cassette: Option<std::sync::Arc<crate::mock::cassette::Cassette>>,
 }
 
 impl Plan {
@@ -411,7 +420,9 @@ impl Plan {
         }
         let mut hosts: std::collections::HashMap<&str, &MockSpec> =
             std::collections::HashMap::new();
-        for m in &self.mocks {
+        // A cassette's host speaks what the files hold, whatever API its
+        // paths suggest.
+        for m in self.mocks.iter().filter(|m| !m.replay_only) {
             match hosts.insert(&m.host, m) {
                 Some(o) if o.api != m.api => {
                     return Err(ProfileError::new(
@@ -444,9 +455,83 @@ impl Plan {
     /// The mocked hosts, each once, with its API.
     pub(crate) fn mocked_hosts(&self) -> Vec<(String, crate::mock::Api)> {
         let mut out: Vec<(String, crate::mock::Api)> = Vec::new();
-        for m in &self.mocks {
+        // A host --mock names speaks its API, whatever a cassette says.
+        let mut mocks: Vec<&MockSpec> = self.mocks.iter().collect();
+        mocks.sort_by_key(|m| m.replay_only);
+        for m in mocks {
             if !out.iter().any(|(h, _)| *h == m.host) {
                 out.push((m.host.clone(), m.api));
+            }
+        }
+        out
+    }
+
+    /// Loads the cassettes profiles name and `flagged` (`--mock-from`):
+    /// their hosts mocked (after the others), their answers given first.
+    pub(crate) fn load_cassette(
+        &mut self,
+        flagged: &[std::path::PathBuf],
+    ) -> Result<(), ProfileError> {
+        let mut dirs: Vec<(std::path::PathBuf, String)> = self.cassette_dirs.clone();
+        for d in flagged {
+            dirs.push((d.clone(), format!("--mock-from {}", d.display())));
+        }
+        if dirs.is_empty() {
+            return Ok(());
+        }
+        // Each on its own first: an error names where it was given.
+        for (d, loc) in &dirs {
+            crate::mock::cassette::Cassette::load(std::slice::from_ref(d))
+                .map_err(|e| ProfileError::new(loc, e))?;
+        }
+        let all: Vec<std::path::PathBuf> = dirs.iter().map(|(d, _)| d.clone()).collect();
+        let c = crate::mock::cassette::Cassette::load(&all)
+            .map_err(|e| ProfileError::new(&dirs[0].1, e))?;
+        let loc = dirs
+            .iter()
+            .map(|(_, l)| l.as_str())
+            .collect::<Vec<_>>()
+            .join(", ");
+        let hosts = c.hosts();
+        if hosts.is_empty() && self.mocks.is_empty() {
+            return Err(ProfileError::new(
+                &loc,
+                "its answers name no host, so no connection would reach them: give each \
+                 request a \"host\", or --mock API for the hosts they answer",
+            ));
+        }
+        for (host, api) in hosts {
+            if !is_mockable_host(&host) {
+                return Err(ProfileError::new(
+                    &loc,
+                    format!(
+                        "{host:?} is not a host name the mock can stand in for (an address \
+                         cannot be): record through a name"
+                    ),
+                ));
+            }
+            self.mocks.push(MockSpec {
+                host,
+                api,
+                loc: loc.clone(),
+                replay_only: true,
+            });
+        }
+        self.cassette = Some(std::sync::Arc::new(c));
+        Ok(())
+    }
+
+    /// Mocked hosts answered from the cassette only.
+    pub(crate) fn replay_only_hosts(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for m in &self.mocks {
+            let only = self
+                .mocks
+                .iter()
+                .filter(|x| x.host == m.host)
+                .all(|x| x.replay_only);
+            if only && !out.contains(&m.host) {
+                out.push(m.host.clone());
             }
         }
         out

@@ -2,7 +2,9 @@
 //! `anthropic` and `openai`, pointed at it by `base_url`: their JSON and
 //! streaming calls parse, token counting works, a malformed request
 //! raises the SDK's own error, a seed replays its answers, and the timing
-//! model holds at the client.
+//! model holds at the client; and its cassettes: what `--record` kept of
+//! a real upstream replays byte for byte with its timing under
+//! `--mock-from`, and canned answers written by hand answer per route.
 
 mod support;
 
@@ -530,10 +532,37 @@ fn mocks_are_checked_and_refused_where_they_cannot_work() {
         assert_eq!(rc, 2, "{text}: {err}");
         assert!(err.contains(says), "{text}: {err}");
     }
+    // A cassette named by a profile, relative to it: checked as a run
+    // reads it, its hosts listed.
+    std::fs::create_dir(dir.path().join("cas")).unwrap();
+    write(
+        "cas/a.json",
+        r#"{"request": {"host": "llm.internal", "path": "/v1/messages"}, "response": {}}"#,
+    );
+    let from = write("from.toml", "[[mocks]]\nfrom = \"cas\"\n");
+    let (rc, out, err) = netchaos(&["check", &from]);
+    assert_eq!(rc, 0, "{err}");
+    assert!(out.contains("mock llm.internal: answered"), "{out}");
+    write(
+        "cas/b.json",
+        r#"{"request": {}, "response": {"status": 1000}}"#,
+    );
+    let (rc, _, err) = netchaos(&["check", &from]);
+    assert_eq!(rc, 2, "{err}");
+    assert!(
+        err.contains("mocks[0]") && err.contains("b.json: response status 1000"),
+        "{err}"
+    );
+    let both = write("both.toml", "[[mocks]]\nfrom = \"cas\"\napi = \"openai\"\n");
+    let (rc, _, err) = netchaos(&["check", &both]);
+    assert_eq!(rc, 2, "{err}");
+    assert!(err.contains("stands alone"), "{err}");
     for args in [
         &["run", "--in-place", "--mock", "openai", "--", "true"][..],
         &["run", "--mock", "mistral", "--", "true"][..],
         &["server", "-p", &good][..],
+        &["server", "-p", &from][..],
+        &["run", "--in-place", "-p", &from, "--", "true"][..],
     ] {
         let (rc, _, err) = netchaos(args);
         assert_eq!(rc, 2, "{args:?}: {err}");
@@ -875,4 +904,312 @@ except errors.ClientError as e:
     let (rc, out, err) = run(&["-p", "llm-stream-error"], "broken");
     assert_eq!(rc, 0, "{out}\n{err}");
     assert!(out.starts_with("broken ServerError 500"), "{out}\n{err}");
+}
+
+/// `tests/support/dnsd.py` answering `names` (NAME=IP), and a resolver
+/// file pointing at it; stopped on drop.
+struct Dnsd {
+    child: std::process::Child,
+    _dir: tempfile::TempDir,
+    resolv: String,
+}
+
+impl Dnsd {
+    fn start(names: &[&str]) -> Dnsd {
+        let mut child = Command::new("python3")
+            .arg(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/support/dnsd.py"
+            ))
+            .args(names)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.as_mut().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        let port: u16 = line.trim().parse().expect("dnsd's port");
+        let dir = tempfile::tempdir().unwrap();
+        let resolv = dir.path().join("resolv.conf");
+        std::fs::write(&resolv, format!("nameserver 127.0.0.1:{port}\n")).unwrap();
+        Dnsd {
+            child,
+            resolv: resolv.display().to_string(),
+            _dir: dir,
+        }
+    }
+}
+
+impl Drop for Dnsd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The client both runs of the record/replay test use: the SDK's JSON
+/// call (HTTP/1.1), a stream read raw with httpx (HTTP/1.1) and one with
+/// curl over h2c; the streams' bytes hashed, and the moments of their
+/// first token and last byte.
+const RECORDED_CLIENT: &str = r#"
+import hashlib, subprocess, sys, time, anthropic, httpx
+base = sys.argv[1]
+c = anthropic.Anthropic(base_url=base, api_key="sk-ant-secret-1", max_retries=0)
+m = c.messages.create(model="claude-x", max_tokens=6, messages=[{"role": "user", "content": "hi"}])
+print("json", m.id, m.content[0].text, m.usage.output_tokens)
+ask = {"model": "claude-x", "max_tokens": 12, "stream": True,
+       "messages": [{"role": "user", "content": "tell me"}]}
+t0 = time.monotonic()
+raw, first = b"", None
+with httpx.stream("POST", base + "/v1/messages", json=ask,
+                  headers={"x-api-key": "sk-ant-secret-2", "anthropic-version": "2023-06-01"}) as r:
+    for b in r.iter_raw():
+        raw += b
+        if first is None and b"content_block_delta" in raw:
+            first = time.monotonic() - t0
+last = time.monotonic() - t0
+print("h1", r.status_code, r.headers["request-id"], hashlib.sha256(raw).hexdigest())
+print("h1-times %.3f %.3f" % (first, last))
+out = subprocess.run(["curl", "-sS", "--http2-prior-knowledge", "-N", base + "/v1/messages",
+    "-H", "x-api-key: sk-ant-secret-3", "-H", "anthropic-version: 2023-06-01",
+    "-H", "content-type: application/json", "-d", '{"model":"claude-x","max_tokens":4,"stream":true,'
+    '"messages":[{"role":"user","content":"h2"}]}', "-w", "\n%{http_version} %{http_code}"],
+    capture_output=True, check=True).stdout
+body, _, tail = out.rpartition(b"\n")
+print("h2", tail.decode(), hashlib.sha256(body).hexdigest(), body.count(b"content_block_delta"))
+"#;
+
+/// `--record DIR` keeps what the test's own upstream (a `netchaos mock`
+/// on 127.0.0.2, reached by name through the test's resolver) answered,
+/// keys redacted; `--mock-from DIR` replays it with that upstream and
+/// resolver gone: the same bytes over HTTP/1.1 and h2c, the same request
+/// ids, and the timing's shape (first token ~300 ms, then 40 tokens/s).
+#[test]
+fn a_recorded_exchange_replays_byte_identical_with_its_timing() {
+    if !has_sdk("anthropic") || !has_sdk("httpx") || !need(&["ip", "nft", "curl"]) {
+        return;
+    }
+    let up = Proxy::start_cmd(
+        "mock",
+        &[
+            "--listen",
+            "127.0.0.2:0",
+            "--ttft",
+            "300ms",
+            "--tokens-per-s",
+            "40",
+        ],
+    );
+    let port = up.addrs[0].port();
+    let dns = Dnsd::start(&["llm.test=127.0.0.2"]);
+    let dir = tempfile::tempdir().unwrap();
+    let cas = dir.path().join("cassette");
+    let cas_s = cas.display().to_string();
+    let base = format!("http://llm.test:{port}");
+    let (code, recorded, err) = wrapped(
+        &["--record", &cas_s, "--resolv-conf", &dns.resolv],
+        &["python3", "-c", RECORDED_CLIENT, &base],
+    );
+    assert_eq!(code, 0, "{recorded}\n{err}");
+    assert!(err.contains("recorded 3 exchange(s) into"), "{err}");
+    drop(up);
+    drop(dns);
+    let files: Vec<_> = std::fs::read_dir(&cas)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(files.len(), 3, "{files:?}");
+    for f in &files {
+        let text = std::fs::read_to_string(f).unwrap();
+        assert!(!text.contains("sk-ant-secret"), "a key was kept: {text}");
+        assert!(text.contains("[redacted]"), "{text}");
+    }
+    let (_none, resolv) = no_resolver();
+    let events = dir.path().join("replay.jsonl");
+    let (code, replayed, err) = wrapped(
+        &[
+            "--mock-from",
+            &cas_s,
+            "--resolv-conf",
+            &resolv,
+            "--events",
+            events.to_str().unwrap(),
+        ],
+        &["python3", "-c", RECORDED_CLIENT, &base],
+    );
+    assert_eq!(code, 0, "{replayed}\n{err}");
+    let same = |l: &str| !l.starts_with("h1-times");
+    let rec: Vec<&str> = recorded.lines().filter(|l| same(l)).collect();
+    let rep: Vec<&str> = replayed.lines().filter(|l| same(l)).collect();
+    assert_eq!(rec.len(), 3, "{recorded}");
+    assert_eq!(rep, rec, "the replay gives the recorded bytes\n{err}");
+    assert!(rec[2].starts_with("h2 2 200 "), "{recorded}");
+    let times = |out: &str| -> (f64, f64) {
+        let l = out.lines().find(|l| l.starts_with("h1-times")).unwrap();
+        let v: Vec<f64> = l.split(' ').skip(1).map(|x| x.parse().unwrap()).collect();
+        (v[0], v[1])
+    };
+    let ((f0, l0), (f1, l1)) = (times(&recorded), times(&replayed));
+    // Lower bounds hold however busy the machine: the replay waits as
+    // the upstream did (first token ~300 ms, 11 more at 40/s ~ 275 ms).
+    assert!(f0 >= 0.28 && f1 >= 0.8 * f0, "first token: {f0} then {f1}");
+    assert!(
+        l1 - f1 >= 0.8 * (l0 - f0),
+        "stream: {f0}..{l0} then {f1}..{l1}"
+    );
+    assert!(f1 < f0 + 1.0 && l1 < l0 + 2.0, "{f0}..{l0} then {f1}..{l1}");
+    let log = read_events(&events);
+    assert!(
+        log.iter()
+            .filter(|e| e["event"] == "open")
+            .all(|o| o["mock"].is_string() && o["host"] == "llm.test"),
+        "every connection went to the mock"
+    );
+    assert!(!log.iter().any(|e| e["event"] == "error"), "{log:?}");
+}
+
+/// Canned answers written by hand, per route: under `run --mock-from`
+/// with the SDK's default host (a request nothing matches is the API's
+/// 404, marked unrecorded), and under `netchaos mock --from` beside the
+/// made-up answers; an SSE body spaced `every_ms` apart streams so.
+#[test]
+fn canned_answers_per_route_answer_the_sdks() {
+    if !has_sdk("anthropic") || !has_sdk("openai") || !need(&["ip", "nft"]) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("messages.json"),
+        r#"{"request": {"method": "POST", "host": "api.anthropic.com", "path": "/v1/messages"},
+            "response": {"status": 200, "head_ms": 50, "headers": [["request-id", "req_canned"]],
+              "body": {"id": "msg_canned", "type": "message", "role": "assistant",
+                       "model": "claude-x", "content": [{"type": "text", "text": "canned answer"}],
+                       "stop_reason": "end_turn", "stop_sequence": null,
+                       "usage": {"input_tokens": 3, "output_tokens": 2}}}}"#,
+    )
+    .unwrap();
+    let sse = (0..5)
+        .map(|i| {
+            format!(
+                "data: {{\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"g\",\
+                 \"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"w{i} \"}},\"finish_reason\":null}}]}}\n\n"
+            )
+        })
+        .collect::<String>()
+        + "data: [DONE]\n\n";
+    std::fs::write(dir.path().join("chat.sse"), sse).unwrap();
+    std::fs::write(
+        dir.path().join("chat.json"),
+        r#"{"request": {"host": "api.openai.com", "path": "/v1/chat/completions"},
+            "response": {"headers": [["content-type", "text/event-stream"]],
+                         "body_file": "chat.sse", "every_ms": 60}}"#,
+    )
+    .unwrap();
+    let code = r#"
+import sys, time, anthropic, openai
+kw = {"base_url": sys.argv[1]} if len(sys.argv) > 1 else {}
+a = anthropic.Anthropic(api_key="dummy", max_retries=0, **kw)
+r = a.messages.with_raw_response.create(model="claude-x", max_tokens=5,
+                                        messages=[{"role": "user", "content": "hi"}])
+print("anthropic", r.parse().content[0].text, r.request_id)
+try:
+    print("count", a.messages.count_tokens(model="claude-x", messages=[{"role": "user", "content": "hi"}]).input_tokens)
+except anthropic.NotFoundError as e:
+    print("count", type(e).__name__, e.response.headers.get("x-netchaos-mock"), "nothing in" in str(e))
+okw = {"base_url": sys.argv[1] + "/v1"} if len(sys.argv) > 1 else {}
+o = openai.OpenAI(api_key="dummy", max_retries=0, **okw)
+t0 = time.monotonic()
+parts = [ch.choices[0].delta.content for ch in o.chat.completions.create(
+    model="g", messages=[{"role": "user", "content": "hi"}], stream=True)]
+print("openai", "".join(parts).strip(), "%.2f" % (time.monotonic() - t0))
+"#;
+    let (_none, resolv) = no_resolver();
+    let cas = dir.path().display().to_string();
+    let (rc, out, err) = wrapped(
+        &["--mock-from", &cas, "--resolv-conf", &resolv],
+        &["python3", "-c", code],
+    );
+    assert_eq!(rc, 0, "{out}\n{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines[0], "anthropic canned answer req_canned",
+        "{out}\n{err}"
+    );
+    assert_eq!(
+        lines[1], "count NotFoundError unrecorded True",
+        "{out}\n{err}"
+    );
+    assert!(lines[2].starts_with("openai w0 w1 w2 w3 w4 "), "{out}");
+    let secs: f64 = lines[2].rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(secs >= 0.24, "five events 60 ms apart: {secs}");
+    // Standalone: what the cassette does not hold is made up.
+    let m = mock(&["--from", &cas, "--ttft", "5ms", "--tokens-per-s", "2000"]);
+    let base = format!("http://{}", m.addrs[0]);
+    let (rc, out, err) = python(code, &[&base]);
+    assert_eq!(rc, 0, "{out}\n{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], "anthropic canned answer req_canned", "{out}");
+    assert_eq!(lines[1], "count 2", "made up: {out}");
+    assert!(lines[2].starts_with("openai w0 w1 w2 w3 w4 "), "{out}");
+}
+
+/// A cassette that cannot be used stops the run before anything starts,
+/// saying which file and why.
+#[test]
+fn bad_cassettes_are_refused_before_it_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad");
+    std::fs::create_dir(&bad).unwrap();
+    std::fs::write(
+        bad.join("x.json"),
+        r#"{"request": {}, "response": {"status": 42}}"#,
+    )
+    .unwrap();
+    let hostless = dir.path().join("hostless");
+    std::fs::create_dir(&hostless).unwrap();
+    std::fs::write(
+        hostless.join("a.json"),
+        r#"{"request": {"path": "/v1/messages"}, "response": {}}"#,
+    )
+    .unwrap();
+    let file = dir.path().join("file");
+    std::fs::write(&file, "").unwrap();
+    let s = |p: &std::path::Path| p.display().to_string();
+    let missing = s(&dir.path().join("missing"));
+    for (args, says) in [
+        (
+            vec!["run", "--mock-from", &missing, "--", "true"],
+            "No such file",
+        ),
+        (
+            vec!["run", "--mock-from", &s(&bad), "--", "true"],
+            "x.json: response status 42",
+        ),
+        (
+            vec!["run", "--mock-from", &s(&hostless), "--", "true"],
+            "name no host",
+        ),
+        (vec!["mock", "--from", &s(&bad)], "status 42"),
+        (vec!["run", "--record", &s(&file), "--", "true"], "--record"),
+        (
+            vec![
+                "proxy",
+                "--mock-from",
+                &missing,
+                "--listen",
+                "127.0.0.1:0",
+                "--upstream",
+                "a.test:1",
+            ],
+            "missing",
+        ),
+    ] {
+        let (rc, _, err) = netchaos(&args);
+        assert_eq!(rc, 2, "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
 }

@@ -175,6 +175,7 @@ pub(super) fn attach(g: &Global, args: &AttachArgs) -> Result<u8> {
 pub(super) fn in_place(g: &Global, args: &RunArgs) -> Result<u8> {
     let mut plan = profile::build_plan(&args.faults.profiles, &args.faults.faults, g.seed)?;
     plan.mocks.extend(args.mock.specs()?);
+    args.mock.load_cassette(&mut plan)?;
     super::mocked::refuse(&plan, "run --in-place")?;
     if let Some(d) = args.duration {
         stop_faults_after(&mut plan, d);

@@ -14,6 +14,14 @@ pub(super) fn run(g: &Global, args: &MockArgs) -> Result<u8> {
         .map_err(|e| Error::Usage(format!("--listen {}: expected {e}", args.listen)))?;
     let apis = Api::parse_list(&args.api).map_err(|e| Error::Usage(format!("--api: {e}")))?;
     let timing = args.timing.timing()?;
+    let cassette = match args.from.is_empty() {
+        true => None,
+        false => Some(
+            crate::mock::cassette::Cassette::load(&args.from)
+                .map_err(Error::Usage)?
+                .any_host(),
+        ),
+    };
     let seed = g.seed.unwrap_or_else(rand::random);
     let rt = runtime()?;
     rt.block_on(async {
@@ -37,7 +45,12 @@ pub(super) fn run(g: &Global, args: &MockArgs) -> Result<u8> {
             }
             eprintln!("netchaos: clients: {} (any API key)", hints.join(" "));
         }
-        let mock = Arc::new(Mock::new(apis, seed, timing));
+        let mut mock = Mock::new(apis, seed, timing);
+        if let Some(c) = cassette {
+            eprintln!("netchaos: answering from {} first", c.dirs);
+            mock = mock.with_cassette(Arc::new(c), Vec::new());
+        }
+        let mock = Arc::new(mock);
         let stop = tokio_util::sync::CancellationToken::new();
         let serving = tokio::spawn(Server::new(mock, None).serve(listener, stop.clone()));
         // Handlers before "ready": a signal sent on reading it must find them.

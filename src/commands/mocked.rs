@@ -52,7 +52,11 @@ pub(crate) async fn start(
             apis.push(*api);
         }
     }
-    let mock = Arc::new(Mock::new(apis, plan.seed, timing).with_hosts(&hosts));
+    let mut mock = Mock::new(apis, plan.seed, timing).with_hosts(&hosts);
+    if let Some(c) = &plan.cassette {
+        mock = mock.with_cassette(c.clone(), plan.replay_only_hosts());
+    }
+    let mock = Arc::new(mock);
     let counted = events.clone();
     let observer: crate::mock::server::Observer = Arc::new(move |status| {
         counted.stats.mock_answers.fetch_add(1, Ordering::Relaxed);
@@ -73,6 +77,9 @@ pub(crate) async fn start(
             "netchaos: the built-in mock answers for {} (never dialled)",
             names.join(", ")
         );
+        if let Some(c) = &plan.cassette {
+            eprintln!("netchaos: the mock answers from {} first", c.dirs);
+        }
     }
     Ok(Some(Running { stands, stop, task }))
 }
@@ -80,11 +87,12 @@ pub(crate) async fn start(
 /// `--mock` and `[[mocks]]` where they cannot work (`attach`, `run
 /// --in-place`, `server`): refused before anything starts.
 pub(crate) fn refuse(plan: &Plan, command: &str) -> Result<()> {
-    match plan.mocks.first() {
-        Some(m) => Err(Error::Usage(format!(
+    let first = plan.mocks.first().map(|m| &m.loc);
+    match first.or(plan.cassette_dirs.first().map(|(_, loc)| loc)) {
+        Some(loc) => Err(Error::Usage(format!(
             "{}: the built-in mock works under `netchaos run` and `netchaos proxy`, not `{command}` \
              (`netchaos mock` serves it on a port of its own)",
-            m.loc
+            loc
         ))),
         None => Ok(()),
     }

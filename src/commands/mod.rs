@@ -202,7 +202,11 @@ pub(crate) fn open_events(log: &crate::cli::EventsArg) -> Result<Recording> {
         None => None,
     };
     // The records --expect judges and --stop-if counts are the log's.
-    let records = log.records || !checks.is_empty() || stop_if.is_some();
+    let records = log.records || log.record.is_some() || !checks.is_empty() || stop_if.is_some();
+    if let Some(dir) = &log.record {
+        crate::http::tape::start(dir)
+            .map_err(|e| Error::Usage(format!("--record {}: {e}", dir.display())))?;
+    }
     let needs_log = report.is_some() || records;
     let (file, path, temporary) = match &log.events {
         Some(p) => (
@@ -284,6 +288,11 @@ impl Recording {
             && !quiet()
         {
             eprintln!("netchaos: report written to {}", out.display());
+        }
+        if let Some((dir, n)) = crate::http::tape::written()
+            && !quiet()
+        {
+            eprintln!("netchaos: recorded {n} exchange(s) into {}", dir.display());
         }
         let Some(x) = &self.expect else { return true };
         let judged = crate::drill::records::read(&[x.log.as_path()], &x.rule).map(|r| {

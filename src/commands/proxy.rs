@@ -18,6 +18,7 @@ pub(super) fn run(g: &Global, args: &ProxyArgs, m: &ArgMatches) -> Result<u8> {
     let mut plan = profile::build_plan(&args.faults.profiles, &args.faults.faults, g.seed)?;
     plan.proxies.extend(crate::cli::proxy_pairs(m)?);
     plan.mocks.extend(args.mock.specs()?);
+    args.mock.load_cassette(&mut plan)?;
     plan.validate()?;
     let mock_timing = args.mock.timing()?;
     warn_if_nothing_mocked(&plan);

@@ -49,6 +49,7 @@ impl RunConfig {
     fn from_args(g: &Global, args: &RunArgs) -> Result<RunConfig> {
         let mut plan = profile::build_plan(&args.faults.profiles, &args.faults.faults, g.seed)?;
         plan.mocks.extend(args.mock.specs()?);
+        args.mock.load_cassette(&mut plan)?;
         plan.validate()?;
         let mock_timing = args.mock.timing()?;
         if let Some(d) = args.duration {

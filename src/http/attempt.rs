@@ -8,13 +8,15 @@
 //! `netchaos records`, `--expect` and drills judge ([`crate::drill`]).
 //!
 //! Nothing is kept when there is no event log: [`Attempt::begin`] gives
-//! `None`, and every mark is a no-op.
+//! `None`, and every mark is a no-op. Under `--record` an attempt also
+//! carries the exchange's tape ([`super::tape`]), written as it drops.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value};
 
+use super::tape::Tape;
 use crate::events::{ConnInfo, Events};
 
 /// The request headers an attempt line keeps: those the SDKs and users
@@ -48,6 +50,8 @@ pub(crate) struct Attempt {
     marks: Mutex<Marks>,
     /// Its first body byte went out: later chunks take no lock.
     body_seen: std::sync::atomic::AtomicBool,
+    /// The exchange as it passes, under `--record` ([`super::tape`]).
+    tape: Option<Mutex<Tape>>,
 }
 
 impl std::fmt::Debug for Attempt {
@@ -137,6 +141,7 @@ impl Attempt {
         if !events.logging() {
             return None;
         }
+        let tape = Tape::begin(proto, method, path, host, headers).map(Mutex::new);
         let headers = headers
             .iter()
             .filter_map(|(k, v)| {
@@ -157,6 +162,7 @@ impl Attempt {
             headers,
             marks: Mutex::default(),
             body_seen: Default::default(),
+            tape,
         }))
     }
 
@@ -271,6 +277,37 @@ impl Attempt {
         m.body = scan.hash();
     }
 
+    /// Whether the exchange is being recorded (`--record`).
+    pub(crate) fn taping(&self) -> bool {
+        self.tape.is_some()
+    }
+
+    fn tape(&self, f: impl FnOnce(&mut Tape)) {
+        if let Some(t) = &self.tape {
+            f(&mut t.lock().unwrap_or_else(|e| e.into_inner()));
+        }
+    }
+
+    /// Request body bytes (de-chunked) go on to the upstream.
+    pub(crate) fn request_bytes(&self, b: &[u8]) {
+        self.tape(|t| t.request_body(b));
+    }
+
+    /// The request's body went on unread.
+    pub(crate) fn request_unseen(&self) {
+        self.tape(Tape::request_unseen);
+    }
+
+    /// The upstream's head, as it came.
+    pub(crate) fn upstream_head(&self, status: u16, headers: &[(String, String)]) {
+        self.tape(|t| t.head(status, headers));
+    }
+
+    /// Response body bytes (de-chunked) go out to the client.
+    pub(crate) fn response_bytes(&self, b: &[u8]) {
+        self.tape(|t| t.response_body(b));
+    }
+
     /// The JSON body's top-level `model`.
     pub(crate) fn model(&self, model: &str) {
         self.marks().model.get_or_insert_with(|| clip(model));
@@ -353,6 +390,19 @@ impl Attempt {
 
 impl Drop for Attempt {
     fn drop(&mut self) {
+        if let Some(t) = self.tape.take() {
+            let m = self.marks();
+            // The upstream's own answer, whole, as it came: no fault acted.
+            let whole = m.done
+                && m.error.is_none()
+                && m.faults.is_empty()
+                && m.upstream.is_some()
+                && m.status == m.upstream;
+            drop(m);
+            t.into_inner()
+                .unwrap_or_else(|e| e.into_inner())
+                .finish(whole);
+        }
         let (fields, failed) = self.line();
         self.events.attempt(&self.conn, fields, failed);
     }

@@ -765,6 +765,7 @@ impl RequestSide {
                 if let Some(a) = &attempt {
                     scan.feed(b);
                     a.scanned(&scan);
+                    a.request_bytes(b);
                 }
             };
             let mut seen_model = match attempt {
@@ -1237,6 +1238,8 @@ impl ResponseSide {
         };
         self.x
             .record_response(&meta, head.status, head.header("retry-after"), None);
+        meta.attempt
+            .mark(|a| a.upstream_head(head.status, &head.headers));
         let mut d = d.on_response(Some(head.status), &head.headers);
         // Counted as the hold begins, with the status it holds back.
         for c in &d.delays {
@@ -1353,7 +1356,15 @@ impl ResponseSide {
             return stream.run(src, buf, &mut body, out, &mut self.rx).await;
         } else {
             let mut first = |_: &[u8]| meta.attempt.mark(Attempt::body_out);
-            let mut seen = match meta.attempt {
+            // Under --record, its payload as it goes (de-chunked).
+            let mut taped = |b: &[u8]| {
+                meta.attempt.mark(|a| {
+                    a.body_out();
+                    a.response_bytes(b);
+                })
+            };
+            let mut seen = match &meta.attempt {
+                Some(a) if a.taping() => Seen::Payload(&mut taped),
                 Some(_) => Seen::Bytes(&mut first),
                 None => Seen::Nothing,
             };

@@ -749,9 +749,12 @@ async fn stream(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body
             Some(w) => {
                 scan.feed(w);
                 a.scanned(&scan);
+                a.request_bytes(w);
             }
             None => body.scan = Some((scan, attempt.clone())),
         }
+    } else if let Some(a) = &attempt {
+        a.request_unseen();
     }
     let meta = Meta {
         n,
@@ -905,6 +908,7 @@ async fn stream(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body
         header(&rheaders, "retry-after"),
         call_end.as_ref().map(grpc_status),
     );
+    meta.attempt.mark(|a| a.upstream_head(status, &rheaders));
     let mut od = d.on_response(Some(status), &rheaders);
     for c in &od.delays {
         x.record(c, &meta, Some(status));
@@ -1122,8 +1126,9 @@ impl hyper::body::Body for Watched {
         let next = Pin::new(&mut self.inner).poll_frame(cx);
         match &next {
             Poll::Ready(Some(Ok(f))) => {
-                if f.data_ref().is_some_and(|d| !d.is_empty()) {
+                if let Some(d) = f.data_ref().filter(|d| !d.is_empty()) {
                     self.attempt.body_out();
+                    self.attempt.response_bytes(d);
                 }
                 if self.inner.is_end_stream() {
                     self.attempt.done();
@@ -1638,7 +1643,10 @@ impl hyper::body::Body for Held {
             && let Some((scan, attempt)) = self.scan.as_mut()
         {
             scan.feed(d);
-            attempt.mark(|a| a.scanned(scan));
+            attempt.mark(|a| {
+                a.scanned(scan);
+                a.request_bytes(d);
+            });
         }
         next
     }

@@ -12,4 +12,5 @@ pub(crate) mod h2;
 pub(crate) mod h2_resets;
 pub(crate) mod h2_stream;
 pub(crate) mod rewrite;
+pub(crate) mod tape;
 pub(crate) mod wire;

@@ -34,6 +34,13 @@ impl Scheduled {
         }
     }
 
+    /// The same, framed by its length when it is known (a recorded
+    /// answer that had one).
+    pub(crate) fn with_length(mut self, length: Option<u64>) -> Scheduled {
+        self.whole = length;
+        self
+    }
+
     /// A body sent at once, with its length known.
     pub(crate) fn whole(bytes: Bytes) -> Scheduled {
         let len = bytes.len() as u64;

@@ -10,6 +10,8 @@
 //! * [`text`] — the deterministic filler answers (seed + request → text)
 //!   and token counts; [`timing`] — time to first token and tokens per
 //!   second, with jitter;
+//! * [`cassette`] — recorded and canned answers (`--record DIR`,
+//!   `--mock-from DIR`), matched before any is made up;
 //! * [`reply`] — an answer before any socket; [`body`] — its chunks sent
 //!   at their moments; [`server`] — the HTTP/1.1 and h2c server
 //!   (`netchaos mock`, and the upstream `--mock` puts in a provider's
@@ -21,6 +23,7 @@
 
 pub(crate) mod anthropic;
 pub(crate) mod body;
+pub(crate) mod cassette;
 pub(crate) mod gemini;
 pub(crate) mod openai;
 pub(crate) mod reply;
@@ -103,6 +106,11 @@ pub(crate) struct Mock {
     /// Hosts that speak one API only (`--mock`'s, `[[mocks]]`'s): a
     /// request naming one is answered as that API's host answers.
     hosts: Vec<(String, Api)>,
+    /// Recorded and canned answers, given first (`--mock-from`).
+    cassette: Option<std::sync::Arc<cassette::Cassette>>,
+    /// Hosts answered from the cassette only: what it does not hold is
+    /// refused, not made up.
+    replay_only: Vec<String>,
 }
 
 /// One endpoint of a mocked API.
@@ -140,7 +148,22 @@ impl Mock {
             seed,
             timing: timing.into(),
             hosts: Vec::new(),
+            cassette: None,
+            replay_only: Vec::new(),
         }
+    }
+
+    /// The same, answering from `cassette` first; a request to one of
+    /// `replay_only` that it does not hold is refused (a 404 in the API's
+    /// shape, marked `x-netchaos-mock: unrecorded`).
+    pub(crate) fn with_cassette(
+        mut self,
+        cassette: std::sync::Arc<cassette::Cassette>,
+        replay_only: Vec<String>,
+    ) -> Mock {
+        self.cassette = Some(cassette);
+        self.replay_only = replay_only;
+        self
     }
 
     /// The same, each of `hosts` speaking its own API only.
@@ -173,6 +196,28 @@ impl Mock {
         headers: &HeaderMap,
         body: &[u8],
     ) -> Reply {
+        if let Some(c) = &self.cassette {
+            if let Some(r) = c.answer(method, host, path, body) {
+                return r;
+            }
+            let only = host.is_some_and(|h| self.replay_only.contains(&cassette::normal_host(h)));
+            if only || self.apis.is_empty() {
+                static TOLD: std::sync::atomic::AtomicBool =
+                    std::sync::atomic::AtomicBool::new(false);
+                let why = format!(
+                    "netchaos mock: nothing in {} matches {method} {}{path}",
+                    c.dirs,
+                    host.unwrap_or("")
+                );
+                match TOLD.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                    false => tracing::warn!("{why} (answered 404; later ones are logged with -v)"),
+                    true => tracing::debug!("{why}"),
+                }
+                return self
+                    .refuse(host, path, 404, &why)
+                    .header("x-netchaos-mock", "unrecorded");
+            }
+        }
         let (path, query) = path.split_once('?').unwrap_or((path, ""));
         if let Some(g) = gemini::route(path).filter(|_| self.apis_of(host).contains(&Api::Gemini)) {
             if method != "POST" {
@@ -221,7 +266,7 @@ impl Mock {
         };
         named
             .filter(|a| self.apis.contains(a))
-            .unwrap_or(self.apis[0])
+            .unwrap_or_else(|| self.apis.first().copied().unwrap_or(Api::OpenAi))
     }
 
     /// An error in the shape of the API a request was for: an unknown

@@ -3,6 +3,7 @@
 //! a stream whose events each leave when ready (server-sent events). The
 //! per-API modules build these; [`super::server`] sends them.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -13,7 +14,7 @@ use serde_json::Value;
 #[derive(Debug)]
 pub(crate) struct Reply {
     pub(crate) status: u16,
-    pub(crate) headers: Vec<(&'static str, String)>,
+    pub(crate) headers: Vec<(Cow<'static, str>, String)>,
     pub(crate) payload: Payload,
 }
 
@@ -25,6 +26,13 @@ pub(crate) enum Payload {
     Whole { at: Duration, bytes: Bytes },
     /// The head at once; each event at its moment.
     Stream(Vec<(Duration, Bytes)>),
+    /// A recorded answer: its head at `head_at`, its chunks at theirs,
+    /// with a length when it had one.
+    Recorded {
+        head_at: Duration,
+        chunks: Vec<(Duration, Bytes)>,
+        length: Option<u64>,
+    },
 }
 
 impl Reply {
@@ -32,7 +40,7 @@ impl Reply {
     pub(crate) fn json(status: u16, body: &Value, at: Duration) -> Reply {
         Reply {
             status,
-            headers: vec![("content-type", "application/json".into())],
+            headers: vec![("content-type".into(), "application/json".into())],
             payload: Payload::Whole {
                 at,
                 bytes: Bytes::from(body.to_string()),
@@ -45,15 +53,18 @@ impl Reply {
         Reply {
             status: 200,
             headers: vec![
-                ("content-type", "text/event-stream; charset=utf-8".into()),
-                ("cache-control", "no-cache".into()),
+                (
+                    "content-type".into(),
+                    "text/event-stream; charset=utf-8".into(),
+                ),
+                ("cache-control".into(), "no-cache".into()),
             ],
             payload: Payload::Stream(events),
         }
     }
 
     pub(crate) fn header(mut self, name: &'static str, value: impl Into<String>) -> Reply {
-        self.headers.push((name, value.into()));
+        self.headers.push((name.into(), value.into()));
         self
     }
 
@@ -71,7 +82,9 @@ impl Reply {
     pub(crate) fn body(&self) -> Vec<u8> {
         match &self.payload {
             Payload::Whole { bytes, .. } => bytes.to_vec(),
-            Payload::Stream(events) => events.iter().flat_map(|(_, b)| b.to_vec()).collect(),
+            Payload::Stream(events) | Payload::Recorded { chunks: events, .. } => {
+                events.iter().flat_map(|(_, b)| b.to_vec()).collect()
+            }
         }
     }
 }

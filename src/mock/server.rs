@@ -141,7 +141,6 @@ impl Server {
     /// One request: its body read (bounded), the mock's reply, sent at
     /// its moments.
     async fn answer(&self, req: Request<Incoming>, client: SocketAddr) -> Response<Scheduled> {
-        let arrived = Instant::now();
         let (parts, body) = req.into_parts();
         let host = parts.uri.host().map(str::to_string).or_else(|| {
             parts
@@ -151,7 +150,11 @@ impl Server {
                 .map(str::to_string)
         });
         let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-        let reply = match self.read(body).await {
+        let read = self.read(body).await;
+        // A provider's clock (and a recording's) starts at the request's
+        // end: its time to the first token does not count the upload.
+        let arrived = Instant::now();
+        let reply = match read {
             Ok((bytes, _held)) => self.mock.reply(
                 parts.method.as_str(),
                 path,
@@ -178,7 +181,7 @@ impl Server {
             }
             Err(Refused::Gone) => self.mock.refuse(host.as_deref(), path, 400, "Bad request"),
         };
-        let stream = matches!(reply.payload, Payload::Stream(_));
+        let stream = !matches!(reply.payload, Payload::Whole { .. });
         tracing::debug!(
             "mock: {} {path} from {client}: {}{}",
             parts.method,
@@ -245,12 +248,25 @@ async fn respond(reply: Reply, arrived: Instant) -> Response<Scheduled> {
             Scheduled::whole(bytes)
         }
         Payload::Stream(events) => Scheduled::new(arrived, events),
+        Payload::Recorded {
+            head_at,
+            chunks,
+            length,
+        } => {
+            if arrived + head_at > Instant::now() {
+                tokio::time::sleep_until(arrived + head_at).await;
+            }
+            Scheduled::new(arrived, chunks).with_length(length)
+        }
     };
     let mut r = Response::new(body);
     *r.status_mut() = hyper::StatusCode::from_u16(status).unwrap_or(hyper::StatusCode::OK);
     for (name, value) in headers {
-        if let Ok(v) = hyper::header::HeaderValue::from_str(&value) {
-            r.headers_mut().append(name, v);
+        if let (Ok(n), Ok(v)) = (
+            hyper::header::HeaderName::from_bytes(name.as_bytes()),
+            hyper::header::HeaderValue::from_str(&value),
+        ) {
+            r.headers_mut().append(n, v);
         }
     }
     r

@@ -26,6 +26,8 @@ pub(crate) struct ProfileDoc {
     pub proxies: Vec<ProxySpec>,
     /// `[[mocks]]`: hosts the built-in mock answers for.
     pub mocks: Vec<plan::MockSpec>,
+    /// `[[mocks]] from = "DIR"`: cassettes it answers from first.
+    pub cassettes: Vec<(PathBuf, String)>,
     /// Host-level shaping for `netchaos netem apply -p`.
     pub netem: Option<crate::netem::Netem>,
     /// `tls = "intercept"`: HTTPS is terminated for HTTP and TLS faults (`run`).
@@ -93,8 +95,12 @@ pub(crate) fn parse(
         proxies.push(parse_proxy(i, node)?);
     }
     let mut mocks = Vec::new();
+    let mut cassettes = Vec::new();
     for (i, node) in top.tables("mocks")?.into_iter().enumerate() {
-        mocks.push(parse_mock(i, node)?);
+        match parse_mock(i, node, &dir)? {
+            Mocked::Host(m) => mocks.push(m),
+            Mocked::From(d, loc) => cassettes.push((d, loc)),
+        }
     }
     let tls_intercept = top.choice("tls", &["intercept", "off"])? == Some("intercept");
     let netem = match top.take("netem") {
@@ -114,6 +120,7 @@ pub(crate) fn parse(
         rules,
         proxies,
         mocks,
+        cassettes,
         netem,
         tls_intercept,
     })
@@ -238,14 +245,47 @@ fn parse_proxy(i: usize, node: Node) -> Result<ProxySpec, ProfileError> {
     })
 }
 
-/// `[[mocks]]`: `api` (`anthropic` or `openai`) and `host` (the API's
-/// own host by default).
-fn parse_mock(i: usize, node: Node) -> Result<plan::MockSpec, ProfileError> {
+/// One `[[mocks]]` table: a host the mock makes answers up for, or a
+/// cassette it answers from.
+enum Mocked {
+    Host(plan::MockSpec),
+    From(PathBuf, String),
+}
+
+/// `[[mocks]]`: `api` (`anthropic`, `openai` or `gemini`) and `host` (the
+/// API's own host by default); or `from` alone, a cassette directory
+/// (relative to the profile's).
+fn parse_mock(i: usize, node: Node, dir: &Option<PathBuf>) -> Result<Mocked, ProfileError> {
     let loc = node.loc.clone();
     let mut f = Fields::new(format!("mocks[{i}]"), node)?;
-    let api_node = f
-        .take("api")
-        .ok_or_else(|| f.table_error("missing \"api\" (\"anthropic\" or \"openai\")"))?;
+    if let Some(from) = f.take("from") {
+        let text = node_text(&from);
+        if !matches!(from.value, Value::Str(_)) || text.is_empty() {
+            return Err(f.error(
+                "from",
+                &from.loc,
+                "expected a directory of recorded answers",
+            ));
+        }
+        if f.take("api").is_some() || f.take("host").is_some() {
+            return Err(f.table_error(
+                "\"from\" stands alone: its files name their hosts (a second [[mocks]] table \
+                 gives made-up answers for a host)",
+            ));
+        }
+        f.finish()?;
+        let path = match dir {
+            Some(d) if Path::new(&text).is_relative() => d.join(&text),
+            _ => PathBuf::from(&text),
+        };
+        return Ok(Mocked::From(path, format!("{}: mocks[{i}].from", from.loc)));
+    }
+    let api_node = f.take("api").ok_or_else(|| {
+        f.table_error(
+            "missing \"api\" (\"anthropic\", \"openai\" or \"gemini\"), or \"from\" (a directory \
+                 of recorded answers)",
+        )
+    })?;
     let api_text = node_text(&api_node);
     let api = match api_node.value {
         Value::Str(_) => {
@@ -268,7 +308,12 @@ fn parse_mock(i: usize, node: Node) -> Result<plan::MockSpec, ProfileError> {
         None => api.host().to_string(),
     };
     f.finish()?;
-    Ok(plan::MockSpec { host, api, loc })
+    Ok(Mocked::Host(plan::MockSpec {
+        host,
+        api,
+        loc,
+        replay_only: false,
+    }))
 }
 
 /// Parses `TYPE:key=value,key=value` (values may be double-quoted to hold
@@ -386,6 +431,7 @@ pub(crate) fn build_plan(
         plan.rules.extend(doc.rules.into_iter().map(Arc::new));
         plan.proxies.extend(doc.proxies);
         plan.mocks.extend(doc.mocks);
+        plan.cassette_dirs.extend(doc.cassettes);
         plan.tls_intercept |= doc.tls_intercept;
     }
     if !faults.is_empty() {
