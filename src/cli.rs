@@ -950,6 +950,8 @@ pub struct AttachArgs {
     pub tls_args: TlsArgs,
     #[command(flatten)]
     pub relay: RelayArgs,
+    #[command(flatten)]
+    pub mock: MockFlags,
 }
 
 #[derive(Debug, Args)]
@@ -1090,7 +1092,8 @@ fn mock_timing(
     Ok(crate::mock::Timings { base, models })
 }
 
-/// `--mock` on `run` and `proxy`: the built-in mock in providers' places.
+/// `--mock` on `run`, `proxy` and `attach`: the built-in mock in
+/// providers' places.
 #[derive(Debug, Args, Clone, Default)]
 pub struct MockFlags {
     /// Answer requests to these providers' API hosts with the built-in mock,
@@ -1099,7 +1102,9 @@ pub struct MockFlags {
     /// several (anthropic,openai). Faults apply as to the
     /// real upstream. Under `run` the hosts resolve with no network and
     /// HTTPS to them is terminated with the run's CA (as with --tls);
-    /// under `proxy`, proxies whose upstream is such a host reach the mock.
+    /// under `attach` they resolve so too, and HTTPS needs --tls-ca (a CA
+    /// the container trusts); under `proxy`, proxies whose upstream is
+    /// such a host reach the mock.
     /// Profiles name other hosts with [[mocks]].
     #[arg(long, value_name = "API[,API]")]
     pub mock: Vec<String>,

@@ -760,3 +760,102 @@ fn attach_terminates_https_with_a_ca_the_namespace_already_trusts() {
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "200");
     drop(p);
 }
+
+/// `attach --mock`: in an attached namespace (a container's stand-in),
+/// the SDK's lookups of the provider's host are answered with the mock's
+/// address and its requests answered by the mock — plain HTTP as it is,
+/// HTTPS with a CA the namespace already trusts — and nothing else is
+/// dialled; on detach the mock stops with the relay.
+#[test]
+fn attach_mock_answers_in_the_providers_place() {
+    let Some(ns) = setup() else { return };
+    if missing_tool("curl") {
+        return;
+    }
+    if python("import anthropic", &[]).0 != 0 {
+        assert!(
+            !in_ci(),
+            "anthropic is required in CI (scripts/test.sh installs it)"
+        );
+        eprintln!("SKIPPED: python3 has no anthropic");
+        return;
+    }
+    // As in a container: a default route (the mocked address must be
+    // routable for the SYN to leave), and a resolver file naming a port
+    // where nothing answers: only the mock's names resolve.
+    let route = ns.sh(&format!("ip route add default via {}", ns.host_ip));
+    assert!(route.status.success(), "{route:?}");
+    let dir = tempfile::tempdir().unwrap();
+    let resolv = dir.path().join("resolv.conf");
+    std::fs::write(&resolv, "nameserver 127.0.0.1:9\n").unwrap();
+    let trusted = TestCa::new();
+    let events = dir.path().join("events.jsonl");
+    let p = attach(
+        &ns,
+        &[
+            "--mock",
+            "anthropic",
+            "--mock-ttft",
+            "5ms",
+            "--resolv-conf",
+            resolv.to_str().unwrap(),
+            "--tls-ca",
+            &trusted.ca(),
+            "--tls-key",
+            &trusted.path("ca.key").display().to_string(),
+            "--events",
+            events.to_str().unwrap(),
+            "--fault",
+            "http_status:status=529,first=1",
+        ],
+    );
+    let script = dir.path().join("sdk.py");
+    std::fs::write(
+        &script,
+        r#"
+import anthropic
+a = anthropic.Anthropic(base_url="http://api.anthropic.com", api_key="dummy", max_retries=0)
+ask = [{"role": "user", "content": "hi"}]
+try:
+    a.messages.create(model="claude-x", max_tokens=3, messages=ask)
+except anthropic.APIStatusError as e:
+    print("first", type(e).__name__)
+m = a.messages.create(model="claude-x", max_tokens=3, messages=ask)
+print("then", m.stop_reason, m.usage.output_tokens)
+"#,
+    )
+    .unwrap();
+    let sdk = ns.sh(&format!("timeout 30 python3 {}", script.display()));
+    let curl = ns.sh(&format!(
+        "curl -sS --cacert {} https://api.anthropic.com/v1/messages/count_tokens \
+         -H 'x-api-key: k' -H 'anthropic-version: 2023-06-01' -H 'content-type: application/json' \
+         -d '{{\"model\":\"claude-x\",\"messages\":[{{\"role\":\"user\",\"content\":\"a b\"}}]}}'",
+        trusted.ca()
+    ));
+    let (status, err) = p.stop();
+    let sdk_out = String::from_utf8_lossy(&sdk.stdout).to_string();
+    assert_eq!(
+        sdk_out.lines().collect::<Vec<_>>(),
+        ["first OverloadedError", "then max_tokens 3"],
+        "{}\n{err}",
+        String::from_utf8_lossy(&sdk.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&curl.stdout).trim(),
+        r#"{"input_tokens":3}"#,
+        "{}\n{err}",
+        String::from_utf8_lossy(&curl.stderr)
+    );
+    assert!(status.success(), "{err}");
+    assert!(err.contains("answered by the mock: 2 request(s)"), "{err}");
+    let log = read_events(&events);
+    let opens: Vec<_> = log.iter().filter(|e| e["event"] == "open").collect();
+    assert!(!opens.is_empty());
+    assert!(
+        opens.iter().all(|o| o["mock"] == "anthropic"),
+        "only the mock was dialled: {opens:?}"
+    );
+    assert!(!log.iter().any(|e| e["event"] == "error"), "{log:?}");
+    // Nothing of it is left running: the mock's port closed with attach.
+    assert!(!installed(&ns).contains("netchaos"), "{}", installed(&ns));
+}

@@ -99,10 +99,21 @@ fn no_path_faults(plan: &crate::plan::Plan, command: &str) -> Result<()> {
 }
 
 pub(super) fn attach(g: &Global, args: &AttachArgs) -> Result<u8> {
-    let plan = profile::build_plan(&args.faults.profiles, &args.faults.faults, g.seed)?;
-    super::mocked::refuse(&plan, "attach")?;
+    let mut plan = profile::build_plan(&args.faults.profiles, &args.faults.faults, g.seed)?;
+    plan.mocks.extend(args.mock.specs()?);
+    args.mock.load_cassette(&mut plan)?;
+    plan.validate()?;
+    let mock_timing = args.mock.timing()?;
     let api = ApiConfig::new(args.api.api, &args.api.access)?;
     let mut opts = args.relay.options()?;
+    // The container keeps the trust store it started with: HTTPS to a
+    // mocked host can only be ended with a CA it already trusts.
+    if !plan.mocks.is_empty() && args.tls_args.tls_ca.is_none() && !super::quiet() {
+        eprintln!(
+            "netchaos: warning: the mock answers plain HTTP only here: HTTPS to the mocked hosts \
+             needs --tls-ca and --tls-key, a CA the container trusts"
+        );
+    }
     // HTTPS under attach needs a CA the container already trusts.
     super::tls::check_tls_faults(
         &plan,
@@ -137,6 +148,9 @@ pub(super) fn attach(g: &Global, args: &AttachArgs) -> Result<u8> {
             },
         )
         .map_err(Error::runtime)?;
+        // Before the relay: it dials the mock in its hosts' place.
+        let mock = super::mocked::start(&plan, mock_timing, &events).await?;
+        opts.mocks = mock.as_ref().map(|m| m.stands.clone());
         let serving = Serving::start(&mut att, rules, events.clone(), opts, resolvers)?;
         serving.api(api.as_ref()).await?;
         recording.guard(&serving.relay);
@@ -161,6 +175,9 @@ pub(super) fn attach(g: &Global, args: &AttachArgs) -> Result<u8> {
         tracing::info!("detaching ({why})");
         let removed = att.remove();
         serving.stop(args.relay.drain).await;
+        if let Some(m) = mock {
+            m.stop().await;
+        }
         let checked = recording.finish(seed);
         removed.map_err(Error::runtime)?;
         Ok(if checked {

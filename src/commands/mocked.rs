@@ -1,4 +1,4 @@
-//! `--mock` on `run` and `proxy`: the built-in mock started beside the
+//! `--mock` on `run`, `proxy` and `attach`: the built-in mock started beside the
 //! relay, on loopback in netchaos's own namespace, answering for the
 //! plan's mocked hosts; the relay dials it in their place.
 
@@ -84,13 +84,13 @@ pub(crate) async fn start(
     Ok(Some(Running { stands, stop, task }))
 }
 
-/// `--mock` and `[[mocks]]` where they cannot work (`attach`, `run
-/// --in-place`, `server`): refused before anything starts.
+/// `--mock` and `[[mocks]]` where they cannot work (`run --in-place`,
+/// `server`): refused before anything starts.
 pub(crate) fn refuse(plan: &Plan, command: &str) -> Result<()> {
     let first = plan.mocks.first().map(|m| &m.loc);
     match first.or(plan.cassette_dirs.first().map(|(_, loc)| loc)) {
         Some(loc) => Err(Error::Usage(format!(
-            "{}: the built-in mock works under `netchaos run` and `netchaos proxy`, not `{command}` \
+            "{}: the built-in mock works under `netchaos run`, `proxy` and `attach`, not `{command}` \
              (`netchaos mock` serves it on a port of its own)",
             loc
         ))),
