@@ -38,6 +38,9 @@ pub(crate) fn messages(mock: &Mock, headers: &HeaderMap, body: &[u8]) -> Reply {
     };
     let model = o["model"].as_str().unwrap_or_default().to_string();
     let input = input_tokens(&o);
+    if let Some(why) = super::tools::anthropic_refusal(&o) {
+        return error(400, "invalid_request_error", &why);
+    }
     let call = super::tools::anthropic(&o);
     let request = Value::Object(o);
     let key = Key::of(mock.seed, "anthropic", &request);

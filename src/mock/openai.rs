@@ -40,6 +40,9 @@ pub(crate) fn chat(mock: &Mock, headers: &HeaderMap, body: &[u8]) -> Reply {
     };
     let model = o["model"].as_str().unwrap_or_default().to_string();
     let prompt = count_tokens(o.get("messages").into_iter().chain(o.get("tools")));
+    if let Some(why) = super::tools::openai_refusal(&o) {
+        return error(400, &why, Some("tool_choice"), None);
+    }
     let call = super::tools::openai(&o);
     let include_usage = o
         .get("stream_options")

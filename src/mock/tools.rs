@@ -62,6 +62,44 @@ pub(crate) fn anthropic(o: &Map<String, Value>) -> Option<Call> {
     })
 }
 
+/// Why the API refuses an Anthropic request's `tool_choice` (a 400), if
+/// it does: it names a tool the request does not offer.
+pub(crate) fn anthropic_refusal(o: &Map<String, Value>) -> Option<String> {
+    let choice = o.get("tool_choice")?;
+    if choice.get("type")? != "tool" {
+        return None;
+    }
+    let name = choice.get("name").and_then(Value::as_str).unwrap_or("");
+    let offered = o
+        .get("tools")
+        .and_then(Value::as_array)
+        .is_some_and(|ts| ts.iter().any(|t| t["name"] == name));
+    (!offered).then(|| format!("tool_choice.name: Tool '{name}' not found in provided tools"))
+}
+
+/// Why the API refuses an OpenAI request's `tool_choice` (a 400), if it
+/// does: any without `tools`, or a function they do not hold.
+pub(crate) fn openai_refusal(o: &Map<String, Value>) -> Option<String> {
+    let choice = o.get("tool_choice")?;
+    let tools = o
+        .get("tools")
+        .and_then(Value::as_array)
+        .filter(|t| !t.is_empty());
+    let Some(tools) = tools else {
+        return Some(
+            "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' are specified."
+                .into(),
+        );
+    };
+    let name = choice.get("function")?.get("name")?.as_str()?;
+    let offered = tools.iter().any(|t| t["function"]["name"] == name);
+    (!offered).then(|| {
+        format!(
+            "Invalid value for 'tool_choice': function '{name}' is not one of the provided tools."
+        )
+    })
+}
+
 /// The call an OpenAI Chat Completions request gets, if any.
 pub(crate) fn openai(o: &Map<String, Value>) -> Option<Call> {
     let tools = o.get("tools")?.as_array().filter(|t| !t.is_empty())?;
@@ -267,6 +305,36 @@ mod tests {
         assert_eq!(openai(&obj(after.clone())), None);
         after["tool_choice"] = json!("required");
         assert_eq!(openai(&obj(after)).unwrap().name, "a");
+    }
+
+    #[test]
+    fn a_choice_of_a_tool_not_offered_is_refused() {
+        let tool = json!({"name": "a", "input_schema": {}});
+        let ask = |choice: Value, tools: Value| {
+            obj(json!({"tools": tools, "tool_choice": choice, "messages": []}))
+        };
+        let named = |n: &str| json!({"type": "tool", "name": n});
+        assert_eq!(anthropic_refusal(&ask(named("a"), json!([tool]))), None);
+        let r = anthropic_refusal(&ask(named("b"), json!([tool]))).unwrap();
+        assert!(r.contains("'b' not found"), "{r}");
+        assert_eq!(
+            anthropic_refusal(&ask(json!({"type": "any"}), json!([tool]))),
+            None
+        );
+        let f = json!([{"type": "function", "function": {"name": "a"}}]);
+        let fname = |n: &str| json!({"type": "function", "function": {"name": n}});
+        assert_eq!(openai_refusal(&ask(fname("a"), f.clone())), None);
+        assert!(
+            openai_refusal(&ask(fname("b"), f.clone()))
+                .unwrap()
+                .contains("'b'")
+        );
+        assert_eq!(openai_refusal(&ask(json!("auto"), f)), None);
+        assert!(
+            openai_refusal(&ask(json!("auto"), Value::Null))
+                .unwrap()
+                .contains("only allowed when 'tools' are specified")
+        );
     }
 
     #[test]
