@@ -23,7 +23,7 @@ while (($#)); do
         *) echo "usage: $0 [--seconds N] [--report FILE]" >&2; exit 2 ;;
     esac
 done
-targets=(profile fault_flag api_request)
+targets=(profile fault_flag api_request http1 stream_units aws_frame dns_query)
 
 if ! rustup toolchain list 2>/dev/null | grep -q '^nightly'; then
     echo "fuzz.sh: no nightly toolchain (rustup toolchain install nightly)" >&2

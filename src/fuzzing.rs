@@ -147,3 +147,145 @@ fn percent_encode(s: &str) -> String {
         })
         .collect()
 }
+
+/// Cuts `data` into pieces whose sizes the data's own bytes choose, so
+/// that every target sees the same input arrive whole and in pieces.
+fn pieces(data: &[u8]) -> Vec<&[u8]> {
+    let mut out = Vec::new();
+    let mut rest = data;
+    let mut i = 0usize;
+    while !rest.is_empty() {
+        let n = (usize::from(data[i % data.len()]) % 7 + 1).min(rest.len());
+        let (a, b) = rest.split_at(n);
+        out.push(a);
+        rest = b;
+        i += 1;
+    }
+    out
+}
+
+/// HTTP/1.1 as the wire sends it, from an untrusted peer: a request or
+/// response head (the first byte chooses which, and how a body that
+/// follows is framed), and the body scanned whole and in pieces — which
+/// must agree on where it ends, what is malformed, and its payload.
+pub fn http1(data: &[u8]) {
+    use crate::http::wire::{self, Body, Framing};
+    let Some((&mode, rest)) = data.split_first() else {
+        return;
+    };
+    match mode % 4 {
+        0 => {
+            if let Ok(Some(r)) = wire::request(rest) {
+                assert!(r.head_len <= rest.len());
+                let _ = (r.framing(), r.keep_alive(), r.expects_continue());
+            }
+        }
+        1 => {
+            if let Ok(Some(r)) = wire::response(rest) {
+                assert!(r.head_len <= rest.len());
+                let _ = (
+                    r.framing("GET"),
+                    r.framing("HEAD"),
+                    r.closes(),
+                    r.stream_format(),
+                );
+            }
+        }
+        m => {
+            let framing = match m {
+                2 => Framing::Chunked,
+                _ => Framing::Length(rest.len() as u64 / 2),
+            };
+            let scan = |parts: &[&[u8]]| {
+                let mut body = Body::new(framing);
+                let mut payload = Vec::new();
+                let mut used = 0;
+                for p in parts {
+                    match body.scan(p, Some(&mut payload)) {
+                        Ok(s) => {
+                            used += s.used;
+                            if s.done {
+                                return (Ok(used), payload);
+                            }
+                        }
+                        Err(e) => return (Err(e), payload),
+                    }
+                }
+                (Ok(usize::MAX), payload)
+            };
+            let whole = scan(&[rest]);
+            let cut = scan(&pieces(rest));
+            assert_eq!(
+                whole.0.is_ok(),
+                cut.0.is_ok(),
+                "whole and in pieces disagree"
+            );
+            if whole.0.is_ok() {
+                assert_eq!(whole, cut, "whole and in pieces disagree");
+            }
+        }
+    }
+}
+
+/// A streamed body cut into events (SSE, JSON lines, AWS event-stream
+/// frames) or gRPC messages, whole and in pieces: every byte comes out
+/// once, in order, and the units agree however the body arrived.
+pub fn stream_units(data: &[u8]) {
+    use crate::http::events::Format;
+    use crate::http::h2_stream::{Units, cut};
+    let Some((&mode, rest)) = data.split_first() else {
+        return;
+    };
+    let units = match mode % 4 {
+        0 => Units::Events(Format::EventStream),
+        1 => Units::Events(Format::JsonLines),
+        2 => Units::Events(Format::AwsEventStream),
+        _ => Units::Grpc,
+    };
+    let whole = cut(units, &[rest]);
+    let split = cut(units, &pieces(rest));
+    for got in [&whole, &split] {
+        let joined: Vec<u8> = got.iter().flat_map(|(b, _)| b.to_vec()).collect();
+        assert_eq!(joined, rest, "bytes were lost or added");
+    }
+    let counted = |u: &[(bytes::Bytes, bool)]| -> Vec<bytes::Bytes> {
+        u.iter()
+            .filter(|(_, c)| *c)
+            .map(|(b, _)| b.clone())
+            .collect()
+    };
+    assert_eq!(counted(&whole), counted(&split), "the counted units differ");
+}
+
+/// One AWS event-stream frame: what parses re-encodes to the same bytes
+/// (lengths and CRCs recomputed), and its JSON and event type read.
+pub fn aws_frame(data: &[u8]) {
+    use crate::http::eventstream::Frame;
+    if let Some(f) = Frame::parse(data) {
+        assert_eq!(f.encode(), data, "a parsed frame re-encodes to itself");
+        let _ = (f.is_event(), f.event_type(), f.json(), f.wrapped_bytes());
+    }
+}
+
+/// A DNS message from a client: what the DNS layer takes for a query gets
+/// each reply it can make, and each reply is a response to that query.
+pub fn dns_query(data: &[u8]) {
+    use crate::dns::decide::{Made, Query};
+    let Some(q) = Query::parse(data) else {
+        return;
+    };
+    for made in [
+        Made::Truncated,
+        Made::Error(crate::fault::dns_error::Rcode::ServFail),
+        Made::Addresses {
+            addrs: vec!["192.0.2.1".parse().expect("an address")],
+            ttl: 5,
+        },
+    ] {
+        if let Some(reply) = crate::dns::reply::build(data, &made) {
+            let p = simple_dns::Packet::parse(&reply).expect("a reply made parses");
+            assert_eq!(p.id(), q.id);
+            assert!(Query::parse(&reply).is_none(), "a reply is no query");
+        }
+    }
+}

@@ -39,3 +39,23 @@ fn fault_flag_inputs() {
 fn api_request_inputs() {
     replay("api_request", netchaos::fuzzing::api_request);
 }
+
+#[test]
+fn http1_inputs() {
+    replay("http1", netchaos::fuzzing::http1);
+}
+
+#[test]
+fn stream_units_inputs() {
+    replay("stream_units", netchaos::fuzzing::stream_units);
+}
+
+#[test]
+fn aws_frame_inputs() {
+    replay("aws_frame", netchaos::fuzzing::aws_frame);
+}
+
+#[test]
+fn dns_query_inputs() {
+    replay("dns_query", netchaos::fuzzing::dns_query);
+}

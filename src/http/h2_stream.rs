@@ -124,6 +124,24 @@ struct Unit {
     counts: bool,
 }
 
+/// The units a body arriving in `pieces` is cut into, the held rest
+/// last, each with whether it counts (for the fuzz targets: however it
+/// is cut, no byte is lost or added).
+pub(crate) fn cut(units: Units, pieces: &[&[u8]]) -> Vec<(Bytes, bool)> {
+    let mut c = Cutter::new(units);
+    let mut out: Vec<(Bytes, bool)> = Vec::new();
+    for p in pieces {
+        out.extend(
+            c.push(Bytes::copy_from_slice(p))
+                .into_iter()
+                .map(|u| (u.bytes, u.counts)),
+        );
+    }
+    let last = c.finish();
+    out.push((last.bytes, last.counts));
+    out
+}
+
 /// Cuts a body arriving in DATA frames into [`Unit`]s.
 enum Cutter {
     Grpc {
