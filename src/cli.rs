@@ -548,6 +548,17 @@ pub fn toxiproxy_argv(
         args.insert(1, "server".into());
         args.insert(2, "--toxiproxy-compat".into());
     }
+    if invoked == "toxiproxy-cli" {
+        args.insert(1, "ctl".into());
+        args.insert(2, "--toxiproxy-cli".into());
+    }
+    if let Some(ctl) = args
+        .iter()
+        .take_while(|a| *a != "--")
+        .position(|a| a == "ctl")
+    {
+        return ctl_argv(args, ctl);
+    }
     let Some(server) = args.iter().position(|a| a == "server") else {
         return args;
     };
@@ -572,10 +583,77 @@ pub fn toxiproxy_argv(
     args
 }
 
+/// toxiproxy-cli's flags after `ctl`, as Go's flag package takes them:
+/// `-toxicName x` is `--toxicName x`, `-tox`/`--tox` is `--toxicity`,
+/// `-h URL` and `-host URL` the API's address, `-v`/`--version` the
+/// version.
+fn ctl_argv(mut args: Vec<std::ffi::OsString>, ctl: usize) -> Vec<std::ffi::OsString> {
+    const GO_FLAGS: &[&str] = &[
+        "toxicName",
+        "type",
+        "toxicity",
+        "attribute",
+        "upstream",
+        "downstream",
+        "listen",
+        "url",
+        "token",
+    ];
+    const COMMANDS: &[&str] = &[
+        "list", "ls", "l", "li", "show", "inspect", "i", "ins", "create", "c", "new", "toggle",
+        "tog", "delete", "d", "add", "update", "remove", "toxic", "t", "enable", "disable",
+        "reset", "metrics", "help",
+    ];
+    let mut i = ctl + 1;
+    while i < args.len() {
+        let Some(text) = args[i].to_str().map(str::to_string) else {
+            i += 1;
+            continue;
+        };
+        if text == "--" {
+            break;
+        }
+        let (flag, value) = match text.split_once('=') {
+            Some((f, v)) => (f.to_string(), Some(v.to_string())),
+            None => (text.clone(), None),
+        };
+        let name = flag.trim_start_matches('-');
+        let dashes = flag.len() - name.len();
+        let renamed = match (dashes, name) {
+            (1 | 2, "host") => Some("--url"),
+            (1 | 2, "tox") => Some("--toxicity"),
+            (1 | 2, "version") | (1, "v") => Some("--ctl-version"),
+            // `-h URL` is toxiproxy-cli's host; `-h` alone is help.
+            (1, "h")
+                if value.is_some()
+                    || args
+                        .get(i + 1)
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| !n.starts_with('-') && !COMMANDS.contains(&n)) =>
+            {
+                Some("--url")
+            }
+            (1, n) if GO_FLAGS.contains(&n) => None,
+            _ => {
+                i += 1;
+                continue;
+            }
+        };
+        let long = renamed.map_or_else(|| format!("--{name}"), str::to_string);
+        args[i] = match value {
+            Some(v) => format!("{long}={v}").into(),
+            None => long.into(),
+        };
+        i += 1;
+    }
+    args
+}
+
 #[derive(Debug, Args)]
 pub struct CtlArgs {
-    /// The API's base URL [default: http://127.0.0.1:8474; env NETCHAOS_URL, then TOXIPROXY_URL].
-    #[arg(long, value_name = "URL")]
+    /// The API's base URL [default: http://127.0.0.1:8474; env NETCHAOS_URL, then TOXIPROXY_URL]
+    /// (`--host` and `-h URL`, as toxiproxy-cli names it, too).
+    #[arg(long, visible_alias = "host", value_name = "URL")]
     pub url: Option<String>,
     /// Bearer token for the API.
     #[arg(
@@ -585,25 +663,39 @@ pub struct CtlArgs {
         hide_env_values = true
     )]
     pub token: Option<String>,
+    /// Print as toxiproxy-cli does (set when netchaos is invoked by that
+    /// name).
+    #[arg(long = "toxiproxy-cli", hide = true)]
+    pub toxiproxy_cli: bool,
+    /// Print the version.
+    #[arg(long = "ctl-version", hide = true)]
+    pub version: bool,
     #[command(subcommand)]
-    pub action: CtlAction,
+    pub action: Option<CtlAction>,
 }
 
 #[derive(Debug, Subcommand)]
 pub enum CtlAction {
     /// List the proxies and their toxics.
+    #[command(visible_aliases = ["ls", "l", "li"])]
     List,
     /// Show one proxy.
+    #[command(visible_aliases = ["inspect", "i", "ins"])]
     Show { proxy: String },
     /// Create a proxy.
+    #[command(visible_aliases = ["c", "new"])]
     Create {
         proxy: String,
-        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:0")]
+        #[arg(short, long, value_name = "ADDR", default_value = "127.0.0.1:0")]
         listen: String,
-        #[arg(long, value_name = "HOST:PORT")]
+        #[arg(short, long, value_name = "HOST:PORT")]
         upstream: String,
     },
+    /// Enable a disabled proxy, disable an enabled one.
+    #[command(visible_alias = "tog")]
+    Toggle { proxy: String },
     /// Delete a proxy.
+    #[command(visible_alias = "d")]
     Delete { proxy: String },
     /// Add a fault to a proxy: SPEC as for --fault (netchaos types and units),
     /// e.g. latency:delay=100ms.
@@ -614,7 +706,8 @@ pub enum CtlAction {
         #[arg(long)]
         name: Option<String>,
     },
-    /// Change a fault's attributes: key=value,...
+    /// Change a fault's attributes: key=value,... (`probability` and
+    /// `stream` are the toxic's own).
     Update {
         proxy: String,
         toxic: String,
@@ -622,6 +715,9 @@ pub enum CtlAction {
     },
     /// Remove a fault.
     Remove { proxy: String, toxic: String },
+    /// Add, update or remove a toxic, as toxiproxy-cli does.
+    #[command(subcommand, visible_alias = "t")]
+    Toxic(ToxicAction),
     /// Enable a proxy (listen again).
     Enable { proxy: String },
     /// Disable a proxy (stop listening, end its connections).
@@ -630,6 +726,53 @@ pub enum CtlAction {
     Reset,
     /// Print the metrics.
     Metrics,
+}
+
+/// `ctl toxic …`: toxiproxy-cli's toxic commands, with its flags.
+#[derive(Debug, Subcommand)]
+pub enum ToxicAction {
+    /// Add a toxic: `toxic add -t latency -n slow -a latency=100 PROXY`.
+    #[command(visible_alias = "a")]
+    Add {
+        proxy: String,
+        /// The toxic's name [default: TYPE_STREAM].
+        #[arg(short = 'n', long = "toxicName", value_name = "NAME")]
+        name: Option<String>,
+        /// Its type (Toxiproxy's or netchaos's).
+        #[arg(short = 't', long = "type", value_name = "TYPE")]
+        kind: String,
+        /// The share of connections it acts on, from 0 to 1 [default: 1].
+        #[arg(long, value_name = "FLOAT")]
+        toxicity: Option<String>,
+        /// An attribute, key=value (repeatable).
+        #[arg(short = 'a', long = "attribute", value_name = "KEY=VALUE")]
+        attributes: Vec<String>,
+        /// On the client's stream to the upstream.
+        #[arg(short = 'u', long)]
+        upstream: bool,
+        /// On the upstream's stream to the client (the default).
+        #[arg(short = 'd', long)]
+        downstream: bool,
+    },
+    /// Update a toxic's attributes and toxicity (1 unless given, as
+    /// toxiproxy-cli sends it).
+    #[command(visible_alias = "u")]
+    Update {
+        proxy: String,
+        #[arg(short = 'n', long = "toxicName", value_name = "NAME")]
+        name: String,
+        #[arg(long, value_name = "FLOAT")]
+        toxicity: Option<String>,
+        #[arg(short = 'a', long = "attribute", value_name = "KEY=VALUE")]
+        attributes: Vec<String>,
+    },
+    /// Remove a toxic.
+    #[command(visible_aliases = ["r", "delete", "d"])]
+    Remove {
+        proxy: String,
+        #[arg(short = 'n', long = "toxicName", value_name = "NAME")]
+        name: String,
+    },
 }
 
 #[derive(Debug, Args)]

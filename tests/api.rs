@@ -344,6 +344,169 @@ fn ctl_round_trip() {
     assert!(err.contains("cannot reach the control API"), "{err}");
 }
 
+/// Invoked as `toxiproxy-cli`, netchaos takes that tool's commands, their
+/// aliases, its flags (Go's `-flag` forms, `-h URL`, `TOXIPROXY_URL`) and
+/// prints what it prints (its non-terminal output); `netchaos ctl` takes
+/// the same forms.
+#[test]
+fn toxiproxy_cli_forms_work_as_toxiproxy_cli() {
+    let echo = Server::echo("127.0.0.1:0");
+    let up = echo.addr.to_string();
+    let s = server(&[]);
+    let url = s.url();
+    let dir = tempfile::tempdir().unwrap();
+    let cli = dir.path().join("toxiproxy-cli");
+    std::os::unix::fs::symlink(BIN, &cli).unwrap();
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(&cli)
+            .args(args)
+            .env("TOXIPROXY_URL", &url)
+            .env_remove("NETCHAOS_URL")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        (out.status.code().unwrap_or(-1), text, err)
+    };
+    let ok = |args: &[&str]| {
+        let (code, out, err) = run(args);
+        assert_eq!(code, 0, "toxiproxy-cli {args:?}: {err}");
+        out
+    };
+    assert_eq!(
+        ok(&["-h", &url, "create", "-l", "127.0.0.1:0", "-u", &up, "echo"]),
+        "Created new proxy echo\n"
+    );
+    let listed = ok(&["--host", &url, "list"]);
+    let fields: Vec<&str> = listed.trim_end().split('\t').collect();
+    assert_eq!(fields.len(), 5, "{listed:?}");
+    assert_eq!(
+        (fields[0], fields[2], fields[3], fields[4]),
+        ("echo", up.as_str(), "enabled", "0"),
+        "{listed:?}"
+    );
+    let addr: std::net::SocketAddr = fields[1].parse().unwrap();
+    assert_eq!(ok(&["-host", &url, "ls"]), listed);
+    assert_eq!(
+        ok(&[
+            "toxic",
+            "add",
+            "-t",
+            "latency",
+            "-n",
+            "slow",
+            "-a",
+            "latency=250",
+            "echo"
+        ]),
+        "Added downstream latency toxic 'slow' on proxy 'echo'\n"
+    );
+    assert!(rtt(addr) >= Duration::from_millis(240));
+    let inspected = ok(&["inspect", "echo"]);
+    assert!(
+        inspected.starts_with("slow\ttype=latency\tstream=downstream\ttoxicity=1.00\tattributes=[")
+            && inspected.contains("\tlatency=250")
+            && inspected.ends_with("\t]\n"),
+        "{inspected:?}"
+    );
+    assert_eq!(
+        ok(&[
+            "toxic",
+            "update",
+            "-n",
+            "slow",
+            "-a",
+            "latency=10",
+            "-tox",
+            "0.5",
+            "echo"
+        ]),
+        "Updated toxic 'slow' on proxy 'echo'\n"
+    );
+    let inspected = ok(&["i", "echo"]);
+    assert!(
+        inspected.contains("toxicity=0.50") && inspected.contains("\tlatency=10"),
+        "{inspected:?}"
+    );
+    // Go's single-dash long flags, and the short aliases.
+    assert_eq!(
+        ok(&[
+            "t",
+            "a",
+            "-type",
+            "bandwidth",
+            "-upstream",
+            "-toxicName",
+            "bw",
+            "-attribute",
+            "rate=100",
+            "echo"
+        ]),
+        "Added upstream bandwidth toxic 'bw' on proxy 'echo'\n"
+    );
+    assert!(ok(&["ins", "echo"]).contains("bw\ttype=bandwidth\tstream=upstream"));
+    assert_eq!(
+        ok(&["toxic", "r", "-n", "bw", "echo"]),
+        "Removed toxic 'bw' on proxy 'echo'\n"
+    );
+    assert_eq!(
+        ok(&["toxic", "delete", "--toxicName", "slow", "echo"]),
+        "Removed toxic 'slow' on proxy 'echo'\n"
+    );
+    assert_eq!(
+        ok(&["i", "echo"]),
+        "",
+        "no toxics: nothing, as toxiproxy-cli"
+    );
+    assert_eq!(ok(&["toggle", "echo"]), "Proxy echo is now disabled\n");
+    assert!(std::net::TcpStream::connect(addr).is_err());
+    assert_eq!(ok(&["tog", "echo"]), "Proxy echo is now enabled\n");
+    assert_eq!(
+        ok(&["new", "--listen", "127.0.0.1:0", "--upstream", &up, "two"]),
+        "Created new proxy two\n"
+    );
+    assert_eq!(
+        ok(&["c", "-l=127.0.0.1:0", "-u", &up, "three"]),
+        "Created new proxy three\n"
+    );
+    assert_eq!(ok(&["d", "two"]), "Deleted proxy two\n");
+    assert_eq!(ok(&["delete", "three"]), "Deleted proxy three\n");
+    assert!(ok(&["--version"]).starts_with("toxiproxy-cli version 2."));
+    assert!(ok(&["-v"]).starts_with("toxiproxy-cli version 2."));
+    // Errors: toxiproxy-cli's exit 1.
+    let (code, _, err) = run(&["inspect", "nope"]);
+    assert_eq!(code, 1, "{err}");
+    let (code, _, err) = run(&["toxic", "add", "-t", "latency", "-u", "-d", "echo"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("Only one should be specified"), "{err}");
+    let (code, _, err) = run(&["toxic", "update", "-n", "x", "--toxicity", "2", "echo"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("between 0 and 1"), "{err}");
+    // `netchaos ctl` takes the same forms (and `-h URL`), and its own
+    // `update` sets a toxic's probability as its toxicity.
+    let ctl = |args: &[&str]| {
+        let mut full = vec!["ctl", "-h", &url];
+        full.extend_from_slice(args);
+        let (code, out, err) = netchaos(&full);
+        assert_eq!(code, 0, "ctl {args:?}: {err}");
+        out
+    };
+    ctl(&[
+        "toxic",
+        "add",
+        "-t",
+        "latency",
+        "-n",
+        "p",
+        "-a",
+        "latency=1",
+        "echo",
+    ]);
+    ctl(&["update", "echo", "p", "probability=0.25"]);
+    assert!(ctl(&["show", "echo"]).contains("toxicity 0.25"));
+    assert!(ctl(&["ls"]).starts_with("echo  listen"));
+}
+
 /// JSON given as data keeps its case through the API (Go matches only
 /// the API's own keys without regard to case): a merge patch as an object,
 /// a query name in a table. `ctl add` takes a JSON value with its commas.

@@ -1,11 +1,13 @@
 //! `netchaos ctl`: a small client for the control API (netchaos's, or a
-//! Toxiproxy server's for the calls both share).
+//! Toxiproxy server's for the calls both share) — and, invoked as
+//! `toxiproxy-cli`, that tool: its commands, flags (Go's `-flag` forms
+//! too, rewritten in [`crate::cli::toxiproxy_argv`]) and output.
 
 use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 
-use crate::cli::{CtlAction, CtlArgs};
+use crate::cli::{CtlAction, CtlArgs, ToxicAction};
 use crate::error::{Error, Result};
 
 const DEFAULT_URL: &str = "http://127.0.0.1:8474";
@@ -82,8 +84,31 @@ impl Client {
 }
 
 pub(super) fn run(args: &CtlArgs) -> Result<u8> {
+    if args.version {
+        match args.toxiproxy_cli {
+            true => println!(
+                "toxiproxy-cli version {} (netchaos {})",
+                crate::control::model::TOXIPROXY_VERSION,
+                env!("CARGO_PKG_VERSION")
+            ),
+            false => println!("netchaos ctl {}", env!("CARGO_PKG_VERSION")),
+        }
+        return Ok(0);
+    }
+    let Some(action) = &args.action else {
+        return Err(Error::Usage(
+            "give a command: list, inspect, create, toggle, delete, toxic add|update|remove, \
+             add, update, remove, enable, disable, reset or metrics (--help for more)"
+                .into(),
+        ));
+    };
     let c = Client::new(args);
-    match &args.action {
+    if args.toxiproxy_cli
+        && let Some(done) = as_toxiproxy_cli(&c, action)?
+    {
+        return Ok(done);
+    }
+    match action {
         CtlAction::List => {
             let (_, v) = c.call("GET", "/proxies", None)?;
             let proxies = v.as_object().cloned().unwrap_or_default();
@@ -122,12 +147,7 @@ pub(super) fn run(args: &CtlArgs) -> Result<u8> {
                 body.insert("stream".into(), json!(s));
             }
             if let Some(p) = attrs.get("probability") {
-                let p = p.as_f64().ok_or_else(|| {
-                    Error::Usage(format!(
-                        "probability: expected a number from 0 to 1, got {p}"
-                    ))
-                })?;
-                body.insert("toxicity".into(), json!(p));
+                body.insert("toxicity".into(), toxicity_of(p)?);
             }
             let attrs: Map<String, Value> = attrs
                 .into_iter()
@@ -149,14 +169,28 @@ pub(super) fn run(args: &CtlArgs) -> Result<u8> {
             toxic,
             attributes,
         } => {
-            let (_, attrs) = split_spec(&format!("x:{attributes}"))?;
+            let (_, mut attrs) = split_spec(&format!("x:{attributes}"))?;
+            // The toxic's own fields, as `add` takes them: not attributes.
+            let mut body = Map::new();
+            if let Some(p) = attrs.remove("probability") {
+                body.insert("toxicity".into(), toxicity_of(&p)?);
+            }
+            if let Some(st) = attrs.remove("stream") {
+                body.insert("stream".into(), st);
+            }
+            body.insert("attributes".into(), Value::Object(attrs));
             let (_, v) = c.call(
                 "PATCH",
                 &format!("/proxies/{}/toxics/{}", seg(proxy), seg(toxic)),
-                Some(json!({"attributes": attrs})),
+                Some(Value::Object(body)),
             )?;
             println!("updated {}", toxic_line(&v));
         }
+        CtlAction::Toggle { proxy } => {
+            let on = toggle(&c, proxy)?;
+            println!("Proxy {proxy} is now {}", enabled_text(on));
+        }
+        CtlAction::Toxic(t) => toxic(&c, t)?,
         CtlAction::Remove { proxy, toxic } => {
             c.call(
                 "DELETE",
@@ -166,7 +200,7 @@ pub(super) fn run(args: &CtlArgs) -> Result<u8> {
             println!("removed {toxic} from {proxy}");
         }
         CtlAction::Enable { proxy } | CtlAction::Disable { proxy } => {
-            let on = matches!(args.action, CtlAction::Enable { .. });
+            let on = matches!(action, CtlAction::Enable { .. });
             let (_, v) = c.call(
                 "PATCH",
                 &format!("/proxies/{}", seg(proxy)),
@@ -184,6 +218,284 @@ pub(super) fn run(args: &CtlArgs) -> Result<u8> {
         }
     }
     Ok(0)
+}
+
+/// A `probability` as the API's `toxicity`: a number from 0 to 1.
+fn toxicity_of(p: &Value) -> Result<Value> {
+    match p.as_f64() {
+        Some(f) if (0.0..=1.0).contains(&f) => Ok(json!(f)),
+        _ => Err(Error::Usage(format!(
+            "probability: expected a number from 0 to 1, got {p}"
+        ))),
+    }
+}
+
+/// toxiproxy-cli's `--toxicity`: a float from 0 to 1.
+fn toxiproxy_toxicity(t: Option<&str>) -> Result<f64> {
+    match t.map(|t| t.trim().parse::<f64>()) {
+        None => Ok(1.0),
+        Some(Ok(f)) if (0.0..=1.0).contains(&f) => Ok(f),
+        Some(_) => Err(Error::runtime(
+            "toxicity should be a float between 0 and 1.",
+        )),
+    }
+}
+
+/// toxiproxy-cli's `-a key=value` attributes: numbers as numbers (whole
+/// ones as integers, which every Toxiproxy attribute is), the rest as
+/// text; a pair without `=` is skipped, as it does.
+fn toxiproxy_attributes(pairs: &[String]) -> Map<String, Value> {
+    let mut out = Map::new();
+    for raw in pairs {
+        let Some((k, v)) = raw.split_once('=') else {
+            continue;
+        };
+        let value = match v.parse::<f64>() {
+            Ok(f) if f.is_finite() && f.fract() == 0.0 && f.abs() < 9e15 => json!(f as i64),
+            Ok(f) if f.is_finite() => json!(f),
+            _ => json!(v),
+        };
+        out.insert(k.to_string(), value);
+    }
+    out
+}
+
+/// Flips a proxy's `enabled`; what it is now.
+fn toggle(c: &Client, proxy: &str) -> Result<bool> {
+    let path = format!("/proxies/{}", seg(proxy));
+    let (_, p) = c.call("GET", &path, None)?;
+    let on = !p["enabled"].as_bool().unwrap_or(false);
+    c.call("PATCH", &path, Some(json!({"enabled": on})))?;
+    Ok(on)
+}
+
+fn enabled_text(on: bool) -> &'static str {
+    if on { "enabled" } else { "disabled" }
+}
+
+/// `toxic add|update|remove`, with toxiproxy-cli's flags and messages.
+fn toxic(c: &Client, t: &ToxicAction) -> Result<()> {
+    match t {
+        ToxicAction::Add {
+            proxy,
+            name,
+            kind,
+            toxicity,
+            attributes,
+            upstream,
+            downstream,
+        } => {
+            if *upstream && *downstream {
+                return Err(Error::runtime(
+                    "Only one should be specified: upstream or downstream.",
+                ));
+            }
+            let stream = if *upstream { "upstream" } else { "downstream" };
+            let mut body = json!({
+                "type": kind,
+                "stream": stream,
+                "toxicity": toxiproxy_toxicity(toxicity.as_deref())?,
+                "attributes": toxiproxy_attributes(attributes),
+            });
+            if let Some(n) = name.as_ref().filter(|n| !n.is_empty()) {
+                body["name"] = json!(n);
+            }
+            let (_, v) = c.call(
+                "POST",
+                &format!("/proxies/{}/toxics", seg(proxy)),
+                Some(body),
+            )?;
+            println!(
+                "Added {} {} toxic '{}' on proxy '{proxy}'",
+                v["stream"].as_str().unwrap_or(stream),
+                v["type"].as_str().unwrap_or(kind),
+                v["name"].as_str().unwrap_or_default()
+            );
+        }
+        ToxicAction::Update {
+            proxy,
+            name,
+            toxicity,
+            attributes,
+        } => {
+            let (_, v) = c.call(
+                "PATCH",
+                &format!("/proxies/{}/toxics/{}", seg(proxy), seg(name)),
+                Some(json!({
+                    "toxicity": toxiproxy_toxicity(toxicity.as_deref())?,
+                    "attributes": toxiproxy_attributes(attributes),
+                })),
+            )?;
+            println!(
+                "Updated toxic '{}' on proxy '{proxy}'",
+                v["name"].as_str().unwrap_or(name)
+            );
+        }
+        ToxicAction::Remove { proxy, name } => {
+            c.call(
+                "DELETE",
+                &format!("/proxies/{}/toxics/{}", seg(proxy), seg(name)),
+                None,
+            )?;
+            println!("Removed toxic '{name}' on proxy '{proxy}'");
+        }
+    }
+    Ok(())
+}
+
+/// The commands whose output toxiproxy-cli words its own way (`None`:
+/// the rest, which print the same either way).
+fn as_toxiproxy_cli(c: &Client, action: &CtlAction) -> Result<Option<u8>> {
+    use std::io::IsTerminal;
+    let tty = std::io::stdout().is_terminal();
+    let paint = |code: &'static str| if tty { code } else { "" };
+    let (green, red, blue, yellow, purple, none) = (
+        paint("\x1b[32m"),
+        paint("\x1b[31m"),
+        paint("\x1b[34m"),
+        paint("\x1b[33m"),
+        paint("\x1b[35m"),
+        paint("\x1b[0m"),
+    );
+    // A column padded with tabs to `tabs` tab stops on a terminal.
+    let column = |text: &str, tabs: usize| {
+        let pad = if tty {
+            tabs.saturating_sub(text.len() / 8 + 1)
+        } else {
+            0
+        };
+        format!("{text}\t{}", "\t".repeat(pad))
+    };
+    let hint = |m: &str| {
+        if tty {
+            println!("\n{none}Hint: {m}");
+        }
+    };
+    match action {
+        CtlAction::List => {
+            let (_, v) = c.call("GET", "/proxies", None)?;
+            let mut proxies: Vec<Value> = v
+                .as_object()
+                .map_or_else(Vec::new, |m| m.values().cloned().collect());
+            proxies.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
+            if tty {
+                println!(
+                    "{green}Name\t\t\t{blue}Listen\t\t{yellow}Upstream\t\t{purple}Enabled\t\t{red}Toxics\n{none}======================================================================================"
+                );
+                if proxies.is_empty() {
+                    print!("{red}no proxies\n{none}");
+                    hint("create a proxy with `toxiproxy-cli create`");
+                    return Ok(Some(0));
+                }
+            }
+            for p in &proxies {
+                let on = p["enabled"].as_bool().unwrap_or(false);
+                let n = p["toxics"].as_array().map_or(0, Vec::len);
+                let toxics = if n == 0 && tty {
+                    "None".to_string()
+                } else {
+                    n.to_string()
+                };
+                print!(
+                    "{}{}{none}",
+                    if on { green } else { red },
+                    column(p["name"].as_str().unwrap_or(""), 3)
+                );
+                print!(
+                    "{blue}{}{none}",
+                    column(p["listen"].as_str().unwrap_or(""), 2)
+                );
+                print!(
+                    "{yellow}{}{none}",
+                    column(p["upstream"].as_str().unwrap_or(""), 3)
+                );
+                print!("{purple}{}{none}", column(enabled_text(on), 2));
+                println!("{red}{toxics}{none}");
+            }
+            hint("inspect toxics with `toxiproxy-cli inspect <proxyName>`");
+        }
+        CtlAction::Show { proxy } => {
+            let (_, p) = c.call("GET", &format!("/proxies/{}", seg(proxy)), None)?;
+            let toxics: Vec<Value> = p["toxics"].as_array().cloned().unwrap_or_default();
+            let line = |t: &Value| {
+                let mut attrs: Vec<(String, String)> = t["attributes"]
+                    .as_object()
+                    .into_iter()
+                    .flatten()
+                    .map(|(k, v)| {
+                        (
+                            k.clone(),
+                            v.as_str().map_or_else(|| v.to_string(), str::to_string),
+                        )
+                    })
+                    .collect();
+                attrs.sort();
+                let attrs: String = attrs.iter().map(|(k, v)| format!("\t{k}={v}")).collect();
+                let name = t["name"].as_str().unwrap_or("");
+                let name = if tty {
+                    format!("{blue}{name}:{none}")
+                } else {
+                    name.to_string()
+                };
+                println!(
+                    "{name}\ttype={}\tstream={}\ttoxicity={:.2}\tattributes=[{attrs}\t]",
+                    t["type"].as_str().unwrap_or(""),
+                    t["stream"].as_str().unwrap_or(""),
+                    t["toxicity"].as_f64().unwrap_or(1.0)
+                );
+            };
+            if !tty {
+                toxics.iter().for_each(line);
+                return Ok(Some(0));
+            }
+            println!(
+                "{purple}Name: {none}{}\t{blue}Listen: {none}{}\t{yellow}Upstream: {none}{}",
+                p["name"].as_str().unwrap_or(""),
+                p["listen"].as_str().unwrap_or(""),
+                p["upstream"].as_str().unwrap_or("")
+            );
+            println!(
+                "{none}======================================================================"
+            );
+            if toxics.is_empty() {
+                println!("{red}Proxy has no toxics enabled.{none}");
+            } else {
+                for (i, stream) in ["Upstream", "Downstream"].into_iter().enumerate() {
+                    if i == 1 {
+                        println!();
+                    }
+                    let of: Vec<&Value> = toxics
+                        .iter()
+                        .filter(|t| (t["stream"] == "upstream") == (stream == "Upstream"))
+                        .collect();
+                    println!("{green}{stream} toxics:{none}");
+                    if of.is_empty() {
+                        println!("{red}Proxy has no {stream} toxics enabled.{none}");
+                    }
+                    of.into_iter().for_each(line);
+                }
+            }
+            hint("add a toxic with `toxiproxy-cli toxic add`");
+        }
+        CtlAction::Create {
+            proxy,
+            listen,
+            upstream,
+        } => {
+            c.call(
+                "POST",
+                "/proxies",
+                Some(json!({"name": proxy, "listen": listen, "upstream": upstream})),
+            )?;
+            println!("Created new proxy {proxy}");
+        }
+        CtlAction::Delete { proxy } => {
+            c.call("DELETE", &format!("/proxies/{}", seg(proxy)), None)?;
+            println!("Deleted proxy {proxy}");
+        }
+        _ => return Ok(None),
+    }
+    Ok(Some(0))
 }
 
 /// `TYPE:key=value,...` as for `--fault`, attributes kept as text (netchaos
