@@ -108,9 +108,12 @@ type Upstream = hyper::client::conn::http2::SendRequest<Body>;
 /// How long a stream waits for the upstream dialled again, after the
 /// last one sent its connection away.
 const REDIAL_WAIT: Duration = Duration::from_secs(10);
-/// A connection dialled again that is sent away sooner than this is not
-/// dialled again: the client is sent away instead.
+/// A connection dialled again that is sent away sooner than this (or
+/// than [`REDIAL_TURNS`] times its dial took, on a machine slow enough
+/// that an upstream takes longer to send it away) is not dialled again:
+/// the client is sent away instead.
 const REDIAL_SPACING: Duration = Duration::from_millis(100);
+const REDIAL_TURNS: u32 = 4;
 
 /// Concurrent streams a client may open (hyper's default for servers).
 const MAX_STREAMS: u32 = 200;
@@ -378,7 +381,8 @@ async fn run(
     // The upstream dialled again, while it is being.
     let mut redialling: Option<Dialling> = None;
     // When the connection in use was dialled again, if it was.
-    let mut redialled_at: Option<tokio::time::Instant> = None;
+    // When the last dial again was made, and how long it took.
+    let mut redialled_at: Option<(tokio::time::Instant, Duration)> = None;
     let mut closing = false;
     // The client's connection ending ends the upstream's. The upstream's
     // going away (a GOAWAY: a server's connection age, a restart) lets the
@@ -422,7 +426,9 @@ async fn run(
                         // connections; no storm of dials.
                         Some(dial)
                             if !stopping.is_cancelled()
-                                && redialled_at.is_none_or(|t| t.elapsed() >= REDIAL_SPACING) =>
+                                && redialled_at.is_none_or(|(t, took)| {
+                                    t.elapsed() >= REDIAL_SPACING.max(took * REDIAL_TURNS)
+                                }) =>
                         {
                             let dial = dial();
                             let began = tokio::time::Instant::now();
@@ -465,7 +471,7 @@ async fn run(
                         }
                         moved_on.store(true, Ordering::Relaxed);
                         up_conn = Some(Box::pin(conn));
-                        redialled_at = Some(tokio::time::Instant::now());
+                        redialled_at = Some((tokio::time::Instant::now(), took));
                     }
                     Err(e) => {
                         events.relay_error(
