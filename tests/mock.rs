@@ -906,51 +906,6 @@ except errors.ClientError as e:
     assert!(out.starts_with("broken ServerError 500"), "{out}\n{err}");
 }
 
-/// `tests/support/dnsd.py` answering `names` (NAME=IP), and a resolver
-/// file pointing at it; stopped on drop.
-struct Dnsd {
-    child: std::process::Child,
-    _dir: tempfile::TempDir,
-    resolv: String,
-}
-
-impl Dnsd {
-    fn start(names: &[&str]) -> Dnsd {
-        let mut child = Command::new("python3")
-            .arg(concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/tests/support/dnsd.py"
-            ))
-            .args(names)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        std::io::BufRead::read_line(
-            &mut std::io::BufReader::new(child.stdout.as_mut().unwrap()),
-            &mut line,
-        )
-        .unwrap();
-        let port: u16 = line.trim().parse().expect("dnsd's port");
-        let dir = tempfile::tempdir().unwrap();
-        let resolv = dir.path().join("resolv.conf");
-        std::fs::write(&resolv, format!("nameserver 127.0.0.1:{port}\n")).unwrap();
-        Dnsd {
-            child,
-            resolv: resolv.display().to_string(),
-            _dir: dir,
-        }
-    }
-}
-
-impl Drop for Dnsd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 /// The client both runs of the record/replay test use: the SDK's JSON
 /// call (HTTP/1.1), a stream read raw with httpx (HTTP/1.1) and one with
 /// curl over h2c; the streams' bytes hashed, and the moments of their

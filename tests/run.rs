@@ -111,26 +111,8 @@ fn a_hostname_rule_matches_through_the_dns_forwarder() {
         let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok");
     });
     let port = http.addr.port();
-    let mut dnsd = Command::new("python3")
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/support/dnsd.py"
-        ))
-        .arg("api.test=127.0.0.2")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(dnsd.stdout.as_mut().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    let dns_port: u16 = line.trim().parse().unwrap();
+    let dns = Dnsd::start(&["api.test=127.0.0.2"]);
     let dir = tempfile::tempdir().unwrap();
-    let resolv = dir.path().join("resolv.conf");
-    std::fs::write(&resolv, format!("nameserver 127.0.0.1:{dns_port}\n")).unwrap();
     let profile = dir.path().join("p.toml");
     std::fs::write(
         &profile,
@@ -147,14 +129,13 @@ fn a_hostname_rule_matches_through_the_dns_forwarder() {
             "--events",
             events.to_str().unwrap(),
             "--resolv-conf",
-            resolv.to_str().unwrap(),
+            &dns.resolv,
             "-p",
             profile.to_str().unwrap(),
         ],
         &["sh", "-c", &script],
     );
-    let _ = dnsd.kill();
-    let _ = dnsd.wait();
+    drop(dns);
     assert_eq!(code, 0, "{err}");
     let times: Vec<f64> = out.lines().map(|l| l.trim().parse().unwrap()).collect();
     assert!(times[0] >= 0.38, "by name: {times:?}");

@@ -1034,3 +1034,50 @@ impl TestCa {
         self.path("ca.pem").display().to_string()
     }
 }
+
+// --- a resolver of the test's own ------------------------------------
+
+/// `tests/support/dnsd.py` answering `names` (NAME=IP), and a resolver
+/// file pointing at it; stopped on drop.
+pub(crate) struct Dnsd {
+    child: Child,
+    _dir: tempfile::TempDir,
+    pub(crate) resolv: String,
+}
+
+impl Dnsd {
+    pub(crate) fn start(names: &[&str]) -> Dnsd {
+        let mut child = Command::new("python3")
+            .arg(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/support/dnsd.py"
+            ))
+            .args(names)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.as_mut().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        let port: u16 = line.trim().parse().expect("dnsd's port");
+        let dir = tempfile::tempdir().unwrap();
+        let resolv = dir.path().join("resolv.conf");
+        std::fs::write(&resolv, format!("nameserver 127.0.0.1:{port}\n")).unwrap();
+        Dnsd {
+            child,
+            resolv: resolv.display().to_string(),
+            _dir: dir,
+        }
+    }
+}
+
+impl Drop for Dnsd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
