@@ -552,16 +552,26 @@ pub fn toxiproxy_argv(
         args.insert(1, "ctl".into());
         args.insert(2, "--toxiproxy-cli".into());
     }
-    if let Some(ctl) = args
-        .iter()
-        .take_while(|a| *a != "--")
-        .position(|a| a == "ctl")
-    {
-        return ctl_argv(args, ctl);
+    // The subcommand: the first argument that is no global flag (nor the
+    // value of `--seed`); a `ctl` or `server` further on is an argument
+    // of another command's (`run ./app ctl …`, `proxy --name server`).
+    let mut at = 1;
+    while let Some(a) = args.get(at).and_then(|a| a.to_str()) {
+        match a {
+            "--seed" => at += 2,
+            _ if a.starts_with('-') => at += 1,
+            _ => break,
+        }
     }
-    let Some(server) = args.iter().position(|a| a == "server") else {
+    let subcommand = args.get(at).and_then(|a| a.to_str());
+    if subcommand == Some("ctl") {
+        let cli = args.iter().any(|a| a == "--toxiproxy-cli");
+        return ctl_argv(args, at, cli);
+    }
+    if subcommand != Some("server") {
         return args;
-    };
+    }
+    let server = at;
     for a in &mut args[server + 1..] {
         let Some(text) = a.to_str() else { continue };
         // Go takes --flag as -flag; --version is toxiproxy-server's.
@@ -585,9 +595,13 @@ pub fn toxiproxy_argv(
 
 /// toxiproxy-cli's flags after `ctl`, as Go's flag package takes them:
 /// `-toxicName x` is `--toxicName x`, `-tox`/`--tox` is `--toxicity`,
-/// `-h URL` and `-host URL` the API's address, `-v`/`--version` the
-/// version.
-fn ctl_argv(mut args: Vec<std::ffi::OsString>, ctl: usize) -> Vec<std::ffi::OsString> {
+/// `-h URL` and `-host URL` the API's address, `--version` (and, invoked
+/// as toxiproxy-cli, `-v`) the version.
+fn ctl_argv(
+    mut args: Vec<std::ffi::OsString>,
+    ctl: usize,
+    toxiproxy_cli: bool,
+) -> Vec<std::ffi::OsString> {
     const GO_FLAGS: &[&str] = &[
         "toxicName",
         "type",
@@ -622,7 +636,9 @@ fn ctl_argv(mut args: Vec<std::ffi::OsString>, ctl: usize) -> Vec<std::ffi::OsSt
         let renamed = match (dashes, name) {
             (1 | 2, "host") => Some("--url"),
             (1 | 2, "tox") => Some("--toxicity"),
-            (1 | 2, "version") | (1, "v") => Some("--ctl-version"),
+            (1 | 2, "version") => Some("--ctl-version"),
+            // toxiproxy-cli's `-v` is its version; netchaos's, verbose.
+            (1, "v") if toxiproxy_cli => Some("--ctl-version"),
             // `-h URL` is toxiproxy-cli's host; `-h` alone is help.
             (1, "h")
                 if value.is_some()
@@ -1510,5 +1526,76 @@ mod tests {
         let e = pairs(&["--listen", "1000"]).unwrap_err();
         assert!(e.to_string().contains("needs both --listen"), "{e}");
         assert!(pairs(&["--listen", "nope", "--upstream", "h:1"]).is_err());
+    }
+
+    #[test]
+    fn only_the_ctl_subcommand_takes_toxiproxy_clis_flags() {
+        let argv = |a: &[&str]| -> Vec<String> {
+            toxiproxy_argv(a.iter().map(std::ffi::OsString::from))
+                .into_iter()
+                .map(|s| s.into_string().unwrap())
+                .collect()
+        };
+        // Another command's arguments are left alone.
+        for a in [
+            &["netchaos", "run", "./app", "ctl", "-h", "db", "-v"][..],
+            &["netchaos", "proxy", "--name", "ctl", "-v"][..],
+            &["netchaos", "run", "--", "server", "-host", "x"][..],
+        ] {
+            assert_eq!(argv(a), a, "{a:?}");
+        }
+        assert_eq!(
+            argv(&[
+                "netchaos",
+                "-v",
+                "--seed",
+                "3",
+                "ctl",
+                "-h",
+                "u:1",
+                "toxic",
+                "a",
+                "-toxicName",
+                "n",
+                "-tox",
+                "0.5",
+                "p"
+            ]),
+            [
+                "netchaos",
+                "-v",
+                "--seed",
+                "3",
+                "ctl",
+                "--url",
+                "u:1",
+                "toxic",
+                "a",
+                "--toxicName",
+                "n",
+                "--toxicity",
+                "0.5",
+                "p"
+            ]
+        );
+        // netchaos's -v stays verbose; -h alone stays help.
+        assert_eq!(
+            argv(&["netchaos", "ctl", "list", "-v"]),
+            ["netchaos", "ctl", "list", "-v"]
+        );
+        assert_eq!(argv(&["netchaos", "ctl", "-h"]), ["netchaos", "ctl", "-h"]);
+        assert_eq!(
+            argv(&["/bin/toxiproxy-cli", "-v"]),
+            [
+                "/bin/toxiproxy-cli",
+                "ctl",
+                "--toxiproxy-cli",
+                "--ctl-version"
+            ]
+        );
+        assert_eq!(
+            argv(&["netchaos", "server", "-port=1"]),
+            ["netchaos", "server", "--port=1"]
+        );
     }
 }

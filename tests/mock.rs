@@ -1168,3 +1168,84 @@ fn bad_cassettes_are_refused_before_it_starts() {
         assert!(err.contains(says), "{args:?}: {err}");
     }
 }
+
+/// `--record` keeps only what a replay can stand in for, as the upstream
+/// sent it: not an exchange a fault was set to follow (an `sse` stall
+/// that never came still passed the body through the fault), not one a
+/// connection fault slowed, not one to an address; credentials in
+/// headers and queries are redacted.
+#[test]
+fn what_a_fault_touched_or_an_address_answered_is_not_recorded() {
+    if !need(&["ip", "nft", "curl"]) {
+        return;
+    }
+    let up = Proxy::start_cmd(
+        "mock",
+        &[
+            "--listen",
+            "127.0.0.2:0",
+            "--ttft",
+            "5ms",
+            "--tokens-per-s",
+            "2000",
+        ],
+    );
+    let port = up.addrs[0].port();
+    let dns = Dnsd::start(&["llm.test=127.0.0.2"]);
+    let dir = tempfile::tempdir().unwrap();
+    let ask = r#"{"model":"claude-x","max_tokens":5,"stream":true,"messages":[{"role":"user","content":"x"}]}"#;
+    let curl = |url: &str| {
+        format!(
+            "curl -sS -o /dev/null -H 'x-api-key: k' -H 'anthropic-version: 2023-06-01' \
+             -H 'content-type: application/json' -H 'x-amz-security-token: tok' -d '{ask}' '{url}'"
+        )
+    };
+    for (name, fault, url) in [
+        (
+            "sse",
+            "sse:stall_after_events=1000",
+            format!("http://llm.test:{port}/v1/messages"),
+        ),
+        (
+            "latency",
+            "latency:delay=1ms",
+            format!("http://llm.test:{port}/v1/messages"),
+        ),
+        (
+            "address",
+            "",
+            format!("http://127.0.0.2:{port}/v1/messages"),
+        ),
+        (
+            "clean",
+            "",
+            format!("http://llm.test:{port}/v1/messages?key=AIzaSecret&beta=true"),
+        ),
+    ] {
+        let cas = dir.path().join(name);
+        let cas_s = cas.display().to_string();
+        let mut args = vec!["--record", &cas_s, "--resolv-conf", &dns.resolv];
+        if !fault.is_empty() {
+            args.extend(["--fault", fault]);
+        }
+        let (code, _, err) = wrapped(&args, &["sh", "-c", &curl(&url)]);
+        assert_eq!(code, 0, "{name}: {err}");
+        let files: Vec<_> = std::fs::read_dir(&cas).unwrap().collect();
+        match name {
+            "clean" => {
+                assert_eq!(files.len(), 1, "{err}");
+                let text = std::fs::read_to_string(files[0].as_ref().unwrap().path()).unwrap();
+                assert!(
+                    !text.contains("AIzaSecret") && !text.contains("\"tok\""),
+                    "{text}"
+                );
+                assert!(text.contains("key=%5Bredacted%5D&beta=true"), "{text}");
+                assert!(
+                    text.contains("content_block_delta"),
+                    "the body is kept: {text}"
+                );
+            }
+            _ => assert!(files.is_empty(), "{name}: {files:?}\n{err}"),
+        }
+    }
+}

@@ -32,6 +32,11 @@ impl Client {
             .user_agent(concat!("netchaos-ctl/", env!("CARGO_PKG_VERSION")))
             .build()
             .into();
+        // `localhost:8474`, as toxiproxy's client takes it: HTTP.
+        let base = match base.contains("://") {
+            true => base,
+            false => format!("http://{base}"),
+        };
         Client {
             base: base.trim_end_matches('/').to_string(),
             token: args.token.clone().filter(|t| !t.is_empty()),

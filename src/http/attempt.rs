@@ -141,7 +141,11 @@ impl Attempt {
         if !events.logging() {
             return None;
         }
-        let tape = Tape::begin(proto, method, path, host, headers).map(Mutex::new);
+        // The mock's own answers are no upstream's to record.
+        let tape = match conn.mock {
+            Some(_) => None,
+            None => Tape::begin(proto, method, path, host, headers).map(Mutex::new),
+        };
         let headers = headers
             .iter()
             .filter_map(|(k, v)| {
@@ -295,7 +299,13 @@ impl Attempt {
 
     /// The request's body went on unread.
     pub(crate) fn request_unseen(&self) {
-        self.tape(Tape::request_unseen);
+        self.tape(|t| t.spoil("its request body passed unread"));
+    }
+
+    /// What passes is not the upstream's answer as it came (a fault may
+    /// act on it, or its bytes go by a path that does not tape them).
+    pub(crate) fn not_taped(&self, why: &'static str) {
+        self.tape(|t| t.spoil(why));
     }
 
     /// The upstream's head, as it came.

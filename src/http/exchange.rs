@@ -39,7 +39,7 @@ use crate::events::{ConnInfo, Events, GrpcStatus, RequestInfo};
 use crate::fault::http_match::RequestView;
 use crate::fault::http_status::After;
 use crate::fault::sse::Breakage;
-use crate::fault::{Chosen, Gone, Item, ItemKind, Output};
+use crate::fault::{Chosen, Gone, Item, ItemKind, Layer, Output};
 
 /// Requests read ahead of their responses, at most (pipelining).
 const QUEUE: usize = 32;
@@ -755,6 +755,9 @@ impl RequestSide {
                 ),
             };
             let attempt = meta.attempt.clone();
+            if faults.iter().any(|c| c.spec.kind.layer() != Layer::Http) {
+                attempt.mark(|a| a.not_taped("a connection fault acts on it"));
+            }
             if let Some(m) = json.as_ref().and_then(|j| j.get("model")?.as_str()) {
                 attempt.mark(|a| a.model(m));
             }
@@ -1300,6 +1303,12 @@ impl ResponseSide {
             if let Some(next) = rewritten {
                 return Ok(next);
             }
+        }
+        // A body that passes through a fault's hands (even one that does
+        // not act in the end) is not taped on its way.
+        if d.truncate.is_some() || !sse.is_empty() {
+            meta.attempt
+                .mark(|a| a.not_taped("a response fault followed its body"));
         }
         let end = if let Some((c, t)) = &d.truncate {
             let end = pass_body(

@@ -114,6 +114,9 @@ const REDIAL_WAIT: Duration = Duration::from_secs(10);
 /// the client is sent away instead.
 const REDIAL_SPACING: Duration = Duration::from_millis(100);
 const REDIAL_TURNS: u32 = 4;
+/// At most this, however long the dial took: an upstream far away that
+/// recycles connections now and then is no upstream going away.
+const REDIAL_SPACING_MAX: Duration = Duration::from_secs(1);
 
 /// Concurrent streams a client may open (hyper's default for servers).
 const MAX_STREAMS: u32 = 200;
@@ -427,7 +430,8 @@ async fn run(
                         Some(dial)
                             if !stopping.is_cancelled()
                                 && redialled_at.is_none_or(|(t, took)| {
-                                    t.elapsed() >= REDIAL_SPACING.max(took * REDIAL_TURNS)
+                                    t.elapsed()
+                                        >= REDIAL_SPACING.max((took * REDIAL_TURNS).min(REDIAL_SPACING_MAX))
                                 }) =>
                         {
                             let dial = dial();
@@ -745,6 +749,12 @@ async fn stream(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body
         host.as_deref(),
         &headers,
     );
+    if faults
+        .iter()
+        .any(|c| c.spec.kind.layer() != crate::fault::Layer::Http)
+    {
+        attempt.mark(|a| a.not_taped("a connection fault acts on it"));
+    }
     // The body's `model` and hash: of the body read ahead, or as it
     // passes.
     if let Some(a) = &attempt

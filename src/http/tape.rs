@@ -10,7 +10,7 @@ use std::path::Path;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::BytesMut;
 
 use crate::mock::cassette::{self, Chunk, Interaction, REDACTED, Recorder};
 
@@ -22,17 +22,33 @@ const MAX_REQUEST: usize = 8 << 20;
 /// Bytes of one response's body kept, at most.
 const MAX_RESPONSE: usize = 32 << 20;
 
-/// Request headers whose values are credentials: kept as `[redacted]`.
-const SECRET_HEADERS: &[&str] = &[
-    "authorization",
-    "proxy-authorization",
-    "x-api-key",
-    "api-key",
-    "x-goog-api-key",
+/// Parts of a request header's or query parameter's name that mark its
+/// value as a credential (kept as `[redacted]`): `Authorization`,
+/// `x-api-key`, `x-goog-api-key`, `Cookie`, `x-amz-security-token`,
+/// gateways' `helicone-auth` or `x-portkey-api-key`, a `?key=`, an
+/// `X-Amz-Signature` …
+const SECRET_PARTS: &[&str] = &[
+    "auth",
+    "key",
+    "token",
+    "secret",
     "cookie",
+    "signature",
+    "credential",
+    "password",
+    "session",
+    "sig",
 ];
-/// Query parameters that carry keys (Gemini's `?key=`).
-const SECRET_PARAMS: &[&str] = &["key", "api_key", "api-key", "access_token"];
+
+/// Whether a header's or parameter's name says its value is a secret.
+fn secret(name: &str) -> bool {
+    let n = name.to_ascii_lowercase();
+    SECRET_PARTS.iter().any(|p| n.contains(p))
+}
+
+/// Response headers not recorded: cookies the upstream set are the
+/// session of whoever recorded.
+const DROPPED_RESPONSE_HEADERS: &[&str] = &["set-cookie", "set-cookie2"];
 
 /// Records this run's exchanges into `dir` (made if need be).
 pub(crate) fn start(dir: &Path) -> std::io::Result<()> {
@@ -67,7 +83,7 @@ pub(crate) struct Tape {
     status: Option<u16>,
     headers: Vec<(String, String)>,
     head_at: Duration,
-    chunks: Vec<(Duration, Bytes)>,
+    chunks: Vec<(Duration, BytesMut)>,
     size: usize,
     /// Why it cannot be written, if it cannot.
     spoilt: Option<&'static str>,
@@ -85,12 +101,23 @@ impl Tape {
         if !recording() {
             return None;
         }
+        // Only what a replay can stand in for: a request to a host name
+        // (an address cannot be mocked: a metadata service's, a peer's),
+        // in origin form.
+        let named = host.is_some_and(|h| crate::plan::is_mockable_host(&cassette::normal_host(h)));
+        if !named || !path.starts_with('/') || method.eq_ignore_ascii_case("CONNECT") {
+            return None;
+        }
         let headers = headers
             .iter()
             .map(|(k, v)| {
                 let k = k.to_ascii_lowercase();
-                let secret = SECRET_HEADERS.contains(&k.as_str());
-                (k, if secret { REDACTED.into() } else { v.clone() })
+                let v = if secret(&k) {
+                    REDACTED.into()
+                } else {
+                    v.clone()
+                };
+                (k, v)
             })
             .collect();
         Some(Tape {
@@ -116,25 +143,36 @@ impl Tape {
     /// Request body bytes (its payload: de-chunked) go on.
     pub(crate) fn request_body(&mut self, b: &[u8]) {
         self.ended = Instant::now();
+        if self.spoilt.is_some() {
+            return;
+        }
         if self.body.len() + b.len() > MAX_REQUEST {
-            self.spoilt
-                .get_or_insert("its request body is too large to keep");
+            self.spoil("its request body is too large to keep");
             return;
         }
         self.body.extend_from_slice(b);
     }
 
-    /// The request's body went on unread (the HTTP layer does not look
-    /// into it: compressed, gRPC).
-    pub(crate) fn request_unseen(&mut self) {
-        self.spoilt.get_or_insert("its request body passed unread");
+    /// It will not be written, for `why`: what it holds is let go.
+    pub(crate) fn spoil(&mut self, why: &'static str) {
+        self.spoilt.get_or_insert(why);
+        self.body = Vec::new();
+        self.chunks = Vec::new();
     }
 
     /// The upstream's head.
     pub(crate) fn head(&mut self, status: u16, headers: &[(String, String)]) {
         self.head_at = self.ended.elapsed();
         self.status = Some(status);
-        self.headers = headers.to_vec();
+        self.headers = headers
+            .iter()
+            .filter(|(k, _)| {
+                !DROPPED_RESPONSE_HEADERS
+                    .iter()
+                    .any(|d| d.eq_ignore_ascii_case(k))
+            })
+            .cloned()
+            .collect();
     }
 
     /// Response body bytes (its payload) go to the client now.
@@ -144,20 +182,16 @@ impl Tape {
         }
         self.size += b.len();
         if self.size > MAX_RESPONSE {
-            self.chunks = Vec::new();
-            self.spoilt = Some("its response body is too large to keep");
+            self.spoil("its response body is too large to keep");
             return;
         }
         let at = self.ended.elapsed();
         // Bytes within a millisecond of the last go with it.
         match self.chunks.last_mut() {
             Some((t, last)) if at.saturating_sub(*t) < Duration::from_millis(1) => {
-                let mut joined = Vec::with_capacity(last.len() + b.len());
-                joined.extend_from_slice(last);
-                joined.extend_from_slice(b);
-                *last = Bytes::from(joined);
+                last.extend_from_slice(b);
             }
-            _ => self.chunks.push((at, Bytes::copy_from_slice(b))),
+            _ => self.chunks.push((at, BytesMut::from(b))),
         }
     }
 
@@ -175,6 +209,18 @@ impl Tape {
         let Some(status) = self.status.filter(|_| upstream_answered_whole) else {
             return;
         };
+        // What a cassette cannot hold or a replay cannot send: an interim
+        // or switching answer, a header value that is not visible ASCII.
+        let sendable = self
+            .headers
+            .iter()
+            .all(|(k, v)| cassette::sendable_header(k, v));
+        if status < 200 || !sendable {
+            tracing::debug!(
+                "--record: a {status} answer not recorded (a replay could not send it)"
+            );
+            return;
+        }
         self.request.set_body(&self.body);
         let interaction = Interaction {
             request: self.request,
@@ -210,9 +256,7 @@ fn redact_query(path: &str) -> String {
     let q: Vec<String> = q
         .split('&')
         .map(|kv| match kv.split_once('=') {
-            Some((k, _)) if SECRET_PARAMS.iter().any(|s| s.eq_ignore_ascii_case(k)) => {
-                format!("{k}={}", cassette::urlencode(REDACTED))
-            }
+            Some((k, _)) if secret(k) => format!("{k}={}", cassette::urlencode(REDACTED)),
             _ => kv.to_string(),
         })
         .collect();
@@ -230,5 +274,20 @@ mod tests {
             "/v1beta/models/g:generateContent?alt=sse&key=%5Bredacted%5D"
         );
         assert_eq!(redact_query("/v1/messages"), "/v1/messages");
+        assert_eq!(
+            redact_query("/o?X-Amz-Signature=ab&X-Amz-Credential=c&alt=sse&page_token=t"),
+            "/o?X-Amz-Signature=%5Bredacted%5D&X-Amz-Credential=%5Bredacted%5D&alt=sse\
+             &page_token=%5Bredacted%5D"
+        );
+        for h in [
+            "Authorization",
+            "x-api-key",
+            "x-amz-security-token",
+            "helicone-auth",
+            "Cookie",
+        ] {
+            assert!(secret(h), "{h}");
+        }
+        assert!(!secret("content-type") && !secret("anthropic-version"));
     }
 }

@@ -293,6 +293,9 @@ pub(crate) fn urlencode(s: &str) -> String {
 #[derive(Debug)]
 pub(crate) struct Cassette {
     entries: Vec<Entry>,
+    /// Held while an entry is chosen and its turn counted: two requests
+    /// at once take two turns.
+    choosing: std::sync::Mutex<()>,
     /// The directories, for messages.
     pub(crate) dirs: String,
     /// Hosts are not matched: the mock serves one (`netchaos mock`, which
@@ -343,6 +346,7 @@ impl Cassette {
                 .collect::<Vec<_>>()
                 .join(", "),
             any_host: false,
+            choosing: std::sync::Mutex::new(()),
         })
     }
 
@@ -382,6 +386,7 @@ impl Cassette {
             bytes: body,
             json: Default::default(),
         };
+        let turn = self.choosing.lock().unwrap_or_else(|e| e.into_inner());
         let mut best: Option<&Entry> = None;
         for e in &self.entries {
             let host = if self.any_host { None } else { host };
@@ -402,6 +407,7 @@ impl Cassette {
         }
         let e = best?;
         e.uses.fetch_add(1, Ordering::Relaxed);
+        drop(turn);
         tracing::debug!("mock: {method} {path} answered from {}", e.file);
         let a = &e.answer;
         let mut r = Reply {
@@ -444,6 +450,13 @@ const FRAMING: &[&str] = &[
     "trailer",
     "content-length",
 ];
+
+/// Whether a header can be sent as given (a name and a visible-ASCII
+/// value).
+pub(crate) fn sendable_header(name: &str, value: &str) -> bool {
+    hyper::header::HeaderName::from_bytes(name.as_bytes()).is_ok()
+        && hyper::header::HeaderValue::from_str(value).is_ok()
+}
 
 /// Whether a response header is one the replay sends (not framing).
 pub(crate) fn replayed(name: &str) -> bool {
@@ -517,9 +530,7 @@ fn entry(file: &str, beside: &Path, i: Interaction) -> Result<Entry, String> {
         ));
     }
     for (k, v) in &r.headers {
-        if hyper::header::HeaderName::from_bytes(k.as_bytes()).is_err()
-            || hyper::header::HeaderValue::from_str(v).is_err()
-        {
+        if !sendable_header(k, v) {
             return Err(format!("response header {k:?}: {v:?} cannot be sent"));
         }
     }
@@ -594,8 +605,18 @@ fn entry(file: &str, beside: &Path, i: Interaction) -> Result<Entry, String> {
             }
         }
     };
-    let mut headers: Vec<(String, String)> =
-        r.headers.into_iter().filter(|(k, _)| replayed(k)).collect();
+    // An answer with no body by its request or status keeps the length
+    // it stated (a HEAD's, a 304's): no body frames it.
+    let bodiless = q
+        .method
+        .as_deref()
+        .is_some_and(|m| m.eq_ignore_ascii_case("HEAD"))
+        || matches!(r.status, 204 | 304);
+    let mut headers: Vec<(String, String)> = r
+        .headers
+        .into_iter()
+        .filter(|(k, _)| replayed(k) || (bodiless && k.eq_ignore_ascii_case("content-length")))
+        .collect();
     // A JSON body given as JSON says so, unless the file says otherwise.
     let typed = headers
         .iter()
@@ -675,13 +696,19 @@ impl Recorder {
     /// Makes `dir` if need be.
     pub(crate) fn open(dir: &Path) -> std::io::Result<Recorder> {
         std::fs::create_dir_all(dir)?;
-        let there = std::fs::read_dir(dir)?
+        // After the highest number there (a gap a deleted file left is not
+        // reused; a file is never overwritten: see `write`).
+        let last = std::fs::read_dir(dir)?
             .filter_map(Result::ok)
-            .filter(|e| e.path().extension().is_some_and(|x| x == "json"))
-            .count() as u64;
+            .filter_map(|e| {
+                let name = e.file_name().to_string_lossy().into_owned();
+                name.split('-').next()?.parse::<u64>().ok()
+            })
+            .max()
+            .unwrap_or(0);
         Ok(Recorder {
             dir: dir.to_path_buf(),
-            next: AtomicU64::new(there + 1),
+            next: AtomicU64::new(last + 1),
             written: AtomicU64::new(0),
         })
     }
@@ -692,7 +719,6 @@ impl Recorder {
 
     /// Writes one exchange (a failure is logged: the run goes on).
     pub(crate) fn write(&self, i: &Interaction) {
-        let n = self.next.fetch_add(1, Ordering::Relaxed);
         let slug: String = format!(
             "{}-{}{}",
             i.request.method.as_deref().unwrap_or("ANY"),
@@ -712,15 +738,31 @@ impl Recorder {
         })
         .take(80)
         .collect();
-        let path = self.dir.join(format!("{n:05}-{slug}.json"));
         let text = match serde_json::to_value(i) {
             Ok(v) => readable(&v),
             Err(e) => return tracing::warn!("--record: {e}"),
         };
-        let wrote = crate::outfile::create(&path, 0o644).and_then(|mut f| {
-            use std::io::Write;
-            f.write_all(text.as_bytes())
-        });
+        // A new file always: another recording into the same directory
+        // (a parallel test shard) may have taken a number meanwhile.
+        let mut tries = 0;
+        let (path, mut file) = loop {
+            let n = self.next.fetch_add(1, Ordering::Relaxed);
+            let path = self.dir.join(format!("{n:05}-{slug}.json"));
+            match std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&path)
+            {
+                Ok(f) => break (path, f),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && tries < 1000 => {
+                    tries += 1;
+                }
+                Err(e) => {
+                    return tracing::warn!("--record: cannot write {}: {e}", path.display());
+                }
+            }
+        };
+        let wrote = std::io::Write::write_all(&mut file, text.as_bytes());
         match wrote {
             Ok(()) => {
                 self.written.fetch_add(1, Ordering::Relaxed);
@@ -855,6 +897,11 @@ mod tests {
                 "chunks": [{"at_ms": 150, "text": "data: 1\n\n"}, {"at_ms": 250.5, "b64": "AP8="}]}}"#,
             ),
             (
+                "h.json",
+                r#"{"request": {"method": "HEAD", "path": "/h"},
+                    "response": {"headers": [["content-length", "42"]], "chunks": []}}"#,
+            ),
+            (
                 "b.json",
                 r#"{"request": {"path": "/e"}, "response": {"head_ms": 10, "every_ms": 20,
                 "body_text": "data: a\n\ndata: b\r\n\r\ndata: c"}}"#,
@@ -875,6 +922,8 @@ mod tests {
         assert_eq!(chunks[1].0, Duration::from_micros(250_500));
         assert_eq!(&chunks[1].1[..], [0, 255]);
         assert_eq!(*length, None);
+        let r = c.answer("HEAD", None, "/h", b"").unwrap();
+        assert_eq!(r.get("content-length"), Some("42"), "a HEAD keeps its length");
         let r = c.answer("GET", None, "/e", b"").unwrap();
         let Payload::Recorded { chunks, .. } = &r.payload else {
             panic!()
@@ -941,12 +990,23 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("00001-old.json"), "{}").unwrap();
         let r = Recorder::open(&dir.path().join(".")).unwrap();
+        // Another recorder took the next number meanwhile: not overwritten.
+        std::fs::write(
+            dir.path().join("00002-POST-api.x.com_v1_messages.json"),
+            "x",
+        )
+        .unwrap();
         let mut i = Interaction::default();
         i.request.method = Some("POST".into());
         i.request.host = Some("api.x.com".into());
         i.request.path = Some("/v1/messages?beta=true".into());
         r.write(&i);
-        let written = dir.path().join("00002-POST-api.x.com_v1_messages.json");
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("00002-POST-api.x.com_v1_messages.json"))
+                .unwrap(),
+            "x"
+        );
+        let written = dir.path().join("00003-POST-api.x.com_v1_messages.json");
         let back: Interaction =
             serde_json::from_str(&std::fs::read_to_string(written).unwrap()).unwrap();
         assert_eq!(back.request.path.as_deref(), Some("/v1/messages?beta=true"));

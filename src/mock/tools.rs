@@ -80,7 +80,8 @@ pub(crate) fn anthropic_refusal(o: &Map<String, Value>) -> Option<String> {
 /// Why the API refuses an OpenAI request's `tool_choice` (a 400), if it
 /// does: any without `tools`, or a function they do not hold.
 pub(crate) fn openai_refusal(o: &Map<String, Value>) -> Option<String> {
-    let choice = o.get("tool_choice")?;
+    // `null`, as clients that pass `None` send it, is no choice.
+    let choice = o.get("tool_choice").filter(|c| !c.is_null())?;
     let tools = o
         .get("tools")
         .and_then(Value::as_array)
@@ -330,6 +331,7 @@ mod tests {
                 .contains("'b'")
         );
         assert_eq!(openai_refusal(&ask(json!("auto"), f)), None);
+        assert_eq!(openai_refusal(&ask(Value::Null, Value::Null)), None);
         assert!(
             openai_refusal(&ask(json!("auto"), Value::Null))
                 .unwrap()
