@@ -923,7 +923,11 @@ mod tests {
         assert_eq!(&chunks[1].1[..], [0, 255]);
         assert_eq!(*length, None);
         let r = c.answer("HEAD", None, "/h", b"").unwrap();
-        assert_eq!(r.get("content-length"), Some("42"), "a HEAD keeps its length");
+        assert_eq!(
+            r.get("content-length"),
+            Some("42"),
+            "a HEAD keeps its length"
+        );
         let r = c.answer("GET", None, "/e", b"").unwrap();
         let Payload::Recorded { chunks, .. } = &r.payload else {
             panic!()
