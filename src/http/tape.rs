@@ -3,8 +3,9 @@
 //! headers and body, and the moment of each body chunk from the request's
 //! end — and written as a cassette file ([`crate::mock::cassette`]) for
 //! `--mock-from DIR` to replay. A tape rides on its attempt's record
-//! ([`super::attempt`]): only an exchange that went to the client as the
-//! upstream sent it, whole and with no fault acting on it, is written.
+//! ([`super::attempt`]): only an exchange to a host name that went to the
+//! client as the upstream sent it, whole, with no fault acting on it or
+//! set to follow it, is written.
 
 use std::path::Path;
 use std::sync::OnceLock;
