@@ -479,14 +479,15 @@ impl Plan {
         if dirs.is_empty() {
             return Ok(());
         }
-        // Each on its own first: an error names where it was given.
+        // Each on its own: an error names where it was given.
+        let mut parts = Vec::with_capacity(dirs.len());
         for (d, loc) in &dirs {
-            crate::mock::cassette::Cassette::load(std::slice::from_ref(d))
-                .map_err(|e| ProfileError::new(loc, e))?;
+            parts.push(
+                crate::mock::cassette::Cassette::load(std::slice::from_ref(d))
+                    .map_err(|e| ProfileError::new(loc, e))?,
+            );
         }
-        let all: Vec<std::path::PathBuf> = dirs.iter().map(|(d, _)| d.clone()).collect();
-        let c = crate::mock::cassette::Cassette::load(&all)
-            .map_err(|e| ProfileError::new(&dirs[0].1, e))?;
+        let c = crate::mock::cassette::Cassette::join(parts);
         let loc = dirs
             .iter()
             .map(|(_, l)| l.as_str())

@@ -355,27 +355,12 @@ fn attach_learns_names_from_the_namespaces_own_resolver() {
     let route = ns.sh(&format!("ip route add default via {}", ns.host_ip));
     assert!(route.status.success(), "{route:?}");
     // The resolver lives inside the namespace, on its loopback.
-    let mut dnsd = Command::new("ip")
-        .args(["netns", "exec", &ns.name, "python3"])
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/support/dnsd.py"
-        ))
-        .arg(format!("api.test={}", ns.host_ip))
-        .arg(format!("tcp.test={}", ns.host_ip))
-        .arg(format!("gone.test={}", ns.host_ip))
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufRead::read_line(
-        &mut std::io::BufReader::new(dnsd.stdout.as_mut().unwrap()),
-        &mut line,
-    )
-    .unwrap();
-    let resolv = dir.path().join("resolv.conf");
-    std::fs::write(&resolv, format!("nameserver 127.0.0.1:{}\n", line.trim())).unwrap();
+    let names: Vec<String> = ["api.test", "tcp.test", "gone.test"]
+        .iter()
+        .map(|n| format!("{n}={}", ns.host_ip))
+        .collect();
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let dnsd = Dnsd::start_in(Some(&ns.name), &names);
     let profile = dir.path().join("p.toml");
     std::fs::write(
         &profile,
@@ -388,7 +373,7 @@ fn attach_learns_names_from_the_namespaces_own_resolver() {
         &ns,
         &[
             "--resolv-conf",
-            resolv.to_str().unwrap(),
+            &dnsd.resolv,
             "-p",
             profile.to_str().unwrap(),
         ],
@@ -411,8 +396,7 @@ fn attach_learns_names_from_the_namespaces_own_resolver() {
     ));
     let gai = String::from_utf8_lossy(&gai.stdout).to_string();
     let (status, err) = p.stop();
-    let _ = dnsd.kill();
-    let _ = dnsd.wait();
+    drop(dnsd);
     assert!(status.success(), "{err}");
     assert!(by_name.starts_with("ok"), "{by_name}");
     assert!(seconds(&by_name, 2) >= 0.38, "matched by name: {by_name}");

@@ -906,6 +906,25 @@ except errors.ClientError as e:
     assert!(out.starts_with("broken ServerError 500"), "{out}\n{err}");
 }
 
+/// The test's own upstream for recordings: a `netchaos mock` on
+/// 127.0.0.2 with this timing, reached by the name `llm.test` through a
+/// resolver of the test's; its port.
+fn named_upstream(ttft: &str, tokens_per_s: &str) -> (Proxy, u16, Dnsd) {
+    let up = Proxy::start_cmd(
+        "mock",
+        &[
+            "--listen",
+            "127.0.0.2:0",
+            "--ttft",
+            ttft,
+            "--tokens-per-s",
+            tokens_per_s,
+        ],
+    );
+    let port = up.addrs[0].port();
+    (up, port, Dnsd::start(&["llm.test=127.0.0.2"]))
+}
+
 /// The client both runs of the record/replay test use: the SDK's JSON
 /// call (HTTP/1.1), a stream read raw with httpx (HTTP/1.1) and one with
 /// curl over h2c; the streams' bytes hashed, and the moments of their
@@ -948,19 +967,7 @@ fn a_recorded_exchange_replays_byte_identical_with_its_timing() {
     if !has_sdk("anthropic") || !has_sdk("httpx") || !need(&["ip", "nft", "curl"]) {
         return;
     }
-    let up = Proxy::start_cmd(
-        "mock",
-        &[
-            "--listen",
-            "127.0.0.2:0",
-            "--ttft",
-            "300ms",
-            "--tokens-per-s",
-            "40",
-        ],
-    );
-    let port = up.addrs[0].port();
-    let dns = Dnsd::start(&["llm.test=127.0.0.2"]);
+    let (up, port, dns) = named_upstream("300ms", "40");
     let dir = tempfile::tempdir().unwrap();
     let cas = dir.path().join("cassette");
     let cas_s = cas.display().to_string();
@@ -1179,19 +1186,7 @@ fn what_a_fault_touched_or_an_address_answered_is_not_recorded() {
     if !need(&["ip", "nft", "curl"]) {
         return;
     }
-    let up = Proxy::start_cmd(
-        "mock",
-        &[
-            "--listen",
-            "127.0.0.2:0",
-            "--ttft",
-            "5ms",
-            "--tokens-per-s",
-            "2000",
-        ],
-    );
-    let port = up.addrs[0].port();
-    let dns = Dnsd::start(&["llm.test=127.0.0.2"]);
+    let (_up, port, dns) = named_upstream("5ms", "2000");
     let dir = tempfile::tempdir().unwrap();
     let ask = r#"{"model":"claude-x","max_tokens":5,"stream":true,"messages":[{"role":"user","content":"x"}]}"#;
     let curl = |url: &str| {

@@ -350,6 +350,17 @@ impl Cassette {
         })
     }
 
+    /// Several cassettes as one, in the order given.
+    pub(crate) fn join(parts: Vec<Cassette>) -> Cassette {
+        let dirs: Vec<String> = parts.iter().map(|c| c.dirs.clone()).collect();
+        Cassette {
+            entries: parts.into_iter().flat_map(|c| c.entries).collect(),
+            dirs: dirs.join(", "),
+            any_host: false,
+            choosing: std::sync::Mutex::new(()),
+        }
+    }
+
     /// The same, answering a request whatever host it names (standalone,
     /// where a recorded provider host is now the mock's address).
     pub(crate) fn any_host(mut self) -> Cassette {
@@ -365,10 +376,11 @@ impl Cassette {
             if out.iter().any(|(x, _)| x == h) {
                 continue;
             }
-            let api = Api::ALL
-                .into_iter()
-                .find(|a| a.host() == h)
-                .unwrap_or_else(|| api_of_path(e.path.as_deref().unwrap_or("")));
+            let path = e.path.as_deref().unwrap_or("");
+            let path = path.split('?').next().unwrap_or(path);
+            let api = Api::of_host(h)
+                .or_else(|| Api::of_path(path))
+                .unwrap_or(Api::OpenAi);
             out.push((h.clone(), api));
         }
         out
@@ -423,18 +435,6 @@ impl Cassette {
             r.headers.push((k.clone().into(), v.clone()));
         }
         Some(r)
-    }
-}
-
-/// The API a path belongs to (for a host that is no provider's own).
-fn api_of_path(path: &str) -> Api {
-    let path = path.split('?').next().unwrap_or(path);
-    if path.starts_with("/v1/messages") {
-        Api::Anthropic
-    } else if path.starts_with("/v1beta/") || super::gemini::route(path).is_some() {
-        Api::Gemini
-    } else {
-        Api::OpenAi
     }
 }
 

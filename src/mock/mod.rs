@@ -79,6 +79,27 @@ impl Api {
             })
     }
 
+    /// The API whose provider's host `host` (normal: see
+    /// [`cassette::normal_host`]) is.
+    pub(crate) fn of_host(host: &str) -> Option<Api> {
+        Api::ALL.into_iter().find(|a| a.host() == host)
+    }
+
+    /// The API a path (without its query) belongs to, by its shape:
+    /// Anthropic's under `/v1/messages`, Gemini's under `/v1beta/`,
+    /// OpenAI's the rest of `/v1/`.
+    pub(crate) fn of_path(path: &str) -> Option<Api> {
+        if path.starts_with("/v1/messages") {
+            Some(Api::Anthropic)
+        } else if path.starts_with("/v1beta/") || gemini::route(path).is_some() {
+            Some(Api::Gemini)
+        } else if path.starts_with("/v1/") {
+            Some(Api::OpenAi)
+        } else {
+            None
+        }
+    }
+
     /// A comma-separated list (`anthropic,openai`), each once.
     pub(crate) fn parse_list(s: &str) -> Result<Vec<Api>, String> {
         let mut apis = Vec::new();
@@ -174,13 +195,7 @@ impl Mock {
 
     /// The APIs a request to `host` may be for.
     fn apis_of(&self, host: Option<&str>) -> &[Api] {
-        let host = host.map(|h| {
-            h.rsplit_once(':')
-                .filter(|(_, p)| p.chars().all(|c| c.is_ascii_digit()))
-                .map_or(h, |(h, _)| h)
-                .trim_end_matches('.')
-                .to_ascii_lowercase()
-        });
+        let host = host.map(cassette::normal_host);
         match self.hosts.iter().find(|(h, _)| Some(h) == host.as_ref()) {
             Some((_, api)) => std::slice::from_ref(api),
             None => &self.apis,
@@ -254,16 +269,9 @@ impl Mock {
         if let [one] = self.apis_of(host) {
             return *one;
         }
-        let host = host.map(|h| h.split(':').next().unwrap_or(h).to_ascii_lowercase());
-        let named = match host.as_deref() {
-            Some("api.anthropic.com") => Some(Api::Anthropic),
-            Some("api.openai.com") => Some(Api::OpenAi),
-            Some(gemini::HOST) => Some(Api::Gemini),
-            _ if path.starts_with("/v1/messages") => Some(Api::Anthropic),
-            _ if path.starts_with("/v1beta/") || gemini::route(path).is_some() => Some(Api::Gemini),
-            _ if path.starts_with("/v1/") => Some(Api::OpenAi),
-            _ => None,
-        };
+        let named = host
+            .and_then(|h| Api::of_host(&cassette::normal_host(h)))
+            .or_else(|| Api::of_path(path));
         named
             .filter(|a| self.apis.contains(a))
             .unwrap_or_else(|| self.apis.first().copied().unwrap_or(Api::OpenAi))

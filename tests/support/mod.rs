@@ -1047,7 +1047,20 @@ pub(crate) struct Dnsd {
 
 impl Dnsd {
     pub(crate) fn start(names: &[&str]) -> Dnsd {
-        let mut child = Command::new("python3")
+        Dnsd::start_in(None, names)
+    }
+
+    /// The same, inside the named network namespace (on its loopback).
+    pub(crate) fn start_in(netns: Option<&str>, names: &[&str]) -> Dnsd {
+        let mut cmd = match netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, "python3"]);
+                c
+            }
+            None => Command::new("python3"),
+        };
+        let mut child = cmd
             .arg(concat!(
                 env!("CARGO_MANIFEST_DIR"),
                 "/tests/support/dnsd.py"
