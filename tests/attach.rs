@@ -432,6 +432,116 @@ fn attach_detaches_after_its_duration() {
     assert!(!installed(&ns).contains("netchaos"));
 }
 
+/// A client in the namespace with two connections open through the
+/// relay: `a` in the middle of a slow download, `b` an idle pooled one.
+/// It says `ready`, waits for the file ARGV[3], then finishes both.
+const TWO_OPEN: &str = r#"
+import os, socket, sys, time
+host, port, go = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+try:
+    a = socket.create_connection((host, port), timeout=15)
+    a.sendall(b"slow")
+    b = socket.create_connection((host, port), timeout=15)
+    b.sendall(b"echoone")
+    one = b.recv(100)
+    got = b""
+    while len(got) < 4096:
+        got += a.recv(65536)
+    print("ready", one.decode(), flush=True)
+    for _ in range(300):
+        if os.path.exists(go):
+            break
+        time.sleep(0.05)
+    while len(got) < 65536:
+        d = a.recv(65536)
+        if not d:
+            break
+        got += d
+    b.sendall(b"two")
+    two = b.recv(100)
+    print("done", len(got), two.decode(), flush=True)
+except OSError as e:
+    print("error", type(e).__name__, e, len(got) if "got" in dir() else -1, flush=True)
+"#;
+
+#[test]
+fn ending_attach_lets_open_connections_finish_through_the_relay() {
+    let Some(ns) = setup() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    // "slow": 64 KiB in 16 pieces over ~2.4 s; "echo": echoes the rest.
+    let server = Server::start(&format!("{}:0", ns.host_ip), |mut s| {
+        let mut what = [0u8; 4];
+        if s.read_exact(&mut what).is_err() {
+            return;
+        }
+        if &what == b"slow" {
+            for _ in 0..16 {
+                if s.write_all(&[b'x'; 4096]).is_err() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(150));
+            }
+        } else {
+            if &what != b"echo" && s.write_all(&what).is_err() {
+                return;
+            }
+            let mut buf = [0u8; 1024];
+            while let Ok(n) = s.read(&mut buf) {
+                if n == 0 || s.write_all(&buf[..n]).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    let events = dir.path().join("events.jsonl");
+    let p = attach(
+        &ns,
+        &[
+            "--events",
+            events.to_str().unwrap(),
+            "--drain",
+            "20s",
+            "--fault",
+            "latency:delay=20ms",
+        ],
+    );
+    let go = dir.path().join("go");
+    let host = ns.host_ip.to_string();
+    let port = server.addr.port().to_string();
+    let mut client = PythonBg::in_netns(&ns.name, TWO_OPEN, &[&host, &port, go.to_str().unwrap()]);
+    assert_eq!(client.line(), "ready one");
+
+    // Detach while both are open: the redirect goes at once (a new
+    // connection goes straight to the server) ...
+    p.term();
+    let t = Instant::now();
+    let rules =
+        || String::from_utf8_lossy(&ns.sh("nft list table inet netchaos").stdout).into_owned();
+    assert!(rules().contains("redirect"), "{}", rules());
+    while rules().contains("redirect") {
+        assert!(t.elapsed() < Duration::from_secs(5), "{}", rules());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let direct = client_in(&ns, &dir, &host, server.addr.port());
+    assert!(direct.starts_with("ok"), "{direct}");
+    // ... and the two open ones finish through the relay.
+    std::fs::write(&go, "").unwrap();
+    let done = client.line();
+    assert_eq!(done, "done 65536 two", "{}", p.stderr());
+    let (status, err) = p.wait(Duration::from_secs(15));
+    assert!(status.success(), "{err}");
+    let left = installed(&ns);
+    assert!(!left.contains("netchaos"), "left behind:\n{left}");
+    // Two connections went through the relay; the one after detaching
+    // did not.
+    let opens = read_events(&events)
+        .iter()
+        .filter(|e| e["event"] == "open")
+        .count();
+    assert_eq!(opens, 2, "{err}");
+    assert_eq!(server.accepted.load(std::sync::atomic::Ordering::SeqCst), 3);
+}
+
 #[test]
 fn attach_without_privileges_names_the_missing_capabilities() {
     let Some(ns) = setup() else { return };

@@ -4,10 +4,11 @@
 //! out.
 //!
 //! Order matters: signal handling is in place before the table is
-//! installed (a SIGTERM in between must not leave it behind), and the table
-//! is removed before open connections drain (new connections then go
-//! straight to their destinations, while established ones keep their
-//! conntrack redirect and finish through the relay).
+//! installed (a SIGTERM in between must not leave it behind), and
+//! interception ends before open connections drain (new connections then
+//! go straight to their destinations, while established ones keep their
+//! translation — the table's emptied NAT chains — and finish through the
+//! relay); the table goes after them.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -173,8 +174,9 @@ pub(super) fn attach(g: &Global, args: &AttachArgs) -> Result<u8> {
             None => signals.recv().await,
         };
         tracing::info!("detaching ({why})");
-        let removed = att.remove();
+        let detached = att.detach();
         serving.stop(args.relay.drain).await;
+        let removed = detached.and(att.remove());
         if let Some(m) = mock {
             m.stop().await;
         }
@@ -275,8 +277,9 @@ pub(super) fn in_place(g: &Global, args: &RunArgs) -> Result<u8> {
                 }
             }
         };
-        let removed = att.remove();
+        let detached = att.detach();
         serving.stop(args.relay.drain).await;
+        let removed = detached.and(att.remove());
         let checked = recording.finish(seed);
         removed.map_err(Error::runtime)?;
         Ok(match (end, checked) {

@@ -173,6 +173,10 @@ pub(crate) struct Attached {
     ns: Arc<NsThread>,
     installed: Installed,
     owner: Owner,
+    /// The transaction that ends interception but keeps established flows
+    /// translated ([`Ruleset::draining`]).
+    draining: String,
+    detached: AtomicBool,
     removed: AtomicBool,
     /// Released (dropped) after the table is removed.
     _claim: Claim,
@@ -244,7 +248,9 @@ pub(crate) fn install(ns: Arc<NsThread>, cfg: Config) -> Result<Attached> {
         fresh_namespace: false,
         blackhole: cfg.blackhole.then(nft::Blackhole::default),
     };
+    let mut as_installed = ruleset.clone();
     let installed = ns.run(move || nft::install(&ruleset))??;
+    as_installed.native_gate = !installed.xt_gate;
     let sandbox = Sandbox::over_thread(
         ns.clone(),
         made.diag,
@@ -260,26 +266,41 @@ pub(crate) fn install(ns: Arc<NsThread>, cfg: Config) -> Result<Attached> {
         ns,
         installed,
         owner,
+        draining: as_installed.draining(),
+        detached: AtomicBool::new(false),
         removed: AtomicBool::new(false),
         _claim: claim,
     })
 }
 
 impl Attached {
-    /// Removes what [`install`] added (once; later calls do nothing).
-    /// Errors are reported together, after everything was tried.
-    pub(crate) fn remove(&self) -> Result<()> {
-        if self.removed.swap(true, Ordering::SeqCst) {
+    /// Ends interception (once; later calls do nothing): the gate and every
+    /// rule go, so new connections and lookups go straight to their
+    /// destinations, while the connections open through the relay keep
+    /// their translation and may finish ([`Ruleset::draining`]). The
+    /// table itself goes with [`Attached::remove`], after they drained.
+    pub(crate) fn detach(&self) -> Result<()> {
+        if self.detached.swap(true, Ordering::SeqCst) {
             return Ok(());
         }
-        let (owner, installed) = (self.owner.clone(), self.installed);
+        let (owner, installed, draining) =
+            (self.owner.clone(), self.installed, self.draining.clone());
         self.ns
             .run(move || {
                 let mut errors: Vec<String> = Vec::new();
+                if installed.xt_gate {
+                    errors.extend(nft::remove_xt_gate(&installed));
+                }
                 match nft::find_table() {
                     Ok(Found::Present(Some(o))) if o == owner => {
-                        if let Err(e) = nft::delete_table() {
-                            errors.push(e.to_string());
+                        // Should the kernel refuse, interception must still
+                        // end: the table goes at once (open connections
+                        // are then cut, as before this existed).
+                        if let Err(e) = nft::apply(&draining) {
+                            tracing::warn!("cannot keep open connections while detaching: {e}");
+                            if let Err(e) = nft::delete_table() {
+                                errors.push(e.to_string());
+                            }
                         }
                     }
                     Ok(Found::Present(_)) => tracing::warn!(
@@ -290,9 +311,6 @@ impl Attached {
                     }
                     Err(e) => errors.push(e.to_string()),
                 }
-                if installed.xt_gate {
-                    errors.extend(nft::remove_xt_gate(&installed));
-                }
                 if errors.is_empty() {
                     Ok(())
                 } else {
@@ -300,6 +318,36 @@ impl Attached {
                 }
             })
             .and_then(|r| r)
+    }
+
+    /// Removes what [`install`] added (once; later calls do nothing),
+    /// detaching first if that has not happened. Errors are reported
+    /// together, after everything was tried.
+    pub(crate) fn remove(&self) -> Result<()> {
+        let detached = self.detach();
+        if self.removed.swap(true, Ordering::SeqCst) {
+            return detached;
+        }
+        let owner = self.owner.clone();
+        let removed = self
+            .ns
+            .run(move || match nft::find_table() {
+                Ok(Found::Present(Some(o))) if o == owner => nft::delete_table().map(drop),
+                Ok(_) => Ok(()),
+                Err(e) => Err(e),
+            })
+            .and_then(|r| r);
+        match (detached, removed) {
+            (Ok(()), r) | (r, Ok(())) => r,
+            (Err(InterceptError::Leftovers(mut a)), Err(b)) => {
+                a.push(b.to_string());
+                Err(InterceptError::Leftovers(a))
+            }
+            (Err(a), Err(b)) => Err(InterceptError::Leftovers(vec![
+                a.to_string(),
+                b.to_string(),
+            ])),
+        }
     }
 }
 

@@ -271,6 +271,42 @@ impl Ruleset {
     }
 }
 
+impl Ruleset {
+    /// The transaction that ends interception but keeps the flows already
+    /// redirected to the relay translated, so they may finish through it:
+    /// every rule and chain goes except the NAT chains, where one rule
+    /// reading the connection state stays. The kernel tracks a namespace's
+    /// connections (and so translates them) only while some rule needs
+    /// conntrack there; without one, deleting the redirect would send the
+    /// relay's answers out untranslated and the client would reset them.
+    /// In a NAT chain the rule never matches (only a flow's first packet
+    /// goes through one), so new connections and lookups go straight to
+    /// their destinations. The table goes once the flows have drained.
+    /// `native_gate` must say how the gate was installed.
+    pub(crate) fn draining(&self) -> String {
+        let mut gone = vec!["verdicts", "packet_faults"];
+        if self.native_gate {
+            gone.push("syn_gate");
+        }
+        if self.native_gate && self.delay_line {
+            gone.push("delay_line");
+        }
+        if self.blackhole.is_some() {
+            gone.push("blackhole");
+        }
+        let mut script = format!(
+            "flush table inet {TABLE}\nadd rule inet {TABLE} intercept ct state established accept\n"
+        );
+        for chain in gone {
+            script.push_str(&format!("delete chain inet {TABLE} {chain}\n"));
+        }
+        for set in ["blackout4", "blackout6"] {
+            script.push_str(&format!("delete set inet {TABLE} {set}\n"));
+        }
+        script
+    }
+}
+
 /// The bits of a conntrack mark that say "netchaos's, delayed".
 const DELAYED_MASK: u32 = 0xffff_0000 | marks::DELAYED;
 
@@ -730,6 +766,31 @@ mod tests {
         assert_eq!(Owner::parse(&owner.to_string()), Some(owner));
         assert_eq!(Owner::parse("something else"), None);
         assert_eq!(Owner::parse("netchaos pid=x"), None);
+    }
+
+    #[test]
+    fn draining_keeps_only_the_empty_nat_chains() {
+        let mut r = rs();
+        r.inbound = vec![8080];
+        r.blackhole = Some(Blackhole::default());
+        let full = r.render();
+        let drain = r.draining();
+        assert!(drain.starts_with(
+            "flush table inet netchaos\nadd rule inet netchaos intercept ct state established accept\n"
+        ));
+        // Every chain of the full table but the NAT ones is deleted, and
+        // every set.
+        for line in full.lines().map(str::trim) {
+            if let Some(name) = line.strip_prefix("chain ") {
+                let name = name.trim_end_matches(" {");
+                let deleted = drain.contains(&format!("delete chain inet netchaos {name}\n"));
+                assert_eq!(deleted, !["intercept", "inbound"].contains(&name), "{name}");
+            }
+            if let Some(name) = line.strip_prefix("set ") {
+                let name = name.split_whitespace().next().unwrap();
+                assert!(drain.contains(&format!("delete set inet netchaos {name}\n")));
+            }
+        }
     }
 
     #[test]

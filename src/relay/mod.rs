@@ -377,7 +377,12 @@ impl Relay {
                 continue;
             }
             let accepted = tokio::select! {
-                _ = self.stop.cancelled() => return,
+                _ = self.stop.cancelled() => {
+                    // Connections the kernel completed already are served
+                    // in the drain (closing the listener would reset them).
+                    self.accept_waiting(&socket2::SockRef::from(&listener), ep, inherits);
+                    return;
+                }
                 _ = ep.cancel.cancelled() => return,
                 r = listener.accept() => r,
             };

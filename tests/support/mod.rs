@@ -179,6 +179,33 @@ impl Proxy {
         (status, self.stderr())
     }
 
+    /// Sends SIGTERM without waiting: the caller watches what happens
+    /// while netchaos winds down, then calls [`Proxy::wait`].
+    pub(crate) fn term(&self) {
+        signal(self.pid(), libc::SIGTERM);
+    }
+
+    /// Waits (bounded by `limit`) for an exit already under way.
+    pub(crate) fn wait(mut self, limit: Duration) -> (ExitStatus, String) {
+        let mut child = self.child.take().expect("running child");
+        let deadline = Instant::now() + limit;
+        let status = loop {
+            if let Some(s) = child.try_wait().expect("wait") {
+                break s;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let s = child.wait().expect("wait");
+                panic!("netchaos did not exit in {limit:?} (killed: {s})");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        if let Some(r) = self.reader.take() {
+            let _ = r.join();
+        }
+        (status, self.stderr())
+    }
+
     fn terminate(&mut self) -> ExitStatus {
         let mut child = self.child.take().expect("running child");
         signal(child.id(), libc::SIGTERM);
@@ -457,6 +484,15 @@ impl PythonBg {
     /// The same for a Node snippet (`process.argv[1]` on are `args`).
     pub(crate) fn node(code: &str, args: &[&str]) -> PythonBg {
         PythonBg::spawn(Command::new("node").arg("-e").arg(code).args(args))
+    }
+
+    /// The same for a Python snippet run inside the named namespace.
+    pub(crate) fn in_netns(netns: &str, code: &str, args: &[&str]) -> PythonBg {
+        PythonBg::spawn(
+            Command::new("ip")
+                .args(["netns", "exec", netns, "python3", "-c", code])
+                .args(args),
+        )
     }
 
     fn spawn(c: &mut Command) -> PythonBg {
