@@ -668,6 +668,144 @@ curl -sS -o /dev/null -w 'after %{time_total}\n' http://127.0.0.1:18099/
     assert!(out.contains("tables: []"), "cleaned up: {out}");
 }
 
+/// A pod's sidecar: `run --in-place` in the namespace `ns`, in a PID
+/// namespace (and /proc) of its own, as a container runtime starts it;
+/// killed (with what it started) when dropped.
+struct Sidecar {
+    child: std::process::Child,
+    /// netchaos's pid as the test sees it.
+    pid: u32,
+    log: std::path::PathBuf,
+}
+
+impl Sidecar {
+    fn start(ns: &TestNetns, dir: &tempfile::TempDir, n: u32, fault: &str) -> Sidecar {
+        let log = dir.path().join(format!("sidecar-{n}.log"));
+        let child = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &ns.name,
+                "unshare",
+                "--pid",
+                "--fork",
+                "--mount-proc",
+            ])
+            .args([
+                BIN,
+                "run",
+                "--in-place",
+                "--fault",
+                fault,
+                "--",
+                "sleep",
+                "60",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let mut side = Sidecar { child, pid: 0, log };
+        let t = Instant::now();
+        // Ready once its table is in and it has started its command.
+        while side.pid == 0 || !installed(ns).contains("table inet netchaos") {
+            assert!(
+                t.elapsed() < Duration::from_secs(15),
+                "the sidecar did not start:\n{}",
+                side.log()
+            );
+            if let Some(status) = side.child.try_wait().unwrap() {
+                panic!("the sidecar exited ({status}):\n{}", side.log());
+            }
+            let unshare = side.child.id();
+            side.pid = std::fs::read_to_string(format!("/proc/{unshare}/task/{unshare}/children"))
+                .ok()
+                .and_then(|c| c.split_whitespace().next().and_then(|p| p.parse().ok()))
+                .unwrap_or(0);
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        side
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Signals netchaos and waits (bounded) for the sidecar to end.
+    fn end(&mut self, sig: i32) -> std::process::ExitStatus {
+        signal(self.pid, sig);
+        let t = Instant::now();
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                return s;
+            }
+            assert!(t.elapsed() < Duration::from_secs(15), "{}", self.log());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Sidecar {
+    fn drop(&mut self) {
+        if self.child.try_wait().ok().flatten().is_none() {
+            signal(self.pid, libc::SIGKILL);
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+#[test]
+fn a_sidecar_killed_in_its_own_pid_namespace_recovers_when_restarted() {
+    let Some(ns) = setup() else { return };
+    if missing_tool("unshare") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let echo = host_echo(&ns);
+    let (host, port) = (ns.host_ip.to_string(), echo.addr.port());
+
+    let mut first = Sidecar::start(&ns, &dir, 1, "latency:delay=10ms");
+    first.end(libc::SIGKILL);
+    assert!(
+        installed(&ns).contains("table inet netchaos"),
+        "the table stays after SIGKILL"
+    );
+    let cut = client_in(&ns, &dir, &host, port);
+    assert!(
+        cut.starts_with("connect-error"),
+        "the app is cut off: {cut}"
+    );
+
+    // The same sidecar, restarted (another PID namespace, where the old
+    // owner's pid means nothing): it tells the owner is gone and takes
+    // over by itself.
+    let mut second = Sidecar::start(&ns, &dir, 2, "latency:delay=300ms");
+    let log = second.log();
+    assert!(log.contains("no longer running"), "{log}");
+    let line = client_in(&ns, &dir, &host, port);
+    assert!(
+        line.starts_with("ok") && seconds(&line, 2) >= 0.28,
+        "the app's connections work again, faulted: {line}"
+    );
+
+    // A live sidecar in another PID namespace is still told apart from
+    // debris: neither a second one nor `clean` takes its table.
+    let path = netns_path(&ns);
+    let (code, _, err) = netchaos(&["clean", "--netns", &path]);
+    assert_ne!(code, 0, "clean refuses a live owner: {err}");
+    assert!(err.contains("is running"), "{err}");
+
+    // (The command's status is passed on: `sleep` ended by the SIGTERM.)
+    let status = second.end(libc::SIGTERM);
+    assert_eq!(status.code(), Some(143), "{}", second.log());
+    let left = installed(&ns);
+    assert!(!left.contains("netchaos"), "left behind:\n{left}");
+    let back = client_in(&ns, &dir, &host, port);
+    assert!(back.starts_with("ok") && seconds(&back, 2) < 0.25, "{back}");
+}
+
 /// Asserts the command's report: no CAP_NET_ADMIN in any set, nft denied,
 /// its exit code passed on, and nothing left after.
 /// `bounding`: CAP_NET_ADMIN is gone from the bounding set too (else

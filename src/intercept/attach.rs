@@ -6,9 +6,13 @@
 //!
 //! * before: the privileges it needs, and debris from a netchaos that was
 //!   killed (a table nobody serves would black-hole the namespace's
-//!   traffic), which stops it unless `--replace`;
+//!   traffic), which stops `attach` unless `--replace`; `--in-place`
+//!   replaces a table whose owner is certainly gone by itself (a pod's
+//!   restarted sidecar);
 //! * during: the table carries its owner (pid, start time, PID namespace),
-//!   so that others can tell a live owner from debris;
+//!   and the owner keeps its [`beacon`](super::beacon) lit in the
+//!   namespace, so that others — in any PID namespace — can tell a live
+//!   owner from debris;
 //! * after: exactly what it added goes — the table if it is still its own,
 //!   the iptables gate chain if it made one — on every way out (including
 //!   errors and unwinding: [`Attached`] removes on drop).
@@ -26,6 +30,7 @@ use caps::{CapSet, Capability};
 use socket2::Socket;
 
 use super::agent::{listener, udp};
+use super::beacon::Beacon;
 use super::error::{InterceptError, Result};
 use super::loss::LossTable;
 use super::nft::{self, Found, Installed, Liveness, Owner, Redirects, Ruleset};
@@ -178,6 +183,8 @@ pub(crate) struct Attached {
     draining: String,
     detached: AtomicBool,
     removed: AtomicBool,
+    /// Put out (dropped) after the table is removed.
+    _beacon: Beacon,
     /// Released (dropped) after the table is removed.
     _claim: Claim,
 }
@@ -232,6 +239,14 @@ pub(crate) fn install(ns: Arc<NsThread>, cfg: Config) -> Result<Attached> {
     let claim = Claim::take(&ns)?;
     let (mode, replace, hint) = (cfg.mode, cfg.replace, cfg.clean_hint.clone());
     ns.run(move || check_stale(mode, replace, &hint))??;
+    // Lit before the table exists: a table naming this owner never
+    // outlives it unnoticed.
+    let lit_for = owner.clone();
+    let beacon = ns
+        .run(move || super::beacon::light(&lit_for))?
+        .map_err(InterceptError::sys(
+            "cannot bind the owner's beacon (an abstract Unix socket) in the namespace",
+        ))?;
     let inbound_wanted = !cfg.inbound.is_empty();
     let made = ns.run(move || sockets(inbound_wanted))??;
     let udp_mark = nft::random_udp_mark();
@@ -269,6 +284,7 @@ pub(crate) fn install(ns: Arc<NsThread>, cfg: Config) -> Result<Attached> {
         draining: as_installed.draining(),
         detached: AtomicBool::new(false),
         removed: AtomicBool::new(false),
+        _beacon: beacon,
         _claim: claim,
     })
 }
@@ -375,7 +391,12 @@ fn check_stale(mode: Mode, replace: bool, clean_hint: &str) -> Result<()> {
             owner.map_or(0, |o| o.pid),
         )));
     }
-    if !replace {
+    // A restarted sidecar (or in-place run) finds its predecessor's table:
+    // gone for certain, it is replaced without asking — in a pod, nobody
+    // else may hold NET_ADMIN to clean it, and refusing would cut the app
+    // off in a crash loop.
+    let recovers = mode == Mode::InPlace && owner.is_some() && liveness == Liveness::Dead;
+    if !(replace || recovers) {
         let who = match (&owner, liveness) {
             (Some(o), Liveness::Dead) => {
                 format!("a netchaos that is no longer running (pid {})", o.pid)
@@ -393,7 +414,15 @@ fn check_stale(mode: Mode, replace: bool, clean_hint: &str) -> Result<()> {
             mode.command()
         )));
     }
-    tracing::warn!("removing the netchaos table and gate left by an earlier netchaos (--replace)");
+    match (&owner, replace) {
+        (Some(o), false) => tracing::warn!(
+            "removing the netchaos table left by a netchaos that is no longer running (pid {})",
+            o.pid
+        ),
+        _ => tracing::warn!(
+            "removing the netchaos table and gate left by an earlier netchaos (--replace)"
+        ),
+    }
     if matches!(table, Found::Present(_)) {
         nft::delete_table()?;
     }

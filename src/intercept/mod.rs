@@ -29,6 +29,7 @@
 pub(crate) mod addresses;
 pub(crate) mod agent;
 pub(crate) mod attach;
+pub(crate) mod beacon;
 pub(crate) mod cgroup;
 pub(crate) mod channel;
 pub(crate) mod delay_line;

@@ -539,14 +539,20 @@ pub(crate) struct Owner {
     pub start: u64,
     /// The owner's PID namespace; in another one its pid means nothing here.
     pub pidns: u64,
+    /// The owner keeps a [`beacon`](super::beacon) lit in the namespace,
+    /// which tells whether it lives from any PID namespace.
+    pub beacon: bool,
 }
 
 impl std::fmt::Display for Owner {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "netchaos pid={} start={} pidns={}",
-            self.pid, self.start, self.pidns
+            "netchaos pid={} start={} pidns={}{}",
+            self.pid,
+            self.start,
+            self.pidns,
+            if self.beacon { " beacon=1" } else { "" }
         )
     }
 }
@@ -556,7 +562,8 @@ impl std::fmt::Display for Owner {
 pub(crate) enum Liveness {
     Alive,
     Dead,
-    /// No owner recorded, or one in another PID namespace.
+    /// No owner recorded, or one in another PID namespace without a
+    /// beacon (an older netchaos).
     Unknown,
 }
 
@@ -568,6 +575,7 @@ impl Owner {
             pid,
             start: start_time(pid).unwrap_or(0),
             pidns: pidns(),
+            beacon: true,
         }
     }
 
@@ -577,11 +585,13 @@ impl Owner {
         let mut pid = None;
         let mut start = None;
         let mut ns = None;
+        let mut beacon = false;
         for kv in rest.split_whitespace() {
             match kv.split_once('=')? {
                 ("pid", v) => pid = v.parse().ok(),
                 ("start", v) => start = v.parse().ok(),
                 ("pidns", v) => ns = v.parse().ok(),
+                ("beacon", v) => beacon = v == "1",
                 _ => {}
             }
         }
@@ -589,12 +599,19 @@ impl Owner {
             pid: pid?,
             start: start?,
             pidns: ns?,
+            beacon,
         })
     }
 
+    /// Called from inside the table's network namespace (the beacon is
+    /// looked for there).
     pub(crate) fn liveness(&self) -> Liveness {
         if self.pidns != pidns() {
-            return Liveness::Unknown;
+            return match self.beacon.then(|| super::beacon::lit(self)).flatten() {
+                Some(true) => Liveness::Alive,
+                Some(false) => Liveness::Dead,
+                None => Liveness::Unknown,
+            };
         }
         match start_time(self.pid) {
             Some(t) if t == self.start => Liveness::Alive,
@@ -739,6 +756,7 @@ mod tests {
             pid: 42,
             start: 7,
             pidns: 9,
+            beacon: true,
         };
         let text = Ruleset {
             inbound: vec![8080, 9090],
@@ -748,7 +766,7 @@ mod tests {
             ..rs()
         }
         .render();
-        assert!(text.contains("\tcomment \"netchaos pid=42 start=7 pidns=9\"\n"));
+        assert!(text.contains("\tcomment \"netchaos pid=42 start=7 pidns=9 beacon=1\"\n"));
         assert!(text.contains("type nat hook prerouting priority -100"));
         assert!(text.contains("tcp dport { 8080, 9090 } redirect to :4001"));
         let intercept = &text[text.find("chain intercept").unwrap()..];
@@ -761,7 +779,7 @@ mod tests {
         assert!(text.contains("ip6 daddr ::1 tcp dport 8474 return"));
         assert_eq!(
             table_comment(&text),
-            Some("netchaos pid=42 start=7 pidns=9")
+            Some("netchaos pid=42 start=7 pidns=9 beacon=1")
         );
         assert_eq!(Owner::parse(&owner.to_string()), Some(owner));
         assert_eq!(Owner::parse("something else"), None);
@@ -802,11 +820,23 @@ mod tests {
             ..me.clone()
         };
         assert_eq!(recycled.liveness(), Liveness::Dead);
+        // In another PID namespace, an owner without a beacon cannot be
+        // told; one with a beacon is alive while it is lit.
         let elsewhere = Owner {
             pidns: me.pidns + 1,
+            beacon: false,
             ..me
         };
         assert_eq!(elsewhere.liveness(), Liveness::Unknown);
+        let beaconed = Owner {
+            beacon: true,
+            ..elsewhere
+        };
+        assert_eq!(beaconed.liveness(), Liveness::Dead);
+        let lit = super::super::beacon::light(&beaconed).unwrap();
+        assert_eq!(beaconed.liveness(), Liveness::Alive);
+        drop(lit);
+        assert_eq!(beaconed.liveness(), Liveness::Dead);
     }
 
     #[test]
