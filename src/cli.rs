@@ -1070,7 +1070,7 @@ pub struct RunArgs {
 }
 
 #[derive(Debug, Args)]
-#[command(group = clap::ArgGroup::new("namespace").required(true).args(["pid", "netns"]))]
+#[command(group = clap::ArgGroup::new("namespace").required(true).args(["pid", "netns", "container", "pod"]))]
 pub struct AttachArgs {
     #[command(flatten)]
     pub log: EventsArg,
@@ -1082,6 +1082,16 @@ pub struct AttachArgs {
     /// /proc/PID/ns/net.
     #[arg(long, value_name = "PATH")]
     pub netns: Option<PathBuf>,
+    /// The container to attach to, by ID or its first 6+ digits (Docker,
+    /// Podman, containerd, CRI-O): found from the node's /proc by its
+    /// cgroup, with no runtime socket.
+    #[arg(long, value_name = "ID")]
+    pub container: Option<String>,
+    /// The Kubernetes pod to attach to, as NAMESPACE/NAME or its UID, from
+    /// its node (a DaemonSet with hostPID: true, the node's /var/log/pods
+    /// mounted to name pods).
+    #[arg(long, value_name = "NAMESPACE/NAME|UID")]
+    pub pod: Option<String>,
     #[command(flatten)]
     pub faults: FaultArgs,
     #[command(flatten)]
@@ -1114,7 +1124,7 @@ pub struct AttachArgs {
 }
 
 #[derive(Debug, Args)]
-#[command(group = clap::ArgGroup::new("namespace").required(true).args(["pid", "netns", "here"]))]
+#[command(group = clap::ArgGroup::new("namespace").required(true).args(["pid", "netns", "container", "pod", "here"]))]
 pub struct CleanArgs {
     /// The network namespace of this process.
     #[arg(long, value_name = "PID")]
@@ -1122,6 +1132,12 @@ pub struct CleanArgs {
     /// The network namespace file, like /run/netns/NAME.
     #[arg(long, value_name = "PATH")]
     pub netns: Option<PathBuf>,
+    /// The network namespace of this container (ID or its first 6+ digits).
+    #[arg(long, value_name = "ID")]
+    pub container: Option<String>,
+    /// The network namespace of this Kubernetes pod (NAMESPACE/NAME or UID).
+    #[arg(long, value_name = "NAMESPACE/NAME|UID")]
+    pub pod: Option<String>,
     /// netchaos's own network namespace (in a container or pod).
     #[arg(long)]
     pub here: bool,

@@ -806,6 +806,163 @@ fn a_sidecar_killed_in_its_own_pid_namespace_recovers_when_restarted() {
     assert!(back.starts_with("ok") && seconds(&back, 2) < 0.25, "{back}");
 }
 
+/// Cgroups laid out as a container runtime and the kubelet lay them out,
+/// in a subtree of the node's cgroup v2 hierarchy made for the test, with
+/// processes in them; the processes are killed and the cgroups removed
+/// when dropped.
+struct RuntimeCgroups {
+    base: std::path::PathBuf,
+    dirs: Vec<std::path::PathBuf>,
+    procs: Vec<std::process::Child>,
+}
+
+impl RuntimeCgroups {
+    /// `None` (with the reason printed; a failure in CI) where there is no
+    /// writable cgroup v2 hierarchy.
+    fn new() -> Option<RuntimeCgroups> {
+        let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+        let root = mounts.lines().find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.get(2) == Some(&"cgroup2")).then(|| std::path::PathBuf::from(f[1]))
+        });
+        let base = root.map(|r| r.join(format!("nctest-{}", std::process::id())));
+        match base {
+            Some(b) if std::fs::create_dir(&b).is_ok() => Some(RuntimeCgroups {
+                dirs: vec![b.clone()],
+                base: b,
+                procs: Vec::new(),
+            }),
+            _ => {
+                assert!(!in_ci(), "CI has a writable cgroup v2 hierarchy");
+                eprintln!("SKIPPED: no writable cgroup v2 hierarchy to lay out containers in");
+                None
+            }
+        }
+    }
+
+    /// Runs `sleep` (in the namespace `netns`, else here) in the cgroup
+    /// `path` (made as needed) below the test's subtree.
+    fn process_in(&mut self, path: &str, netns: Option<&str>) {
+        let mut dir = self.base.clone();
+        for comp in path.split('/') {
+            dir.push(comp);
+            if !dir.exists() {
+                std::fs::create_dir(&dir).unwrap();
+                self.dirs.push(dir.clone());
+            }
+        }
+        let mut cmd = match netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns, "sleep", "60"]);
+                c
+            }
+            None => {
+                let mut c = Command::new("sleep");
+                c.arg("60");
+                c
+            }
+        };
+        let child = cmd.stdin(Stdio::null()).spawn().unwrap();
+        let pid = child.id();
+        self.procs.push(child);
+        std::fs::write(dir.join("cgroup.procs"), pid.to_string()).unwrap();
+    }
+}
+
+impl Drop for RuntimeCgroups {
+    fn drop(&mut self) {
+        for c in &mut self.procs {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        for d in self.dirs.iter().rev() {
+            let _ = std::fs::remove_dir(d);
+        }
+    }
+}
+
+#[test]
+fn attach_finds_a_container_by_id_and_a_pod_by_name_from_the_node() {
+    let Some(ns) = setup() else { return };
+    let Some(mut cg) = RuntimeCgroups::new() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let echo = host_echo(&ns);
+    let (host, port) = (ns.host_ip.to_string(), echo.addr.port());
+    let id = format!(
+        "{:016x}",
+        0x4e43_0000_0000_0000u64 + u64::from(std::process::id())
+    )
+    .repeat(4);
+    // Podman's monitor for that container, first (a lower pid): it runs in
+    // the node's namespace and must not be taken for the container.
+    cg.process_in(&format!("machine.slice/libpod-conmon-{id}.scope"), None);
+    cg.process_in(&format!("machine.slice/libpod-{id}.scope"), Some(&ns.name));
+
+    let p = Proxy::start_cmd(
+        "attach",
+        &["--container", &id[..12], "--fault", "latency:delay=300ms"],
+    );
+    assert!(p.stderr().contains("netchaos: ready"), "{}", p.stderr());
+    let line = client_in(&ns, &dir, &host, port);
+    assert!(
+        line.starts_with("ok") && seconds(&line, 2) >= 0.28,
+        "the container's traffic is faulted: {line}\n{}",
+        p.stderr()
+    );
+    let (status, err) = p.stop();
+    assert!(status.success(), "{err}");
+
+    // A pod, by NAMESPACE/NAME: the kubelet's log directory names its UID,
+    // the systemd cgroup driver's slices carry it.
+    let uid = format!("0a1b2c3d-0000-4000-8000-{:012x}", std::process::id());
+    let slice = uid.replace('-', "_");
+    cg.process_in(
+        &format!(
+            "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{slice}.slice/cri-containerd-{}.scope",
+            "ab".repeat(32)
+        ),
+        Some(&ns.name),
+    );
+    let pods = dir.path().join("pods");
+    std::fs::create_dir_all(pods.join(format!("shop_checkout_{uid}"))).unwrap();
+    let pods_env = [("NETCHAOS_POD_LOG_DIR", pods.to_str().unwrap())];
+    let p = Proxy::start_env(
+        "attach",
+        &["--pod", "shop/checkout", "--fault", "latency:delay=300ms"],
+        &pods_env,
+    );
+    assert!(p.stderr().contains("netchaos: ready"), "{}", p.stderr());
+    let line = client_in(&ns, &dir, &host, port);
+    assert!(
+        line.starts_with("ok") && seconds(&line, 2) >= 0.28,
+        "{line}"
+    );
+    let (status, err) = p.stop();
+    assert!(status.success(), "{err}");
+
+    // clean takes the same names; unknown ones are usage errors.
+    let (code, out, err) = netchaos(&["clean", "--container", &id[..12]]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("nothing of netchaos's"), "{out}");
+    let (code, _, err) = netchaos(&["attach", "--container", "0123456789ab"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("no running process belongs to a container"),
+        "{err}"
+    );
+    let out = Command::new(BIN)
+        .args(["attach", "--pod", "shop/nope"])
+        .envs(pods_env)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("no such pod"), "{err}");
+}
+
 /// Asserts the command's report: no CAP_NET_ADMIN in any set, nft denied,
 /// its exit code passed on, and nothing left after.
 /// `bounding`: CAP_NET_ADMIN is gone from the bounding set too (else

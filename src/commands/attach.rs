@@ -28,12 +28,36 @@ use crate::profile;
 use crate::relay::{Endpoint, Interception, Relay, RelayOptions, Target};
 use crate::ruleset::RuleSet;
 
-/// The namespace named by `--pid` or `--netns`: its file, how `clean`
-/// would name it, and the resolv.conf its processes use.
-pub(super) fn namespace(
-    pid: Option<i32>,
-    netns: Option<&Path>,
-) -> Result<(PathBuf, String, PathBuf)> {
+/// How a namespace to attach to (or clean) is named on the command line.
+#[derive(Clone, Copy)]
+pub(super) struct Named<'a> {
+    pub pid: Option<i32>,
+    pub netns: Option<&'a Path>,
+    pub container: Option<&'a str>,
+    pub pod: Option<&'a str>,
+}
+
+/// The namespace named by `--pid`, `--netns`, `--container` or `--pod`:
+/// its file, how `clean` would name it, and the resolv.conf its processes
+/// use.
+pub(super) fn namespace(named: Named<'_>) -> Result<(PathBuf, String, PathBuf)> {
+    use crate::intercept::locate;
+    let found = match (named.container, named.pod) {
+        (Some(id), _) => Some((locate::container(id), format!("--container {id}"))),
+        (None, Some(pod)) => Some((locate::pod(pod), format!("--pod {pod}"))),
+        _ => None,
+    };
+    if let Some((pid, hint)) = found {
+        let pid = pid.map_err(Error::Usage)?;
+        let (path, _, resolv) = namespace(Named {
+            pid: Some(pid),
+            netns: None,
+            container: None,
+            pod: None,
+        })?;
+        return Ok((path, hint, resolv));
+    }
+    let (pid, netns) = (named.pid, named.netns);
     match (pid, netns) {
         (Some(pid), _) => {
             let path = PathBuf::from(format!("/proc/{pid}/ns/net"));
@@ -62,7 +86,9 @@ pub(super) fn namespace(
                 PathBuf::from("/etc/resolv.conf"),
             ))
         }
-        (None, None) => Err(Error::Usage("give --pid PID or --netns PATH".into())),
+        (None, None) => Err(Error::Usage(
+            "give --pid PID, --netns PATH, --container ID or --pod NAMESPACE/NAME".into(),
+        )),
     }
 }
 
@@ -122,7 +148,12 @@ pub(super) fn attach(g: &Global, args: &AttachArgs) -> Result<u8> {
         "give --tls-ca and --tls-key, a CA the container trusts",
     )?;
     opts.tls = super::tls::setup(&args.tls_args, args.tls_args.tls_ca.is_some())?;
-    let (path, hint, resolv) = namespace(args.pid, args.netns.as_deref())?;
+    let (path, hint, resolv) = namespace(Named {
+        pid: args.pid,
+        netns: args.netns.as_deref(),
+        container: args.container.as_deref(),
+        pod: args.pod.as_deref(),
+    })?;
     let losses = LossTable::from_plan(&plan).map_err(|e| Error::Usage(e.to_string()))?;
     no_path_faults(&plan, "attach")?;
     attach::check_privileges(Mode::Attach.command(), Mode::Attach).map_err(Error::runtime)?;

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use super::attach::namespace;
+use super::attach::{Named, namespace};
 use crate::cli::CleanArgs;
 use crate::error::{Error, Result};
 use crate::intercept::attach::{self, Mode};
@@ -14,7 +14,12 @@ pub(super) fn clean(args: &CleanArgs) -> Result<u8> {
     let (path, shown): (Option<PathBuf>, String) = if args.here {
         (None, "this network namespace".into())
     } else {
-        let (p, _, _) = namespace(args.pid, args.netns.as_deref())?;
+        let (p, _, _) = namespace(Named {
+            pid: args.pid,
+            netns: args.netns.as_deref(),
+            container: args.container.as_deref(),
+            pod: args.pod.as_deref(),
+        })?;
         let shown = format!("the network namespace {}", p.display());
         (Some(p), shown)
     };

@@ -38,6 +38,7 @@ pub(crate) mod error;
 pub(crate) mod gate;
 pub(crate) mod init;
 pub(crate) mod kernel_facts;
+pub(crate) mod locate;
 pub(crate) mod loss;
 pub(crate) mod netlink;
 pub(crate) mod nfqueue;
