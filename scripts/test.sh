@@ -6,7 +6,7 @@
 # (apt: curl, python3, iproute2, nftables, iptables, iperf3, socat, nodejs,
 # npm, a JDK, Go, chromium, python3-venv, ...; into target/test-venv with
 # pip: requests, httpx, h2, toxiproxy-python, anthropic, openai, google-genai, junitparser,
-# ollama, boto3, grpcio; into target/node-clients with npm:
+# ollama, boto3, grpcio, kubernetes-validate; into target/node-clients with npm:
 # toxiproxy-node-client, openai, @anthropic-ai/sdk, @grpc/grpc-js), a Rust toolchain with rustup when
 # there is none, and for the later stages an aarch64 cross compiler with
 # qemu-user and cargo-fuzz on a nightly toolchain. Opt-outs:
@@ -76,7 +76,8 @@ if [ -x "$venv/bin/python3" ]; then
 fi
 for mod in requests:requests==2.34.2 httpx:httpx==0.29.0 toxiproxy:toxiproxy-python anthropic:anthropic==2.17.0 \
   openai:openai==3.60.0 google.genai:google-genai==3.6.1 ollama:ollama==0.6.3 \
-  boto3:boto3==1.43.11 grpc:grpcio==1.75.0 h2:h2==4.4.1 junitparser:junitparser==3.2.0; do
+  boto3:boto3==1.43.11 grpc:grpcio==1.75.0 h2:h2==4.4.1 junitparser:junitparser==3.2.0 \
+  kubernetes_validate:kubernetes-validate==1.37.0; do
   spec=${mod#*:}
   if [[ $spec == *==* ]]; then
     have=$(python3 -c "import importlib.metadata as m; print(m.version('${spec%%==*}'))" 2>/dev/null)

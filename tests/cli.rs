@@ -5,6 +5,7 @@
 mod support;
 
 use std::io::Write;
+use std::process::Command;
 use std::time::Duration;
 
 use support::*;
@@ -387,6 +388,56 @@ fn the_example_profiles_are_valid() {
     let (code, out, err) = netchaos(&["check", p.to_str().unwrap()]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("payments"), "{out}");
+}
+
+/// The Kubernetes manifests validate against the Kubernetes schemas,
+/// offline (PyPI's kubernetes-validate, strict: no unknown field), for the
+/// first version with native sidecars and the newest it knows; and they
+/// say what the docs promise (a native sidecar with a startup probe, the
+/// Pod Security level they need, the node agent's view of the node).
+#[test]
+fn the_kubernetes_manifests_validate_offline() {
+    if missing_tool("kubernetes-validate") {
+        return;
+    }
+    let root = env!("CARGO_MANIFEST_DIR");
+    let files = [
+        format!("{root}/examples/kubernetes/netchaos-sidecar.yaml"),
+        format!("{root}/examples/kubernetes/netchaos-node.yaml"),
+    ];
+    for version in ["1.29.0", "latest"] {
+        let mut cmd = Command::new("kubernetes-validate");
+        cmd.arg("--strict").arg("--no-warn");
+        if version != "latest" {
+            cmd.args(["-k", version]);
+        }
+        let out = cmd.args(&files).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{version}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let said = String::from_utf8_lossy(&out.stdout);
+        for kind in ["pod/checkout", "daemonset/netchaos-node", "namespace/shop"] {
+            assert!(
+                said.contains(&format!("passed for resource {kind}")),
+                "{said}"
+            );
+        }
+    }
+    let sidecar = std::fs::read_to_string(&files[0]).unwrap();
+    let init = &sidecar[sidecar.find("initContainers:").expect("a native sidecar")..];
+    let init = &init[..init.find("\n  containers:").unwrap()];
+    assert!(init.contains("restartPolicy: Always"), "{init}");
+    assert!(init.contains("startupProbe:"), "{init}");
+    assert!(init.contains("--in-place"), "{init}");
+    for yaml in [&sidecar, &std::fs::read_to_string(&files[1]).unwrap()] {
+        assert!(yaml.contains("pod-security.kubernetes.io/enforce: privileged"));
+    }
+    let node = std::fs::read_to_string(&files[1]).unwrap();
+    assert!(node.contains("hostPID: true") && node.contains("/var/log/pods"));
+    assert!(node.contains("netchaos attach --pod"));
 }
 
 /// The README's example profile, as written there.
