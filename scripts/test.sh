@@ -4,7 +4,8 @@
 #
 # As root on a Debian-like machine it first installs what the tests use
 # (apt: curl, python3, iproute2, nftables, iptables, iperf3, socat, nodejs,
-# npm, a JDK, Go, chromium, python3-venv, ...; into target/test-venv with
+# npm, a JDK, Go, chromium, python3-venv, podman, mmdebstrap, ...; a
+# Debian base image for the container tests; into target/test-venv with
 # pip: requests, httpx, h2, toxiproxy-python, anthropic, openai, google-genai, junitparser,
 # ollama, boto3, grpcio, kubernetes-validate; into target/node-clients with npm:
 # toxiproxy-node-client, openai, @anthropic-ai/sdk, @grpc/grpc-js), a Rust toolchain with rustup when
@@ -34,6 +35,10 @@ command -v node >/dev/null || packages+=(nodejs)
 command -v npm >/dev/null || packages+=(npm)
 command -v java >/dev/null || packages+=(default-jdk-headless)
 command -v go >/dev/null || packages+=(golang-go)
+# A container runtime for tests/containers.rs: rootful Podman with runc,
+# catatonit for pods' infra containers, and mmdebstrap to build the base
+# image from Debian packages (below; no image registry is needed).
+packages+=(podman runc catatonit mmdebstrap)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -47,6 +52,21 @@ if ((${#missing[@]})); then
   else
     echo "test.sh: not installing ${missing[*]} (needs root and apt-get); tests that need them will say so" >&2
   fi
+fi
+
+# The image tests/containers.rs runs: Debian's minbase of the host's own
+# release (the netchaos binary the tests mount in then finds its glibc),
+# Python, nftables, iptables (kernels without nft_queue) and iproute2;
+# built once per machine, kept by Podman.
+codename=$(. /etc/os-release 2>/dev/null && echo "${VERSION_CODENAME:-}")
+export NETCHAOS_TEST_IMAGE="localhost/netchaos-test-base:${codename:-none}"
+export CONTAINERS_CONF="$PWD/tests/support/containers.conf"
+if [ "$(id -u)" = 0 ] && [ -n "$codename" ] && command -v podman >/dev/null &&
+  command -v mmdebstrap >/dev/null && ! podman image exists "$NETCHAOS_TEST_IMAGE" 2>/dev/null; then
+  echo "test.sh: building $NETCHAOS_TEST_IMAGE with mmdebstrap"
+  { mmdebstrap --quiet --variant=minbase --include=python3-minimal,iproute2,nftables,iptables,procps \
+      "$codename" - | podman import - "$NETCHAOS_TEST_IMAGE" >/dev/null 2>&1; } ||
+    echo "test.sh: could not build $NETCHAOS_TEST_IMAGE" >&2
 fi
 
 # The Python client tests use `requests`, `httpx`, a Toxiproxy client
