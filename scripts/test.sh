@@ -11,7 +11,8 @@
 # toxiproxy-node-client, openai, @anthropic-ai/sdk, @grpc/grpc-js), a Rust toolchain with rustup when
 # there is none, and for the later stages an aarch64 cross compiler with
 # qemu-user and cargo-fuzz on a nightly toolchain. Opt-outs:
-# NETCHAOS_NO_CROSS=1 skips the aarch64 stage, NETCHAOS_NO_VM=1 the VM
+# NETCHAOS_NO_CROSS=1 skips the aarch64 stage, NETCHAOS_NO_IMAGES=1 the
+# example image builds (scripts/images.sh), NETCHAOS_NO_VM=1 the VM
 # stage (scripts/vm.sh: Debian's kernel under qemu) and
 # NETCHAOS_FUZZ_SECONDS=0 the fuzzing (all refused in CI).
 #
@@ -186,6 +187,22 @@ fi
 if [ "$(id -u)" = 0 ] && command -v unshare >/dev/null &&
   ! unshare -n sh -c 'tc qdisc add dev lo root netem delay 1ms' 2>/dev/null; then
   echo "SKIPPED (kernel feature absent): sch_netem — tests/netem.rs checked the 'modprobe sch_netem' error here; the VM stage measures netem on Debian's kernel"
+fi
+
+# The example images, built from this checkout with Podman and checked
+# (scripts/images.sh; stand-in base images where no registry is
+# reachable). NETCHAOS_NO_IMAGES=1 skips it locally (never in CI).
+stage "images (scripts/images.sh)"
+if [ -n "${NETCHAOS_NO_IMAGES:-}" ] && [ -z "${CI:-}" ]; then
+  echo "SKIPPED: the example images (NETCHAOS_NO_IMAGES is set)"
+else
+  images_rc=0
+  bash scripts/images.sh || images_rc=$?
+  if [ "$images_rc" = 3 ] && [ -z "${CI:-}" ]; then
+    echo "SKIPPED: the example images (a prerequisite is missing; see above)"
+  elif [ "$images_rc" != 0 ]; then
+    fail_stage "images (scripts/images.sh)"
+  fi
 fi
 
 # aarch64: cross build, unit tests and a smoke test under qemu-aarch64.
