@@ -768,7 +768,15 @@ impl Events {
 
     pub(crate) fn start(&self, seed: u64, what: &str) {
         self.write("start", || {
-            obj(json!({"seed": seed, "version": env!("CARGO_PKG_VERSION"), "mode": what}))
+            // `seed_str` too: a 64-bit number does not survive readers that
+            // parse JSON numbers as doubles (jq, JavaScript, pandas), and a
+            // replay from their copy would use another seed.
+            obj(json!({
+                "seed": seed,
+                "seed_str": seed.to_string(),
+                "version": env!("CARGO_PKG_VERSION"),
+                "mode": what
+            }))
         });
     }
 
@@ -854,7 +862,12 @@ impl Events {
                 "bytes_downstream".into(),
                 bytes[1].load(Ordering::Relaxed).into(),
             );
-            f.insert("duration_ms".into(), json!(lived.as_millis() as u64));
+            // Microsecond precision, as the other `*_ms` (truncated to whole
+            // milliseconds it read as shorter than the first byte's).
+            f.insert(
+                "duration_ms".into(),
+                json!((lived.as_secs_f64() * 1e6).round() / 1e3),
+            );
             c.marks.fields(lived, &mut f);
             f
         });

@@ -421,7 +421,7 @@ fn the_event_log_records_each_fault_with_its_context() {
     let up = source.addr.to_string();
     let proxy = Proxy::start(&[
         "--seed",
-        "5",
+        "8908911256518419541",
         "--events",
         events.path().to_str().unwrap(),
         "--listen",
@@ -449,7 +449,11 @@ fn the_event_log_records_each_fault_with_its_context() {
     proxy.stop();
     let ev = read_events(events.path());
     assert_eq!(ev[0]["event"], "start");
-    assert_eq!(ev[0]["seed"], 5);
+    // Above 2^53: readers that parse numbers as doubles get another
+    // number; `seed_str` is exact for them.
+    assert_eq!(ev[0]["seed"].as_u64(), Some(8908911256518419541));
+    assert_eq!(ev[0]["seed_str"], "8908911256518419541");
+    assert_ne!(8908911256518419541u64 as f64 as u64, 8908911256518419541);
     let f = ev
         .iter()
         .find(|e| e["event"] == "fault")
@@ -468,4 +472,11 @@ fn the_event_log_records_each_fault_with_its_context() {
         .expect("close event");
     assert_eq!(close["outcome"], "reset");
     assert_eq!(close["bytes_downstream"], 10);
+    // Milliseconds to the microsecond, as the phases: never shorter than
+    // the first byte's moment, as a truncated duration was.
+    let duration = close["duration_ms"].as_f64().unwrap();
+    if let Some(first) = close["first_byte_downstream_ms"].as_f64() {
+        assert!(duration >= first, "{close}");
+    }
+    assert!(close["duration_ms"].is_f64(), "{close}");
 }
