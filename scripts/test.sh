@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: formatting, lints, unit and integration tests,
 # the aarch64 cross build (tests under qemu) and a short fuzzing round.
+# `scripts/test.sh --quick` runs the fast tier only (below).
 #
 # As root on a Debian-like machine it first installs what the tests use
 # (apt: curl, python3, iproute2, nftables, iptables, iperf3, socat, nodejs,
@@ -27,6 +28,34 @@ cd "$(dirname "$0")/.."
 failed=()
 stage() { echo; echo "== $*"; }
 fail_stage() { failed+=("$1"); echo "test.sh: FAILED: $1" >&2; }
+
+# --quick: the edit-test loop's tier — formatting, lints, and the tests
+# that need neither root, nor a namespace, nor an installed client: the
+# unit and in-process tests (the engines on a paused clock, the parsers,
+# the fuzz corpus) and the command line's own checks. A few minutes; it
+# installs nothing (a Rust toolchain aside) and touches no network.
+if [ "${1:-}" = "--quick" ]; then
+  shift
+  source scripts/rust-env.sh
+  ensure_rust fmt:rustfmt clippy:clippy
+  stage "cargo fmt --check"
+  cargo fmt --check || fail_stage "cargo fmt --check"
+  find src tests examples build.rs -name '*.rs' -print0 |
+    xargs -0 rustfmt --edition 2024 --check || fail_stage "rustfmt --check (every file)"
+  stage "cargo clippy"
+  cargo clippy --all-targets -- -D warnings || fail_stage "cargo clippy"
+  stage "unit and in-process tests"
+  cargo test --lib --bins "$@" || fail_stage "cargo test --lib --bins"
+  cargo test --test fuzz_corpus --test bad_input "$@" || fail_stage "cargo test (corpus, bad input)"
+  echo
+  if ((${#failed[@]})); then
+    echo "test.sh --quick: ${#failed[@]} stage(s) failed:"
+    for f in "${failed[@]}"; do echo "  - $f"; done
+    exit 1
+  fi
+  echo "test.sh --quick: all stages passed (the whole suite: scripts/test.sh)"
+  exit 0
+fi
 
 packages=(curl python3 python3-requests iproute2 nftables iptables util-linux procps iperf3 socat ethtool)
 # Headless Chromium opens the HTML reports (tests/report.rs).
