@@ -29,6 +29,20 @@ failed=()
 stage() { echo; echo "== $*"; }
 fail_stage() { failed+=("$1"); echo "test.sh: FAILED: $1" >&2; }
 
+# The toolchain, formatting and lints: the first stages of both tiers.
+lint_stages() {
+  source scripts/rust-env.sh
+  ensure_rust fmt:rustfmt clippy:clippy
+  stage "cargo fmt --check"
+  cargo fmt --check || fail_stage "cargo fmt --check"
+  # cargo fmt never sees modules declared inside a macro (the fault
+  # registry's): every file, by name.
+  find src tests examples build.rs -name '*.rs' -print0 |
+    xargs -0 rustfmt --edition 2024 --check || fail_stage "rustfmt --check (every file)"
+  stage "cargo clippy"
+  cargo clippy --all-targets -- -D warnings || fail_stage "cargo clippy"
+}
+
 # --quick: the edit-test loop's tier — formatting, lints, and the tests
 # that need neither root, nor a namespace, nor an installed client: the
 # unit and in-process tests (the engines on a paused clock, the parsers,
@@ -36,14 +50,7 @@ fail_stage() { failed+=("$1"); echo "test.sh: FAILED: $1" >&2; }
 # installs nothing (a Rust toolchain aside) and touches no network.
 if [ "${1:-}" = "--quick" ]; then
   shift
-  source scripts/rust-env.sh
-  ensure_rust fmt:rustfmt clippy:clippy
-  stage "cargo fmt --check"
-  cargo fmt --check || fail_stage "cargo fmt --check"
-  find src tests examples build.rs -name '*.rs' -print0 |
-    xargs -0 rustfmt --edition 2024 --check || fail_stage "rustfmt --check (every file)"
-  stage "cargo clippy"
-  cargo clippy --all-targets -- -D warnings || fail_stage "cargo clippy"
+  lint_stages
   stage "unit and in-process tests"
   cargo test --lib --bins "$@" || fail_stage "cargo test --lib --bins"
   cargo test --test fuzz_corpus --test bad_input "$@" || fail_stage "cargo test (corpus, bad input)"
@@ -166,17 +173,7 @@ if [ -d "$node_clients/node_modules/toxiproxy-node-client" ]; then
   export NETCHAOS_NODE_MODULES="$node_clients/node_modules"
 fi
 
-source scripts/rust-env.sh
-ensure_rust fmt:rustfmt clippy:clippy
-
-stage "cargo fmt --check"
-cargo fmt --check || fail_stage "cargo fmt --check"
-# cargo fmt never sees modules declared inside a macro (the fault
-# registry's): every file, by name.
-find src tests examples build.rs -name '*.rs' -print0 |
-  xargs -0 rustfmt --edition 2024 --check || fail_stage "rustfmt --check (every file)"
-stage "cargo clippy"
-cargo clippy --all-targets -- -D warnings || fail_stage "cargo clippy"
+lint_stages
 
 stage "cargo test (build)"
 if ! cargo test --all-targets --no-run "$@"; then

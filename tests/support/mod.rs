@@ -187,19 +187,7 @@ impl Proxy {
 
     /// Waits (bounded by `limit`) for an exit already under way.
     pub(crate) fn wait(mut self, limit: Duration) -> (ExitStatus, String) {
-        let mut child = self.child.take().expect("running child");
-        let deadline = Instant::now() + limit;
-        let status = loop {
-            if let Some(s) = child.try_wait().expect("wait") {
-                break s;
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let s = child.wait().expect("wait");
-                panic!("netchaos did not exit in {limit:?} (killed: {s})");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
+        let status = self.exit_within(limit, "did not exit");
         if let Some(r) = self.reader.take() {
             let _ = r.join();
         }
@@ -207,9 +195,15 @@ impl Proxy {
     }
 
     fn terminate(&mut self) -> ExitStatus {
+        self.term();
+        self.exit_within(Duration::from_secs(10), "ignored SIGTERM")
+    }
+
+    /// The exit status, within `limit`; past it netchaos is killed and
+    /// the test fails, saying `what` it did.
+    fn exit_within(&mut self, limit: Duration, what: &str) -> ExitStatus {
         let mut child = self.child.take().expect("running child");
-        signal(child.id(), libc::SIGTERM);
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = Instant::now() + limit;
         loop {
             if let Some(s) = child.try_wait().expect("wait") {
                 return s;
@@ -217,7 +211,7 @@ impl Proxy {
             if Instant::now() > deadline {
                 let _ = child.kill();
                 let s = child.wait().expect("wait");
-                panic!("netchaos ignored SIGTERM for 10 s (killed: {s})");
+                panic!("netchaos {what} in {limit:?} (killed: {s})");
             }
             std::thread::sleep(Duration::from_millis(20));
         }
