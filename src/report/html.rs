@@ -234,7 +234,7 @@ fn summary(h: &mut String, m: &Model) {
          <tr><th></th><td class=\"n\">{}</td><td>downstream (server→client)</td></tr>\
          <tr><th>faults injected</th><td class=\"n\">{}</td><td>marks on the timeline</td></tr>\
          <tr><th>HTTP requests</th><td class=\"n\">{}</td><td>{} answered by netchaos</td></tr>\
-         <tr><th>follow-up connections</th><td class=\"n\">{}</td><td>to a destination the same client host had already connected to (retries, pools)</td></tr>",
+         <tr><th>retries</th><td class=\"n\">{}</td><td>connections opened within a minute after the one before them, from the same client host to the same destination, failed (an unclean end, a 429 or 5xx, a gRPC error); independent connections to one server are not counted</td></tr>",
         s.conns,
         outcomes.join(", "),
         s.bytes_up,

@@ -95,6 +95,29 @@ pub(crate) struct Run {
     pub offset: f64,
 }
 
+/// How soon after a failed connection's end the next one from the same
+/// client host to the same destination counts as its retry (seconds).
+const RETRY_WINDOW: f64 = 60.0;
+
+impl Conn {
+    /// Whether the client met a failure on it — an end that was not clean,
+    /// or an answer clients retry (429, 5xx, a gRPC error) — so that the
+    /// next connection to the same place may be its retry.
+    fn failed(&self) -> bool {
+        !matches!(self.class, "ok" | "open")
+            || self.requests.iter().any(|r| {
+                r.status.is_some_and(|s| s == 429 || s >= 500)
+                    || r.grpc.as_deref().is_some_and(|g| !g.starts_with("OK"))
+            })
+    }
+}
+
+/// Whether a connection opened at `open` retried one that ended so:
+/// `(failed, close)`.
+fn retried((failed, close): (bool, Option<f64>), open: f64) -> bool {
+    failed && close.is_none_or(|t| open - t <= RETRY_WINDOW)
+}
+
 /// One connection.
 #[derive(Debug, Default, Serialize)]
 pub(crate) struct Conn {
@@ -128,9 +151,10 @@ pub(crate) struct Conn {
     /// Times its HTTP/2 upstream sent its connection away and was dialled
     /// again (the client's connection stayed).
     pub redials: u32,
-    /// The connection before this one from the same client host to the same
-    /// destination (an index into [`Model::conns`]): a retry, or the next
-    /// of a pool.
+    /// The connection this one retried (an index into [`Model::conns`]):
+    /// the one before it from the same client host to the same destination
+    /// in the same run, when that one failed ([`Conn::failed`]) and this
+    /// one opened within [`RETRY_WINDOW`] of its end.
     pub prev: Option<usize>,
     /// The name the destination was known by, when there is one.
     #[serde(skip)]
@@ -949,8 +973,11 @@ impl Builder {
             conns.push(slots[i].take().expect("each connection once"));
         }
         // Retries: the previous connection from the same client host to
-        // the same group (the client's port changes with every connection).
-        let mut last: HashMap<(usize, String), usize> = HashMap::new();
+        // the same group in the same run (the client's port changes with
+        // every connection), if it failed and this one came soon after.
+        // Independent connections to one server — a test suite's, a
+        // pool's — are not retries, nor are the sub-runs of a demo.
+        let mut last: HashMap<(usize, usize, String), usize> = HashMap::new();
         // Answers by name, in order of answering. (Not by client: under
         // `run` a query leaves from the namespace's own address, its
         // connections often from loopback; one namespace is one client.)
@@ -967,6 +994,7 @@ impl Builder {
         if !self.counted.is_empty() {
             *s.by_outcome.entry("open".into()).or_default() += self.counted.len() as u64;
         }
+        let ends: Vec<(bool, Option<f64>)> = conns.iter().map(|c| (c.failed(), c.close)).collect();
         for (i, c) in conns.iter_mut().enumerate() {
             let host = client_host(&c.client).to_string();
             if !c.host.is_empty()
@@ -980,7 +1008,9 @@ impl Builder {
                     .find(|(_, t1, _)| *t1 <= c.open + 0.005 && c.open - t1 <= RESOLVE_WINDOW)
                     .map(|(t0, t1, a)| (t0 - c.open, (t1 - c.open).min(0.0), a.clone()));
             }
-            c.prev = last.insert((c.group, host), i);
+            c.prev = last
+                .insert((c.run, c.group, host), i)
+                .filter(|&p| retried(ends[p], c.open));
             s.retries += u64::from(c.prev.is_some());
             s.conns += 1;
             *s.by_outcome.entry(c.outcome.clone()).or_default() += 1;
@@ -1057,6 +1087,44 @@ not json
         assert_eq!(m.summary.faults, vec![("cli".into(), "reset".into(), 1, 1)]);
         assert_eq!(m.windows.len(), 1);
         assert_eq!(m.runs[0].seed, Some(7));
+    }
+
+    /// One connection from client port `port` to port 80, open at `t` for
+    /// 50 ms, ending with `outcome`.
+    fn conn_lines(id: u64, port: u16, t: f64, outcome: &str) -> String {
+        let base =
+            format!(r#""conn":{id},"client":"127.0.0.1:{port}","dst":"127.0.0.1:80","proxy":"p""#);
+        format!(
+            "{{\"t\":{t},\"event\":\"open\",{base}}}\n{{\"t\":{},\"event\":\"close\",{base},\"outcome\":\"{outcome}\",\"bytes_upstream\":1,\"bytes_downstream\":1,\"duration_ms\":50.0}}\n",
+            t + 0.05
+        )
+    }
+
+    #[test]
+    fn only_connections_after_a_failure_are_retries() {
+        // A test suite's 20 independent connections to one server.
+        let suite: String = (0..20)
+            .map(|i| conn_lines(i + 1, 5000 + i as u16, i as f64, "fin"))
+            .collect();
+        let m = from_lines([suite.lines()]);
+        assert_eq!(m.summary.retries, 0);
+        assert!(m.conns.iter().all(|c| c.prev.is_none()));
+        // A reset, then a connection 1 s later (a retry), then one two
+        // minutes after the next reset (not one).
+        let log = conn_lines(1, 5000, 0.0, "reset")
+            + &conn_lines(2, 5001, 1.0, "fin")
+            + &conn_lines(3, 5002, 2.0, "reset")
+            + &conn_lines(4, 5003, 125.0, "fin");
+        let m = from_lines([log.lines()]);
+        let prevs: Vec<Option<usize>> = m.conns.iter().map(|c| c.prev).collect();
+        assert_eq!(prevs, [None, Some(0), None, None]);
+        assert_eq!(m.summary.retries, 1);
+        // Two logs (a demo's sub-runs): a reset in one is not retried by a
+        // connection of the other.
+        let a = conn_lines(1, 5000, 0.0, "reset");
+        let b = conn_lines(1, 5001, 0.0, "fin");
+        let m = from_lines([a.lines(), b.lines()]);
+        assert_eq!(m.summary.retries, 0);
     }
 
     /// `phase = "response"`: the upstream answered, netchaos replaced the
