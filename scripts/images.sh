@@ -117,6 +117,7 @@ if build examples/toxiproxy-image/Dockerfile "$toxi"; then
   podman run -d --name "$tag-toxi" --network "$net" "$toxi" >/dev/null
   cli() { podman exec "$tag-toxi" /toxiproxy-cli "$@"; }
   for _ in $(seq 50); do cli list >/dev/null 2>&1 && break; sleep 0.2; done
+  check "the API answers toxiproxy-cli" cli list
   check "it announces its API as Toxiproxy does" \
     sh -c "podman logs '$tag-toxi' 2>&1 | grep -q 'Starting Toxiproxy HTTP server'"
   # (Not on a terminal, toxiproxy-cli prints no header: nothing, here.)

@@ -46,8 +46,9 @@ lint_stages() {
 # --quick: the edit-test loop's tier — formatting, lints, and the tests
 # that need neither root, nor a namespace, nor an installed client: the
 # unit and in-process tests (the engines on a paused clock, the parsers,
-# the fuzz corpus) and the command line's own checks. A few minutes; it
-# installs nothing (a Rust toolchain aside) and touches no network.
+# the fuzz corpus) and the command line's own checks. Half a minute once
+# built (a few from scratch); it installs nothing but a Rust toolchain
+# where there is none, and needs no root.
 if [ "${1:-}" = "--quick" ]; then
   shift
   lint_stages

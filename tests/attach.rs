@@ -513,11 +513,11 @@ fn ending_attach_lets_open_connections_finish_through_the_relay() {
 
     // Detach while both are open: the redirect goes at once (a new
     // connection goes straight to the server) ...
-    p.term();
-    let t = Instant::now();
     let rules =
         || String::from_utf8_lossy(&ns.sh("nft list table inet netchaos").stdout).into_owned();
     assert!(rules().contains("redirect"), "{}", rules());
+    p.term();
+    let t = Instant::now();
     while rules().contains("redirect") {
         assert!(t.elapsed() < Duration::from_secs(5), "{}", rules());
         std::thread::sleep(Duration::from_millis(20));
@@ -690,6 +690,7 @@ impl Sidecar {
                 "--pid",
                 "--fork",
                 "--mount-proc",
+                "--kill-child",
             ])
             .args([
                 BIN,
@@ -708,8 +709,12 @@ impl Sidecar {
             .unwrap();
         let mut side = Sidecar { child, pid: 0, log };
         let t = Instant::now();
-        // Ready once its table is in and it has started its command.
-        while side.pid == 0 || !installed(ns).contains("table inet netchaos") {
+        // Ready once it says its seed (after its table is in: a table left
+        // by a killed one does not count) and its pid is known.
+        while side.pid == 0
+            || !side.log().contains("netchaos: seed")
+            || !installed(ns).contains("table inet netchaos")
+        {
             assert!(
                 t.elapsed() < Duration::from_secs(15),
                 "the sidecar did not start:\n{}",
@@ -749,7 +754,11 @@ impl Sidecar {
 impl Drop for Sidecar {
     fn drop(&mut self) {
         if self.child.try_wait().ok().flatten().is_none() {
-            signal(self.pid, libc::SIGKILL);
+            // (Never kill(0, …): that is the test's own process group.
+            // unshare --kill-child ends netchaos with unshare anyway.)
+            if self.pid != 0 {
+                signal(self.pid, libc::SIGKILL);
+            }
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
@@ -919,6 +928,16 @@ fn attach_finds_a_container_by_id_and_a_pod_by_name_from_the_node() {
     // the systemd cgroup driver's slices carry it.
     let uid = format!("0a1b2c3d-0000-4000-8000-{:012x}", std::process::id());
     let slice = uid.replace('-', "_");
+    // CRI-O may put its monitor in the pod's cgroup (conmon_cgroup =
+    // "pod"): first (a lower pid), in the node's namespace, it is not the
+    // pod.
+    cg.process_in(
+        &format!(
+            "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{slice}.slice/crio-conmon-{}.scope",
+            "cd".repeat(32)
+        ),
+        None,
+    );
     cg.process_in(
         &format!(
             "kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod{slice}.slice/cri-containerd-{}.scope",

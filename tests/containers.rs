@@ -350,9 +350,17 @@ fn a_pods_sidecar_killed_with_sigkill_takes_over_when_restarted() {
             "600",
         ],
     );
-    let ready = |made: &Made| {
+    // The table's owner line: a restarted sidecar is ready once the table
+    // is its own (the killed one's has the same rules).
+    let owner = |made: &Made| {
+        made.rules("app")
+            .lines()
+            .find(|l| l.contains("comment \"netchaos"))
+            .map(str::to_string)
+    };
+    let ready = |made: &Made, before: Option<String>| {
         let t = Instant::now();
-        while !made.rules("app").contains("redirect") {
+        while !made.rules("app").contains("redirect") || owner(made) == before {
             assert!(
                 t.elapsed() < Duration::from_secs(20),
                 "the sidecar did not start: {}",
@@ -361,7 +369,7 @@ fn a_pods_sidecar_killed_with_sigkill_takes_over_when_restarted() {
             std::thread::sleep(Duration::from_millis(50));
         }
     };
-    ready(&made);
+    ready(&made, None);
     let line = once(&made, "app", "srv");
     assert!(line.starts_with("ok") && secs(&line) >= 0.28, "{line}");
 
@@ -376,8 +384,10 @@ fn a_pods_sidecar_killed_with_sigkill_takes_over_when_restarted() {
     assert!(cut.starts_with("error"), "the app is cut off: {cut}");
 
     // Restarted as the kubelet (or `--restart`) would: same arguments.
+    let killed = owner(&made);
+    assert!(killed.is_some(), "{}", made.rules("app"));
     ok(&["start", &sidecar]);
-    ready(&made);
+    ready(&made, killed);
     let logs = String::from_utf8_lossy(&podman(&["logs", &sidecar]).stderr).into_owned();
     assert!(logs.contains("no longer running"), "{logs}");
     let line = once(&made, "app", "srv");

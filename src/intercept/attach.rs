@@ -308,7 +308,7 @@ impl Attached {
                     errors.extend(nft::remove_xt_gate(&installed));
                 }
                 match nft::find_table() {
-                    Ok(Found::Present(Some(o))) if o == owner => {
+                    Ok(Found::Present(o)) if ours(o.as_ref(), &owner, installed) => {
                         // Should the kernel refuse, interception must still
                         // end: the table goes at once (open connections
                         // are then cut, as before this existed).
@@ -344,11 +344,13 @@ impl Attached {
         if self.removed.swap(true, Ordering::SeqCst) {
             return detached;
         }
-        let owner = self.owner.clone();
+        let (owner, installed) = (self.owner.clone(), self.installed);
         let removed = self
             .ns
             .run(move || match nft::find_table() {
-                Ok(Found::Present(Some(o))) if o == owner => nft::delete_table().map(drop),
+                Ok(Found::Present(o)) if ours(o.as_ref(), &owner, installed) => {
+                    nft::delete_table().map(drop)
+                }
                 Ok(_) => Ok(()),
                 Err(e) => Err(e),
             })
@@ -372,6 +374,17 @@ impl Drop for Attached {
         if let Err(e) = self.remove() {
             tracing::error!("{e}");
         }
+    }
+}
+
+/// Whether the table found, owned by `found`, is the one this process
+/// installed: its owner recorded, or none where the kernel takes no table
+/// comments (then no other netchaos can have installed it meanwhile: the
+/// claim and the gate's queue keep them out).
+fn ours(found: Option<&Owner>, me: &Owner, installed: Installed) -> bool {
+    match found {
+        Some(o) => o == me,
+        None => !installed.owner_recorded,
     }
 }
 
@@ -439,6 +452,7 @@ fn check_stale(mode: Mode, replace: bool, clean_hint: &str) -> Result<()> {
 const LEFT_BEHIND: Installed = Installed {
     xt_gate: true,
     made_mangle: [true; 2],
+    owner_recorded: true,
 };
 
 struct Made {

@@ -41,11 +41,13 @@ pub(crate) fn pod_uid_of(path: &str) -> Option<String> {
     })
 }
 
+/// A pod UID: a UUID, or a static pod's 32 hex digits (its config hash).
 fn is_uid(s: &str) -> bool {
-    s.len() == 36
+    let uuid = s.len() == 36
         && s.bytes().enumerate().all(|(i, b)| {
             matches!(i, 8 | 13 | 18 | 23) == (b == b'-') && (b == b'-' || b.is_ascii_hexdigit())
-        })
+        });
+    uuid || (s.len() == 32 && s.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
 /// The processes of the node, each with its cgroup paths.
@@ -167,25 +169,33 @@ pub(crate) fn pod_uid(pod: &str) -> Result<String, String> {
     }
 }
 
+/// The pod's processes; not a runtime's monitor that CRI-O may put in the
+/// pod's cgroup (`conmon_cgroup = "pod"`), which runs in the node's
+/// namespaces.
 fn pod_pids(uid: &str) -> Vec<i32> {
     processes()
         .into_iter()
-        .filter(|(_, paths)| paths.iter().any(|p| pod_uid_of(p).as_deref() == Some(uid)))
+        .filter(|(_, paths)| {
+            paths.iter().any(|p| pod_uid_of(p).as_deref() == Some(uid))
+                && !paths.iter().any(|p| p.contains("conmon"))
+        })
         .map(|(pid, _)| pid)
         .collect()
 }
 
 /// A process of the pod `pod` (NAMESPACE/NAME or UID) in the pod's own
-/// network namespace: one whose root has an /etc/resolv.conf (an
-/// application container's, which the DNS layer reads) if any.
+/// network namespace — the one most of its processes share, not the
+/// node's (a process may make one of its own: a browser's sandbox) — one
+/// whose root has an /etc/resolv.conf (an application container's, which
+/// the DNS layer reads) if any.
 pub(crate) fn pod(pod: &str) -> Result<i32, String> {
     let uid = pod_uid(pod)?;
     let pids = pod_pids(&uid);
-    let Some(&first) = pids.first() else {
+    if pids.is_empty() {
         return Err(format!(
             "--pod {pod}: no running process belongs to pod {uid}. {NODE_PIDS}"
         ));
-    };
+    }
     let netns = |pid: i32| {
         std::fs::metadata(format!("/proc/{pid}/ns/net"))
             .ok()
@@ -194,20 +204,30 @@ pub(crate) fn pod(pod: &str) -> Result<i32, String> {
                 (m.dev(), m.ino())
             })
     };
-    if netns(first).is_some() && netns(first) == netns(1) {
+    let node = netns(1);
+    let mut counts: std::collections::HashMap<(u64, u64), usize> = Default::default();
+    for ns in pids
+        .iter()
+        .filter_map(|p| netns(*p))
+        .filter(|ns| Some(*ns) != node)
+    {
+        *counts.entry(ns).or_default() += 1;
+    }
+    let Some(own) = counts.into_iter().max_by_key(|(_, n)| *n).map(|(ns, _)| ns) else {
         return Err(format!(
             "--pod {pod}: the pod uses the node's network (hostNetwork: true); it has no \
              namespace of its own to attach to (use `netchaos netem` on the node)"
         ));
-    }
-    Ok(pids
+    };
+    let mine: Vec<i32> = pids
+        .into_iter()
+        .filter(|p| netns(*p) == Some(own))
+        .collect();
+    Ok(mine
         .iter()
         .copied()
-        .find(|pid| {
-            netns(*pid) == netns(first)
-                && Path::new(&format!("/proc/{pid}/root/etc/resolv.conf")).exists()
-        })
-        .unwrap_or(first))
+        .find(|pid| Path::new(&format!("/proc/{pid}/root/etc/resolv.conf")).exists())
+        .unwrap_or(mine[0]))
 }
 
 #[cfg(test)]
@@ -261,6 +281,11 @@ mod tests {
         ] {
             assert_eq!(pod_uid_of(&path).as_deref(), Some(uid), "{path}");
         }
+        // A static pod's UID is its config hash.
+        assert_eq!(
+            pod_uid_of("/kubepods/burstable/pod0123456789abcdef0123456789abcdef/x").as_deref(),
+            Some("0123456789abcdef0123456789abcdef")
+        );
         assert_eq!(pod_uid_of("/kubepods.slice/kubepods-burstable.slice"), None);
         assert_eq!(pod_uid_of("/podman.slice"), None);
     }

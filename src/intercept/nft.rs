@@ -300,9 +300,9 @@ impl Ruleset {
         for chain in gone {
             script.push_str(&format!("delete chain inet {TABLE} {chain}\n"));
         }
-        for set in ["blackout4", "blackout6"] {
-            script.push_str(&format!("delete set inet {TABLE} {set}\n"));
-        }
+        // (The blackout sets stay, unreferenced, until the table goes:
+        // older kernels refuse to delete a set in the batch that flushed
+        // the rules using it.)
         script
     }
 }
@@ -329,6 +329,11 @@ pub(crate) struct Installed {
     /// iptables created the `ip`/`ip6` `mangle` tables for the gate (they
     /// did not exist before), so they go too once empty.
     pub(crate) made_mangle: [bool; 2],
+    /// The table carries its owner in its comment (false where the
+    /// kernel or nft is too old for table comments: a table found without
+    /// one is then this process's own, as the claim and the gate's queue
+    /// keep any other netchaos out).
+    pub(crate) owner_recorded: bool,
 }
 
 /// Installs `rs` (the table, atomically) and the SYN gate: nftables' own
@@ -354,10 +359,11 @@ pub(crate) fn install(rs: &Ruleset) -> Result<Installed> {
 fn install_native(rs: &Ruleset) -> Result<Installed> {
     let mut rs = rs.clone();
     rs.native_gate = true;
-    apply_with_comment_fallback(&rs)?;
+    let owner_recorded = apply_with_comment_fallback(&rs)?;
     Ok(Installed {
         xt_gate: false,
         made_mangle: [false; 2],
+        owner_recorded,
     })
 }
 
@@ -365,7 +371,7 @@ fn install_native(rs: &Ruleset) -> Result<Installed> {
 fn install_xt(rs: &Ruleset) -> Result<Installed> {
     let mut rs = rs.clone();
     rs.native_gate = false;
-    apply_with_comment_fallback(&rs)?;
+    let owner_recorded = apply_with_comment_fallback(&rs)?;
     // (Each look is an `nft` run: milliseconds of `run`'s start-up.)
     let made_mangle = match rs.fresh_namespace {
         true => [true; 2],
@@ -374,6 +380,7 @@ fn install_xt(rs: &Ruleset) -> Result<Installed> {
     let installed = Installed {
         xt_gate: true,
         made_mangle,
+        owner_recorded,
     };
     if let Err(e) = apply_xt_gate(&rs.exempt, rs.delay_line) {
         let _ = delete_table();
@@ -385,16 +392,17 @@ fn install_xt(rs: &Ruleset) -> Result<Installed> {
 
 /// Table comments need Linux 5.10 and nft 0.9.7; older ones get the table
 /// without its owner (which [`Owner::read`] then reports as unknown).
-fn apply_with_comment_fallback(rs: &Ruleset) -> Result<()> {
+/// Whether the owner went in.
+fn apply_with_comment_fallback(rs: &Ruleset) -> Result<bool> {
     match apply(&rs.render()) {
         Err(InterceptError::Tool(e)) if rs.owner.is_some() && e.mentions("comment") => {
             let bare = Ruleset {
                 owner: None,
                 ..rs.clone()
             };
-            apply(&bare.render())
+            apply(&bare.render()).map(|()| false)
         }
-        r => r,
+        r => r.map(|()| rs.owner.is_some()),
     }
 }
 
@@ -796,17 +804,12 @@ mod tests {
         assert!(drain.starts_with(
             "flush table inet netchaos\nadd rule inet netchaos intercept ct state established accept\n"
         ));
-        // Every chain of the full table but the NAT ones is deleted, and
-        // every set.
+        // Every chain of the full table but the NAT ones is deleted.
         for line in full.lines().map(str::trim) {
             if let Some(name) = line.strip_prefix("chain ") {
                 let name = name.trim_end_matches(" {");
                 let deleted = drain.contains(&format!("delete chain inet netchaos {name}\n"));
                 assert_eq!(deleted, !["intercept", "inbound"].contains(&name), "{name}");
-            }
-            if let Some(name) = line.strip_prefix("set ") {
-                let name = name.split_whitespace().next().unwrap();
-                assert!(drain.contains(&format!("delete set inet netchaos {name}\n")));
             }
         }
     }
