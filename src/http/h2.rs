@@ -681,17 +681,34 @@ pub(crate) async fn upstream_leg<R: AsyncRead + Unpin>(
         sink.finish().await;
     };
     let back = async {
-        // (A TLS upstream that closes without close_notify has closed all
-        // the same: its reader says so as the end of its bytes.)
-        if let Err(e) = tokio::io::copy(&mut read, &mut to_engine).await {
-            // The client's connection is reset as the upstream's was; the
-            // engine, never told, resets no stream of its own before it.
-            // (Unless a connection dialled again has taken this one's
-            // place: then it just ends.)
-            tracing::debug!("HTTP/2 upstream: {e}");
-            if !moved_on.load(Ordering::Relaxed) {
-                end_with(&end, After::Reset, Drain::Nothing);
-                std::future::pending::<()>().await;
+        let mut buf = vec![0u8; 16 * 1024];
+        loop {
+            // (A TLS upstream that closes without close_notify has closed
+            // all the same: its reader says so as the end of its bytes.)
+            let n = match read.read(&mut buf).await {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) => {
+                    // The client's connection is reset as the upstream's
+                    // was; the engine, never told, resets no stream of its
+                    // own before it. (Unless a connection dialled again
+                    // has taken this one's place: then it just ends.)
+                    tracing::debug!("HTTP/2 upstream: {e}");
+                    if !moved_on.load(Ordering::Relaxed) {
+                        end_with(&end, After::Reset, Drain::Nothing);
+                        std::future::pending::<()>().await;
+                    }
+                    break;
+                }
+            };
+            // The engine has let go of this connection (it went away and
+            // its streams are done) before the upstream's last bytes came:
+            // they are for nobody, and no reason to reset the client — as
+            // `tokio::io::copy` made of the write's error (a gRPC client
+            // lost its calls in flight, now and then, under a server's
+            // connection ageing).
+            if to_engine.write_all(&buf[..n]).await.is_err() {
+                break;
             }
         }
         let _ = to_engine.shutdown().await;
