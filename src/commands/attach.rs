@@ -42,23 +42,19 @@ pub(super) struct Named<'a> {
 /// use.
 pub(super) fn namespace(named: Named<'_>) -> Result<(PathBuf, String, PathBuf)> {
     use crate::intercept::locate;
-    let found = match (named.container, named.pod) {
-        (Some(id), _) => Some((locate::container(id), format!("--container {id}"))),
-        (None, Some(pod)) => Some((locate::pod(pod), format!("--pod {pod}"))),
-        _ => None,
+    // A container or a pod is one of its processes, named as given.
+    let (pid, hint) = match (named.container, named.pod) {
+        (Some(id), _) => (
+            Some(locate::container(id).map_err(Error::Usage)?),
+            Some(format!("--container {id}")),
+        ),
+        (None, Some(pod)) => (
+            Some(locate::pod(pod).map_err(Error::Usage)?),
+            Some(format!("--pod {pod}")),
+        ),
+        _ => (named.pid, None),
     };
-    if let Some((pid, hint)) = found {
-        let pid = pid.map_err(Error::Usage)?;
-        let (path, _, resolv) = namespace(Named {
-            pid: Some(pid),
-            netns: None,
-            container: None,
-            pod: None,
-        })?;
-        return Ok((path, hint, resolv));
-    }
-    let (pid, netns) = (named.pid, named.netns);
-    match (pid, netns) {
+    match (pid, named.netns) {
         (Some(pid), _) => {
             let path = PathBuf::from(format!("/proc/{pid}/ns/net"));
             if !Path::new(&format!("/proc/{pid}")).exists() {
@@ -67,7 +63,7 @@ pub(super) fn namespace(named: Named<'_>) -> Result<(PathBuf, String, PathBuf)> 
                 )));
             }
             let resolv = PathBuf::from(format!("/proc/{pid}/root/etc/resolv.conf"));
-            Ok((path, format!("--pid {pid}"), resolv))
+            Ok((path, hint.unwrap_or_else(|| format!("--pid {pid}")), resolv))
         }
         (None, Some(p)) => {
             if !p.exists() {

@@ -118,8 +118,12 @@ fn pod_log_dir() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("/var/log/pods"))
 }
 
-/// The UID of the pod `NAMESPACE/NAME` (or `pod` itself, given as a UID).
-pub(crate) fn pod_uid(pod: &str) -> Result<String, String> {
+/// The node's processes as [`processes`] lists them.
+type Procs = [(i32, Vec<String>)];
+
+/// The UID of the pod `NAMESPACE/NAME` (or `pod` itself, given as a UID),
+/// among the node's processes `procs`.
+fn pod_uid(pod: &str, procs: &Procs) -> Result<String, String> {
     if is_uid(pod) {
         return Ok(pod.to_ascii_lowercase());
     }
@@ -149,7 +153,10 @@ pub(crate) fn pod_uid(pod: &str) -> Result<String, String> {
             is_uid(uid).then(|| uid.to_string())
         })
         .collect();
-    let live: Vec<&String> = uids.iter().filter(|u| !pod_pids(u).is_empty()).collect();
+    let live: Vec<&String> = uids
+        .iter()
+        .filter(|u| !pod_pids(u, procs).is_empty())
+        .collect();
     match (live.as_slice(), uids.len()) {
         ([uid], _) => Ok((*uid).clone()),
         ([], 0) => Err(format!(
@@ -172,14 +179,14 @@ pub(crate) fn pod_uid(pod: &str) -> Result<String, String> {
 /// The pod's processes; not a runtime's monitor that CRI-O may put in the
 /// pod's cgroup (`conmon_cgroup = "pod"`), which runs in the node's
 /// namespaces.
-fn pod_pids(uid: &str) -> Vec<i32> {
-    processes()
-        .into_iter()
+fn pod_pids(uid: &str, procs: &Procs) -> Vec<i32> {
+    procs
+        .iter()
         .filter(|(_, paths)| {
             paths.iter().any(|p| pod_uid_of(p).as_deref() == Some(uid))
                 && !paths.iter().any(|p| p.contains("conmon"))
         })
-        .map(|(pid, _)| pid)
+        .map(|(pid, _)| *pid)
         .collect()
 }
 
@@ -189,8 +196,10 @@ fn pod_pids(uid: &str) -> Vec<i32> {
 /// whose root has an /etc/resolv.conf (an application container's, which
 /// the DNS layer reads) if any.
 pub(crate) fn pod(pod: &str) -> Result<i32, String> {
-    let uid = pod_uid(pod)?;
-    let pids = pod_pids(&uid);
+    // One look at the node's processes (thousands of files) serves both.
+    let procs = processes();
+    let uid = pod_uid(pod, &procs)?;
+    let pids = pod_pids(&uid, &procs);
     if pids.is_empty() {
         return Err(format!(
             "--pod {pod}: no running process belongs to pod {uid}. {NODE_PIDS}"
@@ -205,10 +214,11 @@ pub(crate) fn pod(pod: &str) -> Result<i32, String> {
             })
     };
     let node = netns(1);
+    let spaces: Vec<(i32, Option<(u64, u64)>)> = pids.iter().map(|&p| (p, netns(p))).collect();
     let mut counts: std::collections::HashMap<(u64, u64), usize> = Default::default();
-    for ns in pids
+    for ns in spaces
         .iter()
-        .filter_map(|p| netns(*p))
+        .filter_map(|(_, ns)| *ns)
         .filter(|ns| Some(*ns) != node)
     {
         *counts.entry(ns).or_default() += 1;
@@ -219,9 +229,10 @@ pub(crate) fn pod(pod: &str) -> Result<i32, String> {
              namespace of its own to attach to (use `netchaos netem` on the node)"
         ));
     };
-    let mine: Vec<i32> = pids
+    let mine: Vec<i32> = spaces
         .into_iter()
-        .filter(|p| netns(*p) == Some(own))
+        .filter(|(_, ns)| *ns == Some(own))
+        .map(|(p, _)| p)
         .collect();
     Ok(mine
         .iter()
@@ -298,9 +309,13 @@ mod tests {
                 .contains("expected a container ID")
         );
         assert!(container("abc").unwrap_err().contains("6 to 64"));
-        assert!(pod_uid("checkout").unwrap_err().contains("NAMESPACE/NAME"));
+        assert!(
+            pod_uid("checkout", &[])
+                .unwrap_err()
+                .contains("NAMESPACE/NAME")
+        );
         assert_eq!(
-            pod_uid("0A1B2C3D-0000-4000-8000-000000000001").unwrap(),
+            pod_uid("0A1B2C3D-0000-4000-8000-000000000001", &[]).unwrap(),
             "0a1b2c3d-0000-4000-8000-000000000001"
         );
     }
