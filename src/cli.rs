@@ -81,6 +81,9 @@ pub enum Command {
         /// Only this fault type.
         #[arg(value_name = "TYPE")]
         name: Option<String>,
+        /// Print the reference as Markdown (docs/faults-reference.md is this output).
+        #[arg(long)]
+        markdown: bool,
     },
     /// Answer LLM requests in the providers' wire formats (Anthropic, OpenAI): a hermetic upstream.
     #[command(long_about = MOCK_ABOUT)]

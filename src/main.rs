@@ -12,6 +12,16 @@ fn main() -> ExitCode {
     let matches =
         Cli::command().get_matches_from(netchaos::cli::toxiproxy_argv(std::env::args_os()));
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    if prints_only(&cli.command) {
+        // `netchaos faults | head` ends quietly, as other Unix tools do: Rust
+        // ignores SIGPIPE, and print! panics on the broken pipe. Only for
+        // commands that print and relay nothing: a relay's splice() into a
+        // closed socket must get EPIPE, not the signal.
+        // SAFETY: no other thread exists yet, and SIG_DFL is a valid disposition.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     // The demo's output is its table; its fault log lines only with -v.
     let quiet = cli.global.quiet + u8::from(matches!(cli.command, Command::Demo(_)));
     init_logging(
@@ -26,6 +36,19 @@ fn main() -> ExitCode {
             ExitCode::from(e.exit_code())
         }
     }
+}
+
+/// Commands whose whole work is printing to stdout.
+fn prints_only(command: &Command) -> bool {
+    matches!(
+        command,
+        Command::Check(_)
+            | Command::Profiles
+            | Command::Faults { .. }
+            | Command::Records(_)
+            | Command::Completions { .. }
+            | Command::Man { .. }
+    )
 }
 
 fn init_logging(verbose: u8, quiet: u8, server: bool) {

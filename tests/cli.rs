@@ -637,3 +637,26 @@ fn demo_events_hold_each_scenarios_run() {
         "{starts} starts, {closes} closes: {events:?}"
     );
 }
+
+/// `netchaos faults | head` and the like end quietly, as other Unix tools
+/// do, instead of panicking on the closed pipe (Rust ignores SIGPIPE).
+#[test]
+fn a_listing_cut_short_by_its_reader_ends_without_a_panic() {
+    let bin = env!("CARGO_BIN_EXE_netchaos");
+    for args in [
+        "faults",
+        "faults --markdown",
+        "profiles",
+        "man",
+        "completions bash",
+    ] {
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(format!("'{bin}' {args} | head -c 10 >/dev/null"))
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{args}: {err}");
+        assert!(!err.contains("panicked"), "{args}: {err}");
+    }
+}

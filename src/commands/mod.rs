@@ -62,7 +62,7 @@ pub fn run(cli: Cli, matches: &ArgMatches) -> Result<u8> {
             check::profiles();
             Ok(0)
         }
-        Command::Faults { name } => check::faults(name.as_deref()),
+        Command::Faults { name, markdown } => check::faults(name.as_deref(), *markdown),
         Command::Mock(args) => mock::run(&cli.global, args),
         Command::Demo(args) => demo::run(&cli.global, args),
         Command::Report(args) => report::run(args),
