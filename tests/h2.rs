@@ -1763,3 +1763,48 @@ fn body_fields_match_on_h2_without_a_json_content_type() {
     assert_eq!(rc, 0, "{err}");
     assert_eq!(out.trim(), "503 503 503 200", "{err}");
 }
+
+/// A request answered in the upstream's place while the client is still
+/// sending its body: the client gets the answer, as from a server that
+/// answers early (RFC 9113 §8.1), not a bare stream error. The body used
+/// to be dropped at once, and hyper's reset of the stream (CANCEL)
+/// discarded the answer still queued: curl said "Stream error in the
+/// HTTP/2 framing layer" 4 times in 6 (through `run --mock` over HTTPS).
+#[test]
+fn an_answer_before_the_request_body_has_come_reaches_the_client() {
+    if !need(&["curl", "sh"]) {
+        return;
+    }
+    // The built-in mock as the upstream: it serves h2c, and reads a
+    // request's body before it answers.
+    let up = Proxy::start_cmd("mock", &["--listen", "127.0.0.1:0", "--ttft", "5ms"]);
+    let p = proxy(
+        &up.addr().to_string(),
+        &["http_status:status=529,path=/v1/*"],
+    );
+    // The body's second half comes 300 ms after the head.
+    let curl = |base: &str, path: &str| {
+        let out = Command::new("sh")
+            .arg("-c")
+            .arg(
+                "(printf '{\"a\":'; sleep 0.3; printf '1}') | curl -sS -o /dev/null \
+                 -w '%{http_code}' --http2-prior-knowledge --max-time 10 -X POST \
+                 -H 'content-type: application/json' -T - \"$0\"",
+            )
+            .arg(format!("http://{base}{path}"))
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    // Directly, the mock answers (its 401: no key), and curl ends cleanly.
+    let (ok, code, err) = curl(&up.addr().to_string(), "/v1/messages");
+    assert!(ok && code == "401", "directly: {code} {err}");
+    for i in 0..5 {
+        let (ok, code, err) = curl(&p.addr().to_string(), "/v1/messages");
+        assert!(ok && code == "529", "try {i}: {code} {err}");
+    }
+}

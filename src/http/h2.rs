@@ -822,7 +822,7 @@ async fn stream(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body
             said.as_ref().map(grpc_status),
         );
         mark_answer(&meta, &reply, answered_status(&reply, &said), head_only);
-        drain_for_record(body, &meta);
+        drain_request(body);
         return watched(
             st.answer(&reply, call, head_only).await,
             meta.attempt.clone(),
@@ -1103,12 +1103,18 @@ fn mark_answer(meta: &Meta, reply: &Reply, status: Option<u16>, head_only: bool)
 }
 
 /// A request answered in the upstream's place, its body never sent on:
-/// read (at most [`MAX_BODY`]) and dropped beside the answer, so that its
-/// record still gets the body's `model` and hash.
-fn drain_for_record(body: Held, meta: &Meta) {
-    if meta.attempt.is_none() || body.scan.is_none() {
+/// read (at most [`MAX_BODY`]) and dropped beside the answer, as a server
+/// that answers reads what it was sent. Its record still gets the body's
+/// `model` and hash. Dropped at once instead, the body would make hyper
+/// reset the stream (CANCEL) while the answer may still sit unsent in
+/// its queue, which a reset discards: the client (curl, still uploading)
+/// got a bare stream error instead of the status, 4 times in 6.
+fn drain_request(mut body: Held) {
+    if body.rest.is_none() {
         return;
     }
+    // Its turn to be held whole is another stream's now.
+    body._turn = None;
     tokio::spawn(async move {
         let mut body = body;
         let mut read = 0usize;
