@@ -232,6 +232,22 @@ else
   fi
 fi
 
+# What ships: the wheel, the .deb and the static binary, built and each
+# installed into a clean place and used (scripts/package.sh --check).
+# NETCHAOS_NO_PACKAGES=1 skips it locally (never in CI).
+stage "packages (scripts/package.sh --check)"
+if [ -n "${NETCHAOS_NO_PACKAGES:-}" ] && [ -z "${CI:-}" ]; then
+  echo "SKIPPED: the packages (NETCHAOS_NO_PACKAGES is set)"
+else
+  package_rc=0
+  bash scripts/package.sh --check || package_rc=$?
+  if [ "$package_rc" = 3 ] && [ -z "${CI:-}" ]; then
+    echo "SKIPPED: the packages (a prerequisite is missing; see above)"
+  elif [ "$package_rc" != 0 ]; then
+    fail_stage "packages (scripts/package.sh --check)"
+  fi
+fi
+
 # aarch64: cross build, unit tests and a smoke test under qemu-aarch64.
 # NETCHAOS_NO_CROSS=1 skips it locally (never in CI).
 stage "aarch64 (scripts/cross.sh)"

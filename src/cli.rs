@@ -107,7 +107,12 @@ pub enum Command {
     /// Print the manual page (roff): `netchaos man | man -l -`; with a command, that command's.
     Man {
         /// A command (run, proxy, …) for its own page.
+        #[arg(conflicts_with = "dir")]
         command: Option<String>,
+        /// Write every page (netchaos.1, netchaos-run.1, …) into DIR
+        /// instead, as packages install them.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<std::path::PathBuf>,
     },
     /// The demo's client (run by `netchaos demo` under `netchaos run`).
     #[command(hide = true)]

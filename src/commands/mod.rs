@@ -74,7 +74,8 @@ pub fn run(cli: Cli, matches: &ArgMatches) -> Result<u8> {
             clap_complete::generate(*shell, &mut cmd, "netchaos", &mut std::io::stdout());
             Ok(0)
         }
-        Command::Man { command } => man(command.as_deref()),
+        Command::Man { command, dir: None } => man(command.as_deref()),
+        Command::Man { dir: Some(dir), .. } => man_pages(dir),
     }
 }
 
@@ -108,6 +109,34 @@ fn man(command: Option<&str>) -> Result<u8> {
     std::io::stdout()
         .write_all(&out)
         .map_err(|e| Error::runtime(e.to_string()))?;
+    Ok(0)
+}
+
+/// `netchaos man --dir DIR`: every page, the command's and each visible
+/// subcommand's (`netchaos-run.1`), as files: what a package installs.
+fn man_pages(dir: &std::path::Path) -> Result<u8> {
+    let root = <Cli as clap::CommandFactory>::command();
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("cannot create {}", dir.display()))
+        .map_err(Error::from)?;
+    let mut pages = vec![("netchaos".to_string(), root.clone())];
+    for sub in root.get_subcommands().filter(|c| !c.is_hide_set()) {
+        if sub.get_name() == "help" {
+            continue;
+        }
+        let name = format!("netchaos-{}", sub.get_name());
+        pages.push((name.clone(), sub.clone().name(name)));
+    }
+    for (name, cmd) in pages {
+        let path = dir.join(format!("{name}.1"));
+        let mut out = Vec::new();
+        clap_mangen::Man::new(cmd)
+            .render(&mut out)
+            .map_err(|e| Error::runtime(e.to_string()))?;
+        std::fs::write(&path, out)
+            .with_context(|| format!("cannot write {}", path.display()))
+            .map_err(Error::from)?;
+    }
     Ok(0)
 }
 

@@ -269,8 +269,10 @@ fn read_only(path: &str) -> nix::Result<()> {
                 nix::sys::statvfs::FsFlags::ST_NODIRATIME,
                 MsFlags::MS_NODIRATIME,
             ),
+            // Linux's ST_RELATIME (4096): nix names it for glibc only, and
+            // the static (musl) build needs it too.
             (
-                nix::sys::statvfs::FsFlags::ST_RELATIME,
+                nix::sys::statvfs::FsFlags::from_bits_retain(4096),
                 MsFlags::MS_RELATIME,
             ),
         ]
