@@ -2,7 +2,7 @@
 # The timeout tutorial: two clients (separate connect/read timeouts, and one
 # total timeout) against a local HTTP server, wrapped by `netchaos run` under
 # the connect-timeout, slow-connect, read-timeout and slow-headers profiles.
-# See README, "Reproduce connect-timeout vs read-timeout bugs".
+# See docs/timeouts.md.
 #
 # usage: scripts/timeouts.sh [PROFILE...]
 set -euo pipefail

@@ -1,10 +1,11 @@
 //! Every class of bad input, with its exact outcome: exit code 2 for bad
 //! usage (nothing was started), 1 for a failure at run time, and a message
-//! that names the problem and the fix. The README's "Bad input" table
-//! lists the same cases. (Profile syntax is covered in detail by cli.rs,
-//! missing kernel features by netem.rs, API tokens by api.rs, stale tables
-//! by attach.rs, disabled user namespaces by run.rs; here each class has at
-//! least one case, so the table is checked in one place.)
+//! that names the problem and the fix. The "Bad input" table of
+//! docs/errors.md lists the same cases. (Profile syntax is covered in
+//! detail by cli.rs, missing kernel features by netem.rs, API tokens by
+//! api.rs, stale tables by attach.rs, disabled user namespaces by run.rs;
+//! here each class has at least one case, so the table is checked in one
+//! place.)
 
 mod support;
 

@@ -440,10 +440,11 @@ fn the_kubernetes_manifests_validate_offline() {
     assert!(node.contains("netchaos attach --pod"));
 }
 
-/// The README's example profile, as written there.
+/// The documentation's example profile (docs/faults.md, "Profiles"), as
+/// written there.
 fn readme_profile() -> String {
     let readme =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/faults.md")).unwrap();
     let at = readme.find("A profile is a TOML file").unwrap();
     let block = &readme[at..];
     let start = block.find("```toml\n").unwrap() + 8;
@@ -542,6 +543,20 @@ fn completions_and_manual_pages_generate() {
     let (code, _, err) = netchaos(&["man", "nope"]);
     assert_eq!(code, 2);
     assert!(err.contains("no command \"nope\""), "{err}");
+    // Every page as a file, as the Debian package installs them.
+    let dir = tempfile::tempdir().unwrap();
+    let pages = dir.path().join("man1");
+    let (code, _, err) = netchaos(&["man", "--dir", pages.to_str().unwrap()]);
+    assert_eq!(code, 0, "{err}");
+    for page in [
+        "netchaos.1",
+        "netchaos-run.1",
+        "netchaos-attach.1",
+        "netchaos-drill.1",
+    ] {
+        let text = std::fs::read_to_string(pages.join(page)).unwrap();
+        assert!(text.contains(".TH netchaos"), "{page}: {text:.200}");
+    }
 }
 
 #[test]

@@ -483,7 +483,7 @@ fn read_file(path: &Path) -> Result<Vec<Entry>, String> {
         .enumerate()
         .map(|(i, v)| {
             let i: Interaction = serde_json::from_value(v).map_err(|e| {
-                format!("exchange {i}: {e} (see the README: Recorded and canned answers)")
+                format!("exchange {i}: {e} (see docs/http.md: Recorded and canned answers)")
             })?;
             entry(&name, beside, i)
         })
