@@ -529,3 +529,83 @@ fn a_hundred_megabyte_log_is_reported_in_bounded_memory() {
     assert!(html.contains(&format!("The timeline draws 25000 of {conns} connections")));
     assert!(html.contains(&format!("<td class=\"n\">{conns}</td><td>fin {conns}</td>")));
 }
+
+/// Requests 1 ms apart on a 10 s run stay apart at the whole run's zoom
+/// (side by side, each hoverable) and, zoomed in with Ctrl+wheel where they
+/// are, stand at their own times, 1 ms apart: checked on the marks'
+/// boxes in headless Chromium at both zoom levels, with a screenshot of
+/// each (`target/tmp/report-1ms*.png`). They used to be drawn on top of
+/// each other until zoomed.
+#[test]
+fn requests_a_millisecond_apart_stay_apart_at_two_zoom_levels() {
+    if missing_tool("chromium") || missing_tool("python3") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("events.jsonl");
+    let base = r#""conn":1,"client":"127.0.0.1:5000","dst":"127.0.0.1:80","proxy":"p""#;
+    let mut text = format!("{{\"t\":0.0,\"event\":\"open\",{base}}}\n");
+    for n in 0..8 {
+        let t = 5.0 + n as f64 * 0.001;
+        text += &format!(
+            "{{\"t\":{t},\"event\":\"response\",{base},\"http\":{{\"request\":{n},\"method\":\"GET\",\"path\":\"/r{n}\",\"status\":200}}}}\n"
+        );
+    }
+    text += &format!(
+        "{{\"t\":10.0,\"event\":\"close\",{base},\"path\":\"http\",\"outcome\":\"fin\",\"bytes_upstream\":1,\"bytes_downstream\":1,\"duration_ms\":10000.0}}\n"
+    );
+    std::fs::write(&log, text).unwrap();
+    let page = dir.path().join("report.html");
+    let (code, _, err) = netchaos(&[
+        "report",
+        log.to_str().unwrap(),
+        "-o",
+        page.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/report_check.py");
+    let shot = Path::new(env!("CARGO_TARGET_TMPDIR")).join("report-1ms.png");
+    let out = std::process::Command::new("python3")
+        .arg(script)
+        .args([Path::new("chromium"), &page, &shot])
+        .arg("--zoom-requests")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let check: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(check["exceptions"], serde_json::json!([]), "{check}");
+    let boxes = &check["req_boxes"];
+    let xs = |level: &str| -> Vec<(f64, f64)> {
+        boxes[level]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| (b[0].as_f64().unwrap(), b[1].as_f64().unwrap()))
+            .collect()
+    };
+    assert!(boxes["zoomed_span"].as_f64().unwrap() <= 0.02, "{boxes}");
+    for level in ["whole", "zoomed"] {
+        let b = xs(level);
+        assert_eq!(b.len(), 8, "{level}: {boxes}");
+        for w in b.windows(2) {
+            assert!(
+                w[1].0 >= w[0].0 + w[0].1,
+                "{level}: marks overlap: {:?} then {:?}",
+                w[0],
+                w[1]
+            );
+        }
+    }
+    // Zoomed in, at their own times: evenly spaced, wider apart than side
+    // by side.
+    let z = xs("zoomed");
+    let gaps: Vec<f64> = z.windows(2).map(|w| w[1].0 - w[0].0).collect();
+    let (lo, hi) = gaps
+        .iter()
+        .fold((f64::MAX, 0f64), |(lo, hi), g| (lo.min(*g), hi.max(*g)));
+    assert!(lo > 5.0 && hi - lo < 1.5, "zoomed gaps {gaps:?}");
+}

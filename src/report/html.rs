@@ -123,6 +123,7 @@ pub(crate) fn render_to(m: &Model, w: &mut impl std::io::Write) -> std::io::Resu
     timeline(&mut h, m);
     dns(&mut h, m);
     retries(&mut h, m);
+    kept_retries(&mut h, m);
     let data = PageData {
         conns: &m.conns,
         groups: &m.groups,
@@ -220,6 +221,21 @@ fn runs(h: &mut String, m: &Model) {
     }
 }
 
+/// The summary's HTTP requests row: counted where the HTTP layer read
+/// them; where it never did (no HTTP fault, `--records`, `--tls` or
+/// `--mock`), requests passed as bytes and are not known: not "0".
+fn http_requests_row(s: &super::Summary) -> String {
+    if s.requests == 0 && s.http_conns == 0 {
+        return "<tr><th>HTTP requests</th><td class=\"n\">—</td><td>not read: connections passed as bytes \
+                (the HTTP layer is on with HTTP faults, <code>--records</code>, <code>--tls</code> or <code>--mock</code>)</td></tr>"
+            .to_string();
+    }
+    format!(
+        "<tr><th>HTTP requests</th><td class=\"n\">{}</td><td>{} answered by netchaos</td></tr>",
+        s.requests, s.requests_injected
+    )
+}
+
 fn summary(h: &mut String, m: &Model) {
     let s = &m.summary;
     let outcomes: Vec<String> = s
@@ -233,16 +249,17 @@ fn summary(h: &mut String, m: &Model) {
          <tr><th>bytes</th><td class=\"n\">{}</td><td>upstream (client→server)</td></tr>\
          <tr><th></th><td class=\"n\">{}</td><td>downstream (server→client)</td></tr>\
          <tr><th>faults injected</th><td class=\"n\">{}</td><td>marks on the timeline</td></tr>\
-         <tr><th>HTTP requests</th><td class=\"n\">{}</td><td>{} answered by netchaos</td></tr>\
-         <tr><th>retries</th><td class=\"n\">{}</td><td>connections opened within a minute after the one before them, from the same client host to the same destination, failed (an unclean end, a 429 or 5xx, a gRPC error); independent connections to one server are not counted</td></tr>",
+         {}\
+         <tr><th>retries</th><td class=\"n\">{}</td><td>connections opened within a minute after the one before them, from the same client host to the same destination, failed (an unclean end, a 429 or 5xx, a gRPC error); independent connections to one server are not counted</td></tr>\
+         <tr><th></th><td class=\"n\">{}</td><td>requests sent again on the same kept connection within a minute after the same method and path failed there (a 429 or 5xx, a gRPC error)</td></tr>",
         s.conns,
         outcomes.join(", "),
         s.bytes_up,
         s.bytes_down,
         s.fault_events,
-        s.requests,
-        s.requests_injected,
-        s.retries
+        http_requests_row(s),
+        s.retries,
+        s.request_retries
     );
     for (k, n) in &s.errors {
         let _ = write!(
@@ -284,6 +301,7 @@ const LEGEND: &str = r##"<div class="legend">
 <span><svg width="14" height="14"><path d="M3,3h8l-4,6z" fill="#d62728"/></svg> injected fault (hover: kind, rule, parameters)</span>
 <span><svg width="14" height="14"><rect x="5" y="1" width="4" height="12" fill="#2c3e50"/></svg> HTTP request answered by the upstream</span>
 <span><svg width="14" height="14"><rect x="5" y="1" width="4" height="12" fill="#fff" stroke="#d62728" stroke-width="1.5"/></svg> answered by netchaos</span>
+<span><svg width="14" height="14"><rect x="5" y="1" width="4" height="12" fill="#9b59b6"/></svg> a retry on the same connection</span>
 <span><svg width="40" height="14"><path d="M0,3C12,3 28,11 40,11" fill="none" stroke="#9b59b6" stroke-dasharray="3 2"/></svg> next connection, same client host and destination (retry)</span>
 <span><svg width="20" height="14"><rect x="0" y="0" width="20" height="14" fill="rgba(255,200,0,0.3)"/></svg> fault window (active, --duration)</span>
 </div>
@@ -413,18 +431,7 @@ fn retries(h: &mut String, m: &Model) {
             .take(8)
             .map(|g| if *g < 0.0 { "overlap".into() } else { secs(*g) })
             .collect();
-        let pattern = if gaps.iter().all(|g| *g < 0.0) {
-            "concurrent (a pool?)"
-        } else if chain.len() >= 5 && gaps.iter().all(|g| *g < 0.05) {
-            "retry storm: no pause"
-        } else if gaps.len() >= 2
-            && gaps.windows(2).all(|w| w[1] >= w[0] * 0.9)
-            && gaps[gaps.len() - 1] >= 1.5 * gaps[0].max(0.001)
-        {
-            "backoff: pauses grow"
-        } else {
-            ""
-        };
+        let pattern = pattern_of(&gaps);
         let _ = writeln!(
             h,
             "<tr><td>{}</td><td>{}</td><td class=\"n\">{}</td><td>{}</td><td>{}{}</td><td>{pattern}</td></tr>",
@@ -448,6 +455,95 @@ fn retries(h: &mut String, m: &Model) {
         );
     } else {
         h.push_str("</table>\n");
+    }
+}
+
+/// Requests sent again on one kept connection: each chain a request and
+/// its retries ([`super::Request::retried`]), with its answers in order
+/// and the pauses between the attempts' starts.
+fn kept_retries(h: &mut String, m: &Model) {
+    let mut chains: Vec<(usize, Vec<usize>)> = Vec::new();
+    for (i, c) in m.conns.iter().enumerate() {
+        let mut open: Vec<Vec<usize>> = Vec::new();
+        for (k, r) in c.requests.iter().enumerate() {
+            let same = |j: &usize| {
+                let p = &c.requests[*j];
+                p.method == r.method && p.path == r.path
+            };
+            match open.iter_mut().rev().find(|ch| ch.last().is_some_and(same)) {
+                Some(ch) if r.retried => ch.push(k),
+                _ => open.push(vec![k]),
+            }
+        }
+        chains.extend(open.into_iter().filter(|ch| ch.len() > 1).map(|ch| (i, ch)));
+    }
+    if chains.is_empty() {
+        return;
+    }
+    chains.sort_by_key(|(_, ch)| std::cmp::Reverse(ch.len()));
+    h.push_str(
+        "<h2>Retries on a kept connection</h2>\n<p class=\"note\">A client that keeps its connection \
+         alive sends its retry on it: no new connection, so these are not in the table above.</p>\n\
+         <table class=\"kept-retries\"><tr><th>destination</th><th>connection</th><th>request</th><th>attempts</th>\
+         <th>answers in order</th><th>pauses between them (start → next start)</th><th>pattern</th></tr>\n",
+    );
+    for (i, chain) in chains.iter().take(MAX_CHAINS) {
+        let c = &m.conns[*i];
+        let rs: Vec<&super::Request> = chain.iter().map(|&k| &c.requests[k]).collect();
+        let answers: Vec<String> = rs
+            .iter()
+            .map(|r| match (&r.grpc, r.status) {
+                (Some(g), _) => g.split(' ').next().unwrap_or_default().to_string(),
+                (None, Some(st)) => st.to_string(),
+                (None, None) => "no answer".to_string(),
+            })
+            .collect();
+        let answers: Vec<&str> = answers.iter().map(String::as_str).collect();
+        let gaps: Vec<f64> = rs.windows(2).map(|w| w[1].t - w[0].t).collect();
+        let shown: Vec<String> = gaps.iter().take(8).map(|g| secs(*g)).collect();
+        let pattern = pattern_of(&gaps);
+        let _ = writeln!(
+            h,
+            "<tr><td>{}</td><td>{}</td><td>{} {}</td><td class=\"n\">{}</td><td>{}</td><td>{}{}</td><td>{pattern}</td></tr>",
+            esc(&m.groups[c.group]),
+            esc(&format!("#{}", c.id)),
+            esc(&rs[0].method),
+            esc(&rs[0].path),
+            rs.len(),
+            esc(&runs_of(&answers)),
+            shown.join(", "),
+            if gaps.len() > shown.len() {
+                ", …"
+            } else {
+                ""
+            }
+        );
+    }
+    h.push_str("</table>\n");
+    if chains.len() > MAX_CHAINS {
+        let _ = writeln!(
+            h,
+            "<p class=\"note\">{} more such chains are on the timeline.</p>",
+            chains.len() - MAX_CHAINS
+        );
+    }
+}
+
+/// What the pauses between a chain's attempts say: none at all (a retry
+/// storm), growing ones (backoff), or overlapping ones (not retries: a
+/// pool's connections).
+fn pattern_of(gaps: &[f64]) -> &'static str {
+    if gaps.iter().all(|g| *g < 0.0) {
+        "concurrent (a pool?)"
+    } else if gaps.len() >= 4 && gaps.iter().all(|g| *g < 0.05) {
+        "retry storm: no pause"
+    } else if gaps.len() >= 2
+        && gaps.windows(2).all(|w| w[1] >= w[0] * 0.9)
+        && gaps[gaps.len() - 1] >= 1.5 * gaps[0].max(0.001)
+    {
+        "backoff: pauses grow"
+    } else {
+        ""
     }
 }
 

@@ -104,11 +104,32 @@ impl Conn {
     /// or an answer clients retry (429, 5xx, a gRPC error) — so that the
     /// next connection to the same place may be its retry.
     fn failed(&self) -> bool {
-        !matches!(self.class, "ok" | "open")
-            || self.requests.iter().any(|r| {
-                r.status.is_some_and(|s| s == 429 || s >= 500)
-                    || r.grpc.as_deref().is_some_and(|g| !g.starts_with("OK"))
-            })
+        !matches!(self.class, "ok" | "open") || self.requests.iter().any(Request::failed)
+    }
+
+    /// Whether its requests went through the HTTP layer (which is on for
+    /// HTTP faults, `--records`, `--tls` and `--mock`); otherwise its
+    /// bytes passed unread and its requests are not known.
+    fn http_layer(&self) -> bool {
+        matches!(self.path.as_str(), "http" | "https") || !self.requests.is_empty()
+    }
+
+    /// Marks the requests that retried an earlier one on this connection;
+    /// returns how many.
+    fn link_request_retries(&mut self) -> u64 {
+        let mut n = 0;
+        for k in 1..self.requests.len() {
+            let r = &self.requests[k];
+            let before = self.requests[..k]
+                .iter()
+                .rev()
+                .find(|p| p.method == r.method && p.path == r.path);
+            if before.is_some_and(|p| p.failed() && r.t >= p.t && r.t - p.t <= RETRY_WINDOW) {
+                self.requests[k].retried = true;
+                n += 1;
+            }
+        }
+        n
     }
 }
 
@@ -231,6 +252,19 @@ pub(crate) struct Request {
     pub faults: Vec<String>,
     /// How a gRPC call ended, when it said (`UNAVAILABLE (14): message`).
     pub grpc: Option<String>,
+    /// It retried the request before it on the same connection (the same
+    /// method and path, failed, within [`RETRY_WINDOW`]): an SDK retrying
+    /// on its kept-alive connection opens no new one.
+    pub retried: bool,
+}
+
+impl Request {
+    /// Whether the client met a failure clients retry: a 429, a 5xx, a
+    /// gRPC error.
+    fn failed(&self) -> bool {
+        self.status.is_some_and(|s| s == 429 || s >= 500)
+            || self.grpc.as_deref().is_some_and(|g| !g.starts_with("OK"))
+    }
 }
 
 /// A shaded stretch of time.
@@ -257,6 +291,11 @@ pub(crate) struct Summary {
     /// Connections that followed an earlier one to the same destination
     /// from the same client host (among those drawn).
     pub retries: u64,
+    /// Requests that retried a failed one on the same kept connection.
+    pub request_retries: u64,
+    /// Connections whose requests the HTTP layer read (the rest passed as
+    /// bytes: their requests are not counted).
+    pub http_conns: u64,
     /// Connections counted but not drawn (beyond [`MAX_CONNS`]).
     pub conns_not_drawn: u64,
     /// Fault marks and requests of drawn connections not drawn.
@@ -1019,6 +1058,8 @@ impl Builder {
             c.faults
                 .sort_by(|a, b| a.t.partial_cmp(&b.t).unwrap_or(std::cmp::Ordering::Equal));
             c.requests.sort_by_key(|r| r.n);
+            s.request_retries += c.link_request_retries();
+            s.http_conns += u64::from(c.http_layer());
             m.end = m.end.max(c.close.unwrap_or(c.open));
         }
         let mut faults = self.fault_counts;
@@ -1098,6 +1139,72 @@ not json
             "{{\"t\":{t},\"event\":\"open\",{base}}}\n{{\"t\":{},\"event\":\"close\",{base},\"outcome\":\"{outcome}\",\"bytes_upstream\":1,\"bytes_downstream\":1,\"duration_ms\":50.0}}\n",
             t + 0.05
         )
+    }
+
+    /// One kept connection's lines: each request `(t, path, status)` as
+    /// its `response` line, then the close (`path` = the relay's path).
+    fn kept_conn(requests: &[(f64, &str, u16)], relay_path: &str) -> String {
+        let base = r#""conn":1,"client":"127.0.0.1:5000","dst":"127.0.0.1:80","proxy":"p""#;
+        let mut log = format!("{{\"t\":0.0,\"event\":\"open\",{base}}}\n");
+        for (n, (t, path, status)) in requests.iter().enumerate() {
+            log += &format!(
+                "{{\"t\":{t},\"event\":\"response\",{base},\"http\":{{\"request\":{n},\"method\":\"POST\",\"path\":\"{path}\",\"status\":{status}}}}}\n"
+            );
+        }
+        log + &format!(
+            "{{\"t\":300.0,\"event\":\"close\",{base},\"path\":\"{relay_path}\",\"outcome\":\"fin\",\"bytes_upstream\":1,\"bytes_downstream\":1,\"duration_ms\":1.0}}\n"
+        )
+    }
+
+    #[test]
+    fn a_request_sent_again_on_its_kept_connection_is_a_retry() {
+        // 429, then the same request 1 s and 3 s later on the same
+        // connection (an SDK's retries), then another path, then the
+        // first path again 2 minutes on (not a retry).
+        let log = kept_conn(
+            &[
+                (1.0, "/v1/messages", 429),
+                (2.0, "/v1/messages", 529),
+                (5.0, "/v1/messages", 200),
+                (6.0, "/v1/models", 200),
+                (130.0, "/v1/messages", 200),
+            ],
+            "http",
+        );
+        let m = from_lines([log.lines()]);
+        let retried: Vec<bool> = m.conns[0].requests.iter().map(|r| r.retried).collect();
+        assert_eq!(retried, [false, true, true, false, false]);
+        assert_eq!((m.summary.request_retries, m.summary.retries), (2, 0));
+        let page = html::render(&m);
+        assert!(page.contains("Retries on a kept connection"), "no table");
+        assert!(page.contains("429 → 529 → 200"), "answers in order");
+        assert!(page.contains("1.00 s, 3.00 s"), "pauses between starts");
+        // Independent requests that all succeed: no retry.
+        let ok = kept_conn(
+            &[(1.0, "/a", 200), (1.001, "/a", 200), (1.002, "/a", 200)],
+            "http",
+        );
+        let m = from_lines([ok.lines()]);
+        assert_eq!(m.summary.request_retries, 0);
+        assert!(!html::render(&m).contains("Retries on a kept connection"));
+    }
+
+    #[test]
+    fn requests_the_http_layer_never_read_are_not_counted_as_zero() {
+        // Connections passed as bytes (no HTTP fault): the count is not known.
+        let m = from_lines([conn_lines(1, 5000, 0.0, "fin").lines()]);
+        assert_eq!((m.summary.requests, m.summary.http_conns), (0, 0));
+        let page = html::render(&m);
+        assert!(
+            page.contains("not read: connections passed as bytes"),
+            "{page:.0}"
+        );
+        // Read by the HTTP layer, with no request on it: a true 0.
+        let m = from_lines([kept_conn(&[], "http").lines()]);
+        assert_eq!(m.summary.http_conns, 1);
+        let page = html::render(&m);
+        assert!(!page.contains("not read:"));
+        assert!(page.contains("<th>HTTP requests</th><td class=\"n\">0</td>"));
     }
 
     #[test]

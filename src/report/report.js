@@ -27,6 +27,13 @@
     if (Math.abs(t) < 120) return t.toFixed(2) + " s";
     return (t / 60).toFixed(1) + " min";
   }
+  // Precise enough that ticks `step` apart read differently (5.000, 5.002 s).
+  function fmtStep(t, step) {
+    var d = function (unit) { return Math.max(0, Math.ceil(-Math.log10(step / unit) - 1e-9)); };
+    if (Math.abs(t) < 1) return (t * 1000).toFixed(Math.max(t < 0.01 ? 2 : 0, d(0.001))) + " ms";
+    if (Math.abs(t) < 120) return t.toFixed(Math.max(2, d(1))) + " s";
+    return (t / 60).toFixed(Math.max(1, d(60))) + " min";
+  }
   function esc(s) {
     return String(s).replace(/[&<>"]/g, function (c) {
       return { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;" }[c];
@@ -79,7 +86,7 @@
   }
   function faultText(c, f) {
     return ["fault " + f.fault + " (rule " + f.rule + (f.direction ? ", " + f.direction : "") + ")",
-      "at " + fmtT(f.t) + (f.request !== null ? " on request " + f.request : ""),
+      "at " + fmtStep(f.t, 0.001) + (f.request !== null ? " on request " + f.request : ""),
       f.params ? "params: " + f.params : "no parameters"].concat([""], connText(c));
   }
   function answerText(r) {
@@ -101,7 +108,8 @@
     return ["request " + r.n + ": " + r.method + " " + r.path,
       answerText(r),
       r.faults.length ? "HTTP faults: " + r.faults.join(", ") : "no HTTP fault",
-      "at " + fmtT(r.t)].concat([""], connText(c));
+      "at " + fmtStep(r.t, 0.001)].concat(r.retried ? ["a retry: the same request failed before it on this connection"] : [],
+      [""], connText(c));
   }
   function showTip(lines, ev) {
     tip.textContent = lines.join("\n");
@@ -122,6 +130,7 @@
     var step = [1, 2, 5, 10].map(function (m) { return m * p; }).find(function (s) { return s >= raw; });
     var out = [];
     for (var t = Math.ceil(view.t0 / step) * step; t <= view.t1; t += step) out.push(t);
+    out.step = step;
     return out;
   }
   function bandsSvg(h) {
@@ -140,10 +149,11 @@
       var a = x(b.from);
       if (a >= LABEL_W && a < width) s += '<text class="bandlabel" x="' + (a + 2) + '" y="10">' + esc(b.label) + "</text>";
     });
-    ticks().forEach(function (t) {
+    var ts = ticks();
+    ts.forEach(function (t) {
       var px = x(t);
       s += '<line class="tick" x1="' + px + '" x2="' + px + '" y1="26" y2="38"/><text class="ticklabel" x="' + px +
-        '" y="24" text-anchor="middle">' + fmtT(t) + "</text>";
+        '" y="24" text-anchor="middle">' + fmtStep(t, ts.step) + "</text>";
     });
     s += '<text class="ticklabel" x="4" y="24">time since start</text></svg>';
     axis.innerHTML = s;
@@ -261,11 +271,16 @@
       }
       var ex = x(z);
       if (ex >= LABEL_W && ex <= width) g += '<path class="endmark ' + c.class + '" d="' + endPath(c.class, ex, cy, 4) + '"/>';
+      var lastReq = -1e9;
       c.requests.forEach(function (r, k) {
-        var px = x(r.t);
+        // Requests at (nearly) the same moment (1 ms apart on a run of
+        // minutes) go side by side, a pixel between them, each hoverable;
+        // zoomed in, they stand at their own times.
+        var px = Math.max(x(r.t), lastReq + 5);
         if (px < LABEL_W || px > width) return;
-        g += '<rect class="req-mark' + (r.injected ? " injected" : "") + '" data-k="' + k + '" x="' + (px - 2) + '" y="' + (cy - 6) +
-          '" width="4" height="12"/>';
+        lastReq = px;
+        g += '<rect class="req-mark' + (r.injected ? " injected" : "") + (r.retried ? " retried" : "") + '" data-k="' + k +
+          '" x="' + (px - 2) + '" y="' + (cy - 6) + '" width="4" height="12"/>';
       });
       var lastPx = -1e9;
       c.faults.forEach(function (f, k) {
@@ -424,7 +439,8 @@
   // ---- zoom and pan (both modes) ----
   function redraw() {
     width = Math.max(600, document.getElementById("timeline").clientWidth - 4);
-    document.getElementById("window").textContent = fmtT(view.t0) + " – " + fmtT(view.t1);
+    var step = ticks().step;
+    document.getElementById("window").textContent = fmtStep(view.t0, step) + " – " + fmtStep(view.t1, step);
     drawAxis();
     drawActivity();
     if (mode === "dom") drawDom(); else drawCanvas();

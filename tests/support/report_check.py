@@ -9,7 +9,12 @@ tooltip shown when the first fault mark is hovered (and the first request
 mark: req_tip), and the time from
 navigation to the first drawing. Saves a screenshot.
 
-usage: report_check.py CHROMIUM REPORT.html SCREENSHOT.png
+usage: report_check.py CHROMIUM REPORT.html SCREENSHOT.png [--zoom-requests]
+
+--zoom-requests: also the boxes of the request marks drawn (x, width) at
+the whole run and again zoomed in with Ctrl+wheel where the first of them
+stands, until the view spans at most 20 ms, with a second screenshot
+(SCREENSHOT with -zoomed before .png).
 
 Chromium is killed (its whole process group) however this ends; every wait
 is bounded."""
@@ -20,6 +25,7 @@ DEADLINE = time.monotonic() + 90
 
 def main():
     chromium, page, shot = sys.argv[1:4]
+    zoom = "--zoom-requests" in sys.argv[4:]
     url = "file://" + os.path.abspath(page)
     profile = tempfile.mkdtemp(prefix="netchaos-chromium-")
     # fd 3: commands to Chromium, fd 4: its answers and events.
@@ -44,7 +50,7 @@ def main():
     os.close(to_r)
     os.close(from_w)
     try:
-        out = Cdp(to_w, from_r).check(url, shot)
+        out = Cdp(to_w, from_r).check(url, shot, zoom)
     finally:
         try:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -99,7 +105,7 @@ class Cdp:
                 return m
             self.events.append(m)
 
-    def check(self, url, shot):
+    def check(self, url, shot, zoom=False):
         target = self.call("Target.createTarget", {"url": "about:blank"})["targetId"]
         s = self.call("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
         for domain in ("Page", "Runtime", "Network", "Log"):
@@ -110,8 +116,8 @@ class Cdp:
         self.call("Page.navigate", {"url": url}, s)
         self.wait_event("Page.loadEventFired", s)
 
-        def js(expr):
-            r = self.call("Runtime.evaluate", {"expression": expr, "returnByValue": True}, s)
+        def js(expr, wait=False):
+            r = self.call("Runtime.evaluate", {"expression": expr, "returnByValue": True, "awaitPromise": wait}, s)
             if "exceptionDetails" in r:
                 raise SystemExit(f"report_check: {expr}: {r['exceptionDetails']}")
             return r["result"].get("value")
@@ -158,9 +164,34 @@ class Cdp:
             self.call("Input.dispatchMouseEvent", {"type": "mouseMoved", "x": rbox["x"], "y": rbox["y"]}, s)
             time.sleep(0.1)
             req_tip = js("(() => { const t = document.getElementById('tip'); return {hidden: t.hidden, text: t.textContent}; })()")
-        shot_data = self.call("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True}, s)["data"]
-        with open(shot, "wb") as f:
-            f.write(base64.b64decode(shot_data))
+        def screenshot(path):
+            data = self.call("Page.captureScreenshot", {"format": "png", "captureBeyondViewport": True}, s)["data"]
+            with open(path, "wb") as f:
+                f.write(base64.b64decode(data))
+
+        screenshot(shot)
+        req_boxes = None
+        if zoom:
+            boxes = """(() => [...document.querySelectorAll('.req-mark')]
+                .filter(e => e.getAttribute('visibility') !== 'hidden')
+                .map(e => { const b = e.getBoundingClientRect(); return [b.x, b.width, b.y]; }))()"""
+            span = """(() => { const t = document.getElementById('window').textContent.split(' – ');
+                const v = s => s.endsWith(' ms') ? parseFloat(s) / 1000 : s.endsWith(' min') ? parseFloat(s) * 60 : parseFloat(s);
+                return v(t[1]) - v(t[0]); })()"""
+            req_boxes = {"whole": js(boxes), "whole_span": js(span)}
+            first = req_boxes["whole"][0] if req_boxes["whole"] else None
+            if first is not None:
+                for _ in range(80):
+                    if js(span) <= 0.02 or time.monotonic() > DEADLINE:
+                        break
+                    at = js(boxes)
+                    x = at[0][0] + at[0][1] / 2 if at else first[0]
+                    self.call("Input.dispatchMouseEvent", {"type": "mouseWheel", "x": x, "y": first[2] + 6,
+                                                           "deltaX": 0, "deltaY": -100, "modifiers": 2}, s)
+                    js("new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))", True)
+                req_boxes["zoomed"] = js(boxes)
+                req_boxes["zoomed_span"] = js(span)
+                screenshot(shot[:-4] + "-zoomed.png" if shot.endswith(".png") else shot + "-zoomed")
         js("0")  # let late events arrive before counting them
         console, exceptions, log, requests = [], [], [], []
         for m in self.events:
@@ -182,7 +213,8 @@ class Cdp:
         except SystemExit:
             pass
         return {"console_errors": console, "exceptions": exceptions, "log_errors": log,
-                "requests": requests, "counts": counts, "tip": tip, "req_tip": req_tip}
+                "requests": requests, "counts": counts, "tip": tip, "req_tip": req_tip,
+                "req_boxes": req_boxes}
 
 
 if __name__ == "__main__":
