@@ -602,6 +602,22 @@ except requests.exceptions.ChunkedEncodingError as e:
 print(json.dumps({"events": events, "end": end}))
 "#;
 
+/// The same with urllib, which sends `Connection: close`: the events
+/// read, then how the stream ended.
+const PY_SSE_CLOSE: &str = r#"
+import sys, urllib.request
+n, end = 0, "complete"
+try:
+    with urllib.request.urlopen(sys.argv[1], timeout=2) as r:
+        for line in r:
+            n += line.startswith(b"data:")
+except TimeoutError:
+    end = "read timeout"
+except Exception as e:
+    end = "broken: " + type(e).__name__
+print(n, end)
+"#;
+
 fn sse(fault: &str, url: &str) -> serde_json::Value {
     let (code, out, err) = wrapped(&["--fault", fault], &["python3", "-c", PY_SSE, url]);
     assert_eq!(code, 0, "{err}");
@@ -618,6 +634,15 @@ fn event_streams_stall_drop_and_turn_malformed_after_whole_events() {
     let v = sse("sse:stall_after_events=4", &url);
     assert_eq!(v["events"].as_array().unwrap().len(), 4, "{v}");
     assert_eq!(v["end"], "read timeout", "{v}");
+    // A client that asks for `Connection: close` (urllib): the upstream
+    // sends the rest and closes, and that end stays hidden too. It used
+    // to reach the client as a clean end after the four events.
+    let (code, out, err) = wrapped(
+        &["--fault", "sse:stall_after_events=4"],
+        &["python3", "-c", PY_SSE_CLOSE, &url],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.trim(), "4 read timeout", "{err}");
     let v = sse("sse:drop_after_events=3", &url);
     assert_eq!(v["events"].as_array().unwrap().len(), 3, "{v}");
     assert!(v["end"].as_str().unwrap().starts_with("broken"), "{v}");

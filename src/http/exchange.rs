@@ -1836,25 +1836,22 @@ impl Stream<'_> {
 }
 
 /// Silence, the connection open: what the upstream still sends is read and
-/// dropped, until it or the client ends the connection.
+/// dropped, until the client ends the connection. The upstream's own end
+/// (a FIN after the rest of the stream, as when the request said
+/// `Connection: close`; or its RST) stays hidden: a stream that hangs
+/// does not end, and the client's read timeout is what must fire.
 async fn stall<R: AsyncRead + Unpin>(
     src: &mut Src<R>,
     out: &Out,
     rx: &mut mpsc::Receiver<Pending>,
 ) -> Result<Next, Gone> {
     let mut scratch = BytesMut::new();
+    let mut upstream_open = true;
     loop {
         tokio::select! {
-            r = src.fill(&mut scratch) => match r {
-                Ok(0) => {
-                    send(out, ItemKind::Fin).await?;
-                    return Ok(Next::End);
-                }
-                Ok(_) => scratch.clear(),
-                Err(_) => {
-                    send(out, ItemKind::Reset).await?;
-                    return Ok(Next::End);
-                }
+            r = src.fill(&mut scratch), if upstream_open => match r {
+                Ok(n) if n > 0 => scratch.clear(),
+                _ => upstream_open = false,
             },
             p = rx.recv() => if p.is_none() {
                 // The client is done with the connection.
