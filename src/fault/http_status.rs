@@ -31,7 +31,7 @@ pub(crate) enum After {
 pub(crate) struct HttpStatus {
     status: u16,
     /// gRPC calls' answer (`grpc_status`), over HTTP/2.
-    grpc: Option<crate::http::grpc::Answer>,
+    grpc: Option<crate::protocol::grpc::Answer>,
     reply: CannedReply,
     /// `envelope = "auto"`: each provider's status and reply, the one
     /// for the provider a request goes to taken per request.
@@ -129,8 +129,8 @@ impl Kind for HttpStatus {
     fn parse(f: &mut Fields) -> Result<Self, ProfileError> {
         let grpc_code = f.with_text(
             "grpc_status",
-            crate::http::grpc::CODE_FORM,
-            crate::http::grpc::Code::parse,
+            crate::protocol::grpc::CODE_FORM,
+            crate::protocol::grpc::Code::parse,
         )?;
         let status = match (http_reply::status(f)?, grpc_code) {
             (Some(s), _) => s,
@@ -181,7 +181,7 @@ impl Kind for HttpStatus {
         );
         given.note("grpc_status", grpc_code.map(|c| c.name().to_string()));
         let body = body.or(body_file.map(|(b, _)| b));
-        let grpc = grpc_code.map(|code| crate::http::grpc::Answer {
+        let grpc = grpc_code.map(|code| crate::protocol::grpc::Answer {
             code,
             message: match &body {
                 Some(b) => String::from_utf8_lossy(b).trim_end().to_string(),
@@ -285,7 +285,7 @@ impl HttpStatus {
     }
 
     /// The answer a gRPC call gets (`grpc_status`), if one was given.
-    pub(crate) fn grpc(&self) -> Option<&crate::http::grpc::Answer> {
+    pub(crate) fn grpc(&self) -> Option<&crate::protocol::grpc::Answer> {
         self.grpc.as_ref()
     }
 

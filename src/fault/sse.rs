@@ -39,7 +39,7 @@ use super::http_reply::{google_code_names, google_error_named};
 use super::http_status::After;
 use super::json_edit::JsonEdit;
 use super::{Kind, KindInfo, Layer, Stream};
-use crate::http::events::Format;
+use crate::protocol::events::Format;
 use crate::settings::{Fields, ProfileError};
 use crate::units::format_duration;
 
@@ -237,7 +237,7 @@ impl Kind for Sse {
                 ));
             }
             // An AWS frame's header holds at most 64 KiB.
-            if name.len() > crate::http::eventstream::MAX_HEADER_VALUE {
+            if name.len() > crate::protocol::eventstream::MAX_HEADER_VALUE {
                 return Err(f.table_error("set_event is longer than an event type can be (64 KiB)"));
             }
             // A client keeps a trailing space as part of the type.
@@ -599,7 +599,7 @@ mod tests {
     fn wire(s: &Sse) -> String {
         let (event, data) = s.error_event(Format::EventStream).unwrap();
         let bytes =
-            crate::http::events::error_event(crate::http::events::Format::EventStream, event, data);
+            crate::protocol::events::error_event(crate::protocol::events::Format::EventStream, event, data);
         String::from_utf8(bytes).unwrap()
     }
 

@@ -8,6 +8,7 @@
 
 use super::eventstream::{self, Frame};
 use crate::fault::sse::EventPatch;
+pub(crate) use crate::protocol::events::{Format, error_event};
 
 /// One event block as it arrived, blank line (or LF) included.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,39 +23,6 @@ pub(crate) struct Block {
 /// The most of one event held back while it is incomplete: a longer one
 /// (an upstream that never ends its event) goes on in pieces, uncounted.
 const MAX_EVENT: usize = 1024 * 1024;
-
-/// How a stream's payload is cut into events.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) enum Format {
-    /// `text/event-stream`: blocks of fields, each ending at a blank line.
-    #[default]
-    EventStream,
-    /// NDJSON / JSON Lines: each line (ended by LF; a CR before it is the
-    /// JSON's whitespace) is one JSON value, and one event.
-    JsonLines,
-    /// AWS's binary event stream (Amazon Bedrock): length-prefixed frames
-    /// ([`eventstream`]); each event frame is an event.
-    AwsEventStream,
-}
-
-impl Format {
-    /// How a body streams events, by its media type (a `Content-Type`):
-    /// an event stream, NDJSON / JSON Lines (under any of the names in
-    /// use) or AWS frames; `None` for a body that is not one.
-    pub(crate) fn of_media_type(content_type: &str) -> Option<Format> {
-        let media = content_type.split(';').next()?.trim();
-        let is = |m: &&str| media.eq_ignore_ascii_case(m);
-        if is(&"text/event-stream") {
-            Some(Format::EventStream)
-        } else if super::wire::JSON_LINES.iter().any(is) {
-            Some(Format::JsonLines)
-        } else if is(&"application/vnd.amazon.eventstream") {
-            Some(Format::AwsEventStream)
-        } else {
-            None
-        }
-    }
-}
 
 /// Splits a payload arriving in pieces into event blocks.
 #[derive(Debug, Default)]
@@ -413,26 +381,6 @@ fn json_span(block: &[u8]) -> Option<(usize, usize)> {
     let start = block.iter().position(|b| !b.is_ascii_whitespace())?;
     let end = block.iter().rposition(|b| !b.is_ascii_whitespace())? + 1;
     Some((start, end))
-}
-
-/// A provider's error event as `format` carries it: an event-stream event
-/// (`event:` if it has a type, then its `data:`), or its data as one line.
-pub(crate) fn error_event(
-    format: Format,
-    event: Option<&str>,
-    data: &serde_json::Value,
-) -> Vec<u8> {
-    match format {
-        Format::JsonLines => format!("{data}\n").into_bytes(),
-        // Bedrock's exception frame: the type is the exception's.
-        Format::AwsEventStream => {
-            Frame::exception(event.unwrap_or("internalServerException"), data).encode()
-        }
-        Format::EventStream => {
-            let event = event.map(|e| format!("event: {e}\n")).unwrap_or_default();
-            format!("{event}data: {data}\n\n").into_bytes()
-        }
-    }
 }
 
 /// A block's lines: where each starts, where its text ends, and where

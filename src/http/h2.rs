@@ -48,7 +48,7 @@ use crate::fault::http_match::RequestView;
 use crate::fault::http_rewrite::HttpRewrite;
 use crate::fault::http_status::After;
 use crate::fault::{ItemKind, Output};
-use crate::relay::peer::Sink;
+use crate::socket::peer::Sink;
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 type Body = BoxBody<Bytes, Failed>;

@@ -5,12 +5,13 @@ pub(crate) mod attempt;
 pub(crate) mod budget;
 pub(crate) mod decide;
 pub(crate) mod events;
-pub(crate) mod eventstream;
 pub(crate) mod exchange;
-pub(crate) mod grpc;
 pub(crate) mod h2;
 pub(crate) mod h2_resets;
 pub(crate) mod h2_stream;
 pub(crate) mod rewrite;
 pub(crate) mod tape;
 pub(crate) mod wire;
+
+// The wire vocabulary lives below the fault model; the engines name it here.
+pub(crate) use crate::protocol::{eventstream, grpc};

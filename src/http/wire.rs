@@ -7,15 +7,7 @@
 
 use super::events::Format;
 
-/// The media types of NDJSON / JSON Lines bodies, under every name in use
-/// (lowercase).
-pub(crate) const JSON_LINES: &[&str] = &[
-    "application/x-ndjson",
-    "application/ndjson",
-    "application/jsonl",
-    "application/x-jsonlines",
-    "application/jsonlines",
-];
+pub(crate) use crate::protocol::events::JSON_LINES;
 
 /// The largest head read; a longer one is not HTTP netchaos will parse.
 pub(crate) const MAX_HEAD: usize = 64 * 1024;

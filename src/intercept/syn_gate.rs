@@ -182,7 +182,7 @@ async fn close_if_abandoned(
         if gave_up(&syn, sandbox) || Instant::now() >= deadline {
             if let Some(h) = sandbox.gate.reclaim(&syn) {
                 if let Some(up) = &h.upstream {
-                    relay::sockopt::set_linger_zero(up);
+                    crate::socket::sockopt::set_linger_zero(up);
                 }
                 let mock = relay
                     .opts

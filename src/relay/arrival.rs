@@ -51,7 +51,7 @@ pub(crate) fn dated(stamp: Option<SystemTime>, now: Instant, wall: SystemTime) -
 /// One `recvmsg` into the spare capacity of `buf`, and the timestamp's
 /// control message.
 fn recv_stamped(fd: RawFd, buf: &mut BytesMut) -> io::Result<(usize, Option<SystemTime>)> {
-    let got = super::sockopt::recv_with_control(fd, buf.spare_capacity_mut())?;
+    let got = crate::socket::sockopt::recv_with_control(fd, buf.spare_capacity_mut())?;
     // SAFETY: the kernel initialised the first `n` bytes of the spare
     // capacity.
     unsafe { buf.advance_mut(got.n) };

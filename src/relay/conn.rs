@@ -28,14 +28,15 @@ use tracing::Instrument;
 
 use super::dial::{self, Dest, DialError};
 use super::interception::{Interception, PeerQueues, PeerSockets};
-use super::peer::Sink;
 use super::pipeline::{self, Feed, Wanted};
-use super::{DirEnd, Endpoint, Relay, Target, fast, sockopt};
+use super::{DirEnd, Endpoint, Relay, Target, fast};
 use crate::events::{ConnInfo, Dst, FaultHit, Meter, Outcome};
 use crate::fault::Chosen;
 use crate::fault::http_reply::is_head_request;
 use crate::fault::{Direction, FaultKind, Partition, StageCtx};
 use crate::plan::ConnMeta;
+use crate::socket::peer::Sink;
+use crate::socket::sockopt;
 
 /// How often, and how long each time, `respond` waits for the rest of a
 /// request's method when its first bytes came in pieces.

@@ -12,8 +12,9 @@ use std::time::Duration;
 use tokio::net::TcpStream;
 
 use super::interception::{Interception, Route};
-use super::{Endpoint, Target, sockopt};
+use super::{Endpoint, Target};
 use crate::fault::connect::DialFailure;
+use crate::socket::sockopt;
 
 /// Where a connection goes.
 pub(crate) struct Dest {
@@ -152,16 +153,6 @@ fn scoped(dst: SocketAddr) -> SocketAddr {
     }
 }
 
-/// Whether `a` is a loopback address (IPv4-mapped ones included).
-pub(crate) fn is_loopback(a: SocketAddr) -> bool {
-    match a.ip() {
-        std::net::IpAddr::V4(v4) => v4.is_loopback(),
-        std::net::IpAddr::V6(v6) => {
-            v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback())
-        }
-    }
-}
-
 /// Resolves `host:port`: the host's name (when it is not a literal) and its
 /// addresses.
 async fn resolve(upstream: &str) -> Result<(Option<String>, Vec<SocketAddr>), ResolveError> {
@@ -233,7 +224,7 @@ impl Shape {
     /// an Ethernet path's (1500 bytes less the IP and TCP headers) to a
     /// server on loopback.
     fn mss(self, addr: SocketAddr) -> Option<u32> {
-        if self == Shape::Native || !is_loopback(addr) {
+        if self == Shape::Native || !crate::socket::is_loopback(addr) {
             return None;
         }
         // An IPv4-mapped peer is IPv4 on the wire.

@@ -41,9 +41,9 @@ use tokio::net::TcpStream;
 
 use super::DirEnd;
 use super::pipeline::Feed;
-use super::sockopt;
 use crate::events::Meter;
 use crate::fault::Direction;
+use crate::socket::sockopt;
 
 /// What a bulk direction holds in user space at most: read into while its
 /// destination has no room (the most a read asks for).

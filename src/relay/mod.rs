@@ -17,12 +17,12 @@ pub(crate) mod dial;
 pub(crate) mod fast;
 pub(crate) mod interception;
 pub(crate) mod own;
-pub(crate) mod peer;
 pub(crate) mod pipeline;
-pub(crate) mod sockopt;
 
 use std::io;
 use std::net::SocketAddr;
+
+use crate::socket::sockopt;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -38,8 +38,8 @@ use crate::events::Events;
 use crate::plan::Flow;
 use crate::ruleset::RuleSet;
 
+pub(crate) use crate::socket::is_loopback;
 pub(crate) use conn::EndpointTls;
-pub(crate) use dial::is_loopback;
 pub(crate) use interception::{Handoff, Interception, PeerQueues, PeerSockets, Route};
 pub(crate) use pipeline::RESET_DRAIN;
 

@@ -21,10 +21,11 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::peer::Sink;
-use super::{DirEnd, sockopt};
+use super::DirEnd;
 use crate::events::Meter;
 use crate::fault::{Direction, FaultSpec, Item, ItemKind, Output, StageCtx, StageFuture, StageIo};
+use crate::socket::peer::Sink;
+use crate::socket::sockopt;
 
 /// Read sizes: a connection starts small (an idle or chatty connection
 /// holds little memory) and grows while reads keep filling the buffer (a
@@ -385,18 +386,4 @@ async fn write_items(
     }
     // Every stage ended without a verdict: nothing can flow any more.
     (DirEnd::Reset, total)
-}
-
-/// Writes all of `buf`, waiting for room as needed (and only then: a
-/// socket just dialled takes its first bytes at once, see
-/// [`sockopt::send_now`]).
-pub(crate) async fn write_all(dst: &TcpStream, mut buf: &[u8]) -> io::Result<()> {
-    while !buf.is_empty() {
-        match sockopt::send_now(dst, buf) {
-            Ok(n) => buf = &buf[n..],
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => dst.writable().await?,
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
 }

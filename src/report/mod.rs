@@ -939,7 +939,7 @@ impl Builder {
             r.status = Some(st as u16);
         }
         if let Some(code) = h.get("grpc_status").and_then(Value::as_u64) {
-            let name = crate::http::grpc::code_name(code).unwrap_or("unknown code");
+            let name = crate::protocol::grpc::code_name(code).unwrap_or("unknown code");
             let message = h.get("grpc_message").and_then(Value::as_str);
             r.grpc = Some(match message {
                 Some(m) => format!("{name} ({code}): {m}"),

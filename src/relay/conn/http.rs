@@ -24,9 +24,9 @@ use crate::http::h2;
 use crate::plan::Protocol;
 use crate::relay::dial;
 use crate::relay::interception::Interception;
-use crate::relay::peer::{Sink, TcpRef, TlsEnd, TlsRead};
 use crate::relay::pipeline::{self, Source};
-use crate::relay::sockopt;
+use crate::socket::peer::{Sink, TcpRef, TlsEnd, TlsRead};
+use crate::socket::sockopt;
 use crate::tls::{self, Hello, Tls, Verdict};
 
 /// How an endpoint's connections meet TLS.
@@ -720,7 +720,7 @@ impl Conn<'_> {
         let mut probe = [0u8; 1];
         let _ =
             tokio::time::timeout(std::time::Duration::from_secs(5), client.peek(&mut probe)).await;
-        if pipeline::write_all(client, reply.as_bytes()).await.is_ok() {
+        if sockopt::write_all(client, reply.as_bytes()).await.is_ok() {
             self.meter().add(Direction::Downstream, reply.len() as u64);
         }
         self.teardown(Outcome::Closed, client, None).await;

@@ -516,6 +516,20 @@ pub(crate) async fn drain(s: &TcpStream, limit: Duration) {
     }
 }
 
+/// Writes all of `buf`, waiting for room as needed (and only then: a
+/// socket just dialled takes its first bytes at once, see
+/// [`send_now`]).
+pub(crate) async fn write_all(dst: &TcpStream, mut buf: &[u8]) -> io::Result<()> {
+    while !buf.is_empty() {
+        match send_now(dst, buf) {
+            Ok(n) => buf = &buf[n..],
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => dst.writable().await?,
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

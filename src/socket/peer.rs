@@ -197,7 +197,7 @@ impl Sink<'_> {
     /// Writes all of `buf` (through TLS: and flushes it to the socket).
     pub(crate) async fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
         match self {
-            Sink::Tcp(s) => super::pipeline::write_all(s, buf).await,
+            Sink::Tcp(s) => super::sockopt::write_all(s, buf).await,
             Sink::Tls { session, .. } => {
                 session.write_all(buf).await?;
                 session.flush().await
