@@ -7,13 +7,13 @@
 # * target/debian/netchaos_VERSION-1_ARCH.deb: the binary, every manual
 #   page and the bash, zsh and fish completions (cargo-deb; Cargo.toml's
 #   [package.metadata.deb]);
-# * target/x86_64-unknown-linux-musl/dist/netchaos: a static binary for any
-#   x86_64 Linux (musl; ring builds with musl-gcc).
+# * target/ARCH-unknown-linux-musl/dist/netchaos: a static binary for any
+#   Linux of this machine's architecture (musl; ring builds with musl-gcc).
 #
 # All three are the `dist` profile: no debug info, stripped. The tools go
 # into project-local places (maturin into target/package-venv, cargo-deb
-# into target/tools), pinned; as root with apt-get, musl-tools is
-# installed for the static build.
+# into target/tools), pinned; as root with apt-get, musl-tools (the static
+# build) and dpkg-dev (dpkg-shlibdeps: the .deb's Depends) are installed.
 #
 # --check (scripts/test.sh's packages stage) also installs each into a
 # clean place and uses it: the wheel into a fresh virtual environment, the
@@ -65,14 +65,20 @@ tools() {
     cargo install -q --locked --root target/tools --version "$CARGO_DEB_VERSION" cargo-deb ||
       { say "cannot install cargo-deb"; exit 3; }
   fi
-  if ! command -v musl-gcc >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends musl-tools >/dev/null
+  local need=()
+  command -v musl-gcc >/dev/null || need+=(musl-tools)
+  command -v dpkg-shlibdeps >/dev/null || need+=(dpkg-dev)
+  if ((${#need[@]})) && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
   fi
-  if ! rustup target list --installed 2>/dev/null | grep -qx "$musl_target"; then
-    rustup target add "$musl_target" >/dev/null 2>&1
-  fi
+  command -v dpkg-shlibdeps >/dev/null ||
+    { say "cannot find dpkg-shlibdeps (apt install dpkg-dev): the .deb would not say what it depends on"; exit 3; }
+  # (Captured, not piped into grep -q: under pipefail a grep that stops
+  # early fails the pipe.)
+  installed() { local t; t=$(rustup target list --installed 2>/dev/null); grep -qx "$musl_target" <<<"$t"; }
+  installed || rustup target add "$musl_target" >&2 || true
   musl=1
-  if ! command -v musl-gcc >/dev/null || ! rustup target list --installed 2>/dev/null | grep -qx "$musl_target"; then
+  if ! command -v musl-gcc >/dev/null || ! installed; then
     musl=0
     say "no static build: needs musl-gcc (apt install musl-tools) and \`rustup target add $musl_target\`"
   fi
@@ -109,7 +115,7 @@ build() {
 # Before the checks, which run offline: the musl build is there, and so
 # is the container the .deb is installed into.
 prepare_checks() {
-  [ "$musl" = 1 ] || { say "FAILED: static build (musl-gcc or the $musl_target target missing)"; exit 1; }
+  [ "$musl" = 1 ] || { say "no static build to check (musl-gcc or the $musl_target target missing)"; exit 3; }
   # The container the .deb is installed into: Debian's minbase with man-db
   # and bash-completion, built once per machine (it needs the network).
   if [ "$(id -u)" = 0 ] && command -v podman >/dev/null && command -v mmdebstrap >/dev/null; then
@@ -174,7 +180,9 @@ checks() {
   exercise wheel "$tmp/venv/bin/netchaos"
 
   if [ -n "$static" ]; then
-    if readelf -l "$static" | grep -q INTERP || readelf -d "$static" 2>/dev/null | grep -q NEEDED; then
+    local headers
+    headers=$(readelf -lW "$static"; readelf -d "$static" 2>/dev/null)
+    if grep -q 'INTERP\|NEEDED' <<<"$headers"; then
       fail "static: $static is dynamically linked"
     else
       got=$("$static" --version 2>&1)
@@ -183,6 +191,14 @@ checks() {
       exercise static "$static"
     fi
   fi
+
+  # The .deb says what it needs (dpkg-shlibdeps found the C library).
+  local depends
+  depends=$(dpkg-deb -f "$deb" Depends)
+  case "$depends" in
+    *libc6*) say ".deb: Depends: $depends" ;;
+    *) fail ".deb: its Depends ('$depends') does not name libc6" ;;
+  esac
 
   # The .deb, into a fresh Debian container with man-db and bash-completion:
   # what a user who installs it gets.

@@ -554,6 +554,19 @@ fn requests_a_millisecond_apart_stay_apart_at_two_zoom_levels() {
     text += &format!(
         "{{\"t\":10.0,\"event\":\"close\",{base},\"path\":\"http\",\"outcome\":\"fin\",\"bytes_upstream\":1,\"bytes_downstream\":1,\"duration_ms\":10000.0}}\n"
     );
+    // And a burst of 100 requests in 10 ms on a second connection: side by
+    // side they would run 500 px from their time; cut short with "+N".
+    let burst = r#""conn":2,"client":"127.0.0.1:5001","dst":"127.0.0.1:80","proxy":"p""#;
+    text += &format!("{{\"t\":0.0,\"event\":\"open\",{burst}}}\n");
+    for n in 0..100 {
+        let t = 2.0 + n as f64 * 0.0001;
+        text += &format!(
+            "{{\"t\":{t},\"event\":\"response\",{burst},\"http\":{{\"request\":{n},\"method\":\"GET\",\"path\":\"/b\",\"status\":200}}}}\n"
+        );
+    }
+    text += &format!(
+        "{{\"t\":10.0,\"event\":\"close\",{burst},\"path\":\"http\",\"outcome\":\"fin\",\"bytes_upstream\":1,\"bytes_downstream\":1,\"duration_ms\":10000.0}}\n"
+    );
     std::fs::write(&log, text).unwrap();
     let page = dir.path().join("report.html");
     let (code, _, err) = netchaos(&[
@@ -579,14 +592,18 @@ fn requests_a_millisecond_apart_stay_apart_at_two_zoom_levels() {
     let check: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(check["exceptions"], serde_json::json!([]), "{check}");
     let boxes = &check["req_boxes"];
-    let xs = |level: &str| -> Vec<(f64, f64)> {
-        boxes[level]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|b| (b[0].as_f64().unwrap(), b[1].as_f64().unwrap()))
-            .collect()
+    // The marks of one lane (by their height on the page): the first
+    // lane's are the 8 requests 1 ms apart, the second's the burst.
+    let lanes = |level: &str| -> Vec<Vec<(f64, f64)>> {
+        let mut by: std::collections::BTreeMap<i64, Vec<(f64, f64)>> = Default::default();
+        for b in boxes[level].as_array().unwrap() {
+            by.entry(b[2].as_f64().unwrap().round() as i64)
+                .or_default()
+                .push((b[0].as_f64().unwrap(), b[1].as_f64().unwrap()));
+        }
+        by.into_values().collect()
     };
+    let xs = |level: &str| lanes(level)[0].clone();
     assert!(boxes["zoomed_span"].as_f64().unwrap() <= 0.02, "{boxes}");
     for level in ["whole", "zoomed"] {
         let b = xs(level);
@@ -600,6 +617,21 @@ fn requests_a_millisecond_apart_stay_apart_at_two_zoom_levels() {
             );
         }
     }
+    // The burst at the whole run: as many marks as fit within 40 px of
+    // their time, and "+N" for the rest.
+    let burst = &lanes("whole")[1];
+    let more: Vec<&str> = boxes["whole_more"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    assert!(burst.len() < 15, "{} marks drawn side by side", burst.len());
+    assert_eq!(
+        more,
+        [format!("+{}", 100 - burst.len()).as_str()],
+        "{boxes}"
+    );
     // Zoomed in, at their own times: evenly spaced, wider apart than side
     // by side.
     let z = xs("zoomed");

@@ -1836,7 +1836,7 @@ impl Stream<'_> {
 }
 
 /// Silence, the connection open: what the upstream still sends is read and
-/// dropped, until the client ends the connection. The upstream's own end
+/// dropped, until the client ends the connection (or netchaos stops). The upstream's own end
 /// (a FIN after the rest of the stream, as when the request said
 /// `Connection: close`; or its RST) stays hidden: a stream that hangs
 /// does not end, and the client's read timeout is what must fire.
@@ -1853,8 +1853,9 @@ async fn stall<R: AsyncRead + Unpin>(
                 Ok(n) if n > 0 => scratch.clear(),
                 _ => upstream_open = false,
             },
-            p = rx.recv() => if p.is_none() {
-                // The client is done with the connection.
+            p = rx.recv() => if matches!(p, None | Some(Pending::Close)) {
+                // The client is done with the connection, or netchaos is
+                // stopping (the request side saw nothing more coming).
                 send(out, ItemKind::Fin).await?;
                 return Ok(Next::End);
             },

@@ -822,7 +822,7 @@ async fn stream(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body
             said.as_ref().map(grpc_status),
         );
         mark_answer(&meta, &reply, answered_status(&reply, &said), head_only);
-        drain_request(body);
+        drain_request(body, st.gone.clone());
         return watched(
             st.answer(&reply, call, head_only).await,
             meta.attempt.clone(),
@@ -1108,8 +1108,12 @@ fn mark_answer(meta: &Meta, reply: &Reply, status: Option<u16>, head_only: bool)
 /// `model` and hash. Dropped at once instead, the body would make hyper
 /// reset the stream (CANCEL) while the answer may still sit unsent in
 /// its queue, which a reset discards: the client (curl, still uploading)
-/// got a bare stream error instead of the status, 4 times in 6.
-fn drain_request(mut body: Held) {
+/// got a bare stream error instead of the status, 4 times in 6. A client
+/// that stops sending mid-body is waited for [`DRAIN_WAIT`] at most (the
+/// answer has long gone out by then; the reset that follows says
+/// `NO_ERROR`), and not past the connection's end: a stopping netchaos is
+/// not held up by it.
+fn drain_request(mut body: Held, gone: CancellationToken) {
     if body.rest.is_none() {
         return;
     }
@@ -1117,15 +1121,25 @@ fn drain_request(mut body: Held) {
     body._turn = None;
     tokio::spawn(async move {
         let mut body = body;
-        let mut read = 0usize;
-        while read <= MAX_BODY {
-            match BodyExt::frame(&mut body).await {
-                Some(Ok(f)) => read += f.data_ref().map_or(0, Bytes::len),
-                _ => break,
+        let drain = async {
+            let mut read = 0usize;
+            while read <= MAX_BODY {
+                match BodyExt::frame(&mut body).await {
+                    Some(Ok(f)) => read += f.data_ref().map_or(0, Bytes::len),
+                    _ => break,
+                }
             }
+        };
+        tokio::select! {
+            () = drain => {}
+            () = gone.cancelled() => {}
+            () = crate::timer::sleep(DRAIN_WAIT) => {}
         }
     });
 }
+
+/// How long an answered request's body is read for, at most.
+const DRAIN_WAIT: Duration = Duration::from_secs(10);
 
 /// A response whose going out is marked on its attempt's record: its
 /// head now, its first data, its end.

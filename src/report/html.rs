@@ -499,7 +499,7 @@ fn kept_retries(h: &mut String, m: &Model) {
             })
             .collect();
         let answers: Vec<&str> = answers.iter().map(String::as_str).collect();
-        let gaps: Vec<f64> = rs.windows(2).map(|w| w[1].t - w[0].t).collect();
+        let gaps: Vec<f64> = rs.windows(2).map(|w| w[1].began() - w[0].began()).collect();
         let shown: Vec<String> = gaps.iter().take(8).map(|g| secs(*g)).collect();
         let pattern = pattern_of(&gaps);
         let _ = writeln!(

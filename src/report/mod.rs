@@ -114,8 +114,10 @@ impl Conn {
         matches!(self.path.as_str(), "http" | "https") || !self.requests.is_empty()
     }
 
-    /// Marks the requests that retried an earlier one on this connection;
-    /// returns how many.
+    /// Marks the requests that retried an earlier one on this connection
+    /// (begun after that one's failure was answered: HTTP/2 calls running
+    /// side by side on one path are not retries of each other); returns
+    /// how many.
     fn link_request_retries(&mut self) -> u64 {
         let mut n = 0;
         for k in 1..self.requests.len() {
@@ -124,7 +126,8 @@ impl Conn {
                 .iter()
                 .rev()
                 .find(|p| p.method == r.method && p.path == r.path);
-            if before.is_some_and(|p| p.failed() && r.t >= p.t && r.t - p.t <= RETRY_WINDOW) {
+            let began = r.began();
+            if before.is_some_and(|p| p.failed() && began >= p.t && began - p.t <= RETRY_WINDOW) {
                 self.requests[k].retried = true;
                 n += 1;
             }
@@ -256,9 +259,17 @@ pub(crate) struct Request {
     /// method and path, failed, within [`RETRY_WINDOW`]): an SDK retrying
     /// on its kept-alive connection opens no new one.
     pub retried: bool,
+    /// When the client began it (its `attempt` line's `start`), on the
+    /// report's axis; `t` is when its first line (answer or fault) came.
+    pub start: Option<f64>,
 }
 
 impl Request {
+    /// When the client began it, as far as the log says.
+    pub(crate) fn began(&self) -> f64 {
+        self.start.unwrap_or(self.t)
+    }
+
     /// Whether the client met a failure clients retry: a 429, a 5xx, a
     /// gRPC error.
     fn failed(&self) -> bool {
@@ -731,6 +742,18 @@ impl Builder {
                     }
                 }
             }
+            // When the client began each request (the records' lines).
+            "attempt" => {
+                if let (Some(Slot::Drawn(i)), Some(h)) = (self.conn(log, offset, v), v.get("http"))
+                    && let (Some(n), Some(start)) = (
+                        h.get("request").and_then(Value::as_u64),
+                        v.get("start").and_then(Value::as_f64),
+                    )
+                    && let Some(r) = self.conns[i].requests.iter_mut().find(|r| r.n == n)
+                {
+                    r.start = Some(start + offset);
+                }
+            }
             "redial" => {
                 if let Some(Slot::Drawn(i)) = self.conn(log, offset, v) {
                     self.conns[i].redials += 1;
@@ -1179,6 +1202,19 @@ not json
         assert!(page.contains("Retries on a kept connection"), "no table");
         assert!(page.contains("429 → 529 → 200"), "answers in order");
         assert!(page.contains("1.00 s, 3.00 s"), "pauses between starts");
+        // HTTP/2 calls side by side on one path: the second began (its
+        // attempt's start) before the first's failure came: not its retry.
+        let base = r#""conn":1,"client":"127.0.0.1:5000","dst":"127.0.0.1:80","proxy":"p""#;
+        let concurrent = kept_conn(&[(1.0, "/svc/M", 503), (1.2, "/svc/M", 200)], "http")
+            .replace(
+                "{\"t\":300.0",
+                &format!(
+                    "{{\"t\":1.3,\"event\":\"attempt\",{base},\"start\":0.9,\"http\":{{\"request\":1}}}}\n{{\"t\":300.0"
+                ),
+            );
+        let m = from_lines([concurrent.lines()]);
+        assert_eq!(m.conns[0].requests[1].start, Some(0.9));
+        assert_eq!(m.summary.request_retries, 0);
         // Independent requests that all succeed: no retry.
         let ok = kept_conn(
             &[(1.0, "/a", 200), (1.001, "/a", 200), (1.002, "/a", 200)],

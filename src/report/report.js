@@ -271,17 +271,30 @@
       }
       var ex = x(z);
       if (ex >= LABEL_W && ex <= width) g += '<path class="endmark ' + c.class + '" d="' + endPath(c.class, ex, cy, 4) + '"/>';
-      var lastReq = -1e9;
+      // Requests at (nearly) the same moment (1 ms apart on a run of
+      // minutes) go side by side, a pixel between them, each hoverable;
+      // zoomed in, they stand at their own times. A crowd that would push
+      // its last mark more than 40 px from its time is cut short there,
+      // with "+N" for the rest (zoom in to see them).
+      var lastReq = -1e9, folded = 0, foldAt = 0;
+      var flush = function () {
+        if (folded) g += '<text class="req-more" x="' + (foldAt + 4) + '" y="' + (cy + 4) + '">+' + folded + "</text>";
+        folded = 0;
+      };
       c.requests.forEach(function (r, k) {
-        // Requests at (nearly) the same moment (1 ms apart on a run of
-        // minutes) go side by side, a pixel between them, each hoverable;
-        // zoomed in, they stand at their own times.
-        var px = Math.max(x(r.t), lastReq + 5);
+        var at = x(r.t), px = Math.max(at, lastReq + 5);
         if (px < LABEL_W || px > width) return;
+        if (at > lastReq + 5) flush();
+        if (px - at > 40) {
+          folded++;
+          foldAt = lastReq;
+          return;
+        }
         lastReq = px;
         g += '<rect class="req-mark' + (r.injected ? " injected" : "") + (r.retried ? " retried" : "") + '" data-k="' + k +
           '" x="' + (px - 2) + '" y="' + (cy - 6) + '" width="4" height="12"/>';
       });
+      flush();
       var lastPx = -1e9;
       c.faults.forEach(function (f, k) {
         // Marks at (nearly) the same moment go side by side, each hoverable;

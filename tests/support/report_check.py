@@ -178,7 +178,8 @@ class Cdp:
             span = """(() => { const t = document.getElementById('window').textContent.split(' – ');
                 const v = s => s.endsWith(' ms') ? parseFloat(s) / 1000 : s.endsWith(' min') ? parseFloat(s) * 60 : parseFloat(s);
                 return v(t[1]) - v(t[0]); })()"""
-            req_boxes = {"whole": js(boxes), "whole_span": js(span)}
+            more = "[...document.querySelectorAll('.req-more')].map(e => e.textContent)"
+            req_boxes = {"whole": js(boxes), "whole_span": js(span), "whole_more": js(more)}
             first = req_boxes["whole"][0] if req_boxes["whole"] else None
             if first is not None:
                 for _ in range(80):
@@ -190,6 +191,7 @@ class Cdp:
                                                            "deltaX": 0, "deltaY": -100, "modifiers": 2}, s)
                     js("new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))", True)
                 req_boxes["zoomed"] = js(boxes)
+                req_boxes["zoomed_more"] = js(more)
                 req_boxes["zoomed_span"] = js(span)
                 screenshot(shot[:-4] + "-zoomed.png" if shot.endswith(".png") else shot + "-zoomed")
         js("0")  # let late events arrive before counting them
