@@ -1,7 +1,12 @@
 #!/usr/bin/env python3
-"""Prints the module graph of src/ from its `crate::` paths: one line per
-arrow (module -> module it uses), then any cycles, and any arrow from relay
-or fault into intercept, commands or control. Exit 1 if either exists.
+"""Checks the module graph of src/ (from its `crate::` paths) against the
+layer map in src/lib.rs: the modules named in its `# Layout` doc comment,
+in that order, each of which may use only those listed before it.
+
+Prints, and exits 1 for: a module of src/ the map does not name (or one it
+names that is not there), an arrow back up (a module using one listed
+after it), a cycle. --edges also prints every arrow (module -> modules it
+uses), each annotated with the map's order.
 
 usage: scripts/modgraph.py [--edges]"""
 import os, re, sys
@@ -34,6 +39,7 @@ for dp, _, fs in os.walk(root):
 if "--edges" in sys.argv:
     for s in sorted(edges):
         print(f"{s} -> {', '.join(sorted(edges[s]))}")
+    print()
 # cycles (Tarjan SCC)
 index, low, stack, on, sccs = {}, {}, [], set(), []
 def visit(v, i=[0]):
@@ -52,9 +58,34 @@ def visit(v, i=[0]):
 for v in list(edges):
     if v not in index:
         visit(v)
-bad = [(s, d) for s in ("relay", "fault") for d in edges.get(s, ()) if d in ("intercept", "commands", "control")]
+# The layer map: modules in order of first mention in lib.rs's `# Layout`
+# bullets (`* `name`` or `* [`name`]`).
+lib = open(os.path.join(root, "lib.rs")).read()
+layout = []
+for l in lib.split("# Layout", 1)[-1].splitlines()[1:]:
+    if not l.startswith("//!"):
+        break
+    layout.append(l)
+layout = "\n".join(layout)
+order = []
+for m in re.finditer(r"^//! \* \[?`([a-z_]+)`\]?", layout, re.M):
+    if m.group(1) not in order:
+        order.append(m.group(1))
+declared = set(re.findall(r"^pub(?:\(crate\))? mod ([a-z_]+);", lib, re.M))
+problems = []
+for m in sorted(declared - set(order)):
+    problems.append(f"not in the layer map (src/lib.rs, # Layout): {m}")
+for m in sorted(set(order) - declared):
+    problems.append(f"in the layer map but not a module: {m}")
+rank = {m: i for i, m in enumerate(order)}
+for s in sorted(edges):
+    for d in sorted(edges[s]):
+        if s in rank and d in rank and rank[d] > rank[s]:
+            problems.append(f"arrow back up: {s} -> {d} ({d} is listed after {s})")
 for c in sccs:
-    print("cycle:", " <-> ".join(c))
-for s, d in bad:
-    print(f"forbidden: {s} -> {d}")
-sys.exit(1 if sccs or bad else 0)
+    problems.append("cycle: " + " <-> ".join(c))
+for p in problems:
+    print(p)
+if not problems and "--edges" not in sys.argv:
+    print(f"modgraph: {len(order)} modules, {sum(len(v) for v in edges.values())} arrows, all down the layer map")
+sys.exit(1 if problems else 0)

@@ -29,7 +29,8 @@ failed=()
 stage() { echo; echo "== $*"; }
 fail_stage() { failed+=("$1"); echo "test.sh: FAILED: $1" >&2; }
 
-# The toolchain, formatting and lints: the first stages of both tiers.
+# The toolchain, formatting, lints and the layer map: the first stages of
+# both tiers.
 lint_stages() {
   source scripts/rust-env.sh
   ensure_rust fmt:rustfmt clippy:clippy
@@ -41,6 +42,10 @@ lint_stages() {
     xargs -0 rustfmt --edition 2024 --check || fail_stage "rustfmt --check (every file)"
   stage "cargo clippy"
   cargo clippy --all-targets -- -D warnings || fail_stage "cargo clippy"
+  # The layer map in src/lib.rs, true: no module outside it, no arrow
+  # back up, no cycle.
+  stage "module graph (scripts/modgraph.py)"
+  python3 scripts/modgraph.py || fail_stage "module graph (scripts/modgraph.py)"
 }
 
 # --quick: the edit-test loop's tier — formatting, lints, and the tests

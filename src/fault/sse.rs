@@ -598,8 +598,11 @@ mod tests {
     /// The error event as an event stream carries it.
     fn wire(s: &Sse) -> String {
         let (event, data) = s.error_event(Format::EventStream).unwrap();
-        let bytes =
-            crate::protocol::events::error_event(crate::protocol::events::Format::EventStream, event, data);
+        let bytes = crate::protocol::events::error_event(
+            crate::protocol::events::Format::EventStream,
+            event,
+            data,
+        );
         String::from_utf8(bytes).unwrap()
     }
 
