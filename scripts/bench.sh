@@ -626,7 +626,7 @@ PY
   echo "| 1,000,000 attempt lines judged: wall time | ${REC_S} s | ≤ 15 s |"
   echo "| 1,000,000 attempt lines judged: peak RSS | ${REC_RSS} MB | ≤ 100 MB |"
   echo
-  echo "For scale (DESIGN.md, same kind of machine): Toxiproxy 2.12 passes about"
+  echo "For scale ([architecture.md](architecture.md#where-to-measure), same kind of machine): Toxiproxy 2.12 passes about"
   echo "0.2× direct loopback, adds about 100 µs to a 64-byte round trip and holds"
   echo "5,000 idle connections in about 336 MB. Toxiproxy cannot be fetched here"
   echo "(only package registries are reachable: no release binary, no Go module download), so it is not measured in this run."

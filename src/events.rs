@@ -5,7 +5,7 @@
 //! Every injected fault is recorded once per connection and direction, at
 //! the moment it first takes effect (a stall that never triggers is not
 //! counted), with time, connection id, client, destination, rule and
-//! parameters — DESIGN.md's fidelity rule 5.
+//! parameters — fidelity rule 5 in docs/architecture.md.
 
 use std::collections::BTreeMap;
 use std::fs::File;
