@@ -815,86 +815,10 @@ fn a_sidecar_killed_in_its_own_pid_namespace_recovers_when_restarted() {
     assert!(back.starts_with("ok") && seconds(&back, 2) < 0.25, "{back}");
 }
 
-/// Cgroups laid out as a container runtime and the kubelet lay them out,
-/// in a subtree of the node's cgroup v2 hierarchy made for the test, with
-/// processes in them; the processes are killed and the cgroups removed
-/// when dropped.
-struct RuntimeCgroups {
-    base: std::path::PathBuf,
-    dirs: Vec<std::path::PathBuf>,
-    procs: Vec<std::process::Child>,
-}
-
-impl RuntimeCgroups {
-    /// `None` (with the reason printed; a failure in CI) where there is no
-    /// writable cgroup v2 hierarchy.
-    fn new() -> Option<RuntimeCgroups> {
-        let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
-        let root = mounts.lines().find_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            (f.get(2) == Some(&"cgroup2")).then(|| std::path::PathBuf::from(f[1]))
-        });
-        let base = root.map(|r| r.join(format!("nctest-{}", std::process::id())));
-        match base {
-            Some(b) if std::fs::create_dir(&b).is_ok() => Some(RuntimeCgroups {
-                dirs: vec![b.clone()],
-                base: b,
-                procs: Vec::new(),
-            }),
-            _ => {
-                assert!(!in_ci(), "CI has a writable cgroup v2 hierarchy");
-                eprintln!("SKIPPED: no writable cgroup v2 hierarchy to lay out containers in");
-                None
-            }
-        }
-    }
-
-    /// Runs `sleep` (in the namespace `netns`, else here) in the cgroup
-    /// `path` (made as needed) below the test's subtree.
-    fn process_in(&mut self, path: &str, netns: Option<&str>) {
-        let mut dir = self.base.clone();
-        for comp in path.split('/') {
-            dir.push(comp);
-            if !dir.exists() {
-                std::fs::create_dir(&dir).unwrap();
-                self.dirs.push(dir.clone());
-            }
-        }
-        let mut cmd = match netns {
-            Some(ns) => {
-                let mut c = Command::new("ip");
-                c.args(["netns", "exec", ns, "sleep", "60"]);
-                c
-            }
-            None => {
-                let mut c = Command::new("sleep");
-                c.arg("60");
-                c
-            }
-        };
-        let child = cmd.stdin(Stdio::null()).spawn().unwrap();
-        let pid = child.id();
-        self.procs.push(child);
-        std::fs::write(dir.join("cgroup.procs"), pid.to_string()).unwrap();
-    }
-}
-
-impl Drop for RuntimeCgroups {
-    fn drop(&mut self) {
-        for c in &mut self.procs {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        for d in self.dirs.iter().rev() {
-            let _ = std::fs::remove_dir(d);
-        }
-    }
-}
-
 #[test]
 fn attach_finds_a_container_by_id_and_a_pod_by_name_from_the_node() {
     let Some(ns) = setup() else { return };
-    let Some(mut cg) = RuntimeCgroups::new() else {
+    let Some(mut cg) = RuntimeCgroups::new("attach") else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();

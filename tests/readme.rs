@@ -1192,7 +1192,7 @@ fn client_in(ctx: &mut Ctx) -> String {
 fn containers(ctx: &mut Ctx) -> Option<Vec<(&'static str, String)>> {
     let ns = ctx.netns()?.name.clone();
     if ctx.cg.is_none() {
-        let mut cg = RuntimeCgroups::new()?;
+        let mut cg = RuntimeCgroups::new("readme")?;
         cg.process_in(
             &format!("machine.slice/libpod-{}.scope", container_id()),
             Some(&ns),
@@ -1360,68 +1360,3 @@ fn clean_netns(ctx: &mut Ctx, line: &str) {
 }
 
 // --- containers, laid out as the runtimes lay them out ----------------
-
-/// cgroup directories of the test's own, named as container runtimes and
-/// the kubelet name them, with processes in them; the processes are
-/// killed and the cgroups removed when dropped. (As in tests/attach.rs.)
-struct RuntimeCgroups {
-    base: std::path::PathBuf,
-    dirs: Vec<std::path::PathBuf>,
-    procs: Vec<std::process::Child>,
-}
-
-impl RuntimeCgroups {
-    /// `None` (with the reason printed; a failure in CI) where there is no
-    /// writable cgroup v2 hierarchy.
-    fn new() -> Option<RuntimeCgroups> {
-        let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
-        let root = mounts.lines().find_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            (f.get(2) == Some(&"cgroup2")).then(|| std::path::PathBuf::from(f[1]))
-        });
-        let base = root.map(|r| r.join(format!("nctest-readme-{}", std::process::id())));
-        match base {
-            Some(b) if std::fs::create_dir(&b).is_ok() => Some(RuntimeCgroups {
-                dirs: vec![b.clone()],
-                base: b,
-                procs: Vec::new(),
-            }),
-            _ => {
-                assert!(!in_ci(), "CI has a writable cgroup v2 hierarchy");
-                eprintln!("SKIPPED: no writable cgroup v2 hierarchy to lay out containers in");
-                None
-            }
-        }
-    }
-
-    /// Runs `sleep` in the namespace `netns` in the cgroup `path` (made as
-    /// needed) below the test's subtree.
-    fn process_in(&mut self, path: &str, netns: Option<&str>) {
-        let mut dir = self.base.clone();
-        for comp in path.split('/') {
-            dir.push(comp);
-            if !dir.exists() {
-                std::fs::create_dir(&dir).unwrap();
-                self.dirs.push(dir.clone());
-            }
-        }
-        let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", netns.unwrap(), "sleep", "60"]);
-        let child = cmd.stdin(Stdio::null()).spawn().unwrap();
-        let pid = child.id();
-        self.procs.push(child);
-        std::fs::write(dir.join("cgroup.procs"), pid.to_string()).unwrap();
-    }
-}
-
-impl Drop for RuntimeCgroups {
-    fn drop(&mut self) {
-        for c in &mut self.procs {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        for d in self.dirs.iter().rev() {
-            let _ = std::fs::remove_dir(d);
-        }
-    }
-}
