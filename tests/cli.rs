@@ -627,6 +627,27 @@ fn quiet_runs_print_nothing_on_success() {
     assert_eq!((out.as_str(), err.as_str()), ("", ""));
 }
 
+/// `--report` to a place it cannot be written: refused before the command
+/// runs, with a non-zero exit (it used to run the whole command, then warn
+/// and exit 0).
+#[test]
+fn a_report_that_cannot_be_written_stops_the_run_before_it_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("ran");
+    let report = dir.path().join("no-such-dir/r.html");
+    let (code, _, err) = netchaos(&[
+        "run",
+        "--report",
+        report.to_str().unwrap(),
+        "--",
+        "touch",
+        marker.to_str().unwrap(),
+    ]);
+    assert_ne!(code, 0, "{err}");
+    assert!(err.contains("cannot write the report"), "{err}");
+    assert!(!marker.exists(), "the command ran");
+}
+
 /// `demo --events FILE` holds the scenarios' own runs, each from its own
 /// `start` line, not only the demo's.
 #[test]
