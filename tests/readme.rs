@@ -155,24 +155,9 @@ impl Out {
 
 /// Runs `cmd` to completion within `limit` (killed, and the test failed,
 /// past it).
-fn finish(mut cmd: Command, limit: Duration) -> Out {
+fn finish(cmd: Command, limit: Duration) -> Out {
     let started = Instant::now();
-    let child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let pid = child.id();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    let Ok(out) = rx.recv_timeout(limit) else {
-        signal(pid, libc::SIGKILL);
-        panic!("{cmd:?} did not finish in {limit:?}: killed");
-    };
-    let out = out.expect("wait");
+    let out = output_within(cmd, limit);
     Out {
         code: out.status.code().unwrap_or(-1),
         stdout: String::from_utf8_lossy(&out.stdout).into_owned(),

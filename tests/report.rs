@@ -24,6 +24,11 @@ use support::*;
 
 /// The page's check, as `report_check.py` prints it.
 fn open_in_chromium(page: &Path, shot: &str) -> Value {
+    open_in_chromium_with(page, shot, &[])
+}
+
+/// The same with `report_check.py`'s options (`--zoom-requests`).
+fn open_in_chromium_with(page: &Path, shot: &str, options: &[&str]) -> Value {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/report_check.py");
     let shot = Path::new(env!("CARGO_TARGET_TMPDIR")).join(shot);
     let out = std::process::Command::new("python3")
@@ -31,6 +36,7 @@ fn open_in_chromium(page: &Path, shot: &str) -> Value {
         .arg("chromium")
         .arg(page)
         .arg(&shot)
+        .args(options)
         .output()
         .expect("run report_check.py");
     assert!(
@@ -576,20 +582,7 @@ fn requests_a_millisecond_apart_stay_apart_at_two_zoom_levels() {
         page.to_str().unwrap(),
     ]);
     assert_eq!(code, 0, "{err}");
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/report_check.py");
-    let shot = Path::new(env!("CARGO_TARGET_TMPDIR")).join("report-1ms.png");
-    let out = std::process::Command::new("python3")
-        .arg(script)
-        .args([Path::new("chromium"), &page, &shot])
-        .arg("--zoom-requests")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let check: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let check = open_in_chromium_with(&page, "report-1ms.png", &["--zoom-requests"]);
     assert_eq!(check["exceptions"], serde_json::json!([]), "{check}");
     let boxes = &check["req_boxes"];
     // The marks of one lane (by their height on the page): the first

@@ -44,28 +44,35 @@ pub(crate) fn missing_tool(tool: &str) -> bool {
 /// command that was meant to be refused, but served) is killed and fails
 /// the test instead of holding the suite.
 pub(crate) fn netchaos(args: &[&str]) -> (i32, String, String) {
-    let child = Command::new(BIN)
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run netchaos");
-    let pid = child.id();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    let Ok(out) = rx.recv_timeout(NETCHAOS_LIMIT) else {
-        signal(pid, libc::SIGKILL);
-        panic!("netchaos {args:?} did not finish in {NETCHAOS_LIMIT:?}: killed");
-    };
-    let out = out.expect("wait for netchaos");
+    let mut cmd = Command::new(BIN);
+    cmd.args(args);
+    let out = output_within(cmd, NETCHAOS_LIMIT);
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// Runs `cmd` (no stdin, its output captured) to completion within
+/// `limit`; past it the process is killed and the test fails.
+pub(crate) fn output_within(mut cmd: Command, limit: Duration) -> std::process::Output {
+    let child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
+    let pid = child.id();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let Ok(out) = rx.recv_timeout(limit) else {
+        signal(pid, libc::SIGKILL);
+        panic!("{cmd:?} did not finish in {limit:?}: killed");
+    };
+    out.expect("wait")
 }
 
 /// The longest [`netchaos`] may run.
