@@ -1091,3 +1091,50 @@ print(s.recv(10).decode())
     assert_eq!(out.trim(), "ok", "{err}");
     assert_eq!(*seen.lock().unwrap(), [port], "{err}");
 }
+
+/// A server of the command's own (urllib3's test servers, which key on
+/// the client's port): the relay cannot take the client's 4-tuple inside
+/// the namespace, so it dials from the namespace's own address with the
+/// client's port and the table writes 127.0.0.1 / ::1 back. Bound and
+/// automatic ports, IPv4 and IPv6; the connection did go through the
+/// relay (its latency was felt).
+#[test]
+fn a_server_in_the_namespace_sees_the_clients_own_address_and_port() {
+    if !need(&["python3", "nft"]) {
+        return;
+    }
+    let script = r#"
+import socket, threading, sys, time
+fam = socket.AF_INET6 if sys.argv[1] == "6" else socket.AF_INET
+host = "::1" if sys.argv[1] == "6" else "127.0.0.1"
+l = socket.socket(fam); l.bind((host, 0)); l.listen()
+port = l.getsockname()[1]
+seen = []
+def serve():
+    for _ in range(2):
+        c, a = l.accept(); seen.append(a[:2]); c.sendall(b"ok"); c.close()
+t = threading.Thread(target=serve); t.start()
+f = socket.socket(fam); f.bind((host, 0)); bound = f.getsockname()[1]; f.close()
+a = socket.socket(fam); a.bind((host, bound)); a.settimeout(5)
+start = time.monotonic(); a.connect((host, port)); assert a.recv(10) == b"ok"
+took = time.monotonic() - start
+b = socket.socket(fam); b.settimeout(5); b.connect((host, port)); assert b.recv(10) == b"ok"
+t.join(5)
+want = [(host, bound), (host, b.getsockname()[1])]
+print("same" if seen == want else f"differ: {seen} vs {want}", f"{took:.3f}")
+"#;
+    for family in ["4", "6"] {
+        let (code, out, err) = wrapped(
+            &["--fault", "latency:delay=150ms"],
+            &["python3", "-c", script, family],
+        );
+        assert_eq!(code, 0, "IPv{family}: {err}");
+        let (verdict, took) = out.trim().split_once(' ').expect(&out);
+        assert_eq!(verdict, "same", "IPv{family}: {out} {err}");
+        let took: f64 = took.parse().unwrap();
+        assert!(
+            took >= 0.14,
+            "IPv{family}: not through the relay ({took} s)"
+        );
+    }
+}

@@ -321,6 +321,10 @@ fn setup(cfg: &AgentConfig) -> Result<Setup> {
         blackhole: cfg.blackhole.then(|| nft::Blackhole {
             keep: vec![IpAddr::V4(cfg.addrs.v4), IpAddr::V6(cfg.addrs.v6)],
         }),
+        loop_source: Some(nft::LoopSource {
+            v4: cfg.addrs.v4,
+            v6: cfg.addrs.v6,
+        }),
         ..nft::Ruleset::default()
     };
     // The namespace is new and dies with the command: nothing to record

@@ -262,6 +262,8 @@ pub(crate) fn install(ns: Arc<NsThread>, cfg: Config) -> Result<Attached> {
         delay_line: false,
         fresh_namespace: false,
         blackhole: cfg.blackhole.then(nft::Blackhole::default),
+        // An existing namespace has no address of netchaos's to stand in.
+        loop_source: None,
     };
     let mut as_installed = ruleset.clone();
     let installed = ns.run(move || nft::install(&ruleset))??;

@@ -124,6 +124,37 @@ pub(crate) struct Ruleset {
     /// come from are dropped on the way out, so that a client sent there
     /// reaches nobody, on any network (some route them).
     pub blackhole: Option<Blackhole>,
+    /// `run`'s own addresses: the relay's dials for a loopback client bind
+    /// them with the client's port, and leave with the client's loopback
+    /// address as their source (the server sees the port the client bound;
+    /// `Sandbox::connect_inside`).
+    pub loop_source: Option<LoopSource>,
+}
+
+/// The stand-in source addresses of the relay's dials for loopback
+/// clients, written back to 127.0.0.1 and ::1 on the way out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LoopSource {
+    pub v4: std::net::Ipv4Addr,
+    pub v6: std::net::Ipv6Addr,
+}
+
+impl LoopSource {
+    /// Only the relay's own dials (the gate's verdict mark, given from the
+    /// 4-tuple, never a socket mark) are rewritten; the source port stays
+    /// (NAT keeps it while the 4-tuple is free).
+    fn render(&self) -> String {
+        use marks::RELAY;
+        format!(
+            "\tchain loop_source {{
+\t\ttype nat hook postrouting priority 100; policy accept;
+\t\tmeta mark {RELAY:#010x} ip saddr {} ip daddr 127.0.0.0/8 snat ip to 127.0.0.1
+\t\tmeta mark {RELAY:#010x} ip6 saddr {} ip6 daddr ::1 snat ip6 to ::1
+\t}}
+",
+            self.v4, self.v6
+        )
+    }
 }
 
 /// The documentation ranges `dns_answer random` draws from, dropped in the
@@ -230,6 +261,10 @@ impl Ruleset {
             .blackhole
             .as_ref()
             .map_or(String::new(), Blackhole::render);
+        let loop_source = self
+            .loop_source
+            .as_ref()
+            .map_or(String::new(), LoopSource::render);
         let comment = self
             .owner
             .as_ref()
@@ -245,7 +280,7 @@ impl Ruleset {
 \t\tudp dport 53 redirect to :{dns}
 \t\tmeta l4proto tcp redirect to :{tcp}
 \t}}
-{inbound}{delay_line}\tchain verdicts {{
+{inbound}{loop_source}{delay_line}\tchain verdicts {{
 \t\ttype filter hook output priority 0; policy accept;
 \t\tmeta mark & 0xffff0000 == {BASE:#010x} ct mark set meta mark
 \t\tmeta mark {REFUSE:#010x} reject with tcp reset
@@ -756,6 +791,28 @@ mod tests {
         );
         assert!(intercept.contains("meta l4proto udp meta mark 0x1234 return"));
         assert!(!text.contains("prerouting") && !text.contains("comment"));
+    }
+
+    #[test]
+    fn loop_source_rewrites_only_the_relays_own_dials() {
+        assert!(!rs().render().contains("loop_source"));
+        let text = Ruleset {
+            loop_source: Some(LoopSource {
+                v4: "192.0.2.1".parse().unwrap(),
+                v6: "2001:db8::1".parse().unwrap(),
+            }),
+            ..rs()
+        }
+        .render();
+        assert!(text.contains("type nat hook postrouting priority 100"));
+        assert!(text.contains(
+            "meta mark 0x6e640600 ip saddr 192.0.2.1 ip daddr 127.0.0.0/8 snat ip to 127.0.0.1"
+        ));
+        assert!(
+            text.contains(
+                "meta mark 0x6e640600 ip6 saddr 2001:db8::1 ip6 daddr ::1 snat ip6 to ::1"
+            )
+        );
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! command, learn how it ended, and leave nothing behind.
 
 use std::io;
-use std::net::SocketAddr;
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::OwnedFd;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -389,21 +389,73 @@ impl Sandbox {
     /// there (by the agent, or by netchaos's thread in the namespace). Its
     /// port is bound first and the SYN gate told, so that its SYN passes the
     /// redirect.
-    async fn connect_inside(&self, dst: SocketAddr, mss: Option<u32>) -> io::Result<TcpStream> {
-        let door = self.door.clone();
-        let std_sock = tokio::task::spawn_blocking(move || door.socket_inside(dst.is_ipv6()))
-            .await
-            .map_err(io::Error::other)??;
-        let sock = tokio::net::TcpSocket::from_std_stream(std_sock);
+    /// Connects to `dst` from inside the namespace. A loopback client
+    /// (127.0.0.1, ::1) talking to a server of its own namespace keeps its
+    /// source port in the server's eyes: the client's socket holds that
+    /// 4-tuple, so the relay binds the namespace's own address with the
+    /// client's port and the table's `loop_source` chain writes the
+    /// client's address back as the source (conntrack keeps the two flows
+    /// apart: the client's was redirected to the relay). Where the port is
+    /// taken for that destination, any port.
+    async fn connect_inside(
+        &self,
+        dst: SocketAddr,
+        mss: Option<u32>,
+        from: Option<SocketAddr>,
+    ) -> io::Result<TcpStream> {
+        if let Some(src) = from.and_then(|f| self.loop_stand_in(f, dst)) {
+            match self.connect_inside_from(dst, mss, src).await {
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::EADDRINUSE | libc::EADDRNOTAVAIL)
+                    ) => {}
+                done => return done,
+            }
+        }
         let any: SocketAddr = if dst.is_ipv6() {
             (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
         } else {
             (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
         };
+        self.connect_inside_from(dst, mss, any).await
+    }
+
+    /// The address a dial for loopback client `from` binds (see
+    /// [`Self::connect_inside`]): the namespace's own, with `from`'s port.
+    fn loop_stand_in(&self, from: SocketAddr, dst: SocketAddr) -> Option<SocketAddr> {
+        let own = self.addrs?;
+        let ip: IpAddr = match (from, dst) {
+            (SocketAddr::V4(f), SocketAddr::V4(d))
+                if *f.ip() == Ipv4Addr::LOCALHOST && d.ip().is_loopback() =>
+            {
+                own.v4.into()
+            }
+            (SocketAddr::V6(f), SocketAddr::V6(d))
+                if *f.ip() == Ipv6Addr::LOCALHOST && *d.ip() == Ipv6Addr::LOCALHOST =>
+            {
+                own.v6.into()
+            }
+            _ => return None,
+        };
+        (from.port() != 0).then(|| SocketAddr::new(ip, from.port()))
+    }
+
+    async fn connect_inside_from(
+        &self,
+        dst: SocketAddr,
+        mss: Option<u32>,
+        src: SocketAddr,
+    ) -> io::Result<TcpStream> {
+        let door = self.door.clone();
+        let std_sock = tokio::task::spawn_blocking(move || door.socket_inside(dst.is_ipv6()))
+            .await
+            .map_err(io::Error::other)??;
+        let sock = tokio::net::TcpSocket::from_std_stream(std_sock);
         if let Some(mss) = mss {
             socket2::SockRef::from(&sock).set_tcp_mss(mss)?;
         }
-        sock.bind(any)?;
+        sock.bind(src)?;
         let _own = self.gate.expect_own(sock.local_addr()?.port(), dst);
         sock.connect(dst).await
     }
@@ -422,8 +474,13 @@ impl Interception for Sandbox {
         Sandbox::route(self, dst)
     }
 
-    fn dial_inside(&self, dst: SocketAddr, mss: Option<u32>) -> DialFuture<'_> {
-        Box::pin(self.connect_inside(dst, mss))
+    fn dial_inside(
+        &self,
+        dst: SocketAddr,
+        mss: Option<u32>,
+        from: Option<SocketAddr>,
+    ) -> DialFuture<'_> {
+        Box::pin(self.connect_inside(dst, mss, from))
     }
 
     fn netns(&self) -> u64 {

@@ -374,7 +374,7 @@ async fn decide(
             None => (
                 syn.dst,
                 relay::own::Dialer::Client {
-                    port: Some(syn.src.port()),
+                    from: Some(syn.src),
                 },
             ),
         };

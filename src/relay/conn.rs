@@ -158,9 +158,7 @@ pub(crate) async fn serve(
             tls: &ep.tls,
             ends: ep.ends,
             dialer: match ep.target {
-                Target::Transparent(_) => super::own::Dialer::Client {
-                    port: Some(peer.port()),
-                },
+                Target::Transparent(_) => super::own::Dialer::Client { from: Some(peer) },
                 _ => super::own::Dialer::Netchaos,
             },
             protocol: faults.protocol(),

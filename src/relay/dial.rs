@@ -272,14 +272,19 @@ pub(crate) async fn dial(
     // command's (not the relay's root-owned sockets they come from).
     let to_api = reached == Some(Kind::Api);
     let mss = shape.mss(addr);
+    let from = match dialer {
+        Dialer::Client { from } => from,
+        Dialer::Netchaos => None,
+    };
     let s = match inside {
-        Some(ns) => dial_with(addr, timeout, ns.dial_inside(addr, mss)).await,
+        Some(ns) => dial_with(addr, timeout, ns.dial_inside(addr, mss, from)).await,
         None => {
-            let port = match dialer {
-                Dialer::Client { port } => port,
-                Dialer::Netchaos => None,
-            };
-            dial_with(addr, timeout, connect_host(addr, mss, port)).await
+            dial_with(
+                addr,
+                timeout,
+                connect_host(addr, mss, from.map(|f| f.port())),
+            )
+            .await
         }
     }?;
     if to_api && let Ok(l) = s.local_addr() {

@@ -73,8 +73,15 @@ pub(crate) trait Interception: Send + Sync {
     fn route(&self, dst: SocketAddr) -> Route;
 
     /// Connects to `dst` from inside the namespace, so that interception
-    /// lets the connection through; advertising `mss` when given.
-    fn dial_inside(&self, dst: SocketAddr, mss: Option<u32>) -> DialFuture<'_>;
+    /// lets the connection through; advertising `mss` when given. `from`,
+    /// the client's own source, is what the server should see where the
+    /// namespace can show it.
+    fn dial_inside(
+        &self,
+        dst: SocketAddr,
+        mss: Option<u32>,
+        from: Option<SocketAddr>,
+    ) -> DialFuture<'_>;
 
     /// The namespace's identity (the inode of its `ns/net`; 0 if unknown),
     /// to tell netchaos's own listeners in it apart ([`super::own`]).

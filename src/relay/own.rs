@@ -91,9 +91,9 @@ pub(crate) fn share_api() {
 pub(crate) enum Dialer {
     /// An intercepted client (the wrapped command, an attached
     /// namespace's process): `--api-for-command` may let it reach the API.
-    /// `port`: its source port, which a dial from the host keeps where it
-    /// can (the server sees the port the client bound).
-    Client { port: Option<u16> },
+    /// `from`: its source address, whose port a dial keeps where it can
+    /// (the server sees the port the client bound).
+    Client { from: Option<SocketAddr> },
     /// A proxy's upstream, a resolver: never one of netchaos's listeners.
     Netchaos,
 }
@@ -248,7 +248,7 @@ mod tests {
         assert_eq!(r(ns, "192.0.2.77:47003"), None);
         // Nobody may dial a listener unless the API is shared, and then
         // only a client, never the relay's own.
-        let client = Dialer::Client { port: None };
+        let client = Dialer::Client { from: None };
         assert!(!may_dial(Kind::Api, client));
         assert!(!may_dial(Kind::Api, Dialer::Netchaos));
         drop(api);
