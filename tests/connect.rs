@@ -1123,11 +1123,23 @@ t.join(5)
 want = [(host, bound), (host, b.getsockname()[1])]
 print("same" if seen == want else f"differ: {seen} vs {want}", f"{took:.3f}")
 "#;
-    for family in ["4", "6"] {
-        let (code, out, err) = wrapped(
-            &["--fault", "latency:delay=150ms"],
-            &["python3", "-c", script, family],
-        );
+    // As root, and rootless (the NAT rule in a user-owned namespace).
+    let nobody = Nobody::new();
+    let mut runs: Vec<(&str, Option<Command>)> = vec![("4", None), ("6", None)];
+    if let Some(n) = &nobody {
+        let mut c = n.command();
+        c.env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .env("HOME", "/");
+        runs.push(("4", Some(c)));
+    }
+    for (family, as_user) in runs {
+        let args = ["--fault", "latency:delay=150ms"];
+        let cmd = ["python3", "-c", script, family];
+        let (code, out, err) = match as_user {
+            Some(c) => wrapped_with(c, &args, &cmd),
+            None => wrapped(&args, &cmd),
+        };
         assert_eq!(code, 0, "IPv{family}: {err}");
         let (verdict, took) = out.trim().split_once(' ').expect(&out);
         assert_eq!(verdict, "same", "IPv{family}: {out} {err}");
