@@ -66,16 +66,23 @@ impl<T: Read + Write + Send> Conn for T {}
 fn server(ca_out: &str) {
     use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
     let ca_key = KeyPair::generate().unwrap();
+    use rcgen::{DistinguishedName, DnType};
     let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
     ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    // Names of their own: with rcgen's one default name for both, OpenSSL
+    // (the HTTP peers' TLS) takes the leaf for self-signed.
+    ca.distinguished_name = DistinguishedName::new();
+    ca.distinguished_name
+        .push(DnType::CommonName, "http_bench CA");
     let ca_cert = ca.self_signed(&ca_key).unwrap();
     std::fs::write(ca_out, ca_cert.pem()).unwrap();
     let issuer = Issuer::new(ca, ca_key);
     let key = KeyPair::generate().unwrap();
-    let leaf = CertificateParams::new(vec!["127.0.0.1".into()])
-        .unwrap()
-        .signed_by(&key, &issuer)
-        .unwrap();
+    let mut leaf = CertificateParams::new(vec!["127.0.0.1".into()]).unwrap();
+    leaf.distinguished_name = DistinguishedName::new();
+    leaf.distinguished_name
+        .push(DnType::CommonName, "127.0.0.1");
+    let leaf = leaf.signed_by(&key, &issuer).unwrap();
     let config = Arc::new(
         rustls::ServerConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()

@@ -18,7 +18,11 @@
 #               download, HTTP and HTTPS, direct vs through the HTTP layer
 #               (an HTTP fault that never fires, so every request is parsed;
 #               HTTPS terminated and re-originated), rounds interleaved; and
-#               the HTTP layer recording every attempt (--records --events)
+#               the HTTP layer recording every attempt (--records --events);
+#               beside it in the same rounds, the HTTP peers when installed:
+#               haproxy (mode http), nginx (proxy_pass, keep-alive upstream),
+#               each terminating TLS and re-originating it, and mitmproxy
+#               (reverse mode; its mitmdump from PATH or target/bench-venv)
 #   mock        `netchaos mock`: non-streamed one-token answers per second from
 #               1, 4 and 16 keep-alive connections (ttft 0: due at once), and
 #               200 concurrent streams at 50 tokens/s, each stream's rate
@@ -76,6 +80,27 @@ done
 for peer in haproxy socat; do
   command -v "$peer" >/dev/null || echo "bench.sh: $peer is not installed: it is left out of the peers (apt-get install $peer)" >&2
 done
+# The HTTP layer's peers: nginx by apt like the others; mitmproxy (PyPI) in a
+# venv of its own under target/, pinned.
+if ! command -v nginx >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  echo "bench.sh: installing nginx" >&2
+  DEBIAN_FRONTEND=noninteractive timeout 300 apt-get install -y -qq --no-install-recommends nginx-light >/dev/null 2>&1 ||
+    DEBIAN_FRONTEND=noninteractive timeout 300 apt-get install -y -qq --no-install-recommends nginx >/dev/null 2>&1 ||
+    echo "bench.sh: could not install nginx" >&2
+  # Debian starts nginx's own service on install; the benchmark runs its own.
+  [ -d /run/systemd/system ] && systemctl disable --now nginx.service >/dev/null 2>&1 || true
+fi
+MITMDUMP=$(command -v mitmdump || true)
+if [ -z "$MITMDUMP" ]; then
+  if [ ! -x target/bench-venv/bin/mitmdump ]; then
+    echo "bench.sh: installing mitmproxy 11.0.2 into target/bench-venv" >&2
+    { python3 -m venv target/bench-venv && timeout 600 target/bench-venv/bin/pip install -q mitmproxy==11.0.2; } >/dev/null 2>&1 ||
+      echo "bench.sh: could not install mitmproxy" >&2
+  fi
+  [ -x target/bench-venv/bin/mitmdump ] && MITMDUMP=$PWD/target/bench-venv/bin/mitmdump
+fi
+command -v nginx >/dev/null || echo "bench.sh: nginx is not installed: it is left out of the HTTP peers" >&2
+[ -n "$MITMDUMP" ] || echo "bench.sh: mitmproxy is not installed: it is left out of the HTTP peers" >&2
 
 cargo build --release --quiet --bin netchaos --example bench_client --example http_bench
 NC=target/release/netchaos
@@ -411,6 +436,108 @@ HSLAYER=$(start_proxy_args hslayer --upstream-tls "$HTLS" --upstream-ca "$WORK/h
   --tls --tls-ca-out "$WORK/nc-ca.pem" --fault "$NOFIRE")
 RPS_SECS=$(python3 -c "print(max(1, $SECS // 2))")
 HR="" HRP="" HD="" HS="" HL="" HTD="" HTL="" HDP="" HLP="" HTDP="" HTLP="" GD="" GL="" GTD="" GTL=""
+
+# The HTTP peers, each serving HTTP and HTTPS (their own certificate, from a
+# CA made here) and dialling the same server over HTTP and over TLS (checking
+# its certificate), keeping upstream connections alive as netchaos does.
+HPEERS=()
+declare -A HPA HPT HPCA
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+  -subj /CN=bench-peers-ca -addext basicConstraints=critical,CA:TRUE \
+  -keyout "$WORK/peer-ca.key" -out "$WORK/peer-ca.pem" 2>/dev/null
+openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=127.0.0.1 \
+  -keyout "$WORK/peer.key" -out "$WORK/peer.csr" 2>/dev/null
+openssl x509 -req -in "$WORK/peer.csr" -CA "$WORK/peer-ca.pem" -CAkey "$WORK/peer-ca.key" \
+  -CAcreateserial -days 2 -extfile <(printf 'subjectAltName=IP:127.0.0.1\n') \
+  -out "$WORK/peer.pem" 2>/dev/null
+cat "$WORK/peer.pem" "$WORK/peer.key" >"$WORK/peer-haproxy.pem"
+# wait_port PORT: until something listens there (5 s at most).
+wait_port() {
+  for _ in $(seq 100); do
+    (: <"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+    sleep 0.05
+  done
+  return 1
+}
+if command -v haproxy >/dev/null; then
+  p1=$(free_port) p2=$(free_port)
+  cat >"$WORK/haproxy-http.cfg" <<HAP
+defaults
+  mode http
+  timeout connect 5s
+  timeout client 60s
+  timeout server 60s
+  option http-keep-alive
+  http-reuse always
+frontend plain
+  bind 127.0.0.1:$p1
+  default_backend plain
+frontend tls
+  bind 127.0.0.1:$p2 ssl crt $WORK/peer-haproxy.pem
+  default_backend tls
+backend plain
+  server s $HPLAIN
+backend tls
+  server s $HTLS ssl verify required ca-file $WORK/httpd-ca.pem verifyhost 127.0.0.1
+HAP
+  haproxy -f "$WORK/haproxy-http.cfg" -db >"$WORK/haproxy-http.log" 2>&1 &
+  echo $! >"$WORK/haproxy-http.pid"
+  if wait_port "$p1" && wait_port "$p2"; then
+    HPEERS+=(haproxy); HPA[haproxy]=127.0.0.1:$p1 HPT[haproxy]=127.0.0.1:$p2 HPCA[haproxy]=$WORK/peer-ca.pem
+  else echo "bench.sh: haproxy (mode http) did not start: $(cat "$WORK/haproxy-http.log")" >&2; fi
+fi
+if command -v nginx >/dev/null; then
+  p1=$(free_port) p2=$(free_port)
+  mkdir -p "$WORK/nginx"
+  cat >"$WORK/nginx/nginx.conf" <<NGX
+worker_processes auto;
+daemon off;
+pid $WORK/nginx/nginx.pid;
+error_log $WORK/nginx/error.log;
+events {}
+http {
+  access_log off;
+  client_body_temp_path $WORK/nginx; proxy_temp_path $WORK/nginx;
+  fastcgi_temp_path $WORK/nginx; uwsgi_temp_path $WORK/nginx; scgi_temp_path $WORK/nginx;
+  keepalive_requests 1000000;
+  upstream plain { server $HPLAIN; keepalive 16; keepalive_requests 1000000; }
+  upstream tls { server $HTLS; keepalive 16; keepalive_requests 1000000; }
+  server {
+    listen 127.0.0.1:$p1;
+    location / { proxy_pass http://plain; proxy_http_version 1.1; proxy_set_header Connection ""; proxy_buffering off; }
+  }
+  server {
+    listen 127.0.0.1:$p2 ssl;
+    ssl_certificate $WORK/peer.pem; ssl_certificate_key $WORK/peer.key;
+    location / {
+      proxy_pass https://tls; proxy_http_version 1.1; proxy_set_header Connection ""; proxy_buffering off;
+      proxy_ssl_verify on; proxy_ssl_trusted_certificate $WORK/httpd-ca.pem; proxy_ssl_name 127.0.0.1;
+      proxy_ssl_session_reuse on;
+    }
+  }
+}
+NGX
+  nginx -p "$WORK/nginx" -c "$WORK/nginx/nginx.conf" >"$WORK/nginx.log" 2>&1 &
+  echo $! >"$WORK/nginx.pid"
+  if wait_port "$p1" && wait_port "$p2"; then
+    HPEERS+=(nginx); HPA[nginx]=127.0.0.1:$p1 HPT[nginx]=127.0.0.1:$p2 HPCA[nginx]=$WORK/peer-ca.pem
+  else echo "bench.sh: nginx did not start: $(cat "$WORK/nginx.log" "$WORK/nginx/error.log" 2>/dev/null)" >&2; fi
+fi
+if [ -n "$MITMDUMP" ]; then
+  p1=$(free_port) p2=$(free_port)
+  # Its CA (made on first start in confdir) is what HTTPS clients trust.
+  "$MITMDUMP" -q --set confdir="$WORK/mitm" --listen-host 127.0.0.1 \
+    --mode "reverse:http://$HPLAIN@$p1" --mode "reverse:https://$HTLS@$p2" \
+    --set ssl_verify_upstream_trusted_ca="$WORK/httpd-ca.pem" --set stream_large_bodies=64k \
+    --set connection_strategy=lazy >"$WORK/mitm.log" 2>&1 &
+  echo $! >"$WORK/mitm.pid"
+  if wait_port "$p1" && wait_port "$p2"; then
+    HPEERS+=(mitmproxy); HPA[mitmproxy]=127.0.0.1:$p1 HPT[mitmproxy]=127.0.0.1:$p2
+    HPCA[mitmproxy]=$WORK/mitm/mitmproxy-ca-cert.pem
+  else echo "bench.sh: mitmproxy did not start: $(cat "$WORK/mitm.log")" >&2; fi
+fi
+declare -A PRPS PRPSP PTRPS PTRPSP PGET PTGET
+
 for r in $(seq "$ROUNDS"); do
   echo "HTTP round $r/$ROUNDS" >&2
   read -r a b < <("$HB" rps "$HPLAIN" "$RPS_SECS"); HD+=" $a"; HDP+=" $b"
@@ -423,9 +550,22 @@ for r in $(seq "$ROUNDS"); do
   GL+=" $("$HB" get "$HLAYER" 1073741824)"
   GTD+=" $("$HB" get "$HTLS" 536870912 "$WORK/httpd-ca.pem")"
   GTL+=" $("$HB" get "$HSLAYER" 536870912 "$WORK/nc-ca.pem")"
+  for n in "${HPEERS[@]}"; do
+    read -r a b < <("$HB" rps "${HPA[$n]}" "$RPS_SECS"); PRPS[$n]+=" $a"; PRPSP[$n]+=" $b"
+    read -r a b < <("$HB" rps "${HPT[$n]}" "$RPS_SECS" "${HPCA[$n]}"); PTRPS[$n]+=" $a"; PTRPSP[$n]+=" $b"
+    PGET[$n]+=" $("$HB" get "${HPA[$n]}" 1073741824)"
+    PTGET[$n]+=" $("$HB" get "${HPT[$n]}" 536870912 "${HPCA[$n]}")"
+  done
 done
 for v in HD HS HL HR HRP HTD HTL HDP HLP HTDP HTLP GD GL GTD GTL; do
   printf -v "$v" '%s' "$(echo "${!v}" | median)"
+done
+for n in "${HPEERS[@]}"; do
+  for t in PRPS PRPSP PTRPS PTRPSP PGET PTGET; do
+    declare -n arr=$t
+    arr[$n]=$(echo "${arr[$n]}" | median)
+    unset -n arr
+  done
 done
 exec {HTTPD[1]}>&-
 
@@ -603,6 +743,31 @@ PY
   echo "| HTTP download, HTTP layer | $GD Gbit/s | $GL Gbit/s | $(ratio "$GL" "$GD")× | — |"
   echo "| HTTPS download, HTTP layer | $GTD Gbit/s | $GTL Gbit/s | $(ratio "$GTL" "$GTD")× | — |"
   echo
+  if ((${#HPEERS[@]})); then
+    echo "The HTTP layer beside HTTP peers, in the same interleaved rounds (medians"
+    echo "of $ROUNDS): haproxy in \`mode http\` (keep-alive, \`http-reuse always\`), nginx"
+    echo "(\`proxy_pass\` to a keep-alive upstream, no buffering) and mitmproxy"
+    echo "(reverse mode, bodies over 64 KiB streamed), each serving HTTPS with a"
+    echo "certificate of its own and re-originating TLS to the same server, checking"
+    echo "its certificate, as netchaos does. Requests/s on one keep-alive connection"
+    echo "(100-byte bodies; \"added\": the p50 round trip over direct's), and one"
+    echo "download (HTTP 1 GiB, HTTPS 512 MiB)."
+    echo
+    echo "| HTTP layer of | HTTP req/s | ×direct | added p50 | HTTPS req/s | ×direct | added p50 | HTTP download | HTTPS download |"
+    echo "|---|---|---|---|---|---|---|---|---|"
+    added() { python3 -c "print(f'{$1-$2:+.1f} µs')"; }
+    echo "| netchaos (an HTTP fault that never fires) | $HL | $(ratio "$HL" "$HD")× | $(added "$HLP" "$HDP") | $HTL | $(ratio "$HTL" "$HTD")× | $(added "$HTLP" "$HTDP") | $GL Gbit/s | $GTL Gbit/s |"
+    for n in "${HPEERS[@]}"; do
+      case $n in
+        haproxy) label="haproxy $(haproxy -v 2>/dev/null | awk 'NR == 1 {print $3}') (mode http)" ;;
+        nginx) label="nginx $(nginx -v 2>&1 | sed 's/.*nginx\///')" ;;
+        mitmproxy) label="mitmproxy $("$MITMDUMP" --version 2>/dev/null | awk '/Mitmproxy/ {print $2}')" ;;
+        *) label=$n ;;
+      esac
+      echo "| $label | ${PRPS[$n]} | $(ratio "${PRPS[$n]}" "$HD")× | $(added "${PRPSP[$n]}" "$HDP") | ${PTRPS[$n]} | $(ratio "${PTRPS[$n]}" "$HTD")× | $(added "${PTRPSP[$n]}" "$HTDP") | ${PGET[$n]} Gbit/s | ${PTGET[$n]} Gbit/s |"
+    done
+    echo
+  fi
   echo "The built-in mock (\`netchaos mock\`): non-streamed Anthropic Messages answers"
   echo "of one token (ttft 0: due at once), a load client of 1, 4 and 16 keep-alive"
   echo "connections for ${SECS}s; and 200 streams at once (at most 100 tokens each; the"
