@@ -796,5 +796,10 @@ PY
   echo "5,000 idle connections in about 336 MB. Toxiproxy cannot be fetched here"
   echo "(only package registries are reachable: no release binary, no Go module download), so it is not measured in this run."
 } >"$OUT.new"
+# The hand-written sections after the measured ones (## headings: how the
+# relay spends its time) are the old file's, kept as they were.
+if [ -f "$OUT" ] && grep -q '^## ' "$OUT"; then
+  awk '/^## / {keep = 1} keep' "$OUT" >>"$OUT.new"
+fi
 mv "$OUT.new" "$OUT"
 cat "$OUT"
