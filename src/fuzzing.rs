@@ -38,7 +38,18 @@ pub fn fault_flag(data: &[u8]) {
     };
     match crate::profile::parse_fault_flag(text) {
         Ok(spec) => {
-            let _ = spec.to_string();
+            // Printed, parsed again: the same fault. What `netchaos faults`,
+            // the summary, the API and the event log print can be pasted
+            // back as a flag.
+            let printed = spec.to_string();
+            let again = crate::profile::parse_fault_flag(&printed).unwrap_or_else(|e| {
+                panic!("{text:?} prints as {printed:?}, which does not parse: {e}")
+            });
+            assert_eq!(
+                format!("{again:?}"),
+                format!("{spec:?}"),
+                "{text:?} prints as {printed:?}, which parses to another fault"
+            );
             let _ = spec.all_params();
             let _ = crate::profile::build_plan(&[], &[text.to_string()], Some(1));
         }

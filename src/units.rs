@@ -144,19 +144,35 @@ pub(crate) fn format_size(n: u64) -> String {
     n.to_string()
 }
 
-/// Formats a duration compactly: `150ms`, `2s`, `1.5s`, `300us`.
+/// Formats a duration compactly: `150ms`, `2s`, `1.500ms`, `300us`,
+/// `2ns` — in a form [`parse_duration`] reads back to the same duration
+/// (nanoseconds where a shorter form would not).
 pub(crate) fn format_duration(d: Duration) -> String {
-    let us = d.as_micros();
-    if us == 0 {
+    let ns = d.as_nanos();
+    let text = if ns == 0 {
         "0s".into()
-    } else if us % 1_000_000 == 0 {
-        format!("{}s", us / 1_000_000)
-    } else if us % 1000 == 0 {
-        format!("{}ms", us / 1000)
-    } else if us < 1000 {
-        format!("{us}us")
+    } else if ns % 1_000_000_000 == 0 {
+        format!("{}s", ns / 1_000_000_000)
+    } else if ns % 1_000_000 == 0 {
+        format!("{}ms", ns / 1_000_000)
+    } else if ns < 1000 {
+        format!("{ns}ns")
+    } else if ns < 1_000_000 && ns % 1000 == 0 {
+        format!("{}us", ns / 1000)
+    } else if ns % 1000 == 0 {
+        format!("{}.{:03}ms", ns / 1_000_000, ns % 1_000_000 / 1000)
     } else {
-        format!("{:.3}ms", us as f64 / 1000.0)
+        let (scale, unit) = if ns < 1_000_000 {
+            (1000, "us")
+        } else {
+            (1_000_000, "ms")
+        };
+        let frac = format!("{:0width$}", ns % scale, width = scale.ilog10() as usize);
+        format!("{}.{}{unit}", ns / scale, frac.trim_end_matches('0'))
+    };
+    match parse_duration(&text) {
+        Ok(back) if back == d => text,
+        _ => format!("{ns}ns"),
     }
 }
 
@@ -305,6 +321,25 @@ mod tests {
     fn formatting() {
         assert_eq!(format_duration(Duration::from_millis(150)), "150ms");
         assert_eq!(format_duration(Duration::from_secs(2)), "2s");
+        assert_eq!(format_duration(Duration::from_micros(1500)), "1.500ms");
+        assert_eq!(format_duration(Duration::from_nanos(2)), "2ns");
+        assert_eq!(
+            format_duration(Duration::from_nanos(100_990_001)),
+            "100.990001ms"
+        );
+        for ns in [
+            1,
+            999,
+            1000,
+            1001,
+            1_500_000,
+            100_990_000,
+            61_000_000_007,
+            u64::MAX >> 20,
+        ] {
+            let d = Duration::from_nanos(ns);
+            assert_eq!(parse_duration(&format_duration(d)).unwrap(), d, "{ns}");
+        }
         assert_eq!(format_rate(125_000), "1mbit");
         assert_eq!(format_rate(62_500), "500kbit");
         assert_eq!(format_rate(123_457), "987.656kbit");

@@ -120,17 +120,14 @@ impl Kind for DnsAnswer {
                 false => n.to_string(),
             })
             .collect();
+        // As they parse back: none is no `addresses` at all (an empty
+        // NOERROR), several are words (`10.0.0.1|10.0.0.2`).
         let mut p = if self.one_of {
             vec![("random", "true".into())]
+        } else if a.is_empty() {
+            vec![]
         } else {
-            vec![(
-                "addresses",
-                if a.is_empty() {
-                    "none".into()
-                } else {
-                    a.join(",")
-                },
-            )]
+            vec![("addresses", a.join("|"))]
         };
         p.push(("ttl", self.ttl.to_string()));
         p.extend(self.matcher.params());

@@ -112,17 +112,32 @@ fn parse_type(s: &str) -> Option<u16> {
         .or_else(|| up.strip_prefix("TYPE")?.parse().ok())
 }
 
+/// `key`'s values: an array's strings, each also split at `|`, with where
+/// each stands. (Not at spaces: a name with one is an error, not two names.)
+fn alternatives(f: &mut Fields, key: &'static str) -> Result<Vec<(String, String)>, ProfileError> {
+    Ok(f.strings(key)?
+        .unwrap_or_default()
+        .iter()
+        .flat_map(|n| {
+            node_text(n)
+                .split('|')
+                .map(|w| (w.to_string(), n.loc.clone()))
+                .collect::<Vec<_>>()
+        })
+        .collect())
+}
+
 impl QueryMatch {
     pub(crate) fn parse(f: &mut Fields) -> Result<QueryMatch, ProfileError> {
         let mut m = QueryMatch::default();
-        for n in f.strings("name")?.unwrap_or_default() {
-            let text = node_text(&n);
+        // Several as an array, or apart by `|` (`A|AAAA`, what a flag gives).
+        for (text, loc) in alternatives(f, "name")? {
             match NamePattern::parse(&text) {
                 Some(p) => m.names.push(p),
                 None => {
                     return Err(f.error(
                         "name",
-                        &n.loc,
+                        &loc,
                         format!(
                             "expected a host name like \"api.example.com\", \"*.example.com\" or a glob like \"api-?.example.*\", got {text:?}"
                         ),
@@ -130,13 +145,12 @@ impl QueryMatch {
                 }
             }
         }
-        for t in f.strings("qtype")?.unwrap_or_default() {
-            let text = node_text(&t);
+        for (text, loc) in alternatives(f, "qtype")? {
             let Some(n) = parse_type(&text) else {
                 let known: Vec<&str> = TYPES.iter().map(|(n, _)| *n).collect();
                 return Err(f.error(
                     "qtype",
-                    &t.loc,
+                    &loc,
                     format!(
                         "unknown query type {text:?}; expected one of {} or TYPEnn",
                         known.join(", ")
@@ -165,11 +179,11 @@ impl QueryMatch {
         let mut p = Vec::new();
         if !self.names.is_empty() {
             let n: Vec<String> = self.names.iter().map(|n| n.to_string()).collect();
-            p.push(("name", n.join(",")));
+            p.push(("name", n.join("|")));
         }
         if !self.qtypes.is_empty() {
             let t: Vec<String> = self.qtypes.iter().map(|t| type_name(*t)).collect();
-            p.push(("qtype", t.join(",")));
+            p.push(("qtype", t.join("|")));
         }
         p
     }
