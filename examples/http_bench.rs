@@ -64,9 +64,10 @@ trait Conn: Read + Write + Send {}
 impl<T: Read + Write + Send> Conn for T {}
 
 fn server(ca_out: &str) {
-    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    use rcgen::{
+        BasicConstraints, CertificateParams, DistinguishedName, DnType, IsCa, Issuer, KeyPair,
+    };
     let ca_key = KeyPair::generate().unwrap();
-    use rcgen::{DistinguishedName, DnType};
     let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
     ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     // Names of their own: with rcgen's one default name for both, OpenSSL

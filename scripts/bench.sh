@@ -537,6 +537,16 @@ if [ -n "$MITMDUMP" ]; then
   else echo "bench.sh: mitmproxy did not start: $(cat "$WORK/mitm.log")" >&2; fi
 fi
 declare -A PRPS PRPSP PTRPS PTRPSP PGET PTGET
+# measure_peer NAME: one round of the four measures through a peer, kept
+# only if all four worked (a peer that fails is left out, not the report).
+measure_peer() {
+  local n=$1 a b c d e f
+  read -r a b < <("$HB" rps "${HPA[$n]}" "$RPS_SECS") && [ -n "$b" ] || return 1
+  read -r c d < <("$HB" rps "${HPT[$n]}" "$RPS_SECS" "${HPCA[$n]}") && [ -n "$d" ] || return 1
+  e=$("$HB" get "${HPA[$n]}" 1073741824) || return 1
+  f=$("$HB" get "${HPT[$n]}" 536870912 "${HPCA[$n]}") || return 1
+  PRPS[$n]+=" $a" PRPSP[$n]+=" $b" PTRPS[$n]+=" $c" PTRPSP[$n]+=" $d" PGET[$n]+=" $e" PTGET[$n]+=" $f"
+}
 
 for r in $(seq "$ROUNDS"); do
   echo "HTTP round $r/$ROUNDS" >&2
@@ -551,12 +561,17 @@ for r in $(seq "$ROUNDS"); do
   GTD+=" $("$HB" get "$HTLS" 536870912 "$WORK/httpd-ca.pem")"
   GTL+=" $("$HB" get "$HSLAYER" 536870912 "$WORK/nc-ca.pem")"
   for n in "${HPEERS[@]}"; do
-    read -r a b < <("$HB" rps "${HPA[$n]}" "$RPS_SECS"); PRPS[$n]+=" $a"; PRPSP[$n]+=" $b"
-    read -r a b < <("$HB" rps "${HPT[$n]}" "$RPS_SECS" "${HPCA[$n]}"); PTRPS[$n]+=" $a"; PTRPSP[$n]+=" $b"
-    PGET[$n]+=" $("$HB" get "${HPA[$n]}" 1073741824)"
-    PTGET[$n]+=" $("$HB" get "${HPT[$n]}" 536870912 "${HPCA[$n]}")"
+    measure_peer "$n" 2>>"$WORK/peers.err" || echo "bench.sh: a round through $n failed (left out of its medians)" >&2
   done
 done
+# The peers are done: they should not share the machine with what follows.
+for p in haproxy-http nginx mitm; do
+  { [ -f "$WORK/$p.pid" ] && kill "$(cat "$WORK/$p.pid")" 2>/dev/null && rm -f "$WORK/$p.pid"; } || true
+done
+# A peer no round went through has no row.
+kept=()
+for n in "${HPEERS[@]}"; do [ -n "${PRPS[$n]:-}" ] && kept+=("$n"); done
+HPEERS=("${kept[@]}")
 for v in HD HS HL HR HRP HTD HTL HDP HLP HTDP HTLP GD GL GTD GTL; do
   printf -v "$v" '%s' "$(echo "${!v}" | median)"
 done
@@ -799,7 +814,7 @@ PY
 # The hand-written sections after the measured ones (## headings: how the
 # relay spends its time) are the old file's, kept as they were.
 if [ -f "$OUT" ] && grep -q '^## ' "$OUT"; then
-  awk '/^## / {keep = 1} keep' "$OUT" >>"$OUT.new"
+  { echo; awk '/^## / {keep = 1} keep' "$OUT"; } >>"$OUT.new"
 fi
 mv "$OUT.new" "$OUT"
 cat "$OUT"

@@ -567,8 +567,8 @@ pub(crate) fn parse_fault(mut f: Fields) -> Result<FaultSpec, ProfileError> {
     let mut f = f.renamed(info.name);
     let probability = f.number_in("probability", 0.0, 1.0)?.unwrap_or(1.0);
     let stream = match f.choice("stream", &["upstream", "downstream", "both"])? {
-        // A kind `stream` means nothing for keeps its own: the same fault
-        // whether or not a profile (or Toxiproxy's API) named one.
+        // For a kind that `stream` means nothing to, its own default: the
+        // same fault whether or not the profile or flag named one.
         _ if !info.streamed => info.default_stream,
         Some("upstream") => Stream::Upstream,
         Some("both") => Stream::Both,

@@ -71,9 +71,9 @@ struct Entry {
 /// different destinations at the same time.
 type Key = (SocketAddr, SocketAddr);
 
-/// The relay's own dial, as its SYN shows it: (local port, destination
-/// address, destination port).
-type OwnKey = (u16, IpAddr, u16);
+/// The relay's own dial, as its SYN shows it: (local address where the
+/// dial bound one, local port, destination address, destination port).
+type OwnKey = (Option<IpAddr>, u16, IpAddr, u16);
 
 struct Table {
     entries: HashMap<Key, Entry>,
@@ -197,18 +197,24 @@ impl Gate {
             .and_then(|e| e.handoff.take())
     }
 
-    /// Marks a dial of the relay's own, from `local_port` to `dst`, until
-    /// the returned guard is dropped (once it is connected or failed).
-    pub(crate) fn expect_own(&self, local_port: u16, dst: SocketAddr) -> OwnDial<'_> {
-        let key = (local_port, dst.ip(), dst.port());
+    /// Marks a dial of the relay's own, from `local` to `dst`, until the
+    /// returned guard is dropped (once it is connected or failed). A dial
+    /// bound to an address (one that keeps a client's port, which the
+    /// client knows) is known by that address too, so that another socket
+    /// of the namespace on that port cannot pass for it.
+    pub(crate) fn expect_own(&self, local: SocketAddr, dst: SocketAddr) -> OwnDial<'_> {
+        let ip = Some(local.ip()).filter(|ip| !ip.is_unspecified());
+        let key = (ip, local.port(), dst.ip(), dst.port());
         self.own.lock().expect("gate lock").insert(key);
         OwnDial { gate: self, key }
     }
 
     /// Whether the SYN is one of the relay's own dials.
     pub(crate) fn is_own(&self, syn: &Syn) -> bool {
-        let key = (syn.src.port(), syn.dst.ip(), syn.dst.port());
-        self.own.lock().expect("gate lock").contains(&key)
+        let own = self.own.lock().expect("gate lock");
+        let (port, ip, dport) = (syn.src.port(), syn.dst.ip(), syn.dst.port());
+        own.contains(&(Some(syn.src.ip()), port, ip, dport))
+            || own.contains(&(None, port, ip, dport))
     }
 
     /// SYNs remembered now.
@@ -400,12 +406,25 @@ mod tests {
     }
 
     #[test]
+    fn a_dial_bound_to_an_address_is_known_by_it() {
+        let gate = Gate::default();
+        let s = syn("192.0.2.1:41000", "127.0.0.1:8080", 1);
+        let _own = gate.expect_own(s.src, s.dst);
+        assert!(gate.is_own(&s));
+        // The client that port belongs to, or anyone else on it, is not.
+        assert!(!gate.is_own(&Syn {
+            src: "127.0.0.2:41000".parse().unwrap(),
+            ..s
+        }));
+    }
+
+    #[test]
     fn the_relays_own_dials_are_known_while_they_last() {
         let gate = Gate::default();
         let s = syn("10.0.0.2:41000", "10.0.0.1:443", 1);
         assert!(!gate.is_own(&s));
         {
-            let _own = gate.expect_own(41000, s.dst);
+            let _own = gate.expect_own("0.0.0.0:41000".parse().unwrap(), s.dst);
             assert!(gate.is_own(&s));
             assert!(!gate.is_own(&Syn {
                 dst: "10.0.0.1:444".parse().unwrap(),

@@ -3,7 +3,7 @@
 //! command, learn how it ended, and leave nothing behind.
 
 use std::io;
-use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::OwnedFd;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -11,8 +11,6 @@ use std::time::Duration;
 use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::waitpid;
 use nix::unistd::{ForkResult, Pid, fork};
-
-use std::net::IpAddr;
 
 use tokio::net::TcpStream;
 
@@ -385,10 +383,6 @@ impl Sandbox {
         if inside { Route::Inside } else { Route::Host }
     }
 
-    /// A connection to `dst` from inside the namespace, with a socket made
-    /// there (by the agent, or by netchaos's thread in the namespace). Its
-    /// port is bound first and the SYN gate told, so that its SYN passes the
-    /// redirect.
     /// Connects to `dst` from inside the namespace. A loopback client
     /// (127.0.0.1, ::1) talking to a server of its own namespace keeps its
     /// source port in the server's eyes: the client's socket holds that
@@ -414,9 +408,9 @@ impl Sandbox {
             }
         }
         let any: SocketAddr = if dst.is_ipv6() {
-            (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+            (Ipv6Addr::UNSPECIFIED, 0).into()
         } else {
-            (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
+            (Ipv4Addr::UNSPECIFIED, 0).into()
         };
         self.connect_inside_from(dst, mss, any).await
     }
@@ -441,6 +435,10 @@ impl Sandbox {
         (from.port() != 0).then(|| SocketAddr::new(ip, from.port()))
     }
 
+    /// A connection to `dst` from `src`, with a socket made inside the
+    /// namespace (by the agent, or by netchaos's thread in it). The socket
+    /// is bound first and the SYN gate told, so that its SYN passes the
+    /// redirect.
     async fn connect_inside_from(
         &self,
         dst: SocketAddr,
@@ -456,7 +454,7 @@ impl Sandbox {
             socket2::SockRef::from(&sock).set_tcp_mss(mss)?;
         }
         sock.bind(src)?;
-        let _own = self.gate.expect_own(sock.local_addr()?.port(), dst);
+        let _own = self.gate.expect_own(sock.local_addr()?, dst);
         sock.connect(dst).await
     }
 }
