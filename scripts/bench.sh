@@ -47,11 +47,11 @@ while (($#)); do
     *) echo "bench.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
-# The tools and the peers (haproxy, socat), installed when they can be
+# The tools and the peers (haproxy, socat; nginx for HTTP), installed when they can be
 # (root, apt): a fresh machine has neither peer, and a table without them
 # says nothing about where netchaos stands.
 missing=()
-for tool in iperf3 python3 haproxy socat; do
+for tool in iperf3 python3 haproxy socat nginx; do
   command -v "$tool" >/dev/null || missing+=("$tool")
 done
 if ((${#missing[@]})); then
@@ -65,11 +65,13 @@ if ((${#missing[@]})); then
       timeout 300 apt-get install -y -qq --no-install-recommends "$p" >/dev/null 2>&1 ||
         echo "bench.sh: could not install $p" >&2
     done
-    # Debian starts haproxy's own service on install; the benchmark runs
-    # its own haproxy, and leaves nothing running behind it.
-    if [[ " ${missing[*]} " == *" haproxy "* ]] && [ -d /run/systemd/system ]; then
-      systemctl disable --now haproxy.service >/dev/null 2>&1 || true
-    fi
+    # Debian starts haproxy's and nginx's own services on install; the
+    # benchmark runs its own, and leaves nothing running behind it.
+    for svc in haproxy nginx; do
+      if [[ " ${missing[*]} " == *" $svc "* ]] && [ -d /run/systemd/system ]; then
+        systemctl disable --now "$svc.service" >/dev/null 2>&1 || true
+      fi
+    done
   else
     echo "bench.sh: not installing ${missing[*]} (needs root and apt-get)" >&2
   fi
@@ -77,19 +79,10 @@ fi
 for tool in iperf3 python3; do
   command -v "$tool" >/dev/null || { echo "bench.sh: needs $tool (apt-get install $tool)" >&2; exit 1; }
 done
-for peer in haproxy socat; do
+for peer in haproxy socat nginx; do
   command -v "$peer" >/dev/null || echo "bench.sh: $peer is not installed: it is left out of the peers (apt-get install $peer)" >&2
 done
-# The HTTP layer's peers: nginx by apt like the others; mitmproxy (PyPI) in a
-# venv of its own under target/, pinned.
-if ! command -v nginx >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-  echo "bench.sh: installing nginx" >&2
-  DEBIAN_FRONTEND=noninteractive timeout 300 apt-get install -y -qq --no-install-recommends nginx-light >/dev/null 2>&1 ||
-    DEBIAN_FRONTEND=noninteractive timeout 300 apt-get install -y -qq --no-install-recommends nginx >/dev/null 2>&1 ||
-    echo "bench.sh: could not install nginx" >&2
-  # Debian starts nginx's own service on install; the benchmark runs its own.
-  [ -d /run/systemd/system ] && systemctl disable --now nginx.service >/dev/null 2>&1 || true
-fi
+# mitmproxy (PyPI) in a venv of its own under target/, pinned.
 MITMDUMP=$(command -v mitmdump || true)
 if [ -z "$MITMDUMP" ]; then
   if [ ! -x target/bench-venv/bin/mitmdump ]; then
@@ -99,7 +92,6 @@ if [ -z "$MITMDUMP" ]; then
   fi
   [ -x target/bench-venv/bin/mitmdump ] && MITMDUMP=$PWD/target/bench-venv/bin/mitmdump
 fi
-command -v nginx >/dev/null || echo "bench.sh: nginx is not installed: it is left out of the HTTP peers" >&2
 [ -n "$MITMDUMP" ] || echo "bench.sh: mitmproxy is not installed: it is left out of the HTTP peers" >&2
 
 cargo build --release --quiet --bin netchaos --example bench_client --example http_bench

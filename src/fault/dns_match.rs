@@ -4,7 +4,7 @@
 //! query type (`qtype`: `A`, `AAAA`, …). The per-query `probability` draw
 //! is the DNS layer's, from (seed, rule, fault, query number).
 
-use crate::settings::{Fields, ProfileError, node_text};
+use crate::settings::{Fields, ProfileError};
 
 /// A query, as far as matching looks at it.
 pub(crate) struct QueryView<'a> {
@@ -112,26 +112,11 @@ fn parse_type(s: &str) -> Option<u16> {
         .or_else(|| up.strip_prefix("TYPE")?.parse().ok())
 }
 
-/// `key`'s values: an array's strings, each also split at `|`, with where
-/// each stands. (Not at spaces: a name with one is an error, not two names.)
-fn alternatives(f: &mut Fields, key: &'static str) -> Result<Vec<(String, String)>, ProfileError> {
-    Ok(f.strings(key)?
-        .unwrap_or_default()
-        .iter()
-        .flat_map(|n| {
-            node_text(n)
-                .split('|')
-                .map(|w| (w.to_string(), n.loc.clone()))
-                .collect::<Vec<_>>()
-        })
-        .collect())
-}
-
 impl QueryMatch {
     pub(crate) fn parse(f: &mut Fields) -> Result<QueryMatch, ProfileError> {
         let mut m = QueryMatch::default();
         // Several as an array, or apart by `|` (`A|AAAA`, what a flag gives).
-        for (text, loc) in alternatives(f, "name")? {
+        for (text, loc) in f.alternatives("name")?.unwrap_or_default() {
             match NamePattern::parse(&text) {
                 Some(p) => m.names.push(p),
                 None => {
@@ -145,7 +130,7 @@ impl QueryMatch {
                 }
             }
         }
-        for (text, loc) in alternatives(f, "qtype")? {
+        for (text, loc) in f.alternatives("qtype")?.unwrap_or_default() {
             let Some(n) = parse_type(&text) else {
                 let known: Vec<&str> = TYPES.iter().map(|(n, _)| *n).collect();
                 return Err(f.error(
@@ -232,5 +217,34 @@ mod tests {
         assert!(!e.matcher().matches(&q("github.co", 1)));
         assert_eq!(e.matcher().params()[0].1, "github.?om");
         assert_eq!(super::parse_type("type99"), Some(99));
+    }
+
+    /// Several in one flag value, apart by `|`, as they print.
+    #[test]
+    fn several_names_and_types_in_a_flag() {
+        let s = spec(
+            "dns_error",
+            &[("name", "a.example|*.b.example"), ("qtype", "A|MX")],
+        )
+        .unwrap();
+        let crate::fault::FaultKind::DnsError(e) = &s.kind else {
+            panic!()
+        };
+        let q = |name, qtype| super::QueryView { name, qtype };
+        assert!(e.matcher().matches(&q("a.example", 15)));
+        assert!(e.matcher().matches(&q("x.b.example", 1)));
+        assert!(
+            !e.matcher().matches(&q("a.example", 28)),
+            "AAAA is not asked"
+        );
+        assert_eq!(
+            e.matcher().params(),
+            [
+                ("name", "a.example|*.b.example".into()),
+                ("qtype", "A|MX".into())
+            ]
+        );
+        let e = spec("dns_error", &[("qtype", "A|")]).unwrap_err();
+        assert!(e.message.contains("unknown query type \"\""), "{e}");
     }
 }

@@ -548,13 +548,32 @@ impl Fields {
         &mut self,
         key: &'static str,
     ) -> Result<Option<Vec<(String, String)>>, ProfileError> {
+        self.split_list(key, &['|', ' '], false)
+    }
+
+    /// A list given as an array, or as one string of alternatives apart by
+    /// `|` only (a value with a space stays whole, for its parser to refuse;
+    /// an empty alternative is kept, for the same reason).
+    pub fn alternatives(
+        &mut self,
+        key: &'static str,
+    ) -> Result<Option<Vec<(String, String)>>, ProfileError> {
+        self.split_list(key, &['|'], true)
+    }
+
+    fn split_list(
+        &mut self,
+        key: &'static str,
+        seps: &[char],
+        keep_empty: bool,
+    ) -> Result<Option<Vec<(String, String)>>, ProfileError> {
         Ok(self.strings(key)?.map(|nodes| {
             nodes
                 .iter()
                 .flat_map(|n| {
                     node_text(n)
-                        .split(['|', ' '])
-                        .filter(|w| !w.is_empty())
+                        .split(seps)
+                        .filter(|w| keep_empty || !w.is_empty())
                         .map(|w| (w.to_string(), n.loc.clone()))
                         .collect::<Vec<_>>()
                 })
