@@ -95,6 +95,8 @@ pub enum Command {
     /// Print an event log's HTTP request records: every attempt, grouped into logical requests; judge them with --expect.
     #[command(after_help = RECORDS_AFTER_HELP)]
     Records(RecordsArgs),
+    /// Print the event log's JSON Schema: every line `--events` writes (docs/events.schema.json is this output).
+    Schema,
     /// Run a drill: the commands under test without faults, then under each scenario's fault, judged by checks.
     #[command(after_help = DRILL_AFTER_HELP)]
     Drill(DrillArgs),

@@ -46,6 +46,7 @@ fn prints_only(command: &Command) -> bool {
             | Command::Profiles
             | Command::Faults { .. }
             | Command::Records(_)
+            | Command::Schema
             | Command::Completions { .. }
             | Command::Man { .. }
     )

@@ -68,6 +68,10 @@ pub fn run(cli: Cli, matches: &ArgMatches) -> Result<u8> {
         Command::Report(args) => report::run(args),
         Command::Records(args) => records::run(args),
         Command::Drill(args) => drill::run(&cli.global, args),
+        Command::Schema => {
+            print!("{}", crate::events::schema::json_schema());
+            Ok(0)
+        }
         Command::DemoClient { addr, pooled } => demo::client(addr, *pooled),
         Command::Completions { shell } => {
             let mut cmd = <Cli as clap::CommandFactory>::command();

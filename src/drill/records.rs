@@ -9,9 +9,8 @@ use std::fmt;
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 
-use serde::Deserialize;
+use crate::events::schema::{Event, Line};
 use serde_json::Value;
-use std::borrow::Cow;
 
 /// A string kept once, named by its index (0: none).
 pub(crate) type Sym = u32;
@@ -294,48 +293,6 @@ pub(crate) struct Records {
     pub stopped: bool,
 }
 
-#[derive(Deserialize)]
-struct Line<'a> {
-    #[serde(borrow)]
-    event: Cow<'a, str>,
-    #[serde(default)]
-    t: f64,
-    #[serde(default)]
-    start: f64,
-    #[serde(default)]
-    ms: f64,
-    head_ms: Option<f64>,
-    first_ms: Option<f64>,
-    #[serde(borrow, default)]
-    error: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    faults: Vec<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    http: Option<HttpPart<'a>>,
-}
-
-#[derive(Deserialize)]
-struct HttpPart<'a> {
-    #[serde(borrow, default)]
-    method: Cow<'a, str>,
-    #[serde(borrow, default)]
-    path: Cow<'a, str>,
-    #[serde(borrow, default)]
-    host: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    model: Option<Cow<'a, str>>,
-    #[serde(default)]
-    status: u16,
-    #[serde(default)]
-    upstream_status: u16,
-    #[serde(borrow, default)]
-    retry_after: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    body: Option<Cow<'a, str>>,
-    #[serde(borrow, default)]
-    headers: HashMap<Cow<'a, str>, Cow<'a, str>>,
-}
-
 /// FNV-1a of a string (never 0, so that 0 can mean none).
 fn hash(s: &str) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
@@ -428,12 +385,10 @@ fn read_one(
             Err(e) => return Err(format!("line {n}: not an event line ({e})")),
         };
         last = last.max(l.t);
-        if l.event != "attempt" {
-            continue;
-        }
-        let Some(h) = l.http else { continue };
+        let Event::Attempt(a) = l.event else { continue };
+        let h = &a.http;
         let mut faults = 0u32;
-        for f in &l.faults {
+        for f in &a.faults {
             let i = match fault_names.iter().position(|x| x == f) {
                 Some(i) => i,
                 None => {
@@ -447,10 +402,10 @@ fn read_one(
         }
         let header = |name: &str| h.headers.get(name).map(|v| v.as_ref());
         recs.push(Rec {
-            start: offset + l.start,
-            ms: l.ms as f32,
-            head_ms: l.head_ms.map_or(f32::NAN, |v| v as f32),
-            first_ms: l.first_ms.map_or(f32::NAN, |v| v as f32),
+            start: offset + a.start,
+            ms: a.ms as f32,
+            head_ms: a.head_ms.map_or(f32::NAN, |v| v as f32),
+            first_ms: a.first_ms.map_or(f32::NAN, |v| v as f32),
             retry_after: h.retry_after.as_deref().map_or(f32::NAN, retry_after_secs),
             body: match group_header {
                 Some(g) => header(g).map_or(0, hash),
@@ -469,12 +424,12 @@ fn read_one(
                 h.path.split('?').next().unwrap_or("")
             )),
             faults,
-            status: h.status,
-            upstream: h.upstream_status,
+            status: h.status.unwrap_or(0),
+            upstream: h.upstream_status.unwrap_or(0),
             retry_count: header("x-stainless-retry-count")
                 .and_then(|v| v.trim().parse().ok())
                 .unwrap_or(-1),
-            failure: Failure::of(l.error.as_deref()),
+            failure: Failure::of(a.error.as_deref()),
         });
     }
     Ok((last, stopped))

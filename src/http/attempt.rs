@@ -14,10 +14,10 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde_json::{Map, Value};
+use std::borrow::Cow;
 
 use super::tape::Tape;
-use crate::events::{ConnInfo, Events};
+use crate::events::{ConnInfo, Events, ms, schema};
 
 /// The request headers an attempt line keeps: those the SDKs and users
 /// tie a logical request's attempts together with. Others are named with
@@ -323,46 +323,11 @@ impl Attempt {
         self.marks().model.get_or_insert_with(|| clip(model));
     }
 
-    /// Its line, and whether it failed (no whole answer, or a status of
-    /// 400 or more).
-    fn line(&self) -> (Map<String, Value>, bool) {
-        let ms = |d: Duration| Value::from((d.as_secs_f64() * 1e6).round() / 1e3);
+    /// Its line (the connection's fields left to the writer), and whether
+    /// it failed (no whole answer, or a status of 400 or more).
+    fn line(&self) -> (schema::Attempt<'_>, bool) {
         let m = self.marks();
         let total = self.begun.elapsed();
-        let mut http = Map::new();
-        http.insert("request".into(), self.n.into());
-        http.insert("proto".into(), self.proto.into());
-        http.insert("method".into(), self.method.as_str().into());
-        http.insert("path".into(), self.path.as_str().into());
-        if let Some(h) = &self.host {
-            http.insert("host".into(), h.as_str().into());
-        }
-        if let Some(model) = &m.model {
-            http.insert("model".into(), model.as_str().into());
-        }
-        if !self.headers.is_empty() {
-            let hs: Map<String, Value> = self
-                .headers
-                .iter()
-                .map(|(k, v)| (k.clone(), Value::from(v.as_str())))
-                .collect();
-            http.insert("headers".into(), hs.into());
-        }
-        if let Some(s) = m.status {
-            http.insert("status".into(), s.into());
-        }
-        if let Some(g) = m.grpc {
-            http.insert("grpc_status".into(), g.into());
-        }
-        if let Some(r) = &m.retry_after {
-            http.insert("retry_after".into(), r.as_str().into());
-        }
-        if let Some(u) = m.upstream {
-            http.insert("upstream_status".into(), u.into());
-        }
-        if let Some(b) = m.body {
-            http.insert("body".into(), format!("{b:016x}").into());
-        }
         // How it ended, as the client met it: a whole answer, or the
         // first failure named; else what was missing when both sides let
         // go (the client gave up, or the connection ended under it): the
@@ -373,28 +338,42 @@ impl Attempt {
             (false, None, Some(_)) => Some("truncated"),
             (false, None, None) => Some("no_response"),
         };
-        let mut f = Map::new();
-        f.insert("start".into(), ((self.start * 1e6).round() / 1e6).into());
-        f.insert("http".into(), http.into());
-        f.insert("error".into(), error.into());
-        f.insert("ms".into(), ms(total));
-        if let Some(h) = m.head {
-            f.insert("head_ms".into(), ms(h));
-        }
-        if let Some(b) = m.first {
-            f.insert("first_ms".into(), ms(b));
-        }
-        f.insert(
-            "faults".into(),
-            m.faults.iter().map(|s| Value::from(*s)).collect(),
-        );
         // Relayed unread is no failure of the client's answer.
         let failed = match error {
             Some("unfollowed") => m.status.is_none_or(|s| s >= 400),
             Some(_) => true,
             None => m.status.is_none_or(|s| s >= 400),
         };
-        (f, failed)
+        let owned = |s: &str| Cow::Owned(s.to_string());
+        let http = schema::AttemptRequest {
+            request: self.n,
+            proto: Cow::Borrowed(self.proto),
+            method: Cow::Borrowed(&self.method),
+            path: Cow::Borrowed(&self.path),
+            host: self.host.as_deref().map(Cow::Borrowed),
+            model: m.model.as_deref().map(owned),
+            headers: self
+                .headers
+                .iter()
+                .map(|(k, v)| (Cow::Borrowed(k.as_str()), Cow::Borrowed(v.as_str())))
+                .collect(),
+            status: m.status,
+            grpc_status: m.grpc,
+            retry_after: m.retry_after.as_deref().map(owned),
+            upstream_status: m.upstream,
+            body: m.body.map(|b| Cow::Owned(format!("{b:016x}"))),
+        };
+        let line = schema::Attempt {
+            conn: self.conn.line(),
+            start: (self.start * 1e6).round() / 1e6,
+            http,
+            error: error.map(Cow::Borrowed),
+            ms: ms(total),
+            head_ms: m.head.map(ms),
+            first_ms: m.first.map(ms),
+            faults: m.faults.iter().map(|s| Cow::Borrowed(*s)).collect(),
+        };
+        (line, failed)
     }
 }
 
@@ -413,8 +392,8 @@ impl Drop for Attempt {
                 .unwrap_or_else(|e| e.into_inner())
                 .finish(whole);
         }
-        let (fields, failed) = self.line();
-        self.events.attempt(&self.conn, fields, failed);
+        let (line, failed) = self.line();
+        self.events.attempt(line, failed);
     }
 }
 

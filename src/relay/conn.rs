@@ -30,7 +30,7 @@ use super::dial::{self, Dest, DialError};
 use super::interception::{Interception, PeerQueues, PeerSockets};
 use super::pipeline::{self, Feed, Wanted};
 use super::{DirEnd, Endpoint, Relay, Target, fast};
-use crate::events::{ConnInfo, Dst, FaultHit, Meter, Outcome};
+use crate::events::{ConnInfo, Dst, FaultHit, Meter, Outcome, RelayPath};
 use crate::fault::Chosen;
 use crate::fault::http_reply::is_head_request;
 use crate::fault::{Direction, FaultKind, Partition, StageCtx};
@@ -234,7 +234,7 @@ struct Conn<'a> {
     /// The path the bytes took (`splice`: the fast path, by the name it had
     /// when it used `splice(2)`; `pipeline`, `http`, `https`), once known:
     /// for the event log and the counters.
-    path: OnceLock<&'static str>,
+    path: OnceLock<RelayPath>,
     /// Whether the client's and the upstream's receive buffers are
     /// bounded ([`sockopt::tune`]), so that the fast path grows them.
     capped: [AtomicBool; 2],
@@ -370,7 +370,11 @@ impl Conn<'_> {
             }
         }
         let stages = first.iter().any(|c| c.spec.kind.has_stage());
-        let _ = self.path.set(if stages { "pipeline" } else { "splice" });
+        let _ = self.path.set(if stages {
+            RelayPath::Pipeline
+        } else {
+            RelayPath::Splice
+        });
         let up = self.direction(client, &upstream, Direction::Upstream);
         let down = self.direction(&upstream, client, Direction::Downstream);
         let outcome = run_pair(up, down, client, Some(&upstream)).await;
@@ -545,7 +549,7 @@ impl Conn<'_> {
             }
         }
         if let (Some(tls), 0x16) = (tls, probe[0]) {
-            let _ = self.path.set("https");
+            let _ = self.path.set(RelayPath::Https);
             return match self.accept_tls(&tls, client, dst).await {
                 Ok(side) => self.respond_on(client, r, side, true, false).await,
                 Err(ended) => ended,

@@ -25,6 +25,8 @@ use std::io::BufRead;
 use std::path::Path;
 use std::time::SystemTime;
 
+use crate::events::schema::{self, Event, FaultOn, Line, Params, Way};
+
 /// Connections drawn, at most; later ones are counted only.
 pub(crate) const MAX_CONNS: usize = 25_000;
 /// Fault marks drawn, at most, over all drawn connections.
@@ -45,7 +47,6 @@ const MAX_FAULT_KINDS: usize = 1_000;
 pub(crate) const MAX_LINE: usize = 1 << 20;
 
 use serde::Serialize;
-use serde_json::Value;
 
 /// What a report shows.
 #[derive(Debug, Default, Serialize)]
@@ -329,12 +330,12 @@ pub(crate) fn read(paths: &[&Path]) -> std::io::Result<Model> {
         let mut lines = Lines::new(open(p)?);
         let mut first = None;
         while let Some(line) = lines.next_line()? {
-            if let Some(v) = line.and_then(|l| parse(&l)) {
-                first = Some(v);
+            if let Some(l) = line.as_deref().and_then(parse) {
+                first = origin(&l);
                 break;
             }
         }
-        origins.push(first.as_ref().and_then(origin));
+        origins.push(first);
     }
     let mut b = Builder::new(&origins);
     for (i, p) in paths.iter().enumerate() {
@@ -381,25 +382,23 @@ impl<R: BufRead> Lines<R> {
     }
 }
 
-/// One line as an event (a JSON object), if it is one.
-fn parse(line: &str) -> Option<Value> {
+/// One line as an event of the schema ([`crate::events::schema`]), if it
+/// is one.
+fn parse(line: &str) -> Option<Line<'_>> {
     if line.trim().is_empty() {
         return None;
     }
-    match serde_json::from_str::<Value>(line) {
-        Ok(v @ Value::Object(_)) => Some(v),
-        _ => None,
-    }
+    serde_json::from_str(line).ok()
 }
 
 /// A wall-clock origin of a log: its first line's `time` minus its `t`.
-fn origin(v: &Value) -> Option<f64> {
-    let time = humantime::parse_rfc3339(v.get("time")?.as_str()?).ok()?;
+fn origin(l: &Line<'_>) -> Option<f64> {
+    let time = humantime::parse_rfc3339(&l.time).ok()?;
     let secs = time
         .duration_since(SystemTime::UNIX_EPOCH)
         .ok()?
         .as_secs_f64();
-    Some(secs - v.get("t")?.as_f64()?)
+    Some(secs - l.t)
 }
 
 /// Builds the model from each log's lines (held in memory: tests).
@@ -481,22 +480,11 @@ type Answered = (f64, f64, String);
 /// as that connection's resolve phase.
 const RESOLVE_WINDOW: f64 = 30.0;
 
-fn s(v: &Value, k: &str) -> String {
-    v.get(k).and_then(Value::as_str).unwrap_or("").to_string()
-}
-
-fn params_text(v: &Value) -> String {
-    match v.get("params").and_then(Value::as_object) {
-        Some(p) => p
-            .iter()
-            .map(|(k, v)| match v.as_str() {
-                Some(s) => format!("{k}={s}"),
-                None => format!("{k}={v}"),
-            })
-            .collect::<Vec<_>>()
-            .join(", "),
-        None => String::new(),
-    }
+fn params_text(p: &Params<'_>) -> String {
+    p.iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// How the picture colours an outcome.
@@ -545,37 +533,36 @@ impl Builder {
         }
     }
 
-    /// Where the connection of line `v` is kept; a connection first seen
-    /// is drawn while there is room, else counted (`open` lines only:
-    /// any other line of an unknown connection is counted by itself).
-    fn conn(&mut self, run: usize, offset: f64, v: &Value) -> Option<Slot> {
-        let id = v.get("conn")?.as_u64()?;
+    /// Where connection `v` is kept; a connection first seen is drawn
+    /// while there is room, else counted (`open` lines only: any other
+    /// line of an unknown connection is counted by itself).
+    fn conn(&mut self, run: usize, t: f64, v: &schema::Conn<'_>, opening: bool) -> Slot {
+        let id = v.conn;
         if let Some(&i) = self.index.get(&(run, id)) {
-            return Some(Slot::Drawn(i));
+            return Slot::Drawn(i);
         }
         if self.counted.contains_key(&(run, id)) {
-            return Some(Slot::Counted((run, id)));
+            return Slot::Counted((run, id));
         }
         if self.conns.len() >= MAX_CONNS {
-            let opening = v.get("event").and_then(Value::as_str) == Some("open");
             if opening && self.counted.len() < MAX_COUNTED_OPEN {
                 self.counted.insert((run, id), Counted::default());
-                return Some(Slot::Counted((run, id)));
+                return Slot::Counted((run, id));
             }
             if !opening {
                 self.m.summary.untracked_lines += 1;
             }
-            return Some(Slot::Untracked);
+            return Slot::Untracked;
         }
-        let mut dst = match v.get("host").and_then(Value::as_str) {
-            Some(h) => format!("{h} ({})", s(v, "dst")),
-            None => s(v, "dst"),
+        let mut dst = match &v.host {
+            Some(h) => format!("{h} ({})", v.dst),
+            None => v.dst.to_string(),
         };
         // Answered by the built-in mock, not the real upstream.
-        if let Some(api) = v.get("mock").and_then(Value::as_str) {
+        if let Some(api) = &v.mock {
             dst.push_str(&format!(" [mock: {api}]"));
         }
-        let key = match v.get("proxy").and_then(Value::as_str) {
+        let key = match &v.proxy {
             Some(p) => format!("{p} → {dst}"),
             None => dst.clone(),
         };
@@ -584,14 +571,13 @@ impl Builder {
         if group == next {
             self.groups.push(key);
         }
-        let t = v.get("t").and_then(Value::as_f64).unwrap_or(0.0) + offset;
         self.conns.push(Conn {
             id,
             run,
             group,
-            client: s(v, "client"),
+            client: v.client.to_string(),
             dst,
-            host: s(v, "host"),
+            host: v.host.as_deref().unwrap_or("").to_string(),
             open: t,
             outcome: "open".into(),
             class: "open",
@@ -599,7 +585,7 @@ impl Builder {
         });
         let i = self.conns.len() - 1;
         self.index.insert((run, id), i);
-        Some(Slot::Drawn(i))
+        Slot::Drawn(i)
     }
 
     /// The index of (rule, fault) in the summary's counts (past
@@ -665,77 +651,80 @@ impl Builder {
     }
 
     /// One line of the log being read.
-    fn line(&mut self, run: &mut RunState, v: &Value) {
+    fn line(&mut self, run: &mut RunState, l: &Line<'_>) {
         let offset = run.r.offset;
         let log = run.index;
         let r = &mut run.r;
-        let t = v.get("t").and_then(Value::as_f64).unwrap_or(0.0) + offset;
+        let t = l.t + offset;
         self.m.end = self.m.end.max(t);
-        match v.get("event").and_then(Value::as_str).unwrap_or("") {
-            "start" => {
-                r.seed = v.get("seed").and_then(Value::as_u64);
-                r.mode = s(v, "mode");
-                r.version = s(v, "version");
-                r.started = s(v, "time");
+        match &l.event {
+            Event::Start(v) => {
+                r.seed = Some(v.seed);
+                r.mode = v.mode.to_string();
+                r.version = v.version.to_string();
+                r.started = l.time.to_string();
             }
-            "plan" => self.plan(r, v, offset),
-            "faults_end" => {
-                let at = v.get("at_ms").and_then(Value::as_f64).unwrap_or(0.0) / 1e3;
-                r.faults_end = Some(at);
+            Event::Plan(v) => self.plan(r, v, offset),
+            Event::FaultsEnd(v) => r.faults_end = Some(v.at_ms as f64 / 1e3),
+            Event::Truncated(v) => r.truncated = Some(v.max_bytes),
+            Event::Open(v) => {
+                self.conn(log, t, v, true);
             }
-            "truncated" => {
-                r.truncated = Some(v.get("max_bytes").and_then(Value::as_u64).unwrap_or(0));
-            }
-            "open" => {
-                self.conn(log, offset, v);
-            }
-            "close" => self.close(log, offset, t, v),
-            "dns" => {
-                let d = &v["dns"];
-                if let Some(ms) = d.get("ms").and_then(Value::as_f64)
+            Event::Close(v) => self.close(log, t, v),
+            Event::Dns(v) => {
+                let d = &v.dns;
+                if let Some(ms) = d.ms
                     && self.resolves.len() < MAX_RESOLVES
                 {
-                    self.resolves
-                        .push((s(d, "name"), t - ms / 1e3, t, s(d, "answer")));
+                    self.resolves.push((
+                        d.query.name.to_string(),
+                        t - ms / 1e3,
+                        t,
+                        d.answer.to_string(),
+                    ));
                 }
                 self.m.dns_queries += 1;
-                *self.m.dns_answers.entry(s(d, "answer")).or_default() += 1;
+                *self.m.dns_answers.entry(d.answer.to_string()).or_default() += 1;
             }
-            "fault" if v.get("dns").is_some() => {
-                let d = &v["dns"];
-                self.m.dns_faults += 1;
-                if self.m.dns.len() < MAX_DNS {
-                    self.m.dns.push(DnsMark {
-                        t,
-                        client: s(v, "client"),
-                        name: s(d, "name"),
-                        qtype: s(d, "qtype"),
-                        transport: s(d, "transport"),
-                        rule: s(v, "rule"),
-                        fault: s(v, "fault"),
-                        params: params_text(v),
-                    });
+            Event::Fault(v) => match &v.on {
+                FaultOn::Query { client, dns: d } => {
+                    self.m.dns_faults += 1;
+                    if self.m.dns.len() < MAX_DNS {
+                        self.m.dns.push(DnsMark {
+                            t,
+                            client: client.to_string(),
+                            name: d.name.to_string(),
+                            qtype: d.qtype.to_string(),
+                            transport: d.transport.to_string(),
+                            rule: v.rule.to_string(),
+                            fault: v.fault.to_string(),
+                            params: params_text(&v.params),
+                        });
+                    }
                 }
-            }
-            "fault" => self.fault(log, offset, t, v),
+                FaultOn::Connection {
+                    conn,
+                    direction,
+                    http,
+                } => self.fault(log, t, conn, v, *direction, http.as_ref()),
+            },
             // The upstream's answer, a gRPC call's end in its trailers,
             // and an HTTP/2 stream the upstream reset.
-            "response" | "trailers" | "stream_reset" => {
-                let Some(slot) = self.conn(log, offset, v) else {
-                    self.m.skipped += 1;
-                    return;
-                };
-                if let Some(h) = v.get("http") {
-                    self.request(slot, h, t);
-                }
+            Event::Response(v) | Event::Trailers(v) => {
+                let slot = self.conn(log, t, &v.conn, false);
+                self.request(slot, &v.http, t);
             }
-            "error" => {
-                let kind = s(v, "kind");
+            Event::StreamReset(v) => {
+                let slot = self.conn(log, t, &v.conn, false);
+                self.request(slot, &v.http, t);
+            }
+            Event::Error(v) => {
+                let kind = v.kind.to_string();
                 *self.m.summary.errors.entry(kind.clone()).or_default() += 1;
-                if let Some(Slot::Drawn(i)) = self.conn(log, offset, v) {
+                if let Slot::Drawn(i) = self.conn(log, t, &v.conn, false) {
                     let c = &mut self.conns[i];
                     if c.errors.len() < MAX_ERRORS {
-                        c.errors.push(format!("{kind}: {}", s(v, "detail")));
+                        c.errors.push(format!("{kind}: {}", v.detail));
                     }
                     if c.close.is_some() {
                         c.class = class(&c.outcome, &c.errors);
@@ -743,103 +732,91 @@ impl Builder {
                 }
             }
             // When the client began each request (the records' lines).
-            "attempt" => {
-                if let (Some(Slot::Drawn(i)), Some(h)) = (self.conn(log, offset, v), v.get("http"))
-                    && let (Some(n), Some(start)) = (
-                        h.get("request").and_then(Value::as_u64),
-                        v.get("start").and_then(Value::as_f64),
-                    )
-                    && let Some(r) = self.conns[i].requests.iter_mut().find(|r| r.n == n)
+            Event::Attempt(v) => {
+                if let Slot::Drawn(i) = self.conn(log, t, &v.conn, false)
+                    && let Some(r) = self.conns[i]
+                        .requests
+                        .iter_mut()
+                        .find(|r| r.n == v.http.request)
                 {
-                    r.start = Some(start + offset);
+                    r.start = Some(v.start + offset);
                 }
             }
-            "redial" => {
-                if let Some(Slot::Drawn(i)) = self.conn(log, offset, v) {
+            Event::Redial(v) => {
+                if let Slot::Drawn(i) = self.conn(log, t, &v.conn, false) {
                     self.conns[i].redials += 1;
                 }
             }
-            "paused" | "refused" | "goaway" => {}
-            _ => self.m.skipped += 1,
+            Event::Paused(_)
+            | Event::Refused(_)
+            | Event::Goaway(_)
+            | Event::TlsRefused(_)
+            | Event::StopIf(_) => {}
         }
     }
 
-    fn close(&mut self, log: usize, offset: f64, t: f64, v: &Value) {
-        let i = match self.conn(log, offset, v) {
-            Some(Slot::Drawn(i)) => i,
-            Some(slot) => {
+    fn close(&mut self, log: usize, t: f64, v: &schema::Close<'_>) {
+        let i = match self.conn(log, t, &v.conn, false) {
+            Slot::Drawn(i) => i,
+            slot => {
                 // Counted only: its figures go to the summary now.
                 if let Slot::Counted(key) = slot {
                     self.counted.remove(&key);
                 }
                 let s = &mut self.m.summary;
                 s.conns += 1;
-                *s.by_outcome.entry(self::s(v, "outcome")).or_default() += 1;
-                s.bytes_up += v.get("bytes_upstream").and_then(Value::as_u64).unwrap_or(0);
-                s.bytes_down += v
-                    .get("bytes_downstream")
-                    .and_then(Value::as_u64)
-                    .unwrap_or(0);
-                return;
-            }
-            None => {
-                self.m.skipped += 1;
+                *s.by_outcome.entry(v.outcome.as_str().into()).or_default() += 1;
+                s.bytes_up += v.bytes_upstream;
+                s.bytes_down += v.bytes_downstream;
                 return;
             }
         };
         let c = &mut self.conns[i];
         c.close = Some(t);
-        let ms = |k: &str| v.get(k).and_then(Value::as_f64).map(|x| x / 1e3);
+        let duration = v.duration_ms / 1e3;
         // The close line's own duration places the open when the open line
         // is missing (or the connection never reached the relay).
-        if let Some(d) = ms("duration_ms") {
-            c.open = c.open.min(t - d);
-        }
+        c.open = c.open.min(t - duration);
         // Under interception the SYN came before the open: the handshake
         // (held by the SYN gate) is the connect phase.
-        let syn = ms("syn_ms").unwrap_or(0.0);
-        let open_line = t - ms("duration_ms").unwrap_or(0.0);
+        let syn = v.syn_ms.unwrap_or(0.0) / 1e3;
+        let open_line = t - duration;
         if syn > 0.0 {
             c.open = c.open.min(open_line - syn);
         }
         let shift = open_line - c.open;
-        let after = |k: &str| ms(k).map(|x| x + shift);
-        c.dial = after("dial_ms");
-        c.first_down = after("first_byte_downstream_ms");
-        c.first_up = after("first_byte_upstream_ms");
-        if let Some(a) = v.get("activity") {
-            let list = |k: &str| -> Vec<u64> {
-                a.get(k)
-                    .and_then(Value::as_array)
-                    .map(|x| x.iter().take(64).filter_map(Value::as_u64).collect())
-                    .unwrap_or_default()
-            };
-            let num = |k: &str| a.get(k).and_then(Value::as_f64).unwrap_or(0.0) / 1e3;
+        let after = |ms: Option<f64>| ms.map(|x| x / 1e3 + shift);
+        c.dial = after(v.dial_ms);
+        c.first_down = after(v.first_byte_downstream_ms);
+        c.first_up = after(v.first_byte_upstream_ms);
+        if let Some(a) = &v.activity {
+            let list = |b: &[u64]| b.iter().take(64).copied().collect();
             c.activity = Some(Activity {
-                start: num("start_ms") + shift,
-                bucket: num("bucket_ms"),
-                up: list("upstream"),
-                down: list("downstream"),
+                start: a.start_ms / 1e3 + shift,
+                bucket: a.bucket_ms / 1e3,
+                up: list(&a.upstream),
+                down: list(&a.downstream),
             });
         }
-        c.outcome = s(v, "outcome");
-        c.bytes_up = v.get("bytes_upstream").and_then(Value::as_u64).unwrap_or(0);
-        c.bytes_down = v
-            .get("bytes_downstream")
-            .and_then(Value::as_u64)
-            .unwrap_or(0);
-        c.path = s(v, "path");
+        c.outcome = v.outcome.as_str().into();
+        c.bytes_up = v.bytes_upstream;
+        c.bytes_down = v.bytes_downstream;
+        c.path = v.path.map_or("", |p| p.as_str()).into();
         c.class = class(&c.outcome, &c.errors);
     }
 
-    fn fault(&mut self, log: usize, offset: f64, t: f64, v: &Value) {
-        let Some(slot) = self.conn(log, offset, v) else {
-            self.m.skipped += 1;
-            return;
-        };
-        let (rule, fault) = (s(v, "rule"), s(v, "fault"));
+    fn fault(
+        &mut self,
+        log: usize,
+        t: f64,
+        conn: &schema::Conn<'_>,
+        v: &schema::Fault<'_>,
+        direction: Option<Way>,
+        http: Option<&schema::Request<'_>>,
+    ) {
+        let slot = self.conn(log, t, conn, false);
+        let (rule, fault) = (v.rule.to_string(), v.fault.to_string());
         let k = self.fault_kind(&rule, &fault);
-        let http = v.get("http");
         // Answered (or aborted) by netchaos: the upstream never saw the
         // request — or, after it (`phase = "response"`), its answer was
         // replaced.
@@ -871,13 +848,18 @@ impl Builder {
             t,
             rule,
             fault,
-            direction: s(v, "direction"),
-            params: params_text(v),
-            request: http.and_then(|h| h.get("request")).and_then(Value::as_u64),
+            direction: match direction {
+                Some(Way::Upstream) => "upstream",
+                Some(Way::Downstream) => "downstream",
+                None => "",
+            }
+            .into(),
+            params: params_text(&v.params),
+            request: http.map(|h| h.request),
         };
         if let Some(h) = http {
-            let after = v.pointer("/params/phase").and_then(Value::as_str) == Some("response");
-            let n = h.get("request").and_then(Value::as_u64).unwrap_or(0);
+            let after = v.params.get("phase").map(|p| &**p) == Some("response");
+            let n = h.request;
             let theirs = self.conns[i]
                 .requests
                 .iter()
@@ -891,7 +873,7 @@ impl Builder {
                 if injected && after {
                     req.upstream = theirs;
                     // The upstream's gRPC status went with its answer.
-                    if h.get("grpc_status").is_none() {
+                    if h.grpc_status.is_none() {
                         req.grpc = None;
                     }
                     if mark.fault == "http_abort" {
@@ -913,8 +895,8 @@ impl Builder {
     /// The request `h` names on the connection in `slot`, counted the first
     /// time it is seen; on a drawn connection, drawn while there is room
     /// (`None` past that).
-    fn request(&mut self, slot: Slot, h: &Value, t: f64) -> Option<&mut Request> {
-        let n = h.get("request").and_then(Value::as_u64).unwrap_or(0);
+    fn request(&mut self, slot: Slot, h: &schema::Request<'_>, t: f64) -> Option<&mut Request> {
+        let n = h.request;
         let s = &mut self.m.summary;
         let c = match slot {
             Slot::Drawn(i) => &mut self.conns[i],
@@ -942,8 +924,8 @@ impl Builder {
                 c.requests.push(Request {
                     n,
                     t,
-                    method: self::s(h, "method"),
-                    path: self::s(h, "path"),
+                    method: h.method.to_string(),
+                    path: h.path.to_string(),
                     ..Default::default()
                 });
                 c.requests.len() - 1
@@ -958,13 +940,12 @@ impl Builder {
             }
         };
         let r = &mut c.requests[i];
-        if let Some(st) = h.get("status").and_then(Value::as_u64) {
-            r.status = Some(st as u16);
+        if let Some(st) = h.status {
+            r.status = Some(st);
         }
-        if let Some(code) = h.get("grpc_status").and_then(Value::as_u64) {
-            let name = crate::protocol::grpc::code_name(code).unwrap_or("unknown code");
-            let message = h.get("grpc_message").and_then(Value::as_str);
-            r.grpc = Some(match message {
+        if let Some(code) = h.grpc_status {
+            let name = crate::protocol::grpc::code_name(code.into()).unwrap_or("unknown code");
+            r.grpc = Some(match &h.grpc_message {
                 Some(m) => format!("{name} ({code}): {m}"),
                 None => format!("{name} ({code})"),
             });
@@ -973,45 +954,23 @@ impl Builder {
         Some(r)
     }
 
-    fn plan(&mut self, r: &mut Run, v: &Value, offset: f64) {
-        r.argv = v
-            .get("argv")
-            .and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter_map(|x| x.as_str().map(String::from))
-                    .collect()
-            })
-            .unwrap_or_default();
-        for p in v
-            .get("profiles")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            r.profiles.push((s(p, "source"), s(p, "description")));
+    fn plan(&mut self, r: &mut Run, v: &schema::Plan<'_>, offset: f64) {
+        r.argv = v.argv.iter().map(|a| a.to_string()).collect();
+        for p in &v.profiles {
+            r.profiles
+                .push((p.source.to_string(), p.description.to_string()));
         }
-        for rule in v
-            .get("rules")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            let name = s(rule, "name");
-            for f in rule
-                .get("faults")
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-            {
-                let kind = s(f, "fault");
-                r.rules.push(format!("{name}: {kind} {}", params_text(f)));
-                let from = f.get("active_from_ms").and_then(Value::as_f64);
-                let until = f.get("active_until_ms").and_then(Value::as_f64);
+        for rule in &v.rules {
+            for f in &rule.faults {
+                let (name, kind) = (&rule.name, &f.fault);
+                r.rules
+                    .push(format!("{name}: {kind} {}", params_text(&f.params)));
+                let from = f.active_from_ms.map(|ms| ms as f64 / 1e3);
+                let until = f.active_until_ms.map(|ms| ms as f64 / 1e3);
                 if from.is_some() || until.is_some() {
                     self.m.windows.push(Band {
-                        from: offset + from.unwrap_or(0.0) / 1e3,
-                        until: until.map(|u| offset + u / 1e3),
+                        from: offset + from.unwrap_or(0.0),
+                        until: until.map(|u| offset + u),
                         label: format!("{name}: {kind} active"),
                     });
                 }
@@ -1123,6 +1082,9 @@ pub(crate) fn write_model(model: &Model, file: std::fs::File, out: &Path) -> std
 mod tests {
     use super::*;
 
+    /// A `time` for lines made in the tests.
+    const TIME: &str = "2026-12-01T10:00:00.000Z";
+
     const LOG: &str = r#"{"time":"2026-12-01T10:00:00.000Z","t":0.0,"event":"start","seed":7,"version":"0.1.0","mode":"proxy"}
 {"time":"2026-12-01T10:00:00.001Z","t":0.001,"event":"plan","argv":["netchaos","proxy"],"profiles":[],"rules":[{"name":"cli","faults":[{"fault":"reset","params":{"after_bytes":"10","active":"1s..2s"},"active_from_ms":1000,"active_until_ms":2000}]}]}
 {"time":"2026-12-01T10:00:00.100Z","t":0.1,"event":"open","conn":1,"client":"127.0.0.1:5000","dst":"127.0.0.1:80","proxy":"p"}
@@ -1159,7 +1121,7 @@ not json
         let base =
             format!(r#""conn":{id},"client":"127.0.0.1:{port}","dst":"127.0.0.1:80","proxy":"p""#);
         format!(
-            "{{\"t\":{t},\"event\":\"open\",{base}}}\n{{\"t\":{},\"event\":\"close\",{base},\"outcome\":\"{outcome}\",\"bytes_upstream\":1,\"bytes_downstream\":1,\"duration_ms\":50.0}}\n",
+            "{{\"time\":\"{TIME}\",\"t\":{t},\"event\":\"open\",{base}}}\n{{\"time\":\"{TIME}\",\"t\":{},\"event\":\"close\",{base},\"outcome\":\"{outcome}\",\"bytes_upstream\":1,\"bytes_downstream\":1,\"duration_ms\":50.0}}\n",
             t + 0.05
         )
     }
@@ -1168,14 +1130,14 @@ not json
     /// its `response` line, then the close (`path` = the relay's path).
     fn kept_conn(requests: &[(f64, &str, u16)], relay_path: &str) -> String {
         let base = r#""conn":1,"client":"127.0.0.1:5000","dst":"127.0.0.1:80","proxy":"p""#;
-        let mut log = format!("{{\"t\":0.0,\"event\":\"open\",{base}}}\n");
+        let mut log = format!("{{\"time\":\"{TIME}\",\"t\":0.0,\"event\":\"open\",{base}}}\n");
         for (n, (t, path, status)) in requests.iter().enumerate() {
             log += &format!(
-                "{{\"t\":{t},\"event\":\"response\",{base},\"http\":{{\"request\":{n},\"method\":\"POST\",\"path\":\"{path}\",\"status\":{status}}}}}\n"
+                "{{\"time\":\"{TIME}\",\"t\":{t},\"event\":\"response\",{base},\"http\":{{\"request\":{n},\"method\":\"POST\",\"path\":\"{path}\",\"status\":{status}}}}}\n"
             );
         }
         log + &format!(
-            "{{\"t\":300.0,\"event\":\"close\",{base},\"path\":\"{relay_path}\",\"outcome\":\"fin\",\"bytes_upstream\":1,\"bytes_downstream\":1,\"duration_ms\":1.0}}\n"
+            "{{\"time\":\"{TIME}\",\"t\":300.0,\"event\":\"close\",{base},\"path\":\"{relay_path}\",\"outcome\":\"fin\",\"bytes_upstream\":1,\"bytes_downstream\":1,\"duration_ms\":1.0}}\n"
         )
     }
 
@@ -1207,9 +1169,9 @@ not json
         let base = r#""conn":1,"client":"127.0.0.1:5000","dst":"127.0.0.1:80","proxy":"p""#;
         let concurrent = kept_conn(&[(1.0, "/svc/M", 503), (1.2, "/svc/M", 200)], "http")
             .replace(
-                "{\"t\":300.0",
+                &format!("{{\"time\":\"{TIME}\",\"t\":300.0"),
                 &format!(
-                    "{{\"t\":1.3,\"event\":\"attempt\",{base},\"start\":0.9,\"http\":{{\"request\":1}}}}\n{{\"t\":300.0"
+                    "{{\"time\":\"{TIME}\",\"t\":1.3,\"event\":\"attempt\",{base},\"start\":0.9,\"http\":{{\"request\":1,\"proto\":\"HTTP/2\",\"method\":\"POST\",\"path\":\"/svc/M\"}},\"error\":null,\"ms\":1.0,\"faults\":[]}}\n{{\"time\":\"{TIME}\",\"t\":300.0"
                 ),
             );
         let m = from_lines([concurrent.lines()]);

@@ -423,13 +423,40 @@ pub(crate) fn set_linger_zero(s: &TcpStream) {
         .unwrap();
 }
 
-/// Reads the event log: one JSON object per line.
+/// Reads the event log: one JSON object per line, each checked against
+/// the documented schema (docs/events.schema.json) by an independent
+/// validator — every test that reads a log checks the contract users read.
 pub(crate) fn read_events(path: &std::path::Path) -> Vec<serde_json::Value> {
     std::fs::read_to_string(path)
         .unwrap_or_default()
         .lines()
-        .map(|l| serde_json::from_str(l).expect("event line is JSON"))
+        .map(|l| {
+            let v = serde_json::from_str(l).expect("event line is JSON");
+            check_event_line(&v, l);
+            v
+        })
         .collect()
+}
+
+/// Panics, naming the line and what is wrong, unless `v` is a line of
+/// the current schema version that docs/events.schema.json accepts.
+pub(crate) fn check_event_line(v: &serde_json::Value, line: &str) {
+    static SCHEMA: std::sync::OnceLock<jsonschema::Validator> = std::sync::OnceLock::new();
+    let validator = SCHEMA.get_or_init(|| {
+        let schema: serde_json::Value =
+            serde_json::from_str(include_str!("../../docs/events.schema.json"))
+                .expect("docs/events.schema.json is JSON");
+        jsonschema::draft202012::new(&schema).expect("docs/events.schema.json is a schema")
+    });
+    let errors: Vec<String> = validator
+        .iter_errors(v)
+        .map(|e| format!("{} at {}", e, e.instance_path()))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "event line does not match docs/events.schema.json: {errors:?}\n{line}"
+    );
+    assert_eq!(v["v"], 1, "event line without the schema version: {line}");
 }
 
 /// One HTTP request to the control API: (status, body as JSON or text).

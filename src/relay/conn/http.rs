@@ -16,7 +16,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 
 use super::{Conn, run_pair};
-use crate::events::Outcome;
+use crate::events::{Outcome, RelayPath};
 use crate::fault::tls_error::TlsFailure;
 use crate::fault::{Chosen, Direction, FaultKind};
 use crate::http::exchange::{self, Exchange};
@@ -187,7 +187,7 @@ impl Conn<'_> {
                     },
                     None => Side::plain(upstream),
                 };
-                (Side::plain(client), up, None, "http", h2)
+                (Side::plain(client), up, None, RelayPath::Http, h2)
             }
             Carries::Tls(hello) => {
                 let tls = tls?;
@@ -213,7 +213,7 @@ impl Conn<'_> {
                             // The client refused the certificate, as meant.
                             Err(e) => {
                                 tracing::debug!("TLS client refused the faulty certificate: {e}");
-                                let _ = self.path.set("https");
+                                let _ = self.path.set(RelayPath::Https);
                                 sockopt::set_linger_zero(upstream);
                                 return Some(Outcome::Closed);
                             }
@@ -225,7 +225,7 @@ impl Conn<'_> {
                                     .alpn_protocol()
                                     .is_some_and(|p| p != tls::HTTP11 && p != tls::H2) =>
                             {
-                                let _ = self.path.set("https");
+                                let _ = self.path.set(RelayPath::Https);
                                 sockopt::set_linger_zero(upstream);
                                 return Some(Outcome::Closed);
                             }
@@ -298,7 +298,7 @@ impl Conn<'_> {
                                 "upstream_tls_untrusted",
                                 &format!("TLS to {up_name}: {why}"),
                             );
-                            let _ = self.path.set("https");
+                            let _ = self.path.set(RelayPath::Https);
                             sockopt::set_linger_zero(upstream);
                             return Some(Outcome::Closed);
                         }
@@ -322,7 +322,7 @@ impl Conn<'_> {
                                 "upstream_tls_failed",
                                 &format!("TLS to {up_name}: {e}"),
                             );
-                            let _ = self.path.set("https");
+                            let _ = self.path.set(RelayPath::Https);
                             sockopt::set_linger_zero(upstream);
                             return Some(Outcome::Closed);
                         }
@@ -375,7 +375,7 @@ impl Conn<'_> {
                                     ),
                                 );
                             }
-                            let _ = self.path.set("https");
+                            let _ = self.path.set(RelayPath::Https);
                             sockopt::set_linger_zero(upstream);
                             return Some(Outcome::Closed);
                         }
@@ -388,7 +388,7 @@ impl Conn<'_> {
                             ) {
                                 tracing::debug!("TLS handshake with the client failed: {e}");
                             }
-                            let _ = self.path.set("https");
+                            let _ = self.path.set(RelayPath::Https);
                             sockopt::set_linger_zero(client);
                             sockopt::set_linger_zero(upstream);
                             return Some(Outcome::Reset);
@@ -399,7 +399,7 @@ impl Conn<'_> {
                     Side::tls(session, client),
                     up,
                     hello.server_name,
-                    "https",
+                    RelayPath::Https,
                     h2,
                 )
             }
@@ -417,7 +417,7 @@ impl Conn<'_> {
         };
         if h2 {
             let reach = h2::Reach {
-                tls: ep.upstream.is_some() || (path == "https" && !ep.serve),
+                tls: ep.upstream.is_some() || (path == RelayPath::Https && !ep.serve),
                 redial: self.redial(upstream, inside, up_tls),
                 moved_on: Default::default(),
             };
@@ -572,7 +572,7 @@ impl Conn<'_> {
         upstream: Option<&TcpStream>,
         silence: Silence,
     ) -> Outcome {
-        let _ = self.path.set("https");
+        let _ = self.path.set(RelayPath::Https);
         if let Some(up) = upstream {
             sockopt::set_linger_zero(up);
         }
@@ -655,7 +655,7 @@ impl Conn<'_> {
         hello: &Hello,
         e: &std::io::Error,
     ) -> Outcome {
-        let _ = self.path.set("https");
+        let _ = self.path.set(RelayPath::Https);
         let kind = self.upstream_tls_failed(name, e);
         sockopt::set_linger_zero(upstream);
         // The upstream speaks none of the protocols the client offered (an
@@ -708,7 +708,7 @@ impl Conn<'_> {
         name: &str,
         e: &std::io::Error,
     ) -> Outcome {
-        let _ = self.path.set("http");
+        let _ = self.path.set(RelayPath::Http);
         self.upstream_tls_failed(name, e);
         sockopt::set_linger_zero(upstream);
         let body = format!("netchaos: TLS to {name}: {e}\n");

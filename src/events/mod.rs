@@ -16,9 +16,14 @@ use std::sync::mpsc::{SyncSender, sync_channel};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use serde_json::{Map, Value, json};
+use std::borrow::Cow;
 
 use crate::fault::{Direction, FaultSpec};
+
+pub(crate) mod schema;
+
+use schema::{Event, Line};
+pub(crate) use schema::{Outcome, RelayPath};
 
 /// Who a connection is: what the event lines and logs name.
 #[derive(Debug)]
@@ -141,83 +146,38 @@ impl Marks {
     }
 
     /// The marks as milliseconds after the connection opened, `lived`
-    /// ago: `dial_ms`, `first_byte_upstream_ms`, `first_byte_downstream_ms`;
-    /// `syn_ms`, how long before the open the SYN came.
-    fn fields(&self, lived: Duration, f: &mut Map<String, Value>) {
-        let ms = |d: Duration| json!((d.as_secs_f64() * 1e6).round() / 1e3);
+    /// ago, into its close line: `dial_ms`, `first_byte_upstream_ms`,
+    /// `first_byte_downstream_ms`; `syn_ms`, how long before the open the
+    /// SYN came; the bytes over time.
+    fn fill(&self, lived: Duration, close: &mut schema::Close<'_>) {
         let at = |i: &Instant| ms(lived.saturating_sub(i.elapsed()));
-        if let Some(i) = self.syn.get() {
-            f.insert("syn_ms".into(), ms(i.elapsed().saturating_sub(lived)));
-        }
-        if let Some(i) = self.dialled.get() {
-            f.insert("dial_ms".into(), at(i));
-        }
-        for (dir, key) in [
-            (Direction::Upstream, "first_byte_upstream_ms"),
-            (Direction::Downstream, "first_byte_downstream_ms"),
-        ] {
-            if let Some(i) = self.first[dir.index()].get() {
-                f.insert(key.into(), at(i));
-            }
-        }
-        if let Some(a) = self.activity.get() {
+        close.syn_ms = self
+            .syn
+            .get()
+            .map(|i| ms(i.elapsed().saturating_sub(lived)));
+        close.dial_ms = self.dialled.get().map(at);
+        close.first_byte_upstream_ms = self.first[Direction::Upstream.index()].get().map(at);
+        close.first_byte_downstream_ms = self.first[Direction::Downstream.index()].get().map(at);
+        close.activity = self.activity.get().map(|a| {
             let a = a.lock().expect("activity lock");
             let trimmed = |b: &[u64]| {
                 let end = b.iter().rposition(|x| *x > 0).map_or(0, |p| p + 1);
-                json!(b[..end])
+                b[..end].to_vec()
             };
-            f.insert(
-                "activity".into(),
-                json!({
-                    "start_ms": at(&a.start),
-                    "bucket_ms": a.bucket.as_secs_f64() * 1e3,
-                    "upstream": trimmed(&a.bytes[0]),
-                    "downstream": trimmed(&a.bytes[1]),
-                }),
-            );
-        }
+            schema::Activity {
+                start_ms: at(&a.start),
+                bucket_ms: a.bucket.as_secs_f64() * 1e3,
+                upstream: trimmed(&a.bytes[0]),
+                downstream: trimmed(&a.bytes[1]),
+            }
+        });
     }
 }
 
-/// How a connection ended, as the event log and summary say it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Outcome {
-    /// Both sides sent FIN.
-    Fin,
-    /// RST (from a peer, or a fault) delivered to both sides.
-    Reset,
-    /// A fault closed the connection cleanly.
-    Closed,
-    /// The upstream could not be reached; the client was told so (at the
-    /// SYN under interception, else with an RST).
-    DialFailed,
-    /// `refuse` answered the SYN.
-    Refused,
-    /// `connect_timeout` dropped the SYN.
-    ConnectTimeout,
-    /// Its proxy or rule was disabled or removed.
-    Disabled,
-    /// netchaos shut down while the connection was open.
-    Aborted,
-    /// The client gave up before its handshake completed: no upstream was
-    /// dialled for it, or the one dialled was closed unused.
-    Abandoned,
-}
-
-impl Outcome {
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Fin => "fin",
-            Outcome::Reset => "reset",
-            Outcome::Closed => "closed",
-            Outcome::DialFailed => "dial_failed",
-            Outcome::Refused => "refused",
-            Outcome::ConnectTimeout => "connect_timeout",
-            Outcome::Disabled => "disabled",
-            Outcome::Aborted => "aborted",
-            Outcome::Abandoned => "abandoned",
-        }
-    }
+/// A duration as the log writes every `*_ms`: milliseconds to the
+/// microsecond.
+pub(crate) fn ms(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1e6).round() / 1e3
 }
 
 /// An HTTP fault as counted: its kind, the status answered (0: none), the
@@ -381,13 +341,11 @@ impl Unit {
 }
 
 /// A fault's parameters as the event log writes them.
-fn params_json(spec: &FaultSpec) -> Value {
-    Value::Object(
-        spec.all_params()
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), Value::String(v)))
-            .collect(),
-    )
+fn params_of(spec: &FaultSpec) -> schema::Params<'static> {
+    spec.all_params()
+        .into_iter()
+        .map(|(k, v)| (Cow::Owned(k), Cow::Owned(v)))
+        .collect()
 }
 
 /// Why the DNS forwarder dropped a query.
@@ -573,15 +531,13 @@ fn write_lines(
         if written + line.len() as u64 > limit.max {
             limit.full.store(true, Ordering::Relaxed);
             limit.dropped.fetch_add(1, Ordering::Relaxed);
-            let t = limit.started.elapsed().as_secs_f64();
-            let mut end = json!({
-                "time": humantime::format_rfc3339_millis(SystemTime::now()).to_string(),
-                "t": (t * 1e6).round() / 1e6,
-                "event": "truncated",
-                "max_bytes": limit.max,
-                "written_bytes": written,
-            })
-            .to_string();
+            let mut end = line_text(
+                limit.started,
+                Event::Truncated(schema::Truncated {
+                    max_bytes: limit.max,
+                    written_bytes: written,
+                }),
+            );
             end.push('\n');
             tracing::warn!(
                 "the event log reached its size ({}, --events-max): later events are counted, not written",
@@ -666,18 +622,14 @@ impl Events {
 
     /// One HTTP attempt, as [`crate::http::attempt`] records it, and
     /// whether it failed (for `--stop-if`).
-    pub(crate) fn attempt(&self, c: &ConnInfo, mut fields: Map<String, Value>, failed: bool) {
+    pub(crate) fn attempt(&self, line: schema::Attempt<'_>, failed: bool) {
         if let Some((over, w)) = self.window.get() {
             let now = Instant::now();
             let mut w = w.lock().expect("window lock");
             forget_before(&mut w, now, *over);
             w.push_back((now, failed));
         }
-        self.write("attempt", || {
-            let mut f = conn_fields(c);
-            f.append(&mut fields);
-            f
-        });
+        self.write(|| Event::Attempt(line));
     }
 
     /// Every HTTP connection is to be followed by the HTTP layer (and its
@@ -709,36 +661,24 @@ impl Events {
 
     /// `--stop-if` crossed: the faults were removed.
     pub(crate) fn stopped_if(&self, condition: &str, attempts: usize, failed: usize) {
-        self.write("stop_if", || {
-            let mut f = Map::new();
-            f.insert("condition".into(), condition.into());
-            f.insert("attempts".into(), attempts.into());
-            f.insert("failed".into(), failed.into());
-            f
+        self.write(|| {
+            Event::StopIf(schema::StopIf {
+                condition: condition.into(),
+                attempts: attempts as u64,
+                failed: failed as u64,
+            })
         });
     }
 
     /// Queues one event line for the writer; its fields are built only
     /// when there is a log to write them to.
-    fn write(&self, event: &str, fields: impl FnOnce() -> Map<String, Value>) {
+    fn write<'a>(&self, event: impl FnOnce() -> Event<'a>) {
         let Some(log) = &self.log else { return };
         if log.limit.full.load(Ordering::Relaxed) {
             log.limit.dropped.fetch_add(1, Ordering::Relaxed);
             return;
         }
-        let mut fields = fields();
-        let t = self.started.elapsed().as_secs_f64();
-        let mut line = Map::new();
-        line.insert(
-            "time".into(),
-            humantime::format_rfc3339_millis(SystemTime::now())
-                .to_string()
-                .into(),
-        );
-        line.insert("t".into(), json!((t * 1e6).round() / 1e6));
-        line.insert("event".into(), event.into());
-        line.append(&mut fields);
-        let mut text = Value::Object(line).to_string();
+        let mut text = line_text(self.started, event());
         text.push('\n');
         if !log.send(text) {
             self.stats.log_errors.fetch_add(1, Ordering::Relaxed);
@@ -748,8 +688,10 @@ impl Events {
     /// The faults stop `d` after the start (`--duration`).
     pub(crate) fn faults_end_at(&self, d: Duration) {
         *self.faults_end.lock().expect("stats lock") = Some(d);
-        self.write("faults_end", || {
-            obj(json!({ "at_ms": d.as_millis() as u64 }))
+        self.write(|| {
+            Event::FaultsEnd(schema::FaultsEnd {
+                at_ms: d.as_millis() as u64,
+            })
         });
     }
 
@@ -767,16 +709,16 @@ impl Events {
     }
 
     pub(crate) fn start(&self, seed: u64, what: &str) {
-        self.write("start", || {
+        self.write(|| {
             // `seed_str` too: a 64-bit number does not survive readers that
             // parse JSON numbers as doubles (jq, JavaScript, pandas), and a
             // replay from their copy would use another seed.
-            obj(json!({
-                "seed": seed,
-                "seed_str": seed.to_string(),
-                "version": env!("CARGO_PKG_VERSION"),
-                "mode": what
-            }))
+            Event::Start(schema::Start {
+                seed,
+                seed_str: seed.to_string().into(),
+                version: env!("CARGO_PKG_VERSION").into(),
+                mode: what.into(),
+            })
         });
     }
 
@@ -784,39 +726,42 @@ impl Events {
     /// command line, the profiles, and every rule's faults with their
     /// windows (what the report shades).
     pub(crate) fn plan(&self, plan: &crate::plan::Plan) {
-        let rules: Vec<Value> = plan
+        let ms = |d: Option<Duration>| d.map(|d| d.as_millis() as u64);
+        let rules = plan
             .rules
             .iter()
-            .map(|r| {
-                let faults: Vec<Value> = r
+            .map(|r| schema::RulePlan {
+                name: Cow::Borrowed(&*r.name),
+                faults: r
                     .faults
                     .iter()
-                    .map(|f| {
-                        let params: Map<String, Value> = f
-                            .all_params()
-                            .into_iter()
-                            .map(|(k, v)| (k.to_string(), Value::String(v)))
-                            .collect();
-                        let ms = |d: Option<Duration>| d.map(|d| d.as_millis() as u64);
-                        json!({
-                            "fault": f.name(),
-                            "params": params,
-                            "active_from_ms": ms(f.active.start),
-                            "active_until_ms": ms(f.active.end),
-                        })
+                    .map(|f| schema::FaultPlan {
+                        fault: f.name().into(),
+                        params: params_of(f),
+                        active_from_ms: ms(f.active.start),
+                        active_until_ms: ms(f.active.end),
                     })
-                    .collect();
-                json!({ "name": &*r.name, "faults": faults })
+                    .collect(),
             })
             .collect();
-        let profiles: Vec<Value> = plan
+        let profiles = plan
             .descriptions
             .iter()
-            .map(|(source, description)| json!({ "source": source, "description": description }))
+            .map(|(source, description)| schema::ProfileUsed {
+                source: Cow::Borrowed(source.as_ref()),
+                description: Cow::Borrowed(description.as_ref()),
+            })
             .collect();
-        let argv = redact_argv(std::env::args());
-        self.write("plan", || {
-            obj(json!({ "argv": argv, "profiles": profiles, "rules": rules }))
+        let argv = redact_argv(std::env::args())
+            .into_iter()
+            .map(Cow::Owned)
+            .collect();
+        self.write(|| {
+            Event::Plan(schema::Plan {
+                argv,
+                profiles,
+                rules,
+            })
         });
     }
 
@@ -825,7 +770,7 @@ impl Events {
         self.stats.conns_open.fetch_add(1, Ordering::Relaxed);
         c.counters.total.fetch_add(1, Ordering::Relaxed);
         c.counters.open.fetch_add(1, Ordering::Relaxed);
-        self.write("open", || conn_fields(c));
+        self.write(|| Event::Open(c.line()));
     }
 
     /// A connection ended; the bytes it delivered are its meter's.
@@ -834,7 +779,7 @@ impl Events {
         c: &ConnInfo,
         outcome: Outcome,
         lived: Duration,
-        path: Option<&'static str>,
+        path: Option<RelayPath>,
     ) {
         self.stats.conns_open.fetch_sub(1, Ordering::Relaxed);
         c.counters.open.fetch_sub(1, Ordering::Relaxed);
@@ -844,32 +789,29 @@ impl Events {
                 .paths
                 .lock()
                 .expect("stats lock")
-                .entry(p)
+                .entry(p.as_str())
                 .or_default() += 1;
         }
-        self.write("close", || {
-            let mut f = conn_fields(c);
-            if let Some(p) = path {
-                f.insert("path".into(), p.into());
-            }
-            f.insert("outcome".into(), outcome.as_str().into());
+        self.write(|| {
             let bytes = &c.marks.bytes;
-            f.insert(
-                "bytes_upstream".into(),
-                bytes[0].load(Ordering::Relaxed).into(),
-            );
-            f.insert(
-                "bytes_downstream".into(),
-                bytes[1].load(Ordering::Relaxed).into(),
-            );
-            // Microsecond precision, as the other `*_ms` (truncated to whole
-            // milliseconds it read as shorter than the first byte's).
-            f.insert(
-                "duration_ms".into(),
-                json!((lived.as_secs_f64() * 1e6).round() / 1e3),
-            );
-            c.marks.fields(lived, &mut f);
-            f
+            let mut close = schema::Close {
+                conn: c.line(),
+                path,
+                outcome,
+                bytes_upstream: bytes[0].load(Ordering::Relaxed),
+                bytes_downstream: bytes[1].load(Ordering::Relaxed),
+                // Microsecond precision, as the other `*_ms` (truncated to
+                // whole milliseconds it read as shorter than the first
+                // byte's).
+                duration_ms: ms(lived),
+                syn_ms: None,
+                dial_ms: None,
+                first_byte_upstream_ms: None,
+                first_byte_downstream_ms: None,
+                activity: None,
+            };
+            c.marks.fill(lived, &mut close);
+            Event::Close(close)
         });
     }
 
@@ -899,15 +841,17 @@ impl Events {
         } else {
             tracing::info!(rule, direction, "fault {spec}");
         }
-        self.write("fault", || {
-            let mut f = conn_fields(c);
-            f.insert("rule".into(), rule.into());
-            f.insert("fault".into(), spec.name().into());
-            if let Some(d) = dir {
-                f.insert("direction".into(), d.as_str().into());
-            }
-            f.insert("params".into(), params_json(spec));
-            f
+        self.write(|| {
+            Event::Fault(schema::Fault {
+                on: schema::FaultOn::Connection {
+                    conn: c.line(),
+                    direction: dir.map(way),
+                    http: None,
+                },
+                rule: rule.into(),
+                fault: spec.name().into(),
+                params: params_of(spec),
+            })
         });
     }
 
@@ -964,20 +908,17 @@ impl Events {
                 req.path
             );
         }
-        self.write("fault", || {
-            let mut f = conn_fields(c);
-            f.insert("rule".into(), rule.into());
-            f.insert("fault".into(), spec.name().into());
-            let mut http = req.fields();
-            if let Some(s) = status {
-                http.insert("status".into(), s.into());
-            }
-            if let Some(g) = grpc {
-                g.insert_into(&mut http);
-            }
-            f.insert("http".into(), Value::Object(http));
-            f.insert("params".into(), params_json(spec));
-            f
+        self.write(|| {
+            Event::Fault(schema::Fault {
+                on: schema::FaultOn::Connection {
+                    conn: c.line(),
+                    direction: None,
+                    http: Some(req.line(status, grpc)),
+                },
+                rule: rule.into(),
+                fault: spec.name().into(),
+                params: params_of(spec),
+            })
         });
     }
 
@@ -1010,22 +951,21 @@ impl Events {
         } else {
             tracing::info!(rule, query = seq, "fault {spec} on {qtype} {name}");
         }
-        self.write("fault", || {
-            let mut f = Map::new();
-            f.insert("client".into(), client.to_string().into());
-            f.insert("rule".into(), rule.into());
-            f.insert("fault".into(), spec.name().into());
-            f.insert(
-                "dns".into(),
-                json!({
-                    "query": seq,
-                    "name": name,
-                    "qtype": qtype,
-                    "transport": transport,
-                }),
-            );
-            f.insert("params".into(), params_json(spec));
-            f
+        self.write(|| {
+            Event::Fault(schema::Fault {
+                on: schema::FaultOn::Query {
+                    client: client.to_string().into(),
+                    dns: schema::DnsQuery {
+                        query: seq,
+                        name: name.into(),
+                        qtype: qtype.into(),
+                        transport: transport.into(),
+                    },
+                },
+                rule: rule.into(),
+                fault: spec.name().into(),
+                params: params_of(spec),
+            })
         });
     }
 
@@ -1041,22 +981,21 @@ impl Events {
         ms: Option<f64>,
         (answer, records): (&str, u16),
     ) {
-        self.write("dns", || {
-            let mut f = Map::new();
-            f.insert("client".into(), client.to_string().into());
-            f.insert(
-                "dns".into(),
-                json!({
-                    "query": seq,
-                    "name": name,
-                    "qtype": crate::fault::dns_match::type_name(qtype),
-                    "transport": transport,
-                    "answer": answer,
-                    "records": records,
-                    "ms": ms.map(|m| (m * 1000.0).round() / 1000.0),
-                }),
-            );
-            f
+        self.write(|| {
+            Event::Dns(schema::DnsAnswered {
+                client: client.to_string().into(),
+                dns: schema::DnsAnswer {
+                    query: schema::DnsQuery {
+                        query: seq,
+                        name: name.into(),
+                        qtype: crate::fault::dns_match::type_name(qtype).into(),
+                        transport: transport.into(),
+                    },
+                    answer: answer.into(),
+                    records,
+                    ms: ms.map(|m| (m * 1000.0).round() / 1000.0),
+                },
+            })
         });
     }
 
@@ -1075,27 +1014,22 @@ impl Events {
         status: u16,
         grpc: Option<GrpcStatus<'_>>,
     ) {
-        self.write("response", || {
-            let mut f = conn_fields(c);
-            let mut http = req.fields();
-            http.insert("status".into(), status.into());
-            if let Some(g) = grpc {
-                g.insert_into(&mut http);
-            }
-            f.insert("http".into(), Value::Object(http));
-            f
+        self.write(|| {
+            Event::Response(schema::OnRequest {
+                conn: c.line(),
+                http: req.line(Some(status), grpc),
+            })
         });
     }
 
     /// A gRPC call's trailers from the upstream ended it with `grpc`: the
     /// call's outcome, which its HTTP status (200) does not say.
     pub(crate) fn http_trailers(&self, c: &ConnInfo, req: &RequestInfo<'_>, grpc: GrpcStatus<'_>) {
-        self.write("trailers", || {
-            let mut f = conn_fields(c);
-            let mut http = req.fields();
-            grpc.insert_into(&mut http);
-            f.insert("http".into(), Value::Object(http));
-            f
+        self.write(|| {
+            Event::Trailers(schema::OnRequest {
+                conn: c.line(),
+                http: req.line(None, Some(grpc)),
+            })
         });
     }
 
@@ -1110,16 +1044,13 @@ impl Events {
         code: u32,
         name: &str,
     ) {
-        self.write("stream_reset", || {
-            let mut f = conn_fields(c);
-            let mut http = req.fields();
-            if let Some(s) = status {
-                http.insert("status".into(), s.into());
-            }
-            f.insert("http".into(), Value::Object(http));
-            f.insert("code".into(), code.into());
-            f.insert("reason".into(), name.into());
-            f
+        self.write(|| {
+            Event::StreamReset(schema::StreamReset {
+                conn: c.line(),
+                http: req.line(status, None),
+                code,
+                reason: name.into(),
+            })
         });
     }
 
@@ -1133,11 +1064,12 @@ impl Events {
             .entry(kind)
             .or_default() += 1;
         tracing::warn!("{kind}: {detail}");
-        self.write("error", || {
-            let mut f = conn_fields(c);
-            f.insert("kind".into(), kind.into());
-            f.insert("detail".into(), detail.into());
-            f
+        self.write(|| {
+            Event::Error(schema::RelayError {
+                conn: c.line(),
+                kind: kind.into(),
+                detail: detail.into(),
+            })
         });
     }
 
@@ -1164,13 +1096,14 @@ impl Events {
         tracing::warn!(
             "TLS: the client refused the run's certificate for {dest} ({alert:?}): {advice}"
         );
-        self.write("tls_refused", || {
-            let mut f = conn_fields(c);
-            f.insert("destination".into(), dest.into());
-            f.insert("alert".into(), format!("{alert:?}").into());
-            f.insert("passthrough".into(), remembered.into());
-            f.insert("advice".into(), advice.into());
-            f
+        self.write(|| {
+            Event::TlsRefused(schema::TlsRefused {
+                conn: c.line(),
+                destination: dest.into(),
+                alert: format!("{alert:?}").into(),
+                passthrough: remembered,
+                advice: advice.into(),
+            })
         });
     }
 
@@ -1188,13 +1121,11 @@ impl Events {
     pub(crate) fn upstream_redialled(&self, c: &ConnInfo, took: Duration) {
         tracing::debug!("HTTP/2: the upstream sent its connection away; dialled again");
         self.stats.upstream_redials.fetch_add(1, Ordering::Relaxed);
-        self.write("redial", || {
-            let mut f = conn_fields(c);
-            f.insert(
-                "took_ms".into(),
-                json!((took.as_secs_f64() * 1e6).round() / 1e3),
-            );
-            f
+        self.write(|| {
+            Event::Redial(schema::Redial {
+                conn: c.line(),
+                took_ms: ms(took),
+            })
         });
     }
 
@@ -1207,10 +1138,11 @@ impl Events {
         tracing::debug!(
             "HTTP/2: the upstream sent its connection away ({reason}); so is the client's"
         );
-        self.write("goaway", || {
-            let mut f = conn_fields(c);
-            f.insert("reason".into(), reason.into());
-            f
+        self.write(|| {
+            Event::Goaway(schema::Goaway {
+                conn: c.line(),
+                reason: reason.into(),
+            })
         });
     }
 
@@ -1224,17 +1156,22 @@ impl Events {
             .expect("stats lock")
             .entry(reason)
             .or_default() += 1;
-        self.write("paused", || obj(json!({ "reason": reason })));
+        self.write(|| {
+            Event::Paused(schema::Paused {
+                reason: reason.into(),
+            })
+        });
     }
 
     /// The SYN gate refused a connection: the limit was reached.
     pub(crate) fn refused_at_limit(&self, c: &ConnInfo) {
         self.stats.refused_at_limit.fetch_add(1, Ordering::Relaxed);
         tracing::warn!("refused: connection limit reached");
-        self.write("refused", || {
-            let mut f = conn_fields(c);
-            f.insert("reason".into(), "limit".into());
-            f
+        self.write(|| {
+            Event::Refused(schema::Refused {
+                conn: c.line(),
+                reason: "limit".into(),
+            })
         });
     }
 
@@ -1482,28 +1419,43 @@ pub(crate) fn redact_argv(args: impl IntoIterator<Item = String>) -> Vec<String>
     out
 }
 
-fn obj(v: Value) -> Map<String, Value> {
-    match v {
-        Value::Object(m) => m,
-        _ => Map::new(),
+/// One line's text (without its newline), stamped now.
+pub(super) fn line_text(started: Instant, event: Event<'_>) -> String {
+    let t = started.elapsed().as_secs_f64();
+    let line = Line {
+        v: schema::VERSION,
+        time: humantime::format_rfc3339_millis(SystemTime::now())
+            .to_string()
+            .into(),
+        t: (t * 1e6).round() / 1e6,
+        event,
+    };
+    serde_json::to_string(&line).expect("an event line serialises")
+}
+
+/// A direction, as lines name it.
+fn way(d: Direction) -> schema::Way {
+    match d {
+        Direction::Upstream => schema::Way::Upstream,
+        Direction::Downstream => schema::Way::Downstream,
     }
 }
 
-fn conn_fields(c: &ConnInfo) -> Map<String, Value> {
-    let mut f = Map::new();
-    f.insert("conn".into(), c.id.into());
-    f.insert("client".into(), c.client.to_string().into());
-    f.insert("dst".into(), c.dst.to_string().into());
-    if let Some(h) = &c.host {
-        f.insert("host".into(), h.clone().into());
+impl ConnInfo {
+    /// Who the connection is, as every line about it says.
+    pub(crate) fn line(&self) -> schema::Conn<'_> {
+        schema::Conn {
+            conn: self.id,
+            client: self.client.to_string().into(),
+            dst: match &self.dst {
+                Dst::Label(l) => Cow::Borrowed(l),
+                a => Cow::Owned(a.to_string()),
+            },
+            host: self.host.as_deref().map(Cow::Borrowed),
+            proxy: self.proxy.as_deref().map(Cow::Borrowed),
+            mock: self.mock.map(Cow::Borrowed),
+        }
     }
-    if let Some(p) = &c.proxy {
-        f.insert("proxy".into(), p.to_string().into());
-    }
-    if let Some(m) = c.mock {
-        f.insert("mock".into(), m.into());
-    }
-    f
 }
 
 /// One HTTP request, as the event log names it.
@@ -1517,19 +1469,30 @@ pub(crate) struct RequestInfo<'a> {
     pub first_fault: bool,
 }
 
-impl RequestInfo<'_> {
+impl<'a> RequestInfo<'a> {
     /// What an event line says of the request (`http`): its number,
-    /// method, path (its first 256 characters) and host.
-    fn fields(&self) -> Map<String, Value> {
-        let mut http = Map::new();
-        http.insert("request".into(), self.n.into());
-        http.insert("method".into(), self.method.into());
-        let path: String = self.path.chars().take(256).collect();
-        http.insert("path".into(), path.into());
-        if let Some(h) = self.host {
-            http.insert("host".into(), h.into());
+    /// method, path (its first 256 characters) and host; the status it
+    /// was answered with and the gRPC status that ended it.
+    fn line(&self, status: Option<u16>, grpc: Option<GrpcStatus<'a>>) -> schema::Request<'a> {
+        schema::Request {
+            request: self.n,
+            method: self.method.into(),
+            path: clip(self.path),
+            host: self.host.map(Cow::Borrowed),
+            status,
+            grpc_status: grpc.map(|g| g.code),
+            grpc_message: grpc
+                .filter(|g| !g.message.is_empty())
+                .map(|g| clip(g.message)),
         }
-        http
+    }
+}
+
+/// A string as a line keeps it: its first 256 characters.
+fn clip(s: &str) -> Cow<'_, str> {
+    match s.char_indices().nth(256) {
+        Some((i, _)) => Cow::Borrowed(&s[..i]),
+        None => Cow::Borrowed(s),
     }
 }
 
@@ -1538,16 +1501,6 @@ impl RequestInfo<'_> {
 pub(crate) struct GrpcStatus<'a> {
     pub code: u32,
     pub message: &'a str,
-}
-
-impl GrpcStatus<'_> {
-    fn insert_into(self, http: &mut Map<String, Value>) {
-        http.insert("grpc_status".into(), self.code.into());
-        if !self.message.is_empty() {
-            let message: String = self.message.chars().take(256).collect();
-            http.insert("grpc_message".into(), message.into());
-        }
-    }
 }
 
 /// Where a hit is recorded: the log, the connection, the rule, the fault.
