@@ -603,7 +603,7 @@ with open(sys.argv[1], "w") as f:
     for i in range(1_000_000):
         t += 0.001
         st = random.choice([200] * 8 + [529, 429])
-        f.write(json.dumps({"time": "2026-12-05T00:00:00.000Z", "t": round(t + 0.05, 6),
+        f.write(json.dumps({"v": 1, "time": "2026-12-05T00:00:00.000Z", "t": round(t + 0.05, 6),
             "event": "attempt", "conn": i // 10, "client": "10.0.0.1:40000",
             "dst": "198.18.0.1:443", "host": "api.anthropic.com", "start": round(t, 6),
             "http": {"request": i % 10, "proto": "http/1.1", "method": "POST",
