@@ -9,8 +9,9 @@
 //! host must schedule again — so the wait ends [`SPIN`] early and spins
 //! the rest, which a timely wake spends and a late one never starts.
 //!
-//! Under the unit tests' paused clock everything stays on the runtime's
-//! (virtual) timer.
+//! A runtime whose clock is paused (the in-process tests') has only the
+//! runtime's virtual timer: whoever pauses it says so with
+//! [`runtime_clock_only`], and every wait on that thread stays on it.
 
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::time::Duration;
@@ -50,6 +51,24 @@ pub(crate) async fn spin_until(deadline: Instant) {
     }
 }
 
+thread_local! {
+    /// This thread's runtime keeps virtual time: no timerfd, no spin.
+    static VIRTUAL: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Waits on this thread use the runtime's timer alone: for a
+/// current-thread runtime with a paused clock, where a timerfd would wait
+/// in real time while the runtime's clock jumps (the in-process tests).
+#[cfg(test)]
+pub(crate) fn runtime_clock_only() {
+    VIRTUAL.with(|v| v.set(true));
+}
+
+/// Whether waits on this thread stay on the runtime's timer.
+pub(crate) fn on_runtime_clock() -> bool {
+    VIRTUAL.with(std::cell::Cell::get)
+}
+
 /// Sleeps for `d` (a fault's delay), as [`sleep_until`].
 pub(crate) async fn sleep(d: Duration) {
     sleep_until(Instant::now() + d).await
@@ -58,7 +77,7 @@ pub(crate) async fn sleep(d: Duration) {
 /// Sleeps until `deadline`, to within a few microseconds where the CPU
 /// allows.
 pub(crate) async fn sleep_until(deadline: Instant) {
-    if cfg!(test) {
+    if on_runtime_clock() {
         return tokio::time::sleep_until(deadline).await;
     }
     let now = Instant::now();

@@ -243,6 +243,7 @@ mod tests {
     /// credit from idle time either.
     #[tokio::test(start_paused = true)]
     async fn no_burst_means_no_credit() {
+        crate::timer::runtime_clock_only();
         let (tx, mut rx, io) = channels();
         let b = bw(&[("rate", "1KB/s"), ("burst", "0")]);
         tokio::spawn(async move { b.run(ctx(Window::ALWAYS), &mut { io }).await });
@@ -275,6 +276,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn paces_to_the_rate() {
+        crate::timer::runtime_clock_only();
         let (tx, mut rx, io) = channels();
         let b = bw(&[("rate", "100KB/s"), ("burst", "1000")]);
         tokio::spawn(async move { b.run(ctx(Window::ALWAYS), &mut { io }).await });
@@ -297,6 +299,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn zero_rate_holds_until_the_window_closes() {
+        crate::timer::runtime_clock_only();
         let (tx, mut rx, io) = channels();
         let b = bw(&[("rate", "0")]);
         tokio::spawn(async move {

@@ -135,6 +135,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn holds_its_direction_for_the_partition_then_passes_everything() {
+        crate::timer::runtime_clock_only();
         let (tx, mut rx, io) = channels();
         let part = Arc::new(Counted::default());
         let mut c = ctx(Window::ALWAYS);
@@ -153,6 +154,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_stop_mid_partition_gives_back_what_was_held() {
+        crate::timer::runtime_clock_only();
         let (tx, mut rx, io) = channels();
         let mut c = ctx(Window::ALWAYS);
         c.partition = Some(Arc::new(Counted::default()));
@@ -171,6 +173,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn without_a_partition_nothing_is_held() {
+        crate::timer::runtime_clock_only();
         let (tx, mut rx, io) = channels();
         spawn(
             blackout(&[("after_bytes", "5"), ("duration", "3s")]),

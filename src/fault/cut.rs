@@ -101,6 +101,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn reset_comes_exactly_after_the_mark() {
+        crate::timer::runtime_clock_only();
         let r = spec("reset", &[("after_bytes", "4KiB")]).unwrap().kind;
         let (tx, mut rx, io) = channels();
         spawn(r, ctx(crate::units::Window::ALWAYS), io);
@@ -113,6 +114,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn close_truncates_at_the_mark() {
+        crate::timer::runtime_clock_only();
         let c = spec("close", &[("after_bytes", "100")]).unwrap().kind;
         let (tx, mut rx, io) = channels();
         spawn(c, ctx(crate::units::Window::ALWAYS), io);

@@ -217,6 +217,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn delays_each_chunk_from_its_arrival_and_keeps_throughput() {
+        crate::timer::runtime_clock_only();
         let (tx, mut rx, io) = channels();
         let l = latency(&[("delay", "100ms")]);
         tokio::spawn(async move { l.run(ctx(Window::ALWAYS), &mut { io }).await });
@@ -236,6 +237,7 @@ mod tests {
     /// default a FIN is delayed as the bytes are.
     #[tokio::test(start_paused = true)]
     async fn ends_pass_at_once_after_the_bytes_ahead_when_asked() {
+        crate::timer::runtime_clock_only();
         let fin = || Item {
             at: Instant::now(),
             kind: crate::fault::ItemKind::Fin,
@@ -272,6 +274,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn chained_latencies_add_up() {
+        crate::timer::runtime_clock_only();
         let (tx, mut mid_rx, io1) = channels();
         let (mid_tx, mut rx, io2) = channels();
         for io in [io1, io2] {
@@ -291,6 +294,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn jitter_stays_in_bounds_and_never_reorders() {
+        crate::timer::runtime_clock_only();
         let (tx, mut rx, io) = channels();
         let l = latency(&[("delay", "50ms"), ("jitter", "20ms")]);
         tokio::spawn(async move { l.run(ctx(Window::ALWAYS), &mut { io }).await });
@@ -323,6 +327,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn inactive_window_passes_at_once() {
+        crate::timer::runtime_clock_only();
         let (tx, mut rx, io) = channels();
         let l = latency(&[("delay", "1s")]);
         tokio::spawn(async move {

@@ -709,6 +709,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn pass_until_splits_at_the_byte_mark() {
+        crate::timer::runtime_clock_only();
         let (tx, mut rx, mut io) = channels();
         let c = ctx(Window::ALWAYS);
         let task =
@@ -725,6 +726,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn pass_until_outside_window_never_fires() {
+        crate::timer::runtime_clock_only();
         let (tx, mut rx, mut io) = channels();
         let c = ctx(Window::parse("1h..").unwrap());
         let task =

@@ -84,6 +84,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_clock_starts_at_the_first_data() {
+        crate::timer::runtime_clock_only();
         let (tx, mut rx, io) = channels();
         let kind = match spec("reset_peer", &[("timeout", "500ms")]).unwrap().kind {
             k @ FaultKind::ResetPeer(_) => k,

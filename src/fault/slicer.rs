@@ -122,6 +122,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn slices_with_pauses_and_delivers_every_byte() {
+        crate::timer::runtime_clock_only();
         let FaultKind::Slicer(s) = spec(
             "slicer",
             &[("size", "10"), ("size_variation", "3"), ("delay", "1ms")],

@@ -68,6 +68,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn delays_only_the_fin() {
+        crate::timer::runtime_clock_only();
         let FaultKind::SlowClose(s) = spec("slow_close", &[("delay", "3s")]).unwrap().kind else {
             unreachable!()
         };

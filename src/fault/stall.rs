@@ -151,6 +151,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn holds_after_the_mark_then_releases_everything() {
+        crate::timer::runtime_clock_only();
         let (tx, mut rx, io) = channels();
         tokio::spawn(async move {
             stall(&[("after_bytes", "5"), ("duration", "2s")])
@@ -166,6 +167,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn forever_means_nothing_more_flows() {
+        crate::timer::runtime_clock_only();
         let (tx, mut rx, io) = channels();
         tokio::spawn(async move { stall(&[]).run(ctx(Window::ALWAYS), &mut { io }).await });
         tx.send(data(8)).await.unwrap();
@@ -175,6 +177,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn removing_a_stall_releases_what_it_held() {
+        crate::timer::runtime_clock_only();
         let (tx, mut rx, io) = channels();
         let stop = crate::fault::testing::spawn(
             FaultKind::Stall(stall(&[("after_bytes", "3")])),
@@ -190,6 +193,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn then_close_ends_the_connection_instead_of_releasing() {
+        crate::timer::runtime_clock_only();
         let (tx, mut rx, io) = channels();
         let s = stall(&[("duration", "2s"), ("then", "close")]);
         tokio::spawn(async move { s.run(ctx(Window::ALWAYS), &mut { io }).await });
@@ -205,6 +209,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn time_trigger_fires_without_traffic() {
+        crate::timer::runtime_clock_only();
         let (tx, mut rx, io) = channels();
         tokio::spawn(async move {
             stall(&[("after", "1s"), ("duration", "1s")])

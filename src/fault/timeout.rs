@@ -100,6 +100,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn drops_data_and_closes_after_an_idle_timeout() {
+        crate::timer::runtime_clock_only();
         let (tx, mut rx, io) = channels();
         let kind = match spec("timeout", &[("timeout", "100ms")]).unwrap().kind {
             k @ FaultKind::Timeout(_) => k,

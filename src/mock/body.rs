@@ -114,6 +114,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn chunks_leave_at_their_moments() {
+        crate::timer::runtime_clock_only();
         let start = Instant::now();
         let ms = Duration::from_millis;
         let mut b = Scheduled::new(
