@@ -842,6 +842,18 @@ fn metrics_move_as_faults_are_injected() {
     let (_, v) = http("GET", &format!("{u}/metrics"), None, &[]);
     let text = v.as_str().unwrap();
     assert!(!text.contains("proxy=\"m\""), "{text}");
+    // Prometheus's text format (Toxiproxy's) unless OpenMetrics is asked
+    // for, as Prometheus's scraper asks; the samples are the same.
+    assert!(
+        text.contains("# TYPE netchaos_bytes_total counter"),
+        "{text}"
+    );
+    assert!(!text.contains("# EOF"), "{text}");
+    let accept = "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5";
+    let (_, v) = http("GET", &format!("{u}/metrics"), None, &[("accept", accept)]);
+    let om = v.as_str().unwrap();
+    assert!(om.contains("# TYPE netchaos_bytes counter"), "{om}");
+    assert!(om.ends_with("# EOF\n"), "{om}");
 }
 
 /// The fast path's bulk buffers show in the metrics: none out at first,

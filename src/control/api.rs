@@ -449,12 +449,15 @@ async fn version() -> Response {
     r
 }
 
-async fn metrics(State(st): State<ApiState>) -> Response {
-    let text = super::metrics::render(&st.control.relay.events.stats, &st.control.metrics);
+async fn metrics(State(st): State<ApiState>, headers: axum::http::HeaderMap) -> Response {
+    use super::metrics::{OPENMETRICS, PROMETHEUS_TEXT, render, wants_openmetrics};
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    let om = wants_openmetrics(accept);
+    let text = render(st.control.relay.events.clone(), &st.control.metrics, om);
     let mut r = (StatusCode::OK, text).into_response();
     r.headers_mut().insert(
         header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+        HeaderValue::from_static(if om { OPENMETRICS } else { PROMETHEUS_TEXT }),
     );
     r
 }

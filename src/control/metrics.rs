@@ -5,10 +5,46 @@
 //! `--runtime-metrics` the process's (`process_…`, and the `go_goroutines`
 //! and `go_info` that Toxiproxy's checks look for, counting tasks).
 
-use std::fmt::Write;
+//! `GET /metrics`: the counters in the OpenMetrics text format, encoded by
+//! prometheus-client from a registry built per scrape — netchaos's own
+//! series (`netchaos_…`), Toxiproxy's per-proxy byte counters
+//! (`toxiproxy_proxy_{received,sent}_bytes_total` with its labels, so that
+//! dashboards and checks written for Toxiproxy keep working), and with
+//! `--runtime-metrics` the process's (`process_…`, and the `go_goroutines`
+//! and `go_info` that Toxiproxy's checks look for, counting tasks).
+//!
+//! The counters themselves are the relay's atomics ([`Stats`]), which the
+//! summary reads too; a [`Collector`] reads them at each scrape, and the
+//! crate writes names, types, label escaping and the `# EOF`. A counter is
+//! declared without its `_total`, which the encoder adds.
+
+use std::fmt;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use crate::events::Stats;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::registry::Registry;
+
+use crate::events::{Events, Stats};
+
+/// The content type of an OpenMetrics answer (a scraper that asks for it:
+/// Prometheus does).
+pub(crate) const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// The content type of Prometheus's text format, 0.0.4: what Toxiproxy
+/// serves, and what `/metrics` answers a plain request with.
+pub(crate) const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Whether a request's `Accept` asks for OpenMetrics.
+pub(crate) fn wants_openmetrics(accept: Option<&str>) -> bool {
+    accept.is_some_and(|a| {
+        a.split(',')
+            .any(|t| t.trim().starts_with("application/openmetrics-text"))
+    })
+}
 
 /// What `/metrics` shows beyond netchaos's own series.
 #[derive(Debug, Clone, Copy, Default)]
@@ -17,291 +53,407 @@ pub(crate) struct Extra {
     pub runtime: bool,
 }
 
-/// Renders the counters.
-pub(crate) fn render(stats: &Stats, extra: &Extra) -> String {
+/// Renders the counters: OpenMetrics, or else Prometheus's text format.
+pub(crate) fn render(events: Arc<Events>, extra: &Extra, openmetrics: bool) -> String {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(Scrape {
+        events,
+        extra: *extra,
+    }));
     let mut out = String::new();
-    let proxies: Vec<_> = stats
-        .proxies
-        .lock()
-        .expect("stats lock")
-        .iter()
-        .map(|(n, p)| (n.clone(), p.clone()))
+    // Writing to a String cannot fail.
+    let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
+    if openmetrics {
+        out
+    } else {
+        prometheus_text(&out)
+    }
+}
+
+/// OpenMetrics text as Prometheus's text format 0.0.4: the same samples,
+/// a counter family named as its samples (`# TYPE x_total counter`, as
+/// Toxiproxy's Go client writes it — a 0.0.4 parser takes `x_total`
+/// samples under `# TYPE x` for untyped ones), and no `# EOF`.
+fn prometheus_text(om: &str) -> String {
+    let counters: std::collections::HashSet<&str> = om
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" counter"))
         .collect();
-    family_into(
-        &mut out,
-        "netchaos_connections_open",
-        "gauge",
-        "Connections open now, by proxy.",
-    );
-    for (name, p) in &proxies {
-        let _ = writeln!(
-            out,
-            "netchaos_connections_open{{proxy=\"{}\"}} {}",
-            escape(name),
-            p.open.load(Ordering::Relaxed)
-        );
-    }
-    family_into(
-        &mut out,
-        "netchaos_connections_total",
-        "counter",
-        "Connections accepted (or refused at the SYN), by proxy.",
-    );
-    for (name, p) in &proxies {
-        let _ = writeln!(
-            out,
-            "netchaos_connections_total{{proxy=\"{}\"}} {}",
-            escape(name),
-            p.total.load(Ordering::Relaxed)
-        );
-    }
-    family_into(
-        &mut out,
-        "netchaos_bytes_total",
-        "counter",
-        "Bytes delivered, by proxy and direction.",
-    );
-    for (name, p) in &proxies {
-        for (i, dir) in ["upstream", "downstream"].iter().enumerate() {
-            let _ = writeln!(
-                out,
-                "netchaos_bytes_total{{proxy=\"{}\",direction=\"{dir}\"}} {}",
-                escape(name),
-                p.bytes[i].load(Ordering::Relaxed)
-            );
+    let mut out = String::with_capacity(om.len() + 16 * counters.len());
+    for line in om.lines() {
+        if line == "# EOF" {
+            continue;
         }
-    }
-    family_into(
-        &mut out,
-        "netchaos_faults_injected_total",
-        "counter",
-        "Faults that took effect, by rule and kind.",
-    );
-    for ((rule, kind), count) in stats.faults.lock().expect("stats lock").iter() {
-        let n = count.hits;
-        let _ = writeln!(
-            out,
-            "netchaos_faults_injected_total{{rule=\"{}\",fault=\"{kind}\"}} {n}",
-            escape(rule)
-        );
-    }
-    family_into(
-        &mut out,
-        "netchaos_relay_errors_total",
-        "counter",
-        "Relay errors (not injected faults), by kind.",
-    );
-    for (kind, n) in stats.errors.lock().expect("stats lock").iter() {
-        let _ = writeln!(out, "netchaos_relay_errors_total{{kind=\"{kind}\"}} {n}");
-    }
-    family_into(
-        &mut out,
-        "netchaos_listener_pauses_total",
-        "counter",
-        "Times a listener stopped listening (new connections refused at connect), by reason: limit (--max-connections) or resources (out of descriptors or memory).",
-    );
-    for (reason, n) in stats.pauses.lock().expect("stats lock").iter() {
-        let _ = writeln!(
-            out,
-            "netchaos_listener_pauses_total{{reason=\"{reason}\"}} {n}"
-        );
-    }
-    family_into(
-        &mut out,
-        "netchaos_connections_refused_total",
-        "counter",
-        "Connections refused at the SYN because of the connection limit.",
-    );
-    let _ = writeln!(
-        out,
-        "netchaos_connections_refused_total{{reason=\"limit\"}} {}",
-        stats.refused_at_limit.load(Ordering::Relaxed)
-    );
-    family_into(
-        &mut out,
-        "netchaos_connections_abandoned_total",
-        "counter",
-        "Connection attempts their client gave up before the handshake completed: no upstream dialled, or the one dialled closed unused.",
-    );
-    let _ = writeln!(
-        out,
-        "netchaos_connections_abandoned_total {}",
-        stats.abandoned.load(Ordering::Relaxed)
-    );
-    family_into(
-        &mut out,
-        "netchaos_dns_queries_dropped_total",
-        "counter",
-        "DNS queries the forwarder dropped, by reason: malformed (not a standard query) or busy (too many in flight).",
-    );
-    for why in crate::events::DnsRefusal::ALL {
-        let _ = writeln!(
-            out,
-            "netchaos_dns_queries_dropped_total{{reason=\"{}\"}} {}",
-            why.as_str(),
-            stats.dns_refused[why as usize].load(Ordering::Relaxed)
-        );
-    }
-    family_into(
-        &mut out,
-        "netchaos_connections_by_path_total",
-        "counter",
-        "Connections by the path their bytes took: splice (the fast path: no fault on the bytes), pipeline (stream faults), http or https (the HTTP layer).",
-    );
-    for (path, n) in stats.paths.lock().expect("stats lock").iter() {
-        let _ = writeln!(
-            out,
-            "netchaos_connections_by_path_total{{path=\"{path}\"}} {n}"
-        );
-    }
-    counter_into(
-        &mut out,
-        "netchaos_http_requests_total",
-        "HTTP requests the HTTP layer read.",
-        stats.http_requests.load(Ordering::Relaxed),
-    );
-    counter_into(
-        &mut out,
-        "netchaos_http2_upstream_redials_total",
-        "HTTP/2 upstream connections dialled again after their GOAWAY.",
-        stats.upstream_redials.load(Ordering::Relaxed),
-    );
-    family_into(
-        &mut out,
-        "netchaos_http_faults_total",
-        "counter",
-        "HTTP faults applied to requests, by fault and status answered (0: none).",
-    );
-    for ((fault, status, grpc), n) in stats.http_faulted.lock().expect("stats lock").iter() {
-        let grpc = grpc.map_or(String::new(), |g| format!(",grpc_status=\"{g}\""));
-        let _ = writeln!(
-            out,
-            "netchaos_http_faults_total{{fault=\"{fault}\",status=\"{status}\"{grpc}}} {n}"
-        );
-    }
-    counter_into(
-        &mut out,
-        "netchaos_dns_queries_total",
-        "DNS queries of the namespace the DNS layer saw (retransmissions not counted).",
-        stats.dns_queries.load(Ordering::Relaxed),
-    );
-    family_into(
-        &mut out,
-        "netchaos_dns_faults_total",
-        "counter",
-        "DNS faults applied to queries, by fault.",
-    );
-    for (fault, n) in stats.dns_faulted.lock().expect("stats lock").iter() {
-        let _ = writeln!(out, "netchaos_dns_faults_total{{fault=\"{fault}\"}} {n}");
-    }
-    for (name, kind, index) in [
-        ("toxiproxy_proxy_received_bytes_total", "received", 0),
-        ("toxiproxy_proxy_sent_bytes_total", "sent", 1),
-    ] {
-        family_into(
-            &mut out,
-            name,
-            "counter",
-            &format!("Bytes {kind} by the proxy, by direction (Toxiproxy's series and labels)."),
-        );
-        for (proxy, p) in &proxies {
-            let Some((listener, upstream)) = p.labels.lock().expect("stats lock").clone() else {
-                continue;
-            };
-            for dir in [
-                crate::fault::Direction::Downstream,
-                crate::fault::Direction::Upstream,
-            ] {
-                let n = if index == 0 {
-                    p.received[dir.index()].load(Ordering::Relaxed)
-                } else {
-                    p.bytes[dir.index()].load(Ordering::Relaxed)
-                };
-                let _ = writeln!(
-                    out,
-                    "{name}{{direction=\"{}\",listener=\"{}\",proxy=\"{}\",upstream=\"{}\"}} {n}",
-                    dir.as_str(),
-                    escape(&listener),
-                    escape(proxy),
-                    escape(&upstream),
-                );
+        let meta = ["# HELP ", "# TYPE "]
+            .into_iter()
+            .find_map(|p| Some((p, line.strip_prefix(p)?)));
+        match meta {
+            Some((p, rest))
+                if rest
+                    .split_once(' ')
+                    .is_some_and(|(name, _)| counters.contains(name)) =>
+            {
+                let (name, tail) = rest.split_once(' ').expect("checked");
+                out.push_str(&format!("{p}{name}_total {tail}\n"));
+            }
+            _ => {
+                out.push_str(line);
+                out.push('\n');
             }
         }
     }
-    let (out_now, limit, misses) = crate::relay::fast::bulk_buffers();
-    family_into(
-        &mut out,
-        "netchaos_relay_bulk_buffers",
-        "gauge",
-        "The fast path's bulk buffers out now (held by backed-up directions, or pooled).",
-    );
-    let _ = writeln!(out, "netchaos_relay_bulk_buffers {out_now}");
-    family_into(
-        &mut out,
-        "netchaos_relay_bulk_buffers_limit",
-        "gauge",
-        "The most bulk buffers out at once.",
-    );
-    let _ = writeln!(out, "netchaos_relay_bulk_buffers_limit {limit}");
-    family_into(
-        &mut out,
-        "netchaos_relay_bulk_buffer_misses_total",
-        "counter",
-        "Bulk reads that found every bulk buffer out, and were carried in small copies.",
-    );
-    let _ = writeln!(out, "netchaos_relay_bulk_buffer_misses_total {misses}");
-    let (used, limit, refused) = crate::http::budget::usage();
-    family_into(
-        &mut out,
-        "netchaos_http_memory_bytes",
-        "gauge",
-        "Bytes the HTTP layer holds in its memory budget now (heads, bodies held whole, bytes passed on and not yet written).",
-    );
-    let _ = writeln!(out, "netchaos_http_memory_bytes {used}");
-    family_into(
-        &mut out,
-        "netchaos_http_memory_limit_bytes",
-        "gauge",
-        "The HTTP layer's memory budget (NETCHAOS_HTTP_MEMORY).",
-    );
-    let _ = writeln!(out, "netchaos_http_memory_limit_bytes {limit}");
-    family_into(
-        &mut out,
-        "netchaos_http_memory_refusals_total",
-        "counter",
-        "Heads answered 431, or bodies not held whole, for want of budget.",
-    );
-    let _ = writeln!(out, "netchaos_http_memory_refusals_total {refused}");
-    if extra.runtime {
-        runtime_into(&mut out);
-    }
-    family_into(
-        &mut out,
-        "netchaos_event_log_errors_total",
-        "counter",
-        "Event lines that could not be written.",
-    );
-    let _ = writeln!(
-        out,
-        "netchaos_event_log_errors_total {}",
-        stats.log_errors.load(Ordering::Relaxed)
-    );
-    family_into(
-        &mut out,
-        "netchaos_event_log_dropped_total",
-        "counter",
-        "Event lines counted but not written: the log reached its size (--events-max).",
-    );
-    let _ = writeln!(
-        out,
-        "netchaos_event_log_dropped_total {}",
-        stats.log_dropped.load(Ordering::Relaxed)
-    );
     out
 }
 
+/// One scrape's view of the counters.
+struct Scrape {
+    events: Arc<Events>,
+    extra: Extra,
+}
+
+impl fmt::Debug for Scrape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Scrape")
+            .field("extra", &self.extra)
+            .finish()
+    }
+}
+
+type Labels = Vec<(&'static str, String)>;
+
+/// A family's series, each with its labels.
+fn family<M: EncodeMetric>(
+    enc: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    kind: MetricType,
+    series: impl IntoIterator<Item = (Labels, M)>,
+) -> fmt::Result {
+    let mut m = enc.encode_descriptor(name, help, None, kind)?;
+    let mut series = series.into_iter().peekable();
+    if series.peek().is_some_and(|(l, _)| l.is_empty()) {
+        // One series of its own, without labels.
+        let (_, metric) = series.next().expect("peeked");
+        return metric.encode(m);
+    }
+    for (labels, metric) in series {
+        {
+            // The crate writes label values as they are
+            // (prometheus/client_rust#151), and a proxy's name is the
+            // API client's: escaped here, as both formats require.
+            let labels: Labels = labels.into_iter().map(|(k, v)| (k, escape(&v))).collect();
+            metric.encode(m.encode_family(&labels)?)?;
+        }
+    }
+    Ok(())
+}
+
+/// Escapes a label value (backslash, quote, newline).
+fn escape(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+fn counters(
+    enc: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    series: impl IntoIterator<Item = (Labels, u64)>,
+) -> fmt::Result {
+    family(
+        enc,
+        name,
+        help,
+        MetricType::Counter,
+        series.into_iter().map(|(l, v)| (l, ConstCounter::new(v))),
+    )
+}
+
+fn counter(enc: &mut DescriptorEncoder<'_>, name: &str, help: &str, v: u64) -> fmt::Result {
+    counters(enc, name, help, [(vec![], v)])
+}
+
+fn gauges(
+    enc: &mut DescriptorEncoder<'_>,
+    name: &str,
+    help: &str,
+    series: impl IntoIterator<Item = (Labels, i64)>,
+) -> fmt::Result {
+    family(
+        enc,
+        name,
+        help,
+        MetricType::Gauge,
+        series.into_iter().map(|(l, v)| (l, ConstGauge::new(v))),
+    )
+}
+
+fn gauge(enc: &mut DescriptorEncoder<'_>, name: &str, help: &str, v: u64) -> fmt::Result {
+    gauges(enc, name, help, [(vec![], v as i64)])
+}
+
+fn load(a: &std::sync::atomic::AtomicU64) -> u64 {
+    a.load(Ordering::Relaxed)
+}
+
+impl Collector for Scrape {
+    fn encode(&self, mut enc: DescriptorEncoder<'_>) -> fmt::Result {
+        let stats: &Stats = &self.events.stats;
+        let enc = &mut enc;
+        let proxies: Vec<_> = stats
+            .proxies
+            .lock()
+            .expect("stats lock")
+            .iter()
+            .map(|(n, p)| (n.clone(), p.clone()))
+            .collect();
+        let by_proxy = |f: &dyn Fn(&crate::events::ProxyStats) -> u64| {
+            proxies
+                .iter()
+                .map(|(n, p)| (vec![("proxy", n.clone())], f(p)))
+                .collect::<Vec<_>>()
+        };
+        gauges(
+            enc,
+            "netchaos_connections_open",
+            "Connections open now, by proxy.",
+            by_proxy(&|p| load(&p.open))
+                .into_iter()
+                .map(|(l, v)| (l, v as i64)),
+        )?;
+        counters(
+            enc,
+            "netchaos_connections",
+            "Connections accepted (or refused at the SYN), by proxy.",
+            by_proxy(&|p| load(&p.total)),
+        )?;
+        counters(
+            enc,
+            "netchaos_bytes",
+            "Bytes delivered, by proxy and direction.",
+            proxies.iter().flat_map(|(n, p)| {
+                ["upstream", "downstream"]
+                    .into_iter()
+                    .enumerate()
+                    .map(move |(i, dir)| {
+                        (
+                            vec![("proxy", n.clone()), ("direction", dir.to_string())],
+                            load(&p.bytes[i]),
+                        )
+                    })
+            }),
+        )?;
+        let faults: Vec<_> = stats
+            .faults
+            .lock()
+            .expect("stats lock")
+            .iter()
+            .map(|((rule, kind), c)| {
+                (
+                    vec![("rule", rule.clone()), ("fault", kind.to_string())],
+                    c.hits,
+                )
+            })
+            .collect();
+        counters(
+            enc,
+            "netchaos_faults_injected",
+            "Faults that took effect, by rule and kind.",
+            faults,
+        )?;
+        let by_key = |m: &std::sync::Mutex<std::collections::BTreeMap<&'static str, u64>>,
+                      key: &'static str| {
+            m.lock()
+                .expect("stats lock")
+                .iter()
+                .map(|(k, n)| (vec![(key, k.to_string())], *n))
+                .collect::<Vec<_>>()
+        };
+        counters(
+            enc,
+            "netchaos_relay_errors",
+            "Relay errors (not injected faults), by kind.",
+            by_key(&stats.errors, "kind"),
+        )?;
+        counters(
+            enc,
+            "netchaos_listener_pauses",
+            "Times a listener stopped listening (new connections refused at connect), by reason: limit (--max-connections) or resources (out of descriptors or memory).",
+            by_key(&stats.pauses, "reason"),
+        )?;
+        counters(
+            enc,
+            "netchaos_connections_refused",
+            "Connections refused at the SYN because of the connection limit.",
+            [(
+                vec![("reason", "limit".to_string())],
+                load(&stats.refused_at_limit),
+            )],
+        )?;
+        counter(
+            enc,
+            "netchaos_connections_abandoned",
+            "Connection attempts their client gave up before the handshake completed: no upstream dialled, or the one dialled closed unused.",
+            load(&stats.abandoned),
+        )?;
+        counters(
+            enc,
+            "netchaos_dns_queries_dropped",
+            "DNS queries the forwarder dropped, by reason: malformed (not a standard query) or busy (too many in flight).",
+            crate::events::DnsRefusal::ALL.map(|why| {
+                (
+                    vec![("reason", why.as_str().to_string())],
+                    load(&stats.dns_refused[why as usize]),
+                )
+            }),
+        )?;
+        counters(
+            enc,
+            "netchaos_connections_by_path",
+            "Connections by the path their bytes took: splice (the fast path: no fault on the bytes), pipeline (stream faults), http or https (the HTTP layer).",
+            by_key(&stats.paths, "path"),
+        )?;
+        counter(
+            enc,
+            "netchaos_http_requests",
+            "HTTP requests the HTTP layer read.",
+            load(&stats.http_requests),
+        )?;
+        counter(
+            enc,
+            "netchaos_http2_upstream_redials",
+            "HTTP/2 upstream connections dialled again after their GOAWAY.",
+            load(&stats.upstream_redials),
+        )?;
+        let http_faults: Vec<_> = stats
+            .http_faulted
+            .lock()
+            .expect("stats lock")
+            .iter()
+            .map(|((fault, status, grpc), n)| {
+                let mut l = vec![("fault", fault.to_string()), ("status", status.to_string())];
+                if let Some(g) = grpc {
+                    l.push(("grpc_status", g.to_string()));
+                }
+                (l, *n)
+            })
+            .collect();
+        counters(
+            enc,
+            "netchaos_http_faults",
+            "HTTP faults applied to requests, by fault and status answered (0: none).",
+            http_faults,
+        )?;
+        counter(
+            enc,
+            "netchaos_dns_queries",
+            "DNS queries of the namespace the DNS layer saw (retransmissions not counted).",
+            load(&stats.dns_queries),
+        )?;
+        counters(
+            enc,
+            "netchaos_dns_faults",
+            "DNS faults applied to queries, by fault.",
+            by_key(&stats.dns_faulted, "fault"),
+        )?;
+        for (name, kind, received) in [
+            ("toxiproxy_proxy_received_bytes", "received", true),
+            ("toxiproxy_proxy_sent_bytes", "sent", false),
+        ] {
+            let mut series = Vec::new();
+            for (proxy, p) in &proxies {
+                let Some((listener, upstream)) = p.labels.lock().expect("stats lock").clone()
+                else {
+                    continue;
+                };
+                for dir in [
+                    crate::fault::Direction::Downstream,
+                    crate::fault::Direction::Upstream,
+                ] {
+                    let n = if received {
+                        load(&p.received[dir.index()])
+                    } else {
+                        load(&p.bytes[dir.index()])
+                    };
+                    series.push((
+                        vec![
+                            ("direction", dir.as_str().to_string()),
+                            ("listener", listener.clone()),
+                            ("proxy", proxy.clone()),
+                            ("upstream", upstream.clone()),
+                        ],
+                        n,
+                    ));
+                }
+            }
+            counters(
+                enc,
+                name,
+                &format!(
+                    "Bytes {kind} by the proxy, by direction (Toxiproxy's series and labels)."
+                ),
+                series,
+            )?;
+        }
+        let (out_now, limit, misses) = crate::relay::fast::bulk_buffers();
+        gauge(
+            enc,
+            "netchaos_relay_bulk_buffers",
+            "The fast path's bulk buffers out now (held by backed-up directions, or pooled).",
+            out_now as u64,
+        )?;
+        gauge(
+            enc,
+            "netchaos_relay_bulk_buffers_limit",
+            "The most bulk buffers out at once.",
+            limit as u64,
+        )?;
+        counter(
+            enc,
+            "netchaos_relay_bulk_buffer_misses",
+            "Bulk reads that found every bulk buffer out, and were carried in small copies.",
+            misses,
+        )?;
+        let (used, limit, refused) = crate::http::budget::usage();
+        gauge(
+            enc,
+            "netchaos_http_memory_bytes",
+            "Bytes the HTTP layer holds in its memory budget now (heads, bodies held whole, bytes passed on and not yet written).",
+            used as u64,
+        )?;
+        gauge(
+            enc,
+            "netchaos_http_memory_limit_bytes",
+            "The HTTP layer's memory budget (NETCHAOS_HTTP_MEMORY).",
+            limit as u64,
+        )?;
+        counter(
+            enc,
+            "netchaos_http_memory_refusals",
+            "Heads answered 431, or bodies not held whole, for want of budget.",
+            refused,
+        )?;
+        if self.extra.runtime {
+            runtime(enc)?;
+        }
+        counter(
+            enc,
+            "netchaos_event_log_errors",
+            "Event lines that could not be written.",
+            load(&stats.log_errors),
+        )?;
+        counter(
+            enc,
+            "netchaos_event_log_dropped",
+            "Event lines counted but not written: the log reached its size (--events-max).",
+            load(&stats.log_dropped),
+        )
+    }
+}
+
 /// The process's own series, from `/proc/self`.
-fn runtime_into(out: &mut String) {
+fn runtime(enc: &mut DescriptorEncoder<'_>) -> fmt::Result {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     let field = |name: &str| {
         status
@@ -338,83 +490,56 @@ fn runtime_into(out: &mut String) {
         .unwrap_or(0.0);
     let start = boot + num(19) / ticks;
     let tasks = tokio::runtime::Handle::try_current().map_or(0, |h| h.metrics().num_alive_tasks());
-    for (name, kind, help, value) in [
-        (
-            "process_cpu_seconds_total",
-            "counter",
-            "User and system CPU time spent, in seconds.",
-            format!("{cpu}"),
-        ),
-        (
-            "process_open_fds",
-            "gauge",
-            "Open file descriptors.",
-            fds.to_string(),
-        ),
-        (
-            "process_max_fds",
-            "gauge",
-            "The open-files limit.",
-            max_fds.to_string(),
-        ),
-        (
-            "process_resident_memory_bytes",
-            "gauge",
-            "Resident memory, in bytes.",
-            (field("VmRSS:") * 1024).to_string(),
-        ),
-        (
-            "process_virtual_memory_bytes",
-            "gauge",
-            "Virtual memory, in bytes.",
-            (field("VmSize:") * 1024).to_string(),
-        ),
-        (
-            "process_start_time_seconds",
-            "gauge",
-            "Start time of the process since the epoch, in seconds.",
-            format!("{start}"),
-        ),
-        // Toxiproxy's runtime series, for the checks that look for them:
-        // netchaos is not Go, so these count its tasks and name netchaos.
-        (
-            "go_goroutines",
-            "gauge",
-            "Tasks alive in netchaos's runtime (netchaos is not written in Go).",
-            tasks.to_string(),
-        ),
-    ] {
-        family_into(out, name, kind, help);
-        let _ = writeln!(out, "{name} {value}");
-    }
-    family_into(
-        out,
+    family(
+        enc,
+        "process_cpu_seconds",
+        "User and system CPU time spent, in seconds.",
+        MetricType::Counter,
+        [(vec![], ConstCounter::new(cpu))],
+    )?;
+    gauge(
+        enc,
+        "process_open_fds",
+        "Open file descriptors.",
+        fds as u64,
+    )?;
+    gauge(enc, "process_max_fds", "The open-files limit.", max_fds)?;
+    gauge(
+        enc,
+        "process_resident_memory_bytes",
+        "Resident memory, in bytes.",
+        field("VmRSS:") * 1024,
+    )?;
+    gauge(
+        enc,
+        "process_virtual_memory_bytes",
+        "Virtual memory, in bytes.",
+        field("VmSize:") * 1024,
+    )?;
+    family(
+        enc,
+        "process_start_time_seconds",
+        "Start time of the process since the epoch, in seconds.",
+        MetricType::Gauge,
+        [(vec![], ConstGauge::new(start))],
+    )?;
+    // Toxiproxy's runtime series, for the checks that look for them:
+    // netchaos is not Go, so these count its tasks and name netchaos.
+    gauge(
+        enc,
+        "go_goroutines",
+        "Tasks alive in netchaos's runtime (netchaos is not written in Go).",
+        tasks as u64,
+    )?;
+    gauges(
+        enc,
         "go_info",
-        "gauge",
         "What runs here (netchaos, not Go).",
-    );
-    let _ = writeln!(
-        out,
-        "go_info{{version=\"netchaos {}\"}} 1",
-        env!("CARGO_PKG_VERSION")
-    );
-}
-
-fn family_into(out: &mut String, name: &str, kind: &str, help: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-}
-
-/// A counter family of one unlabelled series.
-fn counter_into(out: &mut String, name: &str, help: &str, value: u64) {
-    family_into(out, name, "counter", help);
-    let _ = writeln!(out, "{name} {value}");
-}
-
-/// Escapes a label value (backslash, quote, newline).
-fn escape(s: &str) -> String {
-    s.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
+        [(
+            vec![("version", format!("netchaos {}", env!("CARGO_PKG_VERSION")))],
+            1,
+        )],
+    )
 }
 
 #[cfg(test)]
@@ -423,7 +548,8 @@ mod tests {
 
     #[test]
     fn renders_counters_with_escaped_labels() {
-        let stats = Stats::default();
+        let events = Arc::new(Events::in_memory());
+        let stats = &events.stats;
         stats.proxy("we\"ird").total.fetch_add(3, Ordering::Relaxed);
         stats.faults.lock().unwrap().insert(
             ("r".into(), "latency"),
@@ -432,7 +558,19 @@ mod tests {
                 ..Default::default()
             },
         );
-        let text = render(&stats, &Extra::default());
+        let om = render(events.clone(), &Extra::default(), true);
+        assert_eq!(om.lines().last(), Some("# EOF"), "{om}");
+        assert!(om.contains("# TYPE netchaos_bytes counter"), "{om}");
+        let text = render(events.clone(), &Extra::default(), false);
+        // The same samples, each counter family named as Toxiproxy's are.
+        let samples = |t: &str| -> Vec<String> {
+            t.lines()
+                .filter(|l| !l.starts_with('#'))
+                .map(String::from)
+                .collect()
+        };
+        assert_eq!(samples(&om), samples(&text));
+        assert!(!text.contains("# EOF"), "{text}");
         assert!(
             text.contains("netchaos_connections_total{proxy=\"we\\\"ird\"} 3"),
             "{text}"
@@ -445,12 +583,34 @@ mod tests {
             text.contains("# TYPE netchaos_bytes_total counter"),
             "{text}"
         );
+        assert!(
+            text.contains("# TYPE netchaos_connections_open gauge"),
+            "{text}"
+        );
+        assert!(
+            text.contains("netchaos_connections_abandoned_total 0"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# HELP netchaos_bytes_total Bytes delivered"),
+            "{text}"
+        );
         for line in text.lines().filter(|l| !l.starts_with('#')) {
             assert!(line.starts_with("netchaos_"), "{line}");
+            assert!(!line.contains("_total_total"), "{line}");
         }
+        assert!(wants_openmetrics(Some(
+            "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"
+        )));
+        assert!(!wants_openmetrics(Some("text/plain")));
+        assert!(!wants_openmetrics(None));
         stats.label_proxy("p", "127.0.0.1:20000", "localhost:20002");
         stats.proxy("p").bytes[1].fetch_add(7, Ordering::Relaxed);
-        let text = render(&stats, &Extra { runtime: true });
+        let text = render(events, &Extra { runtime: true }, false);
+        assert!(
+            text.contains("# TYPE toxiproxy_proxy_sent_bytes_total counter"),
+            "{text}"
+        );
         assert!(
             text.contains("toxiproxy_proxy_sent_bytes_total{direction=\"downstream\",listener=\"127.0.0.1:20000\",proxy=\"p\",upstream=\"localhost:20002\"} 7"),
             "{text}"
@@ -460,5 +620,10 @@ mod tests {
             "{text}"
         );
         assert!(text.lines().any(|l| l.starts_with("go_info{")), "{text}");
+        assert!(
+            text.lines()
+                .any(|l| l.starts_with("process_cpu_seconds_total ")),
+            "{text}"
+        );
     }
 }
