@@ -9,6 +9,8 @@ pub(crate) mod exchange;
 pub(crate) mod h2;
 pub(crate) mod h2_resets;
 pub(crate) mod h2_stream;
+#[cfg(test)]
+mod harness;
 pub(crate) mod rewrite;
 pub(crate) mod tape;
 pub(crate) mod wire;

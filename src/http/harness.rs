@@ -1,0 +1,345 @@
+//! In-process tests of the HTTP/1.1 engine ([`super::exchange`]): its two
+//! sides driven over in-memory streams on a paused clock, with faults
+//! parsed from `--fault` flags — no socket, no curl, no sleep. What the
+//! client and the upstream would receive is read off the pipelines'
+//! outputs, item by item (bytes, FIN, close, RST), with the virtual time
+//! each arrived at.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use tokio::io::{AsyncWriteExt, DuplexStream};
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::exchange::{self, Exchange};
+use crate::events::{ConnInfo, Dst, Events};
+use crate::fault::stage::{Item, ItemKind, Output};
+use crate::fault::{Chosen, FaultSpec};
+
+/// One connection through the engine: the client's and the upstream's
+/// ends, and what each receives.
+struct Pair {
+    client: DuplexStream,
+    upstream: DuplexStream,
+    to_upstream: mpsc::Receiver<Item>,
+    to_client: mpsc::Receiver<Item>,
+    events: Arc<Events>,
+    began: Instant,
+    /// The faults' sender: the engine follows it while it lives.
+    _faults: watch::Sender<Arc<Vec<Chosen>>>,
+}
+
+/// What one direction delivered until it ended (or went quiet for a
+/// virtual minute): its bytes, how it ended, and when its first byte came.
+#[derive(Debug, Default)]
+struct Got {
+    bytes: BytesMut,
+    end: Option<ItemKind>,
+    first_at: Option<Duration>,
+}
+
+impl Got {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.bytes).into_owned()
+    }
+}
+
+fn spec(flag: &str) -> FaultSpec {
+    crate::profile::parse_fault_flag(flag).unwrap_or_else(|e| panic!("{flag}: {e}"))
+}
+
+impl Pair {
+    /// The engine between a client and an upstream, with `faults` (flags).
+    fn new(faults: &[&str]) -> Pair {
+        crate::timer::runtime_clock_only();
+        let events = Arc::new(Events::in_memory());
+        let chosen: Vec<Chosen> = faults
+            .iter()
+            .enumerate()
+            .map(|(i, f)| Chosen {
+                id: i as u64,
+                rule: "cli".into(),
+                spec: Arc::new(spec(f)),
+                seed: 7,
+            })
+            .collect();
+        let (faults_tx, faults) = watch::channel(Arc::new(chosen));
+        let client_addr: SocketAddr = "127.0.0.1:40000".parse().expect("an address");
+        let conn = Arc::new(ConnInfo {
+            id: 1,
+            client: client_addr,
+            dst: Dst::Addr("127.0.0.1:8080".parse().expect("an address")),
+            host: None,
+            proxy: Some("test".into()),
+            counters: events.stats.proxy("test"),
+            faulted: Default::default(),
+            marks: Default::default(),
+            mock: None,
+        });
+        let x = Exchange {
+            faults,
+            epoch: Instant::now(),
+            events: events.clone(),
+            conn,
+            sni: None,
+            rewrite_host: None,
+            stopping: CancellationToken::new(),
+        };
+        let (requests, responses) = exchange::sides(x);
+        let (client, engine_client) = tokio::io::duplex(1 << 16);
+        let (upstream, engine_upstream) = tokio::io::duplex(1 << 16);
+        let (up_tx, to_upstream) = mpsc::channel(64);
+        let (down_tx, to_client) = mpsc::channel(64);
+        tokio::spawn(requests.run(engine_client, Output::new(up_tx)));
+        tokio::spawn(responses.run(engine_upstream, Output::new(down_tx)));
+        Pair {
+            client,
+            upstream,
+            to_upstream,
+            to_client,
+            events,
+            began: Instant::now(),
+            _faults: faults_tx,
+        }
+    }
+
+    /// Reads one direction until it ends, or until nothing has come for a
+    /// virtual minute (a keep-alive connection waiting for more).
+    async fn drain(rx: &mut mpsc::Receiver<Item>, began: Instant) -> Got {
+        let mut got = Got::default();
+        loop {
+            match tokio::time::timeout(Duration::from_secs(60), rx.recv()).await {
+                Ok(Some(Item {
+                    kind: ItemKind::Data(b),
+                    at,
+                })) => {
+                    got.first_at.get_or_insert(at - began);
+                    got.bytes.extend_from_slice(&b);
+                }
+                Ok(Some(Item { kind, .. })) => {
+                    got.end = Some(kind);
+                    return got;
+                }
+                Ok(None) | Err(_) => return got,
+            }
+        }
+    }
+
+    async fn upstream_gets(&mut self) -> Got {
+        Self::drain(&mut self.to_upstream, self.began).await
+    }
+
+    async fn client_gets(&mut self) -> Got {
+        Self::drain(&mut self.to_client, self.began).await
+    }
+}
+
+const GET: &[u8] = b"GET /v1/messages HTTP/1.1\r\nHost: api.test\r\n\r\n";
+const OK: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello";
+
+#[tokio::test(start_paused = true)]
+async fn without_a_fault_both_ways_pass_byte_exact() {
+    crate::timer::runtime_clock_only();
+    let mut p = Pair::new(&["http_status:status=529,path=/other"]);
+    p.client.write_all(GET).await.unwrap();
+    p.client.shutdown().await.unwrap();
+    let up = p.upstream_gets().await;
+    assert_eq!(&up.bytes[..], GET);
+    assert_eq!(up.end, Some(ItemKind::Fin));
+    p.upstream.write_all(OK).await.unwrap();
+    p.upstream.shutdown().await.unwrap();
+    let down = p.client_gets().await;
+    assert_eq!(&down.bytes[..], OK);
+    assert_eq!(down.end, Some(ItemKind::Fin));
+    let s = &p.events.stats;
+    assert_eq!(
+        s.http_requests.load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+    assert!(s.http_faulted.lock().unwrap().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_status_fault_answers_in_the_upstreams_place() {
+    crate::timer::runtime_clock_only();
+    let mut p = Pair::new(&["http_status:status=529,retry_after=2s"]);
+    p.client.write_all(GET).await.unwrap();
+    let down = Pair::drain(&mut p.to_client, p.began).await;
+    let text = down.text();
+    assert!(text.starts_with("HTTP/1.1 529 "), "{text}");
+    assert!(
+        text.to_ascii_lowercase().contains("retry-after: 2\r\n"),
+        "{text}"
+    );
+    // The connection is kept for the next request; the upstream saw none.
+    p.client.shutdown().await.unwrap();
+    let up = p.upstream_gets().await;
+    assert!(up.bytes.is_empty(), "{:?}", up.text());
+    let faulted = p.events.stats.http_faulted.lock().unwrap().clone();
+    assert_eq!(faulted.get(&("http_status", 529, None)), Some(&1));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_request_delay_holds_the_request_on_the_virtual_clock() {
+    crate::timer::runtime_clock_only();
+    let mut p = Pair::new(&["http_delay:delay=1500ms,phase=request"]);
+    p.client.write_all(GET).await.unwrap();
+    p.client.shutdown().await.unwrap();
+    let up = p.upstream_gets().await;
+    assert_eq!(&up.bytes[..], GET);
+    let at = up.first_at.expect("the request went up");
+    assert!(
+        at >= Duration::from_millis(1500) && at < Duration::from_millis(1510),
+        "{at:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_truncated_body_ends_the_connection_after_its_bytes() {
+    crate::timer::runtime_clock_only();
+    let mut p = Pair::new(&["http_truncate:after_bytes=2"]);
+    p.client.write_all(GET).await.unwrap();
+    let _ = p.to_upstream.recv().await;
+    p.upstream.write_all(OK).await.unwrap();
+    let down = p.client_gets().await;
+    let text = down.text();
+    assert!(text.starts_with("HTTP/1.1 200 OK"), "{text}");
+    assert!(text.ends_with("\r\n\r\nhe"), "{text}");
+    assert_eq!(down.end, Some(ItemKind::Close));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_abort_resets_before_the_upstream_sees_the_request() {
+    crate::timer::runtime_clock_only();
+    let mut p = Pair::new(&["http_abort"]);
+    p.client.write_all(GET).await.unwrap();
+    let down = p.client_gets().await;
+    assert!(down.bytes.is_empty(), "{:?}", down.text());
+    assert_eq!(down.end, Some(ItemKind::Reset));
+    let up = p.upstream_gets().await;
+    assert!(up.bytes.is_empty(), "{:?}", up.text());
+}
+
+#[tokio::test(start_paused = true)]
+async fn only_the_matching_request_of_a_keep_alive_connection_is_faulted() {
+    crate::timer::runtime_clock_only();
+    let mut p = Pair::new(&["http_status:status=429,path=/v1/b"]);
+    let a = b"GET /v1/a HTTP/1.1\r\nHost: api.test\r\n\r\n";
+    let b = b"GET /v1/b HTTP/1.1\r\nHost: api.test\r\n\r\n";
+    p.client.write_all(a).await.unwrap();
+    let mut up = BytesMut::new();
+    while up.len() < a.len() {
+        match p.to_upstream.recv().await.map(|i| i.kind) {
+            Some(ItemKind::Data(d)) => up.extend_from_slice(&d),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(&up[..], a);
+    p.upstream.write_all(OK).await.unwrap();
+    let mut down = BytesMut::new();
+    while down.len() < OK.len() {
+        match p.to_client.recv().await.map(|i| i.kind) {
+            Some(ItemKind::Data(d)) => down.extend_from_slice(&d),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(&down[..], OK);
+    p.client.write_all(b).await.unwrap();
+    p.client.shutdown().await.unwrap();
+    let down = p.client_gets().await;
+    assert!(down.text().starts_with("HTTP/1.1 429 "), "{}", down.text());
+    let up = p.upstream_gets().await;
+    assert!(up.bytes.is_empty(), "{:?}", up.text());
+}
+
+/// An event stream of `n` events, chunked, as an LLM API streams.
+fn sse_answer(n: usize) -> Vec<u8> {
+    let mut body = Vec::new();
+    for i in 0..n {
+        let ev = format!("event: message_delta\ndata: {{\"i\":{i}}}\n\n");
+        body.extend_from_slice(format!("{:x}\r\n{ev}\r\n", ev.len()).as_bytes());
+    }
+    body.extend_from_slice(b"0\r\n\r\n");
+    let mut out =
+        b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+            .to_vec();
+    out.extend_from_slice(&body);
+    out
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_stream_drops_after_its_nth_event() {
+    crate::timer::runtime_clock_only();
+    let mut p = Pair::new(&["sse:drop_after_events=2"]);
+    p.client.write_all(GET).await.unwrap();
+    let _ = p.to_upstream.recv().await;
+    p.upstream.write_all(&sse_answer(5)).await.unwrap();
+    let down = p.client_gets().await;
+    let text = down.text();
+    assert!(text.contains("\"i\":1"), "{text}");
+    assert!(!text.contains("\"i\":2"), "{text}");
+    assert_eq!(down.end, Some(ItemKind::Close), "{text}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_rewrite_changes_the_request_that_goes_up() {
+    crate::timer::runtime_clock_only();
+    let mut p = Pair::new(&["http_rewrite:set_path=/v2/messages,set_header.X-Test=1"]);
+    p.client.write_all(GET).await.unwrap();
+    p.client.shutdown().await.unwrap();
+    let up = p.upstream_gets().await;
+    let text = up.text();
+    assert!(text.starts_with("GET /v2/messages HTTP/1.1\r\n"), "{text}");
+    assert!(text.contains("X-Test: 1\r\n"), "{text}");
+}
+
+/// `Expect: 100-continue`: the upstream's interim answer reaches the
+/// client before the body goes up, and the final answer after it; with
+/// a fault answering in the upstream's place, the client gets that
+/// answer at once, never a 100 that would have it send its body.
+#[tokio::test(start_paused = true)]
+async fn expect_100_continue_is_neither_stalled_nor_invented() {
+    crate::timer::runtime_clock_only();
+    let head = b"POST /v1/messages HTTP/1.1\r\nHost: api.test\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n";
+    let mut p = Pair::new(&["http_delay:delay=1ms,path=/none"]);
+    p.client.write_all(head).await.unwrap();
+    let mut up = BytesMut::new();
+    while up.len() < head.len() {
+        match p.to_upstream.recv().await.map(|i| i.kind) {
+            Some(ItemKind::Data(d)) => up.extend_from_slice(&d),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(&up[..], head);
+    p.upstream
+        .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
+        .await
+        .unwrap();
+    let interim = p.to_client.recv().await.map(|i| i.kind);
+    assert_eq!(
+        interim,
+        Some(ItemKind::Data(bytes::Bytes::from_static(
+            b"HTTP/1.1 100 Continue\r\n\r\n"
+        )))
+    );
+    p.client.write_all(b"body").await.unwrap();
+    p.client.shutdown().await.unwrap();
+    let rest = p.upstream_gets().await;
+    assert_eq!(&rest.bytes[..], b"body");
+    p.upstream.write_all(OK).await.unwrap();
+    p.upstream.shutdown().await.unwrap();
+    assert_eq!(&p.client_gets().await.bytes[..], OK);
+
+    let mut p = Pair::new(&["http_status:status=503"]);
+    p.client.write_all(head).await.unwrap();
+    let down = p.to_client.recv().await.map(|i| i.kind);
+    let Some(ItemKind::Data(d)) = down else {
+        panic!("{down:?}")
+    };
+    let text = String::from_utf8_lossy(&d);
+    assert!(text.starts_with("HTTP/1.1 503 "), "{text}");
+}
