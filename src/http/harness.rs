@@ -1,9 +1,10 @@
-//! In-process tests of the HTTP/1.1 engine ([`super::exchange`]): its two
-//! sides driven over in-memory streams on a paused clock, with faults
-//! parsed from `--fault` flags — no socket, no curl, no sleep. What the
-//! client and the upstream would receive is read off the pipelines'
-//! outputs, item by item (bytes, FIN, close, RST), with the virtual time
-//! each arrived at.
+//! In-process tests of the HTTP engines on a paused clock, with faults
+//! parsed from `--fault` flags — no socket, no curl, no sleep. HTTP/1.1
+//! ([`super::exchange`]): its two sides driven over in-memory streams,
+//! what the client and the upstream would receive read off the
+//! pipelines' outputs item by item (bytes, FIN, close, RST) with the
+//! virtual time each arrived at. HTTP/2 ([`super::h2`]): the engine
+//! between the `h2` crate's client and server over in-memory streams.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -19,6 +20,46 @@ use super::exchange::{self, Exchange};
 use crate::events::{ConnInfo, Dst, Events};
 use crate::fault::stage::{Item, ItemKind, Output};
 use crate::fault::{Chosen, FaultSpec};
+
+/// An exchange with `faults` (flags), its events, and the sender that
+/// keeps its faults.
+fn exchange_with(faults: &[&str]) -> (Exchange, Arc<Events>, watch::Sender<Arc<Vec<Chosen>>>) {
+    crate::timer::runtime_clock_only();
+    let events = Arc::new(Events::in_memory());
+    let chosen: Vec<Chosen> = faults
+        .iter()
+        .enumerate()
+        .map(|(i, f)| Chosen {
+            id: i as u64,
+            rule: "cli".into(),
+            spec: Arc::new(spec(f)),
+            seed: 7,
+        })
+        .collect();
+    let (faults_tx, faults) = watch::channel(Arc::new(chosen));
+    let client_addr: SocketAddr = "127.0.0.1:40000".parse().expect("an address");
+    let conn = Arc::new(ConnInfo {
+        id: 1,
+        client: client_addr,
+        dst: Dst::Addr("127.0.0.1:8080".parse().expect("an address")),
+        host: None,
+        proxy: Some("test".into()),
+        counters: events.stats.proxy("test"),
+        faulted: Default::default(),
+        marks: Default::default(),
+        mock: None,
+    });
+    let x = Exchange {
+        faults,
+        epoch: Instant::now(),
+        events: events.clone(),
+        conn,
+        sni: None,
+        rewrite_host: None,
+        stopping: CancellationToken::new(),
+    };
+    (x, events, faults_tx)
+}
 
 /// One connection through the engine: the client's and the upstream's
 /// ends, and what each receives.
@@ -55,40 +96,7 @@ fn spec(flag: &str) -> FaultSpec {
 impl Pair {
     /// The engine between a client and an upstream, with `faults` (flags).
     fn new(faults: &[&str]) -> Pair {
-        crate::timer::runtime_clock_only();
-        let events = Arc::new(Events::in_memory());
-        let chosen: Vec<Chosen> = faults
-            .iter()
-            .enumerate()
-            .map(|(i, f)| Chosen {
-                id: i as u64,
-                rule: "cli".into(),
-                spec: Arc::new(spec(f)),
-                seed: 7,
-            })
-            .collect();
-        let (faults_tx, faults) = watch::channel(Arc::new(chosen));
-        let client_addr: SocketAddr = "127.0.0.1:40000".parse().expect("an address");
-        let conn = Arc::new(ConnInfo {
-            id: 1,
-            client: client_addr,
-            dst: Dst::Addr("127.0.0.1:8080".parse().expect("an address")),
-            host: None,
-            proxy: Some("test".into()),
-            counters: events.stats.proxy("test"),
-            faulted: Default::default(),
-            marks: Default::default(),
-            mock: None,
-        });
-        let x = Exchange {
-            faults,
-            epoch: Instant::now(),
-            events: events.clone(),
-            conn,
-            sni: None,
-            rewrite_host: None,
-            stopping: CancellationToken::new(),
-        };
+        let (x, events, faults_tx) = exchange_with(faults);
         let (requests, responses) = exchange::sides(x);
         let (client, engine_client) = tokio::io::duplex(1 << 16);
         let (upstream, engine_upstream) = tokio::io::duplex(1 << 16);
@@ -342,4 +350,160 @@ async fn expect_100_continue_is_neither_stalled_nor_invented() {
     };
     let text = String::from_utf8_lossy(&d);
     assert!(text.starts_with("HTTP/1.1 503 "), "{text}");
+}
+
+/// The HTTP/2 engine between an HTTP/2 client and an HTTP/2 upstream,
+/// both the `h2` crate's, over in-memory streams.
+struct H2 {
+    client: ::h2::client::SendRequest<bytes::Bytes>,
+    upstream: ::h2::server::Connection<DuplexStream, bytes::Bytes>,
+    events: Arc<Events>,
+    _faults: watch::Sender<Arc<Vec<Chosen>>>,
+}
+
+impl H2 {
+    async fn new(faults: &[&str]) -> H2 {
+        let (x, events, faults_tx) = exchange_with(faults);
+        let (client, engine_client) = tokio::io::duplex(1 << 16);
+        let (upstream, engine_upstream) = tokio::io::duplex(1 << 16);
+        let (end, _ending) = super::h2::ending();
+        let reach = super::h2::Reach {
+            tls: false,
+            redial: None,
+            moved_on: Default::default(),
+        };
+        tokio::spawn(super::h2::engine(
+            x,
+            engine_client,
+            Box::new(engine_upstream),
+            reach,
+            end,
+        ));
+        let (upstream, client) = tokio::join!(
+            async { ::h2::server::handshake(upstream).await.expect("upstream") },
+            async {
+                let (send, conn) = ::h2::client::handshake(client).await.expect("client");
+                tokio::spawn(conn);
+                send
+            }
+        );
+        H2 {
+            client,
+            upstream,
+            events,
+            _faults: faults_tx,
+        }
+    }
+
+    /// Sends a GET for `path`; its response future.
+    async fn get(&mut self, path: &str) -> ::h2::client::ResponseFuture {
+        let req = hyper::http::Request::get(format!("http://api.test{path}"))
+            .body(())
+            .expect("a request");
+        let mut ready = self.client.clone().ready().await.expect("ready");
+        ready.send_request(req, true).expect("sent").0
+    }
+
+    /// The next request the upstream gets, within a virtual minute.
+    async fn upstream_request(
+        &mut self,
+    ) -> Option<(
+        hyper::http::Request<::h2::RecvStream>,
+        ::h2::server::SendResponse<bytes::Bytes>,
+    )> {
+        tokio::time::timeout(Duration::from_secs(60), self.upstream.accept())
+            .await
+            .ok()
+            .flatten()
+            .map(|r| r.expect("a stream"))
+    }
+
+    /// Serves the upstream's side in the background from now on.
+    fn serve_upstream(mut self) -> (::h2::client::SendRequest<bytes::Bytes>, Arc<Events>) {
+        tokio::spawn(async move { while let Some(Ok(_)) = self.upstream.accept().await {} });
+        (self.client, self.events)
+    }
+}
+
+/// A response's status and body, read whole.
+async fn read_answer(r: ::h2::client::ResponseFuture) -> Result<(u16, Vec<u8>), ::h2::Error> {
+    let r = r.await?;
+    let status = r.status().as_u16();
+    let mut body = r.into_body();
+    let mut all = Vec::new();
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk?;
+        let _ = body.flow_control().release_capacity(chunk.len());
+        all.extend_from_slice(&chunk);
+    }
+    Ok((status, all))
+}
+
+#[tokio::test(start_paused = true)]
+async fn http2_without_a_fault_passes_the_answer() {
+    crate::timer::runtime_clock_only();
+    let mut h = H2::new(&["http_status:status=529,path=/other"]).await;
+    let answer = h.get("/v1/messages").await;
+    let (req, mut respond) = h.upstream_request().await.expect("the request went up");
+    assert_eq!(req.uri().path(), "/v1/messages");
+    let mut send = respond
+        .send_response(hyper::http::Response::new(()), false)
+        .expect("head");
+    send.send_data(bytes::Bytes::from_static(b"hello"), true)
+        .expect("body");
+    let (client, _) = h.serve_upstream();
+    assert_eq!(read_answer(answer).await.unwrap(), (200, b"hello".to_vec()));
+    drop(client);
+}
+
+#[tokio::test(start_paused = true)]
+async fn http2_status_fault_answers_in_the_upstreams_place() {
+    crate::timer::runtime_clock_only();
+    let mut h = H2::new(&["http_status:status=429,retry_after=3s"]).await;
+    let answer = h.get("/v1/messages").await;
+    let r = answer.await.expect("an answer");
+    assert_eq!(r.status().as_u16(), 429);
+    assert_eq!(
+        r.headers().get("retry-after").map(|v| v.to_str().unwrap()),
+        Some("3")
+    );
+    // The upstream saw no stream.
+    assert!(h.upstream_request().await.is_none());
+    let faulted = h.events.stats.http_faulted.lock().unwrap().clone();
+    assert_eq!(faulted.get(&("http_status", 429, None)), Some(&1));
+}
+
+/// An upstream's RST_STREAM before its answer's end reaches the client as
+/// a reset of its stream, with the same code — never as an answer that
+/// ended well.
+#[tokio::test(start_paused = true)]
+async fn http2_an_upstream_reset_stays_a_reset_with_its_code() {
+    crate::timer::runtime_clock_only();
+    let mut h = H2::new(&["http_delay:delay=1ms,path=/none"]).await;
+    let answer = h.get("/v1/messages").await;
+    let (_req, mut respond) = h.upstream_request().await.expect("the request went up");
+    let mut send = respond
+        .send_response(hyper::http::Response::new(()), false)
+        .expect("head");
+    send.send_data(bytes::Bytes::from_static(b"half"), false)
+        .expect("body");
+    send.send_reset(::h2::Reason::INTERNAL_ERROR);
+    let _ = h.serve_upstream();
+    let e = read_answer(answer).await.expect_err("a reset");
+    assert_eq!(e.reason(), Some(::h2::Reason::INTERNAL_ERROR), "{e}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn http2_a_request_delay_holds_the_stream_on_the_virtual_clock() {
+    crate::timer::runtime_clock_only();
+    let mut h = H2::new(&["http_delay:delay=2s,phase=request"]).await;
+    let began = Instant::now();
+    let _answer = h.get("/v1/messages").await;
+    let (req, _respond) = h.upstream_request().await.expect("the request went up");
+    assert_eq!(req.uri().path(), "/v1/messages");
+    let took = began.elapsed();
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_millis(2010),
+        "{took:?}"
+    );
 }
