@@ -1,22 +1,17 @@
-//! `GET /metrics`: the counters in Prometheus's text format — netchaos's
-//! own series (`netchaos_…`), Toxiproxy's per-proxy byte counters
+//! `GET /metrics`: the counters, encoded by prometheus-client from a
+//! registry built per scrape — netchaos's own series (`netchaos_…`),
+//! Toxiproxy's per-proxy byte counters
 //! (`toxiproxy_proxy_{received,sent}_bytes_total` with its labels, so that
 //! dashboards and checks written for Toxiproxy keep working), and with
 //! `--runtime-metrics` the process's (`process_…`, and the `go_goroutines`
-//! and `go_info` that Toxiproxy's checks look for, counting tasks).
-
-//! `GET /metrics`: the counters in the OpenMetrics text format, encoded by
-//! prometheus-client from a registry built per scrape — netchaos's own
-//! series (`netchaos_…`), Toxiproxy's per-proxy byte counters
-//! (`toxiproxy_proxy_{received,sent}_bytes_total` with its labels, so that
-//! dashboards and checks written for Toxiproxy keep working), and with
-//! `--runtime-metrics` the process's (`process_…`, and the `go_goroutines`
-//! and `go_info` that Toxiproxy's checks look for, counting tasks).
+//! and `go_info` that Toxiproxy's checks look for, counting tasks). In
+//! OpenMetrics when the scraper asks for it, else in Prometheus's text
+//! format 0.0.4, as Toxiproxy answers.
 //!
 //! The counters themselves are the relay's atomics ([`Stats`]), which the
 //! summary reads too; a [`Collector`] reads them at each scrape, and the
-//! crate writes names, types, label escaping and the `# EOF`. A counter is
-//! declared without its `_total`, which the encoder adds.
+//! crate writes names, types and the `# EOF`. A counter is declared
+//! without its `_total`, which the encoder adds.
 
 use std::fmt;
 use std::sync::Arc;
@@ -38,11 +33,19 @@ pub(crate) const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.
 /// serves, and what `/metrics` answers a plain request with.
 pub(crate) const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
-/// Whether a request's `Accept` asks for OpenMetrics.
+/// Whether a request's `Accept` asks for OpenMetrics (a media range of
+/// it not refused with `q=0`).
 pub(crate) fn wants_openmetrics(accept: Option<&str>) -> bool {
     accept.is_some_and(|a| {
-        a.split(',')
-            .any(|t| t.trim().starts_with("application/openmetrics-text"))
+        a.split(',').any(|range| {
+            let mut parts = range.split(';').map(str::trim);
+            parts.next() == Some("application/openmetrics-text")
+                && !parts.any(|p| {
+                    p.strip_prefix("q=")
+                        .and_then(|q| q.parse::<f64>().ok())
+                        .is_some_and(|q| q <= 0.0)
+                })
+        })
     })
 }
 
@@ -190,7 +193,12 @@ fn gauges(
 }
 
 fn gauge(enc: &mut DescriptorEncoder<'_>, name: &str, help: &str, v: u64) -> fmt::Result {
-    gauges(enc, name, help, [(vec![], v as i64)])
+    gauges(enc, name, help, [(vec![], saturate(v))])
+}
+
+/// A gauge's value (the crate's gauges are signed): past `i64::MAX`, that.
+fn saturate(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
 }
 
 fn load(a: &std::sync::atomic::AtomicU64) -> u64 {
@@ -220,7 +228,7 @@ impl Collector for Scrape {
             "Connections open now, by proxy.",
             by_proxy(&|p| load(&p.open))
                 .into_iter()
-                .map(|(l, v)| (l, v as i64)),
+                .map(|(l, v)| (l, saturate(v))),
         )?;
         counters(
             enc,
@@ -603,6 +611,9 @@ mod tests {
             "application/openmetrics-text;version=1.0.0,text/plain;version=0.0.4;q=0.5"
         )));
         assert!(!wants_openmetrics(Some("text/plain")));
+        assert!(!wants_openmetrics(Some(
+            "application/openmetrics-text;q=0,text/plain"
+        )));
         assert!(!wants_openmetrics(None));
         stats.label_proxy("p", "127.0.0.1:20000", "localhost:20002");
         stats.proxy("p").bytes[1].fetch_add(7, Ordering::Relaxed);

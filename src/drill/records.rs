@@ -355,6 +355,7 @@ fn read_one(
 ) -> Result<(f64, bool), String> {
     // The log's last `t`, and whether it says its stop condition crossed.
     let (mut last, mut stopped) = (0.0f64, false);
+    let mut skipped = 0u64;
     let mut reader = BufReader::with_capacity(1 << 20, file);
     let mut line = String::new();
     let group_header = match rule {
@@ -382,6 +383,17 @@ fn read_one(
         }
         let l: Line<'_> = match serde_json::from_str(text) {
             Ok(l) => l,
+            // JSON, but not an attempt of the schema (a hand-made or
+            // foreign line): skipped and said, the rest still judged.
+            Err(e) if serde_json::from_str::<serde::de::IgnoredAny>(text).is_ok() => {
+                if skipped == 0 {
+                    tracing::warn!(
+                        "line {n}: an attempt line not of the event log's schema, skipped ({e})"
+                    );
+                }
+                skipped += 1;
+                continue;
+            }
             Err(e) => return Err(format!("line {n}: not an event line ({e})")),
         };
         last = last.max(l.t);
@@ -431,6 +443,9 @@ fn read_one(
                 .unwrap_or(-1),
             failure: Failure::of(a.error.as_deref()),
         });
+    }
+    if skipped > 1 {
+        tracing::warn!("{skipped} attempt lines not of the event log's schema were skipped");
     }
     Ok((last, stopped))
 }
@@ -664,6 +679,38 @@ pub(crate) mod tests {
     }
 
     const OK: Failure = Failure::None;
+
+    #[test]
+    fn an_attempt_line_not_of_the_schema_is_skipped_not_fatal() {
+        let good = r#"{"v":1,"time":"2026-12-01T10:00:00.000Z","t":1.0,"event":"attempt","conn":1,"client":"c","dst":"d","start":0.5,"http":{"request":0,"proto":"http/1.1","method":"POST","path":"/v1/messages","status":200},"error":null,"ms":5.0,"faults":[]}"#;
+        let bad = r#"{"t":2.0,"event":"attempt","http":{"status":500}}"#;
+        let log = format!("{bad}\n{good}\n");
+        let mut recs = Vec::new();
+        let (mut syms, mut names) = (Syms::new(), Vec::new());
+        let (last, _) = read_one(
+            log.as_bytes(),
+            &GroupBy::Auto,
+            0.0,
+            &mut recs,
+            &mut syms,
+            &mut names,
+        )
+        .unwrap();
+        assert_eq!(recs.len(), 1);
+        assert_eq!(recs[0].status, 200);
+        assert_eq!(last, 1.0);
+        // Not JSON at all is still an error, naming the line.
+        let e = read_one(
+            "not json \"event\":\"attempt\"\n".as_bytes(),
+            &GroupBy::Auto,
+            0.0,
+            &mut recs,
+            &mut syms,
+            &mut names,
+        )
+        .unwrap_err();
+        assert!(e.starts_with("line 1: not an event line"), "{e}");
+    }
 
     #[test]
     fn failed_attempts_and_a_fallback_make_one_request_a_success_ends_it() {

@@ -796,8 +796,8 @@ impl Events {
             let bytes = &c.marks.bytes;
             let mut close = schema::Close {
                 conn: c.line(),
-                path,
-                outcome,
+                path: path.map(schema::Known::Is),
+                outcome: schema::Known::Is(outcome),
                 bytes_upstream: bytes[0].load(Ordering::Relaxed),
                 bytes_downstream: bytes[1].load(Ordering::Relaxed),
                 // Microsecond precision, as the other `*_ms` (truncated to
@@ -845,7 +845,7 @@ impl Events {
             Event::Fault(schema::Fault {
                 on: schema::FaultOn::Connection {
                     conn: c.line(),
-                    direction: dir.map(way),
+                    direction: dir.map(|d| schema::Known::Is(way(d))),
                     http: None,
                 },
                 rule: rule.into(),

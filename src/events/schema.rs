@@ -40,7 +40,8 @@ pub(crate) struct Line<'a> {
     #[serde(default, borrow)]
     pub time: Str<'a>,
     /// Seconds since netchaos started (to the microsecond): the clock the
-    /// other times of a run are on.
+    /// other times of a run are on. (Readers take a line without it as 0.)
+    #[serde(default)]
     pub t: f64,
     #[serde(flatten, borrow)]
     pub event: Event<'a>,
@@ -258,6 +259,53 @@ impl RelayPath {
     }
 }
 
+/// A value of a closed set ([`Outcome`], [`RelayPath`], [`Way`]) as a
+/// reader takes it: one this version knows, or one a later version added
+/// without a new `v` (which the version policy allows), kept as written —
+/// a line is never lost for it. Written, it is always one of the set, and
+/// the schema says so.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub(crate) enum Known<T> {
+    Is(T),
+    Unknown(String),
+}
+
+/// A closed set's values by name.
+pub(crate) trait Named: Copy {
+    fn as_str(self) -> &'static str;
+}
+
+impl<T: Named> Known<T> {
+    pub(crate) fn as_str(&self) -> &str {
+        match self {
+            Known::Is(t) => t.as_str(),
+            Known::Unknown(s) => s,
+        }
+    }
+}
+
+impl Named for Outcome {
+    fn as_str(self) -> &'static str {
+        Outcome::as_str(self)
+    }
+}
+
+impl Named for RelayPath {
+    fn as_str(self) -> &'static str {
+        RelayPath::as_str(self)
+    }
+}
+
+impl Named for Way {
+    fn as_str(self) -> &'static str {
+        match self {
+            Way::Upstream => "upstream",
+            Way::Downstream => "downstream",
+        }
+    }
+}
+
 /// A direction of a connection's bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
@@ -275,8 +323,10 @@ pub(crate) struct Close<'a> {
     /// The path its bytes took (none when it never carried any: refused,
     /// abandoned, failed dials).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub path: Option<RelayPath>,
-    pub outcome: Outcome,
+    #[schemars(with = "Option<RelayPath>")]
+    pub path: Option<Known<RelayPath>>,
+    #[schemars(with = "Outcome")]
+    pub outcome: Known<Outcome>,
     /// Bytes the relay delivered to the server, however the connection
     /// ended (the summary's count).
     pub bytes_upstream: u64,
@@ -339,7 +389,8 @@ pub(crate) enum FaultOn<'a> {
         conn: Conn<'a>,
         /// The direction it acted on (none: the connection as a whole).
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        direction: Option<Way>,
+        #[schemars(with = "Option<Way>")]
+        direction: Option<Known<Way>>,
         /// The request it acted on (HTTP faults), with the status it
         /// answered and the gRPC status it ended a call with.
         #[serde(default, borrow, skip_serializing_if = "Option::is_none")]
@@ -677,8 +728,8 @@ mod tests {
             Event::Open(conn()),
             Event::Close(Close {
                 conn: conn(),
-                path: Some(RelayPath::Https),
-                outcome: Outcome::Abandoned,
+                path: Some(Known::Is(RelayPath::Https)),
+                outcome: Known::Is(Outcome::Abandoned),
                 bytes_upstream: 20,
                 bytes_downstream: 0,
                 duration_ms: 1.5,
@@ -696,7 +747,7 @@ mod tests {
             Event::Fault(Fault {
                 on: FaultOn::Connection {
                     conn: conn(),
-                    direction: Some(Way::Downstream),
+                    direction: Some(Known::Is(Way::Downstream)),
                     http: None,
                 },
                 rule: "cli".into(),
@@ -903,6 +954,16 @@ mod tests {
             let want: serde_json::Value = serde_json::from_str(text).unwrap();
             assert_eq!(back, want, "{text}");
         }
+        // A value a later version adds (without a new `v`) reads as one
+        // this version does not know, not as a broken line.
+        let later = r#"{"v":1,"time":"x","t":0.3,"event":"close","conn":1,"client":"c","dst":"d","path":"quic","outcome":"migrated","bytes_upstream":0,"bytes_downstream":0,"duration_ms":1.0}"#;
+        let Event::Close(c) = serde_json::from_str::<Line<'_>>(later).unwrap().event else {
+            panic!("a close")
+        };
+        assert_eq!(
+            (c.outcome.as_str(), c.path.unwrap().as_str()),
+            ("migrated", "quic")
+        );
         // A line from before versions reads as version 0.
         let old = r#"{"time":"x","t":0.0,"event":"paused","reason":"limit"}"#;
         assert_eq!(serde_json::from_str::<Line<'_>>(old).unwrap().v, 0);

@@ -25,7 +25,7 @@ use std::io::BufRead;
 use std::path::Path;
 use std::time::SystemTime;
 
-use crate::events::schema::{self, Event, FaultOn, Line, Params, Way};
+use crate::events::schema::{self, Event, FaultOn, Known, Line, Params, Way};
 
 /// Connections drawn, at most; later ones are counted only.
 pub(crate) const MAX_CONNS: usize = 25_000;
@@ -706,7 +706,7 @@ impl Builder {
                     conn,
                     direction,
                     http,
-                } => self.fault(log, t, conn, v, *direction, http.as_ref()),
+                } => self.fault(log, t, conn, v, direction.as_ref(), http.as_ref()),
             },
             // The upstream's answer, a gRPC call's end in its trailers,
             // and an HTTP/2 stream the upstream reset.
@@ -801,7 +801,7 @@ impl Builder {
         c.outcome = v.outcome.as_str().into();
         c.bytes_up = v.bytes_upstream;
         c.bytes_down = v.bytes_downstream;
-        c.path = v.path.map_or("", |p| p.as_str()).into();
+        c.path = v.path.as_ref().map_or("", |p| p.as_str()).into();
         c.class = class(&c.outcome, &c.errors);
     }
 
@@ -811,7 +811,7 @@ impl Builder {
         t: f64,
         conn: &schema::Conn<'_>,
         v: &schema::Fault<'_>,
-        direction: Option<Way>,
+        direction: Option<&Known<Way>>,
         http: Option<&schema::Request<'_>>,
     ) {
         let slot = self.conn(log, t, conn, false);
@@ -848,12 +848,7 @@ impl Builder {
             t,
             rule,
             fault,
-            direction: match direction {
-                Some(Way::Upstream) => "upstream",
-                Some(Way::Downstream) => "downstream",
-                None => "",
-            }
-            .into(),
+            direction: direction.map_or("", |d| d.as_str()).into(),
             params: params_text(&v.params),
             request: http.map(|h| h.request),
         };
