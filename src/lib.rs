@@ -26,6 +26,9 @@
 //! * `protocol` — the wire vocabulary faults and reports name: gRPC's
 //!   codes, the formats streamed answers come in, AWS's event-stream
 //!   frames.
+//! * `provider` — what netchaos knows of each LLM provider's API, one
+//!   module each (Anthropic, OpenAI, Gemini, Bedrock, Ollama): how a
+//!   request to it is told apart, its errors and its streams' errors.
 //!
 //! What to do:
 //!
@@ -110,6 +113,7 @@ pub(crate) mod outfile;
 pub(crate) mod plan;
 pub(crate) mod profile;
 pub(crate) mod protocol;
+pub(crate) mod provider;
 pub(crate) mod relay;
 pub(crate) mod report;
 pub(crate) mod ruleset;

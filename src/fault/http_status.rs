@@ -12,8 +12,8 @@ use bytes::Bytes;
 
 use super::http_match::{RequestMatch, named_values};
 use super::http_reply::{self, ANSWERS_HERE, AnswerPhase, CannedReply};
-use super::provider::Provider;
 use super::{Kind, KindInfo, Layer, Stream};
+use crate::provider::Provider;
 use crate::settings::{Fields, ProfileError};
 
 /// What happens to the connection after a canned reply.
@@ -141,7 +141,7 @@ impl Kind for HttpStatus {
                 ));
             }
         };
-        let envelope = f.choice("envelope", super::http_reply::ENVELOPES)?;
+        let envelope = f.choice("envelope", crate::provider::ENVELOPES)?;
         // `body = "text"` is the answer's body; `body.model = "…"` (a
         // table) is the request match's.
         let body = match f.is_table("body") {

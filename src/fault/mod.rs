@@ -27,7 +27,6 @@ pub(crate) mod http_match;
 pub(crate) mod http_reply;
 pub(crate) mod json_edit;
 pub(crate) mod path;
-pub(crate) mod provider;
 pub(crate) mod stage;
 pub(crate) mod trigger;
 

@@ -101,7 +101,7 @@ impl Kind for Respond {
         let retry_after = f.duration("retry_after")?;
         let headers = reply_headers(f)?;
         let extra = lines(&headers);
-        let envelope = f.choice("envelope", super::http_reply::ENVELOPES)?;
+        let envelope = f.choice("envelope", crate::provider::ENVELOPES)?;
         let given = [data.is_some(), file.is_some(), status.is_some()];
         if given.iter().filter(|g| **g).count() != 1 {
             return Err(f.table_error(

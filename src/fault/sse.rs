@@ -35,11 +35,11 @@ use std::time::Duration;
 use wildmatch::WildMatch;
 
 use super::http_match::RequestMatch;
-use super::http_reply::{google_code_names, google_error_named};
 use super::http_status::After;
 use super::json_edit::JsonEdit;
 use super::{Kind, KindInfo, Layer, Stream};
 use crate::protocol::events::Format;
+use crate::provider::{bedrock, ollama};
 use crate::settings::{Fields, ProfileError};
 use crate::units::format_duration;
 
@@ -310,34 +310,18 @@ impl Kind for Sse {
             if error_type.as_deref() == Some("") {
                 return Err(f.table_error("error_type must not be empty"));
             }
-            let kind = error_type.unwrap_or_else(|| match provider {
-                "anthropic" => "overloaded_error".into(),
-                "gemini" => "INTERNAL".into(),
-                "ollama" => OLLAMA_ERROR.into(),
-                "bedrock" => BEDROCK_STREAM_ERROR.into(),
-                _ => "server_error".into(),
-            });
-            if provider == "gemini" && google_error_named(&kind).is_none() {
-                return Err(f.table_error(format!(
-                        "error_type {kind:?} is not a google.rpc code name Gemini sends: give one of {}",
-                        google_code_names().collect::<Vec<_>>().join(", ")
-                    )));
-            }
-            if provider == "bedrock" && !BEDROCK_EXCEPTIONS.contains(&kind.as_str()) {
-                return Err(f.table_error(format!(
-                    "error_type {kind:?} is not an exception Bedrock streams: give one of {}",
-                    BEDROCK_EXCEPTIONS.join(", ")
-                )));
-            }
-            let (event, data) = error_event(provider, &kind, n);
+            let kind =
+                error_type.unwrap_or_else(|| crate::provider::default_stream_error(provider));
+            crate::provider::check_stream_error(provider, &kind).map_err(|e| f.table_error(e))?;
+            let (event, data) = crate::provider::stream_error(provider, &kind, n);
             let aws_kind = match provider {
                 "bedrock" => kind.clone(),
-                _ => BEDROCK_STREAM_ERROR.to_string(),
+                _ => bedrock::STREAM_ERROR.to_string(),
             };
-            let aws = (aws_kind.clone(), bedrock_exception(&aws_kind));
+            let aws = (aws_kind.clone(), bedrock::exception(&aws_kind));
             let line = match envelope {
                 Some(_) => data.clone(),
-                None => error_event("ollama", OLLAMA_ERROR, n).1,
+                None => ollama::stream_error(ollama::STREAM_ERROR).1,
             };
             Ok(ErrorEvent {
                 event,
@@ -362,7 +346,7 @@ impl Kind for Sse {
                 .map(|p| {
                     build(Some(p), None, n).map(|mut e| {
                         // NDJSON streams keep Ollama's, as with no envelope.
-                        e.line = error_event("ollama", OLLAMA_ERROR, n).1;
+                        e.line = ollama::stream_error(ollama::STREAM_ERROR).1;
                         e.given = false;
                         (p, e)
                     })
@@ -441,7 +425,7 @@ impl Sse {
     pub(crate) fn for_request(&self, host: Option<&str>, path: &str) -> Sse {
         let mut s = self.clone();
         if let Some(auto) = &self.auto {
-            use super::provider::Provider;
+            use crate::provider::Provider;
             let name = match Provider::of(host, path) {
                 Provider::OpenAi
                     if path
@@ -511,83 +495,6 @@ pub(crate) fn spoiling(faults: &[(super::Chosen, Sse)], nth: u64) -> Option<usiz
             if n.checked_add(1) == Some(nth))
     })
 }
-
-/// A provider's mid-stream error event: Anthropic's `event: error` (its
-/// SDKs raise the error by its `type`, with the response's 200), OpenAI's
-/// chat-completions chunk carrying `error` (its SDK raises `APIError`),
-/// the Responses API's `event: error` (its SDK yields it as an event:
-/// the client must look), numbered after the `events` before it, as that
-/// API numbers a stream's events from 0; Gemini's chunk carrying Google's
-/// `error` (its SDK raises it as `ServerError` / `ClientError`); Ollama's
-/// line carrying an `error` string (its SDK raises `ResponseError`).
-fn error_event(
-    provider: &str,
-    kind: &str,
-    events: u64,
-) -> (Option<&'static str>, serde_json::Value) {
-    const MESSAGE: &str =
-        "The server had an error while processing your request. (injected by netchaos)";
-    match provider {
-        "ollama" => (None, serde_json::json!({ "error": kind })),
-        "openai" => (
-            None,
-            serde_json::json!({"error": {
-                "message": MESSAGE, "type": kind, "param": null, "code": null
-            }}),
-        ),
-        // Google's error, by its code name (checked at parse).
-        "gemini" => (None, google_error_named(kind).unwrap_or_default()),
-        // In an event stream (a Bedrock-compatible server's SSE): the
-        // exception's payload as data (AWS's event stream names it by its
-        // type: see `Sse::error_event`).
-        "bedrock" => (None, bedrock_exception(kind)),
-        "openai-responses" => (
-            Some("error"),
-            serde_json::json!({"type": "error", "code": kind, "message": MESSAGE,
-                "param": null, "sequence_number": events}),
-        ),
-        _ => (
-            Some("error"),
-            serde_json::json!({"type": "error", "error": {
-                "type": kind,
-                "message": if kind == "overloaded_error" { "Overloaded" } else { "Internal server error" }
-            }}),
-        ),
-    }
-}
-
-/// The exceptions Bedrock's streams (`InvokeModelWithResponseStream`,
-/// `ConverseStream`) carry in place of an event; its SDKs raise them by
-/// this name (boto3: `EventStreamError`, whose code is the name).
-/// `modelTimeoutException` is `InvokeModelWithResponseStream`'s only:
-/// boto3 reads it in a Converse stream with an empty code.
-const BEDROCK_EXCEPTIONS: &[&str] = &[
-    "modelStreamErrorException",
-    "internalServerException",
-    "throttlingException",
-    "serviceUnavailableException",
-    "modelTimeoutException",
-    "validationException",
-];
-
-/// What a model's failure mid-answer comes as.
-const BEDROCK_STREAM_ERROR: &str = "modelStreamErrorException";
-
-/// A Bedrock exception frame's payload: its message, and for a model's
-/// failure the status and message the model gave.
-fn bedrock_exception(kind: &str) -> serde_json::Value {
-    const MESSAGE: &str = "The model failed while streaming its answer. (injected by netchaos)";
-    match kind {
-        BEDROCK_STREAM_ERROR => serde_json::json!({
-            "message": MESSAGE, "originalStatusCode": 500, "originalMessage": "Internal server error"
-        }),
-        _ => serde_json::json!({ "message": MESSAGE }),
-    }
-}
-
-/// What Ollama says when its model runner dies mid-answer.
-const OLLAMA_ERROR: &str = "model runner has unexpectedly stopped, this may be due to resource \
-     limitations or an internal error, check ollama server logs for details (injected by netchaos)";
 
 #[cfg(test)]
 mod tests {
@@ -667,10 +574,10 @@ mod tests {
         );
         let o = sse(&[("error_after_events", "0"), ("envelope", "ollama")]).unwrap();
         let (event, data) = o.error_event(Format::EventStream).unwrap();
-        assert_eq!((event, data["error"].as_str()), (None, Some(OLLAMA_ERROR)));
+        assert_eq!((event, data["error"].as_str()), (None, Some(ollama::STREAM_ERROR)));
         // On an NDJSON stream: Ollama's error unless an envelope is given.
         let (_, line) = a.error_event(Format::JsonLines).unwrap();
-        assert_eq!(line["error"].as_str(), Some(OLLAMA_ERROR));
+        assert_eq!(line["error"].as_str(), Some(ollama::STREAM_ERROR));
         let given = sse(&[("error_after_events", "1"), ("envelope", "anthropic")]).unwrap();
         let (_, line) = given.error_event(Format::JsonLines).unwrap();
         assert_eq!(line["error"]["type"], "overloaded_error");

@@ -1,12 +1,104 @@
-//! Which LLM provider a request goes to, for `envelope = "auto"`: a fault
-//! that answers in the provider's place answers in that provider's shape,
-//! so one profile serves an application that calls several.
+//! What netchaos knows of each LLM provider's API, one module per
+//! provider: how a request to it is told apart (its hosts, its paths), the
+//! error it answers with (status, body, headers: what its SDKs raise) and
+//! the error event it ends a stream with. The faults that answer in a
+//! provider's place (`http_status` and `respond` with an `envelope`,
+//! `sse`'s `error_after_events`) take their shapes from here; the built-in
+//! upstream (`mock`) speaks the same APIs' answers.
 //!
-//! By the request's host first (each provider's API host, Azure OpenAI's
+//! Which provider a request goes to, for `envelope = "auto"` (a fault that
+//! answers in the provider's place answers in that provider's shape, so
+//! one profile serves an application that calls several): by the request's
+//! host first (each provider's API host, Azure OpenAI's
 //! `*.openai.azure.com`, Vertex AI's `*aiplatform.googleapis.com`, where
 //! Anthropic's models are under `publishers/anthropic`), then by its path
 //! (a base URL pointed at a gateway or a local mock keeps the provider's
 //! paths), else Anthropic's.
+
+pub(crate) mod anthropic;
+pub(crate) mod bedrock;
+pub(crate) mod gemini;
+pub(crate) mod ollama;
+pub(crate) mod openai;
+
+use std::time::Duration;
+
+/// Whose errors an `envelope` can shape a reply as; `auto`: the provider
+/// the request goes to ([`Provider::of`]).
+pub(crate) const ENVELOPES: &[&str] = &["anthropic", "openai", "gemini", "bedrock", "auto"];
+
+/// The request id an injected error carries, in its header and body; each
+/// reply sent gets its own hex digits in place of the zeros, so ids stay
+/// unique (as the SDKs log and report them) and recognisable.
+pub(crate) const REQUEST_ID: &str = "req_netchaos_000000000000000000000000";
+/// Where the digits of [`REQUEST_ID`] start.
+pub(crate) const ID_DIGITS: usize = "req_netchaos_".len();
+
+/// A duration in whole seconds, rounded up (a `Retry-After`).
+pub(crate) fn ceil_secs(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
+
+/// A provider's error as its API sends it (by its `envelope` name):
+/// content type, body, headers.
+pub(crate) fn error_reply(
+    provider: &str,
+    status: u16,
+    retry_after: Option<Duration>,
+) -> (&'static str, Vec<u8>, Vec<String>) {
+    match provider {
+        "gemini" => gemini::error(status, retry_after),
+        "bedrock" => bedrock::error(status, retry_after),
+        "anthropic" => anthropic::error(status, retry_after),
+        _ => openai::error(status, retry_after),
+    }
+}
+
+/// A provider's mid-stream error event (by its `envelope` name, and
+/// `openai-responses` for OpenAI's Responses API): the SSE event name, if
+/// it has one, and the data — `events` is how many came before it.
+pub(crate) fn stream_error(
+    provider: &str,
+    kind: &str,
+    events: u64,
+) -> (Option<&'static str>, serde_json::Value) {
+    match provider {
+        "ollama" => ollama::stream_error(kind),
+        "openai" => openai::stream_error(kind),
+        "gemini" => gemini::stream_error(kind),
+        "bedrock" => bedrock::stream_error(kind),
+        "openai-responses" => openai::responses_stream_error(kind, events),
+        _ => anthropic::stream_error(kind),
+    }
+}
+
+/// The error a provider's stream ends with when none is named.
+pub(crate) fn default_stream_error(provider: &str) -> String {
+    match provider {
+        "anthropic" => anthropic::STREAM_ERROR,
+        "gemini" => gemini::STREAM_ERROR,
+        "ollama" => ollama::STREAM_ERROR,
+        "bedrock" => bedrock::STREAM_ERROR,
+        _ => openai::STREAM_ERROR,
+    }
+    .to_string()
+}
+
+/// Whether `kind` is an error `provider` ends a stream with; if not, what
+/// it does end them with.
+pub(crate) fn check_stream_error(provider: &str, kind: &str) -> Result<(), String> {
+    match provider {
+        "gemini" if gemini::error_named(kind).is_none() => Err(format!(
+            "error_type {kind:?} is not a google.rpc code name Gemini sends: give one of {}",
+            gemini::code_names().collect::<Vec<_>>().join(", ")
+        )),
+        "bedrock" if !bedrock::STREAM_EXCEPTIONS.contains(&kind) => Err(format!(
+            "error_type {kind:?} is not an exception Bedrock streams: give one of {}",
+            bedrock::STREAM_EXCEPTIONS.join(", ")
+        )),
+        _ => Ok(()),
+    }
+}
 
 /// A provider whose errors netchaos can shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
