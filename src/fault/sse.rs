@@ -574,7 +574,10 @@ mod tests {
         );
         let o = sse(&[("error_after_events", "0"), ("envelope", "ollama")]).unwrap();
         let (event, data) = o.error_event(Format::EventStream).unwrap();
-        assert_eq!((event, data["error"].as_str()), (None, Some(ollama::STREAM_ERROR)));
+        assert_eq!(
+            (event, data["error"].as_str()),
+            (None, Some(ollama::STREAM_ERROR))
+        );
         // On an NDJSON stream: Ollama's error unless an envelope is given.
         let (_, line) = a.error_event(Format::JsonLines).unwrap();
         assert_eq!(line["error"].as_str(), Some(ollama::STREAM_ERROR));

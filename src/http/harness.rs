@@ -211,7 +211,7 @@ async fn a_truncated_body_ends_the_connection_after_its_bytes() {
     crate::timer::runtime_clock_only();
     let mut p = Pair::new(&["http_truncate:after_bytes=2"]);
     p.client.write_all(GET).await.unwrap();
-    let _ = p.to_upstream.recv().await;
+    let _ = within_a_minute(p.to_upstream.recv()).await;
     p.upstream.write_all(OK).await.unwrap();
     let down = p.client_gets().await;
     let text = down.text();
@@ -241,7 +241,7 @@ async fn only_the_matching_request_of_a_keep_alive_connection_is_faulted() {
     p.client.write_all(a).await.unwrap();
     let mut up = BytesMut::new();
     while up.len() < a.len() {
-        match p.to_upstream.recv().await.map(|i| i.kind) {
+        match within_a_minute(p.to_upstream.recv()).await.map(|i| i.kind) {
             Some(ItemKind::Data(d)) => up.extend_from_slice(&d),
             other => panic!("{other:?}"),
         }
@@ -250,7 +250,7 @@ async fn only_the_matching_request_of_a_keep_alive_connection_is_faulted() {
     p.upstream.write_all(OK).await.unwrap();
     let mut down = BytesMut::new();
     while down.len() < OK.len() {
-        match p.to_client.recv().await.map(|i| i.kind) {
+        match within_a_minute(p.to_client.recv()).await.map(|i| i.kind) {
             Some(ItemKind::Data(d)) => down.extend_from_slice(&d),
             other => panic!("{other:?}"),
         }
@@ -284,7 +284,7 @@ async fn a_stream_drops_after_its_nth_event() {
     crate::timer::runtime_clock_only();
     let mut p = Pair::new(&["sse:drop_after_events=2"]);
     p.client.write_all(GET).await.unwrap();
-    let _ = p.to_upstream.recv().await;
+    let _ = within_a_minute(p.to_upstream.recv()).await;
     p.upstream.write_all(&sse_answer(5)).await.unwrap();
     let down = p.client_gets().await;
     let text = down.text();
@@ -317,7 +317,7 @@ async fn expect_100_continue_is_neither_stalled_nor_invented() {
     p.client.write_all(head).await.unwrap();
     let mut up = BytesMut::new();
     while up.len() < head.len() {
-        match p.to_upstream.recv().await.map(|i| i.kind) {
+        match within_a_minute(p.to_upstream.recv()).await.map(|i| i.kind) {
             Some(ItemKind::Data(d)) => up.extend_from_slice(&d),
             other => panic!("{other:?}"),
         }
@@ -327,7 +327,7 @@ async fn expect_100_continue_is_neither_stalled_nor_invented() {
         .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
         .await
         .unwrap();
-    let interim = p.to_client.recv().await.map(|i| i.kind);
+    let interim = within_a_minute(p.to_client.recv()).await.map(|i| i.kind);
     assert_eq!(
         interim,
         Some(ItemKind::Data(bytes::Bytes::from_static(
@@ -344,7 +344,7 @@ async fn expect_100_continue_is_neither_stalled_nor_invented() {
 
     let mut p = Pair::new(&["http_status:status=503"]);
     p.client.write_all(head).await.unwrap();
-    let down = p.to_client.recv().await.map(|i| i.kind);
+    let down = within_a_minute(p.to_client.recv()).await.map(|i| i.kind);
     let Some(ItemKind::Data(d)) = down else {
         panic!("{down:?}")
     };
@@ -364,9 +364,9 @@ struct H2 {
 impl H2 {
     async fn new(faults: &[&str]) -> H2 {
         let (x, events, faults_tx) = exchange_with(faults);
-        let (client, engine_client) = tokio::io::duplex(1 << 16);
+        let (client, engine_client, wire) = wire_to_engine();
         let (upstream, engine_upstream) = tokio::io::duplex(1 << 16);
-        let (end, _ending) = super::h2::ending();
+        let (end, ending) = super::h2::ending();
         let reach = super::h2::Reach {
             tls: false,
             redial: None,
@@ -379,14 +379,18 @@ impl H2 {
             reach,
             end,
         ));
-        let (upstream, client) = tokio::join!(
-            async { ::h2::server::handshake(upstream).await.expect("upstream") },
-            async {
-                let (send, conn) = ::h2::client::handshake(client).await.expect("client");
-                tokio::spawn(conn);
-                send
-            }
-        );
+        wire.run(ending);
+        let (upstream, client) = within_a_minute(async {
+            tokio::join!(
+                async { ::h2::server::handshake(upstream).await.expect("upstream") },
+                async {
+                    let (send, conn) = ::h2::client::handshake(client).await.expect("client");
+                    tokio::spawn(conn);
+                    send
+                }
+            )
+        })
+        .await;
         H2 {
             client,
             upstream,
@@ -404,7 +408,8 @@ impl H2 {
         ready.send_request(req, true).expect("sent").0
     }
 
-    /// The next request the upstream gets, within a virtual minute.
+    /// The next request the upstream gets, within a virtual minute (none
+    /// if its connection ends first).
     async fn upstream_request(
         &mut self,
     ) -> Option<(
@@ -415,7 +420,8 @@ impl H2 {
             .await
             .ok()
             .flatten()
-            .map(|r| r.expect("a stream"))
+            // The engine let the upstream's connection go: no request.
+            .and_then(Result::ok)
     }
 
     /// Serves the upstream's side in the background from now on.
@@ -425,8 +431,88 @@ impl H2 {
     }
 }
 
+/// The client's wire to the HTTP/2 engine, as the relay lays it: the
+/// engine's duplex, and between it and the client the downstream's
+/// reader ([`super::h2::responses`]) that watches for the engine's end
+/// and closes the client's connection (FIN, or RST: the wire dropped).
+struct ClientWire {
+    ours: DuplexStream,
+    wire: DuplexStream,
+}
+
+/// The client's end of the wire, the engine's, and the rest to run.
+fn wire_to_engine() -> (DuplexStream, DuplexStream, ClientWire) {
+    let (engine, ours) = tokio::io::duplex(1 << 16);
+    let (client, wire) = tokio::io::duplex(1 << 16);
+    (client, engine, ClientWire { ours, wire })
+}
+
+impl ClientWire {
+    fn run(self, ending: super::h2::Ending) {
+        use tokio::io::AsyncReadExt;
+        let (from_engine, mut to_engine) = tokio::io::split(self.ours);
+        let (mut from_client, mut to_client) = tokio::io::split(self.wire);
+        let (down_tx, mut down) = mpsc::channel(64);
+        tokio::spawn(super::h2::responses(
+            from_engine,
+            ending,
+            Output::new(down_tx),
+        ));
+        let cut = CancellationToken::new();
+        let up_cut = cut.clone();
+        tokio::spawn(async move {
+            let mut b = vec![0u8; 16 * 1024];
+            loop {
+                tokio::select! {
+                    () = up_cut.cancelled() => return,
+                    r = from_client.read(&mut b) => match r {
+                        Ok(0) | Err(_) => {
+                            let _ = to_engine.shutdown().await;
+                            return;
+                        }
+                        Ok(n) => {
+                            if to_engine.write_all(&b[..n]).await.is_err() {
+                                return;
+                            }
+                        }
+                    },
+                }
+            }
+        });
+        tokio::spawn(async move {
+            while let Some(item) = down.recv().await {
+                match item.kind {
+                    ItemKind::Data(d) => {
+                        if to_client.write_all(&d).await.is_err() {
+                            break;
+                        }
+                    }
+                    ItemKind::Fin => {
+                        let _ = to_client.shutdown().await;
+                    }
+                    // The connection ends: the client's wire is dropped.
+                    ItemKind::Close | ItemKind::Reset => break,
+                }
+            }
+            cut.cancel();
+        });
+    }
+}
+
 /// A response's status and body, read whole.
 async fn read_answer(r: ::h2::client::ResponseFuture) -> Result<(u16, Vec<u8>), ::h2::Error> {
+    within_a_minute(read_answer_whole(r)).await
+}
+
+/// `f`, or a failure after a virtual minute (a hang is a failure, not a
+/// test that never ends).
+async fn within_a_minute<T>(f: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(60), f)
+        .await
+        .expect("no end within a virtual minute")
+}
+
+async fn read_answer_whole(r: ::h2::client::ResponseFuture) -> Result<(u16, Vec<u8>), ::h2::Error> {
     let r = r.await?;
     let status = r.status().as_u16();
     let mut body = r.into_body();
@@ -461,7 +547,7 @@ async fn http2_status_fault_answers_in_the_upstreams_place() {
     crate::timer::runtime_clock_only();
     let mut h = H2::new(&["http_status:status=429,retry_after=3s"]).await;
     let answer = h.get("/v1/messages").await;
-    let r = answer.await.expect("an answer");
+    let r = within_a_minute(answer).await.expect("an answer");
     assert_eq!(r.status().as_u16(), 429);
     assert_eq!(
         r.headers().get("retry-after").map(|v| v.to_str().unwrap()),
@@ -506,4 +592,95 @@ async fn http2_a_request_delay_holds_the_stream_on_the_virtual_clock() {
         took >= Duration::from_secs(2) && took < Duration::from_millis(2010),
         "{took:?}"
     );
+}
+
+/// A response's body as far as it came, and whether it ended well.
+async fn read_partial(r: ::h2::client::ResponseFuture) -> (Option<u16>, Vec<u8>, bool) {
+    within_a_minute(read_partial_body(r)).await
+}
+
+async fn read_partial_body(r: ::h2::client::ResponseFuture) -> (Option<u16>, Vec<u8>, bool) {
+    let Ok(r) = r.await else {
+        return (None, Vec::new(), false);
+    };
+    let status = r.status().as_u16();
+    let mut body = r.into_body();
+    let mut all = Vec::new();
+    while let Some(chunk) = body.data().await {
+        let Ok(chunk) = chunk else {
+            return (Some(status), all, false);
+        };
+        let _ = body.flow_control().release_capacity(chunk.len());
+        all.extend_from_slice(&chunk);
+    }
+    (Some(status), all, true)
+}
+
+/// The upstream answers the next request with `status`, `body`, in one
+/// DATA frame per piece, ending the stream after the last.
+async fn answer(h: &mut H2, content_type: &str, pieces: &[&[u8]]) -> String {
+    let (req, mut respond) = h.upstream_request().await.expect("the request went up");
+    let head = hyper::http::Response::builder()
+        .header("content-type", content_type)
+        .body(())
+        .expect("a head");
+    let mut send = respond.send_response(head, false).expect("head");
+    for (i, p) in pieces.iter().enumerate() {
+        send.send_data(bytes::Bytes::copy_from_slice(p), i + 1 == pieces.len())
+            .expect("body");
+    }
+    req.uri().path().to_string()
+}
+
+#[tokio::test(start_paused = true)]
+async fn http2_a_truncated_body_fails_after_its_bytes() {
+    crate::timer::runtime_clock_only();
+    let mut h = H2::new(&["http_truncate:after_bytes=2"]).await;
+    let r = h.get("/v1/messages").await;
+    answer(&mut h, "text/plain", &[b"hello"]).await;
+    let _ = h.serve_upstream();
+    let (status, body, whole) = read_partial(r).await;
+    assert_eq!(status, Some(200));
+    assert_eq!(body, b"he");
+    assert!(!whole, "a truncated answer ended well");
+}
+
+#[tokio::test(start_paused = true)]
+async fn http2_an_abort_fails_the_call_before_the_upstream_sees_it() {
+    crate::timer::runtime_clock_only();
+    let mut h = H2::new(&["http_abort"]).await;
+    let r = h.get("/v1/messages").await;
+    let (status, _, whole) = read_partial(r).await;
+    assert_eq!((status, whole), (None, false));
+    assert!(h.upstream_request().await.is_none());
+}
+
+#[tokio::test(start_paused = true)]
+async fn http2_a_rewrite_changes_the_request_that_goes_up() {
+    crate::timer::runtime_clock_only();
+    let mut h = H2::new(&["http_rewrite:set_path=/v2/messages"]).await;
+    let r = h.get("/v1/messages").await;
+    let path = answer(&mut h, "text/plain", &[b"ok"]).await;
+    assert_eq!(path, "/v2/messages");
+    let _ = h.serve_upstream();
+    assert_eq!(read_answer(r).await.unwrap(), (200, b"ok".to_vec()));
+}
+
+#[tokio::test(start_paused = true)]
+async fn http2_a_stream_drops_after_its_nth_event() {
+    crate::timer::runtime_clock_only();
+    let mut h = H2::new(&["sse:drop_after_events=2"]).await;
+    let r = h.get("/v1/messages").await;
+    let events: Vec<Vec<u8>> = (0..5)
+        .map(|i| format!("event: message_delta\ndata: {{\"i\":{i}}}\n\n").into_bytes())
+        .collect();
+    let pieces: Vec<&[u8]> = events.iter().map(Vec::as_slice).collect();
+    answer(&mut h, "text/event-stream", &pieces).await;
+    let _ = h.serve_upstream();
+    let (status, body, whole) = read_partial(r).await;
+    let text = String::from_utf8_lossy(&body);
+    assert_eq!(status, Some(200));
+    assert!(text.contains("\"i\":1"), "{text}");
+    assert!(!text.contains("\"i\":2"), "{text}");
+    assert!(!whole, "a dropped stream ended well: {text}");
 }
