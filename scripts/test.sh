@@ -79,9 +79,12 @@ command -v npm >/dev/null || packages+=(npm)
 command -v java >/dev/null || packages+=(default-jdk-headless)
 command -v go >/dev/null || packages+=(golang-go)
 # A container runtime for tests/containers.rs: rootful Podman with runc,
-# catatonit for pods' infra containers, and mmdebstrap to build the base
-# image from Debian packages (below; no image registry is needed).
-packages+=(podman runc catatonit mmdebstrap)
+# catatonit for pods' infra containers, netavark and aardvark-dns (the
+# tests' containers find each other by name on an internal network, which
+# CNI cannot do; tests/support/containers.conf picks netavark), and
+# mmdebstrap to build the base image from Debian packages (below; no image
+# registry is needed).
+packages+=(podman runc catatonit netavark aardvark-dns mmdebstrap)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
