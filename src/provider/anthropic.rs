@@ -16,11 +16,7 @@ pub(crate) fn error(
     status: u16,
     retry_after: Option<Duration>,
 ) -> (&'static str, Vec<u8>, Vec<String>) {
-    let mut headers = Vec::new();
-    if let Some(r) = retry_after {
-        // Its SDKs read the millisecond form first.
-        headers.push(format!("retry-after-ms: {}", r.as_millis()));
-    }
+    let mut headers = super::retry_after_ms(retry_after);
     let (kind, message) = match status {
         400 => ("invalid_request_error", "Invalid request"),
         401 => ("authentication_error", "invalid x-api-key"),

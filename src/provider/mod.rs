@@ -39,6 +39,15 @@ pub(crate) fn ceil_secs(d: Duration) -> u64 {
     d.as_secs() + u64::from(d.subsec_nanos() > 0)
 }
 
+/// `retry-after-ms`, which Anthropic's and OpenAI's SDKs read before
+/// `retry-after` (whole seconds): the exact wait.
+fn retry_after_ms(retry_after: Option<Duration>) -> Vec<String> {
+    retry_after
+        .map(|r| format!("retry-after-ms: {}", r.as_millis()))
+        .into_iter()
+        .collect()
+}
+
 /// A provider's error as its API sends it (by its `envelope` name):
 /// content type, body, headers.
 pub(crate) fn error_reply(
