@@ -650,9 +650,16 @@ async fn http2_an_abort_fails_the_call_before_the_upstream_sees_it() {
     crate::timer::runtime_clock_only();
     let mut h = H2::new(&["http_abort"]).await;
     let r = h.get("/v1/messages").await;
-    let (status, _, whole) = read_partial(r).await;
-    assert_eq!((status, whole), (None, false));
+    // The connection fails under the call (an RST, as `then = reset`
+    // says): no GOAWAY and no refused stream, which a client would take
+    // for a call never seen and retry unseen.
+    let e = within_a_minute(r).await.expect_err("an abort answered");
+    assert!(!e.is_go_away(), "{e}");
+    assert_ne!(e.reason(), Some(::h2::Reason::REFUSED_STREAM), "{e}");
+    assert!(e.is_io(), "not the connection's failure: {e}");
     assert!(h.upstream_request().await.is_none());
+    let faulted = h.events.stats.http_faulted.lock().unwrap().clone();
+    assert_eq!(faulted.get(&("http_abort", 0, None)), Some(&1));
 }
 
 #[tokio::test(start_paused = true)]
