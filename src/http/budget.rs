@@ -15,7 +15,9 @@
 //! Memory given back is returned to the system too: glibc keeps what is
 //! freed in its arenas, so after a burst (2,500 connections sending large
 //! heads took 2.5 GB, and kept it after they closed) the budget asks it to
-//! trim, at most once a second.
+//! trim, at most once a second, and once more when the last connection of
+//! the HTTP layer has gone (a flood's tail stayed otherwise: RSS idle +
+//! 32-39 MiB, under CPU contention).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -179,10 +181,20 @@ impl Drop for Tagged {
 mod trim {
     use super::*;
 
-    /// Freed since the last trim; a trim is due past [`DUE`].
+    /// Freed since the last trim; a trim is due past [`DUE`], or past
+    /// [`IDLE_DUE`] once no connection is left in the HTTP layer (the end
+    /// of a burst: what its last closes freed, under `DUE`, would
+    /// otherwise stay with the process until the next burst).
     static FREED: AtomicUsize = AtomicUsize::new(0);
     static PENDING: AtomicBool = AtomicBool::new(false);
+    /// Connections in the HTTP layer now ([`super::Connection`]).
+    pub(super) static LIVE: AtomicUsize = AtomicUsize::new(0);
     const DUE: usize = 32 << 20;
+    const IDLE_DUE: usize = 1 << 20;
+
+    fn due(freed: usize) -> bool {
+        freed >= DUE || (freed >= IDLE_DUE && LIVE.load(Ordering::Acquire) == 0)
+    }
     /// A trim waits this long after it is due (the rest of a burst of
     /// closes frees in the meantime), and then another may not come
     /// sooner.
@@ -190,7 +202,7 @@ mod trim {
 
     /// `n` bytes the HTTP layer held were freed.
     pub(super) fn freed(n: usize) {
-        if FREED.fetch_add(n, Ordering::Relaxed) + n < DUE || PENDING.swap(true, Ordering::AcqRel) {
+        if !due(FREED.fetch_add(n, Ordering::Relaxed) + n) || PENDING.swap(true, Ordering::AcqRel) {
             return;
         }
         // Outside a runtime (unit tests): no trim.
@@ -205,20 +217,12 @@ mod trim {
                 let _ = tokio::task::spawn_blocking(release).await;
                 tokio::time::sleep(AFTER).await;
                 // Freed meanwhile (the end of the burst): once more.
-                let tail = FREED.load(Ordering::Relaxed);
-                if tail >= DUE {
+                if due(FREED.load(Ordering::Relaxed)) {
                     continue;
-                }
-                // The burst's tail, under a trim's worth: given back too,
-                // or up to `DUE` of it stayed with the process for good
-                // (a flood's last closes, measured: RSS idle + 32-35 MiB).
-                if tail > 0 {
-                    FREED.store(0, Ordering::Relaxed);
-                    let _ = tokio::task::spawn_blocking(release).await;
                 }
                 PENDING.store(false, Ordering::Release);
                 // Unless it became due as the flag went down.
-                if FREED.load(Ordering::Relaxed) < DUE || PENDING.swap(true, Ordering::AcqRel) {
+                if !due(FREED.load(Ordering::Relaxed)) || PENDING.swap(true, Ordering::AcqRel) {
                     return;
                 }
             }
@@ -238,11 +242,20 @@ mod trim {
 
 /// Held by a connection through the HTTP layer while it runs: its end
 /// (however its tasks are dropped) frees what it held outside the budget
-/// (its small buffers), and many ending together make a trim due.
-pub(crate) struct Connection;
+/// (its small buffers), and many ending together, or the last one, make a
+/// trim due.
+pub(crate) struct Connection(());
+
+impl Connection {
+    pub(crate) fn new() -> Connection {
+        trim::LIVE.fetch_add(1, Ordering::AcqRel);
+        Connection(())
+    }
+}
 
 impl Drop for Connection {
     fn drop(&mut self) {
+        trim::LIVE.fetch_sub(1, Ordering::AcqRel);
         trim::freed(CONNECTION_BASE);
     }
 }

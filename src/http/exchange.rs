@@ -611,7 +611,7 @@ impl RequestSide {
     /// Reads requests from the client until it closes, sending what goes
     /// upstream to `out`.
     pub(crate) async fn run<R: AsyncRead + Unpin>(self, src: R, out: Output) {
-        let _ending = budget::Connection;
+        let _ending = budget::Connection::new();
         let out = Out::new(out);
         let _ = self.requests(&mut Src::new(src, &out), &out).await;
     }

@@ -538,7 +538,7 @@ pub(crate) async fn requests<R: AsyncRead + Unpin>(
     out: Output,
     gone: CancellationToken,
 ) {
-    let _ending = budget::Connection;
+    let _ending = budget::Connection::new();
     let out = Out::new(out);
     let (mut src, mut buf) = (Src::new(client, &out), BytesMut::new());
     let end = tokio::select! {
