@@ -707,3 +707,20 @@ fn a_listing_cut_short_by_its_reader_ends_without_a_panic() {
         assert!(err.is_empty(), "{args:?}: {err}");
     }
 }
+
+/// `netchaos schema` prints the event log's JSON Schema, as
+/// docs/events.schema.json holds it; it takes no argument.
+#[test]
+fn schema_prints_the_documented_event_schema() {
+    let (code, out, err) = netchaos(&["schema"]);
+    assert_eq!(code, 0, "{err}");
+    let doc = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/docs/events.schema.json"
+    ))
+    .unwrap();
+    assert_eq!(out, doc);
+    let (code, _, err) = netchaos(&["schema", "extra"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("unexpected argument 'extra'"), "{err}");
+}
