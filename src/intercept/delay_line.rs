@@ -175,8 +175,11 @@ pub(crate) async fn run(queue: OwnedFd, line: Arc<DelayLine>) {
     let mut batch = Vec::with_capacity(64 * 1024);
     let mut next_sweep = Instant::now() + SWEEP;
     let mut warned = false;
-    // Without a timerfd (fd exhaustion), the runtime's timer: coarser.
-    let alarm = timer::Alarm::new().ok();
+    // Without a timerfd (fd exhaustion), or on a paused clock, the
+    // runtime's timer: coarser. Chosen once, not per packet.
+    let alarm = timer::Alarm::new()
+        .ok()
+        .filter(|_| !timer::on_runtime_clock());
     loop {
         let due = held.peek().map(|Reverse((t, _, _))| *t);
         tokio::select! {
@@ -247,7 +250,7 @@ pub(crate) async fn run(queue: OwnedFd, line: Arc<DelayLine>) {
 /// per `QUIET` waited, and never while packets come densely (a bulk
 /// transfer's releases are microseconds apart).
 async fn release_at(alarm: Option<&timer::Alarm>, at: Instant) {
-    let Some(a) = alarm.filter(|_| !timer::on_runtime_clock()) else {
+    let Some(a) = alarm else {
         return tokio::time::sleep_until(at).await;
     };
     let quiet = at.saturating_duration_since(Instant::now()) > QUIET;
