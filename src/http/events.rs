@@ -237,18 +237,7 @@ pub(crate) fn patch(block: &[u8], p: &EventPatch, format: Format) -> Option<Vec<
         .into_iter()
         .map(|(start, end, stop)| (&block[start..end], &block[end..stop]))
         .collect();
-    // A field line as the event-stream format reads it: the name up to
-    // the first colon (the whole line without one), the value after it
-    // and one space.
-    let value = |l: &[u8], field: &[u8]| -> Option<Vec<u8>> {
-        let l = l.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(l);
-        let v = match l.iter().position(|b| *b == b':') {
-            Some(i) if &l[..i] == field => &l[i + 1..],
-            None if l == field => &[][..],
-            _ => return None,
-        };
-        Some(v.strip_prefix(b" ").unwrap_or(v).to_vec())
-    };
+    let value = field_value;
     // The last `event` names it; an empty one, or none, is `message`.
     let event = lines
         .iter()
@@ -310,6 +299,19 @@ pub(crate) fn patch(block: &[u8], p: &EventPatch, format: Format) -> Option<Vec<
         out.extend_from_slice(end);
     }
     Some(out)
+}
+
+/// The value of `field` on line `l`, if that is its name, as the
+/// event-stream format reads a field line: the name up to the first colon
+/// (the whole line without one), the value after it and one space.
+fn field_value(l: &[u8], field: &[u8]) -> Option<Vec<u8>> {
+    let l = l.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(l);
+    let v = match l.iter().position(|b| *b == b':') {
+        Some(i) if &l[..i] == field => &l[i + 1..],
+        None if l == field => &[][..],
+        _ => return None,
+    };
+    Some(v.strip_prefix(b" ").unwrap_or(v).to_vec())
 }
 
 /// [`patch`] for a JSON line: its JSON patched, the whitespace around it
