@@ -20,8 +20,8 @@
 //! answers as it would directly.
 
 use std::io;
+use std::ops::ControlFlow;
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt};
@@ -31,15 +31,18 @@ use tokio_util::sync::CancellationToken;
 
 use super::attempt::{Attempt, Marking, ModelScan};
 use super::budget::{self, Flow, Lease};
-use super::decide::{self, Decision};
+use super::decide::{self, Reply};
 use super::events::{self as sse_events, Block, Format, Splitter};
+use super::phases::{
+    self, Answering, Counted, Forwarding, Meta, OnRequest, OnUpstream, Responding,
+};
 use super::rewrite::{self, set_header};
 use super::wire::{self, Body, Framing, MAX_HEAD, WireError};
-use crate::events::{ConnInfo, Events, GrpcStatus, RequestInfo};
+use crate::events::{ConnInfo, Events};
 use crate::fault::http_match::RequestView;
 use crate::fault::http_status::After;
 use crate::fault::sse::Breakage;
-use crate::fault::{Chosen, Gone, Item, ItemKind, Layer, Output};
+use crate::fault::{Chosen, Gone, Item, ItemKind, Output};
 
 /// Requests read ahead of their responses, at most (pipelining).
 const QUEUE: usize = 32;
@@ -65,50 +68,6 @@ pub(crate) struct Exchange {
     /// Cancelled when netchaos begins to stop: an idle connection ends
     /// then, as a server stopping ends its idle keep-alive connections.
     pub(crate) stopping: CancellationToken,
-}
-
-/// A request, as events name it.
-#[derive(Debug)]
-pub(super) struct Meta {
-    pub(super) n: u64,
-    pub(super) method: String,
-    pub(super) target: String,
-    pub(super) host: Option<String>,
-    /// The client may send another request after it.
-    pub(super) keep_alive: bool,
-    /// A fault was recorded on it (the summary counts requests faulted,
-    /// however many faults each had).
-    pub(super) faulted: std::sync::atomic::AtomicBool,
-    /// Its record, written when every holder has let go.
-    pub(super) attempt: Option<Arc<Attempt>>,
-}
-
-impl Meta {
-    /// The same request, for a line that is not a fault's (its trailers):
-    /// marked faulted, so that a fault recorded with it by mistake could
-    /// not count the request a second time.
-    pub(super) fn same_request(&self) -> Meta {
-        Meta {
-            n: self.n,
-            method: self.method.clone(),
-            target: self.target.clone(),
-            host: self.host.clone(),
-            keep_alive: self.keep_alive,
-            faulted: true.into(),
-            attempt: self.attempt.clone(),
-        }
-    }
-
-    /// The request as the event lines name it.
-    fn info(&self, first_fault: bool) -> RequestInfo<'_> {
-        RequestInfo {
-            n: self.n,
-            method: &self.method,
-            path: &self.target,
-            host: self.host.as_deref(),
-            first_fault,
-        }
-    }
 }
 
 /// What the response side must do next, in request order.
@@ -142,7 +101,7 @@ const TOO_LARGE: &[u8] = b"HTTP/1.1 431 Request Header Fields Too Large\r\nconte
 /// A forwarded request, as its response is followed.
 struct Forward {
     meta: Meta,
-    d: Decision,
+    on: Forwarding,
     /// Netchaos answered `100 Continue` for it: the upstream's own is not
     /// passed on (the client has had one).
     continued: bool,
@@ -163,16 +122,14 @@ fn bad_request(why: WireError) -> Bytes {
     ))
 }
 
+/// A request answered in the upstream's place, waiting for its turn.
 struct Answer {
     meta: Meta,
-    chosen: Chosen,
+    answering: Answering,
     /// None when the answer is no answer (`http_abort`).
     status: Option<u16>,
     reply: Bytes,
     then: After,
-    /// The headers' delay, and the `http_delay` faults behind it.
-    delay: Duration,
-    delays: Vec<Chosen>,
 }
 
 /// Builds the two sides; each is run as the reader of its pipeline.
@@ -202,69 +159,6 @@ pub(crate) struct ResponseSide {
     x: Arc<Exchange>,
     rx: mpsc::Receiver<Pending>,
     done: CancellationToken,
-}
-
-impl Exchange {
-    pub(super) fn record(&self, c: &Chosen, m: &Meta, status: Option<u16>) {
-        self.record_call(c, m, status, None);
-    }
-
-    /// [`Exchange::record`], for a fault that ended a gRPC call with `grpc`.
-    pub(super) fn record_call(
-        &self,
-        c: &Chosen,
-        m: &Meta,
-        status: Option<u16>,
-        grpc: Option<GrpcStatus<'_>>,
-    ) {
-        let first = !m.faulted.swap(true, std::sync::atomic::Ordering::Relaxed);
-        m.attempt.mark(|a| {
-            a.fault(c.spec.name());
-            if let Some(s) = status {
-                a.status(s, None);
-            }
-            if let Some(g) = &grpc {
-                a.grpc(g.code);
-            }
-        });
-        self.events
-            .http_fault(&self.conn, &c.rule, &c.spec, &m.info(first), status, grpc);
-    }
-
-    /// The upstream's own answer to request `m` (`grpc`: a call's end in
-    /// its head).
-    pub(super) fn record_response(
-        &self,
-        m: &Meta,
-        status: u16,
-        retry_after: Option<&str>,
-        grpc: Option<GrpcStatus<'_>>,
-    ) {
-        m.attempt.mark(|a| {
-            a.upstream(status);
-            a.status(status, retry_after);
-            if let Some(g) = &grpc {
-                a.grpc(g.code);
-            }
-        });
-        self.events
-            .http_response(&self.conn, &m.info(false), status, grpc);
-    }
-
-    /// The upstream reset request `m`'s HTTP/2 stream with `code`, before
-    /// its answer's end (`status`: the answer, if it had begun).
-    pub(super) fn record_reset(&self, m: &Meta, status: Option<u16>, code: ::h2::Reason) {
-        let name = format!("{code:?}");
-        m.attempt.mark(|a| a.failed("reset"));
-        self.events
-            .http_stream_reset(&self.conn, &m.info(false), status, code.into(), &name);
-    }
-
-    /// The upstream's trailers ended call `m` with `grpc`.
-    pub(super) fn record_trailers(&self, m: &Meta, grpc: GrpcStatus<'_>) {
-        m.attempt.mark(|a| a.grpc(grpc.code));
-        self.events.http_trailers(&self.conn, &m.info(false), grpc);
-    }
 }
 
 /// A side's output: its pipeline's input, and the direction's bytes
@@ -607,6 +501,64 @@ async fn whole_body<R: AsyncRead + Unpin>(
     }
 }
 
+/// How the request side stops following requests, and what it does with
+/// the rest of the connection ([`RequestSide::stop`]).
+enum Stop {
+    /// The pipeline to the upstream is gone.
+    Gone,
+    /// The client's end goes on: its FIN, or its reset.
+    Fin,
+    Reset,
+    /// The rest goes on as bytes (the response side has ended).
+    Raw,
+    /// The rest goes on as bytes, and the response side is told so.
+    GoRaw,
+    /// A malformed or ambiguous request ([`RequestSide::reject`]).
+    Reject(WireError),
+    /// A head the budget has no room for ([`RequestSide::refuse`]).
+    Refuse,
+    /// A body whose framing breaks ([`RequestSide::bad_body`]): the
+    /// request's token, if it was forwarded.
+    BadBody(WireError, Option<CancellationToken>),
+    /// Nothing more: the connection ends with an answer.
+    Quiet,
+}
+
+impl From<Gone> for Stop {
+    fn from(_: Gone) -> Stop {
+        Stop::Gone
+    }
+}
+
+/// A side's reading and writing: its source, what it has read and not
+/// passed on yet, and its output.
+struct Io<'a, R> {
+    src: &'a mut Src<R>,
+    buf: &'a mut BytesMut,
+    out: &'a Out,
+}
+
+/// One request, as the request side reads it.
+struct Req {
+    n: u64,
+    head: wire::Request,
+    framing: Framing,
+    /// The client holds its body back until it gets `100 Continue` (or
+    /// the answer).
+    waits: bool,
+    /// Netchaos gave it that go-ahead, in the upstream's place.
+    continued: bool,
+    /// The body as read whole for matching, if it was (`Some(None)`: it
+    /// was not whole): a rewrite takes it from here.
+    peeked: Option<Option<(Vec<u8>, usize)>>,
+    /// It was read whole and is JSON.
+    json: bool,
+    /// What it holds in the budget beyond the allowances (its head, its
+    /// body read whole); let go with the request.
+    _head_held: Lease,
+    body_held: Lease,
+}
+
 impl RequestSide {
     /// Reads requests from the client until it closes, sending what goes
     /// upstream to `out`.
@@ -621,375 +573,438 @@ impl RequestSide {
         src: &mut Src<R>,
         out: &Out,
     ) -> Result<(), Gone> {
-        let x = &self.x;
         let mut buf = BytesMut::new();
+        let mut io = Io {
+            src,
+            buf: &mut buf,
+            out,
+        };
         for n in 0u64.. {
-            // Between requests, netchaos stopping closes the connection (a
-            // client's next request may cross the close, as with any
-            // server's idle timeout: clients retry it on a new one).
-            if buf.is_empty() {
-                tokio::select! {
-                    biased;
-                    r = src.fill(&mut buf) => match r {
-                        Ok(0) => return send(out, ItemKind::Fin).await,
-                        Ok(_) => {}
-                        Err(_) => return send(out, ItemKind::Reset).await,
-                    },
-                    () = x.stopping.cancelled() => {
-                        if self.tx.send(Pending::Close).await.is_err() {
-                            return Ok(());
-                        }
-                        // Until the close, or until the response side ends
-                        // otherwise (an answer whose end is the upstream's
-                        // close): the client's end is still passed on, as
-                        // the connection's end may wait for it.
-                        loop {
-                            buf.clear();
-                            match src.fill(&mut buf).await {
-                                Ok(0) => return send(out, ItemKind::Fin).await,
-                                Ok(_) => {}
-                                Err(_) => return send(out, ItemKind::Reset).await,
-                            }
-                        }
-                    }
-                    // The upstream closed (or is relayed as bytes): what
-                    // the client sends next goes to it as it is, and its
-                    // kernel answers it as it would directly (an RST).
-                    () = self.done.cancelled() => return raw(src, &mut buf, out).await,
-                }
-            }
-            // What this request holds in the budget beyond the allowances:
-            // its head, its body read whole; let go with the request.
-            let (mut head_held, mut body_held) = (Lease::default(), Lease::default());
-            let until = Some(&self.done);
-            let head = match read_head(src, &mut buf, &mut head_held, wire::request, until).await {
-                Head::Parsed(h) => h,
-                Head::Eof => {
-                    send_data(out, buf.split().freeze()).await?;
-                    return send(out, ItemKind::Fin).await;
-                }
-                Head::Failed => return send(out, ItemKind::Reset).await,
-                // The upstream closed while this head was arriving: it goes
-                // on as it is, as it would have reached the upstream.
-                Head::Gone => return raw(src, &mut buf, out).await,
-                // Longer than netchaos parses: for the upstream to refuse;
-                // or not HTTP at all (a first line that is no request
-                // line: another protocol that began like HTTP).
-                Head::Bad(e)
-                    if e.is_too_large() || (n == 0 && !wire::starts_with_request_line(&buf)) =>
-                {
-                    return self.go_raw(src, &mut buf, out).await;
-                }
-                Head::Bad(e) => return self.reject(e, src, &mut buf, out).await,
-                Head::Spent => return self.refuse().await,
-            };
-            x.events.http_request();
-            let framing = match head.framing() {
-                Ok(f) => f,
-                Err(e) => return self.reject(e, src, &mut buf, out).await,
-            };
-            let faults = x.faults.borrow().clone();
-            let host = head
-                .header("host")
-                .map(str::to_string)
-                .or_else(|| x.sni.clone());
-            let view = |body| RequestView {
-                method: &head.method,
-                path: &head.target,
-                host: host.as_deref(),
-                headers: &head.headers,
-                body,
-            };
-            // The client holds its body back until it gets `100 Continue`
-            // (or the answer): from the upstream, once the head reaches it;
-            // from netchaos when a rule must read the body to decide
-            // (and its length lets it be read whole).
-            let mut waits = head.expects_continue();
-            let mut continued = false;
-            // The body as read whole for matching, if it was: a rewrite
-            // below takes it from here rather than reading it again.
-            let mut peeked = None;
-            if framing != Framing::Empty
-                && decide::body_decides(&faults, n, &view(None), x.epoch.elapsed())
-            {
-                let whole = match framing {
-                    Framing::Length(l) => l <= MAX_BODY as u64,
-                    _ => true,
-                };
-                if waits && head.minor > 0 && whole && !budget::spent() {
-                    if self.tx.send(Pending::Continue).await.is_err() {
-                        return raw(src, &mut buf, out).await;
-                    }
-                    (waits, continued) = (false, true);
-                }
-                if !waits {
-                    match whole_body(src, &mut buf, &mut body_held, head.head_len, framing).await {
-                        Ok(w) => peeked = Some(w),
-                        Err(BodyEnd::Failed) => return send(out, ItemKind::Reset).await,
-                        Err(BodyEnd::Bad(e)) => return self.reject(e, src, &mut buf, out).await,
-                        Err(_) => return self.go_raw(src, &mut buf, out).await,
-                    }
-                }
-            }
-            let json: Option<serde_json::Value> = peeked
-                .as_ref()
-                .and_then(Option::as_ref)
-                .and_then(|(p, _)| serde_json::from_slice(p).ok());
-            let mut d = decide::decide(&faults, n, &view(json.as_ref()), x.epoch.elapsed());
-            let meta = Meta {
-                n,
-                method: head.method.clone(),
-                target: head.target.clone(),
-                host: host.clone(),
-                keep_alive: head.keep_alive(),
-                faulted: Default::default(),
-                attempt: Attempt::begin(
-                    &x.events,
-                    &x.conn,
-                    "http/1.1",
-                    n,
-                    &head.method,
-                    &head.target,
-                    host.as_deref(),
-                    &head.headers,
-                ),
-            };
-            let attempt = meta.attempt.clone();
-            if faults.iter().any(|c| c.spec.kind.layer() != Layer::Http) {
-                attempt.mark(|a| a.not_taped("a connection fault acts on it"));
-            }
-            if let Some(m) = json.as_ref().and_then(|j| j.get("model")?.as_str()) {
-                attempt.mark(|a| a.model(m));
-            }
-            // The body's `model`, for the record, as it passes (or is
-            // dropped, under an answer made in the upstream's place).
-            let mut scan = ModelScan::default();
-            let mut feed_model = |b: &[u8]| {
-                if let Some(a) = &attempt {
-                    scan.feed(b);
-                    a.scanned(&scan);
-                    a.request_bytes(b);
-                }
-            };
-            let mut seen_model = match attempt {
-                Some(_) => Seen::Payload(&mut feed_model),
-                None => Seen::Nothing,
-            };
-            // Counted as the hold begins: a client that times out during it
-            // (what the fault is for) was still faulted. No response exists
-            // yet, unless netchaos answers in the upstream's place.
-            let answering = d.answer.as_ref().and_then(|(_, s)| s.status());
-            for c in &d.request_delays {
-                x.record(c, &meta, answering);
-            }
-            if !d.request_delay.is_zero() {
-                crate::timer::sleep(d.request_delay).await;
-            }
-            if let Some((chosen, status)) = d.answer.take() {
-                let whole = matches!(framing, Framing::Empty) || (json.is_some() && !waits);
-                // A client waiting for a go-ahead may or may not send its
-                // body after the answer: the connection cannot go on.
-                let closing = !head.keep_alive() || (waits && !whole);
-                let then = match status.then() {
-                    After::Keep if closing => After::Close,
-                    t => t,
-                };
-                let drained = matches!(status, decide::Reply::Abort(_)) && !waits;
-                if drained {
-                    // The whole request first: a client still sending its
-                    // body would meet the reset on a write, and some (Python's
-                    // http.client) then report a clean close instead.
-                    buf.advance_to(head.head_len);
-                    let _ =
-                        drop_body(src, &mut buf, &mut Body::new(framing), &mut seen_model).await;
-                }
-                let held = d.on_answer(status.status());
-                let answer = Answer {
-                    meta,
-                    status: status.status(),
-                    reply: status.bytes(closing, head.method == "HEAD"),
-                    then,
-                    chosen,
-                    delay: held.headers_delay,
-                    delays: held.delays,
-                };
-                if self
-                    .tx
-                    .send(Pending::Answered(Box::new(answer)))
-                    .await
-                    .is_err()
-                {
-                    // The upstream closed meanwhile: nothing can answer on
-                    // this connection; the request goes to the upstream.
-                    return raw(src, &mut buf, out).await;
-                }
-                if then != After::Keep {
-                    // The connection ends with the answer: what of the body
-                    // has come already gives the record its model.
-                    if let (false, Seen::Payload(f)) = (drained, &mut seen_model) {
-                        let mut p = Vec::new();
-                        let early = &buf[head.head_len.min(buf.len())..];
-                        if Body::new(framing).scan(early, Some(&mut p)).is_ok() {
-                            f(&p);
-                        }
-                    }
-                    return Ok(());
-                }
-                buf.advance_to(head.head_len);
-                let mut body = Body::new(framing);
-                match drop_body(src, &mut buf, &mut body, &mut seen_model).await {
-                    Ok(()) => continue,
-                    Err(BodyEnd::Eof) => return send(out, ItemKind::Fin).await,
-                    Err(BodyEnd::Failed) => return send(out, ItemKind::Reset).await,
-                    Err(BodyEnd::Bad(e)) => return self.bad_body(e, None, out).await,
-                    Err(_) => return self.go_raw(src, &mut buf, out).await,
-                }
-            }
-            // An upgrade to HTTP/2 (h2c) is declined: the request goes on
-            // without it, and the server answers in HTTP/1.1, where every
-            // later request stays in reach of the faults.
-            let h2c = head
-                .header("upgrade")
-                .is_some_and(|u| u.trim().eq_ignore_ascii_case("h2c"));
-            let tunnel = head.method.eq_ignore_ascii_case("CONNECT")
-                || (head.header("upgrade").is_some() && !h2c);
-            // A body to rewrite is read whole first (not one the client
-            // sends only after a go-ahead, nor a tunnel's).
-            let body_edits = d.rewrites.iter().any(|(_, w)| w.edits().body.is_some());
-            let mut whole = None;
-            if body_edits && !tunnel && !waits && rewrite::body_editable(&head.headers) {
-                whole = match peeked.take() {
-                    Some(w) => w,
-                    None => match whole_body(src, &mut buf, &mut body_held, head.head_len, framing)
-                        .await
-                    {
-                        Ok(w) => w,
-                        Err(BodyEnd::Failed) => return send(out, ItemKind::Reset).await,
-                        Err(BodyEnd::Bad(e)) => return self.reject(e, src, &mut buf, out).await,
-                        Err(_) => return self.go_raw(src, &mut buf, out).await,
-                    },
-                };
-            }
-            // The head as it goes: edited by `http_rewrite` faults, its Host the upstream's name when
-            // netchaos speaks TLS to it; else byte for byte, with the body.
-            let mut edited: Option<Bytes> =
-                h2c.then(|| rewrite::without_h2c(&buf[..head.head_len], head.header("connection")));
-            let mut new_body: Option<Vec<u8>> = None;
-            for (c, w) in &d.rewrites {
-                let was = edited.as_deref().unwrap_or(&buf[..head.head_len]);
-                let next = rewrite::request(was, w.edits());
-                let mut changed = next != was;
-                if let (Some(e), Some((payload, _))) = (&w.edits().body, &whole) {
-                    let cur = new_body.as_deref().unwrap_or(payload);
-                    if let Some(b) = rewrite::body(cur, e, rewrite::is_json(&head.headers)) {
-                        changed |= b != cur;
-                        new_body = Some(b);
-                    }
-                }
-                // Counted where it changed something.
-                if changed {
-                    x.record(c, &meta, None);
-                }
-                edited = Some(next);
-            }
-            if let Some(h) = &x.rewrite_host {
-                let was = edited.as_deref().unwrap_or(&buf[..head.head_len]);
-                edited = Some(set_header(was, "Host", Some(h)));
-            }
-            // A response body to rewrite, or an event stream to count,
-            // must come uncompressed: the upstream is asked for it so
-            // (where the client asked for an encoding at all), but not for
-            // a request seen whole that asks for no stream.
-            let streams = || {
-                let early = &buf[head.head_len..];
-                let seen_whole = match framing {
-                    Framing::Empty => true,
-                    Framing::Length(n) => early.len() as u64 >= n,
-                    _ => false,
-                };
-                decide::asks_for_stream(head.header("accept"), &head.target, early, seen_whole)
-            };
-            if head.header("accept-encoding").is_some() && d.wants_identity(streams) {
-                let was = edited.as_deref().unwrap_or(&buf[..head.head_len]);
-                edited = Some(set_header(was, "Accept-Encoding", Some("identity")));
-            }
-            let (switched, switch) = match tunnel {
-                true => {
-                    let (tx, rx) = oneshot::channel();
-                    (Some(tx), Some(rx))
-                }
-                false => (None, None),
-            };
-            let bad_body = CancellationToken::new();
-            let forward = Forward {
-                meta,
-                d,
-                continued,
-                switched,
-                bad_body: bad_body.clone(),
-            };
-            if self
-                .tx
-                .send(Pending::Forwarded(Box::new(forward)))
-                .await
-                .is_err()
-            {
-                // The upstream closed meanwhile: the request goes to it as
-                // it came.
-                return raw(src, &mut buf, out).await;
-            }
-            if let (Some(b), Some((payload, wire_len))) = (new_body, &whole) {
-                if b != *payload {
-                    let h = edited.as_deref().unwrap_or(&buf[..head.head_len]);
-                    let mut msg = BytesMut::from(&rewrite::reframed(h, b.len(), false)[..]);
-                    msg.extend_from_slice(&b);
-                    send_data(out, msg.freeze()).await?;
-                    buf.advance_to(head.head_len + wire_len);
-                    continue;
-                }
-            }
-            let start = match edited {
-                Some(h) => {
-                    send_data(out, h).await?;
-                    buf.advance_to(head.head_len);
-                    0
-                }
-                None => head.head_len,
-            };
-            let mut body = Body::new(framing);
-            let passed =
-                pass_body(src, &mut buf, start, &mut body, out, None, &mut seen_model).await?;
-            drop(attempt);
-            match passed {
-                BodyEnd::Done => {}
-                BodyEnd::Eof => return send(out, ItemKind::Fin).await,
-                BodyEnd::Failed => return send(out, ItemKind::Reset).await,
-                BodyEnd::Bad(e) => return self.bad_body(e, Some(&bad_body), out).await,
-                BodyEnd::Limit => return self.go_raw(src, &mut buf, out).await,
-            }
-            // An upgrade or CONNECT: a tunnel from here if the upstream
-            // switched; HTTP goes on if it declined (as a client waits for
-            // that answer before it sends more).
-            if let Some(switch) = switch {
-                match switch.await {
-                    Ok(false) => {}
-                    Ok(true) | Err(_) => return raw(src, &mut buf, out).await,
-                }
+            if let Err(stop) = self.request(n, &mut io).await {
+                return self.stop(stop, &mut io).await;
             }
         }
         Ok(())
     }
 
-    async fn go_raw<R: AsyncRead + Unpin>(
-        &self,
-        src: &mut Src<R>,
-        buf: &mut BytesMut,
-        out: &Out,
-    ) -> Result<(), Gone> {
-        let _ = self.tx.send(Pending::Raw).await;
-        raw(src, buf, out).await
+    /// What the connection's rest comes to once requests are no longer
+    /// followed.
+    async fn stop<R: AsyncRead + Unpin>(&self, stop: Stop, io: &mut Io<'_, R>) -> Result<(), Gone> {
+        match stop {
+            Stop::Gone => Err(Gone),
+            Stop::Fin => send(io.out, ItemKind::Fin).await,
+            Stop::Reset => send(io.out, ItemKind::Reset).await,
+            Stop::Raw => raw(io.src, io.buf, io.out).await,
+            Stop::GoRaw => {
+                let _ = self.tx.send(Pending::Raw).await;
+                raw(io.src, io.buf, io.out).await
+            }
+            Stop::Reject(why) => self.reject(why, io).await,
+            Stop::Refuse => self.refuse().await,
+            Stop::BadBody(why, bad) => self.bad_body(why, bad.as_ref(), io.out).await,
+            Stop::Quiet => Ok(()),
+        }
     }
 
+    /// One request: read, its faults decided ([`phases::on_request`]),
+    /// answered here or forwarded.
+    async fn request<R: AsyncRead + Unpin>(&self, n: u64, io: &mut Io<'_, R>) -> Result<(), Stop> {
+        let x = &self.x;
+        if io.buf.is_empty() {
+            self.between(io).await?;
+        }
+        let mut req = self.head(n, io).await?;
+        let faults = x.faults.borrow().clone();
+        let host = req
+            .head
+            .header("host")
+            .map(str::to_string)
+            .or_else(|| x.sni.clone());
+        self.peek(&faults, &mut req, host.as_deref(), io).await?;
+        let json: Option<serde_json::Value> = req
+            .peeked
+            .as_ref()
+            .and_then(Option::as_ref)
+            .and_then(|(p, _)| serde_json::from_slice(p).ok());
+        req.json = json.is_some();
+        let view = RequestView {
+            method: &req.head.method,
+            path: &req.head.target,
+            host: host.as_deref(),
+            headers: &req.head.headers,
+            body: json.as_ref(),
+        };
+        let keep_alive = req.head.keep_alive();
+        let (meta, next) = phases::on_request(x, &faults, "http/1.1", n, &view, keep_alive).await;
+        // The body's `model` (and bytes), for the record, as it passes (or
+        // is dropped, under an answer made in the upstream's place).
+        let attempt = meta.attempt.clone();
+        let recording = attempt.is_some();
+        let mut scan = ModelScan::default();
+        let mut feed_model = move |b: &[u8]| {
+            if let Some(a) = &attempt {
+                scan.feed(b);
+                a.scanned(&scan);
+                a.request_bytes(b);
+            }
+        };
+        let mut seen = match recording {
+            true => Seen::Payload(&mut feed_model),
+            false => Seen::Nothing,
+        };
+        let switch = match next {
+            OnRequest::Answer(a) => return self.answer_here(*a, meta, &req, &mut seen, io).await,
+            OnRequest::Forward(f) => self.forward(f, meta, &mut req, &mut seen, io).await?,
+        };
+        // Its record is written once the response side lets go of it too:
+        // not held here while a tunnel's answer is awaited.
+        drop(feed_model);
+        // An upgrade or CONNECT: a tunnel from here if the upstream
+        // switched; HTTP goes on if it declined (as a client waits for
+        // that answer before it sends more).
+        if let Some(switch) = switch {
+            match switch.await {
+                Ok(false) => {}
+                Ok(true) | Err(_) => return Err(Stop::Raw),
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for the next request's first bytes. Between requests,
+    /// netchaos stopping closes the connection (a client's next request
+    /// may cross the close, as with any server's idle timeout: clients
+    /// retry it on a new one). Once the upstream has closed (or is relayed
+    /// as bytes), what the client sends next goes to it as it is, and its
+    /// kernel answers it as it would directly (an RST).
+    async fn between<R: AsyncRead + Unpin>(&self, io: &mut Io<'_, R>) -> Result<(), Stop> {
+        tokio::select! {
+            biased;
+            r = io.src.fill(io.buf) => match r {
+                Ok(0) => Err(Stop::Fin),
+                Ok(_) => Ok(()),
+                Err(_) => Err(Stop::Reset),
+            },
+            () = self.x.stopping.cancelled() => Err(self.close_idle(io).await),
+            () = self.done.cancelled() => Err(Stop::Raw),
+        }
+    }
+
+    /// Netchaos is stopping with the client between requests: the
+    /// connection closes once the answers before are out. Until then, or
+    /// until the response side ends otherwise (an answer whose end is the
+    /// upstream's close), the client's end is still passed on, as the
+    /// connection's end may wait for it.
+    async fn close_idle<R: AsyncRead + Unpin>(&self, io: &mut Io<'_, R>) -> Stop {
+        if self.tx.send(Pending::Close).await.is_err() {
+            return Stop::Quiet;
+        }
+        loop {
+            io.buf.clear();
+            match io.src.fill(io.buf).await {
+                Ok(0) => return Stop::Fin,
+                Ok(_) => {}
+                Err(_) => return Stop::Reset,
+            }
+        }
+    }
+
+    /// Reads request `n`'s head and its framing.
+    async fn head<R: AsyncRead + Unpin>(&self, n: u64, io: &mut Io<'_, R>) -> Result<Req, Stop> {
+        let mut held = Lease::default();
+        let until = Some(&self.done);
+        let head = match read_head(io.src, io.buf, &mut held, wire::request, until).await {
+            Head::Parsed(h) => h,
+            Head::Eof => {
+                send_data(io.out, io.buf.split().freeze()).await?;
+                return Err(Stop::Fin);
+            }
+            Head::Failed => return Err(Stop::Reset),
+            // The upstream closed while this head was arriving: it goes on
+            // as it is, as it would have reached the upstream.
+            Head::Gone => return Err(Stop::Raw),
+            // Longer than netchaos parses: for the upstream to refuse; or
+            // not HTTP at all (a first line that is no request line:
+            // another protocol that began like HTTP).
+            Head::Bad(e)
+                if e.is_too_large() || (n == 0 && !wire::starts_with_request_line(io.buf)) =>
+            {
+                return Err(Stop::GoRaw);
+            }
+            Head::Bad(e) => return Err(Stop::Reject(e)),
+            Head::Spent => return Err(Stop::Refuse),
+        };
+        self.x.events.http_request();
+        let framing = head.framing().map_err(Stop::Reject)?;
+        Ok(Req {
+            n,
+            waits: head.expects_continue(),
+            head,
+            framing,
+            continued: false,
+            peeked: None,
+            json: false,
+            _head_held: held,
+            body_held: Lease::default(),
+        })
+    }
+
+    /// A body a rule must read to decide on is read whole first, when its
+    /// length lets it be. A client that waits for `100 Continue` gets it
+    /// from netchaos then (else from the upstream, once the head reaches
+    /// it).
+    async fn peek<R: AsyncRead + Unpin>(
+        &self,
+        faults: &Arc<Vec<Chosen>>,
+        req: &mut Req,
+        host: Option<&str>,
+        io: &mut Io<'_, R>,
+    ) -> Result<(), Stop> {
+        let view = RequestView {
+            method: &req.head.method,
+            path: &req.head.target,
+            host,
+            headers: &req.head.headers,
+            body: None,
+        };
+        let decides = decide::body_decides(faults, req.n, &view, self.x.epoch.elapsed());
+        if req.framing == Framing::Empty || !decides {
+            return Ok(());
+        }
+        let whole = match req.framing {
+            Framing::Length(l) => l <= MAX_BODY as u64,
+            _ => true,
+        };
+        if req.waits && req.head.minor > 0 && whole && !budget::spent() {
+            if self.tx.send(Pending::Continue).await.is_err() {
+                return Err(Stop::Raw);
+            }
+            (req.waits, req.continued) = (false, true);
+        }
+        if !req.waits {
+            req.peeked = Some(self.whole(req, io).await?);
+        }
+        Ok(())
+    }
+
+    /// The request's body read whole, after its head ([`whole_body`]).
+    async fn whole<R: AsyncRead + Unpin>(
+        &self,
+        req: &mut Req,
+        io: &mut Io<'_, R>,
+    ) -> Result<Option<(Vec<u8>, usize)>, Stop> {
+        let (len, framing) = (req.head.head_len, req.framing);
+        match whole_body(io.src, io.buf, &mut req.body_held, len, framing).await {
+            Ok(w) => Ok(w),
+            Err(BodyEnd::Failed) => Err(Stop::Reset),
+            Err(BodyEnd::Bad(e)) => Err(Stop::Reject(e)),
+            Err(_) => Err(Stop::GoRaw),
+        }
+    }
+
+    /// A request answered in the upstream's place: the answer is queued
+    /// for its turn, and the body (which the upstream never sees) read and
+    /// dropped; or the connection ends with the answer.
+    async fn answer_here<R: AsyncRead + Unpin>(
+        &self,
+        a: Answering,
+        meta: Meta,
+        req: &Req,
+        seen: &mut Seen<'_>,
+        io: &mut Io<'_, R>,
+    ) -> Result<(), Stop> {
+        let (head, framing) = (&req.head, req.framing);
+        let whole = framing == Framing::Empty || (req.json && !req.waits);
+        // A client waiting for a go-ahead may or may not send its body
+        // after the answer: the connection cannot go on.
+        let closing = !head.keep_alive() || (req.waits && !whole);
+        let then = a.then(closing);
+        let drained = matches!(a.reply, Reply::Abort(_)) && !req.waits;
+        if drained {
+            // The whole request first: a client still sending its body
+            // would meet the reset on a write, and some (Python's
+            // http.client) then report a clean close instead.
+            io.buf.advance_to(head.head_len);
+            let _ = drop_body(io.src, io.buf, &mut Body::new(framing), seen).await;
+        }
+        let answer = Answer {
+            meta,
+            status: a.reply.status(),
+            reply: a.reply.bytes(closing, head.method == "HEAD"),
+            then,
+            answering: a,
+        };
+        if self
+            .tx
+            .send(Pending::Answered(Box::new(answer)))
+            .await
+            .is_err()
+        {
+            // The upstream closed meanwhile: nothing can answer on this
+            // connection; the request goes to the upstream.
+            return Err(Stop::Raw);
+        }
+        if then != After::Keep {
+            // The connection ends with the answer: what of the body has
+            // come already gives the record its model.
+            if let (false, Seen::Payload(f)) = (drained, &mut *seen) {
+                let mut p = Vec::new();
+                let early = &io.buf[head.head_len.min(io.buf.len())..];
+                if Body::new(framing).scan(early, Some(&mut p)).is_ok() {
+                    f(&p);
+                }
+            }
+            return Err(Stop::Quiet);
+        }
+        io.buf.advance_to(head.head_len);
+        match drop_body(io.src, io.buf, &mut Body::new(framing), seen).await {
+            Ok(()) => Ok(()),
+            Err(BodyEnd::Eof) => Err(Stop::Fin),
+            Err(BodyEnd::Failed) => Err(Stop::Reset),
+            Err(BodyEnd::Bad(e)) => Err(Stop::BadBody(e, None)),
+            Err(_) => Err(Stop::GoRaw),
+        }
+    }
+
+    /// A request forwarded: its head as the rewrites leave it, queued for
+    /// its response's turn, then its body as it comes (or rewritten
+    /// whole). Returns, for an upgrade or CONNECT, where the upstream's
+    /// answer says whether a tunnel follows.
+    async fn forward<R: AsyncRead + Unpin>(
+        &self,
+        f: Forwarding,
+        meta: Meta,
+        req: &mut Req,
+        seen: &mut Seen<'_>,
+        io: &mut Io<'_, R>,
+    ) -> Result<Option<oneshot::Receiver<bool>>, Stop> {
+        // An upgrade to HTTP/2 (h2c) is declined: the request goes on
+        // without it, and the server answers in HTTP/1.1, where every
+        // later request stays in reach of the faults.
+        let upgrade = req.head.header("upgrade");
+        let h2c = upgrade.is_some_and(|u| u.trim().eq_ignore_ascii_case("h2c"));
+        let tunnel = req.head.method.eq_ignore_ascii_case("CONNECT") || (upgrade.is_some() && !h2c);
+        // A body to rewrite is read whole first (not one the client sends
+        // only after a go-ahead, nor a tunnel's).
+        let mut whole = None;
+        if f.body_edits() && !tunnel && !req.waits && rewrite::body_editable(&req.head.headers) {
+            whole = match req.peeked.take() {
+                Some(w) => w,
+                None => self.whole(req, io).await?,
+            };
+        }
+        let (edited, new_body) = self.edited(&f, &meta, req, h2c, whole.as_ref(), io.buf);
+        let (switched, switch) = match tunnel {
+            true => {
+                let (tx, rx) = oneshot::channel();
+                (Some(tx), Some(rx))
+            }
+            false => (None, None),
+        };
+        let bad_body = CancellationToken::new();
+        let forward = Forward {
+            meta,
+            on: f,
+            continued: req.continued,
+            switched,
+            bad_body: bad_body.clone(),
+        };
+        if self
+            .tx
+            .send(Pending::Forwarded(Box::new(forward)))
+            .await
+            .is_err()
+        {
+            // The upstream closed meanwhile: the request goes to it as it
+            // came.
+            return Err(Stop::Raw);
+        }
+        let head_len = req.head.head_len;
+        if let (Some(b), Some((payload, wire_len))) = (new_body, &whole)
+            && b != *payload
+        {
+            let h = edited.as_deref().unwrap_or(&io.buf[..head_len]);
+            let mut msg = BytesMut::from(&rewrite::reframed(h, b.len(), false)[..]);
+            msg.extend_from_slice(&b);
+            send_data(io.out, msg.freeze()).await?;
+            io.buf.advance_to(head_len + wire_len);
+            return Ok(None);
+        }
+        let start = match edited {
+            Some(h) => {
+                send_data(io.out, h).await?;
+                io.buf.advance_to(head_len);
+                0
+            }
+            None => head_len,
+        };
+        let mut body = Body::new(req.framing);
+        match pass_body(io.src, io.buf, start, &mut body, io.out, None, seen).await? {
+            BodyEnd::Done => Ok(switch),
+            BodyEnd::Eof => Err(Stop::Fin),
+            BodyEnd::Failed => Err(Stop::Reset),
+            BodyEnd::Bad(e) => Err(Stop::BadBody(e, Some(bad_body))),
+            BodyEnd::Limit => Err(Stop::GoRaw),
+        }
+    }
+
+    /// The head as it goes (`None`: byte for byte, with the body): edited
+    /// by `http_rewrite` faults ([`Forwarding::rewrite`]), its `h2c`
+    /// upgrade declined, its Host the upstream's name when netchaos speaks
+    /// TLS to it, its `Accept-Encoding` identity where a fault needs an
+    /// uncompressed answer; and the body a rewrite made of `whole`.
+    fn edited(
+        &self,
+        f: &Forwarding,
+        meta: &Meta,
+        req: &Req,
+        h2c: bool,
+        whole: Option<&(Vec<u8>, usize)>,
+        buf: &[u8],
+    ) -> (Option<Bytes>, Option<Vec<u8>>) {
+        let head = &req.head;
+        let original = &buf[..head.head_len];
+        let mut edited: Option<Bytes> =
+            h2c.then(|| rewrite::without_h2c(original, head.header("connection")));
+        let mut new_body: Option<Vec<u8>> = None;
+        let json = rewrite::is_json(&head.headers);
+        f.rewrite(&self.x, meta, |w| {
+            let was = edited.as_deref().unwrap_or(original);
+            let next = rewrite::request(was, w.edits());
+            let mut changed = next != was;
+            if let (Some(e), Some((payload, _))) = (&w.edits().body, whole) {
+                let cur = new_body.as_deref().unwrap_or(payload);
+                if let Some(b) = rewrite::body(cur, e, json) {
+                    changed |= b != cur;
+                    new_body = Some(b);
+                }
+            }
+            edited = Some(next);
+            changed
+        });
+        if let Some(h) = &self.x.rewrite_host {
+            let was = edited.as_deref().unwrap_or(original);
+            edited = Some(set_header(was, "Host", Some(h)));
+        }
+        // A response body to rewrite, or an event stream to count, must
+        // come uncompressed: the upstream is asked for it so (where the
+        // client asked for an encoding at all), but not for a request seen
+        // whole that asks for no stream.
+        let streams = || {
+            let early = &buf[head.head_len..];
+            let seen_whole = match req.framing {
+                Framing::Empty => true,
+                Framing::Length(n) => early.len() as u64 >= n,
+                _ => false,
+            };
+            decide::asks_for_stream(head.header("accept"), &head.target, early, seen_whole)
+        };
+        if head.header("accept-encoding").is_some() && f.wants_identity(streams) {
+            let was = edited.as_deref().unwrap_or(original);
+            edited = Some(set_header(was, "Accept-Encoding", Some("identity")));
+        }
+        (edited, new_body)
+    }
     /// A malformed or ambiguous request head (RFC 9112: a strict server
     /// answers 400 and closes): nothing of it is forwarded; a 400 in its
     /// turn says why, then the connection closes. Logged (an `error`
@@ -998,12 +1013,10 @@ impl RequestSide {
     async fn reject<R: AsyncRead + Unpin>(
         &self,
         why: WireError,
-        src: &mut Src<R>,
-        buf: &mut BytesMut,
-        out: &Out,
+        io: &mut Io<'_, R>,
     ) -> Result<(), Gone> {
         if self.tx.send(Pending::Reject(why)).await.is_err() {
-            return raw(src, buf, out).await;
+            return raw(io.src, io.buf, io.out).await;
         }
         self.x.events.relay_error(
             &self.x.conn,
@@ -1136,7 +1149,14 @@ impl ResponseSide {
                     Next::Continue
                 }
                 Some(Pending::Answered(a)) => self.answer(*a, out).await?,
-                Some(Pending::Forwarded(f)) => self.response(src, &mut buf, out, *f).await?,
+                Some(Pending::Forwarded(f)) => {
+                    let mut io = Io {
+                        src: &mut *src,
+                        buf: &mut buf,
+                        out,
+                    };
+                    self.response(&mut io, *f).await?
+                }
             };
             match next {
                 Next::Continue => {}
@@ -1151,143 +1171,167 @@ impl ResponseSide {
     }
 
     async fn answer(&self, a: Answer, out: &Out) -> Result<Next, Gone> {
-        // Delays are counted as their hold begins (request-phase ones
-        // already were); the answer once it is sent.
-        for c in &a.delays {
-            self.x.record(c, &a.meta, a.status);
+        // Its hold, then the answer counted as it is sent ([`Answering::give`]).
+        let Answer {
+            meta,
+            answering,
+            status,
+            reply,
+            then,
+        } = a;
+        answering.give(&self.x, &meta, status, None, then).await;
+        if status.is_some() {
+            meta.attempt.mark(Attempt::head_out);
         }
-        if !a.delay.is_zero() {
-            crate::timer::sleep(a.delay).await;
+        send_data(out, reply).await?;
+        if status.is_some() {
+            meta.attempt.mark(Attempt::done);
         }
-        self.x.record(&a.chosen, &a.meta, a.status);
-        a.meta.attempt.mark(|at| match a.status {
-            Some(s) => {
-                at.status(s, super::attempt::retry_after_in(&a.reply).as_deref());
-                at.head_out();
-            }
-            // `http_abort`: the connection ends where the answer would be.
-            None => at.no_answer(match a.then {
-                After::Reset => "reset",
-                _ => "closed",
-            }),
-        });
-        send_data(out, a.reply).await?;
-        if a.status.is_some() {
-            a.meta.attempt.mark(Attempt::done);
-        }
-        match a.then {
+        match then {
             After::Keep => Ok(Next::Continue),
-            After::Close => send(out, ItemKind::Close).await.map(|()| Next::End),
-            After::Reset => send(out, ItemKind::Reset).await.map(|()| Next::End),
+            t => cut(out, t).await,
         }
     }
 
+    /// The upstream's response to a forwarded request: its head read, the
+    /// response phase ([`Forwarding::on_response`]), then replaced, or
+    /// followed under the faults that act on it.
     async fn response<R: AsyncRead + Unpin>(
         &mut self,
-        src: &mut Src<R>,
-        buf: &mut BytesMut,
-        out: &Out,
+        io: &mut Io<'_, R>,
         f: Forward,
     ) -> Result<Next, Gone> {
         let Forward {
             meta,
-            mut d,
+            on,
             mut continued,
             mut switched,
             bad_body,
         } = f;
         // A long head, in the budget until the response is done with it.
-        let mut head_held = Lease::default();
-        let mut head = loop {
+        let mut held = Lease::default();
+        let head = match self
+            .upstream_head(io, &meta, &bad_body, &mut continued, &mut held)
+            .await?
+        {
+            ControlFlow::Continue(h) => h,
+            ControlFlow::Break(next) => return Ok(next),
+        };
+        let r = match on
+            .on_response(&self.x, &meta, head.status, &head.headers, None)
+            .await
+        {
+            OnUpstream::Replace(a) => {
+                if let Some(s) = switched.take() {
+                    let _ = s.send(false);
+                }
+                return self.replace(io, &meta, &head, *a).await;
+            }
+            OnUpstream::Follow(r) => *r,
+        };
+        meta.attempt.mark(Attempt::head_out);
+        let mut counted = Counted::default();
+        let head = match r.on.rewrites.is_empty() {
+            true => head,
+            false => self.rewrite(io.buf, &meta, head, &r, &mut counted),
+        };
+        let framing = match head.framing(&meta.method) {
+            Ok(f) => f,
+            Err(e) => return Ok(self.unfollowed(&meta, e)),
+        };
+        // A switch (a 101, a 2xx to CONNECT) tells the request side a
+        // tunnel follows; anything else that HTTP goes on, every later
+        // request in reach of the faults.
+        let tunnel = framing == Framing::Tunnel;
+        if let Some(s) = switched.take() {
+            let _ = s.send(tunnel);
+        }
+        if tunnel {
+            // Switched: the answer is whole, what follows another protocol.
+            meta.attempt.mark(Attempt::done);
+            send_data(io.out, io.buf.split_to(head.head_len).freeze()).await?;
+            return Ok(Next::Raw);
+        }
+        let followed = Followed {
+            meta: &meta,
+            head: &head,
+            framing,
+        };
+        self.follow(io, &followed, r, counted).await
+    }
+
+    /// Reads the upstream's head for the request `meta`: interim answers
+    /// passed on at once (not a second `100 Continue` where netchaos gave
+    /// one, `continued`), or what ends the response first.
+    async fn upstream_head<R: AsyncRead + Unpin>(
+        &self,
+        io: &mut Io<'_, R>,
+        meta: &Meta,
+        bad_body: &CancellationToken,
+        continued: &mut bool,
+        held: &mut Lease,
+    ) -> Result<ControlFlow<Next, wire::Response>, Gone> {
+        let end = |next| Ok(ControlFlow::Break(next));
+        loop {
             let read = tokio::select! {
                 biased;
                 // The request's body was malformed and its answer has not
                 // begun: a 400 (the upstream had a FIN), then the close.
                 () = bad_body.cancelled() => {
-                    let why = WireError::BAD_BODY;
-                    send_data(out, bad_request(why)).await?;
-                    return send(out, ItemKind::Close).await.map(|()| Next::End);
+                    send_data(io.out, bad_request(WireError::BAD_BODY)).await?;
+                    return end(cut(io.out, After::Close).await?);
                 }
-                h = read_head(src, buf, &mut head_held, wire::response, None) => h,
+                h = read_head(io.src, io.buf, held, wire::response, None) => h,
             };
             match read {
                 // The client has had netchaos's go-ahead: not a second.
-                Head::Parsed(h) if h.status == 100 && continued => {
-                    buf.advance_to(h.head_len);
-                    continued = false;
+                Head::Parsed(h) if h.status == 100 && *continued => {
+                    io.buf.advance_to(h.head_len);
+                    *continued = false;
                 }
                 Head::Parsed(h) if h.is_interim() => {
                     // 100 Continue, 103 Early Hints: on at once.
-                    send_data(out, buf.split_to(h.head_len).freeze()).await?;
+                    send_data(io.out, io.buf.split_to(h.head_len).freeze()).await?;
                 }
-                Head::Parsed(h) => break h,
-                Head::Eof => {
-                    send_data(out, buf.split().freeze()).await?;
-                    return send(out, ItemKind::Fin).await.map(|()| Next::End);
-                }
-                Head::Failed => {
-                    send_data(out, buf.split().freeze()).await?;
-                    return send(out, ItemKind::Reset).await.map(|()| Next::End);
+                Head::Parsed(h) => return Ok(ControlFlow::Continue(h)),
+                Head::Eof | Head::Failed => {
+                    send_data(io.out, io.buf.split().freeze()).await?;
+                    let kind = match read {
+                        Head::Eof => ItemKind::Fin,
+                        _ => ItemKind::Reset,
+                    };
+                    send(io.out, kind).await?;
+                    return end(Next::End);
                 }
                 // A head the budget has no room for passes as bytes (the
                 // client reads it as it would have); so does one netchaos
                 // cannot parse.
                 Head::Spent | Head::Gone => {
                     meta.attempt.mark(Attempt::unfollowed);
-                    return Ok(Next::Raw);
+                    return end(Next::Raw);
                 }
-                Head::Bad(e) => return Ok(self.unfollowed(&meta, e)),
+                Head::Bad(e) => return end(self.unfollowed(meta, e)),
             }
-        };
-        self.x
-            .record_response(&meta, head.status, head.header("retry-after"), None);
-        meta.attempt
-            .mark(|a| a.upstream_head(head.status, &head.headers));
-        let mut d = d.on_response(Some(head.status), &head.headers);
-        // Counted as the hold begins, with the status it holds back.
-        for c in &d.delays {
-            self.x.record(c, &meta, Some(head.status));
         }
-        if !d.headers_delay.is_zero() {
-            crate::timer::sleep(d.headers_delay).await;
-        }
-        if let Some((c, reply)) = d.replace.take() {
-            if let Some(s) = switched.take() {
-                let _ = s.send(false);
-            }
-            return self.replace(src, buf, out, &meta, &head, c, reply).await;
-        }
-        meta.attempt.mark(Attempt::head_out);
-        let mut head_changed = Vec::new();
-        if !d.rewrites.is_empty() {
-            (head, head_changed) = self.rewrite(buf, &meta, head, &d.rewrites);
-        }
-        let framing = match head.framing(&meta.method) {
-            Ok(f) => f,
-            Err(e) => return Ok(self.unfollowed(&meta, e)),
-        };
-        if framing == Framing::Tunnel {
-            // Switched: the answer is whole, what follows another protocol.
-            meta.attempt.mark(Attempt::done);
-            send_data(out, buf.split_to(head.head_len).freeze()).await?;
-            if let Some(s) = switched.take() {
-                let _ = s.send(true);
-            }
-            return Ok(Next::Raw);
-        }
-        // An upgrade the upstream declined (a 200 to `Upgrade:`): HTTP
-        // goes on, every later request in reach of the faults.
-        if let Some(s) = switched.take() {
-            let _ = s.send(false);
-        }
-        let mut body = Body::new(framing);
+    }
+
+    /// The body of a response that goes on: rewritten whole, or passed on
+    /// as it comes — cut short by an `http_truncate`, its events counted
+    /// by `sse` faults.
+    async fn follow<R: AsyncRead + Unpin>(
+        &mut self,
+        io: &mut Io<'_, R>,
+        f: &Followed<'_>,
+        mut r: Responding,
+        mut counted: Counted,
+    ) -> Result<Next, Gone> {
+        let (meta, head, framing) = (f.meta, f.head, f.framing);
         // A response that has no body (HEAD, 204, 304, a length of 0) has
-        // no events to fault.
-        // (A compressed one, which the upstream sent although asked not
-        // to, has no events netchaos can see: it passes as it came.)
+        // no events to fault; nor has a compressed one, which the
+        // upstream sent although asked not to: it passes as it came.
         let format = head.stream_format();
         let sse = match format.is_some() && framing != Framing::Empty && !head.is_compressed() {
-            true => std::mem::take(&mut d.sse),
+            true => std::mem::take(&mut r.on.sse),
             false => Vec::new(),
         };
         // A body to rewrite: not a stream's (it may never end), nor one
@@ -1295,90 +1339,53 @@ impl ResponseSide {
         // empty one (a length of 0) may get one.
         let bodiless = meta.method.eq_ignore_ascii_case("HEAD")
             || matches!(head.status, 100..=199 | 204 | 304);
-        let body_edits = d.rewrites.iter().any(|(_, w)| w.edits().body.is_some());
-        if body_edits && !bodiless && rewrite::body_editable(&head.headers) {
-            let rewritten = self
-                .rewrite_body(src, buf, out, &meta, &head, framing, &d, &head_changed)
-                .await?;
-            if let Some(next) = rewritten {
+        if r.body_edits() && !bodiless && rewrite::body_editable(&head.headers) {
+            if let Some(next) = self.rewrite_body(io, f, &r, &mut counted).await? {
                 return Ok(next);
             }
         }
         // A body that passes through a fault's hands (even one that does
         // not act in the end) is not taped on its way.
-        if d.truncate.is_some() || !sse.is_empty() {
+        if r.on.truncate.is_some() || !sse.is_empty() {
             meta.attempt
                 .mark(|a| a.not_taped("a response fault followed its body"));
         }
-        let end = if let Some((c, t)) = &d.truncate {
-            let end = pass_body(
-                src,
-                buf,
-                head.head_len,
-                &mut body,
-                out,
-                Some(t.after_bytes()),
-                &mut Seen::Bytes(&mut |_| meta.attempt.mark(Attempt::body_out)),
-            )
-            .await?;
-            if end == BodyEnd::Limit {
-                self.x.record(c, &meta, Some(head.status));
-                return cut(out, t.then()).await;
-            }
-            end
-        } else if !sse.is_empty() {
-            let head_bytes = buf.split_to(head.head_len).freeze();
-            // The error event ends the body cleanly, and netchaos then
-            // ends the connection (the upstream is still streaming): the
-            // head says so, or a client would pool the connection and
-            // send its next request into the close.
-            // So does a patch or a new type that changes events' lengths,
-            // when the head gave the body's: the close delimits it instead.
-            let closes = sse.iter().any(|(_, s)| {
-                matches!(s.breaks(), Some((_, Breakage::Error)))
-                    || (s.patch().is_some() && matches!(framing, Framing::Length(_)))
-            });
-            let head_bytes = match closes {
-                // A length would be wrong once the error event replaces
-                // the rest: the close (or the chunks, beside which a
-                // length must not stand) delimits the body instead.
-                true => set_header(
-                    &set_header(&head_bytes, "Connection", Some("close")),
-                    "Content-Length",
-                    None,
-                ),
-                false => head_bytes,
-            };
-            send_data(out, head_bytes).await?;
-            let mut stream = Stream {
-                x: &self.x,
-                faults: &sse,
-                recorded: vec![false; sse.len()],
-                meta: &meta,
-                status: head.status,
-                format: format.unwrap_or_default(),
-                chunked: framing == Framing::Chunked,
-                until_close: framing == Framing::UntilClose,
-                closes,
-                counted: 0,
-            };
-            return stream.run(src, buf, &mut body, out, &mut self.rx).await;
-        } else {
-            let mut first = |_: &[u8]| meta.attempt.mark(Attempt::body_out);
-            // Under --record, its payload as it goes (de-chunked).
-            let mut taped = |b: &[u8]| {
-                meta.attempt.mark(|a| {
-                    a.body_out();
-                    a.response_bytes(b);
-                })
-            };
-            let mut seen = match &meta.attempt {
-                Some(a) if a.taping() => Seen::Payload(&mut taped),
-                Some(_) => Seen::Bytes(&mut first),
-                None => Seen::Nothing,
-            };
-            pass_body(src, buf, head.head_len, &mut body, out, None, &mut seen).await?
+        if !sse.is_empty() {
+            return self.events(io, f, &sse, format.unwrap_or_default()).await;
+        }
+        let truncate = r.on.truncate.as_ref();
+        let mut first = |_: &[u8]| meta.attempt.mark(Attempt::body_out);
+        // Under --record, its payload as it goes (de-chunked): not one a
+        // fault follows.
+        let mut taped = |b: &[u8]| {
+            meta.attempt.mark(|a| {
+                a.body_out();
+                a.response_bytes(b);
+            })
         };
+        let mut seen = match &meta.attempt {
+            Some(a) if a.taping() && truncate.is_none() => Seen::Payload(&mut taped),
+            Some(_) => Seen::Bytes(&mut first),
+            None => Seen::Nothing,
+        };
+        let limit = truncate.map(|(_, t)| t.after_bytes());
+        let (start, mut body) = (head.head_len, Body::new(framing));
+        let end = pass_body(io.src, io.buf, start, &mut body, io.out, limit, &mut seen).await?;
+        if let (BodyEnd::Limit, Some((c, t))) = (&end, truncate) {
+            self.x.record(c, meta, Some(head.status));
+            return cut(io.out, t.then()).await;
+        }
+        self.body_end(io.out, meta, framing, end).await
+    }
+
+    /// What a response body's end means for the connection.
+    async fn body_end(
+        &self,
+        out: &Out,
+        meta: &Meta,
+        framing: Framing,
+        end: BodyEnd,
+    ) -> Result<Next, Gone> {
         Ok(match end {
             BodyEnd::Done => {
                 meta.attempt.mark(Attempt::done);
@@ -1398,12 +1405,62 @@ impl ResponseSide {
                 send(out, ItemKind::Reset).await?;
                 Next::End
             }
-            BodyEnd::Bad(e) => self.unfollowed(&meta, e),
+            BodyEnd::Bad(e) => self.unfollowed(meta, e),
             BodyEnd::Limit => {
                 meta.attempt.mark(Attempt::unfollowed);
                 Next::Raw
             }
         })
+    }
+
+    /// A streamed response under its `sse` faults ([`Stream`]).
+    async fn events<R: AsyncRead + Unpin>(
+        &mut self,
+        io: &mut Io<'_, R>,
+        f: &Followed<'_>,
+        sse: &[(Chosen, crate::fault::sse::Sse)],
+        format: Format,
+    ) -> Result<Next, Gone> {
+        let (meta, head, framing) = (f.meta, f.head, f.framing);
+        let head_bytes = io.buf.split_to(head.head_len).freeze();
+        // The error event ends the body cleanly, and netchaos then ends
+        // the connection (the upstream is still streaming): the head says
+        // so, or a client would pool the connection and send its next
+        // request into the close. So does a patch or a new type that
+        // changes events' lengths, when the head gave the body's: the
+        // close delimits it instead.
+        let closes = sse.iter().any(|(_, s)| {
+            matches!(s.breaks(), Some((_, Breakage::Error)))
+                || (s.patch().is_some() && matches!(framing, Framing::Length(_)))
+        });
+        let head_bytes = match closes {
+            // A length would be wrong once the error event replaces the
+            // rest: the close (or the chunks, beside which a length must
+            // not stand) delimits the body instead.
+            true => set_header(
+                &set_header(&head_bytes, "Connection", Some("close")),
+                "Content-Length",
+                None,
+            ),
+            false => head_bytes,
+        };
+        send_data(io.out, head_bytes).await?;
+        let mut stream = Stream {
+            x: &self.x,
+            faults: sse,
+            recorded: vec![false; sse.len()],
+            meta,
+            status: head.status,
+            format,
+            chunked: framing == Framing::Chunked,
+            until_close: framing == Framing::UntilClose,
+            closes,
+            counted: 0,
+        };
+        let mut body = Body::new(framing);
+        stream
+            .run(io.src, io.buf, &mut body, io.out, &mut self.rx)
+            .await
     }
 
     /// A response netchaos cannot follow (malformed, or framed in a way it
@@ -1424,121 +1481,121 @@ impl ResponseSide {
     }
 }
 
+/// A response that goes on to the client: its request, its head (as
+/// rewritten), its body's framing.
+struct Followed<'a> {
+    meta: &'a Meta,
+    head: &'a wire::Response,
+    framing: Framing,
+}
+
 impl ResponseSide {
     /// `http_rewrite` edits to the response `head` at the front of `buf`
     /// (each counted where it changes the head, with the status it
-    /// leaves): the head
-    /// is replaced there and read again, so what follows sees the edited
-    /// one. Its framing was left alone.
-    /// Also says which of them changed it.
+    /// leaves): the head is replaced there and read again, so what
+    /// follows sees the edited one. Its framing was left alone.
     fn rewrite(
         &self,
         buf: &mut BytesMut,
         meta: &Meta,
         head: wire::Response,
-        rewrites: &[(Chosen, crate::fault::http_rewrite::HttpRewrite)],
-    ) -> (wire::Response, Vec<bool>) {
-        let mut changed = Vec::with_capacity(rewrites.len());
+        r: &Responding,
+        counted: &mut Counted,
+    ) -> wire::Response {
         let mut edited = Bytes::copy_from_slice(&buf[..head.head_len]);
-        let mut status = head.status;
         // A 101's status, or a CONNECT's answer's, says whether a tunnel
         // follows: it is kept.
-        let framed = status == 101 || meta.method.eq_ignore_ascii_case("CONNECT");
-        for (c, w) in rewrites {
+        let framed = head.status == 101 || meta.method.eq_ignore_ascii_case("CONNECT");
+        r.rewrite(&self.x, meta, head.status, counted, |w, status| {
             let next = rewrite::response(&edited, w.edits(), status, framed);
-            if !framed {
-                status = w.edits().status.unwrap_or(status);
-            }
-            // Counted where it changed something.
-            changed.push(next != edited);
-            if next != edited {
-                self.x.record(c, meta, Some(status));
-            }
+            let status = match framed {
+                true => status,
+                false => w.edits().status.unwrap_or(status),
+            };
+            let changed = next != edited;
             edited = next;
-        }
+            (changed, status)
+        });
         let mut next = BytesMut::with_capacity(edited.len() + buf.len() - head.head_len);
         next.extend_from_slice(&edited);
         next.extend_from_slice(&buf[head.head_len..]);
         match wire::response(&next) {
             Ok(Some(h)) => {
                 *buf = next;
-                (h, changed)
+                h
             }
             // Not expected: the edits keep a head's form. The original
             // goes on unedited rather than broken.
-            _ => (head, vec![false; rewrites.len()]),
+            _ => head,
         }
     }
 
-    /// `http_rewrite` edits to the body of the response `head` (at the
-    /// front of `buf`): read whole, rewritten and sent with its new
+    /// `http_rewrite` edits to the body of the response (its head at the
+    /// front of the buffer): read whole, rewritten and sent with its new
     /// length — cut short after it by an `http_truncate` that applies.
     /// `None` (nothing sent) when it stays as it came: larger than
     /// [`MAX_BODY`], ended early, not JSON for a patch, or unchanged. A
     /// fault is counted once, here only if its head edits changed nothing.
-    #[allow(clippy::too_many_arguments)]
     async fn rewrite_body<R: AsyncRead + Unpin>(
         &self,
-        src: &mut Src<R>,
-        buf: &mut BytesMut,
-        out: &Out,
-        meta: &Meta,
-        head: &wire::Response,
-        framing: Framing,
-        d: &decide::OnResponse,
-        head_changed: &[bool],
+        io: &mut Io<'_, R>,
+        f: &Followed<'_>,
+        r: &Responding,
+        counted: &mut Counted,
     ) -> Result<Option<Next>, Gone> {
+        let (meta, head, framing) = (f.meta, f.head, f.framing);
         let mut held = Lease::default();
-        let whole = whole_body(src, buf, &mut held, head.head_len, framing).await;
+        let whole = whole_body(io.src, io.buf, &mut held, head.head_len, framing).await;
         let (payload, wire_len) = match whole {
             Ok(Some(w)) => w,
             Err(BodyEnd::Failed) => {
                 meta.attempt.mark(|a| a.failed("reset"));
-                send_data(out, buf.split().freeze()).await?;
-                return send(out, ItemKind::Reset).await.map(|()| Some(Next::End));
+                send_data(io.out, io.buf.split().freeze()).await?;
+                return cut(io.out, After::Reset).await.map(Some);
             }
             // What was read stays in the buffer, passed on as it came.
             _ => return Ok(None),
         };
         let mut now = payload;
         let mut any = false;
-        for (i, (c, w)) in d.rewrites.iter().enumerate() {
-            let Some(e) = &w.edits().body else { continue };
-            match rewrite::body(&now, e, rewrite::is_json(&head.headers)) {
+        let json = rewrite::is_json(&head.headers);
+        r.rewrite(&self.x, meta, head.status, counted, |w, status| {
+            let Some(e) = &w.edits().body else {
+                return (false, status);
+            };
+            match rewrite::body(&now, e, json) {
                 Some(b) if b != now => {
-                    if !head_changed.get(i).copied().unwrap_or(false) {
-                        self.x.record(c, meta, Some(head.status));
-                    }
                     now = b;
                     any = true;
+                    (true, status)
                 }
-                _ => {}
+                _ => (false, status),
             }
-        }
+        });
         if !any {
             return Ok(None);
         }
         let closes = framing == Framing::UntilClose;
-        let head_bytes = rewrite::reframed(&buf[..head.head_len], now.len(), closes);
+        let head_bytes = rewrite::reframed(&io.buf[..head.head_len], now.len(), closes);
         let mut msg = BytesMut::from(&head_bytes[..]);
-        buf.advance_to(head.head_len + wire_len);
-        if let Some((c, t)) = d
-            .truncate
-            .as_ref()
-            .filter(|(_, t)| (now.len() as u64) > t.after_bytes())
+        io.buf.advance_to(head.head_len + wire_len);
+        if let Some((c, t)) =
+            r.on.truncate
+                .as_ref()
+                .filter(|(_, t)| (now.len() as u64) > t.after_bytes())
         {
             msg.extend_from_slice(&now[..t.after_bytes() as usize]);
-            send_data(out, msg.freeze()).await?;
+            send_data(io.out, msg.freeze()).await?;
             self.x.record(c, meta, Some(head.status));
-            return cut(out, t.then()).await.map(Some);
+            return cut(io.out, t.then()).await.map(Some);
         }
         msg.extend_from_slice(&now);
-        send_data(out, msg.freeze()).await?;
+        send_data(io.out, msg.freeze()).await?;
         meta.attempt.mark(Attempt::done);
         Ok(Some(match framing {
             // The upstream's close ended the body: the connection ends.
             Framing::UntilClose => {
-                send(out, ItemKind::Fin).await?;
+                send(io.out, ItemKind::Fin).await?;
                 Next::End
             }
             _ => Next::Continue,
@@ -1552,52 +1609,42 @@ impl ResponseSide {
     /// modest length is waited for. A chunked one may stream for minutes
     /// (events, NDJSON, a long poll) and the client's next request would
     /// wait behind it: such a reply closes the connection, and says so.
-    #[allow(clippy::too_many_arguments)]
     async fn replace<R: AsyncRead + Unpin>(
         &mut self,
-        src: &mut Src<R>,
-        buf: &mut BytesMut,
-        out: &Out,
+        io: &mut Io<'_, R>,
         meta: &Meta,
         head: &wire::Response,
-        c: Chosen,
-        reply: decide::Reply,
+        a: Answering,
     ) -> Result<Next, Gone> {
-        self.x.record(&c, meta, reply.status());
         let framing = head.framing(&meta.method).ok();
         let drains = match framing {
             Some(Framing::Empty) => true,
             Some(Framing::Length(n)) => n <= MAX_BODY as u64 && head.stream_format().is_none(),
             _ => false,
         };
-        let then = match reply.then() {
-            After::Keep if !meta.keep_alive || head.closes() || !drains => After::Close,
-            t => t,
-        };
-        let bytes = reply.bytes(then != After::Keep, meta.method == "HEAD");
-        meta.attempt.mark(|a| match reply.status() {
-            Some(s) => a.status(s, super::attempt::retry_after_in(&bytes).as_deref()),
-            None => a.no_answer(match then {
-                After::Reset => "reset",
-                _ => "closed",
-            }),
-        });
-        send_data(out, bytes).await?;
-        if reply.status().is_some() {
+        let then = a.then(!meta.keep_alive || head.closes() || !drains);
+        let status = a.reply.status();
+        a.give(&self.x, meta, status, None, then).await;
+        send_data(
+            io.out,
+            a.reply.bytes(then != After::Keep, meta.method == "HEAD"),
+        )
+        .await?;
+        if status.is_some() {
             meta.attempt.mark(Attempt::done);
         }
         match (then, framing) {
             (After::Keep, Some(framing)) => {
-                buf.advance_to(head.head_len);
-                match drop_body(src, buf, &mut Body::new(framing), &mut Seen::Nothing).await {
+                io.buf.advance_to(head.head_len);
+                match drop_body(io.src, io.buf, &mut Body::new(framing), &mut Seen::Nothing).await {
                     Ok(()) => Ok(Next::Continue),
-                    Err(BodyEnd::Failed) => cut(out, After::Reset).await,
+                    Err(BodyEnd::Failed) => cut(io.out, After::Reset).await,
                     // The upstream's body ended early or was not HTTP: the
                     // client has had its reply, and nothing else can follow.
-                    Err(_) => cut(out, After::Close).await,
+                    Err(_) => cut(io.out, After::Close).await,
                 }
             }
-            (t, _) => cut(out, t).await,
+            (t, _) => cut(io.out, t).await,
         }
     }
 }

@@ -38,9 +38,12 @@ use super::attempt::{Attempt, Marking, ModelScan};
 use super::budget::{self, Lease};
 use super::decide::{self, Reply};
 use super::events::Format;
-use super::exchange::{self, Exchange, MAX_BODY, Meta, Out, Src};
+use super::exchange::{self, Exchange, MAX_BODY, Out, Src};
 use super::h2_resets;
 use super::h2_stream::{self, Units};
+use super::phases::{
+    self, Answering, Counted, Forwarding, Meta, OnRequest, OnUpstream, Responding,
+};
 use super::wire::MAX_HEAD;
 use super::{grpc, rewrite, wire};
 use crate::fault::Chosen;
@@ -318,18 +321,22 @@ async fn handshake(io: Box<dyn UpstreamIo>) -> hyper::Result<(Upstream, Upstream
         .await
 }
 
+/// The engine on one connection, until it ends. The client's connection
+/// ending ends the upstream's. The upstream's going away (a GOAWAY: a
+/// server's connection age, a restart) lets the client's streams in flight
+/// finish, and new ones go to a connection dialled again, as a client's
+/// would (should that fail, the client is sent away in turn). An answer
+/// that closes the connection says GOAWAY first, as a server going away
+/// does; and so does netchaos stopping: an idle connection ends at once
+/// (not at the end of --drain, with no word to the client), calls in
+/// flight have the drain to finish.
 async fn run(
     x: Exchange,
     client: DuplexStream,
     upstream: Box<dyn UpstreamIo>,
-    Reach {
-        tls: upstream_tls,
-        redial,
-        moved_on,
-    }: Reach,
+    reach: Reach,
     end: Ender,
 ) {
-    let stopping = x.stopping.clone();
     let (send, up_conn) = match handshake(upstream).await {
         Ok(x) => x,
         Err(e) => {
@@ -341,41 +348,13 @@ async fn run(
     let gone = CancellationToken::new();
     let _stop = gone.clone().drop_guard();
     let mut ended = end.subscribe();
-    let end_on_close = end.clone();
     let (up_tx, up_rx) = watch::channel(send);
-    let mut up_tx = Some(up_tx);
-    let (events, conn_info) = (x.events.clone(), x.conn.clone());
+    let mut ups = Upstreams::new(&x, up_tx, &reach, &end);
+    let stopping = ups.stopping.clone();
     let flush = Arc::new(Flush::default());
-    let st = Arc::new(State {
-        x,
-        upstream: up_rx,
-        scheme: if upstream_tls { "https" } else { "http" },
-        n: AtomicU64::new(0),
-        end,
-        gone,
-        holding: Arc::new(Semaphore::new(HELD_BODIES)),
-        holding_responses: Arc::new(Semaphore::new(HELD_BODIES)),
-        flush: flush.clone(),
-    });
-    let service = hyper::service::service_fn(move |req| -> StreamFuture {
-        let st = st.clone();
-        Box::pin(async move {
-            let gone = st.gone.clone();
-            tokio::select! {
-                r = stream(&st, req) => r.map_err(|e| Failed(h2_resets::restore(e))),
-                _ = gone.cancelled() => Err(Failed("the connection ended".into())),
-            }
-        })
-    });
-    let server = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-        .max_concurrent_streams(MAX_STREAMS)
-        .max_header_list_size(MAX_HEAD as u32)
-        .max_send_buf_size(SEND_BUF)
-        .initial_connection_window_size(CLIENT_WINDOW)
-        .initial_stream_window_size(CLIENT_STREAM_WINDOW)
-        // A direct answer has no `date` unless its server sent one.
-        .auto_date_header(false)
-        .serve_connection(TokioIo::new(client), service);
+    let scheme = if reach.tls { "https" } else { "http" };
+    let st = State::new(x, up_rx, scheme, end, gone, flush.clone());
+    let server = serve(st, client);
     tokio::pin!(server);
     // Dropped once it ends (the upstream's GOAWAY): its request channel
     // closes with it, so a stream opened after is refused, not queued for
@@ -383,20 +362,8 @@ async fn run(
     let mut up_conn = Some(Box::pin(up_conn));
     // The upstream dialled again, while it is being.
     let mut redialling: Option<Dialling> = None;
-    // When the connection in use was dialled again, if it was.
-    // When the last dial again was made, and how long it took.
-    let mut redialled_at: Option<(tokio::time::Instant, Duration)> = None;
-    let mut closing = false;
-    // The client's connection ending ends the upstream's. The upstream's
-    // going away (a GOAWAY: a server's connection age, a restart) lets the
-    // client's streams in flight finish, and new ones go to a connection
-    // dialled again, as a client's would (should that fail, the client is
-    // sent away in turn). An answer that closes the connection says
-    // GOAWAY first, as a server going away does; and so does netchaos
-    // stopping: an idle connection ends at once (not at the end of
-    // --drain, with no word to the client), calls in flight have the
-    // drain to finish.
     loop {
+        let was_closing = ups.closing;
         tokio::select! {
             r = std::future::poll_fn(|cx| {
                 let r = server.as_mut().poll(cx);
@@ -410,104 +377,187 @@ async fn run(
             }
             r = async { up_conn.as_mut().expect("polled while there").await }, if up_conn.is_some() => {
                 up_conn = None;
-                match r {
-                    Err(e) => {
-                        tracing::debug!("HTTP/2 upstream connection: {e}");
-                        // Closed, not sent away: the client's connection
-                        // closes as it did (its streams wait for that); a
-                        // connection dialled again and reset resets it.
-                        if upstream_closed(&e) {
-                            end_with(&end_on_close, After::Close, Drain::Pause);
-                        } else if io_kind(&e) == Some(std::io::ErrorKind::ConnectionReset) {
-                            end_with(&end_on_close, After::Reset, Drain::Nothing);
-                        }
-                        closing = true;
-                    }
-                    Ok(()) if !closing => match &redial {
-                        // One sent away as soon as it was dialled: the
-                        // upstream is going (draining), not ageing its
-                        // connections; no storm of dials.
-                        Some(dial)
-                            if !stopping.is_cancelled()
-                                && redialled_at.is_none_or(|(t, took)| {
-                                    t.elapsed()
-                                        >= REDIAL_SPACING.max((took * REDIAL_TURNS).min(REDIAL_SPACING_MAX))
-                                }) =>
-                        {
-                            let dial = dial();
-                            let began = tokio::time::Instant::now();
-                            // Bounded: an upstream that takes the TCP
-                            // connection and never answers its TLS.
-                            redialling = Some(Box::pin(async move {
-                                let (send, conn) = tokio::time::timeout(REDIAL_WAIT, async {
-                                    let io = dial.await?;
-                                    handshake(io).await.map_err(std::io::Error::other)
-                                })
-                                .await
-                                .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
-                                Ok((send, conn, began.elapsed()))
-                            }));
-                        }
-                        _ => {
-                            let reason = match &redial {
-                                _ if stopping.is_cancelled() => "stopping",
-                                Some(_) => "soon",
-                                None => "cannot_redial",
-                            };
-                            events.upstream_went_away(&conn_info, reason);
-                            closing = true;
-                        }
-                    },
-                    Ok(()) => {}
-                }
-                if closing {
-                    server.as_mut().graceful_shutdown();
-                }
+                redialling = ups.conn_ended(r);
             }
             // (Never while closing: a dial in progress is dropped then.)
             r = async { redialling.as_mut().expect("polled while there").await }, if redialling.is_some() => {
                 redialling = None;
-                match r {
-                    Ok((send, conn, took)) => {
-                        events.upstream_redialled(&conn_info, took);
-                        if let Some(tx) = &up_tx {
-                            tx.send_replace(send);
-                        }
-                        moved_on.store(true, Ordering::Relaxed);
-                        up_conn = Some(Box::pin(conn));
-                        redialled_at = Some((tokio::time::Instant::now(), took));
-                    }
-                    Err(e) => {
-                        events.relay_error(
-                            &conn_info,
-                            "redial_failed",
-                            &format!("the HTTP/2 upstream sent its connection away, and dialling it again failed: {e}"),
-                        );
-                        server.as_mut().graceful_shutdown();
-                        closing = true;
-                    }
-                }
+                up_conn = ups.redialled(r).map(Box::pin);
             }
             // Another turn of the client's connection, for a stream.
             () = flush.asked.notified() => {}
-            () = stopping.cancelled(), if !closing => {
-                server.as_mut().graceful_shutdown();
-                closing = true;
-            }
-            Ok(()) = ended.changed(), if !closing => {
+            () = stopping.cancelled(), if !ups.closing => ups.closing = true,
+            Ok(()) = ended.changed(), if !ups.closing => {
                 if ended.borrow_and_update().is_some_and(|e| e.drain == Drain::Streams) {
-                    server.as_mut().graceful_shutdown();
-                    closing = true;
+                    ups.closing = true;
                 }
             }
         }
-        // Closing: no connection will replace one that goes, and streams
-        // waiting for one are refused (the last one stays theirs).
-        if closing {
+        // Closing: the client is told (GOAWAY); no connection will replace
+        // one that goes, and streams waiting for one are refused (the last
+        // one stays theirs).
+        if ups.closing {
+            if !was_closing {
+                server.as_mut().graceful_shutdown();
+            }
             redialling = None;
-            up_tx = None;
+            ups.tx = None;
         }
     }
+}
+
+/// The client's side of the engine: hyper's HTTP/2 server, each stream
+/// run by [`stream`] until the connection ends.
+fn serve(
+    st: Arc<State>,
+    client: DuplexStream,
+) -> hyper::server::conn::http2::Connection<
+    TokioIo<DuplexStream>,
+    impl hyper::service::Service<
+        Request<Incoming>,
+        Response = Response<Body>,
+        Error = Failed,
+        Future = StreamFuture,
+    >,
+    TokioExecutor,
+> {
+    let service = hyper::service::service_fn(move |req| -> StreamFuture {
+        let st = st.clone();
+        Box::pin(async move {
+            let gone = st.gone.clone();
+            tokio::select! {
+                r = stream(&st, req) => r.map_err(|e| Failed(h2_resets::restore(e))),
+                _ = gone.cancelled() => Err(Failed("the connection ended".into())),
+            }
+        })
+    });
+    hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+        .max_concurrent_streams(MAX_STREAMS)
+        .max_header_list_size(MAX_HEAD as u32)
+        .max_send_buf_size(SEND_BUF)
+        .initial_connection_window_size(CLIENT_WINDOW)
+        .initial_stream_window_size(CLIENT_STREAM_WINDOW)
+        // A direct answer has no `date` unless its server sent one.
+        .auto_date_header(false)
+        .serve_connection(TokioIo::new(client), service)
+}
+
+/// The engine's reach to the upstream as its connections come and go.
+struct Upstreams {
+    /// Hands streams the connection in use (none once closing).
+    tx: Option<watch::Sender<Upstream>>,
+    redial: Option<Redial>,
+    moved_on: Arc<AtomicBool>,
+    /// When the last dial again was made, and how long it took.
+    redialled_at: Option<(tokio::time::Instant, Duration)>,
+    stopping: CancellationToken,
+    end: Ender,
+    events: Arc<crate::events::Events>,
+    conn_info: Arc<crate::events::ConnInfo>,
+    /// The client's connection is closing (told GOAWAY).
+    closing: bool,
+}
+
+impl Upstreams {
+    fn new(x: &Exchange, tx: watch::Sender<Upstream>, reach: &Reach, end: &Ender) -> Upstreams {
+        Upstreams {
+            tx: Some(tx),
+            redial: reach.redial.clone(),
+            moved_on: reach.moved_on.clone(),
+            redialled_at: None,
+            stopping: x.stopping.clone(),
+            end: end.clone(),
+            events: x.events.clone(),
+            conn_info: x.conn.clone(),
+            closing: false,
+        }
+    }
+
+    /// The upstream connection in use ended (`r`): closed or reset, the
+    /// client's connection ends as it did; sent away, it is dialled again
+    /// (returned), unless netchaos is stopping, it cannot be, or the last
+    /// one was sent away as soon as it came (the upstream is going, not
+    /// ageing its connections: no storm of dials).
+    fn conn_ended(&mut self, r: hyper::Result<()>) -> Option<Dialling> {
+        match r {
+            Err(e) => {
+                tracing::debug!("HTTP/2 upstream connection: {e}");
+                // Closed, not sent away: the client's connection closes as
+                // it did (its streams wait for that); a connection dialled
+                // again and reset resets it.
+                if upstream_closed(&e) {
+                    end_with(&self.end, After::Close, Drain::Pause);
+                } else if io_kind(&e) == Some(std::io::ErrorKind::ConnectionReset) {
+                    end_with(&self.end, After::Reset, Drain::Nothing);
+                }
+                self.closing = true;
+                None
+            }
+            Ok(()) if self.closing => None,
+            Ok(()) => {
+                let spaced = self.redialled_at.is_none_or(|(t, took)| {
+                    t.elapsed() >= REDIAL_SPACING.max((took * REDIAL_TURNS).min(REDIAL_SPACING_MAX))
+                });
+                match &self.redial {
+                    Some(dial) if !self.stopping.is_cancelled() && spaced => Some(dialling(dial)),
+                    _ => {
+                        let reason = match &self.redial {
+                            _ if self.stopping.is_cancelled() => "stopping",
+                            Some(_) => "soon",
+                            None => "cannot_redial",
+                        };
+                        self.events.upstream_went_away(&self.conn_info, reason);
+                        self.closing = true;
+                        None
+                    }
+                }
+            }
+        }
+    }
+
+    /// A dial again came to `r`: the new connection takes the last one's
+    /// place (returned); failed, the client is sent away in turn.
+    fn redialled(
+        &mut self,
+        r: std::io::Result<(Upstream, UpstreamConn, Duration)>,
+    ) -> Option<UpstreamConn> {
+        match r {
+            Ok((send, conn, took)) => {
+                self.events.upstream_redialled(&self.conn_info, took);
+                if let Some(tx) = &self.tx {
+                    tx.send_replace(send);
+                }
+                self.moved_on.store(true, Ordering::Relaxed);
+                self.redialled_at = Some((tokio::time::Instant::now(), took));
+                Some(conn)
+            }
+            Err(e) => {
+                self.events.relay_error(
+                    &self.conn_info,
+                    "redial_failed",
+                    &format!("the HTTP/2 upstream sent its connection away, and dialling it again failed: {e}"),
+                );
+                self.closing = true;
+                None
+            }
+        }
+    }
+}
+
+/// Dials the upstream again and speaks HTTP/2 to it, bounded: an upstream
+/// that takes the TCP connection and never answers its TLS.
+fn dialling(dial: &Redial) -> Dialling {
+    let dial = dial();
+    let began = tokio::time::Instant::now();
+    Box::pin(async move {
+        let (send, conn) = tokio::time::timeout(REDIAL_WAIT, async {
+            let io = dial.await?;
+            handshake(io).await.map_err(std::io::Error::other)
+        })
+        .await
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::TimedOut))??;
+        Ok((send, conn, began.elapsed()))
+    })
 }
 
 /// Whether `e` is the upstream's GOAWAY failing a stream it never
@@ -716,14 +766,15 @@ pub(crate) async fn upstream_leg<R: AsyncRead + Unpin>(
     tokio::join!(out, back);
 }
 
-/// One stream: its request's faults, its forwarding, its response's.
+/// One stream: its request's phases ([`phases`]), its forwarding, its
+/// response's.
 async fn stream(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body>, BoxError> {
     let x = &st.x;
     let n = st.n.fetch_add(1, Ordering::Relaxed);
     x.events.http_request();
     let faults = x.faults.borrow().clone();
-    let (mut parts, incoming) = req.into_parts();
-    let mut headers = pairs(&parts.headers);
+    let (parts, incoming) = req.into_parts();
+    let headers = pairs(&parts.headers);
     let mut body = Held::new(incoming);
     // A body is read ahead (to match its JSON fields, or rewrite it) only
     // when it may be held whole: not a gRPC call's or another stream's.
@@ -740,104 +791,140 @@ async fn stream(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body
         .map(|a| a.as_str().to_string())
         .or_else(|| header(&headers, "host").map(str::to_string))
         .or_else(|| x.sni.clone());
-    let target = parts
-        .uri
-        .path_and_query()
-        .map_or("/", |p| p.as_str())
-        .to_string();
-    let method = parts.method.as_str().to_string();
+    let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
     let view = RequestView {
-        method: &method,
-        path: &target,
+        method: parts.method.as_str(),
+        path: target,
         host: host.as_deref(),
         headers: &headers,
         body: json.as_ref(),
     };
-    let mut d = decide::decide(&faults, n, &view, x.epoch.elapsed());
+    let (meta, next) = phases::on_request(x, &faults, "h2", n, &view, true).await;
+    record_body(&meta, &mut body, may_hold);
     let call = grpc::is_call(&headers);
     let head_only = parts.method == Method::HEAD;
-    let attempt = Attempt::begin(
-        &x.events,
-        &x.conn,
-        "h2",
-        n,
-        &method,
-        &target,
-        host.as_deref(),
-        &headers,
-    );
-    if faults
-        .iter()
-        .any(|c| c.spec.kind.layer() != crate::fault::Layer::Http)
-    {
-        attempt.mark(|a| a.not_taped("a connection fault acts on it"));
-    }
-    // The body's `model` and hash: of the body read ahead, or as it
-    // passes.
-    if let Some(a) = &attempt
-        && may_hold
-    {
-        let mut scan = ModelScan::default();
-        match body.whole() {
-            Some(w) => {
-                scan.feed(w);
-                a.scanned(&scan);
-                a.request_bytes(w);
-            }
-            None => body.scan = Some((scan, attempt.clone())),
+    match next {
+        OnRequest::Answer(a) => {
+            let r = answer(st, &meta, &a, (call, head_only), Some(body)).await;
+            watched(r, meta.attempt.clone())
         }
-    } else if let Some(a) = &attempt {
-        a.request_unseen();
-    }
-    let meta = Meta {
-        n,
-        method,
-        target,
-        host,
-        keep_alive: true,
-        faulted: Default::default(),
-        attempt,
-    };
-    // Counted as the hold begins, as over HTTP/1.1.
-    let answering = d.answer.as_ref().and_then(|(_, r)| r.status());
-    for c in &d.request_delays {
-        x.record(c, &meta, answering);
-    }
-    if !d.request_delay.is_zero() {
-        crate::timer::sleep(d.request_delay).await;
-    }
-    if let Some((chosen, reply)) = d.answer.take() {
-        let held = d.on_answer(reply.status());
-        for c in &held.delays {
-            x.record(c, &meta, reply.status());
+        OnRequest::Forward(f) => {
+            let sent = Sent {
+                call,
+                head_only,
+                may_hold,
+            };
+            forward(st, meta, f, parts, body, sent).await
         }
-        if !held.headers_delay.is_zero() {
-            crate::timer::sleep(held.headers_delay).await;
-        }
-        let said = answered_call(&reply, call);
-        x.record_call(
-            &chosen,
-            &meta,
-            answered_status(&reply, &said),
-            said.as_ref().map(grpc_status),
-        );
-        mark_answer(&meta, &reply, answered_status(&reply, &said), head_only);
-        drain_request(body, st.gone.clone());
-        return watched(
-            st.answer(&reply, call, head_only).await,
-            meta.attempt.clone(),
-        );
     }
+}
 
-    // Forwarded: its head (and body) as `http_rewrite` leaves them.
-    let body_edits = d.rewrites.iter().any(|(_, w)| w.edits().body.is_some());
-    if body_edits && may_hold {
+/// The request body's `model` and hash, on its record: of the body read
+/// ahead, or as it passes.
+fn record_body(meta: &Meta, body: &mut Held, may_hold: bool) {
+    let Some(a) = &meta.attempt else { return };
+    if !may_hold {
+        return a.request_unseen();
+    }
+    let mut scan = ModelScan::default();
+    match body.whole() {
+        Some(w) => {
+            scan.feed(w);
+            a.scanned(&scan);
+            a.request_bytes(w);
+        }
+        None => body.scan = Some((scan, meta.attempt.clone())),
+    }
+}
+
+/// Netchaos's reply in the upstream's place (to the request, or instead
+/// of its response), given in its turn ([`Answering::give`]): a gRPC call
+/// (`call`) answered with `grpc_status` gets `:status 200` and the failure
+/// in its trailers; a HEAD (`head_only`) no body. The request's `body`,
+/// if it was never sent on, is drained beside it ([`drain_request`]).
+async fn answer(
+    st: &Arc<State>,
+    meta: &Meta,
+    a: &Answering,
+    (call, head_only): (bool, bool),
+    body: Option<Held>,
+) -> Result<Response<Body>, BoxError> {
+    let said = answered_call(&a.reply, call);
+    let status = answered_status(&a.reply, &said);
+    let grpc = said.as_ref().map(grpc_status);
+    a.give(&st.x, meta, status, grpc, a.reply.then()).await;
+    if let Some(body) = body {
+        drain_request(body, st.gone.clone());
+    }
+    st.answer(&a.reply, call, head_only).await
+}
+
+/// What the engine keeps of a forwarded request to follow its response.
+struct Sent {
+    /// A gRPC call.
+    call: bool,
+    /// A HEAD: its answer has no body.
+    head_only: bool,
+    /// Its body may be held whole (not a call's or a stream's).
+    may_hold: bool,
+}
+
+/// A request forwarded: edited as its faults say, sent upstream, and its
+/// response followed.
+async fn forward(
+    st: &Arc<State>,
+    meta: Meta,
+    f: Forwarding,
+    mut parts: hyper::http::request::Parts,
+    mut body: Held,
+    sent: Sent,
+) -> Result<Response<Body>, BoxError> {
+    if f.body_edits() && sent.may_hold {
         body.read_ahead(&st.holding).await?;
     }
+    edit_forwarded(st, &meta, &f, &mut parts, &mut body)?;
+    let response = send_upstream(st, &meta, parts, body).await?;
+    let (rparts, rbody) = response.into_parts();
+    let status = rparts.status.as_u16();
+    let rheaders = pairs(&rparts.headers);
+    // A call by the request's type or the answer's (a proxy's own reply
+    // may not say it).
+    let grpc_answer = sent.call || grpc::is_call(&rheaders);
+    let call_end = grpc_answer.then(|| grpc::ended(&rparts.headers)).flatten();
+    let grpc = call_end.as_ref().map(grpc_status);
+    let r = match f.on_response(&st.x, &meta, status, &rheaders, grpc).await {
+        OnUpstream::Replace(a) => {
+            drop(rbody);
+            let r = answer(st, &meta, &a, (sent.call, sent.head_only), None).await;
+            return watched(r, meta.attempt.clone());
+        }
+        OnUpstream::Follow(r) => *r,
+    };
+    let up = UpstreamHead {
+        parts: rparts,
+        headers: rheaders,
+        grpc: grpc_answer,
+    };
+    respond(st, meta, r, up, rbody, sent.head_only).await
+}
+
+/// The request as it goes upstream: edited by its `http_rewrite` faults
+/// (each counted where it changed something), its authority the
+/// upstream's, its `Accept-Encoding` identity where a fault needs an
+/// uncompressed answer.
+fn edit_forwarded(
+    st: &State,
+    meta: &Meta,
+    f: &Forwarding,
+    parts: &mut hyper::http::request::Parts,
+    body: &mut Held,
+) -> Result<(), BoxError> {
+    let x = &st.x;
+    let headers = pairs(&parts.headers);
     let json_body = rewrite::is_json(&headers);
-    for (c, w) in &d.rewrites {
+    f.rewrite(x, meta, |w| {
         let mut changed = false;
-        if let Some(head) = edit_request(&parts, &headers, w) {
+        if let Some(head) = edit_request(parts, &headers, w) {
             changed |= head.method != parts.method
                 || head.uri != parts.uri
                 || head.headers != parts.headers;
@@ -848,11 +935,8 @@ async fn stream(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body
         if let Some(e) = &w.edits().body {
             changed |= body.edit(|b| rewrite::body(b, e, json_body));
         }
-        if changed {
-            x.record(c, &meta, None);
-        }
-    }
-    headers = pairs(&parts.headers);
+        changed
+    });
     if body.edited {
         set(
             &mut parts.headers,
@@ -860,6 +944,7 @@ async fn stream(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body
             Some(&body.len().to_string()),
         );
     }
+    let headers = pairs(&parts.headers);
     let mut uri = parts.uri.clone().into_parts();
     uri.scheme = Some(st.scheme.parse()?);
     // The authority: the proxy's upstream name; else a Host the request
@@ -890,17 +975,27 @@ async fn stream(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body
             body.whole().is_some(),
         )
     };
-    if parts.headers.contains_key("accept-encoding") && d.wants_identity(streams) {
+    if parts.headers.contains_key("accept-encoding") && f.wants_identity(streams) {
         set(&mut parts.headers, "accept-encoding", Some("identity"));
     }
-    // The upstream gone with none in its place: refused, which a client
-    // retries elsewhere (the stream reached no server).
+    Ok(())
+}
+
+/// Sends the request upstream: its response, or the error the client's
+/// stream gets — refused when the upstream is gone with none
+/// in its place (a client retries that elsewhere: the stream reached no
+/// server); else the upstream's failure (its stream reset, its connection
+/// gone), which hyper passes on with its code.
+async fn send_upstream(
+    st: &Arc<State>,
+    meta: &Meta,
+    parts: hyper::http::request::Parts,
+    body: Held,
+) -> Result<Response<Incoming>, BoxError> {
     let refused = || -> BoxError { h2::Error::from(h2::Reason::REFUSED_STREAM).into() };
     let Some(mut up) = st.ready_upstream().await else {
         return Err(refused());
     };
-    // The upstream's failure (its stream reset, its connection gone) is
-    // the client's: hyper resets the client's stream with its code.
     let sent = match up
         .try_send_request(Request::from_parts(parts, body.boxed()))
         .await
@@ -916,97 +1011,51 @@ async fn stream(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body
             None => Err(e.into_error()),
         },
     };
-    let response = match sent {
-        Ok(r) => r,
-        Err(e) if e.is_canceled() || went_away(&e) => return Err(refused()),
-        Err(e) if upstream_closed(&e) => return Err(severed(st).await.into()),
+    match sent {
+        Ok(r) => Ok(r),
+        Err(e) if e.is_canceled() || went_away(&e) => Err(refused()),
+        Err(e) if upstream_closed(&e) => Err(severed(st).await.into()),
         Err(e) => {
             if let Some(code) = h2_resets::upstream_reset(&e) {
-                x.record_reset(&meta, None, code);
+                st.x.record_reset(meta, None, code);
             }
-            return Err(e.into());
+            Err(e.into())
         }
-    };
+    }
+}
 
-    let (mut rparts, rbody) = response.into_parts();
-    let status = rparts.status.as_u16();
-    let rheaders = pairs(&rparts.headers);
-    // A call by the request's type or the answer's (a proxy's own reply
-    // may not say it).
-    let grpc_answer = call || grpc::is_call(&rheaders);
-    let call_end = grpc_answer.then(|| grpc::ended(&rparts.headers)).flatten();
-    x.record_response(
-        &meta,
-        status,
-        header(&rheaders, "retry-after"),
-        call_end.as_ref().map(grpc_status),
-    );
-    meta.attempt.mark(|a| a.upstream_head(status, &rheaders));
-    let mut od = d.on_response(Some(status), &rheaders);
-    for c in &od.delays {
-        x.record(c, &meta, Some(status));
-    }
-    if !od.headers_delay.is_zero() {
-        crate::timer::sleep(od.headers_delay).await;
-    }
-    if let Some((c, reply)) = od.replace.take() {
-        let said = answered_call(&reply, call);
-        x.record_call(
-            &c,
-            &meta,
-            answered_status(&reply, &said),
-            said.as_ref().map(grpc_status),
-        );
-        drop(rbody);
-        mark_answer(&meta, &reply, answered_status(&reply, &said), head_only);
-        return watched(
-            st.answer(&reply, call, head_only).await,
-            meta.attempt.clone(),
-        );
-    }
-    // `sse` faults count a gRPC response's messages, or an event stream's
-    // events (one that came compressed, although asked not to, has none
-    // netchaos can see).
+/// The upstream's response head, as the engine follows it.
+struct UpstreamHead {
+    parts: hyper::http::response::Parts,
+    headers: Vec<(String, String)>,
+    /// A gRPC call's answer.
+    grpc: bool,
+}
+
+/// The upstream's response on its way to the client, under the faults
+/// that act on it: its resets and a call's trailers recorded, its head
+/// and body rewritten, cut short (`http_truncate`), its messages or events
+/// counted (`sse`).
+async fn respond(
+    st: &Arc<State>,
+    meta: Meta,
+    mut r: Responding,
+    mut up: UpstreamHead,
+    rbody: Incoming,
+    head_only: bool,
+) -> Result<Response<Body>, BoxError> {
+    let status = up.parts.status.as_u16();
     // A response that ended with its head (gRPC's trailers-only failure)
     // has no body to cut or count: wrapped, it would lose its END_STREAM
     // on the HEADERS, and the client its status.
     let ended = hyper::body::Body::is_end_stream(&rbody);
     if ended {
-        od.truncate = None;
+        r.on.truncate = None;
     }
-    let units = match grpc::is_call(&rheaders) {
-        true => Some(Units::Grpc),
-        false => header(&rheaders, "content-type")
-            .and_then(Format::of_media_type)
-            .filter(|_| !header(&rheaders, "content-encoding").is_some_and(wire::compressed))
-            .map(Units::Events),
-    };
-    let sse = units
-        .filter(|_| !ended && od.truncate.is_none() && !od.sse.is_empty())
-        .map(|u| (u, std::mem::take(&mut od.sse)));
     let mut rbody = Held::new(rbody);
-    let attempt = meta.attempt.clone();
-    // The upstream's reset of the stream before its end is the client's,
-    // with its code (a `NO_ERROR` one too: [`h2_resets`]).
-    {
-        let (st, meta) = (st.clone(), meta.same_request());
-        rbody.reset = Some(Box::new(move |code| {
-            st.x.record_reset(&meta, Some(status), code);
-        }));
-    }
-    // A call's own end, as the upstream's trailers say it (before any
-    // fault of netchaos's ends it otherwise).
-    if !ended && grpc_answer {
-        let (st, meta) = (st.clone(), meta.same_request());
-        rbody.trailers = Some(Box::new(move |t: &HeaderMap| {
-            if let Some(end) = grpc::ended(t) {
-                st.x.record_trailers(&meta, grpc_status(&end));
-            }
-        }));
-    }
+    watch_upstream(st, &meta, &mut rbody, status, up.grpc && !ended);
     let bodiless = head_only || matches!(status, 204 | 304);
-    let body_edits = od.rewrites.iter().any(|(_, w)| w.edits().body.is_some());
-    if body_edits && !bodiless && holdable(&rheaders) {
+    if r.body_edits() && !bodiless && holdable(&up.headers) {
         if let Err(e) = rbody.read_ahead(&st.holding_responses).await {
             return Err(match upstream_closed(&*e) {
                 true => severed(st).await.into(),
@@ -1014,67 +1063,28 @@ async fn stream(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body
             });
         }
     }
-    let json_body = rewrite::is_json(&rheaders);
-    let mut status_now = status;
-    for (c, w) in &od.rewrites {
+    let json_body = rewrite::is_json(&up.headers);
+    let mut counted = Counted::default();
+    let status_now = r.rewrite(&st.x, &meta, status, &mut counted, |w, status| {
         let mut changed = false;
-        if let Some((s, h)) = edit_response(status_now, &rparts.headers, w) {
-            changed |= s != status_now || h != rparts.headers;
-            status_now = s;
-            rparts.headers = h;
+        let mut now = status;
+        if let Some((s, h)) = edit_response(status, &up.parts.headers, w) {
+            changed |= s != status || h != up.parts.headers;
+            now = s;
+            up.parts.headers = h;
         }
         if let Some(e) = &w.edits().body {
             changed |= !bodiless && rbody.edit(|b| rewrite::body(b, e, json_body));
         }
-        if changed {
-            x.record(c, &meta, Some(status_now));
-        }
-    }
-    rparts.status = StatusCode::from_u16(status_now)?;
+        (changed, now)
+    });
+    up.parts.status = StatusCode::from_u16(status_now)?;
     if rbody.edited {
-        set(
-            &mut rparts.headers,
-            "content-length",
-            Some(&rbody.len().to_string()),
-        );
+        let len = rbody.len().to_string();
+        set(&mut up.parts.headers, "content-length", Some(&len));
     }
-    let out = match (od.truncate, sse) {
-        (Some((c, t)), _) => {
-            let st2 = st.clone();
-            let (limit, then) = (t.after_bytes(), t.then());
-            let recorded = move || {
-                st2.x.record(&c, &meta, Some(status_now));
-                end_with(&st2.end, then, Drain::Pause);
-            };
-            Cut {
-                inner: rbody.boxed(),
-                left: limit,
-                cut: false,
-                at_limit: Some(Box::new(recorded)),
-                gone: Box::pin(st.gone.clone().cancelled_owned()),
-            }
-            .boxed()
-        }
-        (None, Some((units, faults))) => {
-            let host = Recorder {
-                st: st.clone(),
-                meta,
-                status: status_now,
-            };
-            // Patched or ended early, events no longer add up to a length.
-            rparts.headers.remove("content-length");
-            let (body, task) = h2_stream::relay(rbody, units, faults, host);
-            let gone = st.gone.clone();
-            tokio::spawn(async move {
-                tokio::select! {
-                    () = task => {}
-                    () = gone.cancelled() => {}
-                }
-            });
-            body.boxed()
-        }
-        (None, None) => rbody.boxed(),
-    };
+    let attempt = meta.attempt.clone();
+    let out = faulted_body(st, meta, r, &mut up, rbody, ended, status_now);
     let out = Severed {
         inner: out,
         st: st.clone(),
@@ -1082,24 +1092,84 @@ async fn stream(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body
         failing: None,
     }
     .boxed();
-    watched(Ok(Response::from_parts(rparts, out)), attempt)
+    watched(Ok(Response::from_parts(up.parts, out)), attempt)
 }
 
-/// What the client gets in the upstream's place, on the attempt's
-/// record: the status (and its `retry-after`), or no answer at all.
-fn mark_answer(meta: &Meta, reply: &Reply, status: Option<u16>, head_only: bool) {
-    meta.attempt.mark(|a| match reply {
-        Reply::Status(s) => {
-            if let Some(status) = status {
-                let retry_after = super::attempt::retry_after_in(&s.reply(false, head_only));
-                a.status(status, retry_after.as_deref());
+/// The upstream's reset of the stream before its end is the client's,
+/// with its code (a `NO_ERROR` one too: [`h2_resets`]); and a call's own
+/// end (`call`), as the upstream's trailers say it, is recorded before any
+/// fault of netchaos's ends it otherwise.
+fn watch_upstream(st: &Arc<State>, meta: &Meta, rbody: &mut Held, status: u16, call: bool) {
+    let (st2, m) = (st.clone(), meta.same_request());
+    rbody.reset = Some(Box::new(move |code| {
+        st2.x.record_reset(&m, Some(status), code);
+    }));
+    if call {
+        let (st, meta) = (st.clone(), meta.same_request());
+        rbody.trailers = Some(Box::new(move |t: &HeaderMap| {
+            if let Some(end) = grpc::ended(t) {
+                st.x.record_trailers(&meta, grpc_status(&end));
             }
+        }));
+    }
+}
+
+/// The response body as the client gets it: cut after `http_truncate`'s
+/// bytes, or its gRPC messages or events under `sse` faults (one that
+/// came compressed, although asked not to, has none netchaos can see),
+/// or as it came.
+fn faulted_body(
+    st: &Arc<State>,
+    meta: Meta,
+    mut r: Responding,
+    up: &mut UpstreamHead,
+    rbody: Held,
+    ended: bool,
+    status: u16,
+) -> Body {
+    if let Some((c, t)) = r.on.truncate.take() {
+        let st2 = st.clone();
+        let (limit, then) = (t.after_bytes(), t.then());
+        let recorded = move || {
+            st2.x.record(&c, &meta, Some(status));
+            end_with(&st2.end, then, Drain::Pause);
+        };
+        return Cut {
+            inner: rbody.boxed(),
+            left: limit,
+            cut: false,
+            at_limit: Some(Box::new(recorded)),
+            gone: Box::pin(st.gone.clone().cancelled_owned()),
         }
-        Reply::Abort(x) => a.no_answer(match x.then() {
-            After::Reset => "reset",
-            _ => "closed",
-        }),
+        .boxed();
+    }
+    let units = match grpc::is_call(&up.headers) {
+        true => Some(Units::Grpc),
+        false => header(&up.headers, "content-type")
+            .and_then(Format::of_media_type)
+            .filter(|_| !header(&up.headers, "content-encoding").is_some_and(wire::compressed))
+            .map(Units::Events),
+    };
+    let Some(units) = units.filter(|_| !ended && !r.on.sse.is_empty()) else {
+        return rbody.boxed();
+    };
+    let faults = std::mem::take(&mut r.on.sse);
+    let host = Recorder {
+        st: st.clone(),
+        meta,
+        status,
+    };
+    // Patched or ended early, events no longer add up to a length.
+    up.parts.headers.remove("content-length");
+    let (body, task) = h2_stream::relay(rbody, units, faults, host);
+    let gone = st.gone.clone();
+    tokio::spawn(async move {
+        tokio::select! {
+            () = task => {}
+            () = gone.cancelled() => {}
+        }
     });
+    body.boxed()
 }
 
 /// A request answered in the upstream's place, its body never sent on:
@@ -1314,6 +1384,27 @@ impl h2_stream::Host for Recorder {
 }
 
 impl State {
+    fn new(
+        x: Exchange,
+        upstream: watch::Receiver<Upstream>,
+        scheme: &'static str,
+        end: Ender,
+        gone: CancellationToken,
+        flush: Arc<Flush>,
+    ) -> Arc<State> {
+        Arc::new(State {
+            x,
+            upstream,
+            scheme,
+            n: AtomicU64::new(0),
+            end,
+            gone,
+            holding: Arc::new(Semaphore::new(HELD_BODIES)),
+            holding_responses: Arc::new(Semaphore::new(HELD_BODIES)),
+            flush,
+        })
+    }
+
     /// The upstream connection to send a stream on, once it is ready: after
     /// the upstream sent one away, the one dialled in its place (waited for
     /// at most [`REDIAL_WAIT`]); `None` when there is none.

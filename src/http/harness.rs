@@ -23,7 +23,9 @@ use crate::fault::{Chosen, FaultSpec};
 
 /// An exchange with `faults` (flags), its events, and the sender that
 /// keeps its faults.
-fn exchange_with(faults: &[&str]) -> (Exchange, Arc<Events>, watch::Sender<Arc<Vec<Chosen>>>) {
+pub(super) fn exchange_with(
+    faults: &[&str],
+) -> (Exchange, Arc<Events>, watch::Sender<Arc<Vec<Chosen>>>) {
     crate::timer::runtime_clock_only();
     let events = Arc::new(Events::in_memory());
     let chosen: Vec<Chosen> = faults

@@ -11,6 +11,7 @@ pub(crate) mod h2_resets;
 pub(crate) mod h2_stream;
 #[cfg(test)]
 mod harness;
+pub(crate) mod phases;
 pub(crate) mod rewrite;
 pub(crate) mod tape;
 pub(crate) mod wire;
