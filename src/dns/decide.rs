@@ -3,16 +3,16 @@
 //!
 //! The first fault in rule order that ends the query decides it (never
 //! answered, an error, an answer of ours, truncated); every `dns_delay`
-//! that matches adds its hold to the answer, ours or the resolver's.
+//! that matches adds its hold to the answer, ours or the resolver's. What
+//! each fault does is its kind's hook ([`DnsAct`]).
 
-use std::net::IpAddr;
 use std::time::Duration;
 
 use simple_dns::{OPCODE, Packet, PacketFlag};
 
-use crate::fault::dns_error::Rcode;
+use crate::fault::acts::DnsAct;
 use crate::fault::dns_match::QueryView;
-use crate::fault::{Chosen, Direction, FaultKind};
+use crate::fault::{Chosen, Direction};
 
 /// How a query reached the forwarder.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -76,18 +76,7 @@ impl Query {
     }
 }
 
-/// An answer made in the resolver's place.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Made {
-    Error(Rcode),
-    /// NOERROR with these addresses (maybe none).
-    Addresses {
-        addrs: Vec<IpAddr>,
-        ttl: u32,
-    },
-    /// TC set, no records: retry over TCP.
-    Truncated,
-}
+pub(crate) use crate::fault::acts::Made;
 
 /// What happens to the query.
 #[derive(Debug, Clone, PartialEq)]
@@ -118,31 +107,27 @@ pub(crate) fn decide(chosen: &[Chosen], query: &Query, transport: Transport) -> 
         delay: Duration::ZERO,
         acting: Vec::new(),
     };
+    // Where the holds are among the faults acting.
+    let mut holds = Vec::new();
     for c in chosen {
-        let ends = match &c.spec.kind {
-            FaultKind::DnsDelay(k) if k.matcher().matches(&view) => {
+        // The kind's own hook says what it does (no kind is named here).
+        let udp = transport == Transport::Udp;
+        let act = c
+            .spec
+            .kind
+            .on_query(&view, udp, &mut c.rng(Direction::Downstream));
+        let ends = match act {
+            Some(DnsAct::Hold(t)) => {
                 if d.action != Action::Silence {
-                    d.delay += k.sample(&mut c.rng(Direction::Downstream));
+                    d.delay += t;
+                    holds.push(d.acting.len());
                     d.acting.push(c.clone());
                 }
                 continue;
             }
-            FaultKind::DnsTimeout(k) if k.matcher().matches(&view) => Action::Silence,
-            FaultKind::DnsError(k) if k.matcher().matches(&view) => {
-                Action::Answer(Made::Error(k.rcode()))
-            }
-            FaultKind::DnsAnswer(k) if k.matcher().matches(&view) => {
-                Action::Answer(Made::Addresses {
-                    addrs: k.for_type(query.qtype, &mut c.rng(Direction::Downstream)),
-                    ttl: k.ttl(),
-                })
-            }
-            FaultKind::DnsTruncate(k)
-                if transport == Transport::Udp && k.matcher().matches(&view) =>
-            {
-                Action::Answer(Made::Truncated)
-            }
-            _ => continue,
+            Some(DnsAct::Silence) => Action::Silence,
+            Some(DnsAct::Answer(made)) => Action::Answer(made),
+            None => continue,
         };
         if d.action == Action::Forward {
             d.action = ends;
@@ -152,8 +137,11 @@ pub(crate) fn decide(chosen: &[Chosen], query: &Query, transport: Transport) -> 
     if d.action == Action::Silence {
         // Nothing is held that is never sent.
         d.delay = Duration::ZERO;
-        d.acting
-            .retain(|c| !matches!(c.spec.kind, FaultKind::DnsDelay(_)));
+        let mut i = 0;
+        d.acting.retain(|_| {
+            i += 1;
+            !holds.contains(&(i - 1))
+        });
     }
     d
 }
@@ -161,7 +149,9 @@ pub(crate) fn decide(chosen: &[Chosen], query: &Query, transport: Transport) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fault::dns_error::Rcode;
     use crate::fault::testing::spec;
+    use std::net::IpAddr;
     use std::sync::Arc;
 
     fn chosen(list: &[(&str, &[(&str, &str)])]) -> Vec<Chosen> {

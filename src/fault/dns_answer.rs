@@ -14,7 +14,9 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use ipnet::IpNet;
 use rand::Rng;
 
+use super::acts::{DnsAct, Made};
 use super::dns_match::QueryMatch;
+use super::dns_match::QueryView;
 use super::dns_timeout::MATCH_PARAMS;
 use super::{Kind, KindInfo, Layer, Stream};
 use crate::settings::{Fields, ProfileError};
@@ -132,6 +134,20 @@ impl Kind for DnsAnswer {
         p.push(("ttl", self.ttl.to_string()));
         p.extend(self.matcher.params());
         p
+    }
+
+    fn on_query(
+        &self,
+        q: &QueryView<'_>,
+        _udp: bool,
+        rng: &mut rand_chacha::ChaCha8Rng,
+    ) -> Option<DnsAct> {
+        self.matcher().matches(q).then(|| {
+            DnsAct::Answer(Made::Addresses {
+                addrs: self.for_type(q.qtype, rng),
+                ttl: self.ttl(),
+            })
+        })
     }
 }
 

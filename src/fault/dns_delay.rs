@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use rand::Rng;
 
+use super::acts::DnsAct;
 use super::dns_match::QueryMatch;
+use super::dns_match::QueryView;
 use super::dns_timeout::MATCH_PARAMS;
 use super::{Kind, KindInfo, Layer, Stream};
 use crate::settings::{Fields, ProfileError};
@@ -58,6 +60,17 @@ impl Kind for DnsDelay {
         }
         p.extend(self.matcher.params());
         p
+    }
+
+    fn on_query(
+        &self,
+        q: &QueryView<'_>,
+        _udp: bool,
+        rng: &mut rand_chacha::ChaCha8Rng,
+    ) -> Option<DnsAct> {
+        self.matcher()
+            .matches(q)
+            .then(|| DnsAct::Hold(self.sample(rng)))
     }
 }
 

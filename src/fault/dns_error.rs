@@ -3,7 +3,9 @@
 //! Python `socket.gaierror` EAI_NONAME), `SERVFAIL` or `REFUSED` (the
 //! resolver failed: EAI_AGAIN, "temporary failure in name resolution").
 
+use super::acts::{DnsAct, Made};
 use super::dns_match::QueryMatch;
+use super::dns_match::QueryView;
 use super::dns_timeout::MATCH_PARAMS;
 use super::{Kind, KindInfo, Layer, Stream};
 use crate::settings::{Fields, ProfileError};
@@ -76,6 +78,17 @@ impl Kind for DnsError {
         let mut p = vec![("rcode", self.rcode.as_str().to_string())];
         p.extend(self.matcher.params());
         p
+    }
+
+    fn on_query(
+        &self,
+        q: &QueryView<'_>,
+        _udp: bool,
+        _rng: &mut rand_chacha::ChaCha8Rng,
+    ) -> Option<DnsAct> {
+        self.matcher()
+            .matches(q)
+            .then(|| DnsAct::Answer(Made::Error(self.rcode())))
     }
 }
 

@@ -2,7 +2,9 @@
 //! any retransmission of it — so the client's resolver runs into its own
 //! timeout ("Resolving timed out", `EAI_AGAIN`), before any connect.
 
+use super::acts::DnsAct;
 use super::dns_match::QueryMatch;
+use super::dns_match::QueryView;
 use super::{Kind, KindInfo, Layer, Stream};
 use crate::settings::{Fields, ProfileError};
 
@@ -44,6 +46,15 @@ impl Kind for DnsTimeout {
 
     fn params(&self) -> Vec<(&'static str, String)> {
         self.matcher.params()
+    }
+
+    fn on_query(
+        &self,
+        q: &QueryView<'_>,
+        _udp: bool,
+        _rng: &mut rand_chacha::ChaCha8Rng,
+    ) -> Option<DnsAct> {
+        self.matcher().matches(q).then_some(DnsAct::Silence)
     }
 }
 

@@ -3,7 +3,9 @@
 //! where the DNS layer's other faults apply too. Over TCP it does nothing
 //! (there is nothing to truncate to).
 
+use super::acts::{DnsAct, Made};
 use super::dns_match::QueryMatch;
+use super::dns_match::QueryView;
 use super::dns_timeout::MATCH_PARAMS;
 use super::{Kind, KindInfo, Layer, Stream};
 use crate::settings::{Fields, ProfileError};
@@ -32,6 +34,15 @@ impl Kind for DnsTruncate {
 
     fn params(&self) -> Vec<(&'static str, String)> {
         self.matcher.params()
+    }
+
+    fn on_query(
+        &self,
+        q: &QueryView<'_>,
+        udp: bool,
+        _rng: &mut rand_chacha::ChaCha8Rng,
+    ) -> Option<DnsAct> {
+        (udp && self.matcher().matches(q)).then_some(DnsAct::Answer(Made::Truncated))
     }
 }
 

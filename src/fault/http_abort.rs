@@ -10,6 +10,7 @@
 //! client (Chaos Mesh's `abort` on responses) — what makes a retry charge
 //! twice.
 
+use super::acts::{HttpAct, Reply};
 use super::http_match::RequestMatch;
 use super::http_reply::{ANSWERS_HERE, AnswerPhase};
 use super::http_status::After;
@@ -66,6 +67,22 @@ impl Kind for HttpAbort {
         p.extend(self.phase.param());
         p.extend(self.matcher.params());
         p
+    }
+
+    fn request_match(&self) -> Option<&RequestMatch> {
+        Some(self.matcher())
+    }
+
+    fn on_request(
+        &self,
+        _rng: &mut rand_chacha::ChaCha8Rng,
+        _host: Option<&str>,
+        _path: &str,
+    ) -> Option<HttpAct> {
+        Some(HttpAct::Answer(
+            self.phase(),
+            Reply::Abort(Box::new(self.clone())),
+        ))
     }
 }
 

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use rand::Rng;
 
+use super::acts::HttpAct;
 use super::http_match::RequestMatch;
 use super::{Kind, KindInfo, Layer, Stream};
 use crate::settings::{Fields, ProfileError};
@@ -88,6 +89,19 @@ impl Kind for HttpDelay {
         ));
         p.extend(self.matcher.params());
         p
+    }
+
+    fn request_match(&self) -> Option<&RequestMatch> {
+        Some(self.matcher())
+    }
+
+    fn on_request(
+        &self,
+        rng: &mut rand_chacha::ChaCha8Rng,
+        _host: Option<&str>,
+        _path: &str,
+    ) -> Option<HttpAct> {
+        Some(HttpAct::Hold(self.phase(), self.sample(rng)))
     }
 }
 

@@ -11,6 +11,7 @@
 //! the upstream still agree where each message ends. The rewriting itself
 //! is [`crate::http::rewrite`].
 
+use super::acts::HttpAct;
 use super::http_match::{RequestMatch, named_values};
 use super::http_reply::AnswerPhase;
 use super::json_edit::JsonEdit;
@@ -277,6 +278,19 @@ impl Kind for HttpRewrite {
             .chain(headers)
             .map(|(key, k, v)| (key, k.clone(), v.clone()))
             .collect()
+    }
+
+    fn request_match(&self) -> Option<&RequestMatch> {
+        Some(self.matcher())
+    }
+
+    fn on_request(
+        &self,
+        _rng: &mut rand_chacha::ChaCha8Rng,
+        _host: Option<&str>,
+        _path: &str,
+    ) -> Option<HttpAct> {
+        Some(HttpAct::Rewrite(self.phase(), self.clone()))
     }
 }
 

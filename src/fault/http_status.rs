@@ -10,6 +10,7 @@
 
 use bytes::Bytes;
 
+use super::acts::{HttpAct, Reply};
 use super::http_match::{RequestMatch, named_values};
 use super::http_reply::{self, ANSWERS_HERE, AnswerPhase, CannedReply};
 use super::{Kind, KindInfo, Layer, Stream};
@@ -242,6 +243,22 @@ impl Kind for HttpStatus {
 
     fn named_params(&self) -> Vec<(&'static str, String, String)> {
         self.given.named_headers()
+    }
+
+    fn request_match(&self) -> Option<&RequestMatch> {
+        Some(self.matcher())
+    }
+
+    fn on_request(
+        &self,
+        _rng: &mut rand_chacha::ChaCha8Rng,
+        host: Option<&str>,
+        path: &str,
+    ) -> Option<HttpAct> {
+        Some(HttpAct::Answer(
+            self.phase(),
+            Reply::Status(Box::new(self.for_request(host, path))),
+        ))
     }
 }
 

@@ -3,6 +3,7 @@
 //! The framing is left as a real cut leaves it: a `content-length` the body
 //! never reaches, a chunk that never ends.
 
+use super::acts::HttpAct;
 use super::http_match::RequestMatch;
 use super::http_status::After;
 use super::{Kind, KindInfo, Layer, Stream};
@@ -57,6 +58,19 @@ impl Kind for HttpTruncate {
         }
         p.extend(self.matcher.params());
         p
+    }
+
+    fn request_match(&self) -> Option<&RequestMatch> {
+        Some(self.matcher())
+    }
+
+    fn on_request(
+        &self,
+        _rng: &mut rand_chacha::ChaCha8Rng,
+        _host: Option<&str>,
+        _path: &str,
+    ) -> Option<HttpAct> {
+        Some(HttpAct::Truncate(self.clone()))
     }
 }
 

@@ -16,11 +16,14 @@
 //! `packet_rate`, the last two and bursty `loss` through [`path`]) on the
 //! packets of the flow; both need interception (`netchaos run`, `attach`,
 //! `--in-place`), whose SYN gate and nftables table carry them out.
-//! HTTP-layer ones act on each request in [`crate::http`]; the TLS-layer
-//! one (`tls_error`) on the handshakes netchaos terminates, once per
-//! connection. DNS-layer ones act on the namespace's queries in its DNS
-//! forwarder ([`crate::dns`]).
+//! HTTP-layer ones act on each request in [`crate::http`], DNS-layer ones
+//! on the namespace's queries in its DNS forwarder ([`crate::dns`]): each
+//! through its kind's hook ([`Kind::on_request`], [`Kind::on_query`]),
+//! which says what it does as an [`acts`] value, so those layers never
+//! match on the kinds. The TLS-layer one (`tls_error`) acts on the
+//! handshakes netchaos terminates, once per connection.
 
+pub(crate) mod acts;
 pub(crate) mod connect;
 pub(crate) mod dns_match;
 pub(crate) mod http_match;
@@ -270,6 +273,33 @@ pub(crate) trait Kind: Sized {
     fn stage<'a>(&self, _ctx: StageCtx, _io: &'a mut StageIo) -> Option<StageFuture<'a>> {
         None
     }
+
+    /// The HTTP layer's hook: which requests it matches (HTTP kinds).
+    fn request_match(&self) -> Option<&http_match::RequestMatch> {
+        None
+    }
+
+    /// The HTTP layer's hook: what it does to a request (`host`, `path`)
+    /// it matched and was drawn for, `rng` that request's own draws.
+    fn on_request(
+        &self,
+        _rng: &mut ChaCha8Rng,
+        _host: Option<&str>,
+        _path: &str,
+    ) -> Option<acts::HttpAct> {
+        None
+    }
+
+    /// The DNS layer's hook: what it does to a query (`q`; `udp`: it came
+    /// over UDP), if it matches it; `rng` the fault's own draws.
+    fn on_query(
+        &self,
+        _q: &dns_match::QueryView<'_>,
+        _udp: bool,
+        _rng: &mut ChaCha8Rng,
+    ) -> Option<acts::DnsAct> {
+        None
+    }
 }
 
 /// Declares the fault kinds: each `module: Kind ...;` line adds the module
@@ -312,6 +342,37 @@ macro_rules! registry {
             pub(crate) fn stage<'a>(&self, ctx: StageCtx, io: &'a mut StageIo) -> Option<StageFuture<'a>> {
                 match self {
                     $($(FaultKind::$kind(x) => x.stage(ctx, io),)+)*
+                }
+            }
+
+            /// The HTTP layer's hook ([`Kind::request_match`]).
+            pub(crate) fn request_match(&self) -> Option<&http_match::RequestMatch> {
+                match self {
+                    $($(FaultKind::$kind(x) => x.request_match(),)+)*
+                }
+            }
+
+            /// The HTTP layer's hook ([`Kind::on_request`]).
+            pub(crate) fn on_request(
+                &self,
+                rng: &mut ChaCha8Rng,
+                host: Option<&str>,
+                path: &str,
+            ) -> Option<acts::HttpAct> {
+                match self {
+                    $($(FaultKind::$kind(x) => x.on_request(rng, host, path),)+)*
+                }
+            }
+
+            /// The DNS layer's hook ([`Kind::on_query`]).
+            pub(crate) fn on_query(
+                &self,
+                q: &dns_match::QueryView<'_>,
+                udp: bool,
+                rng: &mut ChaCha8Rng,
+            ) -> Option<acts::DnsAct> {
+                match self {
+                    $($(FaultKind::$kind(x) => x.on_query(q, udp, rng),)+)*
                 }
             }
 
@@ -385,19 +446,6 @@ impl FaultKind {
         match self {
             FaultKind::TlsError(t) => t.names_host(),
             k => k.request_match().is_some_and(|m| m.names_host()),
-        }
-    }
-
-    /// The request match of an HTTP fault.
-    pub(crate) fn request_match(&self) -> Option<&http_match::RequestMatch> {
-        match self {
-            FaultKind::HttpStatus(k) => Some(k.matcher()),
-            FaultKind::HttpDelay(k) => Some(k.matcher()),
-            FaultKind::Sse(k) => Some(k.matcher()),
-            FaultKind::HttpTruncate(k) => Some(k.matcher()),
-            FaultKind::HttpAbort(k) => Some(k.matcher()),
-            FaultKind::HttpRewrite(k) => Some(k.matcher()),
-            _ => None,
         }
     }
 }

@@ -34,6 +34,7 @@ use std::time::Duration;
 
 use wildmatch::WildMatch;
 
+use super::acts::HttpAct;
 use super::http_match::RequestMatch;
 use super::http_status::After;
 use super::json_edit::JsonEdit;
@@ -416,6 +417,19 @@ impl Kind for Sse {
         }
         p.extend(self.matcher.params());
         p
+    }
+
+    fn request_match(&self) -> Option<&RequestMatch> {
+        Some(self.matcher())
+    }
+
+    fn on_request(
+        &self,
+        _rng: &mut rand_chacha::ChaCha8Rng,
+        host: Option<&str>,
+        path: &str,
+    ) -> Option<HttpAct> {
+        Some(HttpAct::Events(self.for_request(host, path)))
     }
 }
 

@@ -1,57 +1,22 @@
 //! Which of a connection's HTTP faults act on one request, and how: each
 //! fault's `active` window, its request match (`first` and `every`
 //! counted there), then its own `probability` draw for this request
-//! number. Pure: the caller brings the request and the time.
+//! number; what each does is its kind's hook ([`HttpAct`]), gathered
+//! here into one [`Decision`]. Pure: the caller brings the request and
+//! the time.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
-
-use crate::fault::http_abort::HttpAbort;
+use crate::fault::Chosen;
+use crate::fault::acts::HttpAct;
+pub(crate) use crate::fault::acts::Reply;
 use crate::fault::http_delay::Phase;
 use crate::fault::http_match::RequestView;
 use crate::fault::http_reply::AnswerPhase;
 use crate::fault::http_rewrite::HttpRewrite;
-use crate::fault::http_status::{After, HttpStatus};
 use crate::fault::http_truncate::HttpTruncate;
 use crate::fault::sse::Sse;
-use crate::fault::{Chosen, FaultKind};
-
-/// How netchaos answers a request in the upstream's place.
-#[derive(Debug, Clone)]
-pub(crate) enum Reply {
-    /// With a canned reply (`http_status`; boxed: it is the large one).
-    Status(Box<HttpStatus>),
-    /// With no reply at all, the connection ending (`http_abort`).
-    Abort(Box<HttpAbort>),
-}
-
-impl Reply {
-    /// The status the client gets, if it gets one.
-    pub(crate) fn status(&self) -> Option<u16> {
-        match self {
-            Reply::Status(s) => Some(s.status()),
-            Reply::Abort(_) => None,
-        }
-    }
-
-    /// The bytes the client gets (`closing`: the connection ends after
-    /// them; `head_only`: they answer a HEAD).
-    pub(crate) fn bytes(&self, closing: bool, head_only: bool) -> Bytes {
-        match self {
-            Reply::Status(s) => s.reply(closing, head_only),
-            Reply::Abort(_) => Bytes::new(),
-        }
-    }
-
-    pub(crate) fn then(&self) -> After {
-        match self {
-            Reply::Status(s) => s.then(),
-            Reply::Abort(a) => a.then(),
-        }
-    }
-}
 
 /// What the HTTP layer does with one request.
 #[derive(Default)]
@@ -230,32 +195,21 @@ pub(crate) fn decide(
         if !picked {
             continue;
         }
-        match &c.spec.kind {
-            FaultKind::HttpStatus(s) => d.answers(
-                c,
-                s.phase(),
-                Reply::Status(Box::new(s.for_request(view.host, view.path))),
-            ),
-            FaultKind::HttpAbort(a) => d.answers(c, a.phase(), Reply::Abort(Box::new(a.clone()))),
-            FaultKind::HttpDelay(h) => {
-                let t = h.sample(&mut rng);
-                match h.phase() {
-                    Phase::Request => {
-                        d.request_delay += t;
-                        d.request_delays.push(c.clone());
-                    }
-                    Phase::Headers => d.later.push(Later::Delay(c.clone(), t)),
-                }
+        // The kind's own hook says what it does (no kind is named here).
+        match c.spec.kind.on_request(&mut rng, view.host, view.path) {
+            Some(HttpAct::Answer(phase, reply)) => d.answers(c, phase, reply),
+            Some(HttpAct::Hold(Phase::Request, t)) => {
+                d.request_delay += t;
+                d.request_delays.push(c.clone());
             }
-            FaultKind::Sse(s) => d
-                .later
-                .push(Later::Sse(c.clone(), s.for_request(view.host, view.path))),
-            FaultKind::HttpTruncate(t) => d.later.push(Later::Truncate(c.clone(), t.clone())),
-            FaultKind::HttpRewrite(w) => match w.phase() {
-                AnswerPhase::Request => d.rewrites.push((c.clone(), w.clone())),
-                AnswerPhase::Response => d.later.push(Later::Rewrite(c.clone(), w.clone())),
-            },
-            _ => {}
+            Some(HttpAct::Hold(Phase::Headers, t)) => d.later.push(Later::Delay(c.clone(), t)),
+            Some(HttpAct::Events(s)) => d.later.push(Later::Sse(c.clone(), s)),
+            Some(HttpAct::Truncate(t)) => d.later.push(Later::Truncate(c.clone(), t)),
+            Some(HttpAct::Rewrite(AnswerPhase::Request, w)) => d.rewrites.push((c.clone(), w)),
+            Some(HttpAct::Rewrite(AnswerPhase::Response, w)) => {
+                d.later.push(Later::Rewrite(c.clone(), w))
+            }
+            None => {}
         }
     }
     d
@@ -331,6 +285,7 @@ fn stream_flag(body: &[u8]) -> Option<bool> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fault::http_status::After;
 
     #[test]
     fn a_request_says_whether_it_asks_for_a_stream() {
