@@ -2293,6 +2293,8 @@ time.sleep(30)
         ("/p/2", ["200 70", "b''"]),
         ("/json-close", ["200 159", "closed"]),
     ] {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("events.jsonl");
         let p = Proxy::start(&[
             "--listen",
             "127.0.0.1:0",
@@ -2300,13 +2302,17 @@ time.sleep(30)
             &format!("127.0.0.1:{}", up.port),
             "--drain",
             "60s",
+            "--events",
+            log.to_str().unwrap(),
             "--fault",
             &format!("http_delay:delay=1500ms,path={path}"),
         ]);
         let mut client = PythonBg::start(CLIENT, &[&p.addr().to_string(), path]);
         assert_eq!(client.line(), "sent");
-        // Into the response's hold.
-        std::thread::sleep(Duration::from_millis(300));
+        // Into the response's hold: its fault line is written as it begins.
+        wait_for_event(&log, Duration::from_secs(20), |e| {
+            e["event"] == "fault" && e["fault"] == "http_delay"
+        });
         let t = std::time::Instant::now();
         let (status, err) = p.stop();
         let took = t.elapsed();

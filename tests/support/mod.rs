@@ -438,6 +438,36 @@ pub(crate) fn read_events(path: &std::path::Path) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// Waits (at most `limit`) for a line of the event log at `path` that
+/// `pred` picks, and returns it: for a test that must act once something
+/// has happened (a hold begun, a fault counted) rather than after a guess
+/// at how long it takes. Only whole lines are read (the log may be
+/// mid-write); each is checked as [`read_events`] checks it.
+#[allow(dead_code)]
+pub(crate) fn wait_for_event(
+    path: &std::path::Path,
+    limit: Duration,
+    pred: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let whole = &text[..text.rfind('\n').map_or(0, |i| i + 1)];
+        for l in whole.lines() {
+            let v: serde_json::Value = serde_json::from_str(l).expect("event line is JSON");
+            check_event_line(&v, l);
+            if pred(&v) {
+                return v;
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no such event in {limit:?}:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Panics, naming the line and what is wrong, unless `v` is a line of
 /// the current schema version that docs/events.schema.json accepts.
 pub(crate) fn check_event_line(v: &serde_json::Value, line: &str) {
