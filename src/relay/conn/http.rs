@@ -28,6 +28,7 @@ use crate::relay::pipeline::{self, Source};
 use crate::socket::peer::{Sink, TcpRef, TlsEnd, TlsRead};
 use crate::socket::sockopt;
 use crate::tls::{self, Hello, Tls, Verdict};
+use tokio_rustls::server;
 
 /// How an endpoint's connections meet TLS.
 #[derive(Debug, Clone, Default)]
@@ -135,6 +136,57 @@ pub(super) fn wanted(
     }
 }
 
+/// What the HTTP layer runs over: the two sides (after TLS, if any).
+struct Sides<'a> {
+    client: Side<'a>,
+    upstream: Side<'a>,
+    /// The TLS server name the client asked for.
+    sni: Option<String>,
+    path: RelayPath,
+    /// The client speaks HTTP/2.
+    h2: bool,
+    /// The name TLS to the upstream verifies, when netchaos speaks it,
+    /// and what its certificate was judged.
+    up_tls: Option<(String, Verdict)>,
+}
+
+/// Why there are no [`Sides`]: the connection carries something the HTTP
+/// layer leaves alone (`None`: relayed as bytes), or it ended so.
+type NoSides = Option<Outcome>;
+
+/// Where the connection goes, as the HTTP layer sets it up.
+struct Setup<'e> {
+    ep: &'e EndpointTls,
+    /// Where the client dialled its server (under interception).
+    dst: Option<SocketAddr>,
+    /// The upstream is the built-in mock, spoken to in the clear.
+    mocked: bool,
+}
+
+/// A TLS client being terminated, and what its sides are set up from.
+struct Terminating<'a, 'h> {
+    tls: &'h Arc<Tls>,
+    client: &'a TcpStream,
+    upstream: &'a TcpStream,
+    hello: &'h Hello,
+    /// The server name it asked for (or its destination's address).
+    name: String,
+    /// Its destination, where it dialled its server (not netchaos's own
+    /// listener), unless that is the mock.
+    intercepting: Option<String>,
+}
+
+/// What the client is agreed to, over TLS.
+struct Agreed {
+    /// HTTP/2.
+    h2: bool,
+    /// The protocol the client's handshake agrees to (ALPN).
+    agree: Option<Vec<u8>>,
+    /// What the upstream's certificate was judged (none without TLS to
+    /// it).
+    judged: Option<Verdict>,
+}
+
 impl Conn<'_> {
     /// Runs the connection through the HTTP layer; `None` when it carries
     /// something else, untouched: the caller relays it as bytes.
@@ -150,260 +202,359 @@ impl Conn<'_> {
         mocked: bool,
     ) -> Option<Outcome> {
         let tls = self.relay.opts.tls.clone();
-        let carries = if ep.serve {
-            match tls::hello::peek(client).await {
+        let setup = Setup { ep, dst, mocked };
+        let sides = match self.carries(client, upstream, ep, tls.is_some()).await {
+            Carries::Other => return None,
+            Carries::Http => self.plain_sides(client, upstream, &setup, false).await,
+            Carries::H2 => self.plain_sides(client, upstream, &setup, true).await,
+            Carries::Tls(hello) => {
+                self.tls_sides(&tls?, client, upstream, &setup, &hello)
+                    .await
+            }
+        };
+        match sides {
+            Ok(sides) => Some(self.run_http(client, upstream, ep, inside, sides).await),
+            Err(ended) => ended,
+        }
+    }
+
+    /// What the connection carries, from the client's first bytes.
+    async fn carries(
+        &self,
+        client: &TcpStream,
+        upstream: &TcpStream,
+        ep: &EndpointTls,
+        tls: bool,
+    ) -> Carries {
+        if ep.serve {
+            return match tls::hello::peek(client).await {
                 Some(h) => Carries::Tls(h),
                 None => Carries::Other,
+            };
+        }
+        match sniff(client, upstream, tls).await {
+            // `match.protocol = "http"`: HTTP, whatever came first.
+            Carries::Other if self.protocol == Some(Protocol::Http) => Carries::Http,
+            c => c,
+        }
+    }
+
+    /// HTTP in the clear from the client: to the upstream as it is, or
+    /// over TLS netchaos speaks to it (`proxy --upstream-tls`) — with no
+    /// client's TLS to decide, only to a trusted upstream.
+    async fn plain_sides<'a>(
+        &self,
+        client: &'a TcpStream,
+        upstream: &'a TcpStream,
+        s: &Setup<'_>,
+        h2: bool,
+    ) -> Result<Sides<'a>, NoSides> {
+        let mut up_tls = None;
+        let up = match s.ep.upstream.as_ref().filter(|_| !s.mocked) {
+            Some(name) => match self
+                .tls_upstream(upstream, name, offer_for(h2))
+                .await
+                .and_then(|(side, _, v)| v.clone().into_result().map(|()| (side, v)))
+            {
+                Ok((side, verdict)) => {
+                    up_tls = Some((name.clone(), verdict));
+                    side
+                }
+                Err(e) if h2 => return Err(Some(self.upstream_failed(client, upstream, name, &e))),
+                Err(e) => return Err(Some(self.bad_gateway(client, upstream, name, &e).await)),
+            },
+            None => Side::plain(upstream),
+        };
+        Ok(Sides {
+            client: Side::plain(client),
+            upstream: up,
+            sni: None,
+            path: RelayPath::Http,
+            h2,
+            up_tls,
+        })
+    }
+
+    /// A TLS client: a `tls_error` fault's certificate (or silence)
+    /// shown, or the client left untouched (no HTTP fault could act on
+    /// it, its destination pinned, no protocol netchaos speaks); else TLS
+    /// to the upstream where netchaos speaks it, and the client's
+    /// handshake terminated on the run's certificate.
+    async fn tls_sides<'a>(
+        &self,
+        tls: &Arc<Tls>,
+        client: &'a TcpStream,
+        upstream: &'a TcpStream,
+        s: &Setup<'_>,
+        hello: &Hello,
+    ) -> Result<Sides<'a>, NoSides> {
+        let ep = s.ep;
+        let name = server_name(hello, client, if ep.serve { None } else { s.dst });
+        // The destination, where the client dialled its server (not
+        // netchaos's own listener).
+        let intercepting = match s.dst {
+            Some(a) if !ep.serve && ep.upstream.is_none() => {
+                Some(tls::pinned::Pinned::destination(&name, a.port()))
             }
+            _ => None,
+        };
+        let t = Terminating {
+            tls,
+            client,
+            upstream,
+            hello,
+            name,
+            intercepting: intercepting.filter(|_| !s.mocked),
+        };
+        let faulty = self.faulty(&t).await?;
+        if faulty.is_none() {
+            self.untouched(&t)?;
+        }
+        let mut agreed = Agreed {
+            h2: match &faulty {
+                Some(s) => s.get_ref().1.alpn_protocol() == Some(tls::H2),
+                None => !hello.speaks_http1(),
+            },
+            // Without TLS to the upstream, HTTP/1.1 when the client offers
+            // it; with it, what the upstream chose of what it offered.
+            agree: hello.agreed(),
+            judged: None,
+        };
+        // The mock speaks both, as the providers' hosts do: the client gets
+        // HTTP/2 where it offers it, as it would there.
+        if s.mocked && faulty.is_none() && hello.offers_h2() {
+            agreed.h2 = true;
+            agreed.agree = Some(tls::H2.to_vec());
+        }
+        let mut up_tls = None;
+        let up = if (ep.serve && ep.upstream.is_none()) || s.mocked {
+            Side::plain(upstream)
         } else {
-            match sniff(client, upstream, tls.is_some()).await {
-                // `match.protocol = "http"`: HTTP, whatever came first.
-                Carries::Other if self.protocol == Some(Protocol::Http) => Carries::Http,
-                c => c,
+            let up_name = ep.upstream.clone().unwrap_or_else(|| t.name.clone());
+            let side = self
+                .tls_upstream_side(&t, &up_name, faulty.is_some(), &mut agreed)
+                .await?;
+            up_tls = agreed.judged.clone().map(|v| (up_name, v));
+            side
+        };
+        let session = match faulty {
+            Some(session) => session,
+            None => self.accept_client(&t, &agreed).await?,
+        };
+        Ok(Sides {
+            client: Side::tls(session, client),
+            upstream: up,
+            sni: hello.server_name.clone(),
+            path: RelayPath::Https,
+            h2: agreed.h2,
+            up_tls,
+        })
+    }
+
+    /// A `tls_error` fault: the handshake fails as against a broken
+    /// server, before the upstream is spoken to (its own TLS could only
+    /// fail in other ways, or be slow). The session of a client that took
+    /// the faulty certificate (it verifies nothing): on, as against such a
+    /// server, unless it chose a protocol netchaos cannot speak.
+    async fn faulty<'a>(
+        &self,
+        t: &Terminating<'a, '_>,
+    ) -> Result<Option<server::TlsStream<TcpRef<'a>>>, NoSides> {
+        let key = match self.tls_fault(t.tls, &t.name) {
+            Shown::Good => return Ok(None),
+            Shown::Silent(silence) => {
+                return Err(Some(
+                    self.tls_silent(t.client, Some(t.upstream), silence).await,
+                ));
+            }
+            Shown::Bad(key) => key,
+        };
+        match t.tls.accept_showing(TcpRef(t.client), key, t.hello).await {
+            // The client refused the certificate, as meant.
+            Err(e) => {
+                tracing::debug!("TLS client refused the faulty certificate: {e}");
+                Err(Some(self.closed_https(t.upstream)))
+            }
+            Ok(s)
+                if s.get_ref()
+                    .1
+                    .alpn_protocol()
+                    .is_some_and(|p| p != tls::HTTP11 && p != tls::H2) =>
+            {
+                Err(Some(self.closed_https(t.upstream)))
+            }
+            Ok(s) => Ok(Some(s)),
+        }
+    }
+
+    /// Whether a TLS client is left untouched (`Err(None)`: relayed as
+    /// bytes). Under interception, a client no HTTP fault could act on
+    /// (each one's `host` another than its server's), or whose destination
+    /// saw a client refuse the run's certificate, is not terminated: it
+    /// reaches its server untouched. (A mocked destination is always
+    /// terminated: the mock speaks in the clear, and is the client's
+    /// server.) Nor is one that offers no protocol netchaos speaks.
+    fn untouched(&self, t: &Terminating<'_, '_>) -> Result<(), NoSides> {
+        if let Some(dest) = t.intercepting.as_deref() {
+            if self.protocol.is_none() && !self.may_fault(&t.name, dest) {
+                tracing::debug!(
+                    "TLS for {}: no HTTP fault could act on it: relayed as bytes",
+                    t.name
+                );
+                return Err(None);
+            }
+            if t.tls.pinned().contains(dest) {
+                self.relay.events.tls_passed(dest);
+                return Err(None);
+            }
+        }
+        if !t.hello.speaks_http1() && !t.hello.offers_h2() {
+            tracing::debug!(
+                "TLS client offers neither HTTP/1.1 nor HTTP/2 (ALPN): relayed as bytes"
+            );
+            return Err(None);
+        }
+        Ok(())
+    }
+
+    /// TLS to the upstream (`up_name`), offering the client's own offer
+    /// (of what netchaos speaks) so that it gets the protocol it would
+    /// directly — or, once it was shown a faulty certificate (`faulty`),
+    /// the protocol it agreed to. `agreed` takes what the upstream chose
+    /// and how its certificate was judged.
+    async fn tls_upstream_side<'a>(
+        &self,
+        t: &Terminating<'a, '_>,
+        up_name: &str,
+        faulty: bool,
+        agreed: &mut Agreed,
+    ) -> Result<Side<'a>, NoSides> {
+        let offer = match faulty {
+            true => offer_for(agreed.h2),
+            false => tls::alpn::Offer::of(t.hello),
+        };
+        match self.tls_upstream(t.upstream, up_name, offer).await {
+            // A client that accepted a `tls_error` certificate is not taken
+            // to accept whatever flaw the upstream's has: closed, as below.
+            Ok((_, _, Verdict::Untrusted { why, .. })) if faulty => {
+                let why = format!("TLS to {up_name}: {why}");
+                self.relay
+                    .events
+                    .relay_error(self.info, "upstream_tls_untrusted", &why);
+                Err(Some(self.closed_https(t.upstream)))
+            }
+            Ok((side, chosen, verdict)) => {
+                if !faulty {
+                    // Nothing agreed: a client that offers HTTP/1.1 speaks
+                    // it, one offering h2 alone was refused (above).
+                    agreed.h2 = chosen.as_deref() == Some(tls::H2);
+                    agreed.agree = chosen;
+                }
+                agreed.judged = Some(verdict);
+                Ok(side)
+            }
+            // The client's handshake is done: it can only be closed (what
+            // a server whose backend is gone does).
+            Err(e) if faulty => {
+                let why = format!("TLS to {up_name}: {e}");
+                self.relay
+                    .events
+                    .relay_error(self.info, "upstream_tls_failed", &why);
+                Err(Some(self.closed_https(t.upstream)))
+            }
+            Err(e) => Err(Some(
+                self.refuse_tls(t.tls, t.client, t.upstream, &t.name, t.hello, &e)
+                    .await,
+            )),
+        }
+    }
+
+    /// The client's handshake, on the run's certificate for its name (a
+    /// stand-in with the upstream's flaw, where it has one).
+    async fn accept_client<'a>(
+        &self,
+        t: &Terminating<'a, '_>,
+        agreed: &Agreed,
+    ) -> Result<server::TlsStream<TcpRef<'a>>, NoSides> {
+        let judged = agreed.judged.as_ref();
+        let name = &t.name;
+        let accepted = t
+            .tls
+            .accept(TcpRef(t.client), name, agreed.agree.clone(), judged)
+            .await;
+        let untrusted = |what: &str| {
+            if let Some(Verdict::Untrusted { why, .. }) = judged {
+                let kind = match what {
+                    "completed" => "upstream_tls_unverified",
+                    _ => "upstream_tls_untrusted",
+                };
+                let said = match what {
+                    "completed" => format!(
+                        "TLS to {name}: {why}; the client completed its handshake \
+                         on the stand-in certificate with that flaw: what it sends \
+                         goes to the upstream unverified, as it would directly"
+                    ),
+                    _ => format!(
+                        "TLS to {name}: {why}; the client refused the stand-in \
+                         certificate with that flaw, as it would the upstream's"
+                    ),
+                };
+                self.relay.events.relay_error(self.info, kind, &said);
             }
         };
-        // The name TLS to the upstream verifies, when netchaos speaks it,
-        // and what its certificate was judged.
-        let mut up_tls: Option<(String, Verdict)> = None;
-        let (mut client_side, mut upstream_side, sni, path, h2) = match carries {
-            Carries::Other => return None,
-            Carries::Http | Carries::H2 => {
-                let h2 = matches!(carries, Carries::H2);
-                let up = match ep.upstream.as_ref().filter(|_| !mocked) {
-                    // No client's TLS to decide: only a trusted upstream.
-                    Some(name) => match self
-                        .tls_upstream(upstream, name, offer_for(h2))
-                        .await
-                        .and_then(|(s, _, v)| v.clone().into_result().map(|()| (s, v)))
-                    {
-                        Ok((s, verdict)) => {
-                            up_tls = Some((name.clone(), verdict));
-                            s
-                        }
-                        Err(e) if h2 => {
-                            return Some(self.upstream_failed(client, upstream, name, &e));
-                        }
-                        Err(e) => return Some(self.bad_gateway(client, upstream, name, &e).await),
-                    },
-                    None => Side::plain(upstream),
-                };
-                (Side::plain(client), up, None, RelayPath::Http, h2)
+        let dest = t.intercepting.as_deref();
+        match accepted {
+            Ok(s) => {
+                untrusted("completed");
+                Ok(s)
             }
-            Carries::Tls(hello) => {
-                let tls = tls?;
-                let name = server_name(&hello, client, if ep.serve { None } else { dst });
-                // The destination, where the client dialled its server (not
-                // netchaos's own listener).
-                let intercepting = match dst {
-                    Some(a) if !ep.serve && ep.upstream.is_none() => {
-                        Some(tls::pinned::Pinned::destination(&name, a.port()))
-                    }
-                    _ => None,
-                };
-                // A `tls_error` fault: the handshake fails as against a
-                // broken server, before the upstream is spoken to (its
-                // own TLS could only fail in other ways, or be slow).
-                let faulty = match self.tls_fault(&tls, &name) {
-                    Shown::Good => None,
-                    Shown::Silent(silence) => {
-                        return Some(self.tls_silent(client, Some(upstream), silence).await);
-                    }
-                    Shown::Bad(key) => {
-                        match tls.accept_showing(TcpRef(client), key, &hello).await {
-                            // The client refused the certificate, as meant.
-                            Err(e) => {
-                                tracing::debug!("TLS client refused the faulty certificate: {e}");
-                                let _ = self.path.set(RelayPath::Https);
-                                sockopt::set_linger_zero(upstream);
-                                return Some(Outcome::Closed);
-                            }
-                            // It verifies nothing: on, as against such a server
-                            // (unless it chose a protocol netchaos cannot speak).
-                            Ok(s)
-                                if s.get_ref()
-                                    .1
-                                    .alpn_protocol()
-                                    .is_some_and(|p| p != tls::HTTP11 && p != tls::H2) =>
-                            {
-                                let _ = self.path.set(RelayPath::Https);
-                                sockopt::set_linger_zero(upstream);
-                                return Some(Outcome::Closed);
-                            }
-                            Ok(s) => Some(s),
-                        }
-                    }
-                };
-                // Under interception, a client no HTTP fault could act on
-                // (each one's `host` another than its server's), or whose
-                // destination saw a client refuse the run's certificate,
-                // is not terminated: it reaches its server untouched.
-                // (A mocked destination is always terminated: the mock
-                // speaks in the clear, and is the client's server.)
-                let pinned = intercepting
-                    .as_deref()
-                    .filter(|_| faulty.is_none() && !mocked);
-                if let Some(dest) = pinned {
-                    if self.protocol.is_none() && !self.may_fault(&name, dest) {
-                        tracing::debug!(
-                            "TLS for {name}: no HTTP fault could act on it: relayed as bytes"
-                        );
-                        return None;
-                    }
-                    if tls.pinned().contains(dest) {
-                        self.relay.events.tls_passed(dest);
-                        return None;
-                    }
-                }
-                if faulty.is_none() && !hello.speaks_http1() && !hello.offers_h2() {
-                    tracing::debug!(
-                        "TLS client offers neither HTTP/1.1 nor HTTP/2 (ALPN): relayed as bytes"
-                    );
-                    return None;
-                }
-                let mut h2 = match &faulty {
-                    Some(s) => s.get_ref().1.alpn_protocol() == Some(tls::H2),
-                    None => !hello.speaks_http1(),
-                };
-                // What the upstream's certificate was judged (none without
-                // TLS to it).
-                let mut judged: Option<Verdict> = None;
-                // The protocol the client is agreed to: without TLS to the
-                // upstream, HTTP/1.1 when it offers it; with it, what the
-                // upstream chose of what the client offered.
-                let mut agree = hello.agreed();
-                // The mock speaks both, as the providers' hosts do: the
-                // client gets HTTP/2 where it offers it, as it would there.
-                if mocked && faulty.is_none() && hello.offers_h2() {
-                    h2 = true;
-                    agree = Some(tls::H2.to_vec());
-                }
-                let up = if (ep.serve && ep.upstream.is_none()) || mocked {
-                    Side::plain(upstream)
-                } else {
-                    let up_name = ep.upstream.clone().unwrap_or_else(|| name.clone());
-                    // The client's own offer (of what netchaos speaks), so
-                    // that it gets the protocol it would directly; once
-                    // shown a faulty certificate, its protocol is agreed.
-                    let offer = match &faulty {
-                        Some(_) => offer_for(h2),
-                        None => tls::alpn::Offer::of(&hello),
-                    };
-                    match self.tls_upstream(upstream, &up_name, offer).await {
-                        // A client that accepted a `tls_error` certificate
-                        // is not taken to accept whatever flaw the
-                        // upstream's has: closed, as below.
-                        Ok((_, _, Verdict::Untrusted { why, .. })) if faulty.is_some() => {
-                            self.relay.events.relay_error(
-                                self.info,
-                                "upstream_tls_untrusted",
-                                &format!("TLS to {up_name}: {why}"),
-                            );
-                            let _ = self.path.set(RelayPath::Https);
-                            sockopt::set_linger_zero(upstream);
-                            return Some(Outcome::Closed);
-                        }
-                        Ok((s, agreed, verdict)) => {
-                            if faulty.is_none() {
-                                // Nothing agreed: a client that offers
-                                // HTTP/1.1 speaks it, one offering h2
-                                // alone was refused (above).
-                                h2 = agreed.as_deref() == Some(tls::H2);
-                                agree = agreed;
-                            }
-                            judged = Some(verdict.clone());
-                            up_tls = Some((up_name, verdict));
-                            s
-                        }
-                        // The client's handshake is done: it can only be
-                        // closed (what a server whose backend is gone does).
-                        Err(e) if faulty.is_some() => {
-                            self.relay.events.relay_error(
-                                self.info,
-                                "upstream_tls_failed",
-                                &format!("TLS to {up_name}: {e}"),
-                            );
-                            let _ = self.path.set(RelayPath::Https);
-                            sockopt::set_linger_zero(upstream);
-                            return Some(Outcome::Closed);
-                        }
-                        Err(e) => {
-                            return Some(
-                                self.refuse_tls(&tls, client, upstream, &name, &hello, &e)
-                                    .await,
-                            );
-                        }
-                    }
-                };
-                let session = match faulty {
-                    Some(s) => s,
-                    None => match tls
-                        .accept(TcpRef(client), &name, agree, judged.as_ref())
-                        .await
-                    {
-                        Ok(s) => {
-                            if let Some(Verdict::Untrusted { why, .. }) = &judged {
-                                self.relay.events.relay_error(
-                                    self.info,
-                                    "upstream_tls_unverified",
-                                    &format!(
-                                        "TLS to {name}: {why}; the client completed its handshake \
-                                         on the stand-in certificate with that flaw: what it sends \
-                                         goes to the upstream unverified, as it would directly"
-                                    ),
-                                );
-                            }
-                            s
-                        }
-                        // Shown a stand-in as untrusted as its upstream's
-                        // certificate, the client refused it: closed, as
-                        // by a server whose certificate is refused.
-                        Err(e) if judged.as_ref().is_some_and(|v| !v.is_trusted()) => {
-                            tracing::debug!("TLS client refused the stand-in certificate: {e}");
-                            self.refused(
-                                &tls,
-                                intercepting.as_deref().filter(|_| !mocked),
-                                &e,
-                                judged.as_ref(),
-                            );
-                            if let Some(Verdict::Untrusted { why, .. }) = &judged {
-                                self.relay.events.relay_error(
-                                    self.info,
-                                    "upstream_tls_untrusted",
-                                    &format!(
-                                        "TLS to {name}: {why}; the client refused the stand-in \
-                                         certificate with that flaw, as it would the upstream's"
-                                    ),
-                                );
-                            }
-                            let _ = self.path.set(RelayPath::Https);
-                            sockopt::set_linger_zero(upstream);
-                            return Some(Outcome::Closed);
-                        }
-                        Err(e) => {
-                            if !self.refused(
-                                &tls,
-                                intercepting.as_deref().filter(|_| !mocked),
-                                &e,
-                                judged.as_ref(),
-                            ) {
-                                tracing::debug!("TLS handshake with the client failed: {e}");
-                            }
-                            let _ = self.path.set(RelayPath::Https);
-                            sockopt::set_linger_zero(client);
-                            sockopt::set_linger_zero(upstream);
-                            return Some(Outcome::Reset);
-                        }
-                    },
-                };
-                (
-                    Side::tls(session, client),
-                    up,
-                    hello.server_name,
-                    RelayPath::Https,
-                    h2,
-                )
+            // Shown a stand-in as untrusted as its upstream's certificate,
+            // the client refused it: closed, as by a server whose
+            // certificate is refused.
+            Err(e) if judged.is_some_and(|v| !v.is_trusted()) => {
+                tracing::debug!("TLS client refused the stand-in certificate: {e}");
+                self.refused(t.tls, dest, &e, judged);
+                untrusted("refused");
+                Err(Some(self.closed_https(t.upstream)))
             }
-        };
+            Err(e) => {
+                if !self.refused(t.tls, dest, &e, judged) {
+                    tracing::debug!("TLS handshake with the client failed: {e}");
+                }
+                let _ = self.path.set(RelayPath::Https);
+                sockopt::set_linger_zero(t.client);
+                sockopt::set_linger_zero(t.upstream);
+                Err(Some(Outcome::Reset))
+            }
+        }
+    }
+
+    /// The HTTPS connection is closed after its client's handshake, its
+    /// upstream reset (it never saw a request).
+    fn closed_https(&self, upstream: &TcpStream) -> Outcome {
+        let _ = self.path.set(RelayPath::Https);
+        sockopt::set_linger_zero(upstream);
+        Outcome::Closed
+    }
+
+    /// The HTTP layer over the two sides: the HTTP/2 engine, or HTTP/1.1's
+    /// two sides as the readers of the connection's pipelines.
+    async fn run_http(
+        &self,
+        client: &TcpStream,
+        upstream: &TcpStream,
+        ep: &EndpointTls,
+        inside: Option<Arc<dyn Interception>>,
+        sides: Sides<'_>,
+    ) -> Outcome {
+        let Sides {
+            client: mut client_side,
+            upstream: mut upstream_side,
+            sni,
+            path,
+            h2,
+            up_tls,
+        } = sides;
         Side::join(&mut client_side, &mut upstream_side);
         let _ = self.path.set(path);
         let x = Exchange {
@@ -421,10 +572,9 @@ impl Conn<'_> {
                 redial: self.redial(upstream, inside, up_tls),
                 moved_on: Default::default(),
             };
-            return Some(
-                self.h2(client, upstream, client_side, upstream_side, x, reach)
-                    .await,
-            );
+            return self
+                .h2(client, upstream, client_side, upstream_side, x, reach)
+                .await;
         }
         let (requests, responses) = exchange::sides(x);
         let meter = self.meter();
@@ -453,7 +603,7 @@ impl Conn<'_> {
         let (up, down) = (up.map(|(end, _)| end), down.map(|(end, _)| end));
         let outcome = run_pair(Box::pin(up), Box::pin(down), client, Some(upstream)).await;
         self.teardown(outcome, client, Some(upstream)).await;
-        Some(outcome)
+        outcome
     }
 
     /// Terminates a TLS client whose hello is waiting (`respond` over
