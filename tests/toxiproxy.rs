@@ -1108,3 +1108,80 @@ fn populating_an_unchanged_proxy_named_by_host_keeps_its_toxics() {
         "the toxic was dropped: {v}"
     );
 }
+
+/// A `stall` added through the API holds the data until it is removed;
+/// removed mid-transfer, with the client's upload backed up behind it
+/// (the relay's reader waiting for room in a stage that reads nothing),
+/// what it held and the rest go through, every byte. (The relay once
+/// could not pause that reader to unlink the stage: the data stayed held
+/// for good, and no later change to the connection's faults took.)
+#[test]
+fn a_stall_removed_mid_upload_lets_the_rest_through() {
+    const TOTAL: usize = 32 << 20;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let up = Server::start("127.0.0.1:0", move |mut s| {
+        let mut got = 0usize;
+        let mut b = vec![0u8; 1 << 16];
+        while let Ok(n) = s.read(&mut b) {
+            if n == 0 {
+                break;
+            }
+            got += n;
+        }
+        let _ = tx.send(got);
+    });
+    let p = server(&[]);
+    let u = p.url();
+    let (st, v) = create(
+        &u,
+        json!({"name": "t", "listen": "127.0.0.1:0", "upstream": up.addr.to_string()}),
+    );
+    assert_eq!(st, 201, "{v}");
+    let addr = listen_of(&v);
+    let (st, v) = add_toxic(
+        &u,
+        "t",
+        json!({"name": "hold", "type": "stall", "stream": "upstream", "attributes": {}}),
+    );
+    assert_eq!(st, 200, "{v}");
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let sent = std::sync::Arc::new(AtomicUsize::new(0));
+    let mut c = connect(addr);
+    let writer = {
+        let sent = sent.clone();
+        let mut c = c.try_clone().unwrap();
+        std::thread::spawn(move || {
+            let chunk = vec![b'u'; 1 << 16];
+            while sent.load(Ordering::SeqCst) < TOTAL {
+                if c.write_all(&chunk).is_err() {
+                    return;
+                }
+                sent.fetch_add(chunk.len(), Ordering::SeqCst);
+            }
+            let _ = c.shutdown(std::net::Shutdown::Write);
+        })
+    };
+    // Until the upload is backed up: nothing more accepted for 300 ms.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut last = usize::MAX;
+    loop {
+        std::thread::sleep(Duration::from_millis(300));
+        let now = sent.load(Ordering::SeqCst);
+        if now == last {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the upload never backed up");
+        last = now;
+    }
+    assert!(last < TOTAL, "the whole upload got past the stall");
+    let (st, _) = http("DELETE", &format!("{u}/proxies/t/toxics/hold"), None, &[]);
+    assert_eq!(st, 204);
+    let got = rx
+        .recv_timeout(Duration::from_secs(30))
+        .unwrap_or_else(|_| panic!("the upload stayed held: {}", p.stderr()));
+    assert_eq!(got, TOTAL);
+    writer.join().unwrap();
+    let mut rest = Vec::new();
+    c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let _ = c.read_to_end(&mut rest);
+}

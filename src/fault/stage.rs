@@ -71,9 +71,38 @@ impl Output {
     }
 
     /// Sends one item; waits for room. Never cancelled midway by a stop.
-    pub(crate) async fn send(&self, item: Item) -> Result<(), Gone> {
-        let tx = self.0.lock().await;
-        tx.send(item).await.map_err(|_| Gone)
+    /// The wait for room does not hold the sender: a change may re-point
+    /// it meanwhile, and the item then goes where it points now. (Held
+    /// through the wait, a sender blocked on a stage that stopped reading
+    /// — a stall — kept the pipeline from pausing it, so that stage could
+    /// never be removed, nor another linked before it.)
+    pub(crate) async fn send(&self, mut item: Item) -> Result<(), Gone> {
+        use tokio::sync::mpsc::error::TrySendError;
+        loop {
+            let tx = {
+                let tx = self.0.lock().await;
+                match tx.try_send(item) {
+                    Ok(()) => return Ok(()),
+                    Err(TrySendError::Closed(_)) => return Err(Gone),
+                    Err(TrySendError::Full(back)) => {
+                        item = back;
+                        tx.clone()
+                    }
+                }
+            };
+            let room = tx.reserve().await;
+            let now = self.0.lock().await;
+            if now.same_channel(&tx) {
+                return match room {
+                    Ok(permit) => {
+                        permit.send(item);
+                        Ok(())
+                    }
+                    Err(_) => Err(Gone),
+                };
+            }
+            // Re-pointed while it waited: again, to where it points now.
+        }
     }
 
     /// `(free, total)` slots of the channel now, if nobody holds it (a

@@ -387,3 +387,224 @@ async fn write_items(
     // Every stage ended without a verdict: nothing can flow any more.
     (DirEnd::Reset, total)
 }
+
+/// One direction in-process, on a paused clock: its source a task that
+/// sends numbered chunks, its destination an in-memory pipe, its faults
+/// changed while bytes flow — what reaches the destination, and when.
+#[cfg(test)]
+mod tests {
+    use tokio::io::AsyncReadExt;
+
+    use super::*;
+    use crate::events::{Marks, Stats};
+    use crate::fault::testing::ctx;
+    use crate::units::Window;
+
+    /// The stages wanted: each fault's id and parameters, in order.
+    type Stages = Vec<(u64, Arc<FaultSpec>)>;
+
+    /// The faults as a test changes them: each change, the stages wanted.
+    struct Changes {
+        rx: mpsc::Receiver<Stages>,
+        now: Stages,
+    }
+
+    impl Feed for Changes {
+        async fn changed(&mut self) -> bool {
+            match self.rx.recv().await {
+                Some(w) => {
+                    self.now = w;
+                    true
+                }
+                None => false,
+            }
+        }
+
+        fn wanted(&mut self) -> Vec<Wanted> {
+            self.now
+                .iter()
+                .map(|(id, spec)| Wanted {
+                    id: *id,
+                    spec: spec.clone(),
+                    ctx: ctx(Window::ALWAYS),
+                })
+                .collect()
+        }
+    }
+
+    fn spec(flag: &str) -> Arc<FaultSpec> {
+        Arc::new(crate::profile::parse_fault_flag(flag).expect("a fault"))
+    }
+
+    /// `n` chunks of 5 bytes ("0042\n"), one per virtual millisecond.
+    fn chunk(i: usize) -> Vec<u8> {
+        format!("{i:04}\n").into_bytes()
+    }
+
+    /// Runs one direction: `n` chunks sent, the faults `first` linked
+    /// from the start, `changes` applied at their times. Returns how it
+    /// ended, and each chunk's arrival, in ms from the start, in the order
+    /// the bytes came.
+    async fn run_with(
+        n: usize,
+        first: Stages,
+        changes: Vec<(u64, Stages)>,
+    ) -> ((DirEnd, u64), Vec<(usize, u64)>) {
+        crate::timer::runtime_clock_only();
+        let began = Instant::now();
+        let (feed_tx, feed_rx) = mpsc::channel(8);
+        tokio::spawn(async move {
+            for (at, wanted) in changes {
+                tokio::time::sleep_until(began + Duration::from_millis(at)).await;
+                let _ = feed_tx.send(wanted).await;
+            }
+            // Kept open: the feed ends with the direction.
+            std::future::pending::<()>().await;
+        });
+        let mut feed = Changes {
+            rx: feed_rx,
+            now: first,
+        };
+        let (ours, mut theirs) = tokio::io::duplex(1 << 20);
+        let source = Source::Driven(Box::new(move |out: Output| {
+            Box::pin(async move {
+                for i in 0..n {
+                    let at = Instant::now();
+                    let item = Item {
+                        at,
+                        kind: ItemKind::Data(chunk(i).into()),
+                    };
+                    if out.send(item).await.is_err() {
+                        return;
+                    }
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+                let _ = out
+                    .send(Item {
+                        at: Instant::now(),
+                        kind: ItemKind::Fin,
+                    })
+                    .await;
+            })
+        }));
+        let reader = tokio::spawn(async move {
+            let mut got = Vec::new();
+            let mut arrivals = Vec::new();
+            let mut buf = [0u8; 4096];
+            loop {
+                match theirs.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(k) => {
+                        got.extend_from_slice(&buf[..k]);
+                        let ms = began.elapsed().as_millis() as u64;
+                        while got.len() >= 5 * (arrivals.len() + 1) {
+                            let at = 5 * arrivals.len();
+                            let text = std::str::from_utf8(&got[at..at + 4]).unwrap();
+                            arrivals.push((text.parse::<usize>().unwrap(), ms));
+                        }
+                    }
+                }
+            }
+            arrivals
+        });
+        let (stats, marks) = (Stats::default(), Marks::default());
+        let proxy = stats.proxy("test");
+        let meter = Meter {
+            global: &stats,
+            proxy: &proxy,
+            marks: &marks,
+        };
+        let sink = Sink::Local(Box::new(ours));
+        let direction = run(source, sink, Direction::Downstream, &mut feed, &meter);
+        let end = tokio::time::timeout(Duration::from_secs(60), direction)
+            .await
+            .expect("the direction ends within a virtual minute");
+        let arrivals = tokio::time::timeout(Duration::from_secs(60), reader)
+            .await
+            .expect("the destination ends")
+            .unwrap();
+        (end, arrivals)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn faults_linked_and_unlinked_mid_stream_lose_and_reorder_nothing() {
+        let latency = spec("latency:delay=30ms");
+        let slow = spec("bandwidth:rate=5KB/s");
+        let changes = vec![
+            (20, vec![(1, latency.clone())]),
+            (60, vec![(1, latency.clone()), (2, slow.clone())]),
+            (90, vec![(2, slow.clone())]),
+            (120, vec![]),
+            (150, vec![(3, latency.clone())]),
+        ];
+        let ((end, total), arrivals) = run_with(200, vec![], changes).await;
+        assert!(matches!(end, DirEnd::Fin), "{end:?}");
+        assert_eq!(total, 200 * 5);
+        // Every chunk, once, in order.
+        let order: Vec<usize> = arrivals.iter().map(|(i, _)| *i).collect();
+        assert_eq!(order, (0..200).collect::<Vec<_>>());
+        // Before any fault: at once. With the latency linked (sent 20 ms
+        // to 60 ms): 30 ms late. Unlinked at 120 ms: what it held went on
+        // then; what came after, at once, until the last link at 150 ms.
+        let late = |i: usize| arrivals[i].1 as i64 - i as i64;
+        assert!(late(5) <= 1, "chunk 5 {}ms late", late(5));
+        assert!(
+            (29..=31).contains(&late(40)),
+            "chunk 40 {}ms late",
+            late(40)
+        );
+        assert!(late(135) <= 1, "chunk 135 {}ms late", late(135));
+        assert!(
+            (29..=31).contains(&late(180)),
+            "chunk 180 {}ms late",
+            late(180)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stall_unlinked_hands_on_what_it_held_at_once() {
+        let stall = spec("stall:after_bytes=50");
+        let changes = vec![(500, vec![])];
+        let ((end, total), arrivals) = run_with(40, vec![(1, stall)], changes).await;
+        assert!(matches!(end, DirEnd::Fin), "{end:?}");
+        assert_eq!(total, 40 * 5);
+        let order: Vec<usize> = arrivals.iter().map(|(i, _)| *i).collect();
+        assert_eq!(order, (0..40).collect::<Vec<_>>());
+        // The first 50 bytes (10 chunks) passed as they came; the rest
+        // were held (the source pushed back once the stage's queue was
+        // full) until the stall was removed: then what it held went on at
+        // once, and the rest as it came.
+        assert!(arrivals[9].1 < 20, "{:?}", arrivals[9]);
+        assert_eq!(arrivals[10].1, 500, "{arrivals:?}");
+        assert!(
+            arrivals[10..].iter().all(|(_, at)| *at >= 500),
+            "{arrivals:?}"
+        );
+        assert!(arrivals[39].1 < 560, "{arrivals:?}");
+    }
+
+    /// A stage linked before one that has stopped reading (a stall whose
+    /// queue is full, its sender waiting for room) is linked at once, and
+    /// acts on what comes after.
+    #[tokio::test(start_paused = true)]
+    async fn a_fault_is_linked_before_a_stall_that_pushes_back() {
+        let stall = spec("stall:after_bytes=50");
+        let latency = spec("latency:delay=40ms");
+        let changes = vec![
+            (300, vec![(2, latency.clone()), (1, stall.clone())]),
+            (600, vec![(2, latency)]),
+        ];
+        let ((end, _), arrivals) = run_with(60, vec![(1, stall)], changes).await;
+        assert!(matches!(end, DirEnd::Fin), "{end:?}");
+        let order: Vec<usize> = arrivals.iter().map(|(i, _)| *i).collect();
+        assert_eq!(order, (0..60).collect::<Vec<_>>());
+        // Held by the stall until 600 ms, whatever was linked before it.
+        assert!(
+            arrivals[10..].iter().all(|(_, at)| *at >= 600),
+            "{arrivals:?}"
+        );
+        // Sent after the release, each passes the latency linked at 300 ms.
+        let (i, at) = arrivals[59];
+        assert!(at >= 600 + 40, "chunk {i} at {at}ms: {arrivals:?}");
+    }
+}
