@@ -693,3 +693,70 @@ async fn http2_a_stream_drops_after_its_nth_event() {
     assert!(!text.contains("\"i\":2"), "{text}");
     assert!(!whole, "a dropped stream ended well: {text}");
 }
+
+/// Closes as they come: the upstream's end mid-body reaches the client
+/// after the bytes before it, an end the body's framing did not expect
+/// included — the client's parser, not netchaos, judges it.
+#[tokio::test(start_paused = true)]
+async fn an_upstream_close_mid_body_reaches_the_client_after_its_bytes() {
+    crate::timer::runtime_clock_only();
+    let mut p = Pair::new(&["http_status:status=529,path=/other"]);
+    p.client.write_all(GET).await.unwrap();
+    let _ = within_a_minute(p.to_upstream.recv()).await;
+    let cut = b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nhell";
+    p.upstream.write_all(cut).await.unwrap();
+    p.upstream.shutdown().await.unwrap();
+    let down = p.client_gets().await;
+    assert_eq!(&down.bytes[..], cut);
+    assert_eq!(down.end, Some(ItemKind::Fin));
+}
+
+/// An upstream that closes an idle keep-alive connection: the client gets
+/// the FIN; what it sends after goes to the upstream as bytes, for its
+/// kernel to answer as it would directly.
+#[tokio::test(start_paused = true)]
+async fn an_upstream_close_between_responses_is_the_clients_too() {
+    crate::timer::runtime_clock_only();
+    let mut p = Pair::new(&["http_status:status=529,path=/other"]);
+    p.client.write_all(GET).await.unwrap();
+    let first = within_a_minute(p.to_upstream.recv()).await;
+    assert!(matches!(first.map(|i| i.kind), Some(ItemKind::Data(_))));
+    p.upstream.write_all(OK).await.unwrap();
+    p.upstream.shutdown().await.unwrap();
+    let down = p.client_gets().await;
+    assert_eq!(&down.bytes[..], OK);
+    assert_eq!(down.end, Some(ItemKind::Fin));
+    p.client.write_all(b"late").await.unwrap();
+    p.client.shutdown().await.unwrap();
+    let up = p.upstream_gets().await;
+    assert_eq!(&up.bytes[..], b"late");
+    assert_eq!(up.end, Some(ItemKind::Fin));
+}
+
+/// The upstream's HTTP/2 connection gone mid-body: the client's stream
+/// fails after the bytes that came — never an answer that ended well.
+#[tokio::test(start_paused = true)]
+async fn http2_an_upstream_gone_mid_body_fails_the_stream() {
+    crate::timer::runtime_clock_only();
+    let mut h = H2::new(&["http_delay:delay=1ms,path=/none"]).await;
+    let answer = h.get("/v1/messages").await;
+    let (_req, mut respond) = h.upstream_request().await.expect("the request went up");
+    let mut send = respond
+        .send_response(hyper::http::Response::new(()), false)
+        .expect("head");
+    send.send_data(bytes::Bytes::from_static(b"half"), false)
+        .expect("body");
+    // Its frames out, then the connection gone.
+    let H2 { upstream, .. } = h;
+    let mut upstream = upstream;
+    let _ = within_a_minute(std::future::poll_fn(|cx| {
+        let _ = upstream.poll_closed(cx);
+        std::task::Poll::Ready(())
+    }))
+    .await;
+    drop((send, respond, upstream));
+    let (status, body, whole) = read_partial(answer).await;
+    assert_eq!(status, Some(200));
+    assert_eq!(&body[..], b"half");
+    assert!(!whole, "the stream ended well");
+}
