@@ -12,6 +12,8 @@
 //! loop.
 
 mod http;
+#[cfg(test)]
+mod tests;
 
 pub(crate) use http::EndpointTls;
 
