@@ -425,7 +425,22 @@ fn at_the_connection_limit_new_clients_are_refused_at_connect() {
     let open: Vec<TcpStream> = (0..3)
         .map(|_| TcpStream::connect(p.addr()).unwrap())
         .collect();
-    std::thread::sleep(Duration::from_millis(300));
+    // Until the relay holds all three (the kernel accepts before it does).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (_, m) = http("GET", &format!("{}/metrics", p.url()), None, &[]);
+        let m = m.as_str().unwrap_or_default().to_string();
+        if m.lines()
+            .any(|l| l.starts_with("netchaos_connections_open{") && l.ends_with(" 3"))
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "three connections never open:\n{m}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     for _ in 0..5 {
         let e = TcpStream::connect_timeout(&p.addr(), Duration::from_secs(2)).unwrap_err();
         assert_eq!(e.kind(), ErrorKind::ConnectionRefused, "{e}");
