@@ -200,10 +200,7 @@ pub(crate) struct Forwarding {
 impl Forwarding {
     /// Its `http_rewrite` edits include one to its body (read whole first).
     pub(crate) fn body_edits(&self) -> bool {
-        self.d
-            .rewrites
-            .iter()
-            .any(|(_, w)| w.edits().body.is_some())
+        edits_body(&self.d.rewrites)
     }
 
     /// Its `http_rewrite` edits, in rule order: `edit` applies one to the
@@ -278,10 +275,7 @@ pub(crate) struct Responding {
 impl Responding {
     /// Its `http_rewrite` edits include one to its body.
     pub(crate) fn body_edits(&self) -> bool {
-        self.on
-            .rewrites
-            .iter()
-            .any(|(_, w)| w.edits().body.is_some())
+        edits_body(&self.on.rewrites)
     }
 
     /// Its `http_rewrite` edits in rule order, from `status`: `edit`
@@ -301,6 +295,11 @@ impl Responding {
             .each(x, meta, &self.on.rewrites, Some(status), edit)
             .unwrap_or(status)
     }
+}
+
+/// Whether any of `rewrites` edits a body.
+fn edits_body(rewrites: &[(Chosen, HttpRewrite)]) -> bool {
+    rewrites.iter().any(|(_, w)| w.edits().body.is_some())
 }
 
 /// Which of a message's rewrites have been counted (each once, however
