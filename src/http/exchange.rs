@@ -1240,17 +1240,19 @@ impl ResponseSide {
             Err(e) => return Ok(self.unfollowed(&meta, e)),
         };
         // A switch (a 101, a 2xx to CONNECT) tells the request side a
-        // tunnel follows; anything else that HTTP goes on, every later
-        // request in reach of the faults.
-        let tunnel = framing == Framing::Tunnel;
-        if let Some(s) = switched.take() {
-            let _ = s.send(tunnel);
-        }
-        if tunnel {
+        // tunnel follows, once its head is on its way; anything else that
+        // HTTP goes on, every later request in reach of the faults.
+        if framing == Framing::Tunnel {
             // Switched: the answer is whole, what follows another protocol.
             meta.attempt.mark(Attempt::done);
             send_data(io.out, io.buf.split_to(head.head_len).freeze()).await?;
+            if let Some(s) = switched.take() {
+                let _ = s.send(true);
+            }
             return Ok(Next::Raw);
+        }
+        if let Some(s) = switched.take() {
+            let _ = s.send(false);
         }
         let followed = Followed {
             meta: &meta,
@@ -1350,7 +1352,9 @@ impl ResponseSide {
             meta.attempt
                 .mark(|a| a.not_taped("a response fault followed its body"));
         }
-        if !sse.is_empty() {
+        // A truncation comes first: the events of a body it cuts are not
+        // counted (as over HTTP/2).
+        if !sse.is_empty() && r.on.truncate.is_none() {
             return self.events(io, f, &sse, format.unwrap_or_default()).await;
         }
         let truncate = r.on.truncate.as_ref();

@@ -760,3 +760,43 @@ async fn http2_an_upstream_gone_mid_body_fails_the_stream() {
     assert_eq!(&body[..], b"half");
     assert!(!whole, "the stream ended well");
 }
+
+/// An event stream both truncated and faulted by `sse`: the truncation
+/// acts (the bytes as they came, cut after its count) and the `sse` fault
+/// is not counted — the same on both engines.
+#[tokio::test(start_paused = true)]
+async fn a_truncation_comes_before_an_sse_fault() {
+    crate::timer::runtime_clock_only();
+    let mut p = Pair::new(&["sse:drop_after_events=4", "http_truncate:after_bytes=40"]);
+    p.client.write_all(GET).await.unwrap();
+    let _ = within_a_minute(p.to_upstream.recv()).await;
+    let answer = sse_answer(5);
+    p.upstream.write_all(&answer).await.unwrap();
+    let down = p.client_gets().await;
+    let head_len = answer.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    assert_eq!(&down.bytes[..], &answer[..head_len + 40]);
+    assert_eq!(down.end, Some(ItemKind::Close));
+    let faulted = p.events.stats.http_faulted.lock().unwrap().clone();
+    assert_eq!(faulted.get(&("http_truncate", 200, None)), Some(&1));
+    assert_eq!(faulted.len(), 1, "{faulted:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn http2_a_truncation_comes_before_an_sse_fault() {
+    crate::timer::runtime_clock_only();
+    let mut h = H2::new(&["sse:drop_after_events=4", "http_truncate:after_bytes=40"]).await;
+    let r = h.get("/v1/messages").await;
+    let events: Vec<Vec<u8>> = (0..5)
+        .map(|i| format!("event: message_delta\ndata: {{\"i\":{i}}}\n\n").into_bytes())
+        .collect();
+    let pieces: Vec<&[u8]> = events.iter().map(Vec::as_slice).collect();
+    answer(&mut h, "text/event-stream", &pieces).await;
+    let (_, events_out) = h.serve_upstream();
+    let (status, body, whole) = read_partial(r).await;
+    assert_eq!(status, Some(200));
+    assert_eq!(&body[..], &events.concat()[..40]);
+    assert!(!whole, "a truncated answer ended well");
+    let faulted = events_out.stats.http_faulted.lock().unwrap().clone();
+    assert_eq!(faulted.get(&("http_truncate", 200, None)), Some(&1));
+    assert_eq!(faulted.len(), 1, "{faulted:?}");
+}
