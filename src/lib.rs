@@ -33,7 +33,8 @@
 //! What to do:
 //!
 //! * `fault` — the fault kinds, one file each, registered in one place, in
-//!   layers (connect, stream, packet, http, tls, dns); stream faults are
+//!   layers (connect, stream, packet, http, tls, dns), each saying what it
+//!   does where its layer asks (`fault::acts`); stream faults are
 //!   pipeline stages that know no socket; connect-phase decisions are pure
 //!   functions (`fault::connect`).
 //! * `mock` — the built-in upstream: the providers' wire formats
@@ -62,7 +63,8 @@
 //! * `socket` — sockets as the engines use them: the options tokio lacks,
 //!   and a peer as a direction writes to it (TCP, or TLS over it).
 //! * `http` — the HTTP layer: HTTP/1.1 on the wire without rewriting
-//!   (`http::wire`), each request's faults (`http::decide`, pure),
+//!   (`http::wire`), each request's faults (`http::decide`, pure), the
+//!   phases every request goes through on either engine (`http::phases`),
 //!   server-sent events (`http::events`), heads edited in flight
 //!   (`http::rewrite`), and the two sides that follow one connection's
 //!   requests and responses (`http::exchange`); HTTP/2 (gRPC) ended and
