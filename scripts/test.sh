@@ -191,6 +191,8 @@ else
   # The tests themselves, in a network namespace of their own: root makes
   # one directly; a user needs an (unprivileged) user namespace for it.
   log=$(mktemp)
+  # Kept until the summary at the end has listed the failing tests.
+  trap 'rm -f "$log" "$log.failures"' EXIT
   inner='ip link set lo up && exec cargo test --offline --all-targets --no-fail-fast "$@"'
   if [ "$(id -u)" = 0 ]; then
     isolate=(unshare --net)

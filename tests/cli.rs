@@ -264,7 +264,11 @@ fn every_builtin_profile_checks() {
 
 fn demo_table(args: &[&str]) -> (String, String) {
     let started = std::time::Instant::now();
-    let mut full = vec!["demo"];
+    // The demo always leaves its report (by default in $TMPDIR): this
+    // one's goes to the test's own directory, removed with it.
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("report.html");
+    let mut full = vec!["demo", "--report", report.to_str().unwrap()];
     full.extend_from_slice(args);
     let (code, out, err) = netchaos(&full);
     assert_eq!(code, 0, "{err}");
@@ -657,12 +661,15 @@ fn demo_events_hold_each_scenarios_run() {
     }
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("demo.jsonl");
+    let report = dir.path().join("report.html");
     let (code, _, err) = netchaos(&[
         "demo",
         "--only",
         "healthy",
         "--events",
         file.to_str().unwrap(),
+        "--report",
+        report.to_str().unwrap(),
     ]);
     assert_eq!(code, 0, "{err}");
     let events = read_events(&file);

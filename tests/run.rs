@@ -434,9 +434,15 @@ fn disabled_user_namespaces_are_explained_and_the_command_never_runs() {
     assert!(!marker.exists(), "the command ran");
 
     // The demo falls back to an in-process client there, and says why.
+    // (Its report goes to a directory of nobody's in the test's, removed
+    // with it.)
+    let reports = nobody.dir.path().join("reports");
+    std::fs::create_dir(&reports).unwrap();
+    std::os::unix::fs::chown(&reports, Some(65534), Some(65534)).unwrap();
     let inner = format!(
-        "echo 0 > /proc/sys/user/max_user_namespaces && exec setpriv --reuid=65534 --regid=65534 --clear-groups {} demo --only healthy",
-        nobody.dir.path().join("netchaos").display()
+        "echo 0 > /proc/sys/user/max_user_namespaces && exec setpriv --reuid=65534 --regid=65534 --clear-groups {} demo --only healthy --report {}",
+        nobody.dir.path().join("netchaos").display(),
+        reports.join("report.html").display()
     );
     let out = Command::new("python3")
         .arg(concat!(

@@ -45,7 +45,10 @@ def main():
             "--disable-extensions", "--disable-background-networking",
             "--disable-component-update", "--disable-sync", "--metrics-recording-only",
             "--user-data-dir=" + profile, "about:blank"]
+    # Its own temporary files (the singleton socket's directory, which a
+    # killed Chromium leaves) go in the profile, removed below.
     proc = subprocess.Popen(args, preexec_fn=fds, pass_fds=(3, 4),
+                            env=dict(os.environ, TMPDIR=profile),
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     os.close(to_r)
     os.close(from_w)
