@@ -107,11 +107,11 @@ pub(crate) fn decide(chosen: &[Chosen], query: &Query, transport: Transport) -> 
         delay: Duration::ZERO,
         acting: Vec::new(),
     };
-    // Where the holds are among the faults acting.
-    let mut holds = Vec::new();
+    // The faults acting, in rule order, and whether each is a hold.
+    let mut acting: Vec<(Chosen, bool)> = Vec::new();
+    let udp = transport == Transport::Udp;
     for c in chosen {
         // The kind's own hook says what it does (no kind is named here).
-        let udp = transport == Transport::Udp;
         let act = c
             .spec
             .kind
@@ -120,8 +120,7 @@ pub(crate) fn decide(chosen: &[Chosen], query: &Query, transport: Transport) -> 
             Some(DnsAct::Hold(t)) => {
                 if d.action != Action::Silence {
                     d.delay += t;
-                    holds.push(d.acting.len());
-                    d.acting.push(c.clone());
+                    acting.push((c.clone(), true));
                 }
                 continue;
             }
@@ -131,18 +130,19 @@ pub(crate) fn decide(chosen: &[Chosen], query: &Query, transport: Transport) -> 
         };
         if d.action == Action::Forward {
             d.action = ends;
-            d.acting.push(c.clone());
+            acting.push((c.clone(), false));
         }
     }
-    if d.action == Action::Silence {
-        // Nothing is held that is never sent.
+    // Nothing is held that is never sent.
+    let silent = d.action == Action::Silence;
+    if silent {
         d.delay = Duration::ZERO;
-        let mut i = 0;
-        d.acting.retain(|_| {
-            i += 1;
-            !holds.contains(&(i - 1))
-        });
     }
+    d.acting = acting
+        .into_iter()
+        .filter(|(_, hold)| !(silent && *hold))
+        .map(|(c, _)| c)
+        .collect();
     d
 }
 

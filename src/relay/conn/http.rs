@@ -482,30 +482,35 @@ impl Conn<'_> {
             .tls
             .accept(TcpRef(t.client), name, agreed.agree.clone(), judged)
             .await;
-        let untrusted = |what: &str| {
-            if let Some(Verdict::Untrusted { why, .. }) = judged {
-                let kind = match what {
-                    "completed" => "upstream_tls_unverified",
-                    _ => "upstream_tls_untrusted",
-                };
-                let said = match what {
-                    "completed" => format!(
+        // A stand-in with the upstream's flaw: the client took it
+        // (`completed`), or refused it, as it would the upstream's.
+        let flawed = |completed: bool| {
+            let Some(Verdict::Untrusted { why, .. }) = judged else {
+                return;
+            };
+            let (kind, said) = match completed {
+                true => (
+                    "upstream_tls_unverified",
+                    format!(
                         "TLS to {name}: {why}; the client completed its handshake \
                          on the stand-in certificate with that flaw: what it sends \
                          goes to the upstream unverified, as it would directly"
                     ),
-                    _ => format!(
+                ),
+                false => (
+                    "upstream_tls_untrusted",
+                    format!(
                         "TLS to {name}: {why}; the client refused the stand-in \
                          certificate with that flaw, as it would the upstream's"
                     ),
-                };
-                self.relay.events.relay_error(self.info, kind, &said);
-            }
+                ),
+            };
+            self.relay.events.relay_error(self.info, kind, &said);
         };
         let dest = t.intercepting.as_deref();
         match accepted {
             Ok(s) => {
-                untrusted("completed");
+                flawed(true);
                 Ok(s)
             }
             // Shown a stand-in as untrusted as its upstream's certificate,
@@ -514,7 +519,7 @@ impl Conn<'_> {
             Err(e) if judged.is_some_and(|v| !v.is_trusted()) => {
                 tracing::debug!("TLS client refused the stand-in certificate: {e}");
                 self.refused(t.tls, dest, &e, judged);
-                untrusted("refused");
+                flawed(false);
                 Err(Some(self.closed_https(t.upstream)))
             }
             Err(e) => {
