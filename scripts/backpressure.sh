@@ -23,6 +23,7 @@ if [[ -z ${BP_INSIDE:-} ]]; then
 fi
 
 NC=$PWD/target/release/netchaos
+WRITE="$PWD/tests/support/write_until_blocked.py"
 ROUNDS=${1:-2}
 NS=bp-peer-$$
 DIR=$(mktemp -d)
@@ -49,26 +50,6 @@ while True:
     if len(held) > 50:
         held.pop(0).close()
 EOF
-# Writes until no write has gone through for 2 s (60 s at most); prints the
-# bytes accepted, the send buffer and the MSS of the client's socket.
-cat >"$DIR/write.py" <<'EOF'
-import select, socket, sys, time
-s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=10)
-s.setblocking(False)
-total, idle, buf = 0, None, b"x" * 65536
-deadline = time.monotonic() + 60
-while time.monotonic() < deadline:
-    try:
-        total += s.send(buf)
-        idle = None
-    except BlockingIOError:
-        idle = idle or time.monotonic()
-        if time.monotonic() - idle > 2.0:
-            break
-        select.select([], [s], [], 0.1)
-mss = s.getsockopt(socket.IPPROTO_TCP, socket.TCP_MAXSEG)
-print(f"{total} (sndbuf {s.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)}, mss {mss})")
-EOF
 
 ip link set lo up
 ip netns add "$NS"
@@ -92,10 +73,10 @@ sleep 0.5
 gbits() { awk '/receiver/ {print $7}'; }
 for ((r = 1; r <= ROUNDS; r++)); do
   echo "round $r"
-  echo "  accepted, veth:     direct $(python3 "$DIR/write.py" 10.77.0.2 9000)"
-  echo "                      run    $("$NC" -qq run -- python3 "$DIR/write.py" 10.77.0.2 9000)"
-  echo "  accepted, loopback: direct $(python3 "$DIR/write.py" 127.0.0.1 9001)"
-  echo "                      run    $("$NC" -qq run -- python3 "$DIR/write.py" 127.0.0.1 9001)"
+  echo "  accepted, veth:     direct $(python3 "$WRITE" 10.77.0.2 9000 --detail)"
+  echo "                      run    $("$NC" -qq run -- python3 "$WRITE" 10.77.0.2 9000 --detail)"
+  echo "  accepted, loopback: direct $(python3 "$WRITE" 127.0.0.1 9001 --detail)"
+  echo "                      run    $("$NC" -qq run -- python3 "$WRITE" 127.0.0.1 9001 --detail)"
   echo "  iperf3 under run, Gbit/s: veth up $("$NC" -qq run -- iperf3 -c 10.77.0.2 -p 5201 -t 3 -f g | gbits)," \
     "loopback up $("$NC" -qq run -- iperf3 -c 127.0.0.1 -p 5202 -t 3 -f g | gbits)," \
     "down $("$NC" -qq run -- iperf3 -R -c 127.0.0.1 -p 5202 -t 3 -f g | gbits)"

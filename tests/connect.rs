@@ -586,23 +586,7 @@ fn a_blackout_gives_a_service_inside_the_namespace_an_ethernet_mss() {
 
 /// Writes to a server that never reads until no write has gone through
 /// for 2 s; prints the bytes the path accepted.
-const WRITE_UNTIL_BLOCKED: &str = r#"
-import select, socket, sys, time
-s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=10)
-s.setblocking(False)
-total, idle, buf = 0, None, b"x" * 65536
-deadline = time.monotonic() + 60
-while time.monotonic() < deadline:
-    try:
-        total += s.send(buf)
-        idle = None
-    except BlockingIOError:
-        idle = idle or time.monotonic()
-        if time.monotonic() - idle > 2.0:
-            break
-        select.select([], [s], [], 0.1)
-print(total)
-"#;
+const WRITE_UNTIL_BLOCKED: &str = include_str!("support/write_until_blocked.py");
 
 #[test]
 fn a_server_that_never_reads_stops_the_client_as_soon_as_directly() {
