@@ -2792,6 +2792,14 @@ fn malformed_requests_get_a_400_and_valid_odd_ones_stay_faulted() {
         );
         assert_eq!(out.matches("HTTP/1.1").count(), 1, "{bad:?}: {out:?}");
     }
+    // The last one's error is logged as the relay ends its connection,
+    // which the client may see closed first.
+    wait_for_event(&log, Duration::from_secs(10), |e| {
+        e["kind"] == "http_malformed"
+            && e["detail"]
+                .as_str()
+                .is_some_and(|d| d.starts_with("a request body with"))
+    });
     let malformed: Vec<String> = read_events(&log)
         .iter()
         .filter(|e| e["event"] == "error" && e["kind"] == "http_malformed")
