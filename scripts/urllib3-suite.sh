@@ -58,9 +58,9 @@ side() {
     name=$1 report=$2 wrap=$3 nc=$4 venv=$5; shift 5
     start=$(date +%s.%N)
     if [ "$wrap" = run ]; then
-      "$nc" -q run -- "$venv/bin/python" -m pytest -q -p no:cacheprovider --timeout 120 --junitxml="$report" "$@" >"$report.log" 2>&1
+      "$nc" -q run -- "$venv/bin/python" -m pytest -q -p no:cacheprovider --timeout 120 --basetemp="$report.tmp" --junitxml="$report" "$@" >"$report.log" 2>&1
     else
-      "$venv/bin/python" -m pytest -q -p no:cacheprovider --timeout 120 --junitxml="$report" "$@" >"$report.log" 2>&1
+      "$venv/bin/python" -m pytest -q -p no:cacheprovider --timeout 120 --basetemp="$report.tmp" --junitxml="$report" "$@" >"$report.log" 2>&1
     fi
     end=$(date +%s.%N)
     echo "$start $end" > "$report.time"
