@@ -488,22 +488,23 @@ impl Conn<'_> {
             let Some(Verdict::Untrusted { why, .. }) = judged else {
                 return;
             };
-            let (kind, said) = match completed {
-                true => (
+            let (kind, said) = if completed {
+                (
                     "upstream_tls_unverified",
                     format!(
                         "TLS to {name}: {why}; the client completed its handshake \
                          on the stand-in certificate with that flaw: what it sends \
                          goes to the upstream unverified, as it would directly"
                     ),
-                ),
-                false => (
+                )
+            } else {
+                (
                     "upstream_tls_untrusted",
                     format!(
                         "TLS to {name}: {why}; the client refused the stand-in \
                          certificate with that flaw, as it would the upstream's"
                     ),
-                ),
+                )
             };
             self.relay.events.relay_error(self.info, kind, &said);
         };
