@@ -312,29 +312,10 @@ fn loss_is_as_harsh_as_the_same_loss_on_a_real_path() {
         return;
     }
     let Some(ns) = TestNetns::new() else { return };
-    // The reference: a veth at MTU 1500 carrying one segment per packet
-    // (TSO off, as a NIC cuts segments before the wire; GRO off, veth's
-    // default, so none are merged on the way in), nftables dropping
-    // 10 % of the TCP packets each way in the client's namespace.
-    for (netns, dev) in [(None, &ns.host_if), (Some(&ns.name), &ns.ns_if)] {
-        let mut c = match netns {
-            Some(n) => {
-                let mut c = Command::new("ip");
-                c.args(["netns", "exec", n, "ethtool"]);
-                c
-            }
-            None => Command::new("ethtool"),
-        };
-        let out = c
-            .args(["-K", dev, "tso", "off", "gro", "off"])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
+    // The reference: a veth at MTU 1500 carrying one segment per packet,
+    // nftables dropping 10 % of the TCP packets each way in the client's
+    // namespace.
+    segments_as_a_nic(&ns);
     let rules = ns.sh(
         "nft -f - <<'EOF'\ntable inet refloss {\n\
          chain i { type filter hook input priority 0; meta l4proto tcp numgen random mod 100 < 10 drop; }\n\
@@ -624,6 +605,160 @@ fn a_server_that_never_reads_stops_the_client_as_soon_as_directly() {
         );
         assert!(bytes >= direct * 0.9, "{path}: {bytes} of {direct}");
     }
+}
+
+/// Makes `ns`'s veth carry one segment per packet, both ends: TSO and GSO
+/// off, as a NIC cuts segments before the wire; GRO off (veth's default),
+/// so none are merged on the way in.
+fn segments_as_a_nic(ns: &TestNetns) {
+    for (netns, dev) in [(None, &ns.host_if), (Some(&ns.name), &ns.ns_if)] {
+        let mut c = match netns {
+            Some(n) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", n, "ethtool"]);
+                c
+            }
+            None => Command::new("ethtool"),
+        };
+        let out = c
+            .args(["-K", dev, "tso", "off", "gso", "off", "gro", "off"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// Accepts connections on ARGV[1]:ARGV[2] and holds them, never reading;
+/// prints "ready" once listening.
+const NEVER_READS: &str = r#"
+import socket, sys
+l = socket.socket()
+l.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+l.bind((sys.argv[1], int(sys.argv[2])))
+l.listen(16)
+print("ready", flush=True)
+held = []
+while len(held) < 64:
+    held.append(l.accept()[0])
+"#;
+
+/// Node: writes 64 KiB chunks until none has reached the kernel for 2 s
+/// (a write's callback runs once its bytes are in the socket) and prints
+/// the bytes the kernel took.
+const NODE_WRITE_UNTIL_BLOCKED: &str = r#"
+const net = require("net");
+const s = net.connect(+process.argv[2], process.argv[1]);
+const chunk = Buffer.alloc(65536, 120);
+let taken = 0, last = Date.now();
+s.on("connect", function pump() {
+  while (s.write(chunk, () => { taken += chunk.length; last = Date.now(); }));
+  s.once("drain", pump);
+});
+s.on("error", (e) => { console.error(e.message); process.exit(1); });
+const check = setInterval(() => {
+  if (taken > 0 && Date.now() - last > 2000) {
+    console.log(taken);
+    process.exit(0);
+  }
+}, 100);
+setTimeout(() => { clearInterval(check); console.log(taken); process.exit(0); }, 30000);
+"#;
+
+/// requests.post of 2 MiB with timeout (2, 3): the exception's class and
+/// message, and when it came.
+const REQUESTS_POST: &str = r#"
+import sys, time, requests
+t = time.monotonic()
+try:
+    requests.post(f"http://{sys.argv[1]}:{sys.argv[2]}/", data=b"x" * (2 << 20), timeout=(2, 3))
+    print("answered")
+except Exception as e:
+    print(type(e).__name__, "timed out" in str(e), round(time.monotonic() - t, 1))
+"#;
+
+/// The reference of #49: a server across a veth at MTU 1500 (one segment
+/// per packet) that never reads. What each client's `send()` takes before
+/// it blocks under `run` is within 1.5× of what it takes directly — not
+/// the megabytes a loopback-sized send buffer and the relay's own buffers
+/// would take — so a client fails in the phase it would: `requests.post`
+/// of 2 MiB times out in the send, not waiting for the answer.
+#[test]
+fn a_server_that_never_reads_across_a_path_stops_every_client_as_the_path_does() {
+    if !need(&["python3", "ip", "nft", "ethtool", "curl", "node"]) {
+        return;
+    }
+    let Some(ns) = TestNetns::new() else { return };
+    segments_as_a_nic(&ns);
+    let ip = ns.ns_ip.to_string();
+    let mut sink = PythonBg::in_netns(&ns.name, NEVER_READS, &[&ip, "9000"]);
+    assert_eq!(sink.line(), "ready");
+    let bytes = |client: &str, out: &str| -> f64 {
+        out.trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{client}: {out:?}"))
+    };
+    let body = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(body.path(), vec![b'x'; 8 << 20]).unwrap();
+    let data = format!("@{}", body.path().display());
+    let url = format!("http://{ip}:9000/");
+    let curl = [
+        "curl",
+        "-s",
+        "-o",
+        "/dev/null",
+        "--max-time",
+        "4",
+        "--data-binary",
+        &data,
+        "-w",
+        "%{size_upload}",
+        &url,
+    ];
+    let clients: [(&str, Vec<&str>); 3] = [
+        (
+            "python",
+            vec!["python3", "-c", WRITE_UNTIL_BLOCKED, &ip, "9000"],
+        ),
+        (
+            "node",
+            vec!["node", "-e", NODE_WRITE_UNTIL_BLOCKED, &ip, "9000"],
+        ),
+        ("curl", curl.to_vec()),
+    ];
+    for (client, cmd) in &clients {
+        let direct = Command::new(cmd[0]).args(&cmd[1..]).output().unwrap();
+        let direct = bytes(client, &String::from_utf8_lossy(&direct.stdout));
+        let (_, out, err) = wrapped(&[], cmd);
+        let under_run = bytes(client, &out);
+        eprintln!("{client}: {under_run} bytes taken under run, {direct} directly");
+        let ratio = under_run / direct;
+        assert!(
+            (1.0 / 1.5..=1.5).contains(&ratio),
+            "{client}: {under_run} bytes taken before the write blocked under run, {direct} directly: {err}"
+        );
+    }
+    let (_, direct, _) = python(REQUESTS_POST, &[&ip, "9000"]);
+    let (code, via_run, err) = wrapped(&[], &["python3", "-c", REQUESTS_POST, &ip, "9000"]);
+    assert_eq!(code, 0, "{err}");
+    let (direct, via_run) = (direct.trim(), via_run.trim());
+    assert!(
+        direct.starts_with("ConnectionError True 2."),
+        "the reference: {direct}"
+    );
+    let phase = |s: &str| s.rsplit_once(' ').map(|(p, _)| p.to_string());
+    assert_eq!(
+        phase(via_run),
+        phase(direct),
+        "under run: {via_run}, directly: {direct}"
+    );
+    assert!(
+        via_run.ends_with(" 2.0") || via_run.ends_with(" 2.1"),
+        "{via_run}"
+    );
 }
 
 /// Which of 20 connection attempts were refused, under a seed.

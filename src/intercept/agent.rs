@@ -66,12 +66,14 @@ pub(crate) enum AgentMsg {
     /// Set up; carries the listeners: TCP v4, UDP v4, then TCP v6 and UDP v6
     /// when `v6`, then `icmp` raw ICMP sockets for the DNS forwarder
     /// (IPv4's, then IPv6's). `netns` is the namespace's inode, to
-    /// recognise processes left in it.
+    /// recognise processes left in it; `sends_bounded`: its TCP send
+    /// buffers are bounded ([`bound_send_buffers`]).
     Ready {
         redirects: (u16, u16),
         v6: bool,
         icmp: usize,
         netns: u64,
+        sends_bounded: bool,
     },
     Failed {
         message: String,
@@ -112,6 +114,33 @@ pub(crate) enum Request {
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct Reply {
     pub error: Option<String>,
+}
+
+/// Bounds the TCP send buffers of the namespace's sockets: the command's
+/// sockets sit on loopback, where the kernel would autotune them to
+/// megabytes from the first window on, while a real path's stays near its
+/// bandwidth-delay product; the relay holds the rest as a path would
+/// ([`crate::relay::holding`]). Whether it could (a kernel without
+/// per-namespace `tcp_wmem`, before 4.15, cannot).
+fn bound_send_buffers() -> bool {
+    const AT: &str = "/proc/sys/net/ipv4/tcp_wmem";
+    let max = crate::relay::holding::CLIENT_SEND_MAX;
+    let Some((min, default)) = std::fs::read_to_string(AT).ok().and_then(|s| {
+        let mut f = s.split_whitespace().map(|v| v.parse::<usize>().ok());
+        Some((f.next()??, f.next()??))
+    }) else {
+        return false;
+    };
+    let value = format!("{} {} {max}", min.min(max), default.min(max));
+    match std::fs::write(AT, value) {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::warn!(
+                "a client's send() may take more than over a real path: cannot bound the namespace's TCP send buffers ({AT}: {e})"
+            );
+            false
+        }
+    }
 }
 
 /// The agent's whole life; never returns.
@@ -157,6 +186,7 @@ pub(crate) fn main(control: Channel, requests: Channel, cfg: &AgentConfig) -> ! 
         v6,
         icmp: icmp.len(),
         netns,
+        sends_bounded: bound_send_buffers(),
     };
     sockets.extend(icmp);
     let fds: Vec<_> = sockets.iter().map(|s| s.as_fd()).collect();

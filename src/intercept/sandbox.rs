@@ -77,6 +77,8 @@ pub(crate) struct Sandbox {
     pub udp_mark: u32,
     /// The namespace's identity (its inode; 0 when unknown).
     netns: u64,
+    /// The agent bounded the namespace's TCP send buffers (`run` only).
+    sends_bounded: bool,
 }
 
 /// The sockets the agent made inside the namespace for netchaos.
@@ -152,13 +154,14 @@ pub(crate) fn create(
         Ok(None) => return Err(control.agent_died()),
         Err(e) => return Err(InterceptError::sys("the namespace agent did not answer")(e)),
     };
-    let (redirects, v6, icmp, netns) = match msg {
+    let (redirects, v6, icmp, netns, sends_bounded) = match msg {
         AgentMsg::Ready {
             redirects,
             v6,
             icmp,
             netns,
-        } => (redirects, v6, icmp, netns),
+            sends_bounded,
+        } => (redirects, v6, icmp, netns, sends_bounded),
         // The agent's own explanation of what it could not set up.
         AgentMsg::Failed { message } => {
             let _ = waitpid(agent, None);
@@ -190,6 +193,7 @@ pub(crate) fn create(
         },
         names: Arc::new(NameTable::default()),
         netns: netns.unwrap_or(0),
+        sends_bounded,
     };
     Ok((Arc::new(sandbox), listeners, Control { netns, ..control }))
 }
@@ -322,6 +326,8 @@ impl Sandbox {
             losses,
             delay_line: None,
             label: label.into(),
+            // Not netchaos's namespace: its sysctls stay as they are.
+            sends_bounded: false,
         }
     }
 
@@ -483,6 +489,10 @@ impl Interception for Sandbox {
 
     fn netns(&self) -> u64 {
         self.netns
+    }
+
+    fn sends_bounded(&self) -> bool {
+        self.sends_bounded
     }
 
     fn is_local(&self, ip: IpAddr) -> bool {

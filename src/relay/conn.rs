@@ -29,6 +29,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::dial::{self, Dest, DialError};
+use super::holding::Holding;
 use super::interception::{Interception, PeerQueues, PeerSockets};
 use super::pipeline::{self, Feed, Wanted};
 use super::{DirEnd, Endpoint, Relay, Target, fast};
@@ -60,6 +61,13 @@ pub(crate) async fn serve(
     } else {
         sockopt::tune(&client, relay.opts.peer_timeout)
     };
+    // A client whose send buffer `run` bounded meets a relay sized to
+    // match ([`Holding`]).
+    let holding = Holding::new(match &ep.target {
+        Target::Transparent(ns) => ns.sends_bounded(),
+        Target::Fixed(_) | Target::Inside { .. } => false,
+    });
+    let client_capped = holding.client_leg(&client).unwrap_or(client_capped);
     // A client the SYN gate let through comes with its decisions and its
     // upstream, dialled while its SYN was held.
     let mut dest = dial::destination(&ep, &client, relay.opts.mocks.as_deref()).await;
@@ -166,6 +174,7 @@ pub(crate) async fn serve(
             protocol: faults.protocol(),
             path: OnceLock::new(),
             capped: [AtomicBool::new(client_capped), AtomicBool::new(false)],
+            holding: std::sync::Mutex::new(holding),
             reset: Default::default(),
             sights: [
                 client_sight.map_or_else(OnceLock::new, OnceLock::from),
@@ -240,6 +249,8 @@ struct Conn<'a> {
     /// Whether the client's and the upstream's receive buffers are
     /// bounded ([`sockopt::tune`]), so that the fast path grows them.
     capped: [AtomicBool; 2],
+    /// How its relay sockets are sized; completed once dialled.
+    holding: std::sync::Mutex<Holding>,
     /// Whether a write found the client's, or the upstream's, socket
     /// reset: a read of it that then finds the end of the stream has met
     /// that RST, not a FIN.
@@ -346,6 +357,8 @@ impl Conn<'_> {
             self.partitioned(&first),
         );
         self.capped[1].store(tuned.grows, Ordering::Relaxed);
+        (self.holding.lock().unwrap_or_else(|e| e.into_inner()))
+            .upstream(&upstream, dest.dial_from().is_some());
         self.reset[1].store(tuned.reset, Ordering::Relaxed);
         // The mock speaks HTTP in the clear: a mocked connection always
         // goes through the HTTP layer, which ends the client's TLS.
@@ -484,6 +497,7 @@ impl Conn<'_> {
             let capped = self.capped[dir.index()].load(Ordering::Relaxed);
             sockopt::RecvGrowth::new(src, capped, fresh)
         };
+        let holding = *self.holding.lock().unwrap_or_else(|e| e.into_inner());
         let (src_reset, dst_reset) = (&self.reset[dir.index()], &self.reset[1 - dir.index()]);
         let ended = |end: DirEnd| {
             if end == DirEnd::DstReset {
@@ -492,7 +506,8 @@ impl Conn<'_> {
             end
         };
         if feed.wanted().is_empty() {
-            match fast::run(src, dst, dir, &meter, &mut feed, growth(true), src_reset).await {
+            let bufs = holding.buffers(dir, growth(true));
+            match fast::run(src, dst, dir, &meter, &mut feed, bufs, src_reset).await {
                 fast::Ended::End(end) => return ended(end),
                 fast::Ended::Faulted => {}
             }

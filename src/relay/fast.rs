@@ -40,6 +40,7 @@ use tokio::io::Interest;
 use tokio::net::TcpStream;
 
 use super::DirEnd;
+use super::holding::Buffers;
 use super::pipeline::Feed;
 use crate::events::Meter;
 use crate::fault::Direction;
@@ -275,7 +276,7 @@ pub(crate) async fn run(
     dir: Direction,
     meter: &Meter<'_>,
     feed: &mut impl Feed,
-    mut growth: sockopt::RecvGrowth,
+    mut bufs: Buffers,
     src_reset: &AtomicBool,
 ) -> Ended {
     let mut held: Option<Held> = None;
@@ -286,6 +287,10 @@ pub(crate) async fn run(
     let (mut live, mut faulted) = (true, false);
     // Small messages first: most connections begin with a request.
     let mut copying = true;
+    // The next look at a destination that refused bytes
+    // ([`Buffers::recheck`]), when one is due.
+    let mut recheck = std::pin::pin!(tokio::time::sleep(std::time::Duration::ZERO));
+    let mut rechecking = false;
     loop {
         let in_flight = held.as_ref().map_or(0, Held::len);
         if in_flight == 0 && urgent.is_none() {
@@ -307,7 +312,11 @@ pub(crate) async fn run(
                 }
             }
         }
-        let room = held.as_mut().map_or(usize::MAX, Held::room);
+        // What a read may take: the buffer's room, or less while bytes
+        // wait ([`Buffers::readable`]).
+        let room = held
+            .as_mut()
+            .map_or(usize::MAX, |h| bufs.readable(in_flight, h.room()));
         // Once a fault arrived, stop reading and empty the buffer first.
         let want_read = state == SrcState::Open && room > 0 && !faulted && urgent.is_none();
         // Biased, the feed first: a fault that arrived before the next
@@ -349,6 +358,10 @@ pub(crate) async fn run(
                         }
                         Copied::Partly { rest, urgent: u } => {
                             urgent = u;
+                            if let Some(at) = bufs.refused(dst) {
+                                recheck.as_mut().reset(at);
+                                rechecking = true;
+                            }
                             // The rest waits in a bulk buffer (the
                             // destination is full: bulk), or on its own
                             // when none can be had.
@@ -365,19 +378,24 @@ pub(crate) async fn run(
                     continue;
                 }
                 let h = held.as_mut().expect("a bulk buffer, unless copying");
-                let room = h.room();
-                match read_in(src, h) {
+                let free = h.room();
+                let room = bufs.readable(in_flight, free);
+                let whole = room == free;
+                match read_in(src, h, room) {
                     Ok(Got { n: 0, .. }) => state = end_of(src_reset),
                     Ok(Got { n, urgent: u }) => {
                         urgent = u;
                         meter.read(dir, n as u64);
-                        // Short: back to small messages once it is written.
-                        copying = n < room.min(COPY_BUF);
+                        // Short: back to small messages once it is written
+                        // (a read cut to the read-ahead says nothing).
+                        if whole {
+                            copying = n < room.min(COPY_BUF);
+                        }
                         if in_flight > 0 && h.room() == 0 {
                             // Bytes waited for the destination while the
                             // source filled the buffer: the destination is
                             // the slower.
-                            growth.blocked();
+                            bufs.growth.blocked();
                         }
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
@@ -406,11 +424,23 @@ pub(crate) async fn run(
                     Ok(m) => {
                         h.consume(m);
                         meter.add(dir, m as u64);
-                        growth.moved(src, m, h.len() == 0);
+                        bufs.growth.moved(src, m, h.len() == 0);
                     }
-                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        if let Some(at) = bufs.refused(dst) {
+                            recheck.as_mut().reset(at);
+                            rechecking = true;
+                        }
+                    }
                     // The destination is gone; what is held goes with it.
                     Err(_) => return Ended::End(DirEnd::DstReset),
+                }
+            }
+            () = &mut recheck, if rechecking => {
+                rechecking = false;
+                if let Some(at) = bufs.recheck(dst) {
+                    recheck.as_mut().reset(at);
+                    rechecking = true;
                 }
             }
         }
@@ -428,11 +458,13 @@ fn end_of(src_reset: &AtomicBool) -> SrcState {
     }
 }
 
-/// Reads what the socket holds into the buffer's free room.
-fn read_in(src: &TcpStream, h: &mut Held) -> io::Result<Got> {
+/// Reads what the socket holds into the buffer's free room, `most` bytes
+/// at most.
+fn read_in(src: &TcpStream, h: &mut Held, most: usize) -> io::Result<Got> {
     // A read of 0 bytes would look like the end of the stream.
-    debug_assert!(h.room() > 0);
-    let got = read_once(src, &mut h.buf[h.end..])?;
+    debug_assert!(h.room() > 0 && most > 0);
+    let end = h.end + most.min(h.buf.len() - h.end);
+    let got = read_once(src, &mut h.buf[h.end..end])?;
     h.end += got.n;
     Ok(got)
 }

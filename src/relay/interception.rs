@@ -91,6 +91,11 @@ pub(crate) trait Interception: Send + Sync {
     /// included): what a listener on every address there accepts.
     fn is_local(&self, ip: IpAddr) -> bool;
 
+    /// Whether netchaos bounded the TCP send buffers of the namespace's
+    /// sockets (`run`'s own namespace), so that the relay holds what a
+    /// path would ([`super::holding`]).
+    fn sends_bounded(&self) -> bool;
+
     /// Packet-level control of `client`'s flow (blackouts).
     fn partition(&self, client: SocketAddr) -> Arc<dyn Partition>;
 

@@ -15,6 +15,7 @@ pub(crate) mod arrival;
 pub(crate) mod conn;
 pub(crate) mod dial;
 pub(crate) mod fast;
+pub(crate) mod holding;
 pub(crate) mod interception;
 pub(crate) mod own;
 pub(crate) mod pipeline;

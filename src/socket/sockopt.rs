@@ -219,6 +219,14 @@ impl RecvGrowth {
         }
     }
 
+    /// A receive buffer the relay leaves as it is.
+    pub(crate) fn fixed() -> RecvGrowth {
+        RecvGrowth {
+            cap: None,
+            since_block: 0,
+        }
+    }
+
     /// `n` bytes from `src` went out; `drained`: nothing is left waiting
     /// for the destination.
     pub(crate) fn moved(&mut self, src: &TcpStream, n: usize, drained: bool) {
@@ -326,7 +334,37 @@ fn send_flagged(s: &TcpStream, buf: &[u8], flags: MsgFlags) -> io::Result<usize>
 
 /// Unsent bytes the kernel queues on a relay socket before it stops
 /// reporting it writable.
-const NOTSENT_LOWAT: libc::c_int = 128 * 1024;
+pub(crate) const NOTSENT_LOWAT: libc::c_int = 128 * 1024;
+
+/// Sets how many unsent bytes `s` queues before it refuses more
+/// ([`NOTSENT_LOWAT`] on every relay socket until changed).
+pub(crate) fn set_notsent_lowat(s: &TcpStream, bytes: usize) -> io::Result<()> {
+    let bytes = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    set_int(
+        s.as_raw_fd(),
+        libc::IPPROTO_TCP,
+        libc::TCP_NOTSENT_LOWAT,
+        bytes,
+    )
+}
+
+/// The send buffer's size now (autotuning grows it; the kernel's own
+/// figure, overhead included).
+pub(crate) fn send_buffer(s: &TcpStream) -> usize {
+    SockRef::from(s).send_buffer_size().unwrap_or(0)
+}
+
+/// Fixes `s`'s send buffer at `bytes` (as the kernel counts it, overhead
+/// included), past `wmem_max` and its namespace's `tcp_wmem` where
+/// netchaos may (`SO_SNDBUFFORCE`, which needs `CAP_NET_ADMIN` over the
+/// socket's namespace), else as far as `wmem_max` lets it.
+pub(crate) fn force_send_buffer(s: &TcpStream, bytes: usize) {
+    // The kernel doubles what is set, for its own overhead.
+    let half = libc::c_int::try_from(bytes / 2).unwrap_or(libc::c_int::MAX);
+    if set_int(s.as_raw_fd(), libc::SOL_SOCKET, libc::SO_SNDBUFFORCE, half).is_err() {
+        let _ = SockRef::from(s).set_send_buffer_size(bytes / 2);
+    }
+}
 
 /// Sets an integer socket option.
 fn set_int(fd: RawFd, level: libc::c_int, name: libc::c_int, value: libc::c_int) -> io::Result<()> {

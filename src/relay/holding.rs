@@ -1,0 +1,235 @@
+//! What a `run` connection holds in front of a server that does not read,
+//! so that the client's `send()` blocks where a real path's would (#49).
+//!
+//! Directly, the bytes a client can write before `send()` blocks are its
+//! own send buffer (autotuned to the path: ~0.66 MB over an Ethernet veth
+//! here, 4 MB towards a server on loopback) and the server's receive
+//! buffer. Under `run` the client's socket sits on the namespace's
+//! loopback, where the kernel autotunes a send buffer to megabytes from the
+//! first window on (the MSS is 65,483), and the relay's buffers come on
+//! top: 5.2 MB where the veth took 0.77. So in `run`'s own namespace:
+//!
+//! * the agent bounds the namespace's TCP send buffers ([`CLIENT_SEND_MAX`],
+//!   its `tcp_wmem` maximum): the client's socket holds little;
+//! * the relay's socket on the client's side receives into a small fixed
+//!   buffer and reads little ahead while the upstream has no room
+//!   ([`READ_AHEAD`]);
+//! * the upstream socket, which sees the real path and autotunes to it as
+//!   the client's own socket would have, holds what that socket would,
+//!   less what the local leg already holds ([`Balance`]).
+//!
+//! Relay sockets inside the namespace (to the command's own services, and
+//! every client-side socket) get the send buffer a host socket may grow to,
+//! so the bound stays the client's. What it costs: a server the command
+//! runs itself has the bounded send buffer too; its downloads are balanced
+//! on the relay's side instead (the relay's socket towards the client holds
+//! what that server's would have).
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+
+use crate::fault::Direction;
+use crate::socket::sockopt;
+
+/// The largest send buffer a socket in `run`'s namespace autotunes to
+/// (the namespace's `tcp_wmem` maximum): 128 KiB still carries loopback's
+/// rate, while a non-reading server leaves the client little queued.
+pub(crate) const CLIENT_SEND_MAX: usize = 128 << 10;
+/// The relay's receive buffer on the client's side (the kernel doubles
+/// it): the window the client's socket sends into. Smaller cost uploads
+/// their rate (32 KiB: 9.6–14.4 Gbit/s on loopback against 19).
+const CLIENT_RECV: usize = 64 << 10;
+/// How far the relay reads ahead of an upstream that has no room.
+pub(crate) const READ_AHEAD: usize = 16 << 10;
+/// What the local leg holds in front of a server that does not read —
+/// the client's bounded send buffer, the relay's receive queue and its
+/// read-ahead — as measured against the veth path, given back by the
+/// upstream socket.
+const LOCAL_HOLD: usize = 128 << 10;
+
+/// How one connection's relay sockets are sized.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Holding {
+    /// The client is in a namespace whose send buffers netchaos bounded.
+    bounded: bool,
+    /// The upstream is in that namespace too (a service of the command's).
+    inside: bool,
+}
+
+impl Holding {
+    /// For a client from a namespace whose send buffers are `bounded`.
+    pub(crate) fn new(bounded: bool) -> Holding {
+        Holding {
+            bounded,
+            inside: false,
+        }
+    }
+
+    /// Sizes the relay's socket on the client's side; `Some(false)`: its
+    /// receive buffer is now fixed (it must not grow), `None`: left as it
+    /// was.
+    pub(crate) fn client_leg(&self, s: &TcpStream) -> Option<bool> {
+        if !self.bounded {
+            return None;
+        }
+        let _ = socket2::SockRef::from(s).set_recv_buffer_size(CLIENT_RECV);
+        // Else downloads would be bounded too (loopback: 9.4–11.5 Gbit/s
+        // against 17–19).
+        sockopt::force_send_buffer(s, host_send_max());
+        Some(false)
+    }
+
+    /// Sizes the upstream socket; `inside`: dialled inside the namespace,
+    /// whose bound it must not have.
+    pub(crate) fn upstream(&mut self, s: &TcpStream, inside: bool) {
+        if self.bounded && inside {
+            self.inside = true;
+            sockopt::force_send_buffer(s, host_send_max());
+        }
+    }
+
+    /// How `dir`'s relay buffers behave, with `growth` for its source.
+    pub(crate) fn buffers(&self, dir: Direction, growth: sockopt::RecvGrowth) -> Buffers {
+        // Downloads: only a server in the namespace lost its buffer.
+        let sized = self.bounded && (dir == Direction::Upstream || self.inside);
+        Buffers {
+            // Bytes that went into a balanced destination are not bytes
+            // the path took: the source's buffer must not grow on them.
+            growth: if sized {
+                sockopt::RecvGrowth::fixed()
+            } else {
+                growth
+            },
+            read_ahead: sized.then_some(READ_AHEAD),
+            balance: sized.then(Balance::default),
+        }
+    }
+}
+
+/// One direction's buffers on the fast path.
+pub(crate) struct Buffers {
+    /// The source's receive buffer ([`sockopt::RecvGrowth`]).
+    pub(crate) growth: sockopt::RecvGrowth,
+    /// At most this much held in user space while the destination has no
+    /// room (`None`: the whole bulk buffer).
+    pub(crate) read_ahead: Option<usize>,
+    /// The destination's unsent limit, kept to its send buffer.
+    pub(crate) balance: Option<Balance>,
+}
+
+impl Buffers {
+    /// What a read may take now, with `held` bytes waiting for the
+    /// destination and `room` free.
+    pub(crate) fn readable(&self, held: usize, room: usize) -> usize {
+        match self.read_ahead {
+            Some(most) if held > 0 => room.min(most.saturating_sub(held)),
+            _ => room,
+        }
+    }
+
+    /// The destination refused bytes (its queue is full); when to look at
+    /// it again, if a look is due ([`Buffers::recheck`]).
+    pub(crate) fn refused(&mut self, dst: &TcpStream) -> Option<Instant> {
+        let b = self.balance.as_mut()?;
+        b.rebalance(dst);
+        if b.step.is_some() {
+            return None;
+        }
+        b.step = Some(FIRST_RECHECK);
+        Some(Instant::now() + FIRST_RECHECK)
+    }
+
+    /// A look at a destination that refused bytes: autotuning may have
+    /// grown its buffer since, on the acknowledgements of bytes it had
+    /// sent (the kernel says nothing of that while the unsent limit keeps
+    /// the socket unwritable). The next look, if one is due: at doubling
+    /// intervals, while acknowledgements may still come.
+    pub(crate) fn recheck(&mut self, dst: &TcpStream) -> Option<Instant> {
+        let b = self.balance.as_mut()?;
+        b.rebalance(dst);
+        let step = b.step.take()? * 2;
+        (step <= LAST_RECHECK).then(|| {
+            b.step = Some(step);
+            Instant::now() + step
+        })
+    }
+}
+
+/// The first look at a refusing destination's buffer, after a refusal.
+const FIRST_RECHECK: Duration = Duration::from_millis(1);
+/// The last look's interval: a second after a refusal, its path's
+/// acknowledgements have come.
+const LAST_RECHECK: Duration = Duration::from_millis(512);
+
+/// Keeps the destination socket's unsent limit at its send buffer less
+/// [`LOCAL_HOLD`]: with the server's window closed, the socket then holds
+/// what the client's own would have, less what sits before it.
+#[derive(Default)]
+pub(crate) struct Balance {
+    /// The limit set (0: the relay's usual one).
+    set: usize,
+    /// The interval to the next look, while looks are due.
+    step: Option<Duration>,
+}
+
+impl Balance {
+    fn rebalance(&mut self, dst: &TcpStream) {
+        let limit = unsent_limit(sockopt::send_buffer(dst));
+        // Raising the limit wakes the relay's writer (the kernel calls the
+        // socket's write-space callback).
+        if limit != self.set && sockopt::set_notsent_lowat(dst, limit).is_ok() {
+            self.set = limit;
+        }
+    }
+}
+
+/// The unsent limit for a socket whose send buffer is `buffer` bytes:
+/// never below the relay's usual one.
+fn unsent_limit(buffer: usize) -> usize {
+    buffer
+        .saturating_sub(LOCAL_HOLD)
+        .max(sockopt::NOTSENT_LOWAT as usize)
+}
+
+/// The send buffer a socket in netchaos's own namespace may autotune to
+/// (its `tcp_wmem` maximum; Linux's default when unreadable).
+fn host_send_max() -> usize {
+    static MAX: OnceLock<usize> = OnceLock::new();
+    *MAX.get_or_init(|| {
+        std::fs::read_to_string("/proc/sys/net/ipv4/tcp_wmem")
+            .ok()
+            .and_then(|s| s.split_whitespace().nth(2)?.parse().ok())
+            .unwrap_or(4 << 20)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_unsent_limit_gives_back_the_local_hold_but_never_goes_below_the_usual() {
+        let usual = sockopt::NOTSENT_LOWAT as usize;
+        assert_eq!(unsent_limit(0), usual);
+        assert_eq!(unsent_limit(usual + LOCAL_HOLD), usual);
+        assert_eq!(unsent_limit(4 << 20), (4 << 20) - LOCAL_HOLD);
+    }
+
+    #[test]
+    fn read_ahead_is_bounded_only_while_bytes_wait() {
+        let growth = || sockopt::RecvGrowth::fixed();
+        let run = Holding::new(true).buffers(Direction::Upstream, growth());
+        assert_eq!(run.readable(0, 512 << 10), 512 << 10, "nothing waits");
+        assert_eq!(run.readable(4096, 512 << 10), READ_AHEAD - 4096);
+        assert_eq!(run.readable(READ_AHEAD + 1, 512 << 10), 0);
+        let down = Holding::new(true).buffers(Direction::Downstream, growth());
+        assert_eq!(down.readable(4096, 512 << 10), 512 << 10);
+        assert!(down.balance.is_none(), "an outside server keeps its buffer");
+        let proxy = Holding::new(false).buffers(Direction::Upstream, growth());
+        assert_eq!(proxy.readable(4096, 512 << 10), 512 << 10);
+        assert!(proxy.balance.is_none());
+    }
+}
