@@ -680,15 +680,15 @@ except Exception as e:
     print(type(e).__name__, "timed out" in str(e), round(time.monotonic() - t, 1))
 "#;
 
-/// The reference of #49: a server across a veth at MTU 1500 (one segment
-/// per packet) that never reads. What each client's `send()` takes before
+/// The reference: a server across a veth at MTU 1500 (one segment per
+/// packet) that never reads. What each client's `send()` takes before
 /// it blocks under `run` is within 1.5× of what it takes directly — not
 /// the megabytes a loopback-sized send buffer and the relay's own buffers
 /// would take — so a client fails in the phase it would: `requests.post`
 /// of 2 MiB times out in the send, not waiting for the answer.
 #[test]
 fn a_server_that_never_reads_across_a_path_stops_every_client_as_the_path_does() {
-    if !need(&["python3", "ip", "nft", "ethtool", "curl", "node"]) {
+    if !need(&["python3", "ip", "nft", "ethtool", "curl", "node"]) || !have_requests() {
         return;
     }
     let Some(ns) = TestNetns::new() else { return };
@@ -730,34 +730,39 @@ fn a_server_that_never_reads_across_a_path_stops_every_client_as_the_path_does()
         ("curl", curl.to_vec()),
     ];
     for (client, cmd) in &clients {
-        let direct = Command::new(cmd[0]).args(&cmd[1..]).output().unwrap();
-        let direct = bytes(client, &String::from_utf8_lossy(&direct.stdout));
+        // Autotuning varies from run to run: the direct path's range.
+        let direct: Vec<f64> = (0..2)
+            .map(|_| {
+                let out = Command::new(cmd[0]).args(&cmd[1..]).output().unwrap();
+                bytes(client, &String::from_utf8_lossy(&out.stdout))
+            })
+            .collect();
+        let (least, most) = (direct[0].min(direct[1]), direct[0].max(direct[1]));
         let (_, out, err) = wrapped(&[], cmd);
         let under_run = bytes(client, &out);
-        eprintln!("{client}: {under_run} bytes taken under run, {direct} directly");
-        let ratio = under_run / direct;
+        eprintln!("{client}: {under_run} bytes taken under run, {direct:?} directly");
         assert!(
-            (1.0 / 1.5..=1.5).contains(&ratio),
-            "{client}: {under_run} bytes taken before the write blocked under run, {direct} directly: {err}"
+            (least / 1.5..=most * 1.5).contains(&under_run),
+            "{client}: {under_run} bytes taken before the write blocked under run, {direct:?} directly: {err}"
         );
     }
     let (_, direct, _) = python(REQUESTS_POST, &[&ip, "9000"]);
     let (code, via_run, err) = wrapped(&[], &["python3", "-c", REQUESTS_POST, &ip, "9000"]);
     assert_eq!(code, 0, "{err}");
-    let (direct, via_run) = (direct.trim(), via_run.trim());
+    // "ConnectionError True 2.0": the class, whether it timed out, when.
+    let split = |s: &str| -> (String, f64) {
+        let (what, at) = s.trim().rsplit_once(' ').unwrap_or_else(|| panic!("{s:?}"));
+        (
+            what.to_string(),
+            at.parse().unwrap_or_else(|_| panic!("{s:?}")),
+        )
+    };
+    let ((real, real_at), (got, got_at)) = (split(&direct), split(&via_run));
+    assert_eq!(real, "ConnectionError True", "the reference: {direct}");
+    assert_eq!(got, real, "under run: {via_run}, directly: {direct}");
     assert!(
-        direct.starts_with("ConnectionError True 2."),
-        "the reference: {direct}"
-    );
-    let phase = |s: &str| s.rsplit_once(' ').map(|(p, _)| p.to_string());
-    assert_eq!(
-        phase(via_run),
-        phase(direct),
-        "under run: {via_run}, directly: {direct}"
-    );
-    assert!(
-        via_run.ends_with(" 2.0") || via_run.ends_with(" 2.1"),
-        "{via_run}"
+        (got_at - real_at).abs() <= 0.5,
+        "under run after {got_at} s, directly after {real_at} s"
     );
 }
 

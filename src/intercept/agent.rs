@@ -124,14 +124,12 @@ pub(crate) struct Reply {
 /// per-namespace `tcp_wmem`, before 4.15, cannot).
 fn bound_send_buffers() -> bool {
     const AT: &str = "/proc/sys/net/ipv4/tcp_wmem";
-    let max = crate::relay::holding::CLIENT_SEND_MAX;
-    let Some((min, default)) = std::fs::read_to_string(AT).ok().and_then(|s| {
-        let mut f = s.split_whitespace().map(|v| v.parse::<usize>().ok());
-        Some((f.next()??, f.next()??))
-    }) else {
+    let Some(value) = std::fs::read_to_string(AT)
+        .ok()
+        .and_then(|now| bounded_wmem(&now, crate::relay::holding::CLIENT_SEND_MAX))
+    else {
         return false;
     };
-    let value = format!("{} {} {max}", min.min(max), default.min(max));
     match std::fs::write(AT, value) {
         Ok(()) => true,
         Err(e) => {
@@ -141,6 +139,25 @@ fn bound_send_buffers() -> bool {
             false
         }
     }
+}
+
+/// `tcp_wmem` (min, default, max) as `now` says, none of them above `max`
+/// (a host's may already be lower).
+fn bounded_wmem(now: &str, max: usize) -> Option<String> {
+    let f: Vec<usize> = now
+        .split_whitespace()
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .ok()?;
+    let [min, default, most] = f[..] else {
+        return None;
+    };
+    Some(format!(
+        "{} {} {}",
+        min.min(max),
+        default.min(max),
+        most.min(max)
+    ))
 }
 
 /// The agent's whole life; never returns.
@@ -591,4 +608,25 @@ fn pidfd_open(pid: Pid) -> Option<OwnedFd> {
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid.as_raw(), 0) };
     // SAFETY: a non-negative result is a fresh descriptor that we own.
     (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bounded_wmem;
+
+    #[test]
+    fn the_send_buffer_bound_only_ever_lowers_tcp_wmem() {
+        let max = 128 << 10;
+        assert_eq!(
+            bounded_wmem("4096\t16384\t4194304\n", max).as_deref(),
+            Some("4096 16384 131072")
+        );
+        assert_eq!(
+            bounded_wmem("4096 262144 65536", max).as_deref(),
+            Some("4096 131072 65536"),
+            "a host's lower maximum stays"
+        );
+        assert_eq!(bounded_wmem("4096 16384", max), None);
+        assert_eq!(bounded_wmem("a b c", max), None);
+    }
 }

@@ -174,7 +174,8 @@ pub(crate) async fn serve(
             protocol: faults.protocol(),
             path: OnceLock::new(),
             capped: [AtomicBool::new(client_capped), AtomicBool::new(false)],
-            holding: std::sync::Mutex::new(holding),
+            holding,
+            upstream_inside: AtomicBool::new(false),
             reset: Default::default(),
             sights: [
                 client_sight.map_or_else(OnceLock::new, OnceLock::from),
@@ -249,8 +250,10 @@ struct Conn<'a> {
     /// Whether the client's and the upstream's receive buffers are
     /// bounded ([`sockopt::tune`]), so that the fast path grows them.
     capped: [AtomicBool; 2],
-    /// How its relay sockets are sized; completed once dialled.
-    holding: std::sync::Mutex<Holding>,
+    /// How its relay sockets are sized.
+    holding: Holding,
+    /// Whether the upstream was dialled inside the client's namespace.
+    upstream_inside: AtomicBool,
     /// Whether a write found the client's, or the upstream's, socket
     /// reset: a read of it that then finds the end of the stream has met
     /// that RST, not a FIN.
@@ -324,14 +327,19 @@ impl Conn<'_> {
             give_up(client, self.ends);
             return Outcome::DialFailed;
         }
+        // A mocked host's connection goes to the mock, from netchaos's own
+        // place; others from inside the namespace where its route says.
+        let from = match &dest.mock {
+            Some(_) => None,
+            None => dest.dial_from(),
+        };
         // Without the SYN gate (explicit proxies), a failed dial can only
-        // reset the client, which has already connected to us. A mocked
-        // host's connection goes to the mock, from netchaos's own place.
+        // reset the client, which has already connected to us.
         let upstream = match dialled {
             Some(s) => s,
             None => match match &dest.mock {
                 Some(m) => self.dial_mock(m.at).await,
-                None => self.dial(&dest.addrs, dest.dial_from().as_ref()).await,
+                None => self.dial(&dest.addrs, from.as_ref()).await,
             } {
                 Ok(s) => s,
                 Err(e) => {
@@ -344,8 +352,8 @@ impl Conn<'_> {
             },
         };
         self.info.marks.dialled();
-        let sight = match dest.dial_from() {
-            Some(ns) => Some(Sight::Inside(ns)),
+        let sight = match &from {
+            Some(ns) => Some(Sight::Inside(ns.clone())),
             None => self.relay.host_sockets().map(Sight::Host),
         };
         if let Some(sight) = sight {
@@ -357,8 +365,9 @@ impl Conn<'_> {
             self.partitioned(&first),
         );
         self.capped[1].store(tuned.grows, Ordering::Relaxed);
-        (self.holding.lock().unwrap_or_else(|e| e.into_inner()))
-            .upstream(&upstream, dest.dial_from().is_some());
+        self.holding.upstream(&upstream, from.is_some());
+        self.upstream_inside
+            .store(from.is_some(), Ordering::Relaxed);
         self.reset[1].store(tuned.reset, Ordering::Relaxed);
         // The mock speaks HTTP in the clear: a mocked connection always
         // goes through the HTTP layer, which ends the client's TLS.
@@ -366,7 +375,7 @@ impl Conn<'_> {
         let records = self.relay.events.follows_http();
         if mocked || http::wanted(&first, self.tls, self.protocol, records) {
             let dst = dest.addrs.first().copied();
-            let inside = if mocked { None } else { dest.dial_from() };
+            let inside = from.clone();
             if let Some(done) =
                 Box::pin(self.http(client, &upstream, self.tls, dst, inside, mocked)).await
             {
@@ -497,7 +506,7 @@ impl Conn<'_> {
             let capped = self.capped[dir.index()].load(Ordering::Relaxed);
             sockopt::RecvGrowth::new(src, capped, fresh)
         };
-        let holding = *self.holding.lock().unwrap_or_else(|e| e.into_inner());
+        let inside = self.upstream_inside.load(Ordering::Relaxed);
         let (src_reset, dst_reset) = (&self.reset[dir.index()], &self.reset[1 - dir.index()]);
         let ended = |end: DirEnd| {
             if end == DirEnd::DstReset {
@@ -506,7 +515,7 @@ impl Conn<'_> {
             end
         };
         if feed.wanted().is_empty() {
-            let bufs = holding.buffers(dir, growth(true));
+            let bufs = self.holding.buffers(dir, inside, growth(true));
             match fast::run(src, dst, dir, &meter, &mut feed, bufs, src_reset).await {
                 fast::Ended::End(end) => return ended(end),
                 fast::Ended::Faulted => {}

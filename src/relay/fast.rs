@@ -269,7 +269,8 @@ pub(crate) enum Ended {
 /// RST, not a FIN.
 ///
 /// Reading and writing overlap: while `dst` has no room, bytes keep moving
-/// from `src` into the direction's buffer until it is full.
+/// from `src` into the direction's buffer until it is full, or as far as
+/// `bufs` lets them ([`Buffers::readable`]).
 pub(crate) async fn run(
     src: &TcpStream,
     dst: &TcpStream,

@@ -1,5 +1,5 @@
 //! What a `run` connection holds in front of a server that does not read,
-//! so that the client's `send()` blocks where a real path's would (#49).
+//! so that the client's `send()` blocks where a real path's would.
 //!
 //! Directly, the bytes a client can write before `send()` blocks are its
 //! own send buffer (autotuned to the path: ~0.66 MB over an Ethernet veth
@@ -19,11 +19,18 @@
 //!   less what the local leg already holds ([`Balance`]).
 //!
 //! Relay sockets inside the namespace (to the command's own services, and
-//! every client-side socket) get the send buffer a host socket may grow to,
-//! so the bound stays the client's. What it costs: a server the command
-//! runs itself has the bounded send buffer too; its downloads are balanced
-//! on the relay's side instead (the relay's socket towards the client holds
-//! what that server's would have).
+//! every client-side socket) get a fixed send buffer of the size a host
+//! socket may autotune to (`wmem_max` caps it where netchaos may not
+//! force it), so the bound stays the client's. What it costs: a server the
+//! command runs itself has the bounded send buffer too; its downloads are
+//! balanced on the relay's side instead (the relay's socket towards the
+//! client holds what that server's would have).
+//!
+//! This applies to every connection of `run`'s, whichever path carries
+//! its bytes; the fast path alone reads ahead less and balances (a
+//! faulted stream or the HTTP layer holds what its stages hold). Measured
+//! against a real path and for throughput: docs/fidelity.md
+//! ("Back-pressure"), docs/benchmarks.md.
 
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -55,17 +62,12 @@ const LOCAL_HOLD: usize = 128 << 10;
 pub(crate) struct Holding {
     /// The client is in a namespace whose send buffers netchaos bounded.
     bounded: bool,
-    /// The upstream is in that namespace too (a service of the command's).
-    inside: bool,
 }
 
 impl Holding {
     /// For a client from a namespace whose send buffers are `bounded`.
     pub(crate) fn new(bounded: bool) -> Holding {
-        Holding {
-            bounded,
-            inside: false,
-        }
+        Holding { bounded }
     }
 
     /// Sizes the relay's socket on the client's side; `Some(false)`: its
@@ -84,17 +86,24 @@ impl Holding {
 
     /// Sizes the upstream socket; `inside`: dialled inside the namespace,
     /// whose bound it must not have.
-    pub(crate) fn upstream(&mut self, s: &TcpStream, inside: bool) {
+    pub(crate) fn upstream(&self, s: &TcpStream, inside: bool) {
         if self.bounded && inside {
-            self.inside = true;
             sockopt::force_send_buffer(s, host_send_max());
         }
     }
 
-    /// How `dir`'s relay buffers behave, with `growth` for its source.
-    pub(crate) fn buffers(&self, dir: Direction, growth: sockopt::RecvGrowth) -> Buffers {
-        // Downloads: only a server in the namespace lost its buffer.
-        let sized = self.bounded && (dir == Direction::Upstream || self.inside);
+    /// How `dir`'s relay buffers behave, with `growth` for its source;
+    /// `inside`: the upstream was dialled inside the namespace.
+    pub(crate) fn buffers(
+        &self,
+        dir: Direction,
+        inside: bool,
+        growth: sockopt::RecvGrowth,
+    ) -> Buffers {
+        // Downloads: only a server in the namespace lost its buffer. (Its
+        // stream then also keeps the relay's receive buffer at 256 KiB,
+        // which still carried 15.5–21 Gbit/s.)
+        let sized = self.bounded && (dir == Direction::Upstream || inside);
         Buffers {
             // Bytes that went into a balanced destination are not bytes
             // the path took: the source's buffer must not grow on them.
@@ -113,8 +122,9 @@ impl Holding {
 pub(crate) struct Buffers {
     /// The source's receive buffer ([`sockopt::RecvGrowth`]).
     pub(crate) growth: sockopt::RecvGrowth,
-    /// At most this much held in user space while the destination has no
-    /// room (`None`: the whole bulk buffer).
+    /// While bytes wait for the destination, reads take no more than
+    /// this much in all (`None`: up to the whole bulk buffer); a read made
+    /// when nothing waits takes what the socket holds.
     pub(crate) read_ahead: Option<usize>,
     /// The destination's unsent limit, kept to its send buffer.
     pub(crate) balance: Option<Balance>,
@@ -167,12 +177,21 @@ const LAST_RECHECK: Duration = Duration::from_millis(512);
 /// Keeps the destination socket's unsent limit at its send buffer less
 /// [`LOCAL_HOLD`]: with the server's window closed, the socket then holds
 /// what the client's own would have, less what sits before it.
-#[derive(Default)]
 pub(crate) struct Balance {
-    /// The limit set (0: the relay's usual one).
+    /// The limit set.
     set: usize,
     /// The interval to the next look, while looks are due.
     step: Option<Duration>,
+}
+
+impl Default for Balance {
+    fn default() -> Balance {
+        Balance {
+            // What every relay socket starts with.
+            set: sockopt::NOTSENT_LOWAT as usize,
+            step: None,
+        }
+    }
 }
 
 impl Balance {
@@ -221,15 +240,18 @@ mod tests {
     #[test]
     fn read_ahead_is_bounded_only_while_bytes_wait() {
         let growth = || sockopt::RecvGrowth::fixed();
-        let run = Holding::new(true).buffers(Direction::Upstream, growth());
+        let run = Holding::new(true).buffers(Direction::Upstream, false, growth());
         assert_eq!(run.readable(0, 512 << 10), 512 << 10, "nothing waits");
         assert_eq!(run.readable(4096, 512 << 10), READ_AHEAD - 4096);
         assert_eq!(run.readable(READ_AHEAD + 1, 512 << 10), 0);
-        let down = Holding::new(true).buffers(Direction::Downstream, growth());
+        let down = Holding::new(true).buffers(Direction::Downstream, false, growth());
         assert_eq!(down.readable(4096, 512 << 10), 512 << 10);
         assert!(down.balance.is_none(), "an outside server keeps its buffer");
-        let proxy = Holding::new(false).buffers(Direction::Upstream, growth());
+        let proxy = Holding::new(false).buffers(Direction::Upstream, false, growth());
         assert_eq!(proxy.readable(4096, 512 << 10), 512 << 10);
         assert!(proxy.balance.is_none());
+        let inside = Holding::new(true).buffers(Direction::Downstream, true, growth());
+        assert_eq!(inside.readable(4096, 512 << 10), READ_AHEAD - 4096);
+        assert!(inside.balance.is_some(), "a server inside lost its buffer");
     }
 }
