@@ -123,7 +123,7 @@ pub(crate) struct Reply {
 /// ([`crate::relay::holding`]). Whether it could (a kernel without
 /// per-namespace `tcp_wmem`, before 4.15, cannot).
 fn bound_send_buffers() -> bool {
-    const AT: &str = "/proc/sys/net/ipv4/tcp_wmem";
+    use crate::relay::holding::TCP_WMEM as AT;
     let Some(value) = std::fs::read_to_string(AT)
         .ok()
         .and_then(|now| bounded_wmem(&now, crate::relay::holding::CLIENT_SEND_MAX))
@@ -144,14 +144,7 @@ fn bound_send_buffers() -> bool {
 /// `tcp_wmem` (min, default, max) as `now` says, none of them above `max`
 /// (a host's may already be lower).
 fn bounded_wmem(now: &str, max: usize) -> Option<String> {
-    let f: Vec<usize> = now
-        .split_whitespace()
-        .map(str::parse)
-        .collect::<Result<_, _>>()
-        .ok()?;
-    let [min, default, most] = f[..] else {
-        return None;
-    };
+    let [min, default, most] = crate::relay::holding::tcp_wmem(now)?;
     Some(format!(
         "{} {} {}",
         min.min(max),

@@ -56,18 +56,22 @@ pub(crate) async fn serve(
     inherits: bool,
 ) {
     let opened = Instant::now();
-    let client_capped = if inherits {
-        sockopt::tune_accepted(&client)
-    } else {
-        sockopt::tune(&client, relay.opts.peer_timeout)
-    };
     // A client whose send buffer `run` bounded meets a relay sized to
-    // match ([`Holding`]).
+    // match ([`Holding`]): its receive buffer is fixed, not grown.
     let holding = Holding::new(match &ep.target {
         Target::Transparent(ns) => ns.sends_bounded(),
         Target::Fixed(_) | Target::Inside { .. } => false,
     });
-    let client_capped = holding.client_leg(&client).unwrap_or(client_capped);
+    let client_capped = if holding.client_leg(&client) {
+        if !inherits {
+            sockopt::set_options(&client, relay.opts.peer_timeout);
+        }
+        false
+    } else if inherits {
+        sockopt::tune_accepted(&client)
+    } else {
+        sockopt::tune(&client, relay.opts.peer_timeout)
+    };
     // A client the SYN gate let through comes with its decisions and its
     // upstream, dialled while its SYN was held.
     let mut dest = dial::destination(&ep, &client, relay.opts.mocks.as_deref()).await;

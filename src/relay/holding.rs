@@ -58,7 +58,7 @@ pub(crate) const READ_AHEAD: usize = 16 << 10;
 const LOCAL_HOLD: usize = 128 << 10;
 
 /// How one connection's relay sockets are sized.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct Holding {
     /// The client is in a namespace whose send buffers netchaos bounded.
     bounded: bool,
@@ -70,18 +70,17 @@ impl Holding {
         Holding { bounded }
     }
 
-    /// Sizes the relay's socket on the client's side; `Some(false)`: its
-    /// receive buffer is now fixed (it must not grow), `None`: left as it
-    /// was.
-    pub(crate) fn client_leg(&self, s: &TcpStream) -> Option<bool> {
+    /// Sizes the relay's socket on the client's side, if this connection
+    /// is sized at all (then its receive buffer is fixed, not grown).
+    pub(crate) fn client_leg(&self, s: &TcpStream) -> bool {
         if !self.bounded {
-            return None;
+            return false;
         }
         let _ = socket2::SockRef::from(s).set_recv_buffer_size(CLIENT_RECV);
         // Else downloads would be bounded too (loopback: 9.4–11.5 Gbit/s
         // against 17–19).
         sockopt::force_send_buffer(s, host_send_max());
-        Some(false)
+        true
     }
 
     /// Sizes the upstream socket; `inside`: dialled inside the namespace,
@@ -142,12 +141,14 @@ impl Buffers {
 
     /// The destination refused bytes (its queue is full); when to look at
     /// it again, if a look is due ([`Buffers::recheck`]).
+    /// While looks are due, a refusal costs nothing: the next look does
+    /// what it would.
     pub(crate) fn refused(&mut self, dst: &TcpStream) -> Option<Instant> {
         let b = self.balance.as_mut()?;
-        b.rebalance(dst);
         if b.step.is_some() {
             return None;
         }
+        b.rebalance(dst);
         b.step = Some(FIRST_RECHECK);
         Some(Instant::now() + FIRST_RECHECK)
     }
@@ -213,15 +214,29 @@ fn unsent_limit(buffer: usize) -> usize {
         .max(sockopt::NOTSENT_LOWAT as usize)
 }
 
+/// Where the calling thread's namespace keeps its TCP send buffers'
+/// minimum, default and maximum.
+pub(crate) const TCP_WMEM: &str = "/proc/sys/net/ipv4/tcp_wmem";
+
+/// `tcp_wmem`'s three figures, from its text.
+pub(crate) fn tcp_wmem(text: &str) -> Option<[usize; 3]> {
+    let f: Vec<usize> = text
+        .split_whitespace()
+        .map(str::parse)
+        .collect::<Result<_, _>>()
+        .ok()?;
+    f.try_into().ok()
+}
+
 /// The send buffer a socket in netchaos's own namespace may autotune to
 /// (its `tcp_wmem` maximum; Linux's default when unreadable).
 fn host_send_max() -> usize {
     static MAX: OnceLock<usize> = OnceLock::new();
     *MAX.get_or_init(|| {
-        std::fs::read_to_string("/proc/sys/net/ipv4/tcp_wmem")
+        std::fs::read_to_string(TCP_WMEM)
             .ok()
-            .and_then(|s| s.split_whitespace().nth(2)?.parse().ok())
-            .unwrap_or(4 << 20)
+            .and_then(|s| tcp_wmem(&s))
+            .map_or(4 << 20, |[_, _, max]| max)
     })
 }
 

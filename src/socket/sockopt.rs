@@ -59,6 +59,12 @@ pub(crate) fn tune(s: &TcpStream, peer_timeout: Duration) -> bool {
     tune_accepted(s)
 }
 
+/// [`tune`]'s options alone, for a socket whose buffers are sized
+/// elsewhere (`relay::holding`).
+pub(crate) fn set_options(s: &TcpStream, peer_timeout: Duration) {
+    set_relay_options(SockRef::from(s), peer_timeout);
+}
+
 /// `TCP_CLOSE` of the kernel's TCP states (include/net/tcp_states.h).
 const TCP_CLOSE: u8 = 7;
 
