@@ -348,17 +348,23 @@ pub(crate) async fn run(
                     }
                 }
                 if copying && in_flight == 0 {
-                    match copy_small(src, dst, dir, meter) {
+                    match copy_small(src, dst, dir, meter, src_reset) {
                         Copied::Nothing => {}
                         Copied::Eof => state = end_of(src_reset),
                         Copied::Failed => state = SrcState::Failed,
                         Copied::DstGone => return Ended::End(DirEnd::DstReset),
-                        Copied::Written { bulk, urgent: u } => {
+                        Copied::Written { bulk, urgent: u, fin } => {
                             copying = !bulk;
                             urgent = u;
+                            if fin {
+                                state = end_of(src_reset);
+                            }
                         }
-                        Copied::Partly { rest, urgent: u } => {
+                        Copied::Partly { rest, urgent: u, fin } => {
                             urgent = u;
+                            if fin {
+                                state = end_of(src_reset);
+                            }
                             if let Some(at) = bufs.refused(dst) {
                                 recheck.as_mut().reset(at);
                                 rechecking = true;
@@ -384,8 +390,11 @@ pub(crate) async fn run(
                 let whole = room == free;
                 match read_in(src, h, room) {
                     Ok(Got { n: 0, .. }) => state = end_of(src_reset),
-                    Ok(Got { n, urgent: u }) => {
+                    Ok(Got { n, urgent: u, fin }) => {
                         urgent = u;
+                        if fin {
+                            state = end_of(src_reset);
+                        }
                         meter.read(dir, n as u64);
                         // Short: back to small messages once it is written
                         // (a read cut to the read-ahead says nothing).
@@ -420,7 +429,9 @@ pub(crate) async fn run(
                     continue;
                 };
                 let held = &h.buf[h.start..h.end];
-                let out = w.and_then(|_| sockopt::try_send(dst, held, MsgFlags::empty()));
+                // The last bytes before a FIN wait for it ([`fin_follows`]).
+                let more = fin_follows(state, urgent);
+                let out = w.and_then(|_| sockopt::try_send(dst, held, more));
                 match out {
                     Ok(m) => {
                         h.consume(m);
@@ -476,6 +487,25 @@ struct Got {
     /// The urgent byte (`MSG_OOB`) the read stopped in front of: it goes to
     /// the destination as urgent, after the bytes read before it.
     urgent: Option<u8>,
+    /// The source's FIN is all that is left behind these bytes.
+    fin: bool,
+}
+
+/// How the last bytes of a direction whose source has ended are written:
+/// with `MSG_MORE`, so that they leave with the FIN written right after
+/// them, in one segment. Sent apart, the bytes woke the client before the
+/// FIN arrived: a server that answers and closes at once gives its client
+/// both in one go over a real path (the FIN is in the client's socket
+/// when `close()` returns), and a client that reads the answer, learns of
+/// the close and then looks at the socket (urllib3's check of a pooled
+/// connection) must find the FIN there. Not when the source was reset:
+/// those bytes must be sent and acknowledged before the RST.
+fn fin_follows(state: SrcState, urgent: Option<u8>) -> MsgFlags {
+    if state == SrcState::Eof && urgent.is_none() {
+        MsgFlags::from_bits_retain(libc::MSG_MORE)
+    } else {
+        MsgFlags::empty()
+    }
 }
 
 /// One read into `buf`. A read that empties the socket's receive queue —
@@ -491,14 +521,21 @@ fn read_once(src: &TcpStream, buf: &mut [u8]) -> io::Result<Got> {
     let mut drained = None;
     let r = src.try_io(Interest::READABLE, || {
         let (n, queued) = sockopt::recv_counted(src.as_raw_fd(), &mut *buf)?;
-        if n > 0 && queued == Some(0) {
-            drained = Some(n);
+        // Nothing left, or only the FIN: the kernel counts one for a FIN
+        // not yet read (a byte would count the same, hence the look).
+        let fin = n > 0 && queued == Some(1) && sockopt::at_eof(src.as_raw_fd());
+        if n > 0 && (queued == Some(0) || fin) {
+            drained = Some((n, fin));
             return Err(io::ErrorKind::WouldBlock.into());
         }
         Ok((n, queued))
     });
-    if let Some(n) = drained {
-        return Ok(Got { n, urgent: None });
+    if let Some((n, fin)) = drained {
+        return Ok(Got {
+            n,
+            urgent: None,
+            fin,
+        });
     }
     let (n, queued) = r?;
     // Short, with bytes left behind: stopped at an urgent mark, or bytes
@@ -510,7 +547,11 @@ fn read_once(src: &TcpStream, buf: &mut [u8]) -> io::Result<Got> {
     } else {
         None
     };
-    Ok(Got { n, urgent })
+    Ok(Got {
+        n,
+        urgent,
+        fin: false,
+    })
 }
 
 /// What one small-message read and write did.
@@ -528,29 +569,44 @@ enum Copied {
         bulk: bool,
         /// The urgent byte the read stopped in front of ([`Got`]).
         urgent: Option<u8>,
+        /// The source's FIN follows them ([`Got`]).
+        fin: bool,
     },
     /// The destination took only some of them; `rest` still has to go.
     Partly {
         rest: Vec<u8>,
         urgent: Option<u8>,
+        fin: bool,
     },
 }
 
 /// Reads what `src` holds (up to [`COPY_BUF`], [`read_once`]) and writes
-/// it to `dst` without waiting.
-fn copy_small(src: &TcpStream, dst: &TcpStream, dir: Direction, meter: &Meter<'_>) -> Copied {
+/// it to `dst` without waiting; bytes the source's FIN follows are
+/// written to leave with it ([`fin_follows`]).
+fn copy_small(
+    src: &TcpStream,
+    dst: &TcpStream,
+    dir: Direction,
+    meter: &Meter<'_>,
+    src_reset: &AtomicBool,
+) -> Copied {
     COPY.with(|buf| {
         let mut buf = buf.borrow_mut();
-        let (n, urgent) = match read_once(src, &mut buf[..]) {
+        let (n, urgent, fin) = match read_once(src, &mut buf[..]) {
             Ok(Got { n: 0, .. }) => return Copied::Eof,
-            Ok(Got { n, urgent }) => (n, urgent),
+            Ok(Got { n, urgent, fin }) => (n, urgent, fin),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Copied::Nothing,
             Err(_) => return Copied::Failed,
         };
         meter.read(dir, n as u64);
+        let more = if fin {
+            fin_follows(end_of(src_reset), urgent)
+        } else {
+            MsgFlags::empty()
+        };
         let mut written = 0;
         while written < n {
-            match sockopt::send_now(dst, &buf[written..n]) {
+            match sockopt::send_now_flagged(dst, &buf[written..n], more) {
                 Ok(m) => written += m,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                 Err(_) => {
@@ -564,11 +620,13 @@ fn copy_small(src: &TcpStream, dst: &TcpStream, dir: Direction, meter: &Meter<'_
             return Copied::Partly {
                 rest: buf[written..n].to_vec(),
                 urgent,
+                fin,
             };
         }
         Copied::Written {
             bulk: n == COPY_BUF,
             urgent,
+            fin,
         }
     })
 }
@@ -599,6 +657,30 @@ mod tests {
         let out = h.buf[h.start..h.start + n].to_vec();
         h.consume(n);
         out
+    }
+
+    /// A read that leaves only the FIN behind says so (those bytes then
+    /// leave with the FIN, [`fin_follows`]); one that leaves a byte, which
+    /// the kernel counts as it counts a FIN, does not.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_read_that_leaves_only_the_fin_says_so() {
+        use std::io::Write;
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut c = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (s, _) = l.accept().unwrap();
+        s.set_nonblocking(true).unwrap();
+        let s = TcpStream::from_std(s).unwrap();
+        sockopt::set_options(&s, std::time::Duration::from_secs(60));
+        let mut buf = [0u8; 4];
+        c.write_all(b"hello").unwrap();
+        s.readable().await.unwrap();
+        // Loopback delivers within the write: all five bytes are there.
+        let got = read_once(&s, &mut buf).unwrap();
+        assert_eq!((got.n, got.fin), (4, false), "a byte is left");
+        c.shutdown(std::net::Shutdown::Write).unwrap();
+        s.readable().await.unwrap();
+        let got = read_once(&s, &mut buf).unwrap();
+        assert_eq!((got.n, got.fin), (1, true), "the last byte, then the FIN");
     }
 
     #[test]

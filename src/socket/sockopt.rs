@@ -313,7 +313,13 @@ pub(crate) fn connected_or_failed(s: &impl std::os::fd::AsFd) -> bool {
 /// inside `try_io`, which clears a stale readiness on EAGAIN; when it does
 /// not, there is nothing to clear and the next edge will wake the waiter.
 pub(crate) fn send_now(s: &TcpStream, buf: &[u8]) -> io::Result<usize> {
-    let send = || send_flagged(s, buf, MsgFlags::empty());
+    send_now_flagged(s, buf, MsgFlags::empty())
+}
+
+/// [`send_now`] with `flags` (`MSG_MORE`: the bytes wait in the socket
+/// for what the caller sends next, a FIN with them).
+pub(crate) fn send_now_flagged(s: &TcpStream, buf: &[u8], flags: MsgFlags) -> io::Result<usize> {
+    let send = || send_flagged(s, buf, flags);
     let mut tried = false;
     let r = s.try_io(tokio::io::Interest::WRITABLE, || {
         tried = true;
@@ -489,6 +495,23 @@ pub(crate) fn recv_counted(fd: RawFd, buf: &mut [u8]) -> io::Result<(usize, Opti
     let got = recv_with_control(fd, data)?;
     let queued = got.message::<libc::c_int>(libc::IPPROTO_TCP, libc::TCP_CM_INQ);
     Ok((got.n, queued.and_then(|q| usize::try_from(q).ok())))
+}
+
+/// Whether the socket's next read would report the end of the stream: a
+/// FIN is all it holds (a peek without waiting reads 0 bytes).
+pub(crate) fn at_eof(fd: RawFd) -> bool {
+    let mut b = 0u8;
+    // SAFETY: `fd` is a live socket borrowed from the caller; the kernel
+    // writes at most the one byte passed, into `b`.
+    let n = unsafe {
+        libc::recv(
+            fd,
+            (&mut b as *mut u8).cast(),
+            1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    n == 0
 }
 
 /// The urgent byte (`MSG_OOB`) the socket's next read would start at, taken
