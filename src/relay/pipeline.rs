@@ -352,10 +352,21 @@ async fn write_items(
     meter: &Meter<'_>,
 ) -> (DirEnd, u64) {
     let mut total = 0u64;
-    while let Some(item) = rx.recv().await {
+    let mut next = rx.recv().await;
+    while let Some(item) = next.take() {
         match item.kind {
             ItemKind::Data(bytes) => {
-                if dst.write_all(&bytes).await.is_err() {
+                // A FIN already queued behind these bytes leaves with them
+                // (as on the fast path: `fast::fin_follows`).
+                let after = rx.try_recv().ok();
+                let fin = |i: &Item| matches!(i.kind, ItemKind::Fin | ItemKind::Close);
+                let wrote = if after.as_ref().is_some_and(fin) {
+                    dst.write_last(&bytes).await
+                } else {
+                    dst.write_all(&bytes).await
+                };
+                next = after;
+                if wrote.is_err() {
                     // A socket's RST: what it sent before still comes
                     // back the other way.
                     let end = if dst.socket().is_some() {
@@ -367,6 +378,9 @@ async fn write_items(
                 }
                 total += bytes.len() as u64;
                 meter.add(dir, bytes.len() as u64);
+                if next.is_none() {
+                    next = rx.recv().await;
+                }
             }
             ItemKind::Fin => {
                 dst.finish().await;

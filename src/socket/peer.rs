@@ -209,6 +209,20 @@ impl Sink<'_> {
         }
     }
 
+    /// Writes the last bytes before a FIN ([`Sink::finish`], called next):
+    /// on a plain socket they wait for it, and both leave in one segment
+    /// (a client that reads them finds the FIN there, as when the server's
+    /// answer and its close reach it directly).
+    pub(crate) async fn write_last(&mut self, buf: &[u8]) -> io::Result<()> {
+        match self {
+            Sink::Tcp(s) => {
+                let more = nix::sys::socket::MsgFlags::from_bits_retain(libc::MSG_MORE);
+                super::sockopt::write_all_flagged(s, buf, more).await
+            }
+            _ => self.write_all(buf).await,
+        }
+    }
+
     /// Ends as the direction's source ended: a TLS sink sends its
     /// `close_notify` only when the source's TLS did not end bare.
     pub(crate) fn follow(&mut self, end: &TlsEnd) {

@@ -586,9 +586,19 @@ pub(crate) async fn drain(s: &TcpStream, limit: Duration) {
 /// Writes all of `buf`, waiting for room as needed (and only then: a
 /// socket just dialled takes its first bytes at once, see
 /// [`send_now`]).
-pub(crate) async fn write_all(dst: &TcpStream, mut buf: &[u8]) -> io::Result<()> {
+pub(crate) async fn write_all(dst: &TcpStream, buf: &[u8]) -> io::Result<()> {
+    write_all_flagged(dst, buf, MsgFlags::empty()).await
+}
+
+/// [`write_all`] with `flags` on every write (`MSG_MORE`: the bytes wait
+/// for a FIN the caller sends next, [`send_now_flagged`]).
+pub(crate) async fn write_all_flagged(
+    dst: &TcpStream,
+    mut buf: &[u8],
+    flags: MsgFlags,
+) -> io::Result<()> {
     while !buf.is_empty() {
-        match send_now(dst, buf) {
+        match send_now_flagged(dst, buf, flags) {
             Ok(n) => buf = &buf[n..],
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => dst.writable().await?,
             Err(e) => return Err(e),
