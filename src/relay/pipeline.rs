@@ -357,8 +357,15 @@ async fn write_items(
         match item.kind {
             ItemKind::Data(bytes) => {
                 // A FIN already queued behind these bytes leaves with them
-                // (as on the fast path: `fast::fin_follows`).
-                let after = rx.try_recv().ok();
+                // (as on the fast path: `fast::fin_follows`). Looked for
+                // behind small chunks only (an answer's end): the item
+                // taken is held while this write waits, one more than the
+                // channel's depth, and bulk need not hold that.
+                let after = if bytes.len() <= MIN_READ {
+                    rx.try_recv().ok()
+                } else {
+                    None
+                };
                 let fin = |i: &Item| matches!(i.kind, ItemKind::Fin | ItemKind::Close);
                 let wrote = if after.as_ref().is_some_and(fin) {
                     dst.write_last(&bytes).await
