@@ -500,6 +500,12 @@ pub(crate) fn recv_counted(fd: RawFd, buf: &mut [u8]) -> io::Result<(usize, Opti
 /// Whether the socket's next read would report the end of the stream: a
 /// FIN is all it holds (a peek without waiting reads 0 bytes).
 pub(crate) fn at_eof(fd: RawFd) -> bool {
+    recv_one(fd, libc::MSG_PEEK).0 == 0
+}
+
+/// One `recv` of at most one byte with `flags`, without waiting: what it
+/// returned, and the byte.
+fn recv_one(fd: RawFd, flags: libc::c_int) -> (isize, u8) {
     let mut b = 0u8;
     // SAFETY: `fd` is a live socket borrowed from the caller; the kernel
     // writes at most the one byte passed, into `b`.
@@ -508,10 +514,10 @@ pub(crate) fn at_eof(fd: RawFd) -> bool {
             fd,
             (&mut b as *mut u8).cast(),
             1,
-            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+            flags | libc::MSG_DONTWAIT,
         )
     };
-    n == 0
+    (n, b)
 }
 
 /// The urgent byte (`MSG_OOB`) the socket's next read would start at, taken
@@ -524,17 +530,7 @@ pub(crate) fn urgent_at_mark(fd: RawFd) -> Option<u8> {
     if ioctl_int(fd, SIOCATMARK).ok()? == 0 {
         return None;
     }
-    let mut b = 0u8;
-    // SAFETY: `fd` is a live socket borrowed from the caller; the kernel
-    // writes at most the one byte passed, into `b`.
-    let n = unsafe {
-        libc::recv(
-            fd,
-            (&mut b as *mut u8).cast(),
-            1,
-            libc::MSG_OOB | libc::MSG_DONTWAIT,
-        )
-    };
+    let (n, b) = recv_one(fd, libc::MSG_OOB);
     (n == 1).then_some(b)
 }
 
