@@ -344,9 +344,10 @@ fn a_fin_right_behind_an_answer_is_there_when_the_client_looks() {
             "not yet readable at EOF, of {TRIES}: directly {direct}, under run {args:?} {via_run}"
         );
         // A few allowed: the relay reads the answer before the FIN when
-        // the server's close() is still under way (docs/fidelity.md).
+        // the server's close() is still under way (docs/fidelity.md; 0–5
+        // of 200 here, more with both cores busy; 143–165 before).
         assert!(
-            via_run <= direct + 4,
+            via_run <= direct + 20,
             "under run {args:?}: {via_run} of {TRIES} late, directly {direct}"
         );
     }

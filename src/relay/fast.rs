@@ -353,18 +353,14 @@ pub(crate) async fn run(
                         Copied::Eof => state = end_of(src_reset),
                         Copied::Failed => state = SrcState::Failed,
                         Copied::DstGone => return Ended::End(DirEnd::DstReset),
-                        Copied::Written { bulk, urgent: u, fin } => {
+                        Copied::Written { bulk, urgent: u, then } => {
                             copying = !bulk;
                             urgent = u;
-                            if fin {
-                                state = end_of(src_reset);
-                            }
+                            state = then;
                         }
-                        Copied::Partly { rest, urgent: u, fin } => {
+                        Copied::Partly { rest, urgent: u, then } => {
                             urgent = u;
-                            if fin {
-                                state = end_of(src_reset);
-                            }
+                            state = then;
                             if let Some(at) = bufs.refused(dst) {
                                 recheck.as_mut().reset(at);
                                 rechecking = true;
@@ -390,11 +386,9 @@ pub(crate) async fn run(
                 let whole = room == free;
                 match read_in(src, h, room) {
                     Ok(Got { n: 0, .. }) => state = end_of(src_reset),
-                    Ok(Got { n, urgent: u, fin }) => {
+                    Ok(Got { n, urgent: u, behind }) => {
                         urgent = u;
-                        if fin {
-                            state = end_of(src_reset);
-                        }
+                        state = behind.state(src_reset);
                         meter.read(dir, n as u64);
                         // Short: back to small messages once it is written
                         // (a read cut to the read-ahead says nothing).
@@ -487,13 +481,36 @@ struct Got {
     /// The urgent byte (`MSG_OOB`) the read stopped in front of: it goes to
     /// the destination as urgent, after the bytes read before it.
     urgent: Option<u8>,
-    /// The source's FIN is all that is left behind these bytes.
-    fin: bool,
+    /// What is left behind these bytes, when it is known.
+    behind: Behind,
+}
+
+/// What a read found behind the bytes it took.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Behind {
+    /// More bytes, or nothing yet.
+    Open,
+    /// The source's FIN, and nothing else.
+    Fin,
+    /// The source's RST: a look behind the bytes took its error, which
+    /// no later read reports.
+    Reset,
+}
+
+impl Behind {
+    /// The source's state once the bytes read are written.
+    fn state(self, src_reset: &AtomicBool) -> SrcState {
+        match self {
+            Behind::Open => SrcState::Open,
+            Behind::Fin => end_of(src_reset),
+            Behind::Reset => SrcState::Failed,
+        }
+    }
 }
 
 /// How the last bytes of a direction whose source has ended are written:
-/// with `MSG_MORE`, so that they leave with the FIN written right after
-/// them, in one segment. Sent apart, the bytes woke the client before the
+/// with `MSG_MORE`, so that the last segment carries them and the FIN
+/// written right after them. Sent apart, the bytes woke the client before the
 /// FIN arrived: a server that answers and closes at once gives its client
 /// both in one go over a real path (the FIN is in the client's socket
 /// when `close()` returns), and a client that reads the answer, learns of
@@ -523,18 +540,26 @@ fn read_once(src: &TcpStream, buf: &mut [u8]) -> io::Result<Got> {
         let (n, queued) = sockopt::recv_counted(src.as_raw_fd(), &mut *buf)?;
         // Nothing left, or only the FIN: the kernel counts one for a FIN
         // not yet read (a byte would count the same, hence the look).
-        let fin = n > 0 && queued == Some(1) && sockopt::at_eof(src.as_raw_fd());
-        if n > 0 && (queued == Some(0) || fin) {
-            drained = Some((n, fin));
+        let behind = if n > 0 && queued == Some(1) {
+            match sockopt::at_eof(src.as_raw_fd()) {
+                Ok(true) => Behind::Fin,
+                Ok(false) => Behind::Open,
+                Err(_) => Behind::Reset,
+            }
+        } else {
+            Behind::Open
+        };
+        if n > 0 && (queued == Some(0) || behind != Behind::Open) {
+            drained = Some((n, behind));
             return Err(io::ErrorKind::WouldBlock.into());
         }
         Ok((n, queued))
     });
-    if let Some((n, fin)) = drained {
+    if let Some((n, behind)) = drained {
         return Ok(Got {
             n,
             urgent: None,
-            fin,
+            behind,
         });
     }
     let (n, queued) = r?;
@@ -550,7 +575,7 @@ fn read_once(src: &TcpStream, buf: &mut [u8]) -> io::Result<Got> {
     Ok(Got {
         n,
         urgent,
-        fin: false,
+        behind: Behind::Open,
     })
 }
 
@@ -569,14 +594,14 @@ enum Copied {
         bulk: bool,
         /// The urgent byte the read stopped in front of ([`Got`]).
         urgent: Option<u8>,
-        /// The source's FIN follows them ([`Got`]).
-        fin: bool,
+        /// The source's state after them ([`Behind::state`]).
+        then: SrcState,
     },
     /// The destination took only some of them; `rest` still has to go.
     Partly {
         rest: Vec<u8>,
         urgent: Option<u8>,
-        fin: bool,
+        then: SrcState,
     },
 }
 
@@ -592,18 +617,15 @@ fn copy_small(
 ) -> Copied {
     COPY.with(|buf| {
         let mut buf = buf.borrow_mut();
-        let (n, urgent, fin) = match read_once(src, &mut buf[..]) {
+        let (n, urgent, behind) = match read_once(src, &mut buf[..]) {
             Ok(Got { n: 0, .. }) => return Copied::Eof,
-            Ok(Got { n, urgent, fin }) => (n, urgent, fin),
+            Ok(Got { n, urgent, behind }) => (n, urgent, behind),
             Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Copied::Nothing,
             Err(_) => return Copied::Failed,
         };
         meter.read(dir, n as u64);
-        let more = if fin {
-            fin_follows(end_of(src_reset), urgent)
-        } else {
-            MsgFlags::empty()
-        };
+        let then = behind.state(src_reset);
+        let more = fin_follows(then, urgent);
         let mut written = 0;
         while written < n {
             match sockopt::send_now_flagged(dst, &buf[written..n], more) {
@@ -620,13 +642,13 @@ fn copy_small(
             return Copied::Partly {
                 rest: buf[written..n].to_vec(),
                 urgent,
-                fin,
+                then,
             };
         }
         Copied::Written {
             bulk: n == COPY_BUF,
             urgent,
-            fin,
+            then,
         }
     })
 }
@@ -659,6 +681,20 @@ mod tests {
         out
     }
 
+    /// Waits (5 s at most) until `s` reports `event`: what the peer sent
+    /// is there (loopback delivers within the write, unless a busy machine
+    /// defers it).
+    fn arrived(s: &TcpStream, event: libc::c_short) {
+        let mut p = libc::pollfd {
+            fd: s.as_raw_fd(),
+            events: event,
+            revents: 0,
+        };
+        // SAFETY: one pollfd, a local, for the duration of the call.
+        let n = unsafe { libc::poll(&mut p, 1, 5000) };
+        assert!(n == 1 && p.revents & event != 0, "nothing arrived in 5 s");
+    }
+
     /// A read that leaves only the FIN behind says so (those bytes then
     /// leave with the FIN, [`fin_follows`]); one that leaves a byte, which
     /// the kernel counts as it counts a FIN, does not.
@@ -673,14 +709,18 @@ mod tests {
         sockopt::set_options(&s, std::time::Duration::from_secs(60));
         let mut buf = [0u8; 4];
         c.write_all(b"hello").unwrap();
+        arrived(&s, libc::POLLIN);
         s.readable().await.unwrap();
-        // Loopback delivers within the write: all five bytes are there.
         let got = read_once(&s, &mut buf).unwrap();
-        assert_eq!((got.n, got.fin), (4, false), "a byte is left");
+        assert!(got.n == 4 && got.behind == Behind::Open, "a byte is left");
         c.shutdown(std::net::Shutdown::Write).unwrap();
+        arrived(&s, libc::POLLRDHUP);
         s.readable().await.unwrap();
         let got = read_once(&s, &mut buf).unwrap();
-        assert_eq!((got.n, got.fin), (1, true), "the last byte, then the FIN");
+        assert!(
+            got.n == 1 && got.behind == Behind::Fin,
+            "the last byte, then the FIN"
+        );
     }
 
     #[test]

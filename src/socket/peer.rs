@@ -210,9 +210,10 @@ impl Sink<'_> {
     }
 
     /// Writes the last bytes before a FIN ([`Sink::finish`], called next):
-    /// on a plain socket they wait for it, and both leave in one segment
-    /// (a client that reads them finds the FIN there, as when the server's
-    /// answer and its close reach it directly).
+    /// on a plain socket they wait for it, and the last segment carries
+    /// both (a client that reads them finds the FIN there, as when the
+    /// server's answer and its close reach it directly). Through TLS, as
+    /// [`Sink::write_all`].
     pub(crate) async fn write_last(&mut self, buf: &[u8]) -> io::Result<()> {
         match self {
             Sink::Tcp(s) => {

@@ -498,9 +498,18 @@ pub(crate) fn recv_counted(fd: RawFd, buf: &mut [u8]) -> io::Result<(usize, Opti
 }
 
 /// Whether the socket's next read would report the end of the stream: a
-/// FIN is all it holds (a peek without waiting reads 0 bytes).
-pub(crate) fn at_eof(fd: RawFd) -> bool {
-    recv_one(fd, libc::MSG_PEEK).0 == 0
+/// FIN is all it holds (a peek without waiting reads 0 bytes). An error is
+/// the socket's own (an RST), which the peek took: the caller must act on
+/// it, as the next read no longer reports it.
+pub(crate) fn at_eof(fd: RawFd) -> io::Result<bool> {
+    match recv_one(fd, libc::MSG_PEEK).0 {
+        0 => Ok(true),
+        n if n > 0 => Ok(false),
+        _ => match io::Error::last_os_error() {
+            e if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
+            e => Err(e),
+        },
+    }
 }
 
 /// One `recv` of at most one byte with `flags`, without waiting: what it
