@@ -510,13 +510,13 @@ impl Behind {
 
 /// How the last bytes of a direction whose source has ended are written:
 /// with `MSG_MORE`, so that the last segment carries them and the FIN
-/// written right after them. Sent apart, the bytes woke the client before the
-/// FIN arrived: a server that answers and closes at once gives its client
-/// both in one go over a real path (the FIN is in the client's socket
-/// when `close()` returns), and a client that reads the answer, learns of
-/// the close and then looks at the socket (urllib3's check of a pooled
-/// connection) must find the FIN there. Not when the source was reset:
-/// those bytes must be sent and acknowledged before the RST.
+/// written right after them. Sent apart, the bytes woke the client before
+/// the FIN arrived: a server that answers and closes at once gives its
+/// client both in one go over a real path (the FIN is in the client's
+/// socket when `close()` returns), and a client that reads the answer,
+/// learns of the close and then looks at the socket (urllib3's check of a
+/// pooled connection) must find the FIN there. Not when the source was
+/// reset: those bytes must be sent and acknowledged before the RST.
 fn fin_follows(state: SrcState, urgent: Option<u8>) -> MsgFlags {
     if state == SrcState::Eof && urgent.is_none() {
         MsgFlags::from_bits_retain(libc::MSG_MORE)
