@@ -519,7 +519,7 @@ impl Behind {
 /// reset: those bytes must be sent and acknowledged before the RST.
 fn fin_follows(state: SrcState, urgent: Option<u8>) -> MsgFlags {
     if state == SrcState::Eof && urgent.is_none() {
-        MsgFlags::from_bits_retain(libc::MSG_MORE)
+        sockopt::MORE
     } else {
         MsgFlags::empty()
     }

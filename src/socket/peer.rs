@@ -216,10 +216,7 @@ impl Sink<'_> {
     /// [`Sink::write_all`].
     pub(crate) async fn write_last(&mut self, buf: &[u8]) -> io::Result<()> {
         match self {
-            Sink::Tcp(s) => {
-                let more = nix::sys::socket::MsgFlags::from_bits_retain(libc::MSG_MORE);
-                super::sockopt::write_all_flagged(s, buf, more).await
-            }
+            Sink::Tcp(s) => super::sockopt::write_all_flagged(s, buf, super::sockopt::MORE).await,
             _ => self.write_all(buf).await,
         }
     }

@@ -316,8 +316,11 @@ pub(crate) fn send_now(s: &TcpStream, buf: &[u8]) -> io::Result<usize> {
     send_now_flagged(s, buf, MsgFlags::empty())
 }
 
-/// [`send_now`] with `flags` (`MSG_MORE`: the bytes wait in the socket
-/// for what the caller sends next, a FIN with them).
+/// `MSG_MORE`, which nix does not name: the bytes wait in the socket for
+/// what the caller sends next (a FIN, which then leaves with them).
+pub(crate) const MORE: MsgFlags = MsgFlags::from_bits_retain(libc::MSG_MORE);
+
+/// [`send_now`] with `flags` ([`MORE`], `MSG_OOB`).
 pub(crate) fn send_now_flagged(s: &TcpStream, buf: &[u8], flags: MsgFlags) -> io::Result<usize> {
     let send = || send_flagged(s, buf, flags);
     let mut tried = false;
@@ -595,8 +598,8 @@ pub(crate) async fn write_all(dst: &TcpStream, buf: &[u8]) -> io::Result<()> {
     write_all_flagged(dst, buf, MsgFlags::empty()).await
 }
 
-/// [`write_all`] with `flags` on every write (`MSG_MORE`: the bytes wait
-/// for a FIN the caller sends next, [`send_now_flagged`]).
+/// [`write_all`] with `flags` on every write ([`MORE`]: the bytes wait
+/// for a FIN the caller sends next).
 pub(crate) async fn write_all_flagged(
     dst: &TcpStream,
     mut buf: &[u8],
