@@ -180,6 +180,8 @@ pub(crate) async fn serve(
             capped: [AtomicBool::new(client_capped), AtomicBool::new(false)],
             holding,
             upstream_inside: AtomicBool::new(false),
+            in_path: !matches!(ep.target, Target::Fixed(_)),
+            answers_wait: AtomicBool::new(false),
             reset: Default::default(),
             sights: [
                 client_sight.map_or_else(OnceLock::new, OnceLock::from),
@@ -258,6 +260,16 @@ struct Conn<'a> {
     holding: Holding,
     /// Whether the upstream was dialled inside the client's namespace.
     upstream_inside: AtomicBool,
+    /// Whether the relay stands in for the client's path (interception,
+    /// `--expose`), where it must not be seen, rather than being a proxy
+    /// the client chose to connect to.
+    in_path: bool,
+    /// Whether the upstream's answers wait briefly for a FIN behind them
+    /// ([`fast::Source::answers`]): a server on this host, in the path.
+    /// Not behind `netchaos proxy`: there the client talks to a proxy, and
+    /// gets the FIN a hop later as through any other (Toxiproxy, socat,
+    /// haproxy); the wait would cost each new connection there its length.
+    answers_wait: AtomicBool,
     /// Whether a write found the client's, or the upstream's, socket
     /// reset: a read of it that then finds the end of the stream has met
     /// that RST, not a FIN.
@@ -372,6 +384,10 @@ impl Conn<'_> {
         self.holding.upstream(&upstream, from.is_some());
         self.upstream_inside
             .store(from.is_some(), Ordering::Relaxed);
+        self.answers_wait.store(
+            self.in_path && sockopt::same_host(&upstream),
+            Ordering::Relaxed,
+        );
         self.reset[1].store(tuned.reset, Ordering::Relaxed);
         // The mock speaks HTTP in the clear: a mocked connection always
         // goes through the HTTP layer, which ends the client's TLS.
@@ -520,7 +536,12 @@ impl Conn<'_> {
         };
         if feed.wanted().is_empty() {
             let bufs = self.holding.buffers(dir, inside, growth(true));
-            match fast::run(src, dst, dir, &meter, &mut feed, bufs, src_reset).await {
+            let from = fast::Source {
+                socket: src,
+                reset: src_reset,
+                answers: dir == Direction::Downstream && self.answers_wait.load(Ordering::Relaxed),
+            };
+            match fast::run(from, dst, dir, &meter, &mut feed, bufs).await {
                 fast::Ended::End(end) => return ended(end),
                 fast::Ended::Faulted => {}
             }

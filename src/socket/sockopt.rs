@@ -500,18 +500,38 @@ pub(crate) fn recv_counted(fd: RawFd, buf: &mut [u8]) -> io::Result<(usize, Opti
     Ok((got.n, queued.and_then(|q| usize::try_from(q).ok())))
 }
 
-/// Whether the socket's next read would report the end of the stream: a
-/// FIN is all it holds (a peek without waiting reads 0 bytes). An error is
-/// the socket's own (an RST), which the peek took: the caller must act on
-/// it, as the next read no longer reports it.
-pub(crate) fn at_eof(fd: RawFd) -> io::Result<bool> {
+/// What a socket's next read would bring.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Next {
+    /// Nothing yet.
+    Nothing,
+    /// Bytes.
+    Bytes,
+    /// The end of the stream: a FIN is all the socket holds.
+    Eof,
+}
+
+/// What the socket's next read would bring, seen with a one-byte peek that
+/// does not wait. An error is the socket's own (an RST), which the peek
+/// took: the caller must act on it, as the next read no longer reports it.
+pub(crate) fn peek_next(fd: RawFd) -> io::Result<Next> {
     match recv_one(fd, libc::MSG_PEEK).0 {
-        0 => Ok(true),
-        n if n > 0 => Ok(false),
+        0 => Ok(Next::Eof),
+        n if n > 0 => Ok(Next::Bytes),
         _ => match io::Error::last_os_error() {
-            e if e.kind() == io::ErrorKind::WouldBlock => Ok(false),
+            e if e.kind() == io::ErrorKind::WouldBlock => Ok(Next::Nothing),
             e => Err(e),
         },
+    }
+}
+
+/// Whether `s` connects two sockets of one host: its peer is a loopback
+/// address, or one of this host's own (a connection to a local address
+/// takes that address as its source too).
+pub(crate) fn same_host(s: &TcpStream) -> bool {
+    match (s.local_addr(), s.peer_addr()) {
+        (Ok(l), Ok(p)) => p.ip().is_loopback() || l.ip() == p.ip(),
+        _ => false,
     }
 }
 
