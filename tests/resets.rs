@@ -286,14 +286,59 @@ print(late)
 
 const TRIES: &str = "200";
 
+/// The same, as urllib3's test has it: the server is a thread of the
+/// client's process, on its loopback, and tells the client of the close
+/// with an `Event`. Prints how many times the FIN was not there yet.
+const FIN_PROBE_ONE_PROCESS: &str = r#"
+import select, socket, sys, threading
+n = int(sys.argv[1])
+listener = socket.socket()
+listener.bind(("127.0.0.1", 0))
+listener.listen(8)
+closed = threading.Event()
+
+def serve():
+    for _ in range(n):
+        s = listener.accept()[0]
+        s.settimeout(10)
+        head = b""
+        while not head.endswith(b"\r\n\r\n"):
+            d = s.recv(65536)
+            if not d:
+                return
+            head += d
+        s.send(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello")
+        s.close()
+        closed.set()
+
+server = threading.Thread(target=serve, daemon=True)
+server.start()
+late = 0
+for _ in range(n):
+    c = socket.create_connection(listener.getsockname(), timeout=10)
+    c.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    got = b""
+    while not got.endswith(b"hello"):
+        d = c.recv(65536)
+        assert d, "the connection ended before the answer"
+        got += d
+    assert closed.wait(10), "no word from the server in 10 s"
+    closed.clear()
+    late += not select.select([c], [], [], 0)[0]
+    c.close()
+server.join(10)
+print(late)
+"#;
+
 /// Issue 49: a server that answers and closes at once (a server's idle
 /// timeout, urllib3's `test_recovery_when_server_closes_connection`)
 /// leaves its FIN in the client's socket before `close()` returns; a client
 /// told of the close by other means and looking at once must find it
 /// there through netchaos too, on the fast path and through the HTTP
 /// layer. The relay sends the answer's last bytes and the FIN in one
-/// segment when the FIN is already behind them; before, the answer went
-/// alone and woke the client ahead of the FIN.
+/// segment when the FIN is behind them, and a local server's answer waits
+/// briefly for it; before, the answer went alone and woke the client
+/// ahead of the FIN.
 #[test]
 fn a_fin_right_behind_an_answer_is_there_when_the_client_looks() {
     if !need(&["python3", "ip", "nft", "mkfifo"]) {
@@ -343,12 +388,45 @@ fn a_fin_right_behind_an_answer_is_there_when_the_client_looks() {
         eprintln!(
             "not yet readable at EOF, of {TRIES}: directly {direct}, under run {args:?} {via_run}"
         );
-        // A few allowed: the relay reads the answer before the FIN when
-        // the server's close() is still under way (docs/fidelity.md; 0–5
-        // of 200 here, more with both cores busy; 143–165 before).
+        // A few allowed: a server preempted between its answer and its
+        // close() outlasts the relay's hold (0–3 of 200 with both cores
+        // busy; 143–165 before the answer and its FIN went together, and
+        // up to 40 of 400 before answers waited for the FIN).
         assert!(
-            via_run <= direct + 20,
+            via_run <= direct + 6,
             "under run {args:?}: {via_run} of {TRIES} late, directly {direct}"
         );
     }
+}
+
+/// Issue 49, as urllib3's suite has it: the server is a thread of the
+/// wrapped command, on the command's own loopback, so the relay dials it
+/// inside the namespace, where the server's `send()` and `close()` run
+/// slower and the relay read the answer before the FIN two to three times
+/// as often. An answer from a server on this host waits briefly for a FIN
+/// behind it (`ANSWER_HOLD`): 0–1 of 400 late with a release build, 59–329
+/// before. A debug build's relay reads the answer late enough that the
+/// FIN is mostly behind it already, so on the debug build `cargo test`
+/// makes this passes without the hold too; the hold itself is tested in
+/// `relay::fast` (`a_local_servers_answer_waits_once_for_a_fin_behind_it`).
+#[test]
+fn a_fin_from_a_server_in_the_command_is_there_when_the_client_looks() {
+    if !need(&["python3", "ip", "nft"]) {
+        return;
+    }
+    let late = |out: &str| out.trim().parse::<u32>().expect("a count");
+    let cmd = ["python3", "-c", FIN_PROBE_ONE_PROCESS, TRIES];
+    let direct = bounded(&cmd);
+    assert_eq!(direct.0, 0, "{}", direct.2);
+    let direct = late(&direct.1);
+    let via_run = wrapped(&[], &cmd);
+    assert_eq!(via_run.0, 0, "{}", via_run.2);
+    let via_run = late(&via_run.1);
+    eprintln!("not yet readable at EOF, of {TRIES}: directly {direct}, under run {via_run}");
+    // A few allowed: a server preempted between its answer and its
+    // close() outlasts the hold (both cores busy).
+    assert!(
+        via_run <= direct + 6,
+        "under run: {via_run} of {TRIES} late, directly {direct}"
+    );
 }
