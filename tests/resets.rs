@@ -404,7 +404,7 @@ fn a_fin_right_behind_an_answer_is_there_when_the_client_looks() {
 /// inside the namespace, where the server's `send()` and `close()` run
 /// slower and the relay read the answer before the FIN two to three times
 /// as often. An answer from a server on this host waits briefly for a FIN
-/// behind it (`ANSWER_HOLD`): 0–1 of 400 late with a release build, 59–329
+/// behind it (`relay::answer`): 0–1 of 400 late with a release build, 59–329
 /// before. A debug build's relay reads the answer late enough that the
 /// FIN is mostly behind it already, so on the debug build `cargo test`
 /// makes this passes without the hold too; the hold itself is tested in
@@ -419,14 +419,19 @@ fn a_fin_from_a_server_in_the_command_is_there_when_the_client_looks() {
     let direct = bounded(&cmd);
     assert_eq!(direct.0, 0, "{}", direct.2);
     let direct = late(&direct.1);
-    let via_run = wrapped(&[], &cmd);
-    assert_eq!(via_run.0, 0, "{}", via_run.2);
-    let via_run = late(&via_run.1);
-    eprintln!("not yet readable at EOF, of {TRIES}: directly {direct}, under run {via_run}");
-    // A few allowed: a server preempted between its answer and its
-    // close() outlasts the hold (both cores busy).
-    assert!(
-        via_run <= direct + 6,
-        "under run: {via_run} of {TRIES} late, directly {direct}"
-    );
+    // The fast path, and the fault path (a stage that changes nothing).
+    for args in [&[][..], &["--fault", "latency:delay=0"]] {
+        let via_run = wrapped(args, &cmd);
+        assert_eq!(via_run.0, 0, "{}", via_run.2);
+        let via_run = late(&via_run.1);
+        eprintln!(
+            "not yet readable at EOF, of {TRIES}: directly {direct}, under run {args:?} {via_run}"
+        );
+        // A few allowed: a server preempted between its answer and its
+        // close() outlasts the hold (both cores busy).
+        assert!(
+            via_run <= direct + 6,
+            "under run {args:?}: {via_run} of {TRIES} late, directly {direct}"
+        );
+    }
 }

@@ -534,13 +534,13 @@ impl Conn<'_> {
             }
             end
         };
+        let from = super::SrcSocket {
+            socket: src,
+            reset: src_reset,
+            answers: dir == Direction::Downstream && self.answers_wait.load(Ordering::Relaxed),
+        };
         if feed.wanted().is_empty() {
             let bufs = self.holding.buffers(dir, inside, growth(true));
-            let from = fast::Source {
-                socket: src,
-                reset: src_reset,
-                answers: dir == Direction::Downstream && self.answers_wait.load(Ordering::Relaxed),
-            };
             match fast::run(from, dst, dir, &meter, &mut feed, bufs).await {
                 fast::Ended::End(end) => return ended(end),
                 fast::Ended::Faulted => {}
@@ -550,7 +550,7 @@ impl Conn<'_> {
         // connection should not carry room for it.
         let stamped = self.arrivals_stamped(dir);
         let (end, _) = Box::pin(pipeline::run(
-            pipeline::Source::Socket(src, growth(false), stamped, src_reset),
+            pipeline::Source::Socket(from, growth(false), stamped),
             Sink::Tcp(dst),
             dir,
             &mut feed,

@@ -39,9 +39,10 @@ use nix::sys::socket::MsgFlags;
 use tokio::io::Interest;
 use tokio::net::TcpStream;
 
-use super::DirEnd;
+use super::answer;
 use super::holding::Buffers;
 use super::pipeline::Feed;
+use super::{DirEnd, SrcSocket};
 use crate::events::Meter;
 use crate::fault::Direction;
 use crate::socket::sockopt;
@@ -262,17 +263,6 @@ pub(crate) enum Ended {
     Faulted,
 }
 
-/// A direction's source.
-pub(crate) struct Source<'a> {
-    pub(crate) socket: &'a TcpStream,
-    /// The other direction found the socket reset (its write failed), so
-    /// that the end of stream a read then reports is that RST, not a FIN.
-    pub(crate) reset: &'a AtomicBool,
-    /// A server on this host, whose answers wait briefly for a FIN behind
-    /// them ([`ANSWER_HOLD`]).
-    pub(crate) answers: bool,
-}
-
 /// Relays the source `from` → `dst` until FIN or an error, or until `feed`
 /// brings a fault that touches the bytes; returns how it ended (the meter
 /// counts the bytes moved).
@@ -281,14 +271,14 @@ pub(crate) struct Source<'a> {
 /// from the source into the direction's buffer until it is full, or as far
 /// as `bufs` lets them ([`Buffers::readable`]).
 pub(crate) async fn run(
-    from: Source<'_>,
+    from: SrcSocket<'_>,
     dst: &TcpStream,
     dir: Direction,
     meter: &Meter<'_>,
     feed: &mut impl Feed,
     mut bufs: Buffers,
 ) -> Ended {
-    let Source {
+    let SrcSocket {
         socket: src,
         reset: src_reset,
         answers,
@@ -552,47 +542,18 @@ fn fin_follows(state: SrcState, urgent: Option<u8>) -> MsgFlags {
     }
 }
 
-/// How long a local server's answer that emptied its socket waits for
-/// what follows it. Over loopback a server's `close()` puts the FIN in its
-/// client's socket before it returns, so a client told of the close by
-/// other means (a thread, a pipe: urllib3's test of a pooled connection
-/// the server closed) finds it there at once. Through the relay the FIN
-/// needs a turn of its own: read, then `shutdown()`; when the relay read
-/// the answer while the server's `close()` was still running (the FIN
-/// landed 1–5 µs later) the client often looked first. Held this long,
-/// the answer leaves with the FIN ([`fin_follows`]). Measured with a
-/// server and its client in the command's namespace, five runs of 400
-/// tries, the server in its own process: the FIN late 63–178 times
-/// unheld, 1–5 held 10 µs, 0–1 held 20 µs (a thread of the client's
-/// process, as urllib3 has it: 59–329 unheld, 0–1 held 20 µs). A
-/// connection pays it once: the first answer that nothing follows ends
-/// the holding ([`run`]). (200 ms in unit tests, which then see it
-/// whatever the machine's load.)
-const ANSWER_HOLD: std::time::Duration = if cfg!(test) {
-    std::time::Duration::from_millis(200)
-} else {
-    std::time::Duration::from_micros(20)
-};
-
-/// Waits, [`ANSWER_HOLD`] at most, for what follows an answer that emptied
-/// `src`: `Nothing` when the time ran out. The wait is shorter than any
-/// timer the runtime has, so it looks again and again, yielding between
-/// looks to the other connections and to the kernel's scheduler: the
-/// server may be waiting for this CPU to close its socket (without the
-/// kernel's yield, a server in another process missed a 10 µs hold 2–91
-/// times in 400 instead of 1–5).
+/// Waits ([`answer::HOLD`] at most) for what follows an answer that
+/// emptied `src`: `Nothing` when the time ran out.
 async fn what_follows(src: &TcpStream) -> Behind {
-    let until = std::time::Instant::now() + ANSWER_HOLD;
+    let wait = answer::Wait::start();
     loop {
         match sockopt::peek_next(src.as_raw_fd()) {
             Ok(sockopt::Next::Eof) => return Behind::Fin,
             Ok(sockopt::Next::Bytes) => return Behind::Open,
-            Ok(sockopt::Next::Nothing) if std::time::Instant::now() >= until => {
-                return Behind::Nothing;
-            }
             Ok(sockopt::Next::Nothing) => {
-                let _ = nix::sched::sched_yield();
-                tokio::task::yield_now().await;
+                if !wait.again().await {
+                    return Behind::Nothing;
+                }
             }
             Err(_) => return Behind::Reset,
         }
@@ -851,7 +812,7 @@ mod tests {
             super::super::holding::Holding::new(false).buffers(Direction::Downstream, false, growth)
         };
         let not_reset = AtomicBool::new(false);
-        let local = |socket| Source {
+        let local = |socket| SrcSocket {
             socket,
             reset: &not_reset,
             answers: true,
@@ -921,12 +882,12 @@ mod tests {
             (&b"first"[..], &b"second"[..])
         );
         assert!(
-            took[0].1 >= ANSWER_HOLD,
+            took[0].1 >= answer::HOLD,
             "the first answer was not held: {:?}",
             took[0].1
         );
         assert!(
-            took[1].1 < ANSWER_HOLD,
+            took[1].1 < answer::HOLD,
             "the second answer was held too: {:?}",
             took[1].1
         );

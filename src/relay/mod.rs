@@ -11,6 +11,7 @@
 //! [`Interception`] ([`interception`]), which `intercept` implements. It
 //! never imports `intercept`, `control` or `commands`.
 
+pub(crate) mod answer;
 pub(crate) mod arrival;
 pub(crate) mod conn;
 pub(crate) mod dial;
@@ -43,6 +44,18 @@ pub(crate) use crate::socket::is_loopback;
 pub(crate) use conn::EndpointTls;
 pub(crate) use interception::{Handoff, Interception, PeerQueues, PeerSockets, Route};
 pub(crate) use pipeline::RESET_DRAIN;
+
+/// The socket a direction reads from.
+#[derive(Clone, Copy)]
+pub(crate) struct SrcSocket<'a> {
+    pub(crate) socket: &'a tokio::net::TcpStream,
+    /// The other direction found the socket reset (its write failed), so
+    /// that the end of stream a read then reports is that RST, not a FIN.
+    pub(crate) reset: &'a std::sync::atomic::AtomicBool,
+    /// A server on this host, whose answers wait briefly for a FIN behind
+    /// them ([`answer`]).
+    pub(crate) answers: bool,
+}
 
 /// How one direction of a connection ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -21,7 +21,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::DirEnd;
+use super::{DirEnd, SrcSocket, answer};
 use crate::events::Meter;
 use crate::fault::{Direction, FaultSpec, Item, ItemKind, Output, StageCtx, StageFuture, StageIo};
 use crate::socket::peer::Sink;
@@ -40,14 +40,8 @@ pub(crate) enum Source<'a> {
     /// A socket, how its receive buffer may grow
     /// ([`sockopt::RecvGrowth`]), and whether its chunks may be dated by
     /// the kernel's receive stamp (not when netchaos's packet delay line
-    /// holds its packets after they were stamped); and whether the other
-    /// direction found it reset (see [`super::fast::run`]).
-    Socket(
-        &'a TcpStream,
-        sockopt::RecvGrowth,
-        bool,
-        &'a std::sync::atomic::AtomicBool,
-    ),
+    /// holds its packets after they were stamped).
+    Socket(SrcSocket<'a>, sockopt::RecvGrowth, bool),
     /// A canned reply (`respond`): these items, then silence.
     Script(Vec<ItemKind>),
     /// A task that reads elsewhere and sends into the pipeline (the HTTP
@@ -98,6 +92,7 @@ pub(crate) async fn run(
 ) -> (DirEnd, u64) {
     let (writer_tx, writer_rx) = mpsc::channel::<Item>(DEPTH);
     let head = Output::new(writer_tx);
+    let answers = matches!(src, Source::Socket(s, ..) if s.answers);
     let (spawn_tx, mut spawn_rx) = mpsc::unbounded_channel::<StageFuture<'static>>();
     let mut chain: Vec<Link> = Vec::new();
 
@@ -113,7 +108,7 @@ pub(crate) async fn run(
         }
     };
     let reader = read_source(src, head.clone(), meter, dir);
-    let writer = write_items(dst, writer_rx, dir, meter);
+    let writer = write_items(dst, writer_rx, dir, meter, answers);
     tokio::pin!(runner, reader, writer);
     let mut reader_done = false;
     let mut live = true;
@@ -248,8 +243,8 @@ async fn relink(
 
 async fn read_source(src: Source<'_>, out: Output, meter: &Meter<'_>, dir: Direction) {
     match src {
-        Source::Socket(s, growth, stamp, reset) => {
-            read_socket(s, growth, stamp, reset, out, meter, dir).await
+        Source::Socket(s, growth, stamp) => {
+            read_socket(s.socket, growth, stamp, s.reset, out, meter, dir).await
         }
         Source::Driven(task) => task(out).await,
         Source::Script(items) => {
@@ -345,24 +340,36 @@ async fn read_socket(
 /// How long a reset waits for written bytes to be acknowledged first.
 pub(crate) const RESET_DRAIN: Duration = Duration::from_secs(1);
 
+/// Writes the items that come out of the last stage to `dst`. `answers`:
+/// the source is a server on this host, whose answers wait briefly for a
+/// FIN behind them ([`answer`]), once per connection as on the fast path.
 async fn write_items(
     mut dst: Sink<'_>,
     mut rx: mpsc::Receiver<Item>,
     dir: Direction,
     meter: &Meter<'_>,
+    answers: bool,
 ) -> (DirEnd, u64) {
+    let mut holding = answers;
     let mut total = 0u64;
     let mut next = rx.recv().await;
     while let Some(item) = next.take() {
         match item.kind {
             ItemKind::Data(bytes) => {
                 // A FIN already queued behind these bytes leaves with them
-                // (as on the fast path: `fast::fin_follows`). Looked for
+                // (as on the fast path: `fast::fin_follows`), and a local
+                // server's answer waits for one ([`answer`]). Looked for
                 // behind small chunks only (an answer's end): the item
                 // taken is held while this write waits, one more than the
                 // channel's depth, and bulk need not hold that.
-                let after = if bytes.len() <= MIN_READ {
-                    rx.try_recv().ok()
+                let after = if bytes.len() > MIN_READ {
+                    None
+                } else if let Ok(item) = rx.try_recv() {
+                    Some(item)
+                } else if holding {
+                    let item = next_within_hold(&mut rx).await;
+                    holding = item.is_some();
+                    item
                 } else {
                     None
                 };
@@ -407,6 +414,23 @@ async fn write_items(
     }
     // Every stage ended without a verdict: nothing can flow any more.
     (DirEnd::Reset, total)
+}
+
+/// The next item, if one comes within [`answer::HOLD`] (the reader reads
+/// the FIN and the stages hand it on meanwhile).
+async fn next_within_hold(rx: &mut mpsc::Receiver<Item>) -> Option<Item> {
+    let wait = answer::Wait::start();
+    loop {
+        match rx.try_recv() {
+            Ok(item) => return Some(item),
+            Err(mpsc::error::TryRecvError::Disconnected) => return None,
+            Err(mpsc::error::TryRecvError::Empty) => {
+                if !wait.again().await {
+                    return None;
+                }
+            }
+        }
+    }
 }
 
 /// One direction in-process, on a paused clock: its source a task that
@@ -545,6 +569,79 @@ mod tests {
             .expect("the destination ends")
             .unwrap();
         (end, arrivals)
+    }
+
+    /// A connection over loopback: its blocking end, and its end for the
+    /// relay.
+    fn connection() -> (std::net::TcpStream, TcpStream) {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let ours = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (theirs, _) = l.accept().unwrap();
+        theirs.set_nonblocking(true).unwrap();
+        ours.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        (ours, TcpStream::from_std(theirs).unwrap())
+    }
+
+    /// Through a stage, a local server's answer waits for the FIN behind
+    /// it (as on the fast path) and leaves with it: the client that reads
+    /// the answer finds the FIN there at once.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_local_servers_answer_waits_for_its_fin_through_the_stages() {
+        use std::io::{Read, Write};
+        use std::os::fd::AsRawFd;
+        let ((mut server, src), (mut client, dst)) = (connection(), connection());
+        let peers = std::thread::spawn(move || {
+            server.write_all(b"answer").unwrap();
+            std::thread::sleep(Duration::from_millis(20));
+            server.shutdown(std::net::Shutdown::Write).unwrap();
+            let mut buf = [0u8; 16];
+            let n = client.read(&mut buf).unwrap();
+            let mut p = libc::pollfd {
+                fd: client.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one pollfd, a local, for the duration of the call.
+            let at_once = unsafe { libc::poll(&mut p, 1, 0) };
+            (
+                buf[..n].to_vec(),
+                at_once == 1,
+                client.read(&mut buf).unwrap(),
+            )
+        });
+        let (_never, feed_rx) = mpsc::channel(1);
+        let mut feed = Changes {
+            rx: feed_rx,
+            now: vec![(1, spec("latency:delay=0"))],
+        };
+        let (stats, marks) = (Stats::default(), Marks::default());
+        let proxy = stats.proxy("test");
+        let meter = Meter {
+            global: &stats,
+            proxy: &proxy,
+            marks: &marks,
+        };
+        let not_reset = std::sync::atomic::AtomicBool::new(false);
+        let from = SrcSocket {
+            socket: &src,
+            reset: &not_reset,
+            answers: true,
+        };
+        let source = Source::Socket(from, sockopt::RecvGrowth::fixed(), false);
+        let direction = run(
+            source,
+            Sink::Tcp(&dst),
+            Direction::Downstream,
+            &mut feed,
+            &meter,
+        );
+        let (end, total) = tokio::time::timeout(Duration::from_secs(10), direction)
+            .await
+            .expect("the direction ends");
+        assert!(matches!(end, DirEnd::Fin) && total == 6, "{end:?} {total}");
+        let (answer, fin_there, then) = peers.join().unwrap();
+        assert_eq!(answer, b"answer");
+        assert!(fin_there && then == 0, "the FIN came after the answer");
     }
 
     #[tokio::test(start_paused = true)]
