@@ -407,8 +407,8 @@ fn a_fin_right_behind_an_answer_is_there_when_the_client_looks() {
 /// behind it (`relay::answer`): 0–1 of 400 late with a release build, 59–329
 /// before. A debug build's relay reads the answer late enough that the
 /// FIN is mostly behind it already, so on the debug build `cargo test`
-/// makes this passes without the hold too; the hold itself is tested in
-/// `relay::fast` (`a_local_servers_answer_waits_once_for_a_fin_behind_it`).
+/// makes, this passes without the wait too (2–6 late); the waits
+/// themselves are tested in-process (`relay::fast`, `relay::pipeline`).
 #[test]
 fn a_fin_from_a_server_in_the_command_is_there_when_the_client_looks() {
     if !need(&["python3", "ip", "nft"]) {

@@ -181,7 +181,7 @@ pub(crate) async fn serve(
             holding,
             upstream_inside: AtomicBool::new(false),
             in_path: !matches!(ep.target, Target::Fixed(_)),
-            answers_wait: AtomicBool::new(false),
+            answer_waits: Default::default(),
             reset: Default::default(),
             sights: [
                 client_sight.map_or_else(OnceLock::new, OnceLock::from),
@@ -264,12 +264,12 @@ struct Conn<'a> {
     /// `--expose`), where it must not be seen, rather than being a proxy
     /// the client chose to connect to.
     in_path: bool,
-    /// Whether the upstream's answers wait briefly for a FIN behind them
-    /// ([`fast::Source::answers`]): a server on this host, in the path.
+    /// How often the upstream's answers may still wait briefly for a FIN
+    /// behind them ([`super::answer`]): a server on this host, in the path.
     /// Not behind `netchaos proxy`: there the client talks to a proxy, and
     /// gets the FIN a hop later as through any other (Toxiproxy, socat,
     /// haproxy); the wait would cost each new connection there its length.
-    answers_wait: AtomicBool,
+    answer_waits: super::answer::Waits,
     /// Whether a write found the client's, or the upstream's, socket
     /// reset: a read of it that then finds the end of the stream has met
     /// that RST, not a FIN.
@@ -384,10 +384,9 @@ impl Conn<'_> {
         self.holding.upstream(&upstream, from.is_some());
         self.upstream_inside
             .store(from.is_some(), Ordering::Relaxed);
-        self.answers_wait.store(
-            self.in_path && sockopt::same_host(&upstream),
-            Ordering::Relaxed,
-        );
+        if self.in_path && sockopt::peer_is_local(&upstream) {
+            self.answer_waits.allow();
+        }
         self.reset[1].store(tuned.reset, Ordering::Relaxed);
         // The mock speaks HTTP in the clear: a mocked connection always
         // goes through the HTTP layer, which ends the client's TLS.
@@ -537,7 +536,10 @@ impl Conn<'_> {
         let from = super::SrcSocket {
             socket: src,
             reset: src_reset,
-            answers: dir == Direction::Downstream && self.answers_wait.load(Ordering::Relaxed),
+            waits: match dir {
+                Direction::Downstream => &self.answer_waits,
+                Direction::Upstream => &super::answer::NONE,
+            },
         };
         if feed.wanted().is_empty() {
             let bufs = self.holding.buffers(dir, inside, growth(true));

@@ -165,9 +165,10 @@ impl Held {
     }
 
     /// What a small-message write left unwritten, held in its own
-    /// allocation (at most [`COPY_BUF`]) when no bulk buffer can be had:
-    /// it drains before anything more is read (it has no room), while
-    /// faults still arrive.
+    /// allocation (at most [`COPY_BUF`]) when no bulk buffer can be had,
+    /// or an answer that waited for its FIN ([`what_follows`]): it drains
+    /// before anything more is read (it has no room), while faults still
+    /// arrive.
     fn rest(bytes: Vec<u8>) -> Held {
         debug_assert!(
             bytes.len() < BULK_SIZE,
@@ -281,11 +282,8 @@ pub(crate) async fn run(
     let SrcSocket {
         socket: src,
         reset: src_reset,
-        answers,
+        waits,
     } = from;
-    // Answers are held until one is not followed by anything: the server
-    // keeps its connections open, and its answers need not wait.
-    let mut holding = answers;
     let mut held: Option<Held> = None;
     // An urgent byte read out of band, to send once the bytes read before
     // it are written; nothing more is read until then.
@@ -354,11 +352,11 @@ pub(crate) async fn run(
                     }
                 }
                 if copying && in_flight == 0 {
-                    match copy_small(src, dst, dir, meter, src_reset, holding) {
+                    match copy_small(src, dst, dir, meter, src_reset, waits.left()) {
                         Copied::Nothing => {}
                         Copied::Answer(bytes) => {
                             let behind = what_follows(src).await;
-                            holding = behind != Behind::Nothing;
+                            waits.spent(behind != Behind::Nothing);
                             state = behind.state(src_reset);
                             // Written as a partial write's rest is, with the
                             // FIN when it came ([`fin_follows`]); nothing is
@@ -415,6 +413,13 @@ pub(crate) async fn run(
                             // source filled the buffer: the destination is
                             // the slower.
                             bufs.growth.blocked();
+                        }
+                        // A long answer's end waits for its FIN as a short
+                        // one does ([`copy_small`]).
+                        if waits.left() && behind == Behind::Nothing && urgent.is_none() {
+                            let behind = what_follows(src).await;
+                            waits.spent(behind != Behind::Nothing);
+                            state = behind.state(src_reset);
                         }
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
@@ -645,7 +650,7 @@ enum Copied {
 
 /// Reads what `src` holds (up to [`COPY_BUF`], [`read_once`]) and writes
 /// it to `dst` without waiting; bytes the source's FIN follows are
-/// written to leave with it ([`fin_follows`]). `hold`: a short read that
+/// written to leave with it ([`fin_follows`]). `wait`: a short read that
 /// empties the socket is an answer, returned unwritten.
 fn copy_small(
     src: &TcpStream,
@@ -653,7 +658,7 @@ fn copy_small(
     dir: Direction,
     meter: &Meter<'_>,
     src_reset: &AtomicBool,
-    hold: bool,
+    wait: bool,
 ) -> Copied {
     COPY.with(|buf| {
         let mut buf = buf.borrow_mut();
@@ -664,7 +669,7 @@ fn copy_small(
             Err(_) => return Copied::Failed,
         };
         meter.read(dir, n as u64);
-        if hold && behind == Behind::Nothing && urgent.is_none() && n < COPY_BUF {
+        if wait && behind == Behind::Nothing && urgent.is_none() && n < COPY_BUF {
             return Copied::Answer(buf[..n].to_vec());
         }
         let then = behind.state(src_reset);
@@ -779,27 +784,9 @@ mod tests {
         }
     }
 
-    /// A connection over loopback: its blocking end, and its end for the
-    /// relay.
-    fn connection() -> (std::net::TcpStream, TcpStream) {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let ours = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
-        let (theirs, _) = l.accept().unwrap();
-        theirs.set_nonblocking(true).unwrap();
-        ours.set_read_timeout(Some(std::time::Duration::from_secs(5)))
-            .unwrap();
-        let theirs = TcpStream::from_std(theirs).unwrap();
-        sockopt::set_options(&theirs, std::time::Duration::from_secs(60));
-        (ours, theirs)
-    }
-
-    /// A local server's answer waits for a FIN behind it and leaves with
-    /// it; a server whose answer nothing followed within the hold keeps its
-    /// connection open, and its next answers go at once.
-    #[tokio::test(flavor = "current_thread")]
-    async fn a_local_servers_answer_waits_once_for_a_fin_behind_it() {
-        use std::io::{Read, Write};
-        use std::time::{Duration, Instant};
+    /// Relays a local server's connection downstream to its client with no
+    /// fault, its answers allowed `waits`.
+    async fn relay_answers(src: &TcpStream, dst: &TcpStream, waits: &answer::Waits) -> Ended {
         let (stats, marks) = (crate::events::Stats::default(), Default::default());
         let proxy = stats.proxy("test");
         let meter = Meter {
@@ -807,50 +794,47 @@ mod tests {
             proxy: &proxy,
             marks: &marks,
         };
-        let bufs = || {
-            let growth = sockopt::RecvGrowth::fixed();
-            super::super::holding::Holding::new(false).buffers(Direction::Downstream, false, growth)
-        };
-        let not_reset = AtomicBool::new(false);
-        let local = |socket| SrcSocket {
-            socket,
-            reset: &not_reset,
-            answers: true,
-        };
-        // Answers, then closes 20 ms later.
-        let ((mut server, src), (mut client, dst)) = (connection(), connection());
-        let peers = std::thread::spawn(move || {
-            server.write_all(b"answer").unwrap();
-            std::thread::sleep(Duration::from_millis(20));
-            server.shutdown(std::net::Shutdown::Write).unwrap();
-            let mut buf = [0u8; 16];
-            let n = client.read(&mut buf).unwrap();
-            let mut p = libc::pollfd {
-                fd: client.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: one pollfd, a local, for the duration of the call.
-            let at_once = unsafe { libc::poll(&mut p, 1, 0) };
-            (
-                buf[..n].to_vec(),
-                at_once == 1,
-                client.read(&mut buf).unwrap(),
-            )
-        });
-        let ended = run(
-            local(&src),
-            &dst,
+        let growth = sockopt::RecvGrowth::fixed();
+        let bufs = super::super::holding::Holding::new(false).buffers(
             Direction::Downstream,
-            &meter,
-            &mut NoFaults,
-            bufs(),
-        )
-        .await;
-        assert!(matches!(ended, Ended::End(DirEnd::Fin)));
-        let (answer, fin_there, then) = peers.join().unwrap();
-        assert_eq!(answer, b"answer");
-        assert!(fin_there && then == 0, "the FIN came after the answer");
+            false,
+            growth,
+        );
+        let not_reset = AtomicBool::new(false);
+        let from = SrcSocket {
+            socket: src,
+            reset: &not_reset,
+            waits,
+        };
+        let dir = Direction::Downstream;
+        run(from, dst, dir, &meter, &mut NoFaults, bufs).await
+    }
+
+    /// A local server's answer, short or long, waits for a FIN behind it
+    /// and leaves with it; a server whose answer nothing followed within
+    /// the hold keeps its connection open, and its next answers go at
+    /// once.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_local_servers_answer_waits_for_a_fin_behind_it() {
+        use answer::testing::{answer_then_fin, connection};
+        use std::io::{Read, Write};
+        use std::time::Instant;
+        static LONG: [u8; 3 * COPY_BUF + 5] = [7; 3 * COPY_BUF + 5];
+        for answer in [&b"answer"[..], &LONG[..]] {
+            let ((server, src), (client, dst)) = (connection(), connection());
+            let peers = answer_then_fin(server, client, answer);
+            let waits = answer::Waits::default();
+            waits.allow();
+            let ended = relay_answers(&src, &dst, &waits).await;
+            assert!(matches!(ended, Ended::End(DirEnd::Fin)));
+            let (got, fin_there, then) = peers.join().unwrap();
+            assert!(got == answer, "{} bytes of {}", got.len(), answer.len());
+            assert!(
+                fin_there && then == 0,
+                "the FIN came after the answer of {} bytes",
+                answer.len()
+            );
+        }
 
         // Answers twice on an open connection.
         let ((mut server, src), (mut client, dst)) = (connection(), connection());
@@ -866,15 +850,9 @@ mod tests {
             server.shutdown(std::net::Shutdown::Write).unwrap();
             took
         });
-        let ended = run(
-            local(&src),
-            &dst,
-            Direction::Downstream,
-            &meter,
-            &mut NoFaults,
-            bufs(),
-        )
-        .await;
+        let waits = answer::Waits::default();
+        waits.allow();
+        let ended = relay_answers(&src, &dst, &waits).await;
         assert!(matches!(ended, Ended::End(DirEnd::Fin)));
         let took = peers.join().unwrap();
         assert_eq!(
@@ -891,6 +869,7 @@ mod tests {
             "the second answer was held too: {:?}",
             took[1].1
         );
+        assert!(!waits.left(), "the connection still waits");
     }
 
     #[test]

@@ -52,9 +52,9 @@ pub(crate) struct SrcSocket<'a> {
     /// The other direction found the socket reset (its write failed), so
     /// that the end of stream a read then reports is that RST, not a FIN.
     pub(crate) reset: &'a std::sync::atomic::AtomicBool,
-    /// A server on this host, whose answers wait briefly for a FIN behind
-    /// them ([`answer`]).
-    pub(crate) answers: bool,
+    /// How often its answers may still wait briefly for a FIN behind them
+    /// ([`answer`]): only a server on this host's do.
+    pub(crate) waits: &'a answer::Waits,
 }
 
 /// How one direction of a connection ended.

@@ -92,7 +92,10 @@ pub(crate) async fn run(
 ) -> (DirEnd, u64) {
     let (writer_tx, writer_rx) = mpsc::channel::<Item>(DEPTH);
     let head = Output::new(writer_tx);
-    let answers = matches!(src, Source::Socket(s, ..) if s.answers);
+    let waits = match &src {
+        Source::Socket(s, ..) => s.waits,
+        _ => &answer::NONE,
+    };
     let (spawn_tx, mut spawn_rx) = mpsc::unbounded_channel::<StageFuture<'static>>();
     let mut chain: Vec<Link> = Vec::new();
 
@@ -108,7 +111,7 @@ pub(crate) async fn run(
         }
     };
     let reader = read_source(src, head.clone(), meter, dir);
-    let writer = write_items(dst, writer_rx, dir, meter, answers);
+    let writer = write_items(dst, writer_rx, dir, meter, waits);
     tokio::pin!(runner, reader, writer);
     let mut reader_done = false;
     let mut live = true;
@@ -340,17 +343,16 @@ async fn read_socket(
 /// How long a reset waits for written bytes to be acknowledged first.
 pub(crate) const RESET_DRAIN: Duration = Duration::from_secs(1);
 
-/// Writes the items that come out of the last stage to `dst`. `answers`:
-/// the source is a server on this host, whose answers wait briefly for a
-/// FIN behind them ([`answer`]), once per connection as on the fast path.
+/// Writes the items that come out of the last stage to `dst`. `waits`:
+/// how often the source's answers may still wait briefly for a FIN behind
+/// them ([`answer`]), as on the fast path.
 async fn write_items(
     mut dst: Sink<'_>,
     mut rx: mpsc::Receiver<Item>,
     dir: Direction,
     meter: &Meter<'_>,
-    answers: bool,
+    waits: &answer::Waits,
 ) -> (DirEnd, u64) {
-    let mut holding = answers;
     let mut total = 0u64;
     let mut next = rx.recv().await;
     while let Some(item) = next.take() {
@@ -366,9 +368,9 @@ async fn write_items(
                     None
                 } else if let Ok(item) = rx.try_recv() {
                     Some(item)
-                } else if holding {
+                } else if waits.left() {
                     let item = next_within_hold(&mut rx).await;
-                    holding = item.is_some();
+                    waits.spent(item.is_some());
                     item
                 } else {
                     None
@@ -571,44 +573,14 @@ mod tests {
         (end, arrivals)
     }
 
-    /// A connection over loopback: its blocking end, and its end for the
-    /// relay.
-    fn connection() -> (std::net::TcpStream, TcpStream) {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let ours = std::net::TcpStream::connect(l.local_addr().unwrap()).unwrap();
-        let (theirs, _) = l.accept().unwrap();
-        theirs.set_nonblocking(true).unwrap();
-        ours.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        (ours, TcpStream::from_std(theirs).unwrap())
-    }
-
     /// Through a stage, a local server's answer waits for the FIN behind
     /// it (as on the fast path) and leaves with it: the client that reads
     /// the answer finds the FIN there at once.
     #[tokio::test(flavor = "current_thread")]
     async fn a_local_servers_answer_waits_for_its_fin_through_the_stages() {
-        use std::io::{Read, Write};
-        use std::os::fd::AsRawFd;
-        let ((mut server, src), (mut client, dst)) = (connection(), connection());
-        let peers = std::thread::spawn(move || {
-            server.write_all(b"answer").unwrap();
-            std::thread::sleep(Duration::from_millis(20));
-            server.shutdown(std::net::Shutdown::Write).unwrap();
-            let mut buf = [0u8; 16];
-            let n = client.read(&mut buf).unwrap();
-            let mut p = libc::pollfd {
-                fd: client.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: one pollfd, a local, for the duration of the call.
-            let at_once = unsafe { libc::poll(&mut p, 1, 0) };
-            (
-                buf[..n].to_vec(),
-                at_once == 1,
-                client.read(&mut buf).unwrap(),
-            )
-        });
+        use answer::testing::{answer_then_fin, connection};
+        let ((server, src), (client, dst)) = (connection(), connection());
+        let peers = answer_then_fin(server, client, b"answer");
         let (_never, feed_rx) = mpsc::channel(1);
         let mut feed = Changes {
             rx: feed_rx,
@@ -622,10 +594,12 @@ mod tests {
             marks: &marks,
         };
         let not_reset = std::sync::atomic::AtomicBool::new(false);
+        let waits = answer::Waits::default();
+        waits.allow();
         let from = SrcSocket {
             socket: &src,
             reset: &not_reset,
-            answers: true,
+            waits: &waits,
         };
         let source = Source::Socket(from, sockopt::RecvGrowth::fixed(), false);
         let direction = run(

@@ -525,12 +525,17 @@ pub(crate) fn peek_next(fd: RawFd) -> io::Result<Next> {
     }
 }
 
-/// Whether `s` connects two sockets of one host: its peer is a loopback
-/// address, or one of this host's own (a connection to a local address
-/// takes that address as its source too).
-pub(crate) fn same_host(s: &TcpStream) -> bool {
+/// Whether `s`'s peer is a socket of its own network namespace: the peer
+/// is a loopback address, or one of the namespace's own (a connection to
+/// a local address takes that address as its source too). IPv4-mapped
+/// addresses count as the IPv4 ones. (A server in another namespace of
+/// the same host, over a veth, does not count.)
+pub(crate) fn peer_is_local(s: &TcpStream) -> bool {
     match (s.local_addr(), s.peer_addr()) {
-        (Ok(l), Ok(p)) => p.ip().is_loopback() || l.ip() == p.ip(),
+        (Ok(l), Ok(p)) => {
+            let (l, p) = (l.ip().to_canonical(), p.ip().to_canonical());
+            p.is_loopback() || l == p
+        }
         _ => false,
     }
 }
