@@ -208,6 +208,27 @@ pub(crate) struct Meter<'a> {
     pub marks: &'a Marks,
 }
 
+/// Counters of their own for a direction run in a test: `meter()` counts
+/// into them.
+#[cfg(test)]
+#[derive(Default)]
+pub(crate) struct TestCounters {
+    stats: Stats,
+    proxy: Arc<ProxyStats>,
+    marks: Marks,
+}
+
+#[cfg(test)]
+impl TestCounters {
+    pub(crate) fn meter(&self) -> Meter<'_> {
+        Meter {
+            global: &self.stats,
+            proxy: &self.proxy,
+            marks: &self.marks,
+        }
+    }
+}
+
 impl Meter<'_> {
     /// Bytes delivered.
     pub(crate) fn add(&self, dir: Direction, n: u64) {

@@ -787,13 +787,8 @@ mod tests {
     /// Relays a local server's connection downstream to its client with no
     /// fault, its answers allowed `waits`.
     async fn relay_answers(src: &TcpStream, dst: &TcpStream, waits: &answer::Waits) -> Ended {
-        let (stats, marks) = (crate::events::Stats::default(), Default::default());
-        let proxy = stats.proxy("test");
-        let meter = Meter {
-            global: &stats,
-            proxy: &proxy,
-            marks: &marks,
-        };
+        let counters = crate::events::TestCounters::default();
+        let meter = counters.meter();
         let growth = sockopt::RecvGrowth::fixed();
         let bufs = super::super::holding::Holding::new(false).buffers(
             Direction::Downstream,

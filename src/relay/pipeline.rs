@@ -443,7 +443,7 @@ mod tests {
     use tokio::io::AsyncReadExt;
 
     use super::*;
-    use crate::events::{Marks, Stats};
+    use crate::events::TestCounters;
     use crate::fault::testing::ctx;
     use crate::units::Window;
 
@@ -554,13 +554,8 @@ mod tests {
             }
             arrivals
         });
-        let (stats, marks) = (Stats::default(), Marks::default());
-        let proxy = stats.proxy("test");
-        let meter = Meter {
-            global: &stats,
-            proxy: &proxy,
-            marks: &marks,
-        };
+        let counters = TestCounters::default();
+        let meter = counters.meter();
         let sink = Sink::Local(Box::new(ours));
         let direction = run(source, sink, Direction::Downstream, &mut feed, &meter);
         let end = tokio::time::timeout(Duration::from_secs(60), direction)
@@ -586,13 +581,8 @@ mod tests {
             rx: feed_rx,
             now: vec![(1, spec("latency:delay=0"))],
         };
-        let (stats, marks) = (Stats::default(), Marks::default());
-        let proxy = stats.proxy("test");
-        let meter = Meter {
-            global: &stats,
-            proxy: &proxy,
-            marks: &marks,
-        };
+        let counters = TestCounters::default();
+        let meter = counters.meter();
         let not_reset = std::sync::atomic::AtomicBool::new(false);
         let waits = answer::Waits::default();
         waits.allow();
