@@ -406,8 +406,8 @@ fn a_fin_right_behind_an_answer_is_there_when_the_client_looks() {
 /// as often. An answer from a server on this host waits briefly for a FIN
 /// behind it (`relay::answer`): 0–1 of 400 late with a release build, 59–329
 /// before. A debug build's relay reads the answer late enough that the
-/// FIN is mostly behind it already, so on the debug build `cargo test`
-/// makes, this passes without the wait too (2–6 late); the waits
+/// FIN is mostly behind it already: on the debug build that `cargo test`
+/// makes, this test passes without the wait too (2–6 late). The waits
 /// themselves are tested in-process (`relay::fast`, `relay::pipeline`).
 #[test]
 fn a_fin_from_a_server_in_the_command_is_there_when_the_client_looks() {

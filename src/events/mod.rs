@@ -214,7 +214,7 @@ pub(crate) struct Meter<'a> {
 #[derive(Default)]
 pub(crate) struct TestCounters {
     stats: Stats,
-    proxy: Arc<ProxyStats>,
+    proxy: ProxyStats,
     marks: Marks,
 }
 

@@ -43,11 +43,17 @@ pub(crate) const HOLD: Duration = if cfg!(test) {
 #[derive(Debug, Default)]
 pub(crate) struct Waits(AtomicU8);
 
-/// No waits: a source that is not a local server (a client).
-pub(crate) static NONE: Waits = Waits(AtomicU8::new(0));
+/// No waits, for ever ([`Waits::none`]).
+static NONE: Waits = Waits(AtomicU8::new(0));
 
 impl Waits {
     pub(crate) const MOST: u8 = 4;
+
+    /// No waits: a source that is not a local server (a client). Never
+    /// allowed any ([`allow`](Waits::allow) is for a connection's own).
+    pub(crate) fn none() -> &'static Waits {
+        &NONE
+    }
 
     /// Allows the waits: the source is a local server in the path.
     pub(crate) fn allow(&self) {
@@ -61,9 +67,11 @@ impl Waits {
 
     /// Counts a wait: `followed`, something came behind the answer.
     pub(crate) fn spent(&self, followed: bool) {
-        let left = self.0.load(Ordering::Relaxed);
-        let left = if followed { left.saturating_sub(1) } else { 0 };
-        self.0.store(left, Ordering::Relaxed);
+        let _ = self
+            .0
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| {
+                (left > 0).then_some(if followed { left - 1 } else { 0 })
+            });
     }
 }
 
@@ -156,6 +164,7 @@ mod tests {
 
     #[test]
     fn a_connection_waits_a_few_times_and_never_after_a_wait_nothing_followed() {
+        assert!(!Waits::none().left());
         let w = Waits::default();
         assert!(!w.left(), "not a local server in the path");
         w.allow();

@@ -538,7 +538,7 @@ impl Conn<'_> {
             reset: src_reset,
             waits: match dir {
                 Direction::Downstream => &self.answer_waits,
-                Direction::Upstream => &super::answer::NONE,
+                Direction::Upstream => super::answer::Waits::none(),
             },
         };
         if feed.wanted().is_empty() {

@@ -94,7 +94,7 @@ pub(crate) async fn run(
     let head = Output::new(writer_tx);
     let waits = match &src {
         Source::Socket(s, ..) => s.waits,
-        _ => &answer::NONE,
+        _ => answer::Waits::none(),
     };
     let (spawn_tx, mut spawn_rx) = mpsc::unbounded_channel::<StageFuture<'static>>();
     let mut chain: Vec<Link> = Vec::new();
