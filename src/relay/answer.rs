@@ -75,31 +75,24 @@ impl Waits {
     }
 }
 
-/// One answer's wait: shorter than any timer the runtime has, so the
-/// waiter looks again and again, and yields between looks.
-pub(crate) struct Wait {
-    until: Instant,
-}
-
-impl Wait {
-    pub(crate) fn start() -> Wait {
-        Wait {
-            until: Instant::now() + HOLD,
+/// Looks for what follows an answer (`look`: `None` while nothing has
+/// come) until something does or [`HOLD`] is over (`None`). The wait is
+/// shorter than any timer the runtime has, so it looks again and again,
+/// yielding between looks to the other connections and to the kernel's
+/// scheduler: the server may be waiting for this CPU to close its socket
+/// (without the kernel's yield, a server in another process missed a
+/// 10 µs hold 2–91 times in 400 instead of 1–5).
+pub(crate) async fn wait_for<T>(mut look: impl FnMut() -> Option<T>) -> Option<T> {
+    let until = Instant::now() + HOLD;
+    loop {
+        if let Some(found) = look() {
+            return Some(found);
         }
-    }
-
-    /// Yields, then says whether to look again (`false`: the time is up).
-    /// It yields to the other connections and to the kernel's scheduler:
-    /// the server may be waiting for this CPU to close its socket (without
-    /// the kernel's yield, a server in another process missed a 10 µs
-    /// hold 2–91 times in 400 instead of 1–5).
-    pub(crate) async fn again(&self) -> bool {
-        if Instant::now() >= self.until {
-            return false;
+        if Instant::now() >= until {
+            return None;
         }
         let _ = nix::sched::sched_yield();
         tokio::task::yield_now().await;
-        true
     }
 }
 

@@ -166,7 +166,7 @@ impl Held {
 
     /// What a small-message write left unwritten, held in its own
     /// allocation (at most [`COPY_BUF`]) when no bulk buffer can be had,
-    /// or an answer that waited for its FIN ([`what_follows`]): it drains
+    /// or an answer that waited for its FIN ([`after_answer`]): it drains
     /// before anything more is read (it has no room), while faults still
     /// arrive.
     fn rest(bytes: Vec<u8>) -> Held {
@@ -355,9 +355,7 @@ pub(crate) async fn run(
                     match copy_small(src, dst, dir, meter, src_reset, waits.left()) {
                         Copied::Nothing => {}
                         Copied::Answer(bytes) => {
-                            let behind = what_follows(src).await;
-                            waits.spent(behind != Behind::Nothing);
-                            state = behind.state(src_reset);
+                            state = after_answer(src, waits, src_reset).await;
                             // Written as a partial write's rest is, with the
                             // FIN when it came ([`fin_follows`]); nothing is
                             // read before they are.
@@ -420,9 +418,7 @@ pub(crate) async fn run(
                         // is read before they are written.
                         let idle = in_flight == 0;
                         if idle && waits.left() && behind == Behind::Nothing && urgent.is_none() {
-                            let behind = what_follows(src).await;
-                            waits.spent(behind != Behind::Nothing);
-                            state = behind.state(src_reset);
+                            state = after_answer(src, waits, src_reset).await;
                         }
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
@@ -550,22 +546,20 @@ fn fin_follows(state: SrcState, urgent: Option<u8>) -> MsgFlags {
     }
 }
 
-/// Waits ([`answer::HOLD`] at most) for what follows an answer that
-/// emptied `src`: `Nothing` when the time ran out.
-async fn what_follows(src: &TcpStream) -> Behind {
-    let wait = answer::Wait::start();
-    loop {
-        match sockopt::peek_next(src.as_raw_fd()) {
-            Ok(sockopt::Next::Eof) => return Behind::Fin,
-            Ok(sockopt::Next::Bytes) => return Behind::Open,
-            Ok(sockopt::Next::Nothing) => {
-                if !wait.again().await {
-                    return Behind::Nothing;
-                }
-            }
-            Err(_) => return Behind::Reset,
-        }
-    }
+/// Waits ([`answer::wait_for`]) for what follows an answer that emptied
+/// `src`, counts the wait in `waits`, and says how the source stands once
+/// the answer is written.
+async fn after_answer(src: &TcpStream, waits: &answer::Waits, src_reset: &AtomicBool) -> SrcState {
+    let behind = answer::wait_for(|| match sockopt::peek_next(src.as_raw_fd()) {
+        Ok(sockopt::Next::Eof) => Some(Behind::Fin),
+        Ok(sockopt::Next::Bytes) => Some(Behind::Open),
+        Ok(sockopt::Next::Nothing) => None,
+        Err(_) => Some(Behind::Reset),
+    })
+    .await
+    .unwrap_or(Behind::Nothing);
+    waits.spent(behind != Behind::Nothing);
+    behind.state(src_reset)
 }
 
 /// One read into `buf`. A read that empties the socket's receive queue —
@@ -632,7 +626,7 @@ enum Copied {
     /// The destination failed.
     DstGone,
     /// A server's answer that emptied its socket, read and not written:
-    /// it waits for what follows it ([`what_follows`]).
+    /// it waits for what follows it ([`after_answer`]).
     Answer(Vec<u8>),
     /// All the bytes read were written (and metered); `bulk`: the read
     /// filled the buffer.

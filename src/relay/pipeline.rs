@@ -369,7 +369,15 @@ async fn write_items(
                 } else if let Ok(item) = rx.try_recv() {
                     Some(item)
                 } else if waits.left() {
-                    let item = next_within_hold(&mut rx).await;
+                    // The reader reads a FIN, and the stages hand it on,
+                    // while this waits.
+                    let item = answer::wait_for(|| match rx.try_recv() {
+                        Ok(item) => Some(Some(item)),
+                        Err(mpsc::error::TryRecvError::Disconnected) => Some(None),
+                        Err(mpsc::error::TryRecvError::Empty) => None,
+                    })
+                    .await
+                    .flatten();
                     waits.spent(item.is_some());
                     item
                 } else {
@@ -416,23 +424,6 @@ async fn write_items(
     }
     // Every stage ended without a verdict: nothing can flow any more.
     (DirEnd::Reset, total)
-}
-
-/// The next item, if one comes within [`answer::HOLD`] (the reader reads
-/// the FIN and the stages hand it on meanwhile).
-async fn next_within_hold(rx: &mut mpsc::Receiver<Item>) -> Option<Item> {
-    let wait = answer::Wait::start();
-    loop {
-        match rx.try_recv() {
-            Ok(item) => return Some(item),
-            Err(mpsc::error::TryRecvError::Disconnected) => return None,
-            Err(mpsc::error::TryRecvError::Empty) => {
-                if !wait.again().await {
-                    return None;
-                }
-            }
-        }
-    }
 }
 
 /// One direction in-process, on a paused clock: its source a task that
